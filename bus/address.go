@@ -1,0 +1,192 @@
+package bus
+
+import (
+	"encoding/base64"
+	"fmt"
+	"strings"
+)
+
+// Role names a kind of node. Every node of a role serves the role-wide subjects of the
+// paths it handles with AsRole, in the NATS queue group named after the role.
+type Role string
+
+// The roles of jobbus.
+const (
+	RoleCoordinator Role = "coordinator"
+	RoleWorker      Role = "worker"
+	RoleBridge      Role = "bridge"
+	RoleClient      Role = "client"
+)
+
+// MaxIDLen bounds a node id in bytes. Ids come from the network (TCP workers choose their
+// own), and an id ends up in subjects, whose length NATS limits.
+const MaxIDLen = 512
+
+// anyID is how String and ParseAddress write the empty id, "any node of the role".
+const anyID = "*"
+
+// encodedPrefix starts an id token that carries an encoded id. A plain id never contains
+// it, so the two forms cannot collide.
+const encodedPrefix = "~"
+
+// Address names a node (Role and ID) or, with an empty ID, any node of a role: messages to
+// such an address go to the role-wide subject and one node of the role's queue group
+// receives each.
+type Address struct {
+	Role Role
+	ID   string
+}
+
+// String gives "role/idtoken", or "role/*" for any node of the role. Plain ids
+// ([A-Za-z0-9_-]) appear as they are, others encoded (see ParseAddress).
+func (a Address) String() string {
+	if a.ID == "" {
+		return string(a.Role) + "/" + anyID
+	}
+	return string(a.Role) + "/" + idToken(a.ID)
+}
+
+// IsAny reports whether a addresses any node of its role rather than one node.
+func (a Address) IsAny() bool { return a.ID == "" }
+
+// Validate reports whether a can be used on the bus: a plain, non-empty role and an id
+// of at most MaxIDLen bytes.
+func (a Address) Validate() error {
+	if !isPlain(string(a.Role)) {
+		return fmt.Errorf("%w: role %q must be non-empty [A-Za-z0-9_-]", ErrInvalidAddress, a.Role)
+	}
+	if len(a.ID) > MaxIDLen {
+		return fmt.Errorf("%w: id of %d bytes exceeds %d", ErrInvalidAddress, len(a.ID), MaxIDLen)
+	}
+	return nil
+}
+
+// ParseAddress reverses Address.String: "worker/worker-1a2b3c4d", "coordinator/*", or
+// "worker/~<base64url>" for an id with characters outside [A-Za-z0-9_-].
+func ParseAddress(s string) (Address, error) {
+	role, token, ok := strings.Cut(s, "/")
+	if !ok {
+		return Address{}, fmt.Errorf("%w: %q has no '/'", ErrInvalidAddress, s)
+	}
+	a := Address{Role: Role(role)}
+	if token != anyID {
+		id, err := parseIDToken(token)
+		if err != nil {
+			return Address{}, fmt.Errorf("%w: %q: %w", ErrInvalidAddress, s, err)
+		}
+		a.ID = id
+	}
+	if err := a.Validate(); err != nil {
+		return Address{}, err
+	}
+	return a, nil
+}
+
+// idToken turns an id into one subject token, reversibly: plain ids stay readable,
+// anything else becomes "~" + unpadded base64url, whose alphabet is plain.
+func idToken(id string) string {
+	if isPlain(id) {
+		return id
+	}
+	return encodedPrefix + base64.RawURLEncoding.EncodeToString([]byte(id))
+}
+
+// parseIDToken reverses idToken. It accepts only canonical tokens, so that every id has
+// exactly one token and two tokens never name the same node.
+func parseIDToken(token string) (string, error) {
+	if isPlain(token) {
+		return token, nil
+	}
+	enc, ok := strings.CutPrefix(token, encodedPrefix)
+	if !ok || !isPlain(enc) {
+		return "", fmt.Errorf("id token must be [A-Za-z0-9_-] or %q + base64url", encodedPrefix)
+	}
+	if base64.RawURLEncoding.DecodedLen(len(enc)) > MaxIDLen {
+		return "", fmt.Errorf("encoded id exceeds %d bytes", MaxIDLen)
+	}
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(enc)
+	if err != nil {
+		return "", fmt.Errorf("decode id: %w", err)
+	}
+	id := string(raw)
+	if id == "" || isPlain(id) {
+		return "", fmt.Errorf("id token %q is not canonical", token)
+	}
+	return id, nil
+}
+
+// isPlain reports whether s is non-empty and only [A-Za-z0-9_-].
+func isPlain(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// validPath reports whether path can end a subject: dot-separated non-empty tokens
+// without wildcards, whitespace or control characters.
+func validPath(path string) error {
+	if path == "" {
+		return fmt.Errorf("%w: empty", ErrInvalidPath)
+	}
+	prev := byte('.')
+	for i := 0; i < len(path); i++ {
+		c := path[i]
+		switch {
+		case c == '.' && prev == '.':
+			return fmt.Errorf("%w: %q has an empty token", ErrInvalidPath, path)
+		case c == '*' || c == '>' || c <= ' ' || c == 0x7f:
+			return fmt.Errorf("%w: %q contains %q", ErrInvalidPath, path, c)
+		}
+		prev = c
+	}
+	if prev == '.' {
+		return fmt.Errorf("%w: %q has an empty token", ErrInvalidPath, path)
+	}
+	return nil
+}
+
+// Subject prefixes. The README documents them; other packages should not build them.
+const (
+	subjectNode     = "jobbus.node."
+	subjectRole     = "jobbus.role."
+	subjectPresence = "jobbus.presence."
+)
+
+// subject gives the subject that reaches a with path: the node's direct subject, or the
+// role-wide one when a is any node of its role.
+func subject(a Address, path string) string {
+	if a.ID == "" {
+		return roleSubject(a.Role, path)
+	}
+	return directSubject(a, path)
+}
+
+// directSubject is "jobbus.node.<role>.<idtoken>.<path>".
+func directSubject(a Address, path string) string {
+	tok := idToken(a.ID)
+	var buf [128]byte
+	b := append(buf[:0], subjectNode...)
+	b = append(b, a.Role...)
+	b = append(b, '.')
+	b = append(b, tok...)
+	b = append(b, '.')
+	b = append(b, path...)
+	return string(b)
+}
+
+// roleSubject is "jobbus.role.<role>.<path>", served in queue group "<role>".
+func roleSubject(r Role, path string) string {
+	return subjectRole + string(r) + "." + path
+}
+
+// presenceSubject is "jobbus.presence.<role>.<idtoken>".
+func presenceSubject(a Address) string {
+	return subjectPresence + string(a.Role) + "." + idToken(a.ID)
+}

@@ -1,0 +1,176 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+
+	"github.com/nats-io/nats.go"
+)
+
+// HandlerFunc serves the messages sent to a path. For an ask, its reply (encoded like
+// a message, see Ask) or its error is the answer; for a tell both are ignored, an error
+// is only counted and logged. Handlers run concurrently, up to the node's WithMaxInFlight;
+// ctx ends when the node closes.
+type HandlerFunc func(ctx context.Context, req *Request) (reply any, err error)
+
+// Handle serves path on the node's own subject and, with AsRole or OnlyRole, on its
+// role's subject in the role's queue group. A path has one handler per node. When the
+// connection is up, Handle returns once the server knows the subscriptions, so the
+// handler serves messages that other connections send from then on.
+func (n *Node) Handle(path string, fn HandlerFunc, opts ...HandleOption) error {
+	if err := validPath(path); err != nil {
+		return err
+	}
+	hc := handleConfig{direct: true}
+	for _, o := range opts {
+		o(&hc)
+	}
+	if err := n.subscribe(path, fn, hc); err != nil {
+		return err
+	}
+	n.sync()
+	return nil
+}
+
+func (n *Node) subscribe(path string, fn HandlerFunc, hc handleConfig) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch {
+	case n.handlers == nil:
+		return fmt.Errorf("handle %s: %w", path, ErrClosed)
+	case n.handlers[path] != nil:
+		return fmt.Errorf("handle %s: %w", path, ErrHandled)
+	}
+	cb := func(m *nats.Msg) { n.dispatch(path, fn, m) }
+	var subs []*nats.Subscription
+	if hc.direct {
+		s, err := n.nc.Subscribe(directSubject(n.self, path), cb)
+		if err != nil {
+			return fmt.Errorf("handle %s: %w", path, err)
+		}
+		subs = append(subs, s)
+	}
+	if hc.role {
+		s, err := n.nc.QueueSubscribe(roleSubject(n.self.Role, path), string(n.self.Role), cb)
+		if err != nil {
+			_ = unsubscribe(subs...)
+			return fmt.Errorf("handle %s as role: %w", path, err)
+		}
+		subs = append(subs, s)
+	}
+	n.handlers[path] = subs
+	return nil
+}
+
+// Handle serves path with a typed function: the request's payload is decoded into Req
+// (a decoding failure is the answer, as an error), and the Resp returned is the answer.
+func Handle[Req, Resp any](n *Node, path string, fn func(ctx context.Context, from Address, req Req) (Resp, error), opts ...HandleOption) error {
+	return n.Handle(path, func(ctx context.Context, r *Request) (any, error) {
+		var req Req
+		if err := r.Decode(&req); err != nil {
+			return nil, fmt.Errorf("decode %s request: %w", r.Path, err)
+		}
+		return fn(ctx, r.From, req)
+	}, opts...)
+}
+
+// Unhandle stops serving path; handlers already running finish. Unhandling a path that
+// has no handler does nothing.
+func (n *Node) Unhandle(path string) error {
+	n.mu.Lock()
+	subs := n.handlers[path]
+	delete(n.handlers, path)
+	n.mu.Unlock()
+	err := unsubscribe(subs...)
+	n.sync()
+	return err
+}
+
+// sync waits until the server has seen the node's subscription changes, so that a
+// handler serves (or no longer serves) messages from other connections as soon as
+// Handle (or Unhandle) returns. A connection that is down sends them when it is back.
+func (n *Node) sync() {
+	if !n.nc.IsConnected() {
+		return
+	}
+	if err := n.nc.FlushTimeout(n.cfg.askTimeout); err != nil {
+		n.log.Debug("bus flush", "err", err)
+	}
+}
+
+// dispatch runs on a subscription's delivery goroutine: it waits for a free slot, so a
+// flood queues in the subscription's bounded buffer instead of in goroutines, and
+// serves the message on a goroutine of its own.
+func (n *Node) dispatch(path string, fn HandlerFunc, m *nats.Msg) {
+	select {
+	case n.slots <- struct{}{}:
+	case <-n.ctx.Done():
+		n.stats.dropped.Add(1)
+		return
+	}
+	if n.ctx.Err() != nil { // the slot raced Close's
+		<-n.slots
+		n.stats.dropped.Add(1)
+		return
+	}
+	go n.serve(path, fn, m)
+}
+
+func (n *Node) serve(path string, fn HandlerFunc, m *nats.Msg) {
+	defer func() { <-n.slots }()
+	req, err := parseRequest(m, path)
+	if err == nil && req.Kind != KindTell && req.Kind != KindAsk {
+		err = fmt.Errorf("unexpected %s %s", HeaderKind, req.Kind)
+	}
+	if req != nil {
+		n.stats.countRecv(req.Kind, len(m.Data))
+	}
+	if err != nil {
+		n.stats.dropped.Add(1)
+		n.log.Debug("bus dropped message", "path", path, "subject", m.Subject, "err", err)
+		n.respond(m.Reply, req, nil, fmt.Errorf("bus: %w", err))
+		return
+	}
+	reply, err := n.call(fn, req)
+	if err != nil {
+		n.stats.handlerErrs.Add(1)
+		n.log.Debug("bus handler failed", "path", path, "from", req.From.String(), "kind", req.Kind, "err", err)
+	}
+	if req.Kind == KindAsk {
+		n.respond(m.Reply, req, reply, err)
+	}
+}
+
+// call runs the handler, turning a panic into an error (and a log line with the stack).
+func (n *Node) call(fn HandlerFunc, req *Request) (reply any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			n.stats.handlerPncs.Add(1)
+			n.log.Error("bus handler panicked", "path", req.Path, "from", req.From.String(),
+				"panic", r, "stack", string(debug.Stack()))
+			reply, err = nil, fmt.Errorf("handler %s panicked: %v", req.Path, r)
+		}
+	}()
+	return fn(n.ctx, req)
+}
+
+// respond answers an ask: RESPONSE with the encoded reply, or ERROR with err's text.
+func (n *Node) respond(to string, req *Request, reply any, err error) {
+	if to == "" {
+		return
+	}
+	kind, data := KindResponse, []byte(nil)
+	if err == nil {
+		if data, err = marshal(reply); err != nil {
+			err = fmt.Errorf("encode %s answer: %w", req.Path, err)
+		}
+	}
+	if err != nil {
+		kind, data = KindError, []byte(err.Error())
+	}
+	// The asker knows whom it asked and what: an answer carries only kind and request id.
+	if perr := n.publishFrom(to, "", kind, req.ID, "", "", data); perr != nil {
+		n.log.Debug("bus answer not sent", "path", req.Path, "err", perr)
+	}
+}

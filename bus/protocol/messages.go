@@ -1,0 +1,421 @@
+package protocol
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// State is a job's lifecycle state.
+type State string
+
+// The job states of PROTOCOL.md.
+const (
+	StateQueued    State = "QUEUED"
+	StateRunning   State = "RUNNING"
+	StateRetryWait State = "RETRY_WAIT"
+	StateCompleted State = "COMPLETED"
+	StateFailed    State = "FAILED"
+	StateCancelled State = "CANCELLED"
+)
+
+// States lists every state in lifecycle order.
+var States = []State{StateQueued, StateRunning, StateRetryWait, StateCompleted, StateFailed, StateCancelled}
+
+// Terminal reports whether no further transition can leave s.
+func (s State) Terminal() bool {
+	return s == StateCompleted || s == StateFailed || s == StateCancelled
+}
+
+// Active reports whether s counts against the admission limit.
+func (s State) Active() bool {
+	return s == StateQueued || s == StateRunning || s == StateRetryWait
+}
+
+// ParseState reads a state name, case-insensitively.
+func ParseState(s string) (State, error) {
+	for _, st := range States {
+		if strings.EqualFold(s, string(st)) {
+			return st, nil
+		}
+	}
+	return "", fmt.Errorf("unknown state %q (one of QUEUED, RUNNING, RETRY_WAIT, COMPLETED, FAILED, CANCELLED)", s)
+}
+
+// Priority is a job's base scheduling priority.
+type Priority string
+
+// The priorities of PROTOCOL.md; an absent priority means NORMAL.
+const (
+	PriorityHigh   Priority = "HIGH"
+	PriorityNormal Priority = "NORMAL"
+	PriorityLow    Priority = "LOW"
+)
+
+// Level is the priority's numeric level: HIGH=2, NORMAL=1, LOW=0.
+func (p Priority) Level() int {
+	switch p {
+	case PriorityHigh:
+		return 2
+	case PriorityLow:
+		return 0
+	default:
+		return 1
+	}
+}
+
+// ParsePriority reads a priority name, case-insensitively.
+func ParsePriority(s string) (Priority, error) {
+	for _, p := range []Priority{PriorityHigh, PriorityNormal, PriorityLow} {
+		if strings.EqualFold(s, string(p)) {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("unknown priority %q (one of HIGH, NORMAL, LOW)", s)
+}
+
+// UnmarshalJSON accepts exactly the three upper-case names, and null (as encoding/json's
+// own decoding does, it leaves p unchanged).
+func (p *Priority) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("field 'priority' must be one of HIGH, NORMAL, LOW")
+	}
+	switch Priority(s) {
+	case PriorityHigh, PriorityNormal, PriorityLow:
+		*p = Priority(s)
+		return nil
+	}
+	return fmt.Errorf("field 'priority' must be one of HIGH, NORMAL, LOW, got %q", s)
+}
+
+// OrNormal is the effective priority of an optional one.
+func OrNormal(p *Priority) Priority {
+	if p == nil {
+		return PriorityNormal
+	}
+	return *p
+}
+
+// WorkerRegister must be a worker's first message.
+type WorkerRegister struct {
+	WorkerID string `json:"workerId"`
+	Capacity int    `json:"capacity"`
+	// TaskTypes is a native extension: the task types this worker runs (absent: the five
+	// built-ins). Spec peers never send it.
+	// omitzero, not omitempty: an empty list must not turn into "absent".
+	TaskTypes []string `json:"taskTypes,omitzero"`
+}
+
+// WorkerRegistered acknowledges a registration.
+type WorkerRegistered struct {
+	WorkerID string `json:"workerId"`
+}
+
+// Heartbeat keeps a worker alive.
+type Heartbeat struct {
+	WorkerID string `json:"workerId"`
+}
+
+// TaskAssign hands an attempt to a worker; AttemptID is the lease.
+type TaskAssign struct {
+	JobID         string          `json:"jobId"`
+	AttemptID     string          `json:"attemptId"`
+	AttemptNumber int             `json:"attemptNumber"`
+	TaskType      string          `json:"taskType"`
+	Payload       json.RawMessage `json:"payload"`
+}
+
+// TaskCancel revokes an attempt.
+type TaskCancel struct {
+	JobID     string `json:"jobId"`
+	AttemptID string `json:"attemptId"`
+}
+
+// TaskResult reports an attempt's outcome; it must echo the lease.
+type TaskResult struct {
+	WorkerID  string  `json:"workerId"`
+	JobID     string  `json:"jobId"`
+	AttemptID string  `json:"attemptId"`
+	Success   bool    `json:"success"`
+	Result    *string `json:"result"`
+	Error     *string `json:"error"`
+}
+
+// Error tells a peer its request was wrong.
+type Error struct {
+	Message string `json:"message"`
+}
+
+// Error makes a protocol Error usable as a Go error.
+func (e *Error) Error() string { return e.Message }
+
+// SubmitJob asks for a new job.
+type SubmitJob struct {
+	TaskType       string          `json:"taskType"`
+	Payload        json.RawMessage `json:"payload"`
+	MaxAttempts    int             `json:"maxAttempts"`
+	IdempotencyKey *string         `json:"idempotencyKey"`
+	Priority       *Priority       `json:"priority"`
+}
+
+// JobSubmitted answers an accepted (or deduplicated) submission.
+type JobSubmitted struct {
+	JobID string `json:"jobId"`
+}
+
+// SubmitRejected answers a well-formed submission refused for overload.
+type SubmitRejected struct {
+	Reason      string `json:"reason"`
+	ActiveCount int    `json:"activeCount"`
+	Limit       int    `json:"limit"`
+	Retryable   bool   `json:"retryable"`
+}
+
+// GetJobStatus asks for one job's snapshot.
+type GetJobStatus struct {
+	JobID string `json:"jobId"`
+}
+
+// JobStatus answers GetJobStatus.
+type JobStatus struct {
+	Job Job `json:"job"`
+}
+
+// ListJobs asks for jobs, newest first. Limit, State and Cursor are native extensions
+// that spec peers omit.
+type ListJobs struct {
+	Limit  int    `json:"limit,omitempty"`
+	State  *State `json:"state,omitempty"`
+	Cursor string `json:"cursor,omitempty"`
+}
+
+// JobList answers ListJobs. NextCursor (native) is set when more jobs follow.
+type JobList struct {
+	Jobs       []Job  `json:"jobs"`
+	NextCursor string `json:"nextCursor,omitempty"`
+}
+
+// ListWorkers asks for the live workers.
+type ListWorkers struct{}
+
+// WorkerList answers ListWorkers, sorted by worker id.
+type WorkerList struct {
+	Workers []Worker `json:"workers"`
+}
+
+// CancelJob asks to cancel a job.
+type CancelJob struct {
+	JobID string `json:"jobId"`
+}
+
+// JobCancel answers CancelJob: Cancelled is true only if this call moved the job to CANCELLED.
+type JobCancel struct {
+	Cancelled bool `json:"cancelled"`
+	Job       Job  `json:"job"`
+}
+
+// Job is a job snapshot.
+type Job struct {
+	JobID           string   `json:"jobId"`
+	TaskType        string   `json:"taskType"`
+	State           State    `json:"state"`
+	Attempts        int      `json:"attempts"`
+	MaxAttempts     int      `json:"maxAttempts"`
+	WorkerID        *string  `json:"workerId"`
+	Result          *string  `json:"result"`
+	Error           *string  `json:"error"`
+	CreatedAtMillis int64    `json:"createdAtMillis"`
+	UpdatedAtMillis int64    `json:"updatedAtMillis"`
+	Priority        Priority `json:"priority"`
+}
+
+// Worker is a live worker's snapshot.
+type Worker struct {
+	WorkerID            string `json:"workerId"`
+	Capacity            int    `json:"capacity"`
+	ActiveTasks         int    `json:"activeTasks"`
+	LastHeartbeatMillis int64  `json:"lastHeartbeatMillis"`
+}
+
+// MessageType and MarshalJSON for every message. The local alias types drop the
+// methods so that encode marshals the plain fields.
+
+func (WorkerRegister) MessageType() Type   { return TypeWorkerRegister }
+func (WorkerRegistered) MessageType() Type { return TypeWorkerRegistered }
+func (Heartbeat) MessageType() Type        { return TypeHeartbeat }
+func (TaskAssign) MessageType() Type       { return TypeTaskAssign }
+func (TaskCancel) MessageType() Type       { return TypeTaskCancel }
+func (TaskResult) MessageType() Type       { return TypeTaskResult }
+func (Error) MessageType() Type            { return TypeError }
+func (SubmitJob) MessageType() Type        { return TypeSubmitJob }
+func (JobSubmitted) MessageType() Type     { return TypeJobSubmitted }
+func (SubmitRejected) MessageType() Type   { return TypeSubmitRejected }
+func (GetJobStatus) MessageType() Type     { return TypeGetJobStatus }
+func (JobStatus) MessageType() Type        { return TypeJobStatus }
+func (ListJobs) MessageType() Type         { return TypeListJobs }
+func (JobList) MessageType() Type          { return TypeJobList }
+func (ListWorkers) MessageType() Type      { return TypeListWorkers }
+func (WorkerList) MessageType() Type       { return TypeWorkerList }
+func (CancelJob) MessageType() Type        { return TypeCancelJob }
+func (JobCancel) MessageType() Type        { return TypeJobCancel }
+
+func (m WorkerRegister) MarshalJSON() ([]byte, error) {
+	type plain WorkerRegister
+	return encode(m.MessageType(), plain(m))
+}
+
+func (m WorkerRegistered) MarshalJSON() ([]byte, error) {
+	type plain WorkerRegistered
+	return encode(m.MessageType(), plain(m))
+}
+
+func (m Heartbeat) MarshalJSON() ([]byte, error) {
+	type plain Heartbeat
+	return encode(m.MessageType(), plain(m))
+}
+
+func (m TaskAssign) MarshalJSON() ([]byte, error) {
+	type plain TaskAssign
+	if m.Payload == nil {
+		m.Payload = json.RawMessage("null")
+	}
+	return encode(m.MessageType(), plain(m))
+}
+
+func (m TaskCancel) MarshalJSON() ([]byte, error) {
+	type plain TaskCancel
+	return encode(m.MessageType(), plain(m))
+}
+
+func (m TaskResult) MarshalJSON() ([]byte, error) {
+	type plain TaskResult
+	return encode(m.MessageType(), plain(m))
+}
+
+func (m Error) MarshalJSON() ([]byte, error) {
+	type plain Error
+	return encode(m.MessageType(), plain(m))
+}
+
+func (m SubmitJob) MarshalJSON() ([]byte, error) {
+	type plain SubmitJob
+	if m.Payload == nil {
+		m.Payload = json.RawMessage("null")
+	}
+	return encode(m.MessageType(), plain(m))
+}
+
+func (m JobSubmitted) MarshalJSON() ([]byte, error) {
+	type plain JobSubmitted
+	return encode(m.MessageType(), plain(m))
+}
+
+func (m SubmitRejected) MarshalJSON() ([]byte, error) {
+	type plain SubmitRejected
+	return encode(m.MessageType(), plain(m))
+}
+
+func (m GetJobStatus) MarshalJSON() ([]byte, error) {
+	type plain GetJobStatus
+	return encode(m.MessageType(), plain(m))
+}
+
+func (m JobStatus) MarshalJSON() ([]byte, error) {
+	type plain JobStatus
+	m.Job.Priority = snapshotPriority(m.Job.Priority)
+	return encode(m.MessageType(), plain(m))
+}
+
+func (m ListJobs) MarshalJSON() ([]byte, error) {
+	type plain ListJobs
+	return encode(m.MessageType(), plain(m))
+}
+
+func (m JobList) MarshalJSON() ([]byte, error) {
+	type plain JobList
+	if m.Jobs == nil {
+		m.Jobs = []Job{}
+	}
+	m.Jobs = withPriorities(m.Jobs)
+	return encode(m.MessageType(), plain(m))
+}
+
+func (m ListWorkers) MarshalJSON() ([]byte, error) {
+	return encode(m.MessageType(), struct{}{})
+}
+
+func (m WorkerList) MarshalJSON() ([]byte, error) {
+	type plain WorkerList
+	if m.Workers == nil {
+		m.Workers = []Worker{}
+	}
+	return encode(m.MessageType(), plain(m))
+}
+
+func (m CancelJob) MarshalJSON() ([]byte, error) {
+	type plain CancelJob
+	return encode(m.MessageType(), plain(m))
+}
+
+func (m JobCancel) MarshalJSON() ([]byte, error) {
+	type plain JobCancel
+	m.Job.Priority = snapshotPriority(m.Job.Priority)
+	return encode(m.MessageType(), plain(m))
+}
+
+// A snapshot always carries a base priority on the wire; an unset one (a Job built
+// without it, or decoded from a peer that left it out or sent null) means NORMAL, as
+// for SUBMIT_JOB. Encoding "" would write a frame Decode rejects.
+func snapshotPriority(p Priority) Priority {
+	if p == "" {
+		return PriorityNormal
+	}
+	return p
+}
+
+// withPriorities returns jobs with every unset priority NORMAL, copying the slice
+// only when one is unset so that the caller's jobs are never modified.
+func withPriorities(jobs []Job) []Job {
+	for i := range jobs {
+		if jobs[i].Priority == "" {
+			out := slices.Clone(jobs)
+			for k := i; k < len(out); k++ {
+				out[k].Priority = snapshotPriority(out[k].Priority)
+			}
+			return out
+		}
+	}
+	return jobs
+}
+
+// normalize gives a decoded message the values Encode writes, so that decoding is
+// stable under a round trip: a JSON null payload becomes nil (what Encode writes as
+// null) and a snapshot's unset priority becomes NORMAL.
+func normalize(m Message) {
+	switch m := m.(type) {
+	case *TaskAssign:
+		m.Payload = nilIfNull(m.Payload)
+	case *SubmitJob:
+		m.Payload = nilIfNull(m.Payload)
+	case *JobStatus:
+		m.Job.Priority = snapshotPriority(m.Job.Priority)
+	case *JobCancel:
+		m.Job.Priority = snapshotPriority(m.Job.Priority)
+	case *JobList:
+		for i := range m.Jobs {
+			m.Jobs[i].Priority = snapshotPriority(m.Jobs[i].Priority)
+		}
+	}
+}
+
+func nilIfNull(raw json.RawMessage) json.RawMessage {
+	if string(raw) == "null" {
+		return nil
+	}
+	return raw
+}

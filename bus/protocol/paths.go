@@ -1,0 +1,35 @@
+package protocol
+
+// Bus paths of the worker protocol over NATS. Workers address the coordinator role
+// (load-balanced to the leader); the coordinator addresses a worker by its id, reaching it
+// over the connection the worker opened.
+const (
+	// PathRegister: worker asks WorkerRegister, coordinator answers WorkerRegistered.
+	PathRegister = "worker.register"
+	// PathHeartbeat: worker asks Heartbeat, coordinator answers Heartbeat; an error
+	// answer means the coordinator does not know the worker, which then registers again.
+	PathHeartbeat = "worker.heartbeat"
+	// PathDisconnect: worker (or the bridge for it) tells Disconnect when it goes away.
+	PathDisconnect = "worker.disconnect"
+	// PathResult: worker asks TaskResult; the answer (ResultAck) comes once the outcome is
+	// durable, and the worker repeats the ask until it gets one.
+	PathResult = "task.result"
+	// PathAssign: coordinator tells TaskAssign to a worker.
+	PathAssign = "task.assign"
+	// PathCancel: coordinator tells TaskCancel to a worker.
+	PathCancel = "task.cancel"
+)
+
+// Disconnect reports that a worker's connection is gone, so the coordinator need not
+// wait for the heartbeat timeout.
+type Disconnect struct {
+	WorkerID string `json:"workerId"`
+	Cause    string `json:"cause"`
+}
+
+// ResultAck answers a TaskResult once it is durable. Accepted is false for a stale
+// result, which changed nothing.
+type ResultAck struct {
+	JobID    string `json:"jobId"`
+	Accepted bool   `json:"accepted"`
+}

@@ -1,0 +1,192 @@
+// Package protocol holds the job protocol's messages: every message of the worker and
+// client ports of PROTOCOL.md, and the job and worker snapshots, as Go types.
+//
+// The JSON is the spec's, byte for byte: a "type" discriminator first, the spec's field
+// names, upper-case enum names and every field written (absent values as null). The
+// same bytes travel on the bridge's TCP ports and on NATS, so a frame's payload can be
+// forwarded unchanged in either direction.
+package protocol
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// Type is the value of a message's "type" field.
+type Type string
+
+// Message types of the worker port.
+const (
+	TypeWorkerRegister   Type = "WORKER_REGISTER"
+	TypeWorkerRegistered Type = "WORKER_REGISTERED"
+	TypeHeartbeat        Type = "HEARTBEAT"
+	TypeTaskAssign       Type = "TASK_ASSIGN"
+	TypeTaskCancel       Type = "TASK_CANCEL"
+	TypeTaskResult       Type = "TASK_RESULT"
+	TypeError            Type = "ERROR"
+)
+
+// Message types of the client port.
+const (
+	TypeSubmitJob      Type = "SUBMIT_JOB"
+	TypeJobSubmitted   Type = "JOB_SUBMITTED"
+	TypeSubmitRejected Type = "SUBMIT_REJECTED"
+	TypeGetJobStatus   Type = "GET_JOB_STATUS"
+	TypeJobStatus      Type = "JOB_STATUS"
+	TypeListJobs       Type = "LIST_JOBS"
+	TypeJobList        Type = "JOB_LIST"
+	TypeListWorkers    Type = "LIST_WORKERS"
+	TypeWorkerList     Type = "WORKER_LIST"
+	TypeCancelJob      Type = "CANCEL_JOB"
+	TypeJobCancel      Type = "JOB_CANCEL"
+)
+
+// Message is any message of the protocol.
+type Message interface {
+	MessageType() Type
+}
+
+// Sentinel decoding errors; every error Decode returns wraps ErrMalformed.
+var (
+	ErrMalformed   = errors.New("malformed message")
+	ErrUnknownType = fmt.Errorf("%w: unknown type", ErrMalformed)
+)
+
+// newMessage maps a type to a fresh value of its Go type.
+var newMessage = map[Type]func() Message{
+	TypeWorkerRegister:   func() Message { return new(WorkerRegister) },
+	TypeWorkerRegistered: func() Message { return new(WorkerRegistered) },
+	TypeHeartbeat:        func() Message { return new(Heartbeat) },
+	TypeTaskAssign:       func() Message { return new(TaskAssign) },
+	TypeTaskCancel:       func() Message { return new(TaskCancel) },
+	TypeTaskResult:       func() Message { return new(TaskResult) },
+	TypeError:            func() Message { return new(Error) },
+	TypeSubmitJob:        func() Message { return new(SubmitJob) },
+	TypeJobSubmitted:     func() Message { return new(JobSubmitted) },
+	TypeSubmitRejected:   func() Message { return new(SubmitRejected) },
+	TypeGetJobStatus:     func() Message { return new(GetJobStatus) },
+	TypeJobStatus:        func() Message { return new(JobStatus) },
+	TypeListJobs:         func() Message { return new(ListJobs) },
+	TypeJobList:          func() Message { return new(JobList) },
+	TypeListWorkers:      func() Message { return new(ListWorkers) },
+	TypeWorkerList:       func() Message { return new(WorkerList) },
+	TypeCancelJob:        func() Message { return new(CancelJob) },
+	TypeJobCancel:        func() Message { return new(JobCancel) },
+}
+
+// PeekType returns the "type" of a JSON message without decoding the rest.
+func PeekType(data []byte) (Type, error) {
+	var env struct {
+		Type *string `json:"type"`
+	}
+	if err := json.Unmarshal(data, &env); err != nil {
+		return "", fmt.Errorf("%w: %s", ErrMalformed, describe(err))
+	}
+	if env.Type == nil {
+		return "", fmt.Errorf("%w: missing field 'type'", ErrMalformed)
+	}
+	t := Type(*env.Type)
+	if _, ok := newMessage[t]; !ok {
+		return "", fmt.Errorf("%w %q", ErrUnknownType, t)
+	}
+	return t, nil
+}
+
+// Decode parses one message. It rejects non-JSON, a missing or unknown type and wrong
+// field types (an integer given as a string or as 1.5); it ignores unknown fields and
+// leaves absent optional fields nil.
+func Decode(data []byte) (Message, error) {
+	t, err := PeekType(data)
+	if err != nil {
+		return nil, err
+	}
+	m := newMessage[t]()
+	if err := json.Unmarshal(data, m); err != nil {
+		return nil, fmt.Errorf("%w: %s: %s", ErrMalformed, t, describe(err))
+	}
+	normalize(m)
+	return m, nil
+}
+
+// DecodeAs parses data as the message type M, failing when its "type" is another one.
+func DecodeAs[M any, PM interface {
+	*M
+	Message
+}](data []byte) (*M, error) {
+	m, err := Decode(data)
+	if err != nil {
+		return nil, err
+	}
+	pm, ok := m.(PM)
+	if !ok {
+		return nil, fmt.Errorf("%w: expected %s, got %s", ErrMalformed, PM(new(M)).MessageType(), m.MessageType())
+	}
+	return (*M)(pm), nil
+}
+
+// Encode writes m as JSON with its "type" first.
+func Encode(m Message) ([]byte, error) {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	// A nil Message or nil pointer marshals to null, which no peer accepts as a frame.
+	if string(b) == "null" {
+		return nil, errors.New("encode: nil message")
+	}
+	return b, nil
+}
+
+// encode is what each message's MarshalJSON calls: the type, then the fields of v (a
+// method-free copy of the message, so MarshalJSON does not recurse).
+func encode(t Type, v any) ([]byte, error) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", t, err)
+	}
+	var buf bytes.Buffer
+	buf.Grow(len(body) + len(t) + 12)
+	buf.WriteString(`{"type":"`)
+	buf.WriteString(string(t))
+	buf.WriteByte('"')
+	if len(body) > 2 {
+		buf.WriteByte(',')
+		buf.Write(body[1:])
+	} else {
+		buf.WriteByte('}')
+	}
+	return buf.Bytes(), nil
+}
+
+// describe turns encoding/json's errors into a sentence that names the field.
+func describe(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		if te.Field != "" {
+			return fmt.Sprintf("field '%s' must be %s, got %s", te.Field, jsonKind(te.Type.Kind().String()), te.Value)
+		}
+		return fmt.Sprintf("expected a JSON object, got %s", te.Value)
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Sprintf("invalid JSON at offset %d: %v", se.Offset, se)
+	}
+	return err.Error()
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "int", "int32", "int64", "uint", "uint32", "uint64":
+		return "an integer"
+	case "string":
+		return "a string"
+	case "bool":
+		return "a boolean"
+	case "slice":
+		return "an array"
+	default:
+		return "an object"
+	}
+}

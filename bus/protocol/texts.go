@@ -1,0 +1,71 @@
+package protocol
+
+import "fmt"
+
+// The wire texts of PROTOCOL.md and DESIGN.md, produced here only, so the bridge and the
+// NATS API cannot drift apart.
+
+// MalformedRequest is the best-effort ERROR text for an undecodable request.
+func MalformedRequest(cause error) *Error {
+	return &Error{Message: "Malformed request: " + cause.Error()}
+}
+
+// InvalidPayload is the ERROR text for a payload that fails its task's validation.
+func InvalidPayload(detail string) *Error {
+	return &Error{Message: "Invalid payload: " + detail}
+}
+
+// UnknownJob is the ERROR text for a job id the coordinator does not know.
+func UnknownJob(jobID string) *Error {
+	return &Error{Message: "Unknown job: " + jobID}
+}
+
+// UnknownTaskType is the ERROR text for a task type no worker can run.
+func UnknownTaskType(taskType string) *Error {
+	return &Error{Message: fmt.Sprintf("Unknown task type: %s", taskType)}
+}
+
+// IdempotencyConflict is the ERROR text for a key reused with a different submission.
+func IdempotencyConflict(key, jobID string) *Error {
+	return &Error{Message: fmt.Sprintf("Idempotency key '%s' is already bound to a different submission (job %s)", key, jobID)}
+}
+
+// FirstMessageMustRegister is the worker port's ERROR before registration.
+func FirstMessageMustRegister() *Error {
+	return &Error{Message: "First message must be WORKER_REGISTER"}
+}
+
+// BadRegistration is the ERROR text for a registration without a usable id or capacity.
+func BadRegistration() *Error {
+	return &Error{Message: "Registration requires a worker id and capacity in 1..1024"}
+}
+
+// UnexpectedType is the ERROR text for a message that is legal only on the other port.
+func UnexpectedType(t Type, port string) *Error {
+	return &Error{Message: fmt.Sprintf("Unexpected message type %s on the %s port", t, port)}
+}
+
+// AtCapacity is the reason of a SUBMIT_REJECTED.
+func AtCapacity(active, limit int) *SubmitRejected {
+	return &SubmitRejected{
+		Reason:      fmt.Sprintf("coordinator at capacity: %d active jobs (limit %d)", active, limit),
+		ActiveCount: active,
+		Limit:       limit,
+		Retryable:   true,
+	}
+}
+
+// Capacity bounds of a worker registration.
+const (
+	MinCapacity = 1
+	MaxCapacity = 1024
+)
+
+// IsClientRequest reports whether t is a request of the client port.
+func IsClientRequest(t Type) bool {
+	switch t {
+	case TypeSubmitJob, TypeGetJobStatus, TypeListJobs, TypeListWorkers, TypeCancelJob:
+		return true
+	}
+	return false
+}

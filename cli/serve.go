@@ -1,0 +1,237 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/urfave/cli/v2"
+
+	"github.com/jobbus/jobbus/coordinator"
+	"github.com/jobbus/jobbus/embeddednats"
+	"github.com/jobbus/jobbus/worker"
+)
+
+func millisFlag(name string, def time.Duration, usage string) cli.Flag {
+	return &cli.Int64Flag{Name: name, Value: def.Milliseconds(), Usage: usage, EnvVars: env(name)}
+}
+
+func coordinatorFlags() []cli.Flag {
+	d := coordinator.DefaultConfig()
+	return []cli.Flag{
+		millisFlag("heartbeat-timeout-millis", d.HeartbeatTimeout, "a worker silent this long is lost"),
+		millisFlag("sweep-interval-millis", d.SweepInterval, "how often deadlines, retries and silent workers are checked"),
+		millisFlag("task-timeout-millis", d.TaskTimeout, "execution deadline of one attempt"),
+		&cli.IntFlag{Name: "max-attempts", Value: d.MaxAttempts, Usage: "attempts of a job submitted with maxAttempts <= 0", EnvVars: env("max-attempts")},
+		millisFlag("retry-base-delay-millis", d.RetryBaseDelay, "first retry delay; doubles per attempt"),
+		millisFlag("retry-max-delay-millis", d.RetryMaxDelay, "longest retry delay"),
+		&cli.IntFlag{Name: "max-active-jobs", Value: d.MaxActiveJobs, Usage: "QUEUED + RETRY_WAIT + RUNNING jobs beyond which submissions are rejected", EnvVars: env("max-active-jobs")},
+		millisFlag("aging-step-millis", d.AgingStep, "a queued job gains one priority level per step waited"),
+		&cli.IntFlag{Name: "replicas", Value: d.Replicas, Usage: "replicas of the KV buckets (3 in a cluster)", EnvVars: env("replicas")},
+	}
+}
+
+func coordinatorConfig(c *cli.Context, log *slog.Logger) coordinator.Config {
+	ms := func(name string) time.Duration { return time.Duration(c.Int64(name)) * time.Millisecond }
+	cfg := coordinator.DefaultConfig()
+	cfg.HeartbeatTimeout = ms("heartbeat-timeout-millis")
+	cfg.SweepInterval = ms("sweep-interval-millis")
+	cfg.TaskTimeout = ms("task-timeout-millis")
+	cfg.MaxAttempts = c.Int("max-attempts")
+	cfg.RetryBaseDelay = ms("retry-base-delay-millis")
+	cfg.RetryMaxDelay = ms("retry-max-delay-millis")
+	cfg.MaxActiveJobs = c.Int("max-active-jobs")
+	cfg.AgingStep = ms("aging-step-millis")
+	cfg.Replicas = c.Int("replicas")
+	cfg.Logger = log
+	return cfg
+}
+
+func serveCommand() *cli.Command {
+	flags := []cli.Flag{
+		&cli.StringFlag{Name: "data-dir", Value: embeddednats.DefaultStoreDir, Usage: "where the embedded NATS server keeps JetStream", EnvVars: env("data-dir")},
+		&cli.StringFlag{Name: "nats-listen", Value: embeddednats.DefaultListen, Usage: "client address of the embedded NATS server (loopback by default)", EnvVars: env("nats-listen")},
+		&cli.IntFlag{Name: "workers", Value: 0, Usage: "local native workers to run in-process", EnvVars: env("workers")},
+		&cli.IntFlag{Name: "worker-capacity", Value: 4, Usage: "capacity of each local worker", EnvVars: env("worker-capacity")},
+	}
+	return &cli.Command{
+		Name:  "serve",
+		Usage: "run the whole system: embedded NATS, the coordinator and optional local workers",
+		Description: `Starts an embedded NATS server with JetStream (store in --data-dir), the coordinator,
+and --workers local native workers. With the global --nats URL it joins that server instead.
+
+Example:
+   jobbus serve --workers 2`,
+		Flags:  append(flags, coordinatorFlags()...),
+		Action: serve,
+	}
+}
+
+func serve(c *cli.Context) error {
+	log, err := logger(c)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	nc, shutdown, err := connectOrEmbed(ctx, c, log)
+	if err != nil {
+		return err
+	}
+	defer shutdown()
+	coord, err := coordinator.New(nc, coordinatorConfig(c, log))
+	if err != nil {
+		return usageError("%v", err)
+	}
+	if err := coord.Start(ctx); err != nil {
+		return err
+	}
+	defer coord.Close()
+	wg := runLocalWorkers(ctx, nc, c.Int("workers"), c.Int("worker-capacity"), log)
+	log.Info("jobbus serving", "nats", nc.ConnectedUrlRedacted(), "workers", c.Int("workers"))
+	<-ctx.Done()
+	log.Info("jobbus stopping")
+	wg.Wait()
+	return nil
+}
+
+// connectOrEmbed joins --nats, or starts the embedded server and connects in-process.
+func connectOrEmbed(ctx context.Context, c *cli.Context, log *slog.Logger) (*nats.Conn, func(), error) {
+	if url := c.String("nats"); url != "" {
+		nc, err := dial(ctx, c, url)
+		if err != nil {
+			return nil, nil, err
+		}
+		return nc, nc.Close, nil
+	}
+	srv, err := embeddednats.Start(ctx,
+		embeddednats.WithListen(c.String("nats-listen")),
+		embeddednats.WithStoreDir(c.String("data-dir")),
+		embeddednats.WithLogger(log))
+	if err != nil {
+		return nil, nil, err
+	}
+	nc, err := srv.Connect(nats.Name("jobbus serve"))
+	if err != nil {
+		_ = srv.Shutdown(context.Background())
+		return nil, nil, fmt.Errorf("connect to embedded NATS: %w", err)
+	}
+	log.Info("embedded NATS started", "url", srv.ClientURL(), "data_dir", c.String("data-dir"))
+	return nc, func() {
+		nc.Close()
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			log.Warn("embedded NATS shutdown", "err", err)
+		}
+	}, nil
+}
+
+func dial(ctx context.Context, c *cli.Context, url string) (*nats.Conn, error) {
+	opts := []embeddednats.DialOption{embeddednats.WithName("jobbus " + c.Command.Name)}
+	if creds := c.String("nats-creds"); creds != "" {
+		opts = append(opts, embeddednats.WithCredsFile(creds))
+	}
+	return embeddednats.Dial(ctx, url, opts...)
+}
+
+// runLocalWorkers starts n native workers on nc; the returned group ends when ctx does.
+func runLocalWorkers(ctx context.Context, nc *nats.Conn, n, capacity int, log *slog.Logger) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for range n {
+		w, err := worker.New(nc, worker.WithCapacity(capacity), worker.WithLogger(log))
+		if err != nil {
+			log.Error("local worker", "err", err)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := w.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				log.Error("local worker stopped", "worker", w.ID(), "err", err)
+			}
+		}()
+	}
+	return &wg
+}
+
+func coordinatorCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "coordinator",
+		Usage: "run only the coordinator, on an existing NATS server (--nats)",
+		Description: `Example:
+   jobbus --nats nats://127.0.0.1:4222 coordinator`,
+		Flags: coordinatorFlags(),
+		Action: func(c *cli.Context) error {
+			log, err := logger(c)
+			if err != nil {
+				return err
+			}
+			url := c.String("nats")
+			if url == "" {
+				url = nats.DefaultURL
+			}
+			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			nc, err := dial(ctx, c, url)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			coord, err := coordinator.New(nc, coordinatorConfig(c, log))
+			if err != nil {
+				return usageError("%v", err)
+			}
+			if err := coord.Start(ctx); err != nil {
+				return err
+			}
+			defer coord.Close()
+			<-ctx.Done()
+			return nil
+		},
+	}
+}
+
+func workerCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "worker",
+		Usage: "run a native worker of the five built-in tasks",
+		Description: `Example:
+   jobbus --nats nats://127.0.0.1:4222 worker --capacity 8`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "id", Usage: "worker id (default worker-<8 hex>)", EnvVars: env("id")},
+			&cli.IntFlag{Name: "capacity", Value: 4, Usage: "tasks run at once (1..1024)", EnvVars: env("capacity")},
+		},
+		Action: func(c *cli.Context) error {
+			log, err := logger(c)
+			if err != nil {
+				return err
+			}
+			url := c.String("nats")
+			if url == "" {
+				url = nats.DefaultURL
+			}
+			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			opts := []worker.Option{worker.WithCapacity(c.Int("capacity")), worker.WithLogger(log)}
+			if id := c.String("id"); id != "" {
+				opts = append(opts, worker.WithID(id))
+			}
+			w, err := worker.Connect(ctx, url, opts...)
+			if err != nil {
+				return usageError("%v", err)
+			}
+			log.Info("worker running", "worker", w.ID(), "nats", url)
+			if err := w.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				return err
+			}
+			return nil
+		},
+	}
+}

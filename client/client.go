@@ -1,0 +1,218 @@
+// Package client is the Go client of jobbus for native users: submit, status, list,
+// cancel and wait, over NATS, speaking the client-port JSON of PROTOCOL.md to the
+// coordinator's `jobbus` micro service.
+//
+//	c := client.New(nc)
+//	id, err := c.Submit(ctx, "SHA256", map[string]any{"text": "hello"})
+//	job, err := c.Wait(ctx, id)
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/coordinator"
+)
+
+// Errors callers test with errors.Is.
+var (
+	// ErrNoCoordinator means no coordinator answered: jobbus is not running there.
+	ErrNoCoordinator = errors.New("no jobbus coordinator answered")
+	// ErrRejected means the coordinator refused a submission for overload; retry later.
+	ErrRejected = errors.New("submission rejected: coordinator at capacity")
+	// ErrServer wraps an ERROR reply: the request was wrong, do not resend it as is.
+	ErrServer = errors.New("coordinator error")
+)
+
+// RejectedError carries a SUBMIT_REJECTED; errors.Is(err, ErrRejected) holds.
+type RejectedError struct{ protocol.SubmitRejected }
+
+func (e *RejectedError) Error() string { return e.Reason }
+func (e *RejectedError) Is(target error) bool {
+	return target == ErrRejected
+}
+
+// ServerError carries an ERROR reply; errors.Is(err, ErrServer) holds.
+type ServerError struct{ Message string }
+
+func (e *ServerError) Error() string        { return e.Message }
+func (e *ServerError) Is(target error) bool { return target == ErrServer }
+
+// Client talks to a jobbus coordinator over a NATS connection it does not own.
+type Client struct {
+	nc      *nats.Conn
+	timeout time.Duration
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithTimeout bounds each request when its context has no deadline (default 5s).
+func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
+
+// New returns a client on nc.
+func New(nc *nats.Conn, opts ...Option) *Client {
+	c := &Client{nc: nc, timeout: 5 * time.Second}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// Do sends one client-port request and returns the coordinator's reply message as is.
+func (c *Client) Do(ctx context.Context, req protocol.Message) (protocol.Message, error) {
+	data, err := protocol.Encode(req)
+	if err != nil {
+		return nil, err
+	}
+	reply, err := c.DoRaw(ctx, req.MessageType(), data)
+	if err != nil {
+		return nil, err
+	}
+	return protocol.Decode(reply)
+}
+
+// DoRaw sends a request body of type t and returns the raw reply body.
+func (c *Client) DoRaw(ctx context.Context, t protocol.Type, body []byte) ([]byte, error) {
+	name, ok := coordinator.Endpoint(t)
+	if !ok {
+		return nil, fmt.Errorf("%s is not a client request", t)
+	}
+	if _, has := ctx.Deadline(); !has {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	msg, err := c.nc.RequestWithContext(ctx, coordinator.APIPrefix+"."+name, body)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return nil, fmt.Errorf("%w on %s (is `jobbus serve` running?)", ErrNoCoordinator, c.nc.ConnectedUrlRedacted())
+	case err != nil:
+		return nil, fmt.Errorf("%s: %w", t, err)
+	}
+	return msg.Data, nil
+}
+
+// SubmitOption sets an optional field of a submission.
+type SubmitOption func(*protocol.SubmitJob)
+
+// MaxAttempts sets maxAttempts (<= 0: the server default).
+func MaxAttempts(n int) SubmitOption { return func(s *protocol.SubmitJob) { s.MaxAttempts = n } }
+
+// IdempotencyKey makes the submission idempotent under key.
+func IdempotencyKey(key string) SubmitOption {
+	return func(s *protocol.SubmitJob) { s.IdempotencyKey = &key }
+}
+
+// Priority sets the job's base priority.
+func Priority(p protocol.Priority) SubmitOption {
+	return func(s *protocol.SubmitJob) { s.Priority = &p }
+}
+
+// Submit submits a job and returns its id once it is durable. payload is JSON-encoded
+// unless it is already json.RawMessage.
+func (c *Client) Submit(ctx context.Context, taskType string, payload any, opts ...SubmitOption) (string, error) {
+	raw, ok := payload.(json.RawMessage)
+	if !ok {
+		var err error
+		if raw, err = json.Marshal(payload); err != nil {
+			return "", fmt.Errorf("encode payload: %w", err)
+		}
+	}
+	req := &protocol.SubmitJob{TaskType: taskType, Payload: raw}
+	for _, o := range opts {
+		o(req)
+	}
+	m, err := c.Do(ctx, req)
+	if err != nil {
+		return "", err
+	}
+	switch r := m.(type) {
+	case *protocol.JobSubmitted:
+		return r.JobID, nil
+	case *protocol.SubmitRejected:
+		return "", &RejectedError{*r}
+	}
+	return "", unexpected(m)
+}
+
+// Status returns a job's snapshot.
+func (c *Client) Status(ctx context.Context, id string) (protocol.Job, error) {
+	m, err := c.Do(ctx, &protocol.GetJobStatus{JobID: id})
+	if err != nil {
+		return protocol.Job{}, err
+	}
+	if r, ok := m.(*protocol.JobStatus); ok {
+		return r.Job, nil
+	}
+	return protocol.Job{}, unexpected(m)
+}
+
+// List returns jobs newest first; the cursor, if not empty, fetches the next page.
+func (c *Client) List(ctx context.Context, req protocol.ListJobs) (protocol.JobList, error) {
+	m, err := c.Do(ctx, &req)
+	if err != nil {
+		return protocol.JobList{}, err
+	}
+	if r, ok := m.(*protocol.JobList); ok {
+		return *r, nil
+	}
+	return protocol.JobList{}, unexpected(m)
+}
+
+// Workers returns the live workers sorted by id.
+func (c *Client) Workers(ctx context.Context) ([]protocol.Worker, error) {
+	m, err := c.Do(ctx, &protocol.ListWorkers{})
+	if err != nil {
+		return nil, err
+	}
+	if r, ok := m.(*protocol.WorkerList); ok {
+		return r.Workers, nil
+	}
+	return nil, unexpected(m)
+}
+
+// Cancel cancels a job; cancelled is true only if this call moved it to CANCELLED.
+func (c *Client) Cancel(ctx context.Context, id string) (cancelled bool, job protocol.Job, err error) {
+	m, err := c.Do(ctx, &protocol.CancelJob{JobID: id})
+	if err != nil {
+		return false, protocol.Job{}, err
+	}
+	if r, ok := m.(*protocol.JobCancel); ok {
+		return r.Cancelled, r.Job, nil
+	}
+	return false, protocol.Job{}, unexpected(m)
+}
+
+// Wait polls a job until it is terminal or ctx ends, and returns its last snapshot.
+func (c *Client) Wait(ctx context.Context, id string) (protocol.Job, error) {
+	delay := 5 * time.Millisecond
+	for {
+		job, err := c.Status(ctx, id)
+		if err != nil {
+			return job, err
+		}
+		if job.State.Terminal() {
+			return job, nil
+		}
+		select {
+		case <-ctx.Done():
+			return job, fmt.Errorf("wait for job %s (%s): %w", id, job.State, ctx.Err())
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 250*time.Millisecond)
+	}
+}
+
+func unexpected(m protocol.Message) error {
+	if e, ok := m.(*protocol.Error); ok {
+		return &ServerError{Message: e.Message}
+	}
+	return fmt.Errorf("unexpected reply %s", m.MessageType())
+}

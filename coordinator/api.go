@@ -1,0 +1,217 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/jobbus/jobbus/bus"
+	"github.com/jobbus/jobbus/bus/protocol"
+)
+
+// The client API: a micro service whose request and reply bodies are the client-port JSON
+// of PROTOCOL.md, so the bridge forwards frames unchanged and `nats req` works.
+const (
+	ServiceName = "jobbus"
+	// APIPrefix is the subject prefix of the endpoints: jobbus.api.submit, .status, .list,
+	// .workers and .cancel.
+	APIPrefix = "jobbus.api"
+)
+
+// Endpoint names the API endpoint that serves a client request type.
+func Endpoint(t protocol.Type) (string, bool) {
+	switch t {
+	case protocol.TypeSubmitJob:
+		return "submit", true
+	case protocol.TypeGetJobStatus:
+		return "status", true
+	case protocol.TypeListJobs:
+		return "list", true
+	case protocol.TypeListWorkers:
+		return "workers", true
+	case protocol.TypeCancelJob:
+		return "cancel", true
+	}
+	return "", false
+}
+
+// MaxReply is the largest reply body: a frame of PROTOCOL.md, and NATS's default max payload.
+const MaxReply = 1 << 20
+
+// serve registers the worker handlers on the bus and the client API service.
+func (c *Coordinator) serve() error {
+	node, err := bus.New(c.nc, bus.Address{Role: bus.RoleCoordinator, ID: newID()[:8]}, bus.WithLogger(c.log))
+	if err != nil {
+		return fmt.Errorf("bus node: %w", err)
+	}
+	c.mu.Lock()
+	c.node = node
+	c.mu.Unlock()
+	if err := c.handleWorkers(); err != nil {
+		return err
+	}
+	svc, err := micro.AddService(c.nc, micro.Config{
+		Name:        ServiceName,
+		Version:     "0.1.0",
+		Description: "jobbus job coordinator: client API (PROTOCOL.md client-port JSON)",
+	})
+	if err != nil {
+		return fmt.Errorf("api service: %w", err)
+	}
+	c.svc = svc
+	group := svc.AddGroup(APIPrefix)
+	for _, name := range []string{"submit", "status", "list", "workers", "cancel"} {
+		if err := group.AddEndpoint(name, micro.HandlerFunc(c.handleAPI)); err != nil {
+			return fmt.Errorf("api endpoint %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func (c *Coordinator) handleWorkers() error {
+	role := bus.AsRole()
+	if err := bus.Handle(c.node, protocol.PathRegister, func(_ context.Context, _ bus.Address, req protocol.WorkerRegister) (*protocol.WorkerRegistered, error) {
+		return c.register(&req)
+	}, role); err != nil {
+		return fmt.Errorf("handle %s: %w", protocol.PathRegister, err)
+	}
+	if err := bus.Handle(c.node, protocol.PathHeartbeat, func(_ context.Context, _ bus.Address, req protocol.Heartbeat) (*protocol.Heartbeat, error) {
+		return &req, c.heartbeat(&req)
+	}, role); err != nil {
+		return fmt.Errorf("handle %s: %w", protocol.PathHeartbeat, err)
+	}
+	if err := bus.Handle(c.node, protocol.PathDisconnect, func(_ context.Context, _ bus.Address, req protocol.Disconnect) (struct{}, error) {
+		c.disconnect(&req)
+		return struct{}{}, nil
+	}, role); err != nil {
+		return fmt.Errorf("handle %s: %w", protocol.PathDisconnect, err)
+	}
+	err := bus.Handle(c.node, protocol.PathResult, func(ctx context.Context, _ bus.Address, req protocol.TaskResult) (protocol.ResultAck, error) {
+		type answer struct {
+			ack protocol.ResultAck
+			err error
+		}
+		done := make(chan answer, 1)
+		c.result(&req, func(ack protocol.ResultAck, err error) { done <- answer{ack, err} })
+		select {
+		case a := <-done:
+			return a.ack, a.err
+		case <-ctx.Done():
+			return protocol.ResultAck{}, ctx.Err()
+		}
+	}, role)
+	if err != nil {
+		return fmt.Errorf("handle %s: %w", protocol.PathResult, err)
+	}
+	return nil
+}
+
+// handleAPI answers one client request. The reply may come later, from a writer, so it
+// is published on the reply subject rather than through the micro request.
+func (c *Coordinator) handleAPI(req micro.Request) {
+	replyTo := req.Reply()
+	reply := func(m protocol.Message) {
+		if replyTo == "" {
+			return
+		}
+		data, err := protocol.Encode(m)
+		if err != nil {
+			data, _ = protocol.Encode(&protocol.Error{Message: "encode reply: " + err.Error()})
+		}
+		_ = c.nc.Publish(replyTo, data)
+	}
+	c.Request(req.Data(), reply)
+}
+
+// Request serves one client-port request body, calling reply exactly once.
+func (c *Coordinator) Request(data []byte, reply func(protocol.Message)) {
+	msg, err := protocol.Decode(data)
+	if err != nil {
+		reply(protocol.MalformedRequest(err))
+		return
+	}
+	switch m := msg.(type) {
+	case *protocol.SubmitJob:
+		c.submit(m, reply)
+	case *protocol.GetJobStatus:
+		reply(c.status(m.JobID))
+	case *protocol.ListJobs:
+		reply(c.list(m))
+	case *protocol.ListWorkers:
+		reply(&protocol.WorkerList{Workers: c.workerList()})
+	case *protocol.CancelJob:
+		c.cancelJob(m.JobID, reply)
+	default:
+		reply(protocol.UnexpectedType(msg.MessageType(), "client"))
+	}
+}
+
+func (c *Coordinator) status(id string) protocol.Message {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	j := c.jobs[id]
+	if j == nil {
+		return protocol.UnknownJob(id)
+	}
+	return &protocol.JobStatus{Job: j.snapshot()}
+}
+
+// list returns jobs newest first, filtered by state, from the cursor (a sequence number),
+// at most limit of them and never more than fit in one reply.
+func (c *Coordinator) list(req *protocol.ListJobs) protocol.Message {
+	var from uint64 = 1<<64 - 1
+	if req.Cursor != "" {
+		n, err := strconv.ParseUint(req.Cursor, 10, 64)
+		if err != nil {
+			return &protocol.Error{Message: fmt.Sprintf("Invalid cursor: %q", req.Cursor)}
+		}
+		from = n
+	}
+	if req.State != nil {
+		if _, err := protocol.ParseState(string(*req.State)); err != nil {
+			return &protocol.Error{Message: "Invalid state: " + err.Error()}
+		}
+	}
+	limit := req.Limit
+	if limit <= 0 {
+		limit = int(^uint(0) >> 1)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := &protocol.JobList{}
+	budget := MaxReply - 128 // the envelope and a cursor
+	var lastSeq uint64
+	start := sort.Search(len(c.order), func(i int) bool { return c.order[i].rec.Seq >= from })
+	for i := start - 1; i >= 0; i-- {
+		j := c.order[i]
+		if req.State != nil && j.rec.State != *req.State {
+			continue
+		}
+		if len(out.Jobs) == limit {
+			out.NextCursor = strconv.FormatUint(lastSeq, 10)
+			break
+		}
+		snap := j.snapshot()
+		size := snapshotSize(&snap)
+		if size > budget {
+			if req.Limit > 0 || req.Cursor != "" {
+				out.NextCursor = strconv.FormatUint(j.rec.Seq+1, 10)
+			}
+			break
+		}
+		budget -= size
+		out.Jobs = append(out.Jobs, snap)
+		lastSeq = j.rec.Seq
+	}
+	return out
+}
+
+// snapshotSize is the bytes a snapshot adds to a JOB_LIST, its comma included.
+func snapshotSize(s *protocol.Job) int {
+	b, _ := json.Marshal(s)
+	return len(b) + 1
+}

@@ -1,0 +1,109 @@
+package coordinator
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jobbus/jobbus/worker/tasks"
+)
+
+// Config is every knob of a coordinator, with the reference implementation's defaults
+// (see DefaultConfig). The CLI only maps flags onto it.
+type Config struct {
+	// HeartbeatTimeout is how long a worker may stay silent before it is lost.
+	HeartbeatTimeout time.Duration
+	// SweepInterval is how often deadlines, due retries and silent workers are checked.
+	SweepInterval time.Duration
+	// TaskTimeout is the execution deadline of one attempt.
+	TaskTimeout time.Duration
+	// MaxAttempts is used when a submission asks for maxAttempts <= 0.
+	MaxAttempts int
+	// RetryBaseDelay and RetryMaxDelay shape RETRY_WAIT: min(max, base * 2^(attempts-1)).
+	RetryBaseDelay time.Duration
+	RetryMaxDelay  time.Duration
+	// MaxActiveJobs bounds QUEUED + RETRY_WAIT + RUNNING; new submissions beyond it are rejected.
+	MaxActiveJobs int
+	// AgingStep raises a queued job's effective priority by one level per whole step waited.
+	AgingStep time.Duration
+	// Replicas of the KV buckets: 1 embedded, 3 in a cluster.
+	Replicas int
+	// Writers is how many KV writes may be in flight at once.
+	Writers int
+
+	// Tasks validates payloads; nil means the five built-in tasks.
+	Tasks *tasks.Registry
+	// Now is the clock; nil means time.Now. Tests inject one to age jobs without waiting.
+	Now func() time.Time
+	// Logger receives structured logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the defaults of DESIGN.md.
+func DefaultConfig() Config {
+	return Config{
+		HeartbeatTimeout: 6 * time.Second,
+		SweepInterval:    500 * time.Millisecond,
+		TaskTimeout:      10 * time.Minute,
+		MaxAttempts:      3,
+		RetryBaseDelay:   time.Second,
+		RetryMaxDelay:    30 * time.Second,
+		MaxActiveJobs:    10000,
+		AgingStep:        time.Minute,
+		Replicas:         1,
+		Writers:          32,
+	}
+}
+
+// Validate returns every problem of c at once.
+func (c Config) Validate() error {
+	var errs []error
+	positive := func(name string, d time.Duration) {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive, got %v", name, d))
+		}
+	}
+	positive("heartbeat timeout", c.HeartbeatTimeout)
+	positive("sweep interval", c.SweepInterval)
+	positive("task timeout", c.TaskTimeout)
+	positive("retry base delay", c.RetryBaseDelay)
+	positive("aging step", c.AgingStep)
+	if c.RetryMaxDelay < c.RetryBaseDelay {
+		errs = append(errs, fmt.Errorf("retry max delay (%v) must be at least the base delay (%v)", c.RetryMaxDelay, c.RetryBaseDelay))
+	}
+	if c.MaxAttempts < 1 {
+		errs = append(errs, fmt.Errorf("max attempts must be at least 1, got %d", c.MaxAttempts))
+	}
+	if c.MaxActiveJobs < 1 {
+		errs = append(errs, fmt.Errorf("max active jobs must be at least 1, got %d", c.MaxActiveJobs))
+	}
+	if c.Replicas < 1 || c.Replicas > 5 {
+		errs = append(errs, fmt.Errorf("replicas must be in 1..5, got %d", c.Replicas))
+	}
+	if c.Writers < 1 {
+		errs = append(errs, fmt.Errorf("writers must be at least 1, got %d", c.Writers))
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Config) fill() {
+	if c.Tasks == nil {
+		c.Tasks = tasks.Builtins()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// retryDelay is min(max, base * 2^(attempts-1)), without overflow.
+func (c Config) retryDelay(attempts int) time.Duration {
+	d := c.RetryBaseDelay
+	for i := 1; i < attempts && d < c.RetryMaxDelay; i++ {
+		d *= 2
+	}
+	return min(d, c.RetryMaxDelay)
+}

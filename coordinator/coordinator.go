@@ -1,0 +1,187 @@
+// Package coordinator runs the job lifecycle of PROTOCOL.md on NATS: validation,
+// admission, idempotency, priority with aging, the worker registry, leases, deadlines,
+// retries, cancellation and recovery. It is the only writer of job state, which lives in
+// JetStream KV; it serves clients through the `jobbus` micro service and workers through
+// the bus.
+//
+// State is owned by one mutex (Coordinator.mu) with short critical sections: every
+// decision is made in memory, and records reach KV through a pipeline of writers (one
+// write in flight per job, each a CAS on the revision the last returned). A reply that
+// promises durability (JOB_SUBMITTED, a result's acknowledgement, JOB_CANCEL) is sent
+// only when the write carrying it is acknowledged.
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/jobbus/jobbus/bus"
+	"github.com/jobbus/jobbus/bus/protocol"
+)
+
+// Coordinator is one running coordinator.
+type Coordinator struct {
+	cfg  Config
+	log  *slog.Logger
+	node *bus.Node
+	nc   *nats.Conn
+
+	jobsKV, keysKV jetstream.KeyValue
+	svc            micro.Service
+
+	mu        sync.Mutex
+	jobs      map[string]*job
+	order     []*job // by submission sequence: newest last
+	keys      map[string]*job
+	workers   map[string]*worker
+	ready     *readyQueue
+	retries   timerHeap
+	deadlines timerHeap
+	active    int
+	seq       uint64
+	lastMilli int64 // createdAt never goes backwards, so sequence order is age order
+	dirty     []*job
+	fenced    error
+
+	wake   chan struct{}
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	closed sync.Once
+}
+
+// New builds a coordinator on an existing NATS connection, which it does not own.
+func New(nc *nats.Conn, cfg Config) (*Coordinator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("coordinator config: %w", err)
+	}
+	cfg.fill()
+	return &Coordinator{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		nc:      nc,
+		jobs:    make(map[string]*job),
+		keys:    make(map[string]*job),
+		workers: make(map[string]*worker),
+		ready:   newReadyQueue(),
+		wake:    make(chan struct{}, 1),
+	}, nil
+}
+
+// Start opens the buckets, rebuilds state from them, and only then serves workers and
+// clients. It returns once serving; Close stops it.
+func (c *Coordinator) Start(ctx context.Context) error {
+	js, err := jetstream.New(c.nc)
+	if err != nil {
+		return fmt.Errorf("coordinator: jetstream: %w", err)
+	}
+	if c.jobsKV, c.keysKV, err = openBuckets(ctx, js, c.cfg.Replicas); err != nil {
+		return fmt.Errorf("coordinator: %w", err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	for range c.cfg.Writers {
+		c.goRun(func() { c.writer(runCtx) })
+	}
+	if err := c.recover(ctx); err != nil {
+		c.Close()
+		return fmt.Errorf("coordinator: recover: %w", err)
+	}
+	if err := c.serve(); err != nil {
+		c.Close()
+		return fmt.Errorf("coordinator: %w", err)
+	}
+	c.goRun(func() { c.sweeper(runCtx) })
+	c.log.Info("coordinator serving", "jobs", len(c.jobs), "active", c.active, "next_seq", c.seq+1)
+	return nil
+}
+
+// Close stops serving and waits for in-flight writes to end. It is idempotent.
+func (c *Coordinator) Close() error {
+	c.closed.Do(func() {
+		if c.svc != nil {
+			_ = c.svc.Stop()
+		}
+		if c.node != nil {
+			_ = c.node.Close()
+		}
+		c.drainWrites(2 * time.Second)
+		if c.cancel != nil {
+			c.cancel()
+		}
+		c.wg.Wait()
+	})
+	return nil
+}
+
+// drainWrites gives queued writes a moment to land before the writers stop, so a
+// graceful stop leaves nothing for recovery to redo.
+func (c *Coordinator) drainWrites(limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		c.mu.Lock()
+		busy := len(c.dirty) > 0
+		for _, j := range c.jobs {
+			if busy || j.writing {
+				busy = true
+				break
+			}
+		}
+		c.mu.Unlock()
+		if !busy || c.cancel == nil {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (c *Coordinator) goRun(fn func()) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		fn()
+	}()
+}
+
+func (c *Coordinator) now() time.Time { return c.cfg.Now() }
+
+// fence stops this coordinator from changing state after another one wrote it.
+func (c *Coordinator) fence(err error) {
+	c.mu.Lock()
+	first := c.fenced == nil
+	if first {
+		c.fenced = err
+	}
+	c.mu.Unlock()
+	if first {
+		c.log.Error("coordinator fenced; no longer changing job state", "err", err)
+	}
+}
+
+// sweeper releases due retries, enforces deadlines and loses silent workers.
+func (c *Coordinator) sweeper(ctx context.Context) {
+	t := time.NewTicker(c.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			c.sweep()
+		}
+	}
+}
+
+// ErrNotServing is returned by requests to a coordinator that is fenced or stopping.
+var ErrNotServing = errors.New("coordinator is not serving")
+
+func (c *Coordinator) refuse() *protocol.Error {
+	return &protocol.Error{Message: fmt.Sprintf("%v: %v", ErrNotServing, c.fenced)}
+}

@@ -1,0 +1,131 @@
+package coordinator
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+)
+
+// record is a job as stored in the JOBS bucket: everything needed to rebuild the
+// coordinator's memory after a restart, the current lease included.
+type record struct {
+	JobID          string            `json:"jobId"`
+	TaskType       string            `json:"taskType"`
+	Payload        json.RawMessage   `json:"payload"`
+	State          protocol.State    `json:"state"`
+	Attempts       int               `json:"attempts"`
+	MaxAttempts    int               `json:"maxAttempts"`
+	Priority       protocol.Priority `json:"priority"`
+	Seq            uint64            `json:"seq"`
+	WorkerID       string            `json:"workerId,omitempty"`
+	AttemptID      string            `json:"attemptId,omitempty"`
+	Result         *string           `json:"result,omitempty"`
+	Error          *string           `json:"error,omitempty"`
+	CreatedAt      int64             `json:"createdAtMillis"`
+	UpdatedAt      int64             `json:"updatedAtMillis"`
+	RetryAt        int64             `json:"retryAtMillis,omitempty"`
+	IdempotencyKey string            `json:"idempotencyKey,omitempty"`
+	Fingerprint    string            `json:"fingerprint,omitempty"`
+}
+
+// job is a record in memory plus what the coordinator needs to schedule and persist it.
+// Every field is guarded by Coordinator.mu.
+type job struct {
+	rec      record
+	deadline time.Time // of the current attempt, while RUNNING
+
+	rev      uint64 // KV revision of the last durable write; 0 until created
+	version  uint64 // bumped by every change
+	durable  uint64 // the version the last durable write carried
+	writing  bool   // queued for or held by a writer
+	waiters  []waiter
+	queueGen uint64 // invalidates stale entries in the ready queue
+	inQueue  bool
+}
+
+// waiter runs once the job's record at version (or later) is durable, or with the error
+// that stopped it from becoming so.
+type waiter struct {
+	version uint64
+	fn      func(error)
+}
+
+func (j *job) snapshot() protocol.Job {
+	s := protocol.Job{
+		JobID:           j.rec.JobID,
+		TaskType:        j.rec.TaskType,
+		State:           j.rec.State,
+		Attempts:        j.rec.Attempts,
+		MaxAttempts:     j.rec.MaxAttempts,
+		Result:          j.rec.Result,
+		Error:           j.rec.Error,
+		CreatedAtMillis: j.rec.CreatedAt,
+		UpdatedAtMillis: j.rec.UpdatedAt,
+		Priority:        j.rec.Priority,
+	}
+	if j.rec.State == protocol.StateRunning && j.rec.WorkerID != "" {
+		w := j.rec.WorkerID
+		s.WorkerID = &w
+	}
+	return s
+}
+
+// effectivePriority is the base level raised one level per whole aging step waited since
+// submission, capped at HIGH.
+func effectivePriority(base protocol.Priority, createdAt int64, now time.Time, step time.Duration) int {
+	level := base.Level()
+	waited := now.UnixMilli() - createdAt
+	if waited > 0 && step > 0 {
+		steps := waited / step.Milliseconds()
+		if steps >= 2 {
+			return protocol.PriorityHigh.Level()
+		}
+		level += int(steps)
+	}
+	return min(level, protocol.PriorityHigh.Level())
+}
+
+// fingerprint identifies a submission for idempotency: task type, structurally equal
+// payload, effective max attempts and priority.
+func fingerprint(taskType string, payload json.RawMessage, maxAttempts int, p protocol.Priority) (string, error) {
+	canon, err := canonicalJSON(payload)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00%d\x00%s", taskType, canon, maxAttempts, p)
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// canonicalJSON re-encodes v with sorted keys and no insignificant space, keeping
+// numbers as written, so key order and spacing do not change a fingerprint.
+func canonicalJSON(raw json.RawMessage) ([]byte, error) {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return nil, fmt.Errorf("canonical payload: %w", err)
+	}
+	return json.Marshal(v)
+}
+
+// newID returns a random UUID (version 4), valid as a KV key and a subject token.
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+func ptr(s string) *string { return &s }
+
+func itoa(n int) string { return strconv.Itoa(n) }

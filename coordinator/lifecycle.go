@@ -1,0 +1,319 @@
+package coordinator
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jobbus/jobbus/bus"
+	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/worker/tasks"
+)
+
+// replyFunc sends the one reply to a client request, possibly later and from another goroutine.
+type replyFunc func(protocol.Message)
+
+// submit validates, deduplicates, admits and stores a new job; reply gets JOB_SUBMITTED
+// only once the job is durable.
+func (c *Coordinator) submit(req *protocol.SubmitJob, reply replyFunc) {
+	if err := c.cfg.Tasks.Validate(req.TaskType, req.Payload); err != nil {
+		reply(validationError(req.TaskType, err))
+		return
+	}
+	maxAttempts := req.MaxAttempts
+	if maxAttempts <= 0 {
+		maxAttempts = c.cfg.MaxAttempts
+	}
+	prio := protocol.OrNormal(req.Priority)
+	var key, fp string
+	if req.IdempotencyKey != nil {
+		key = *req.IdempotencyKey
+		var err error
+		if fp, err = fingerprint(req.TaskType, req.Payload, maxAttempts, prio); err != nil {
+			reply(protocol.InvalidPayload(err.Error()))
+			return
+		}
+	}
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fenced != nil {
+		reply(c.refuse())
+		return
+	}
+	if req.IdempotencyKey != nil {
+		if j := c.keys[key]; j != nil {
+			c.answerDuplicate(j, key, fp, reply)
+			return
+		}
+	}
+	if c.active >= c.cfg.MaxActiveJobs {
+		reply(protocol.AtCapacity(c.active, c.cfg.MaxActiveJobs))
+		return
+	}
+	j := c.newJob(req, maxAttempts, prio, key, fp)
+	c.markDirty(j, func(err error) {
+		if err != nil {
+			reply(&protocol.Error{Message: fmt.Sprintf("job %s was not stored: %v", j.rec.JobID, err)})
+			return
+		}
+		reply(&protocol.JobSubmitted{JobID: j.rec.JobID})
+		c.mu.Lock()
+		if j.rec.State == protocol.StateQueued {
+			c.ready.push(j)
+			c.schedule()
+		}
+		c.mu.Unlock()
+	})
+}
+
+func validationError(taskType string, err error) *protocol.Error {
+	var pe *tasks.PayloadError
+	if errors.As(err, &pe) {
+		return protocol.InvalidPayload(pe.Message)
+	}
+	if errors.Is(err, tasks.ErrUnknownTask) {
+		return protocol.UnknownTaskType(taskType)
+	}
+	return protocol.InvalidPayload(err.Error())
+}
+
+// answerDuplicate replies to a submission whose idempotency key is already bound: the
+// original job id (once that job is durable) for the same request, an ERROR otherwise.
+func (c *Coordinator) answerDuplicate(j *job, key, fp string, reply replyFunc) {
+	if j.rec.Fingerprint != fp {
+		reply(protocol.IdempotencyConflict(key, j.rec.JobID))
+		return
+	}
+	answer := &protocol.JobSubmitted{JobID: j.rec.JobID}
+	if j.rev != 0 {
+		reply(answer)
+		return
+	}
+	j.waiters = append(j.waiters, waiter{version: 1, fn: func(err error) {
+		if err != nil {
+			reply(&protocol.Error{Message: fmt.Sprintf("job %s was not stored: %v", j.rec.JobID, err)})
+			return
+		}
+		reply(answer)
+	}})
+}
+
+func (c *Coordinator) newJob(req *protocol.SubmitJob, maxAttempts int, prio protocol.Priority, key, fp string) *job {
+	c.seq++
+	now := max(c.now().UnixMilli(), c.lastMilli)
+	c.lastMilli = now
+	j := &job{rec: record{
+		JobID:          newID(),
+		TaskType:       req.TaskType,
+		Payload:        req.Payload,
+		State:          protocol.StateQueued,
+		MaxAttempts:    maxAttempts,
+		Priority:       prio,
+		Seq:            c.seq,
+		CreatedAt:      now,
+		IdempotencyKey: key,
+		Fingerprint:    fp,
+	}}
+	c.jobs[j.rec.JobID] = j
+	c.order = append(c.order, j)
+	if key != "" {
+		c.keys[key] = j
+	}
+	c.active++
+	return j
+}
+
+// schedule assigns queued jobs while some worker has a free slot for them. Called with
+// c.mu held.
+func (c *Coordinator) schedule() {
+	if c.fenced != nil {
+		return
+	}
+	for c.ready.size > 0 {
+		now := c.now()
+		j := c.ready.best(now, c.cfg.AgingStep, c.hasFreeWorker)
+		if j == nil {
+			return
+		}
+		w := c.pickWorker(j.rec.TaskType)
+		c.ready.pop(j)
+		c.assign(j, w)
+	}
+}
+
+// assign starts a new attempt of j on w under a fresh lease.
+func (c *Coordinator) assign(j *job, w *worker) {
+	now := c.now()
+	j.rec.State = protocol.StateRunning
+	j.rec.Attempts++
+	j.rec.AttemptID = newID()
+	j.rec.WorkerID = w.id
+	j.rec.RetryAt = 0
+	j.deadline = now.Add(c.cfg.TaskTimeout)
+	w.running[j.rec.JobID] = j.rec.AttemptID
+	heap.Push(&c.deadlines, timer{at: j.deadline, j: j, key: j.rec.AttemptID})
+	c.markDirty(j, nil)
+	c.log.Debug("job assigned", "job", j.rec.JobID, "attempt", j.rec.Attempts, "worker", w.id)
+	err := c.node.Tell(context.Background(), bus.Address{Role: bus.RoleWorker, ID: w.id}, protocol.PathAssign, &protocol.TaskAssign{
+		JobID:         j.rec.JobID,
+		AttemptID:     j.rec.AttemptID,
+		AttemptNumber: j.rec.Attempts,
+		TaskType:      j.rec.TaskType,
+		Payload:       j.rec.Payload,
+	})
+	if err != nil {
+		c.loseWorker(w, "assignment could not be sent: "+err.Error())
+	}
+}
+
+// result applies a worker's TASK_RESULT. reply gets the acknowledgement once the outcome
+// is durable; a stale result changes nothing and is acknowledged at once.
+func (c *Coordinator) result(res *protocol.TaskResult, reply func(protocol.ResultAck, error)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if w := c.workers[res.WorkerID]; w != nil && w.running[res.JobID] == res.AttemptID {
+		delete(w.running, res.JobID)
+	}
+	j := c.jobs[res.JobID]
+	if j == nil || j.rec.State != protocol.StateRunning || j.rec.AttemptID != res.AttemptID || c.fenced != nil {
+		c.log.Debug("stale result ignored", "job", res.JobID, "attempt", res.AttemptID, "worker", res.WorkerID)
+		reply(protocol.ResultAck{JobID: res.JobID, Accepted: false}, nil)
+		c.schedule()
+		return
+	}
+	c.releaseLease(j)
+	if res.Success {
+		j.rec.State = protocol.StateCompleted
+		j.rec.Result = res.Result
+		c.active--
+	} else {
+		cause := "task failed"
+		if res.Error != nil && *res.Error != "" {
+			cause = *res.Error
+		}
+		c.retryOrFail(j, cause)
+	}
+	c.markDirty(j, func(err error) { reply(protocol.ResultAck{JobID: res.JobID, Accepted: err == nil}, err) })
+	c.log.Debug("job result", "job", j.rec.JobID, "state", j.rec.State, "attempt", j.rec.Attempts)
+	c.schedule()
+}
+
+// releaseLease ends j's current attempt: its worker's slot is freed and the lease id
+// forgotten, so any later result for it is stale.
+func (c *Coordinator) releaseLease(j *job) {
+	if w := c.workers[j.rec.WorkerID]; w != nil && w.running[j.rec.JobID] == j.rec.AttemptID {
+		delete(w.running, j.rec.JobID)
+	}
+	j.rec.WorkerID = ""
+	j.rec.AttemptID = ""
+}
+
+// revoke ends a RUNNING attempt early and tells its worker to stop it (best effort).
+func (c *Coordinator) revoke(j *job) {
+	w, attempt := j.rec.WorkerID, j.rec.AttemptID
+	c.releaseLease(j)
+	if c.workers[w] != nil {
+		_ = c.node.Tell(context.Background(), bus.Address{Role: bus.RoleWorker, ID: w}, protocol.PathCancel,
+			&protocol.TaskCancel{JobID: j.rec.JobID, AttemptID: attempt})
+	}
+}
+
+// retryOrFail moves a job whose attempt ended badly to RETRY_WAIT, or to FAILED when no
+// attempts are left. The lease must already be released.
+func (c *Coordinator) retryOrFail(j *job, cause string) {
+	if j.rec.Attempts < j.rec.MaxAttempts {
+		j.rec.State = protocol.StateRetryWait
+		j.rec.Error = ptr(cause)
+		j.rec.RetryAt = c.now().Add(c.cfg.retryDelay(j.rec.Attempts)).UnixMilli()
+		c.pushRetry(j)
+		return
+	}
+	j.rec.State = protocol.StateFailed
+	j.rec.Error = ptr(fmt.Sprintf("%s (all %d attempts used)", cause, j.rec.MaxAttempts))
+	c.active--
+}
+
+// cancel moves an active job to CANCELLED; reply gets JOB_CANCEL once that is durable.
+func (c *Coordinator) cancelJob(id string, reply replyFunc) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	j := c.jobs[id]
+	if j == nil {
+		reply(protocol.UnknownJob(id))
+		return
+	}
+	if j.rec.State.Terminal() {
+		reply(&protocol.JobCancel{Cancelled: false, Job: j.snapshot()})
+		return
+	}
+	if c.fenced != nil {
+		reply(c.refuse())
+		return
+	}
+	switch j.rec.State {
+	case protocol.StateQueued:
+		c.ready.forget(j)
+	case protocol.StateRunning:
+		c.revoke(j)
+	}
+	j.rec.State = protocol.StateCancelled
+	j.rec.Error = ptr("cancelled by client request")
+	j.rec.RetryAt = 0
+	c.active--
+	c.markDirty(j, func(err error) {
+		if err != nil {
+			reply(&protocol.Error{Message: fmt.Sprintf("cancel of job %s was not stored: %v", id, err)})
+			return
+		}
+		c.mu.Lock()
+		snap := j.snapshot()
+		c.mu.Unlock()
+		reply(&protocol.JobCancel{Cancelled: true, Job: snap})
+	})
+	c.log.Debug("job cancelled", "job", id)
+	c.schedule()
+}
+
+// sweep releases due retries, enforces deadlines, loses silent workers, then schedules.
+func (c *Coordinator) sweep() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fenced != nil {
+		return
+	}
+	now := c.now()
+	for _, t := range c.retries.due(now) {
+		j := t.j
+		if j.rec.State != protocol.StateRetryWait || itoa(j.rec.Attempts) != t.key {
+			continue
+		}
+		j.rec.State = protocol.StateQueued
+		j.rec.RetryAt = 0
+		c.markDirty(j, nil)
+		c.ready.push(j)
+	}
+	for _, t := range c.deadlines.due(now) {
+		j := t.j
+		if j.rec.State != protocol.StateRunning || j.rec.AttemptID != t.key {
+			continue
+		}
+		w := j.rec.WorkerID
+		c.revoke(j)
+		c.retryOrFail(j, fmt.Sprintf("execution deadline exceeded (%d ms) on worker %s", c.cfg.TaskTimeout.Milliseconds(), w))
+		c.markDirty(j, nil)
+	}
+	for _, w := range c.workers {
+		if now.Sub(w.lastSeen) > c.cfg.HeartbeatTimeout {
+			c.loseWorker(w, "heartbeat timeout")
+		}
+	}
+	c.schedule()
+}
+
+// pushRetry arms the timer that returns a RETRY_WAIT job to the queue.
+func (c *Coordinator) pushRetry(j *job) {
+	heap.Push(&c.retries, timer{at: time.UnixMilli(j.rec.RetryAt), j: j, key: itoa(j.rec.Attempts)})
+}

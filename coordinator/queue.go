@@ -1,0 +1,140 @@
+package coordinator
+
+import (
+	"container/heap"
+	"time"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+)
+
+// readyQueue holds QUEUED jobs: per task type, one heap per base priority ordered by
+// submission sequence. Since a lower sequence was submitted no later, the head of each
+// heap has the highest effective (aged) priority of its level, so the best job overall is
+// the best of the heads: O(log n) per assignment, however many jobs wait.
+//
+// Entries are removed lazily: an entry whose job left QUEUED, or was queued again
+// since, is dropped when it reaches a head.
+type readyQueue struct {
+	byType map[string]*[3]seqHeap
+	size   int // live entries, stale ones excluded
+}
+
+type queued struct {
+	j   *job
+	seq uint64
+	gen uint64
+}
+
+func newReadyQueue() *readyQueue {
+	return &readyQueue{byType: make(map[string]*[3]seqHeap)}
+}
+
+func (q *readyQueue) push(j *job) {
+	j.queueGen++
+	j.inQueue = true
+	levels := q.byType[j.rec.TaskType]
+	if levels == nil {
+		levels = new([3]seqHeap)
+		q.byType[j.rec.TaskType] = levels
+	}
+	heap.Push(&levels[j.rec.Priority.Level()], queued{j: j, seq: j.rec.Seq, gen: j.queueGen})
+	q.size++
+}
+
+// forget is called when a queued job leaves QUEUED other than by pop (cancel).
+func (q *readyQueue) forget(j *job) {
+	if j.inQueue {
+		j.queueGen++
+		j.inQueue = false
+		q.size--
+	}
+}
+
+// best returns the job to run next among the task types runnable says a free worker
+// can take, without removing it.
+func (q *readyQueue) best(now time.Time, aging time.Duration, runnable func(taskType string) bool) *job {
+	var best *job
+	bestEff := -1
+	for taskType, levels := range q.byType {
+		if !runnable(taskType) {
+			continue
+		}
+		for l := range levels {
+			j := levels[l].head()
+			if j == nil {
+				continue
+			}
+			eff := effectivePriority(j.rec.Priority, j.rec.CreatedAt, now, aging)
+			if eff > bestEff || (eff == bestEff && j.rec.Seq < best.rec.Seq) {
+				best, bestEff = j, eff
+			}
+		}
+	}
+	return best
+}
+
+// pop removes j, which best just returned.
+func (q *readyQueue) pop(j *job) {
+	h := &q.byType[j.rec.TaskType][j.rec.Priority.Level()]
+	heap.Pop(h)
+	j.queueGen++
+	j.inQueue = false
+	q.size--
+}
+
+type seqHeap []queued
+
+func (h seqHeap) Len() int           { return len(h) }
+func (h seqHeap) Less(a, b int) bool { return h[a].seq < h[b].seq }
+func (h seqHeap) Swap(a, b int)      { h[a], h[b] = h[b], h[a] }
+func (h *seqHeap) Push(x any)        { *h = append(*h, x.(queued)) }
+func (h *seqHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	old[len(old)-1] = queued{}
+	*h = old[:len(old)-1]
+	return x
+}
+
+// head returns the first live entry's job, dropping stale entries on the way.
+func (h *seqHeap) head() *job {
+	for h.Len() > 0 {
+		e := (*h)[0]
+		if e.j.rec.State == protocol.StateQueued && e.j.queueGen == e.gen {
+			return e.j
+		}
+		heap.Pop(h)
+	}
+	return nil
+}
+
+// timer is a job due at a time: a retry to release or a deadline to enforce. key is
+// what must still hold when it fires (the attempt id), so stale timers are skipped.
+type timer struct {
+	at  time.Time
+	j   *job
+	key string
+}
+
+type timerHeap []timer
+
+func (h timerHeap) Len() int           { return len(h) }
+func (h timerHeap) Less(a, b int) bool { return h[a].at.Before(h[b].at) }
+func (h timerHeap) Swap(a, b int)      { h[a], h[b] = h[b], h[a] }
+func (h *timerHeap) Push(x any)        { *h = append(*h, x.(timer)) }
+func (h *timerHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	old[len(old)-1] = timer{}
+	*h = old[:len(old)-1]
+	return x
+}
+
+// due pops every timer at or before now.
+func (h *timerHeap) due(now time.Time) []timer {
+	var out []timer
+	for h.Len() > 0 && !(*h)[0].at.After(now) {
+		out = append(out, heap.Pop(h).(timer))
+	}
+	return out
+}

@@ -1,0 +1,253 @@
+package coordinator_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/client"
+	"github.com/jobbus/jobbus/coordinator"
+)
+
+func TestRestart(t *testing.T) {
+	t.Parallel()
+	t.Run("CompletedJobsSurvive", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t)
+		_, stop := s.startWorker()
+		id := s.submit("SHA256", text("abc"))
+		before := s.wait(id)
+		stop()
+		s.restart()
+		if after := s.status(id); !reflect.DeepEqual(after, before) {
+			t.Fatalf("after restart %+v, before %+v", after, before)
+		}
+	})
+	t.Run("RunningJobRunsAgain", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t)
+		m := s.manualWorker("gone", 1)
+		id := s.submit("SHA256", text("abc"))
+		first := m.nextAssign()
+		s.restart()
+		j := s.status(id)
+		if j.State != protocol.StateQueued || j.Attempts != 1 {
+			t.Fatalf("after restart %+v, want QUEUED with the lost attempt counted", j)
+		}
+		if m.report(first, true, "from the old lease").Accepted {
+			t.Fatal("result of an attempt from before the restart accepted")
+		}
+		s.startWorker()
+		if j := s.wait(id); j.State != protocol.StateCompleted || j.Attempts != 2 {
+			t.Fatalf("job %+v, want COMPLETED on attempt 2", j)
+		}
+	})
+	t.Run("FinalAttemptFails", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t)
+		m := s.manualWorker("gone", 1)
+		id := s.submit("SHA256", text("abc"), client.MaxAttempts(1))
+		m.nextAssign()
+		s.restart()
+		j := s.status(id)
+		if j.State != protocol.StateFailed || deref(j.Error) != "coordinator restarted during final attempt; outcome unknown" {
+			t.Fatalf("after restart %+v error %q", j, deref(j.Error))
+		}
+	})
+	t.Run("StaleDeadlineNotApplied", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t, func(c *coordinator.Config) { c.TaskTimeout = 400 * time.Millisecond })
+		old := s.manualWorker("old", 1)
+		id := s.submit("SHA256", text("abc"))
+		old.nextAssign()
+		s.restart()
+		fresh := s.manualWorker("fresh", 1)
+		a := fresh.nextAssign()
+		assignedAt := time.Now()
+		time.Sleep(300 * time.Millisecond) // past the first attempt's deadline, inside the second's
+		if time.Since(assignedAt) < 400*time.Millisecond {
+			if !fresh.report(a, true, "done").Accepted {
+				t.Fatalf("result refused: %+v", s.status(id))
+			}
+			if j := s.status(id); j.State != protocol.StateCompleted || j.Attempts != 2 {
+				t.Fatalf("job %+v", j)
+			}
+		}
+	})
+	t.Run("PriorityAndSequenceSurvive", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t)
+		low := s.submit("SHA256", text("1"), client.Priority(protocol.PriorityLow))
+		normal := s.submit("SHA256", text("2"))
+		high := s.submit("SHA256", text("3"), client.Priority(protocol.PriorityHigh))
+		s.restart()
+		normal2 := s.submit("SHA256", text("4"))
+		got := runOneByOne(s, 4)
+		want := []string{high, normal, normal2, low}
+		if strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Fatalf("order after restart %v, want %v", got, want)
+		}
+		page, err := s.client.List(context.Background(), protocol.ListJobs{})
+		must(t, err)
+		if len(page.Jobs) != 4 || page.Jobs[0].JobID != normal2 || page.Jobs[3].JobID != low {
+			t.Fatalf("list newest first: %+v", page.Jobs)
+		}
+	})
+}
+
+// runOneByOne registers a one-slot worker and returns the order it is given n jobs in.
+func runOneByOne(s *system, n int) []string {
+	s.t.Helper()
+	m := s.manualWorker("one-by-one", 1)
+	var order []string
+	for range n {
+		a := m.nextAssign()
+		order = append(order, a.JobID)
+		m.report(a, true, "ok")
+	}
+	return order
+}
+
+// clock is a settable clock for aging tests.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func TestPriorityOrder(t *testing.T) {
+	t.Parallel()
+	clk := &clock{now: time.Now()}
+	s := setup(t, func(c *coordinator.Config) {
+		c.Now = clk.Now
+		c.AgingStep = time.Minute
+		c.HeartbeatTimeout = time.Hour // the clock stands still between steps
+	})
+	lowOld := s.submit("SHA256", text("a"), client.Priority(protocol.PriorityLow))
+	normalOld := s.submit("SHA256", text("b"))
+	clk.advance(time.Minute) // lowOld is NORMAL now, normalOld HIGH
+	high := s.submit("SHA256", text("c"), client.Priority(protocol.PriorityHigh))
+	normal := s.submit("SHA256", text("d"), client.Priority(protocol.PriorityNormal))
+	low := s.submit("SHA256", text("e"), client.Priority(protocol.PriorityLow))
+	got := runOneByOne(s, 5)
+	// Effective: normalOld HIGH(seq 2), high HIGH(3), lowOld NORMAL(1), normal NORMAL(4), low LOW(5).
+	want := []string{normalOld, high, lowOld, normal, low}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("order %v,\nwant  %v", got, want)
+	}
+	if j := s.status(lowOld); j.Priority != protocol.PriorityLow {
+		t.Fatalf("snapshot shows priority %s, want the base LOW", j.Priority)
+	}
+}
+
+// The tests below run the real binary and kill it with SIGKILL.
+
+var binary string
+
+func buildBinary() {
+	dir, err := os.MkdirTemp("", "jobbus-bin-")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "jobbus")
+	cmd := exec.Command("go", "build", "-race", "-o", binary, "github.com/jobbus/jobbus")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		panic(fmt.Sprintf("build jobbus: %v", err))
+	}
+}
+
+func removeBinary() { _ = os.RemoveAll(filepath.Dir(binary)) }
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// serveProcess runs `jobbus serve` on dataDir and port until the test ends.
+func serveProcess(t *testing.T, dataDir string, port int, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"serve", "--data-dir", dataDir, "--nats-listen", fmt.Sprintf("127.0.0.1:%d", port),
+		"--sweep-interval-millis", "10", "--heartbeat-timeout-millis", "1000"}, args...)...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	must(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd
+}
+
+func connectWhenUp(t *testing.T, port int) (*nats.Conn, *client.Client) {
+	t.Helper()
+	var nc *nats.Conn
+	eventually(t, 30*time.Second, "jobbus serve to answer", func() bool {
+		var err error
+		if nc == nil {
+			if nc, err = nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", port)); err != nil {
+				return false
+			}
+		}
+		_, err = client.New(nc).Workers(context.Background())
+		return err == nil
+	})
+	t.Cleanup(nc.Close)
+	return nc, client.New(nc)
+}
+
+func TestSIGKILLLosesNoAcceptedJob(t *testing.T) {
+	t.Parallel()
+	dir, port := t.TempDir(), freePort(t)
+	proc := serveProcess(t, dir, port, "--workers", "1", "--worker-capacity", "2")
+	nc, c := connectWhenUp(t, port)
+	ctx := context.Background()
+	var accepted []string
+	for i := range 40 {
+		id, err := c.Submit(ctx, "SLEEP", map[string]int{"durationMillis": 50 * (i % 3)})
+		must(t, err)
+		accepted = append(accepted, id)
+	}
+	eventually(t, 10*time.Second, "some jobs running", func() bool {
+		page, err := c.List(ctx, protocol.ListJobs{State: ptrState(protocol.StateRunning)})
+		return err == nil && len(page.Jobs) > 0
+	})
+	must(t, proc.Process.Signal(syscall.SIGKILL))
+	_ = proc.Wait()
+	nc.Close()
+
+	serveProcess(t, dir, port, "--workers", "2", "--worker-capacity", "8")
+	_, c = connectWhenUp(t, port)
+	for _, id := range accepted {
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		j, err := c.Wait(wctx, id)
+		cancel()
+		if err != nil || j.State != protocol.StateCompleted {
+			t.Fatalf("accepted job %s after SIGKILL: %+v %v", id, j, err)
+		}
+	}
+}
+
+func ptrState(s protocol.State) *protocol.State { return &s }

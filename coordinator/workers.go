@@ -1,0 +1,137 @@
+package coordinator
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+)
+
+// worker is a registered worker as the coordinator sees it: it tracks capacity itself,
+// from the leases it handed out. Guarded by Coordinator.mu.
+type worker struct {
+	id        string
+	capacity  int
+	taskTypes map[string]bool // nil: the built-in tasks
+	running   map[string]string
+	lastSeen  time.Time
+}
+
+func (w *worker) free() int { return w.capacity - len(w.running) }
+
+func (w *worker) runs(taskType string) bool {
+	if w.taskTypes == nil {
+		return true
+	}
+	return w.taskTypes[taskType]
+}
+
+// register adds a worker, superseding a live one with the same id.
+func (c *Coordinator) register(req *protocol.WorkerRegister) (*protocol.WorkerRegistered, error) {
+	if req.WorkerID == "" || req.Capacity < protocol.MinCapacity || req.Capacity > protocol.MaxCapacity {
+		return nil, protocol.BadRegistration()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fenced != nil {
+		return nil, c.refuse()
+	}
+	if old := c.workers[req.WorkerID]; old != nil {
+		c.loseWorker(old, "worker re-registered")
+	}
+	w := &worker{id: req.WorkerID, capacity: req.Capacity, running: make(map[string]string), lastSeen: c.now()}
+	if len(req.TaskTypes) > 0 {
+		w.taskTypes = make(map[string]bool, len(req.TaskTypes))
+		for _, t := range req.TaskTypes {
+			w.taskTypes[t] = true
+		}
+	}
+	c.workers[w.id] = w
+	c.log.Info("worker registered", "worker", w.id, "capacity", w.capacity)
+	c.schedule()
+	return &protocol.WorkerRegistered{WorkerID: w.id}, nil
+}
+
+// heartbeat refreshes a worker; an unknown worker is told so, and registers again.
+func (c *Coordinator) heartbeat(hb *protocol.Heartbeat) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := c.workers[hb.WorkerID]
+	if w == nil {
+		return fmt.Errorf("unknown worker %s: register again", hb.WorkerID)
+	}
+	w.lastSeen = c.now()
+	return nil
+}
+
+// disconnect loses a worker whose connection is gone.
+func (c *Coordinator) disconnect(d *protocol.Disconnect) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if w := c.workers[d.WorkerID]; w != nil {
+		c.loseWorker(w, d.Cause)
+		c.schedule()
+	}
+}
+
+// loseWorker removes w; each of its running attempts goes to retry-or-fail. Called with
+// c.mu held.
+func (c *Coordinator) loseWorker(w *worker, cause string) {
+	if c.workers[w.id] != w {
+		return
+	}
+	delete(c.workers, w.id)
+	c.log.Info("worker lost", "worker", w.id, "cause", cause, "running", len(w.running))
+	for jobID, attempt := range w.running {
+		j := c.jobs[jobID]
+		if j == nil || j.rec.State != protocol.StateRunning || j.rec.AttemptID != attempt {
+			continue
+		}
+		j.rec.WorkerID, j.rec.AttemptID = "", ""
+		c.retryOrFail(j, fmt.Sprintf("worker %s lost (%s)", w.id, cause))
+		c.markDirty(j, nil)
+	}
+	w.running = nil
+}
+
+// hasFreeWorker reports whether some worker has a free slot for taskType.
+func (c *Coordinator) hasFreeWorker(taskType string) bool {
+	for _, w := range c.workers {
+		if w.free() > 0 && w.runs(taskType) {
+			return true
+		}
+	}
+	return false
+}
+
+// pickWorker chooses the worker with the most free slots for taskType, ties by id.
+func (c *Coordinator) pickWorker(taskType string) *worker {
+	var best *worker
+	for _, w := range c.workers {
+		if w.free() <= 0 || !w.runs(taskType) {
+			continue
+		}
+		if best == nil || w.free() > best.free() || (w.free() == best.free() && w.id < best.id) {
+			best = w
+		}
+	}
+	return best
+}
+
+// workerList is the live workers sorted by id.
+func (c *Coordinator) workerList() []protocol.Worker {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]protocol.Worker, 0, len(c.workers))
+	for _, w := range c.workers {
+		out = append(out, protocol.Worker{
+			WorkerID:            w.id,
+			Capacity:            w.capacity,
+			ActiveTasks:         len(w.running),
+			LastHeartbeatMillis: w.lastSeen.UnixMilli(),
+		})
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].WorkerID < out[b].WorkerID })
+	return out
+}

@@ -1,0 +1,111 @@
+package embeddednats
+
+import (
+	"log/slog"
+	"time"
+)
+
+// Defaults for Start.
+const (
+	DefaultListen       = "127.0.0.1:4222"
+	DefaultStoreDir     = "./data"
+	DefaultReadyTimeout = 5 * time.Second
+)
+
+// Option configures Start.
+type Option func(*config)
+
+type config struct {
+	listen       string
+	storeDir     string
+	serverName   string
+	cluster      *clusterConfig
+	leafRemotes  []string
+	jsDomain     string
+	maxMem       int64
+	maxStore     int64
+	syncAlways   bool
+	logger       *slog.Logger
+	readyTimeout time.Duration
+}
+
+type clusterConfig struct {
+	name   string
+	listen string
+	routes []string
+}
+
+func defaultConfig() config {
+	return config{
+		listen:       DefaultListen,
+		storeDir:     DefaultStoreDir,
+		readyTimeout: DefaultReadyTimeout,
+	}
+}
+
+// WithListen sets the client listen address, "host:port". Port 0 or -1 picks
+// a random free port; a bare port ("-1", "4333") listens on 127.0.0.1. An
+// empty host (":4222") listens on every interface, so only pass it on purpose.
+// Default DefaultListen (loopback only).
+func WithListen(hostport string) Option {
+	return func(c *config) { c.listen = hostport }
+}
+
+// WithStoreDir sets the directory that holds the JetStream store (under
+// dir/jetstream) and the lock file that keeps a second server out.
+// Default DefaultStoreDir.
+func WithStoreDir(dir string) Option {
+	return func(c *config) { c.storeDir = dir }
+}
+
+// WithServerName sets the server name. Give every node of a cluster a
+// stable, unique name so that its JetStream identity survives a restart.
+func WithServerName(name string) Option {
+	return func(c *config) { c.serverName = name }
+}
+
+// WithClusterRoutes joins a cluster: name is the cluster name, listen the
+// route listen address ("host:port", port -1 for random) and routes the
+// nats-route:// URLs of the cluster's nodes (listing this node too is fine).
+// JetStream expects as many nodes as routes, so list them all.
+func WithClusterRoutes(name, listen string, routes ...string) Option {
+	return func(c *config) {
+		c.cluster = &clusterConfig{name: name, listen: listen, routes: routes}
+	}
+}
+
+// WithLeafRemote adds a leaf-node remote URL (nats-leaf://host:7422) that
+// this server solicits. Repeat the option for several remotes.
+func WithLeafRemote(url string) Option {
+	return func(c *config) { c.leafRemotes = append(c.leafRemotes, url) }
+}
+
+// WithJetStreamDomain sets the JetStream domain, which keeps a leaf node's
+// JetStream apart from its hub's.
+func WithJetStreamDomain(domain string) Option {
+	return func(c *config) { c.jsDomain = domain }
+}
+
+// WithJetStreamLimits caps JetStream memory and file storage in bytes;
+// 0 keeps the server's dynamic default.
+func WithJetStreamLimits(maxMem, maxStore int64) Option {
+	return func(c *config) { c.maxMem, c.maxStore = maxMem, maxStore }
+}
+
+// WithSyncAlways makes JetStream fsync every write instead of on an interval.
+func WithSyncAlways(on bool) Option {
+	return func(c *config) { c.syncAlways = on }
+}
+
+// WithLogger routes the server's log lines to l: notices and debug lines at
+// debug level, warnings and errors at warn, fatal errors at error. Without it
+// the server is silent.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) { c.logger = l }
+}
+
+// WithReadyTimeout bounds how long Start waits for the server to accept
+// connections. Default DefaultReadyTimeout; a sooner context deadline wins.
+func WithReadyTimeout(d time.Duration) Option {
+	return func(c *config) { c.readyTimeout = d }
+}

@@ -1,0 +1,147 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/jobbus/jobbus/bus"
+	"github.com/jobbus/jobbus/bus/protocol"
+)
+
+// serve registers, then heartbeats until ctx ends, registering again whenever the
+// coordinator has forgotten the worker or the connection came back. Only a closed node
+// is an error.
+func (w *Worker) serve(ctx context.Context, reconnected <-chan nats.Status) error {
+	epoch, err := w.register(ctx, "start")
+	if err != nil {
+		return err
+	}
+	tick := time.NewTicker(w.cfg.heartbeat)
+	defer tick.Stop()
+	for {
+		var reason string
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-reconnected:
+			if w.reconnects() == epoch {
+				continue // the connection we registered on
+			}
+			reason = "connection re-established"
+		case <-tick.C:
+			if w.reconnects() != epoch {
+				reason = "connection re-established"
+				break
+			}
+			forgotten, err := w.heartbeat(ctx)
+			if err != nil {
+				return err
+			}
+			if !forgotten {
+				continue
+			}
+			reason = "coordinator does not know the worker"
+		}
+		if epoch, err = w.register(ctx, reason); err != nil {
+			return err
+		}
+	}
+}
+
+// reconnects counts the times the connection came back; it changes exactly when the
+// subscriptions, and any tells sent meanwhile, may have been missed.
+func (w *Worker) reconnects() uint64 { return w.node.Conn().Stats().Reconnects }
+
+// register asks the coordinator to register the worker until it answers, and returns
+// the connection epoch it registered on. Attempts assigned under an earlier
+// registration are cancelled: registering again ended their leases. It returns nil
+// early when ctx ends.
+func (w *Worker) register(ctx context.Context, reason string) (epoch uint64, err error) {
+	msg := &protocol.WorkerRegister{WorkerID: w.cfg.id, Capacity: w.cfg.capacity, TaskTypes: w.cfg.registry.Names()}
+	b := backoff{next: w.cfg.retryBase, max: w.cfg.retryMax}
+	for try := 1; ; try++ {
+		epoch = w.reconnects()
+		session := w.newSession()
+		_, err := bus.Ask[protocol.WorkerRegistered](ctx, w.node, coordinator, protocol.PathRegister, msg)
+		switch {
+		case err == nil:
+			n := w.cancelBefore(session)
+			w.log.Info("worker registered", "capacity", w.cfg.capacity, "reason", reason, "abandoned", n)
+			return epoch, nil
+		case ctx.Err() != nil:
+			return epoch, nil
+		case errors.Is(err, bus.ErrClosed):
+			return epoch, fmt.Errorf("worker: register: %w", err)
+		case errors.Is(err, bus.ErrRemote):
+			w.log.Warn("worker registration refused; retrying", "err", err)
+		case try == 1:
+			w.log.Info("waiting for the coordinator", "err", err)
+		default:
+			w.log.Debug("worker registration not answered; retrying", "err", err, "try", try)
+		}
+		if !sleep(ctx, b.delay()) {
+			return epoch, nil
+		}
+	}
+}
+
+// heartbeat tells the coordinator the worker is alive. forgotten reports an error
+// answer: the coordinator does not know the worker, which must register again. A lost
+// heartbeat only waits for the next one.
+func (w *Worker) heartbeat(ctx context.Context) (forgotten bool, err error) {
+	// A beat not answered before the next is due is superseded by the next.
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.heartbeat)
+	defer cancel()
+	_, err = bus.Ask[protocol.Heartbeat](ctx, w.node, coordinator, protocol.PathHeartbeat, &protocol.Heartbeat{WorkerID: w.cfg.id})
+	switch {
+	case err == nil:
+		return false, nil
+	case errors.Is(err, bus.ErrRemote):
+		w.log.Info("heartbeat refused; registering again", "err", err)
+		return true, nil
+	case errors.Is(err, bus.ErrClosed):
+		return false, fmt.Errorf("worker: heartbeat: %w", err)
+	default:
+		w.log.Debug("heartbeat not answered", "err", err)
+		return false, nil
+	}
+}
+
+// newSession starts a registration: attempts assigned from now on belong to it.
+func (w *Worker) newSession() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.session++
+	return w.session
+}
+
+// cancelBefore cancels the attempts assigned before registration session, returning
+// how many.
+func (w *Worker) cancelBefore(session uint64) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, a := range w.attempts {
+		if a.session < session {
+			a.cancel(errAbandoned)
+			n++
+		}
+	}
+	return n
+}
+
+// sleep waits d, reporting false if ctx ended first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,219 @@
+// Package worker is the native jobbus worker: it registers with the coordinator over
+// the bus, heartbeats, runs the attempts the coordinator assigns (up to its capacity,
+// each in a goroutine of its own, cancellable), and reports every outcome until the
+// coordinator acknowledges it as durable.
+//
+// A worker only dials out, to NATS: the coordinator reaches it on its own bus address
+// (role worker, its id), through the worker's own connection.
+//
+// Registering again, when the coordinator has forgotten the worker or when the
+// connection came back (assignments sent meanwhile are lost), ends the coordinator's
+// leases of the attempts running here; the worker therefore cancels them, and their
+// results arrive as stale. A cancel only touches the attempt whose job and attempt id
+// it names, never a newer attempt of the same job.
+//
+//	w, err := worker.Connect(ctx, "nats://127.0.0.1:4222", worker.WithCapacity(8))
+//	...
+//	defer w.Close()
+//	err = w.Run(ctx) // until ctx ends
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/jobbus/jobbus/bus"
+	"github.com/jobbus/jobbus/bus/protocol"
+)
+
+// ErrStarted is returned by a second call of Run: a Worker runs once.
+var ErrStarted = errors.New("worker: already started")
+
+// coordinator is where a worker sends its messages: the coordinator role, whose
+// handlers run on the leader.
+var coordinator = bus.Address{Role: bus.RoleCoordinator}
+
+// Worker runs attempts for a coordinator. Create it with New or Connect, call Run once,
+// then Close. Its methods are safe for concurrent use.
+type Worker struct {
+	cfg  config
+	node *bus.Node
+	log  *slog.Logger
+
+	started atomic.Bool
+
+	// mu guards attempts, session and accepting: the attempts executing now, the
+	// registration they arrived under, and whether new ones are taken.
+	mu        sync.Mutex
+	attempts  map[lease]*attempt
+	session   uint64
+	accepting bool
+
+	// wg counts the attempt goroutines; they only start while accepting.
+	wg sync.WaitGroup
+	// runCtx is the parent of every attempt; Run's shutdown ends it with errShutdown.
+	runCtx  context.Context
+	stopRun context.CancelCauseFunc
+	// sendCtx bounds result deliveries; it ends when the shutdown grace runs out.
+	sendCtx  context.Context
+	stopSend context.CancelFunc
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// New returns a worker whose bus node shares nc; Close leaves nc open.
+func New(nc *nats.Conn, opts ...Option) (*Worker, error) {
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	node, err := bus.New(nc, bus.Address{Role: bus.RoleWorker, ID: cfg.id}, cfg.nodeOptions()...)
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	return newWorker(cfg, node), nil
+}
+
+// Connect returns a worker with a NATS connection of its own to url, which Close
+// closes. It does not wait for the server: Run registers once it is reachable.
+func Connect(ctx context.Context, url string, opts ...Option) (*Worker, error) {
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	node, err := bus.Connect(ctx, url, bus.Address{Role: bus.RoleWorker, ID: cfg.id}, cfg.nodeOptions()...)
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	return newWorker(cfg, node), nil
+}
+
+func (c *config) nodeOptions() []bus.Option {
+	return append([]bus.Option{bus.WithLogger(c.logger)}, c.busOpts...)
+}
+
+func newWorker(cfg config, node *bus.Node) *Worker {
+	w := &Worker{
+		cfg:       cfg,
+		node:      node,
+		log:       cfg.logger.With("worker", cfg.id),
+		attempts:  make(map[lease]*attempt),
+		accepting: true,
+	}
+	w.runCtx, w.stopRun = context.WithCancelCause(context.Background())
+	w.sendCtx, w.stopSend = context.WithCancel(context.Background())
+	return w
+}
+
+// ID is the worker's id.
+func (w *Worker) ID() string { return w.cfg.id }
+
+// Running is the number of attempts executing now.
+func (w *Worker) Running() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.attempts)
+}
+
+// Run serves the coordinator until ctx ends: it registers (retrying until the
+// coordinator answers), heartbeats, registers again when the coordinator has forgotten
+// it or the connection was lost, and runs what it is assigned.
+//
+// When ctx ends, Run stops taking work, cancels the running attempts, keeps delivering
+// the results of attempts that had finished for up to the shutdown timeout, tells the
+// coordinator it is going, and returns nil once every goroutine it started has ended.
+// A task that ignores its context's end therefore holds Run up.
+func (w *Worker) Run(ctx context.Context) error {
+	if !w.started.CompareAndSwap(false, true) {
+		return ErrStarted
+	}
+	if err := w.handle(); err != nil {
+		w.stopAccepting()
+		return err
+	}
+	// A connection that came back may have missed assignments: registering again makes
+	// the coordinator retry them at once instead of at their execution deadline.
+	nc := w.node.Conn()
+	reconnected := nc.StatusChanged(nats.CONNECTED)
+	err := w.serve(ctx, reconnected)
+	nc.RemoveStatusListener(reconnected)
+	return errors.Join(err, w.shutdown())
+}
+
+// handle serves the coordinator's tells on the worker's own address.
+func (w *Worker) handle() error {
+	if err := bus.Handle(w.node, protocol.PathAssign, w.onAssign); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	if err := bus.Handle(w.node, protocol.PathCancel, w.onCancel); err != nil {
+		return errors.Join(fmt.Errorf("worker: %w", err), w.node.Unhandle(protocol.PathAssign))
+	}
+	return nil
+}
+
+// shutdown ends Run: no new attempts, running ones cancelled, finished results
+// delivered within the grace, then the goodbye.
+func (w *Worker) shutdown() error {
+	n := w.stopAccepting()
+	err := errors.Join(w.node.Unhandle(protocol.PathAssign), w.node.Unhandle(protocol.PathCancel))
+	if n > 0 {
+		w.log.Info("worker stopping: cancelled running attempts", "running", n)
+	}
+	w.drain()
+	// The goodbye comes after the results, which it would otherwise make stale.
+	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.heartbeat)
+	defer cancel()
+	bye := &protocol.Disconnect{WorkerID: w.cfg.id, Cause: "worker shutting down"}
+	if terr := w.node.Tell(ctx, coordinator, protocol.PathDisconnect, bye); terr != nil && !errors.Is(terr, bus.ErrClosed) {
+		w.log.Warn("worker could not say goodbye", "err", terr)
+	}
+	w.log.Info("worker stopped")
+	return err
+}
+
+// stopAccepting refuses new attempts and cancels the running ones, returning how many.
+func (w *Worker) stopAccepting() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.accepting = false
+	w.stopRun(errShutdown)
+	return len(w.attempts)
+}
+
+// drain waits for the attempt goroutines; when the grace runs out it stops their result
+// deliveries, after which they end at once.
+func (w *Worker) drain() {
+	done := make(chan struct{})
+	go func() {
+		w.wg.Wait()
+		close(done)
+	}()
+	grace := time.NewTimer(w.cfg.shutdownTimeout)
+	defer grace.Stop()
+	select {
+	case <-done:
+	case <-grace.C:
+		w.log.Warn("worker shutdown timeout: undelivered results dropped", "timeout", w.cfg.shutdownTimeout)
+		w.stopSend()
+		<-done
+	}
+}
+
+// Close releases the worker's bus node, and the connection Connect opened. Call it after
+// Run returns; it is idempotent.
+func (w *Worker) Close() error {
+	w.closeOnce.Do(func() {
+		w.stopAccepting()
+		w.stopSend()
+		w.closeErr = w.node.Close()
+	})
+	return w.closeErr
+}
