@@ -44,9 +44,16 @@ type ServerError struct{ Message string }
 func (e *ServerError) Error() string        { return e.Message }
 func (e *ServerError) Is(target error) bool { return target == ErrServer }
 
-// Client talks to a jobbus coordinator over a NATS connection it does not own.
+// Transport carries one client-port request body of type t and returns the reply body.
+// NATS (New) and the bridge's TCP client port (DialTCP) implement it.
+type Transport interface {
+	RoundTrip(ctx context.Context, t protocol.Type, body []byte) ([]byte, error)
+	Close() error
+}
+
+// Client talks to a jobbus coordinator.
 type Client struct {
-	nc      *nats.Conn
+	tr      Transport
 	timeout time.Duration
 }
 
@@ -56,14 +63,22 @@ type Option func(*Client)
 // WithTimeout bounds each request when its context has no deadline (default 5s).
 func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
 
-// New returns a client on nc.
+// New returns a client on nc, which it does not own.
 func New(nc *nats.Conn, opts ...Option) *Client {
-	c := &Client{nc: nc, timeout: 5 * time.Second}
+	return NewWithTransport(natsTransport{nc}, opts...)
+}
+
+// NewWithTransport returns a client on any transport.
+func NewWithTransport(tr Transport, opts ...Option) *Client {
+	c := &Client{tr: tr, timeout: 5 * time.Second}
 	for _, o := range opts {
 		o(c)
 	}
 	return c
 }
+
+// Close closes the transport (a NATS connection passed to New stays open).
+func (c *Client) Close() error { return c.tr.Close() }
 
 // Do sends one client-port request and returns the coordinator's reply message as is.
 func (c *Client) Do(ctx context.Context, req protocol.Message) (protocol.Message, error) {
@@ -80,24 +95,33 @@ func (c *Client) Do(ctx context.Context, req protocol.Message) (protocol.Message
 
 // DoRaw sends a request body of type t and returns the raw reply body.
 func (c *Client) DoRaw(ctx context.Context, t protocol.Type, body []byte) ([]byte, error) {
-	name, ok := coordinator.Endpoint(t)
-	if !ok {
-		return nil, fmt.Errorf("%s is not a client request", t)
-	}
 	if _, has := ctx.Deadline(); !has {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 	}
-	msg, err := c.nc.RequestWithContext(ctx, coordinator.APIPrefix+"."+name, body)
+	return c.tr.RoundTrip(ctx, t, body)
+}
+
+// natsTransport sends requests to the coordinator's micro service.
+type natsTransport struct{ nc *nats.Conn }
+
+func (n natsTransport) RoundTrip(ctx context.Context, t protocol.Type, body []byte) ([]byte, error) {
+	name, ok := coordinator.Endpoint(t)
+	if !ok {
+		return nil, fmt.Errorf("%s is not a client request", t)
+	}
+	msg, err := n.nc.RequestWithContext(ctx, coordinator.APIPrefix+"."+name, body)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
-		return nil, fmt.Errorf("%w on %s (is `jobbus serve` running?)", ErrNoCoordinator, c.nc.ConnectedUrlRedacted())
+		return nil, fmt.Errorf("%w on %s (is `jobbus serve` running?)", ErrNoCoordinator, n.nc.ConnectedUrlRedacted())
 	case err != nil:
 		return nil, fmt.Errorf("%s: %w", t, err)
 	}
 	return msg.Data, nil
 }
+
+func (natsTransport) Close() error { return nil }
 
 // SubmitOption sets an optional field of a submission.
 type SubmitOption func(*protocol.SubmitJob)
