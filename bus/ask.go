@@ -228,6 +228,8 @@ func (n *Node) failPending(err error, closing bool) {
 	failed := n.pending
 	if len(failed) > 0 {
 		n.pending = make(map[uint64]*pendingAsk)
+	} else {
+		failed = nil // the empty map stays in use: ranging over it unlocked would race
 	}
 	n.pendMu.Unlock()
 	for _, p := range failed {
