@@ -153,6 +153,7 @@ func runLocalWorkers(ctx context.Context, nc *nats.Conn, n, capacity int, log *s
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer w.Close()
 			if err := w.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 				log.Error("local worker stopped", "worker", w.ID(), "err", err)
 			}
@@ -227,6 +228,7 @@ func workerCommand() *cli.Command {
 			if err != nil {
 				return usageError("%v", err)
 			}
+			defer w.Close()
 			log.Info("worker running", "worker", w.ID(), "nats", url)
 			if err := w.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 				return err

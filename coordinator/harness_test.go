@@ -36,7 +36,7 @@ func fastConfig() coordinator.Config {
 
 // system is an embedded NATS server, a coordinator and a client: the thing under test.
 type system struct {
-	t      *testing.T
+	t      testing.TB
 	srv    *embeddednats.Server
 	nc     *nats.Conn
 	cfg    coordinator.Config
@@ -45,6 +45,11 @@ type system struct {
 }
 
 func setup(t *testing.T, mods ...func(*coordinator.Config)) *system {
+	t.Helper()
+	return setupTB(t, mods...)
+}
+
+func setupTB(t testing.TB, mods ...func(*coordinator.Config)) *system {
 	t.Helper()
 	srv, err := embeddednats.Start(context.Background(), embeddednats.WithListen("127.0.0.1:-1"), embeddednats.WithStoreDir(t.TempDir()))
 	if err != nil {
@@ -109,6 +114,7 @@ func (s *system) startWorker(opts ...worker.Option) (w *worker.Worker, stop func
 	stop = func() {
 		cancel()
 		<-done
+		_ = w.Close()
 		nc.Close()
 	}
 	s.t.Cleanup(stop)
