@@ -70,9 +70,9 @@ func BenchmarkSubmitToAssign(b *testing.B) {
 				b.Error(err)
 			}
 		}()
-		a := m.nextAssign()
+		a := s.nextAssign(m)
 		lat = append(lat, time.Since(start))
-		m.report(a, true, "ok")
+		s.accept(m, a, true, "ok")
 	}
 	b.StopTimer()
 	slices.Sort(lat)
@@ -81,7 +81,7 @@ func BenchmarkSubmitToAssign(b *testing.B) {
 }
 
 func setupBench(b *testing.B) *system {
-	s := setupTB(b, func(c *coordinator.Config) { c.MaxActiveJobs = 1 << 30; c.HeartbeatTimeout = time.Minute })
+	s := setupTB(b, transports[0], func(c *coordinator.Config) { c.MaxActiveJobs = 1 << 30; c.HeartbeatTimeout = time.Minute })
 	return s
 }
 

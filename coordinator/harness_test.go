@@ -3,6 +3,8 @@ package coordinator_test
 import (
 	"context"
 	"encoding/json"
+	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,7 +20,6 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	buildBinary()
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { removeBinary() }))
 }
 
@@ -42,14 +43,19 @@ type system struct {
 	cfg    coordinator.Config
 	coord  *coordinator.Coordinator
 	client *client.Client
+	tr     transport
+	bridge interface {
+		WorkerAddr() net.Addr
+		ClientAddr() net.Addr
+	}
 }
 
-func setup(t *testing.T, mods ...func(*coordinator.Config)) *system {
+func setup(t *testing.T, tr transport, mods ...func(*coordinator.Config)) *system {
 	t.Helper()
-	return setupTB(t, mods...)
+	return setupTB(t, tr, mods...)
 }
 
-func setupTB(t testing.TB, mods ...func(*coordinator.Config)) *system {
+func setupTB(t testing.TB, tr transport, mods ...func(*coordinator.Config)) *system {
 	t.Helper()
 	srv, err := embeddednats.Start(context.Background(), embeddednats.WithListen("127.0.0.1:-1"), embeddednats.WithStoreDir(t.TempDir()))
 	if err != nil {
@@ -65,8 +71,12 @@ func setupTB(t testing.TB, mods ...func(*coordinator.Config)) *system {
 	for _, m := range mods {
 		m(&cfg)
 	}
-	s := &system{t: t, srv: srv, nc: nc, cfg: cfg, client: client.New(nc)}
+	s := &system{t: t, srv: srv, nc: nc, cfg: cfg, tr: tr}
 	s.startCoordinator()
+	if tr.bridged {
+		startBridge(s)
+	}
+	s.client = tr.client(s)
 	return s
 }
 
@@ -93,33 +103,43 @@ func (s *system) restart(mods ...func(*coordinator.Config)) {
 	s.startCoordinator()
 }
 
-// startWorker runs a native worker until the test ends or stop is called.
-func (s *system) startWorker(opts ...worker.Option) (w *worker.Worker, stop func()) {
+// runner is a real worker (native or spec TCP) running the built-in tasks.
+type runner interface {
+	ID() string
+	Running() int
+}
+
+// startWorker runs a real worker of the system's transport until the test ends or stop
+// is called.
+func (s *system) startWorker(capacity int) (w runner, stop func()) {
 	s.t.Helper()
-	nc, err := s.srv.Connect()
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	opts = append([]worker.Option{worker.WithHeartbeat(50 * time.Millisecond)}, opts...)
-	w, err = worker.New(nc, opts...)
-	if err != nil {
-		s.t.Fatal(err)
-	}
+	w, run, closeFn := s.tr.worker(s, capacity)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = w.Run(ctx)
+		_ = run(ctx)
 	}()
+	var once sync.Once
 	stop = func() {
-		cancel()
-		<-done
-		_ = w.Close()
-		nc.Close()
+		once.Do(func() {
+			cancel()
+			<-done
+			closeFn()
+		})
 	}
 	s.t.Cleanup(stop)
 	s.eventually("worker "+w.ID()+" registered", func() bool { return s.hasWorker(w.ID()) })
 	return w, stop
+}
+
+// nativeWorker builds a native NATS worker.
+func nativeWorker(s *system, capacity int) (runner, func(context.Context) error, func()) {
+	nc, err := s.srv.Connect()
+	must(s.t, err)
+	w, err := worker.New(nc, worker.WithHeartbeat(50*time.Millisecond), worker.WithCapacity(capacity), worker.WithLogger(nil))
+	must(s.t, err)
+	return w, w.Run, func() { _ = w.Close(); nc.Close() }
 }
 
 func (s *system) hasWorker(id string) bool {
@@ -196,9 +216,85 @@ func eventually(t testing.TB, limit time.Duration, what string, cond func() bool
 	}
 }
 
-// manualWorker is a real worker on the bus whose every move the test makes: it
-// registers, heartbeats and reports results only when told to.
-type manualWorker struct {
+// peer is a real worker whose every move the test makes: it registers, heartbeats and
+// reports results only when told to. busPeer speaks the bus, tcpPeer the worker port.
+type peer interface {
+	ID() string
+	register(capacity int)
+	heartbeat() error
+	disconnect()
+	assignments() <-chan protocol.TaskAssign
+	cancellations() <-chan protocol.TaskCancel
+	// report sends a TASK_RESULT; the acknowledgement is nil where the transport has none.
+	report(a protocol.TaskAssign, success bool, text string) *protocol.ResultAck
+}
+
+// manualWorker registers a test-driven worker of the system's transport.
+func (s *system) manualWorker(id string, capacity int) peer {
+	s.t.Helper()
+	p := s.tr.peer(s, id)
+	p.register(capacity)
+	return p
+}
+
+// nextAssign waits for p's next assignment.
+func (s *system) nextAssign(p peer) protocol.TaskAssign {
+	s.t.Helper()
+	select {
+	case a := <-p.assignments():
+		return a
+	case <-time.After(10 * time.Second):
+		s.t.Fatalf("worker %s got no assignment", p.ID())
+	}
+	return protocol.TaskAssign{}
+}
+
+func (s *system) nextCancel(p peer) protocol.TaskCancel {
+	s.t.Helper()
+	select {
+	case c := <-p.cancellations():
+		return c
+	case <-time.After(10 * time.Second):
+		s.t.Fatalf("worker %s got no cancel", p.ID())
+	}
+	return protocol.TaskCancel{}
+}
+
+// accept reports a result that must count, and waits until it has.
+func (s *system) accept(p peer, a protocol.TaskAssign, success bool, text string) {
+	s.t.Helper()
+	if ack := p.report(a, success, text); ack != nil {
+		if !ack.Accepted {
+			s.t.Fatalf("result for job %s attempt %d refused", a.JobID, a.AttemptNumber)
+		}
+		return
+	}
+	s.eventually("result for job "+a.JobID+" counted", func() bool {
+		j := s.status(a.JobID)
+		return j.State != protocol.StateRunning || j.Attempts > a.AttemptNumber
+	})
+}
+
+// reject reports a result that must be stale, and checks it changed nothing.
+func (s *system) reject(p peer, a protocol.TaskAssign, success bool, text string) {
+	s.t.Helper()
+	before := s.status(a.JobID)
+	if ack := p.report(a, success, text); ack != nil {
+		if ack.Accepted {
+			s.t.Fatalf("stale result for job %s attempt %d accepted", a.JobID, a.AttemptNumber)
+		}
+		return
+	}
+	// Without an acknowledgement, give the result time to arrive and do harm.
+	for deadline := time.Now().Add(200 * time.Millisecond); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if after := s.status(a.JobID); after.State != before.State || deref(after.Result) != deref(before.Result) || deref(after.Error) != deref(before.Error) {
+			s.t.Fatalf("stale result changed job %s: %+v -> %+v", a.JobID, before, after)
+		}
+	}
+}
+
+// busPeer is a test-driven worker on the bus.
+type busPeer struct {
 	s       *system
 	id      string
 	node    *bus.Node
@@ -208,14 +304,12 @@ type manualWorker struct {
 
 var coordinatorAddr = bus.Address{Role: bus.RoleCoordinator}
 
-func (s *system) manualWorker(id string, capacity int) *manualWorker {
+func newBusPeer(s *system, id string) peer {
 	s.t.Helper()
-	node, err := bus.New(s.nc, bus.Address{Role: bus.RoleWorker, ID: id})
-	if err != nil {
-		s.t.Fatal(err)
-	}
+	node, err := bus.New(s.nc, bus.Address{Role: bus.RoleWorker, ID: id}, bus.WithLogger(nil))
+	must(s.t, err)
 	s.t.Cleanup(func() { _ = node.Close() })
-	m := &manualWorker{s: s, id: id, node: node, assigns: make(chan protocol.TaskAssign, 100), cancels: make(chan protocol.TaskCancel, 100)}
+	m := &busPeer{s: s, id: id, node: node, assigns: make(chan protocol.TaskAssign, 100), cancels: make(chan protocol.TaskCancel, 100)}
 	must(s.t, bus.Handle(node, protocol.PathAssign, func(_ context.Context, _ bus.Address, a protocol.TaskAssign) (struct{}, error) {
 		m.assigns <- a
 		return struct{}{}, nil
@@ -224,61 +318,44 @@ func (s *system) manualWorker(id string, capacity int) *manualWorker {
 		m.cancels <- c
 		return struct{}{}, nil
 	}))
-	m.register(capacity)
 	return m
 }
 
-func (m *manualWorker) register(capacity int) {
+func (m *busPeer) ID() string                                { return m.id }
+func (m *busPeer) assignments() <-chan protocol.TaskAssign   { return m.assigns }
+func (m *busPeer) cancellations() <-chan protocol.TaskCancel { return m.cancels }
+
+func (m *busPeer) register(capacity int) {
 	m.s.t.Helper()
 	_, err := bus.Ask[protocol.WorkerRegistered](context.Background(), m.node, coordinatorAddr, protocol.PathRegister,
 		&protocol.WorkerRegister{WorkerID: m.id, Capacity: capacity})
 	must(m.s.t, err)
 }
 
-func (m *manualWorker) heartbeat() error {
+func (m *busPeer) heartbeat() error {
 	_, err := bus.Ask[protocol.Heartbeat](context.Background(), m.node, coordinatorAddr, protocol.PathHeartbeat, &protocol.Heartbeat{WorkerID: m.id})
 	return err
 }
 
-func (m *manualWorker) disconnect(cause string) {
-	must(m.s.t, m.node.Tell(context.Background(), coordinatorAddr, protocol.PathDisconnect, &protocol.Disconnect{WorkerID: m.id, Cause: cause}))
+func (m *busPeer) disconnect() {
+	must(m.s.t, m.node.Tell(context.Background(), coordinatorAddr, protocol.PathDisconnect, &protocol.Disconnect{WorkerID: m.id, Cause: "connection closed"}))
 }
 
-// nextAssign waits for the next assignment.
-func (m *manualWorker) nextAssign() protocol.TaskAssign {
+func (m *busPeer) report(a protocol.TaskAssign, success bool, text string) *protocol.ResultAck {
 	m.s.t.Helper()
-	select {
-	case a := <-m.assigns:
-		return a
-	case <-time.After(10 * time.Second):
-		m.s.t.Fatalf("worker %s got no assignment", m.id)
-	}
-	return protocol.TaskAssign{}
+	ack, err := bus.Ask[protocol.ResultAck](context.Background(), m.node, coordinatorAddr, protocol.PathResult, result(m.id, a, success, text))
+	must(m.s.t, err)
+	return &ack
 }
 
-func (m *manualWorker) nextCancel() protocol.TaskCancel {
-	m.s.t.Helper()
-	select {
-	case c := <-m.cancels:
-		return c
-	case <-time.After(10 * time.Second):
-		m.s.t.Fatalf("worker %s got no cancel", m.id)
-	}
-	return protocol.TaskCancel{}
-}
-
-// report sends a TASK_RESULT for a and returns the coordinator's acknowledgement.
-func (m *manualWorker) report(a protocol.TaskAssign, success bool, text string) protocol.ResultAck {
-	m.s.t.Helper()
-	res := &protocol.TaskResult{WorkerID: m.id, JobID: a.JobID, AttemptID: a.AttemptID, Success: success}
+func result(workerID string, a protocol.TaskAssign, success bool, text string) *protocol.TaskResult {
+	res := &protocol.TaskResult{WorkerID: workerID, JobID: a.JobID, AttemptID: a.AttemptID, Success: success}
 	if success {
 		res.Result = &text
 	} else {
 		res.Error = &text
 	}
-	ack, err := bus.Ask[protocol.ResultAck](context.Background(), m.node, coordinatorAddr, protocol.PathResult, res)
-	must(m.s.t, err)
-	return ack
+	return res
 }
 
 func must(t testing.TB, err error) {

@@ -22,88 +22,85 @@ import (
 )
 
 func TestRestart(t *testing.T) {
-	t.Parallel()
-	t.Run("CompletedJobsSurvive", func(t *testing.T) {
-		t.Parallel()
-		s := setup(t)
-		_, stop := s.startWorker()
-		id := s.submit("SHA256", text("abc"))
-		before := s.wait(id)
-		stop()
-		s.restart()
-		if after := s.status(id); !reflect.DeepEqual(after, before) {
-			t.Fatalf("after restart %+v, before %+v", after, before)
-		}
-	})
-	t.Run("RunningJobRunsAgain", func(t *testing.T) {
-		t.Parallel()
-		s := setup(t)
-		m := s.manualWorker("gone", 1)
-		id := s.submit("SHA256", text("abc"))
-		first := m.nextAssign()
-		s.restart()
-		j := s.status(id)
-		if j.State != protocol.StateQueued || j.Attempts != 1 {
-			t.Fatalf("after restart %+v, want QUEUED with the lost attempt counted", j)
-		}
-		if m.report(first, true, "from the old lease").Accepted {
-			t.Fatal("result of an attempt from before the restart accepted")
-		}
-		s.startWorker()
-		if j := s.wait(id); j.State != protocol.StateCompleted || j.Attempts != 2 {
-			t.Fatalf("job %+v, want COMPLETED on attempt 2", j)
-		}
-	})
-	t.Run("FinalAttemptFails", func(t *testing.T) {
-		t.Parallel()
-		s := setup(t)
-		m := s.manualWorker("gone", 1)
-		id := s.submit("SHA256", text("abc"), client.MaxAttempts(1))
-		m.nextAssign()
-		s.restart()
-		j := s.status(id)
-		if j.State != protocol.StateFailed || deref(j.Error) != "coordinator restarted during final attempt; outcome unknown" {
-			t.Fatalf("after restart %+v error %q", j, deref(j.Error))
-		}
-	})
-	t.Run("StaleDeadlineNotApplied", func(t *testing.T) {
-		t.Parallel()
-		s := setup(t, func(c *coordinator.Config) { c.TaskTimeout = 400 * time.Millisecond })
-		old := s.manualWorker("old", 1)
-		id := s.submit("SHA256", text("abc"))
-		old.nextAssign()
-		s.restart()
-		fresh := s.manualWorker("fresh", 1)
-		a := fresh.nextAssign()
-		assignedAt := time.Now()
-		time.Sleep(300 * time.Millisecond) // past the first attempt's deadline, inside the second's
-		if time.Since(assignedAt) < 400*time.Millisecond {
-			if !fresh.report(a, true, "done").Accepted {
-				t.Fatalf("result refused: %+v", s.status(id))
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		t.Run("CompletedJobsSurvive", func(t *testing.T) {
+			t.Parallel()
+			s := setup(t, tr)
+			_, stop := s.startWorker(4)
+			id := s.submit("SHA256", text("abc"))
+			before := s.wait(id)
+			stop()
+			s.restart()
+			if after := s.status(id); !reflect.DeepEqual(after, before) {
+				t.Fatalf("after restart %+v, before %+v", after, before)
 			}
-			if j := s.status(id); j.State != protocol.StateCompleted || j.Attempts != 2 {
-				t.Fatalf("job %+v", j)
+		})
+		t.Run("RunningJobRunsAgain", func(t *testing.T) {
+			t.Parallel()
+			s := setup(t, tr)
+			m := s.manualWorker("gone", 1)
+			id := s.submit("SHA256", text("abc"))
+			first := s.nextAssign(m)
+			s.restart()
+			j := s.status(id)
+			if j.State != protocol.StateQueued || j.Attempts != 1 {
+				t.Fatalf("after restart %+v, want QUEUED with the lost attempt counted", j)
 			}
-		}
-	})
-	t.Run("PriorityAndSequenceSurvive", func(t *testing.T) {
-		t.Parallel()
-		s := setup(t)
-		low := s.submit("SHA256", text("1"), client.Priority(protocol.PriorityLow))
-		normal := s.submit("SHA256", text("2"))
-		high := s.submit("SHA256", text("3"), client.Priority(protocol.PriorityHigh))
-		s.restart()
-		normal2 := s.submit("SHA256", text("4"))
-		got := runOneByOne(s, 4)
-		want := []string{high, normal, normal2, low}
-		if strings.Join(got, ",") != strings.Join(want, ",") {
-			t.Fatalf("order after restart %v, want %v", got, want)
-		}
-		page, err := s.client.List(context.Background(), protocol.ListJobs{})
-		must(t, err)
-		if len(page.Jobs) != 4 || page.Jobs[0].JobID != normal2 || page.Jobs[3].JobID != low {
-			t.Fatalf("list newest first: %+v", page.Jobs)
-		}
+			s.reject(m, first, true, "from the old lease")
+			s.startWorker(4)
+			if j := s.wait(id); j.State != protocol.StateCompleted || j.Attempts != 2 {
+				t.Fatalf("job %+v, want COMPLETED on attempt 2", j)
+			}
+		})
+		t.Run("FinalAttemptFails", func(t *testing.T) {
+			t.Parallel()
+			s := setup(t, tr)
+			m := s.manualWorker("gone", 1)
+			id := s.submit("SHA256", text("abc"), client.MaxAttempts(1))
+			s.nextAssign(m)
+			s.restart()
+			j := s.status(id)
+			if j.State != protocol.StateFailed || deref(j.Error) != "coordinator restarted during final attempt; outcome unknown" {
+				t.Fatalf("after restart %+v error %q", j, deref(j.Error))
+			}
+		})
+		t.Run("StaleDeadlineNotApplied", func(t *testing.T) {
+			t.Parallel()
+			s := setup(t, tr, func(c *coordinator.Config) { c.TaskTimeout = 400 * time.Millisecond })
+			old := s.manualWorker("old", 1)
+			id := s.submit("SHA256", text("abc"))
+			s.nextAssign(old)
+			s.restart()
+			fresh := s.manualWorker("fresh", 1)
+			a := s.nextAssign(fresh)
+			assignedAt := time.Now()
+			time.Sleep(300 * time.Millisecond) // past the first attempt's deadline, inside the second's
+			if time.Since(assignedAt) < 400*time.Millisecond {
+				s.accept(fresh, a, true, "done")
+				if j := s.status(id); j.State != protocol.StateCompleted || j.Attempts != 2 {
+					t.Fatalf("job %+v", j)
+				}
+			}
+		})
+		t.Run("PriorityAndSequenceSurvive", func(t *testing.T) {
+			t.Parallel()
+			s := setup(t, tr)
+			low := s.submit("SHA256", text("1"), client.Priority(protocol.PriorityLow))
+			normal := s.submit("SHA256", text("2"))
+			high := s.submit("SHA256", text("3"), client.Priority(protocol.PriorityHigh))
+			s.restart()
+			normal2 := s.submit("SHA256", text("4"))
+			got := runOneByOne(s, 4)
+			want := []string{high, normal, normal2, low}
+			if strings.Join(got, ",") != strings.Join(want, ",") {
+				t.Fatalf("order after restart %v, want %v", got, want)
+			}
+			page, err := s.client.List(context.Background(), protocol.ListJobs{})
+			must(t, err)
+			if len(page.Jobs) != 4 || page.Jobs[0].JobID != normal2 || page.Jobs[3].JobID != low {
+				t.Fatalf("list newest first: %+v", page.Jobs)
+			}
+		})
 	})
 }
 
@@ -113,9 +110,9 @@ func runOneByOne(s *system, n int) []string {
 	m := s.manualWorker("one-by-one", 1)
 	var order []string
 	for range n {
-		a := m.nextAssign()
+		a := s.nextAssign(m)
 		order = append(order, a.JobID)
-		m.report(a, true, "ok")
+		s.accept(m, a, true, "ok")
 	}
 	return order
 }
@@ -139,48 +136,65 @@ func (c *clock) advance(d time.Duration) {
 }
 
 func TestPriorityOrder(t *testing.T) {
-	t.Parallel()
-	clk := &clock{now: time.Now()}
-	s := setup(t, func(c *coordinator.Config) {
-		c.Now = clk.Now
-		c.AgingStep = time.Minute
-		c.HeartbeatTimeout = time.Hour // the clock stands still between steps
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		clk := &clock{now: time.Now()}
+		s := setup(t, tr, func(c *coordinator.Config) {
+			c.Now = clk.Now
+			c.AgingStep = time.Minute
+			c.HeartbeatTimeout = time.Hour // the clock stands still between steps
+		})
+		lowOld := s.submit("SHA256", text("a"), client.Priority(protocol.PriorityLow))
+		normalOld := s.submit("SHA256", text("b"))
+		clk.advance(time.Minute) // lowOld is NORMAL now, normalOld HIGH
+		high := s.submit("SHA256", text("c"), client.Priority(protocol.PriorityHigh))
+		normal := s.submit("SHA256", text("d"), client.Priority(protocol.PriorityNormal))
+		low := s.submit("SHA256", text("e"), client.Priority(protocol.PriorityLow))
+		got := runOneByOne(s, 5)
+		// Effective: normalOld HIGH(seq 2), high HIGH(3), lowOld NORMAL(1), normal NORMAL(4), low LOW(5).
+		want := []string{normalOld, high, lowOld, normal, low}
+		if strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Fatalf("order %v,\nwant  %v", got, want)
+		}
+		if j := s.status(lowOld); j.Priority != protocol.PriorityLow {
+			t.Fatalf("snapshot shows priority %s, want the base LOW", j.Priority)
+		}
 	})
-	lowOld := s.submit("SHA256", text("a"), client.Priority(protocol.PriorityLow))
-	normalOld := s.submit("SHA256", text("b"))
-	clk.advance(time.Minute) // lowOld is NORMAL now, normalOld HIGH
-	high := s.submit("SHA256", text("c"), client.Priority(protocol.PriorityHigh))
-	normal := s.submit("SHA256", text("d"), client.Priority(protocol.PriorityNormal))
-	low := s.submit("SHA256", text("e"), client.Priority(protocol.PriorityLow))
-	got := runOneByOne(s, 5)
-	// Effective: normalOld HIGH(seq 2), high HIGH(3), lowOld NORMAL(1), normal NORMAL(4), low LOW(5).
-	want := []string{normalOld, high, lowOld, normal, low}
-	if strings.Join(got, ",") != strings.Join(want, ",") {
-		t.Fatalf("order %v,\nwant  %v", got, want)
-	}
-	if j := s.status(lowOld); j.Priority != protocol.PriorityLow {
-		t.Fatalf("snapshot shows priority %s, want the base LOW", j.Priority)
-	}
 }
 
 // The tests below run the real binary and kill it with SIGKILL.
 
-var binary string
+var (
+	binary     string
+	buildOnce  sync.Once
+	buildError error
+)
 
-func buildBinary() {
-	dir, err := os.MkdirTemp("", "jobbus-bin-")
-	if err != nil {
-		panic(err)
+// jobbusBinary builds the binary once per test run, for the tests that kill it.
+func jobbusBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "jobbus-bin-")
+		if err != nil {
+			buildError = err
+			return
+		}
+		binary = filepath.Join(dir, "jobbus")
+		out, err := exec.Command("go", "build", "-race", "-o", binary, "github.com/jobbus/jobbus").CombinedOutput()
+		if err != nil {
+			buildError = fmt.Errorf("build jobbus: %v\n%s", err, out)
+		}
+	})
+	if buildError != nil {
+		t.Fatal(buildError)
 	}
-	binary = filepath.Join(dir, "jobbus")
-	cmd := exec.Command("go", "build", "-race", "-o", binary, "github.com/jobbus/jobbus")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		panic(fmt.Sprintf("build jobbus: %v", err))
-	}
+	return binary
 }
 
-func removeBinary() { _ = os.RemoveAll(filepath.Dir(binary)) }
+func removeBinary() {
+	if binary != "" {
+		_ = os.RemoveAll(filepath.Dir(binary))
+	}
+}
 
 func freePort(t *testing.T) int {
 	t.Helper()
@@ -193,7 +207,7 @@ func freePort(t *testing.T) int {
 // serveProcess runs `jobbus serve` on dataDir and port until the test ends.
 func serveProcess(t *testing.T, dataDir string, port int, args ...string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(binary, append([]string{"serve", "--data-dir", dataDir, "--nats-listen", fmt.Sprintf("127.0.0.1:%d", port),
+	cmd := exec.Command(jobbusBinary(t), append([]string{"serve", "--data-dir", dataDir, "--nats-listen", fmt.Sprintf("127.0.0.1:%d", port),
 		"--sweep-interval-millis", "10", "--heartbeat-timeout-millis", "1000"}, args...)...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	must(t, cmd.Start())
