@@ -62,7 +62,9 @@ func (c *Coordinator) serve() error {
 	if err != nil {
 		return fmt.Errorf("api service: %w", err)
 	}
+	c.mu.Lock()
 	c.svc = svc
+	c.mu.Unlock()
 	group := svc.AddGroup(APIPrefix)
 	for _, name := range []string{"submit", "status", "list", "workers", "cancel"} {
 		if err := group.AddEndpoint(name, micro.HandlerFunc(c.handleAPI)); err != nil {
@@ -153,6 +155,9 @@ func (c *Coordinator) Request(data []byte, reply func(protocol.Message)) {
 func (c *Coordinator) status(id string) protocol.Message {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.fenced != nil {
+		return c.refuse()
+	}
 	j := c.jobs[id]
 	if j == nil {
 		return protocol.UnknownJob(id)
@@ -182,6 +187,9 @@ func (c *Coordinator) list(req *protocol.ListJobs) protocol.Message {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.fenced != nil {
+		return c.refuse()
+	}
 	out := &protocol.JobList{}
 	budget := MaxReply - 128 // the envelope and a cursor
 	var lastSeq uint64

@@ -106,12 +106,7 @@ func (c *Coordinator) Start(ctx context.Context) error {
 // Close stops serving and waits for in-flight writes to end. It is idempotent.
 func (c *Coordinator) Close() error {
 	c.closed.Do(func() {
-		if c.svc != nil {
-			_ = c.svc.Stop()
-		}
-		if c.node != nil {
-			_ = c.node.Close()
-		}
+		c.stopServing()
 		c.drainWrites(2 * time.Second)
 		if c.cancel != nil {
 			c.cancel()
@@ -161,7 +156,22 @@ func (c *Coordinator) fence(err error) {
 	}
 	c.mu.Unlock()
 	if first {
-		c.log.Error("coordinator fenced; no longer changing job state", "err", err)
+		c.log.Error("coordinator fenced; it stops serving", "err", err)
+		c.goRun(c.stopServing)
+	}
+}
+
+// stopServing withdraws the API and the worker handlers, so that clients and workers
+// reach a coordinator whose memory is the truth, or none.
+func (c *Coordinator) stopServing() {
+	c.mu.Lock()
+	svc, node := c.svc, c.node
+	c.mu.Unlock()
+	if svc != nil {
+		_ = svc.Stop()
+	}
+	if node != nil {
+		_ = node.Close()
 	}
 }
 

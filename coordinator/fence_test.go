@@ -1,0 +1,59 @@
+package coordinator_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jobbus/jobbus/bus"
+	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/client"
+	"github.com/jobbus/jobbus/coordinator"
+)
+
+// TestFencedByForeignWrite shows invariant 3: when someone else writes a job record the
+// coordinator believes it owns, the coordinator's next write of it fails its CAS, the
+// foreign record survives, and the coordinator stops changing state.
+func TestFencedByForeignWrite(t *testing.T) {
+	t.Parallel()
+	s := setup(t, transports[0])
+	ctx := context.Background()
+	m := s.manualWorker("w", 1)
+	id := s.submit("SHA256", text("x"))
+	a := s.nextAssign(m)
+
+	js, err := jetstream.New(s.nc)
+	must(t, err)
+	kv, err := js.KeyValue(ctx, coordinator.JobsBucket)
+	must(t, err)
+	var entry jetstream.KeyValueEntry
+	s.eventually("the RUNNING record stored", func() bool {
+		entry, err = kv.Get(ctx, id)
+		return err == nil && strings.Contains(string(entry.Value()), `"state":"RUNNING"`)
+	})
+	foreign := strings.Replace(string(entry.Value()), `"state":"RUNNING"`, `"state":"CANCELLED"`, 1)
+	_, err = kv.Update(ctx, id, []byte(foreign), entry.Revision())
+	must(t, err)
+
+	// The coordinator's write of COMPLETED must fail, and the result not be acknowledged.
+	ack, err := bus.Ask[protocol.ResultAck](ctx, m.(*busPeer).node, coordinatorAddr, protocol.PathResult, result("w", a, true, "mine"))
+	if err == nil && ack.Accepted {
+		t.Fatal("a result was acknowledged although its write could not be stored")
+	}
+	after, err := kv.Get(ctx, id)
+	must(t, err)
+	if string(after.Value()) != foreign {
+		t.Fatalf("the foreign write was overwritten:\n%s", after.Value())
+	}
+	// It no longer serves: requests get its refusal or, once its service is withdrawn, no answer.
+	s.eventually("the fenced coordinator withdrawn", func() bool {
+		_, err := s.client.Submit(ctx, "SHA256", text("y"))
+		return errors.Is(err, client.ErrNoCoordinator)
+	})
+	if _, err := s.client.Status(ctx, id); !errors.Is(err, client.ErrNoCoordinator) {
+		t.Fatalf("status from a fenced coordinator: %v", err)
+	}
+}
