@@ -31,6 +31,9 @@ type Config struct {
 	Replicas int
 	// Writers is how many KV writes may be in flight at once.
 	Writers int
+	// LeaderLease is how long a leader's lease lasts unless renewed (every third of it):
+	// a standby takes over within about this long of the leader's loss.
+	LeaderLease time.Duration
 
 	// Tasks validates payloads; nil means the five built-in tasks.
 	Tasks *tasks.Registry
@@ -53,6 +56,7 @@ func DefaultConfig() Config {
 		AgingStep:        time.Minute,
 		Replicas:         1,
 		Writers:          32,
+		LeaderLease:      5 * time.Second,
 	}
 }
 
@@ -69,6 +73,9 @@ func (c Config) Validate() error {
 	positive("task timeout", c.TaskTimeout)
 	positive("retry base delay", c.RetryBaseDelay)
 	positive("aging step", c.AgingStep)
+	if c.LeaderLease < 300*time.Millisecond {
+		errs = append(errs, fmt.Errorf("leader lease must be at least 300ms, got %v", c.LeaderLease))
+	}
 	if c.RetryMaxDelay < c.RetryBaseDelay {
 		errs = append(errs, fmt.Errorf("retry max delay (%v) must be at least the base delay (%v)", c.RetryMaxDelay, c.RetryBaseDelay))
 	}

@@ -1,0 +1,104 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// LeaderBucket holds the leader lease: one key whose entries expire after the lease
+// duration unless the leader renews them.
+const LeaderBucket = "JOBBUS_LEADER"
+
+const leaderKey = "coordinator"
+
+// Run campaigns for leadership and runs a coordinator while it leads, until ctx ends:
+// several `jobbus coordinator` processes on one NATS give one leader and standbys that
+// take over within a lease of its loss. onLead, if not nil, sees each coordinator started.
+//
+// Leadership alone does not make writes safe (a deposed leader may not know it yet);
+// the CAS on every record does (invariant 3). The lease only keeps the leader unique in
+// the common case, and gives failover.
+func Run(ctx context.Context, nc *nats.Conn, cfg Config, onLead func(*Coordinator)) error {
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("coordinator config: %w", err)
+	}
+	cfg.fill()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("coordinator: jetstream: %w", err)
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: LeaderBucket, Description: "jobbus coordinator leader lease",
+		History: 1, TTL: cfg.LeaderLease, Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
+	})
+	if err != nil {
+		return fmt.Errorf("coordinator: open bucket %s: %w", LeaderBucket, err)
+	}
+	id := newID()
+	for {
+		rev, err := campaign(ctx, kv, id, cfg.LeaderLease/3)
+		if err != nil {
+			return nil // ctx ended while standing by
+		}
+		cfg.Logger.Info("leading", "coordinator", id)
+		if err := lead(ctx, nc, kv, cfg, id, rev, onLead); err != nil {
+			cfg.Logger.Error("lost leadership", "coordinator", id, "err", err)
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+// campaign waits until this process holds the lease, or ctx ends.
+func campaign(ctx context.Context, kv jetstream.KeyValue, id string, every time.Duration) (uint64, error) {
+	for {
+		// ErrKeyExists means another leads; any other error (NATS unavailable, say) is
+		// retried the same way, since the leader may be gone too.
+		if rev, err := kv.Create(ctx, leaderKey, []byte(id)); err == nil {
+			return rev, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(every):
+		}
+	}
+}
+
+// lead runs a coordinator while the lease is renewed; it returns when ctx ends (after
+// giving the lease up) or when a renewal fails.
+func lead(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, cfg Config, id string, rev uint64, onLead func(*Coordinator)) error {
+	c, err := New(nc, cfg)
+	if err != nil {
+		return err
+	}
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	defer c.Close()
+	if onLead != nil {
+		onLead(c)
+	}
+	t := time.NewTicker(cfg.LeaderLease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			c.Close()
+			_ = kv.Delete(context.Background(), leaderKey, jetstream.LastRevision(rev))
+			return nil
+		case <-t.C:
+			rctx, cancel := context.WithTimeout(ctx, cfg.LeaderLease/3)
+			rev, err = kv.Update(rctx, leaderKey, []byte(id), rev)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				return fmt.Errorf("renew lease: %w", err)
+			}
+		}
+	}
+}

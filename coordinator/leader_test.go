@@ -1,0 +1,61 @@
+package coordinator_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/coordinator"
+)
+
+// TestStandbyTakesOver runs two campaigning coordinators: one leads, the other waits,
+// and takes over with the jobs when the leader stops.
+func TestStandbyTakesOver(t *testing.T) {
+	t.Parallel()
+	s := setup(t, transports[0])
+	_ = s.coord.Close() // the campaigners below replace the plain coordinator
+
+	cfg := s.cfg
+	cfg.LeaderLease = 600 * time.Millisecond
+	var mu sync.Mutex
+	leaders := map[int]int{}
+	run := func(n int) (stop func()) {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if err := coordinator.Run(ctx, s.nc, cfg, func(*coordinator.Coordinator) {
+				mu.Lock()
+				leaders[n]++
+				mu.Unlock()
+			}); err != nil {
+				t.Error(err)
+			}
+		}()
+		var once sync.Once
+		stop = func() { once.Do(func() { cancel(); <-done }) }
+		t.Cleanup(stop)
+		return stop
+	}
+	led := func() (a, b int) {
+		mu.Lock()
+		defer mu.Unlock()
+		return leaders[1], leaders[2]
+	}
+	stop1 := run(1)
+	s.eventually("coordinator 1 leads", func() bool { a, _ := led(); return a == 1 })
+	run(2)
+	id := s.submit("SHA256", text("before failover"))
+	time.Sleep(2 * cfg.LeaderLease) // the standby must keep standing by while the leader renews
+	if a, b := led(); a != 1 || b != 0 {
+		t.Fatalf("leadership while 1 is alive: %d, %d", a, b)
+	}
+	stop1()
+	s.eventually("coordinator 2 leads", func() bool { _, b := led(); return b == 1 })
+	s.startWorker(2)
+	if j := s.wait(id); j.State != protocol.StateCompleted {
+		t.Fatalf("job submitted to the old leader: %+v", j)
+	}
+}
