@@ -55,15 +55,18 @@ func App(stdout, stderr io.Writer) *cli.App {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "nats", Usage: "URL of an existing NATS server with JetStream (serve: instead of the embedded one)", EnvVars: env("nats")},
 			&cli.StringFlag{Name: "nats-creds", Usage: "NATS credentials file for --nats", EnvVars: env("nats-creds")},
+			&cli.StringFlag{Name: "connect", Usage: "client commands: talk to the TCP client port at host:port (e.g. 127.0.0.1:7071) instead of NATS", EnvVars: env("connect")},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("log-level")},
 			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text or json", EnvVars: env("log-format")},
 		},
-		Commands: []*cli.Command{
+		Commands: append([]*cli.Command{
 			serveCommand(),
 			coordinatorCommand(),
 			workerCommand(),
+			bridgeCommand(),
 			versionCommand(),
-		},
+			completionCommand(),
+		}, clientCommands()...),
 		ExitErrHandler: func(*cli.Context, error) {}, // Run prints errors and picks the exit code
 	}
 }

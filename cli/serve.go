@@ -68,7 +68,7 @@ and --workers local native workers. With the global --nats URL it joins that ser
 
 Example:
    jobbus serve --workers 2`,
-		Flags:  append(flags, coordinatorFlags()...),
+		Flags:  append(append(flags, coordinatorFlags()...), bridgeFlags()...),
 		Action: serve,
 	}
 }
@@ -93,6 +93,11 @@ func serve(c *cli.Context) error {
 		return err
 	}
 	defer coord.Close()
+	stopBridge, err := startBridge(ctx, c, nc, log)
+	if err != nil {
+		return err
+	}
+	defer stopBridge()
 	wg := runLocalWorkers(ctx, nc, c.Int("workers"), c.Int("worker-capacity"), log)
 	log.Info("jobbus serving", "nats", nc.ConnectedUrlRedacted(), "workers", c.Int("workers"))
 	<-ctx.Done()

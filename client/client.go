@@ -55,6 +55,7 @@ type Transport interface {
 type Client struct {
 	tr      Transport
 	timeout time.Duration
+	retry   submitRetry // WithSubmitRetries; off by default
 }
 
 // Option configures a Client.
@@ -153,7 +154,7 @@ func (c *Client) Submit(ctx context.Context, taskType string, payload any, opts 
 	for _, o := range opts {
 		o(req)
 	}
-	m, err := c.Do(ctx, req)
+	m, err := c.submit(ctx, req)
 	if err != nil {
 		return "", err
 	}

@@ -126,6 +126,7 @@ func (s *system) startWorker(capacity int) (w runner, stop func()) {
 			cancel()
 			<-done
 			closeFn()
+			s.eventually("worker "+w.ID()+" gone", func() bool { return !s.hasWorker(w.ID()) })
 		})
 	}
 	s.t.Cleanup(stop)
@@ -229,8 +230,33 @@ type peer interface {
 	report(a protocol.TaskAssign, success bool, text string) *protocol.ResultAck
 }
 
-// manualWorker registers a test-driven worker of the system's transport.
+// manualWorker registers a test-driven worker of the system's transport, which
+// heartbeats on its own until the test ends, so that only what the test does to it
+// can make it lost.
 func (s *system) manualWorker(id string, capacity int) peer {
+	s.t.Helper()
+	p := s.silentWorker(id, capacity)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(s.cfg.HeartbeatTimeout / 8)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				_ = p.heartbeat() // errors are the test's business (a worker it lost)
+			}
+		}
+	}()
+	s.t.Cleanup(func() { close(stop); <-done })
+	return p
+}
+
+// silentWorker registers a test-driven worker that never heartbeats by itself.
+func (s *system) silentWorker(id string, capacity int) peer {
 	s.t.Helper()
 	p := s.tr.peer(s, id)
 	p.register(capacity)

@@ -131,7 +131,7 @@ func TestWorkerLoss(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
 				s := setup(t, tr)
-				dead := s.manualWorker("doomed", 1)
+				dead := s.silentWorker("doomed", 1)
 				id := s.submit("SHA256", text("x"))
 				a := s.nextAssign(dead)
 				if a.AttemptNumber != 1 || a.JobID != id {

@@ -38,7 +38,7 @@ func TestRestart(t *testing.T) {
 		t.Run("RunningJobRunsAgain", func(t *testing.T) {
 			t.Parallel()
 			s := setup(t, tr)
-			m := s.manualWorker("gone", 1)
+			m := s.silentWorker("gone", 1)
 			id := s.submit("SHA256", text("abc"))
 			first := s.nextAssign(m)
 			s.restart()
@@ -55,7 +55,7 @@ func TestRestart(t *testing.T) {
 		t.Run("FinalAttemptFails", func(t *testing.T) {
 			t.Parallel()
 			s := setup(t, tr)
-			m := s.manualWorker("gone", 1)
+			m := s.silentWorker("gone", 1)
 			id := s.submit("SHA256", text("abc"), client.MaxAttempts(1))
 			s.nextAssign(m)
 			s.restart()
@@ -66,20 +66,28 @@ func TestRestart(t *testing.T) {
 		})
 		t.Run("StaleDeadlineNotApplied", func(t *testing.T) {
 			t.Parallel()
-			s := setup(t, tr, func(c *coordinator.Config) { c.TaskTimeout = 400 * time.Millisecond })
-			old := s.manualWorker("old", 1)
+			clk := &clock{now: time.Now()}
+			s := setup(t, tr, func(c *coordinator.Config) {
+				c.Now, c.TaskTimeout, c.HeartbeatTimeout = clk.Now, time.Minute, time.Hour
+			})
+			old := s.silentWorker("old", 1)
 			id := s.submit("SHA256", text("abc"))
-			s.nextAssign(old)
+			s.nextAssign(old) // its deadline: t0 + 60s
+			clk.advance(50 * time.Second)
 			s.restart()
-			fresh := s.manualWorker("fresh", 1)
-			a := s.nextAssign(fresh)
-			assignedAt := time.Now()
-			time.Sleep(300 * time.Millisecond) // past the first attempt's deadline, inside the second's
-			if time.Since(assignedAt) < 400*time.Millisecond {
-				s.accept(fresh, a, true, "done")
-				if j := s.status(id); j.State != protocol.StateCompleted || j.Attempts != 2 {
-					t.Fatalf("job %+v", j)
-				}
+			fresh := s.silentWorker("fresh", 2)
+			a := s.nextAssign(fresh) // its deadline: t0 + 110s
+			probe := s.submit("FAIL", map[string]int{"failUntilAttempt": 2})
+			s.accept(fresh, s.nextAssign(fresh), false, "probe fails once")
+			clk.advance(20 * time.Second) // past the first attempt's deadline only
+			// The sweep that releases the probe's retry would also apply any deadline due.
+			s.eventually("a sweep at t0+70s", func() bool { return s.status(probe).State != protocol.StateRetryWait })
+			if j := s.status(id); j.State != protocol.StateRunning || j.Attempts != 2 {
+				t.Fatalf("the second attempt was cut short: %+v (error %q)", j, deref(j.Error))
+			}
+			s.accept(fresh, a, true, "done")
+			if j := s.status(id); j.State != protocol.StateCompleted || j.Error != nil {
+				t.Fatalf("job %+v error %q", j, deref(j.Error))
 			}
 		})
 		t.Run("PriorityAndSequenceSurvive", func(t *testing.T) {

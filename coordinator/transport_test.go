@@ -32,6 +32,3 @@ func forEachTransport(t *testing.T, test func(t *testing.T, tr transport)) {
 }
 
 func natsClient(s *system) *client.Client { return client.New(s.nc) }
-
-// startBridge is replaced by the TCP transports' file.
-var startBridge = func(s *system) { s.t.Fatal("no bridge in this build") }

@@ -2,6 +2,7 @@ package coordinator_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"sync"
 	"time"
@@ -37,7 +38,7 @@ func tcpWorker(s *system, capacity int) (runner, func(context.Context) error, fu
 	return w, w.Run, func() {}
 }
 
-func (s *system) startBridge() {
+func startBridge(s *system) {
 	s.t.Helper()
 	cfg := bridge.DefaultConfig()
 	cfg.WorkerListen, cfg.ClientListen = "127.0.0.1:0", "127.0.0.1:0"
@@ -131,6 +132,10 @@ func (p *tcpPeer) heartbeat() error {
 func (p *tcpPeer) disconnect() { _ = p.current().Close() }
 
 func (p *tcpPeer) report(a protocol.TaskAssign, success bool, text string) *protocol.ResultAck {
-	p.send(p.current(), result(p.id, a, success, text))
+	data, err := protocol.Encode(result(p.id, a, success, text))
+	must(p.s.t, err)
+	if err := frame.Write(p.current(), data); err != nil && !errors.Is(err, net.ErrClosed) {
+		p.s.t.Fatal(err) // after disconnect the result cannot leave, which is as stale as it gets
+	}
 	return nil
 }

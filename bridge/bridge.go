@@ -1,0 +1,308 @@
+// Package bridge serves the two framed TCP ports of PROTOCOL.md in front of a jobbus
+// coordinator that lives on NATS. It forwards; the coordinator decides.
+//
+// The client port (default 7071) is strict request/reply: each frame's payload is sent
+// unchanged to the coordinator's API endpoint for its type (coordinator.APIPrefix +
+// "." + coordinator.Endpoint(type)) and the reply body is written back unchanged, one
+// request at a time per connection.
+//
+// The worker port (default 7070) turns each TCP worker into a bus node of its own:
+// the bridge acts on the bus as that worker (bus.Address{Role: bus.RoleWorker, ID: id}
+// on the bridge's one NATS connection), so the coordinator reaches the worker through
+// the connection the worker opened, as Mu's connection reuse intends. WORKER_REGISTER,
+// HEARTBEAT and TASK_RESULT become asks to the coordinator; TASK_ASSIGN and TASK_CANCEL
+// become frames. HEARTBEAT and TASK_RESULT count for the registered worker, whatever
+// workerId they carry. A connection that ends reports its worker lost at once (the
+// bridge asks worker.disconnect once the results it already read are settled, so a
+// result sent just before closing still counts). A second connection registering a
+// live worker id supersedes the first, which closes without reporting a loss. This
+// holds within one bridge: one worker id live on two bridges at once is a
+// misconfiguration, as two native workers of one id are.
+//
+// # Errors on the wire
+//
+// Client port: an undecodable frame (bad length, non-JSON, unknown type, wrong field
+// types) gets a best-effort ERROR "Malformed request: ..." and the connection closes.
+// A well-formed message that is not a client request (say HEARTBEAT) gets ERROR
+// "Unexpected message type ... on the client port" and the connection stays open, as
+// an invalid payload's ERROR (from the coordinator) does: the peer speaks the framing
+// correctly, so its later requests can still be understood. When no coordinator
+// answers, the reply is ERROR "coordinator unavailable: ..." and the connection stays.
+//
+// Worker port: anything but a valid WORKER_REGISTER first, and anything but HEARTBEAT
+// or TASK_RESULT afterwards, gets a best-effort ERROR and the connection closes; so
+// does a registration the coordinator refuses or no coordinator answers.
+//
+// # Bounds
+//
+// A peer costs only itself: connections per port are limited (beyond the limit a new
+// connection gets ERROR "too many connections (limit N)" and is closed), a frame that
+// has begun must complete within the frame-stall timeout (and a worker's registration
+// must begin within it), every write has a deadline,
+// a worker connection's outgoing frames wait in a bounded queue (a peer that lets it
+// fill is dropped), API requests in flight across the bridge are bounded, and a worker
+// with too many results awaiting the coordinator is not read until some are answered
+// (TCP holds it back). No reply
+// larger than a frame (1 MiB) is ever written: it is replaced by an ERROR.
+//
+// Several bridges may serve one coordinator; a bridge holds no global state.
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Errors callers match with errors.Is.
+var (
+	// ErrPortInUse: a listen address is taken by another process.
+	ErrPortInUse = errors.New("port in use")
+	// ErrClosed: the bridge was closed.
+	ErrClosed = errors.New("bridge: closed")
+	// ErrStarted: Start was called twice.
+	ErrStarted = errors.New("bridge: already started")
+)
+
+// Config is every knob of a bridge; DefaultConfig gives the documented defaults.
+type Config struct {
+	// WorkerListen and ClientListen are the listen addresses of the worker and client
+	// ports (defaults 127.0.0.1:7070 and 127.0.0.1:7071: loopback, DESIGN invariant 7).
+	// "" disables that port; port 0 picks a free one (see WorkerAddr, ClientAddr).
+	WorkerListen string
+	ClientListen string
+	// MaxConns bounds the open connections of each port (default 1024).
+	MaxConns int
+	// MaxInFlight bounds the client-port requests waiting for the coordinator at once,
+	// across all connections (default 256). Further requests wait their turn.
+	MaxInFlight int
+	// FrameStallTimeout bounds how long a frame that has begun may take to arrive
+	// (default 10s): a frame gets between one and two of these. An idle connection,
+	// between frames, is never timed out, except that a worker's registration must
+	// begin within one.
+	FrameStallTimeout time.Duration
+	// WriteTimeout bounds each frame write (default 10s).
+	WriteTimeout time.Duration
+	// RequestTimeout bounds each request to the coordinator: an API request or a bus
+	// ask (default 5s).
+	RequestTimeout time.Duration
+	// WriteQueue is how many frames may wait to be written to one worker connection
+	// (default 256); a peer that lets the queue fill is dropped.
+	WriteQueue int
+	// ResultRetryFor is how long a TASK_RESULT keeps being offered to the coordinator
+	// until it answers (default 1 minute), even after the worker's connection closed.
+	ResultRetryFor time.Duration
+	// Logger receives structured logs (keys worker, remote, port); nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the defaults of DESIGN.md.
+func DefaultConfig() Config {
+	return Config{
+		WorkerListen:      "127.0.0.1:7070",
+		ClientListen:      "127.0.0.1:7071",
+		MaxConns:          1024,
+		MaxInFlight:       256,
+		FrameStallTimeout: 10 * time.Second,
+		WriteTimeout:      10 * time.Second,
+		RequestTimeout:    5 * time.Second,
+		WriteQueue:        256,
+		ResultRetryFor:    time.Minute,
+	}
+}
+
+// Validate returns every problem of c at once.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("bridge: "+format, args...)) }
+	if c.WorkerListen == "" && c.ClientListen == "" {
+		bad("no port to serve: WorkerListen and ClientListen are both empty")
+	}
+	for _, l := range []struct{ name, addr string }{{"WorkerListen", c.WorkerListen}, {"ClientListen", c.ClientListen}} {
+		if l.addr == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(l.addr); err != nil {
+			bad("%s %q: %v", l.name, l.addr, err)
+		}
+	}
+	if c.MaxConns < 1 {
+		bad("MaxConns must be at least 1, got %d", c.MaxConns)
+	}
+	if c.MaxInFlight < 1 {
+		bad("MaxInFlight must be at least 1, got %d", c.MaxInFlight)
+	}
+	if c.WriteQueue < 1 {
+		bad("WriteQueue must be at least 1, got %d", c.WriteQueue)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"FrameStallTimeout", c.FrameStallTimeout}, {"WriteTimeout", c.WriteTimeout},
+		{"RequestTimeout", c.RequestTimeout}, {"ResultRetryFor", c.ResultRetryFor},
+	} {
+		if d.v <= 0 {
+			bad("%s must be positive, got %v", d.name, d.v)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Bridge serves the TCP ports for the coordinator reachable on its NATS connection.
+type Bridge struct {
+	nc  *nats.Conn
+	cfg Config
+	log *slog.Logger
+
+	// ctx ends when Close starts: accept loops, sessions and result deliveries watch it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// requests bounds the client-port requests in flight across the bridge.
+	requests chan struct{}
+	// workers are the live worker sessions by worker id.
+	workers registry
+
+	// mu guards the fields below: the listeners and every open connection, so that
+	// Close can close them all.
+	mu      sync.Mutex
+	started bool
+	closed  bool
+	ports   []*port
+	conns   map[net.Conn]struct{}
+
+	wg        sync.WaitGroup // accept loops and sessions
+	closeOnce sync.Once
+}
+
+// New returns a bridge in front of the coordinator reachable on nc, which it does not
+// own (Close leaves it open). It listens only once started.
+func New(nc *nats.Conn, cfg Config) (*Bridge, error) {
+	if nc == nil {
+		return nil, errors.New("bridge: nil NATS connection")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Bridge{
+		nc: nc, cfg: cfg, log: log,
+		ctx: ctx, cancel: cancel,
+		requests: make(chan struct{}, cfg.MaxInFlight),
+		workers:  registry{live: make(map[string]*workerSession)},
+		conns:    make(map[net.Conn]struct{}),
+	}, nil
+}
+
+// Start listens on the configured ports and serves them until Close. It returns once
+// listening; ctx bounds only the start. A port already in use fails with ErrPortInUse
+// and a message naming the address, and nothing is left listening.
+func (b *Bridge) Start(ctx context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.closed:
+		return ErrClosed
+	case b.started:
+		return ErrStarted
+	}
+	var ports []*port
+	for _, spec := range []struct {
+		name, addr, flag string
+		serve            func(net.Conn, func())
+	}{
+		{"worker", b.cfg.WorkerListen, "worker-port", b.serveWorker},
+		{"client", b.cfg.ClientListen, "client-port", b.serveClient},
+	} {
+		if spec.addr == "" {
+			continue
+		}
+		ln, err := listen(ctx, spec.addr, spec.flag)
+		if err != nil {
+			for _, p := range ports {
+				_ = p.ln.Close()
+			}
+			return err
+		}
+		ports = append(ports, &port{name: spec.name, ln: ln, serve: spec.serve})
+	}
+	b.started = true
+	b.ports = ports
+	for _, p := range ports {
+		b.log.Info("bridge listening", "port", p.name, "addr", p.ln.Addr().String())
+		b.wg.Add(1)
+		go b.accept(p)
+	}
+	return nil
+}
+
+func listen(ctx context.Context, addr, flag string) (net.Listener, error) {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	switch {
+	case err == nil:
+		return ln, nil
+	case isAddrInUse(err):
+		return nil, fmt.Errorf("bridge: listen %s: %w (pass --%s)", addr, ErrPortInUse, flag)
+	}
+	return nil, fmt.Errorf("bridge: listen %s: %w", addr, err)
+}
+
+func isAddrInUse(err error) bool {
+	// WSAEADDRINUSE on Windows is not syscall.EADDRINUSE; its text is stable.
+	return errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "Only one usage of each socket address")
+}
+
+// WorkerAddr is the worker port's address once started, nil if disabled.
+func (b *Bridge) WorkerAddr() net.Addr { return b.addr("worker") }
+
+// ClientAddr is the client port's address once started, nil if disabled.
+func (b *Bridge) ClientAddr() net.Addr { return b.addr("client") }
+
+func (b *Bridge) addr(name string) net.Addr {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, p := range b.ports {
+		if p.name == name {
+			return p.ln.Addr()
+		}
+	}
+	return nil
+}
+
+// Close stops listening, closes every connection (each worker's loss is reported to
+// the coordinator), abandons results still being retried, and waits for every
+// goroutine of the bridge. It is idempotent and leaves the NATS connection open.
+func (b *Bridge) Close() error {
+	b.closeOnce.Do(func() {
+		b.mu.Lock()
+		b.closed = true
+		ports := b.ports
+		conns := make([]net.Conn, 0, len(b.conns))
+		for c := range b.conns {
+			conns = append(conns, c)
+		}
+		b.mu.Unlock()
+		b.cancel()
+		for _, p := range ports {
+			_ = p.ln.Close()
+		}
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		b.wg.Wait()
+	})
+	return nil
+}

@@ -1,0 +1,167 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/jobbus/jobbus/bridge/frame"
+	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/coordinator"
+)
+
+// verdict is what the client port does with a frame.
+type verdict int
+
+const (
+	// forward sends the payload to the coordinator and writes its reply back.
+	forward verdict = iota
+	// answer writes an ERROR and keeps the connection: the frame was well formed.
+	answer
+	// reject writes a best-effort ERROR and closes: the peer's bytes cannot be trusted.
+	reject
+)
+
+func (v verdict) String() string {
+	switch v {
+	case forward:
+		return "forward"
+	case answer:
+		return "answer"
+	case reject:
+		return "reject"
+	}
+	return fmt.Sprintf("verdict(%d)", int(v))
+}
+
+// classifyClient decides what to do with one client-port payload: forward it to the
+// subject of its endpoint, or answer (and maybe close) with the ERROR returned.
+// Decoding the whole message, not only peeking its type, catches wrong field types
+// before anything reaches the coordinator.
+func classifyClient(payload []byte) (verdict, string, *protocol.Error) {
+	msg, err := protocol.Decode(payload)
+	if err != nil {
+		return reject, "", protocol.MalformedRequest(err)
+	}
+	t := msg.MessageType()
+	name, ok := coordinator.Endpoint(t)
+	if !ok {
+		return answer, "", protocol.UnexpectedType(t, "client")
+	}
+	return forward, coordinator.APIPrefix + "." + name, nil
+}
+
+// serveClient runs one client-port connection: read a request, forward it, write the
+// reply, and only then read the next one. Waiting for the write keeps one request and
+// one reply per connection in memory; a client that pipelines more waits in TCP.
+func (b *Bridge) serveClient(c net.Conn, release func()) {
+	defer release()
+	log := b.log.With("port", "client", "remote", c.RemoteAddr().String())
+	log.Debug("client connected")
+	r := frame.NewReader(c)
+	for {
+		payload, err := readFrame(c, r, b.cfg.FrameStallTimeout)
+		if err != nil {
+			b.readFailed(log, err, "client", func(data []byte) {
+				_ = writeFrame(c, data, b.cfg.WriteTimeout)
+				lingerClose(c, b.cfg.FrameStallTimeout)
+			})
+			return
+		}
+		v, subject, e := classifyClient(payload)
+		var reply []byte
+		switch v {
+		case forward:
+			reply, e = b.request(subject, payload, log)
+		case reject:
+			log.Info("malformed request; closing", "err", e.Message)
+		}
+		if e != nil {
+			reply = encodeError(e)
+		}
+		if err := writeFrame(c, reply, b.cfg.WriteTimeout); err != nil {
+			log.Info("client dropped: write failed", "err", err)
+			return
+		}
+		if v == reject || b.ctx.Err() != nil {
+			lingerClose(c, b.cfg.FrameStallTimeout)
+			return
+		}
+	}
+}
+
+// readFailed handles the error that ends a connection's reading: a clean close, a
+// broken or stalled frame (closed without a word), or a bad length prefix, whose
+// best-effort ERROR goes to last, which writes it and closes the connection.
+func (b *Bridge) readFailed(log *slog.Logger, err error, port string, last func([]byte)) {
+	switch {
+	case errors.Is(err, io.EOF):
+		log.Debug(port + " closed the connection")
+	case errors.Is(err, frame.ErrBadLength), errors.Is(err, frame.ErrTooLarge):
+		log.Info("bad frame length; closing", "err", err)
+		last(encodeError(protocol.MalformedRequest(err)))
+	case errors.Is(err, errStalled):
+		log.Info("frame stalled; closing", "err", err)
+	case b.ctx.Err() != nil || errors.Is(err, net.ErrClosed):
+		// We closed it: the bridge is stopping or the session ended it.
+	default:
+		log.Info(port+" connection broken", "err", err)
+	}
+}
+
+// request forwards a payload to the coordinator's API and returns the reply body, or
+// the ERROR to answer instead.
+func (b *Bridge) request(subject string, payload []byte, log *slog.Logger) ([]byte, *protocol.Error) {
+	select {
+	case b.requests <- struct{}{}:
+	case <-b.ctx.Done():
+		return nil, errShuttingDown()
+	}
+	defer func() { <-b.requests }()
+	ctx, cancel := context.WithTimeout(b.ctx, b.cfg.RequestTimeout)
+	defer cancel()
+	msg, err := b.nc.RequestWithContext(ctx, subject, payload)
+	if err != nil {
+		log.Debug("request failed", "subject", subject, "err", err)
+		return nil, b.unavailable(subject, err)
+	}
+	return checkReply(msg, log)
+}
+
+// checkReply vets a reply body before it is written as a frame unchanged.
+func checkReply(msg *nats.Msg, log *slog.Logger) ([]byte, *protocol.Error) {
+	switch n := len(msg.Data); {
+	case n == 0:
+		// A micro service error (no body, the text in a header), never the coordinator's
+		// own answer, which is always a message.
+		text := msg.Header.Get(micro.ErrorHeader)
+		if text == "" {
+			text = "empty reply"
+		}
+		log.Warn("coordinator sent no reply body", "subject", msg.Subject, "err", text)
+		return nil, &protocol.Error{Message: "coordinator error: " + text}
+	case n > frame.MaxSize:
+		log.Warn("reply exceeds the frame limit; answering ERROR instead", "subject", msg.Subject, "bytes", n, "max", frame.MaxSize)
+		return nil, errReplyTooLarge(n)
+	}
+	return msg.Data, nil
+}
+
+// unavailable is the ERROR for a request no coordinator answered.
+func (b *Bridge) unavailable(subject string, err error) *protocol.Error {
+	switch {
+	case b.ctx.Err() != nil:
+		return errShuttingDown()
+	case errors.Is(err, nats.ErrNoResponders):
+		return errUnavailable("no coordinator is serving " + subject)
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+		return errUnavailable(fmt.Sprintf("no reply within %v", b.cfg.RequestTimeout))
+	}
+	return errUnavailable(err.Error())
+}

@@ -1,0 +1,213 @@
+package bridge_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/jobbus/jobbus/bridge/frame"
+	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/coordinator"
+)
+
+func TestClientPort(t *testing.T) {
+	t.Parallel()
+
+	t.Run("RepliesAreTheCoordinatorsBytes", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t)
+		c := s.client()
+		w := s.specWorker("w-1", 2)
+		key := "key-1"
+		submit := &protocol.SubmitJob{TaskType: "SHA256", Payload: []byte(`{"text":"abc"}`), IdempotencyKey: &key}
+		js, ok := c.request(submit).(*protocol.JobSubmitted)
+		if !ok {
+			t.Fatal("SUBMIT_JOB not answered with JOB_SUBMITTED")
+		}
+		s.waitState(js.JobID, protocol.StateCompleted)
+		w.stop() // a live worker's heartbeats would make WORKER_LIST differ between two calls
+		eventually(t, "worker gone", func() bool { return !s.hasWorker("w-1") })
+
+		// Every request on one connection; each reply must be byte-identical to what
+		// the coordinator answers natively to the same body.
+		for _, req := range []protocol.Message{
+			submit, // a duplicate: the same JOB_SUBMITTED
+			&protocol.GetJobStatus{JobID: js.JobID},
+			&protocol.ListJobs{},
+			&protocol.ListWorkers{},
+			&protocol.CancelJob{JobID: js.JobID}, // terminal: cancelled=false
+			&protocol.GetJobStatus{JobID: "nope"},
+			&protocol.CancelJob{JobID: "nope"},
+			&protocol.SubmitJob{TaskType: "SLEEP", Payload: []byte(`{"durationMillis":-1}`)},
+		} {
+			body, err := protocol.Encode(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := s.native.DoRaw(context.Background(), req.MessageType(), body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.sendPayload(body); err != nil {
+				t.Fatal(err)
+			}
+			got, err := c.recvRaw()
+			if err != nil {
+				t.Fatalf("%s: %v", req.MessageType(), err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("%s: bridge replied\n%s\nnatively\n%s", req.MessageType(), got, want)
+			}
+		}
+	})
+
+	t.Run("ManyRequestsOnOneConnection", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t)
+		c := s.client()
+		ids := map[string]bool{}
+		for i := range 200 {
+			ids[c.submit("WORD_COUNT", fmt.Sprintf(`{"text":"%d words here"}`, i))] = true
+		}
+		if len(ids) != 200 {
+			t.Fatalf("%d distinct job ids, want 200", len(ids))
+		}
+		list, ok := c.request(&protocol.ListJobs{}).(*protocol.JobList)
+		if !ok || len(list.Jobs) != 200 {
+			t.Fatalf("JOB_LIST has %d jobs, want 200", len(list.Jobs))
+		}
+	})
+
+	t.Run("InvalidPayloadKeepsTheConnection", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t)
+		c := s.client()
+		c.mustSend(&protocol.SubmitJob{TaskType: "SLEEP", Payload: []byte(`{"durationMillis":"soon"}`)})
+		c.expectError("Invalid payload: ")
+		c.mustSend(&protocol.GetJobStatus{JobID: "missing"})
+		c.expectError("Unknown job: missing")
+		if _, ok := c.request(&protocol.ListWorkers{}).(*protocol.WorkerList); !ok {
+			t.Fatal("connection unusable after an ERROR")
+		}
+	})
+
+	t.Run("WorkerMessageIsAnsweredAndKeepsTheConnection", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t)
+		c := s.client()
+		for _, m := range []protocol.Message{
+			&protocol.Heartbeat{WorkerID: "w"},
+			&protocol.WorkerRegister{WorkerID: "w", Capacity: 1},
+			&protocol.TaskResult{WorkerID: "w", JobID: "j", AttemptID: "a", Success: true},
+			&protocol.JobSubmitted{JobID: "j"}, // a reply type, not a request
+		} {
+			c.mustSend(m)
+			c.expectError(protocol.UnexpectedType(m.MessageType(), "client").Message)
+		}
+		if _, ok := c.request(&protocol.ListJobs{}).(*protocol.JobList); !ok {
+			t.Fatal("connection unusable after an unexpected message")
+		}
+	})
+
+	t.Run("MalformedFrameGetsErrorThenClose", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t)
+		for name, payload := range map[string]string{
+			"NonJSON":         `hello`,
+			"UnknownType":     `{"type":"DELETE_EVERYTHING"}`,
+			"MissingType":     `{"jobId":"x"}`,
+			"WrongFieldTypes": `{"type":"SUBMIT_JOB","taskType":"SLEEP","payload":{"durationMillis":1},"maxAttempts":"3"}`,
+			"NotAnObject":     `[1,2,3]`,
+		} {
+			t.Run(name, func(t *testing.T) {
+				c := s.client()
+				if err := c.sendPayload([]byte(payload)); err != nil {
+					t.Fatal(err)
+				}
+				c.expectErrorThenClosed("Malformed request: ")
+			})
+		}
+	})
+
+	t.Run("NoCoordinatorIsAnErrorAndKeepsTheConnection", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t, noCoordinator())
+		c := s.client()
+		for range 2 {
+			c.mustSend(&protocol.GetJobStatus{JobID: "x"})
+			c.expectError("coordinator unavailable: no coordinator is serving jobbus.api.status")
+		}
+		s.startCoordinator()
+		c.mustSend(&protocol.GetJobStatus{JobID: "x"})
+		c.expectError("Unknown job: x") // the same connection, now answered
+	})
+}
+
+// TestClientPortOversizedReply plays a misbehaving coordinator on a NATS server whose
+// max payload exceeds a frame: the bridge must answer ERROR rather than write a reply
+// larger than a frame, and keep the connection.
+func TestClientPortOversizedReply(t *testing.T) {
+	t.Parallel()
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, MaxPayload: 4 << 20, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	t.Cleanup(ns.Shutdown)
+	if !ns.ReadyForConnections(waitFor) {
+		t.Fatal("nats server not ready")
+	}
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	prefix := `{"type":"JOB_LIST","jobs":[],"pad":"`
+	bodies := map[string][]byte{
+		"status":  bytes.Repeat([]byte("x"), frame.MaxSize+1),
+		"list":    []byte(prefix + strings.Repeat("y", frame.MaxSize-len(prefix)-2) + `"}`),
+		"workers": nil,
+	}
+	for name, body := range bodies {
+		if _, err := nc.Subscribe(coordinator.APIPrefix+"."+name, func(m *nats.Msg) { _ = m.Respond(body) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(bodies["list"]) != frame.MaxSize {
+		t.Fatalf("list body is %d bytes, want exactly %d", len(bodies["list"]), frame.MaxSize)
+	}
+	br := startBridge(t, nc, fastBridge())
+	c := dial(t, br.ClientAddr())
+
+	c.mustSend(&protocol.GetJobStatus{JobID: "x"})
+	c.expectError(fmt.Sprintf("reply of %d bytes exceeds the %d-byte frame limit", frame.MaxSize+1, frame.MaxSize))
+	c.mustSend(&protocol.ListJobs{})
+	if got, err := c.recvRaw(); err != nil || !bytes.Equal(got, bodies["list"]) {
+		t.Fatalf("a reply of exactly %d bytes must pass unchanged (err %v, %d bytes)", frame.MaxSize, err, len(got))
+	}
+	c.mustSend(&protocol.ListWorkers{})
+	c.expectError("coordinator error: empty reply")
+}
+
+func TestClientPortRequestTimeout(t *testing.T) {
+	t.Parallel()
+	s := setup(t, noCoordinator(), withBridge(func(c *bridgeConfig) { c.RequestTimeout = 100 * time.Millisecond }))
+	// A responder that never answers: the request times out.
+	if _, err := s.nc.Subscribe(coordinator.APIPrefix+".status", func(*nats.Msg) {}); err != nil {
+		t.Fatal(err)
+	}
+	c := s.client()
+	c.mustSend(&protocol.GetJobStatus{JobID: "x"})
+	c.expectError("coordinator unavailable: no reply within 100ms")
+	c.mustSend(&protocol.ListJobs{})
+	c.expectError("coordinator unavailable: ")
+	if m, ok := c.request(&protocol.Heartbeat{WorkerID: "w"}).(*protocol.Error); !ok || !strings.Contains(m.Message, "HEARTBEAT") {
+		t.Fatalf("connection unusable after timeouts: %v", m)
+	}
+}

@@ -1,0 +1,196 @@
+package bridge
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/jobbus/jobbus/bridge/frame"
+	"github.com/jobbus/jobbus/bus/protocol"
+)
+
+// errStalled: a frame began but did not complete within the frame-stall timeout.
+var errStalled = errors.New("frame stalled")
+
+// readFrame returns the next payload of r, which reads c. A connection may stay idle
+// between frames for as long as it likes, but a frame that has begun must complete:
+// the deadline is re-armed every stall, and a frame still incomplete at two deadlines
+// in a row fails. A frame trickled a byte at a time therefore gets between one and two
+// stall periods in all (the deadline is absolute, so bytes arriving do not extend it).
+func readFrame(c net.Conn, r *frame.Reader, stall time.Duration) ([]byte, error) {
+	return readFrameIdle(c, r, stall, true)
+}
+
+// readFirstFrame is readFrame for a message that is due at once (a worker's
+// registration): the frame must begin within stall too, so a silent connection does
+// not hold a slot of the port forever.
+func readFirstFrame(c net.Conn, r *frame.Reader, stall time.Duration) ([]byte, error) {
+	return readFrameIdle(c, r, stall, false)
+}
+
+func readFrameIdle(c net.Conn, r *frame.Reader, stall time.Duration, idleOK bool) ([]byte, error) {
+	midFrame := false
+	for {
+		if err := c.SetReadDeadline(time.Now().Add(stall)); err != nil {
+			return nil, err
+		}
+		p, err := r.Read()
+		if err == nil {
+			return p, nil
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, err
+		}
+		switch {
+		case !r.Started() && idleOK:
+			midFrame = false
+		case !r.Started():
+			return nil, fmt.Errorf("%w: no frame within %v", errStalled, stall)
+		case midFrame:
+			return nil, fmt.Errorf("%w: no complete frame within %v", errStalled, 2*stall)
+		default:
+			midFrame = true
+		}
+	}
+}
+
+// writeFrame writes one frame within timeout.
+func writeFrame(c net.Conn, payload []byte, timeout time.Duration) error {
+	if err := c.SetWriteDeadline(time.Now().Add(timeout)); err != nil {
+		return err
+	}
+	return frame.Write(c, payload)
+}
+
+// lingerMax bounds how long a closing connection is drained.
+const lingerMax = 500 * time.Millisecond
+
+// lingerClose closes c after a last frame was written. It first shuts down the write
+// side and drains what the peer still sends for a moment: closing a socket with unread
+// input makes TCP send a reset, which can destroy the ERROR just written before the
+// peer reads it.
+func lingerClose(c net.Conn, d time.Duration) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+		if c.SetReadDeadline(time.Now().Add(min(d, lingerMax))) == nil {
+			_, _ = io.CopyN(io.Discard, c, frame.MaxSize)
+		}
+	}
+	_ = c.Close()
+}
+
+// encodeError encodes an ERROR message; it cannot fail for a plain message.
+func encodeError(e *protocol.Error) []byte {
+	data, err := protocol.Encode(e)
+	if err != nil {
+		return []byte(`{"type":"ERROR","message":"internal error"}`)
+	}
+	return data
+}
+
+// outbox is the bounded write queue of a worker connection and its writer goroutine,
+// so that the bus handlers that produce frames never block on a slow peer.
+type outbox struct {
+	conn    net.Conn
+	timeout time.Duration
+	stall   time.Duration
+	q       chan []byte
+	fin     chan []byte   // the last frame, written before the connection closes
+	quit    chan struct{} // closed by kill: stop now
+	done    chan struct{} // closed when the writer has exited and closed conn
+
+	mu        sync.Mutex
+	finishing bool
+	killed    bool
+	reason    string // why the connection was dropped, for the log
+}
+
+func newOutbox(c net.Conn, size int, timeout, stall time.Duration) *outbox {
+	o := &outbox{
+		conn: c, timeout: timeout, stall: stall,
+		q:    make(chan []byte, size),
+		fin:  make(chan []byte, 1),
+		quit: make(chan struct{}),
+		done: make(chan struct{}),
+	}
+	go o.run()
+	return o
+}
+
+func (o *outbox) run() {
+	defer close(o.done)
+	for {
+		select {
+		case <-o.quit:
+			_ = o.conn.Close()
+			return
+		case data := <-o.fin:
+			_ = writeFrame(o.conn, data, o.timeout)
+			lingerClose(o.conn, o.stall)
+			return
+		case data := <-o.q:
+			if err := writeFrame(o.conn, data, o.timeout); err != nil {
+				o.kill("write failed: " + err.Error())
+				_ = o.conn.Close()
+				return
+			}
+		}
+	}
+}
+
+// send queues a frame. A full queue means the peer does not read: the connection is
+// dropped rather than buffered without bound. It reports whether the frame was queued.
+func (o *outbox) send(data []byte) bool {
+	select {
+	case <-o.quit:
+		return false
+	default:
+	}
+	select {
+	case o.q <- data:
+		return true
+	default:
+		o.kill(fmt.Sprintf("write queue full (%d frames): peer not reading", cap(o.q)))
+		return false
+	}
+}
+
+// finish writes data as the last frame (best effort) and then closes the connection.
+// The caller must have stopped reading the connection: the writer drains it.
+func (o *outbox) finish(data []byte) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.finishing || o.killed {
+		return
+	}
+	o.finishing = true
+	o.fin <- data
+}
+
+// kill closes the connection now, dropping what is queued. After finish it does
+// nothing, so that the last frame still goes out.
+func (o *outbox) kill(reason string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.finishing || o.killed {
+		return
+	}
+	o.killed = true
+	o.reason = reason
+	close(o.quit)
+	// Unblock a write in progress; run closes it again on its way out.
+	_ = o.conn.Close()
+}
+
+// dropReason is why kill dropped the connection, "" if it did not.
+func (o *outbox) dropReason() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.reason
+}
+
+// wait waits for the writer to exit; the connection is closed by then.
+func (o *outbox) wait() { <-o.done }

@@ -1,0 +1,94 @@
+package bridge
+
+import (
+	"errors"
+	"net"
+	"time"
+)
+
+// port is one listening port and its session function.
+type port struct {
+	name string // "worker" or "client": the log's port key
+	ln   net.Listener
+	// serve runs a session on a connection; it calls release once the connection is
+	// closed, which frees its slot (a worker session may outlive its connection while
+	// a result is still being delivered).
+	serve func(c net.Conn, release func())
+	// open counts the port's connections; guarded by Bridge.mu.
+	open int
+}
+
+// accept accepts connections until the listener closes.
+func (b *Bridge) accept(p *port) {
+	defer b.wg.Done()
+	var delay time.Duration
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			if b.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Out of file descriptors and the like: back off instead of spinning.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			b.log.Warn("accept failed", "port", p.name, "err", err, "retry_in", delay)
+			select {
+			case <-b.ctx.Done():
+				return
+			case <-time.After(delay):
+			}
+			continue
+		}
+		delay = 0
+		b.admit(p, c)
+	}
+}
+
+// admit starts a session on c, or refuses c when the port is at its limit.
+func (b *Bridge) admit(p *port, c net.Conn) {
+	b.mu.Lock()
+	switch {
+	case b.closed:
+		b.mu.Unlock()
+		_ = c.Close()
+		return
+	case p.open >= b.cfg.MaxConns:
+		b.mu.Unlock()
+		b.refuse(p, c)
+		return
+	}
+	p.open++
+	b.conns[c] = struct{}{}
+	b.wg.Add(1)
+	b.mu.Unlock()
+	go func() {
+		defer b.wg.Done()
+		released := false
+		release := func() {
+			if !released {
+				released = true
+				_ = c.Close()
+				b.forget(p, c)
+			}
+		}
+		defer release()
+		p.serve(c, release)
+	}()
+}
+
+func (b *Bridge) forget(p *port, c net.Conn) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.conns[c]; ok {
+		delete(b.conns, c)
+		p.open--
+	}
+}
+
+// refuse answers a connection beyond the limit with a best-effort ERROR and closes it.
+// It runs on the accept loop, so the write gets a short deadline: a fresh socket's
+// buffer takes a small frame at once.
+func (b *Bridge) refuse(p *port, c net.Conn) {
+	b.log.Warn("connection refused: too many connections", "port", p.name, "remote", c.RemoteAddr().String(), "limit", b.cfg.MaxConns)
+	_ = writeFrame(c, encodeError(errTooManyConns(b.cfg.MaxConns)), min(b.cfg.WriteTimeout, 100*time.Millisecond))
+	_ = c.Close()
+}

@@ -1,0 +1,32 @@
+package bridge
+
+import (
+	"fmt"
+
+	"github.com/jobbus/jobbus/bridge/frame"
+	"github.com/jobbus/jobbus/bus/protocol"
+)
+
+// The bridge's own ERROR texts: failures of the bridge or of the way to the
+// coordinator, which the coordinator cannot produce itself. The protocol's texts come
+// from bus/protocol.
+
+// errUnavailable: no coordinator answered a request in time.
+func errUnavailable(detail string) *protocol.Error {
+	return &protocol.Error{Message: "coordinator unavailable: " + detail}
+}
+
+// errShuttingDown: the bridge is closing.
+func errShuttingDown() *protocol.Error {
+	return &protocol.Error{Message: "bridge shutting down"}
+}
+
+// errReplyTooLarge: a reply that would not fit in a frame.
+func errReplyTooLarge(n int) *protocol.Error {
+	return &protocol.Error{Message: fmt.Sprintf("reply of %d bytes exceeds the %d-byte frame limit", n, frame.MaxSize)}
+}
+
+// errTooManyConns: a connection beyond the port's limit.
+func errTooManyConns(limit int) *protocol.Error {
+	return &protocol.Error{Message: fmt.Sprintf("too many connections (limit %d)", limit)}
+}

@@ -1,0 +1,488 @@
+package bridge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jobbus/jobbus/bridge/frame"
+	"github.com/jobbus/jobbus/bus"
+	"github.com/jobbus/jobbus/bus/protocol"
+)
+
+// toCoordinator addresses any coordinator; NATS balances asks over them.
+var toCoordinator = bus.Address{Role: bus.RoleCoordinator}
+
+const (
+	// causeClosed is the loss cause the coordinator records for a TCP worker whose
+	// connection ended: jobs fail over with "worker <id> lost (connection closed)".
+	causeClosed = "connection closed"
+	// A session stops reading while this many results, or this many bytes of them,
+	// wait for the coordinator's answer, so that a flood of results costs bounded
+	// memory; TCP then holds the peer back. The count cannot be derived from capacity:
+	// the coordinator frees a slot, and assigns it again, before the result is durable.
+	maxPendingResults     = 256
+	maxPendingResultBytes = 8 << 20
+	// Backoff between offers of a result the coordinator did not answer.
+	resultRetryBase = 50 * time.Millisecond
+	resultRetryMax  = 2 * time.Second
+)
+
+// workerSession is one worker-port connection. Its goroutine (serveWorker) owns the
+// reading; the outbox's goroutine owns the writing; bus handlers and heartbeat and
+// result goroutines only queue frames or ask the coordinator.
+type workerSession struct {
+	b      *Bridge
+	conn   net.Conn
+	reader *frame.Reader
+	out    *outbox
+	log    *slog.Logger
+
+	reg  protocol.WorkerRegister // the registration, replayed when the coordinator forgets the worker
+	node *bus.Node               // the worker's own bus node, on the bridge's connection
+
+	// registered is closed once WORKER_REGISTERED is queued; assignments wait for it,
+	// so the worker never sees TASK_ASSIGN before its registration is acknowledged.
+	registered chan struct{}
+	// released is closed when the session has settled the worker's loss and left the
+	// registry; a session superseding this one waits for it.
+	released   chan struct{}
+	superseded atomic.Bool
+
+	// ctx ends when the session leaves: heartbeats and waiting handlers stop.
+	ctx     context.Context
+	cancel  context.CancelFunc
+	beats   sync.WaitGroup // the heartbeat in flight
+	beating atomic.Bool
+
+	results inflight // results being delivered; they outlive the connection
+}
+
+func (b *Bridge) serveWorker(c net.Conn, release func()) {
+	ctx, cancel := context.WithCancel(b.ctx)
+	defer cancel()
+	remote := c.RemoteAddr().String()
+	s := &workerSession{
+		b: b, conn: c,
+		reader:     frame.NewReader(c),
+		out:        newOutbox(c, b.cfg.WriteQueue, b.cfg.WriteTimeout, b.cfg.FrameStallTimeout),
+		log:        b.log.With("port", "worker", "remote", remote),
+		registered: make(chan struct{}),
+		released:   make(chan struct{}),
+		ctx:        ctx, cancel: cancel,
+	}
+	s.log.Debug("worker connected")
+	reg := s.awaitRegister()
+	if reg == nil {
+		s.out.kill("not registered")
+		s.out.wait()
+		return
+	}
+	s.log = s.log.With("worker", reg.WorkerID)
+	if err := s.join(reg); err != nil {
+		s.log.Info("registration refused", "err", err)
+		s.out.finish(encodeError(protocol.BadRegistration()))
+		s.out.wait()
+		return
+	}
+	if s.register() {
+		s.loop()
+	}
+	s.leave()
+	s.out.wait()
+	release()
+	// The node outlives the connection while results are still being delivered.
+	<-s.results.idle()
+	_ = s.node.Close()
+}
+
+// awaitRegister reads the first message, which must be a usable WORKER_REGISTER. On
+// anything else it queues the ERROR that ends the connection and returns nil.
+func (s *workerSession) awaitRegister() *protocol.WorkerRegister {
+	payload, err := readFirstFrame(s.conn, s.reader, s.b.cfg.FrameStallTimeout)
+	if err != nil {
+		s.b.readFailed(s.log, err, "worker", s.out.finish)
+		return nil
+	}
+	msg, err := protocol.Decode(payload)
+	if err != nil {
+		s.log.Info("malformed first message; closing", "err", err)
+		s.out.finish(encodeError(protocol.MalformedRequest(err)))
+		return nil
+	}
+	reg, ok := msg.(*protocol.WorkerRegister)
+	if !ok {
+		s.log.Info("first message is not WORKER_REGISTER; closing", "type", msg.MessageType())
+		s.out.finish(encodeError(protocol.FirstMessageMustRegister()))
+		return nil
+	}
+	if reg.WorkerID == "" || reg.Capacity < protocol.MinCapacity || reg.Capacity > protocol.MaxCapacity || len(reg.WorkerID) > bus.MaxIDLen {
+		s.log.Info("bad registration; closing", "worker", clip(reg.WorkerID), "capacity", reg.Capacity)
+		s.out.finish(encodeError(protocol.BadRegistration()))
+		return nil
+	}
+	// TCP workers run the five built-in tasks (DESIGN.md): a task-type list, a native
+	// extension, is not theirs to send.
+	reg.TaskTypes = nil
+	return reg
+}
+
+// join creates the worker's bus node and claims its id on this bridge. A live session
+// of the same id is superseded: it is closed without reporting a loss (the new
+// registration supersedes the old one at the coordinator), and join waits until it
+// has settled, so its late disconnect can never remove the new registration.
+func (s *workerSession) join(reg *protocol.WorkerRegister) error {
+	node, err := bus.New(s.b.nc, bus.Address{Role: bus.RoleWorker, ID: reg.WorkerID},
+		bus.WithLogger(s.log), bus.WithAskTimeout(s.b.cfg.RequestTimeout))
+	if err != nil {
+		return err
+	}
+	s.reg, s.node = *reg, node
+	if old := s.b.workers.claim(s); old != nil {
+		s.log.Info("worker re-registered; superseding the previous connection")
+		old.supersede()
+		<-old.released
+	}
+	return nil
+}
+
+// supersede ends a session whose worker id a newer connection took over.
+func (s *workerSession) supersede() {
+	s.superseded.Store(true)
+	s.out.kill("superseded by a new registration")
+}
+
+// register serves task.assign and task.cancel, then asks the coordinator to register
+// the worker and queues its answer. Serving first means no assignment sent in
+// response to the registration can be missed.
+func (s *workerSession) register() bool {
+	if s.superseded.Load() {
+		return false
+	}
+	for _, h := range []struct {
+		path string
+		want protocol.Type
+	}{{protocol.PathAssign, protocol.TypeTaskAssign}, {protocol.PathCancel, protocol.TypeTaskCancel}} {
+		if err := s.node.Handle(h.path, s.relay(h.want)); err != nil {
+			s.log.Warn("cannot serve the worker on the bus", "err", err)
+			s.out.finish(encodeError(s.askError(protocol.PathRegister, err)))
+			return false
+		}
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, s.b.cfg.RequestTimeout)
+	ans, err := bus.Ask[protocol.WorkerRegistered](ctx, s.node, toCoordinator, protocol.PathRegister, &s.reg)
+	cancel()
+	if err != nil {
+		s.log.Info("registration failed; closing", "err", err)
+		s.out.finish(encodeError(s.askError(protocol.PathRegister, err)))
+		return false
+	}
+	data, err := protocol.Encode(&ans)
+	if err != nil || !s.out.send(data) {
+		return false
+	}
+	close(s.registered)
+	s.log.Info("worker registered", "capacity", s.reg.Capacity)
+	return true
+}
+
+// askError is the ERROR a worker gets when an ask on its behalf failed: the
+// coordinator's own refusal as it is, or why no coordinator answered.
+func (s *workerSession) askError(path string, err error) *protocol.Error {
+	var re *bus.RemoteError
+	switch {
+	case errors.As(err, &re):
+		return &protocol.Error{Message: re.Message}
+	case s.b.ctx.Err() != nil:
+		return errShuttingDown()
+	case errors.Is(err, bus.ErrNoPeer):
+		return errUnavailable("no coordinator is serving " + path)
+	case errors.Is(err, bus.ErrTimeout):
+		return errUnavailable(fmt.Sprintf("no reply within %v", s.b.cfg.RequestTimeout))
+	case errors.Is(err, bus.ErrDisconnected):
+		return errUnavailable("the bridge is not connected to NATS")
+	}
+	return errUnavailable(err.Error())
+}
+
+// relay is the handler of task.assign or task.cancel: the coordinator's message
+// becomes a frame, re-encoded so that only a well-formed message of the expected type
+// reaches the worker. A frame that cannot be queued drops the connection, which
+// reports the worker lost.
+func (s *workerSession) relay(want protocol.Type) bus.HandlerFunc {
+	return func(ctx context.Context, req *bus.Request) (any, error) {
+		msg, err := protocol.Decode(req.Data)
+		if err == nil && msg.MessageType() != want {
+			err = fmt.Errorf("got %s", msg.MessageType())
+		}
+		var data []byte
+		if err == nil {
+			data, err = protocol.Encode(msg)
+		}
+		if err != nil {
+			s.log.Warn("dropping a bad message from the coordinator", "path", req.Path, "err", err)
+			return nil, nil
+		}
+		select {
+		case <-s.registered:
+		case <-s.ctx.Done():
+			return nil, nil
+		case <-ctx.Done():
+			return nil, nil
+		}
+		if s.out.send(data) {
+			s.log.Debug("frame queued", "type", want)
+		}
+		return nil, nil
+	}
+}
+
+// loop reads the registered worker's frames until the connection ends or breaks the
+// protocol. Nothing here blocks on the coordinator.
+func (s *workerSession) loop() {
+	for {
+		payload, err := readFrame(s.conn, s.reader, s.b.cfg.FrameStallTimeout)
+		if err != nil {
+			s.b.readFailed(s.log, err, "worker", s.out.finish)
+			return
+		}
+		msg, err := protocol.Decode(payload)
+		if err != nil {
+			s.log.Info("malformed message; closing", "err", err)
+			s.out.finish(encodeError(protocol.MalformedRequest(err)))
+			return
+		}
+		switch m := msg.(type) {
+		case *protocol.Heartbeat:
+			s.heartbeat()
+		case *protocol.TaskResult:
+			if !s.result(m, len(payload)) {
+				return
+			}
+		default:
+			s.log.Info("unexpected message; closing", "type", m.MessageType())
+			s.out.finish(encodeError(protocol.UnexpectedType(m.MessageType(), "worker")))
+			return
+		}
+	}
+}
+
+// heartbeat asks the coordinator to refresh the worker, one beat at a time (a beat
+// arriving while one is in flight adds nothing). A coordinator that does not know the
+// worker (it restarted, or lost the worker) gets the original registration again.
+func (s *workerSession) heartbeat() {
+	if !s.beating.CompareAndSwap(false, true) {
+		return
+	}
+	s.beats.Add(1)
+	go func() {
+		defer s.beats.Done()
+		defer s.beating.Store(false)
+		ctx, cancel := context.WithTimeout(s.ctx, s.b.cfg.RequestTimeout)
+		defer cancel()
+		_, err := bus.Ask[json.RawMessage](ctx, s.node, toCoordinator, protocol.PathHeartbeat, &protocol.Heartbeat{WorkerID: s.reg.WorkerID})
+		switch {
+		case err == nil:
+		case errors.Is(err, bus.ErrRemote):
+			s.log.Info("coordinator does not know the worker; registering again", "err", err)
+			rctx, rcancel := context.WithTimeout(s.ctx, s.b.cfg.RequestTimeout)
+			defer rcancel()
+			if _, err := bus.Ask[json.RawMessage](rctx, s.node, toCoordinator, protocol.PathRegister, &s.reg); err != nil {
+				s.log.Warn("registering again failed", "err", err)
+			}
+		default:
+			s.log.Debug("heartbeat not answered", "err", err)
+		}
+	}()
+}
+
+// result starts delivering a TASK_RESULT of size bytes, as this worker whatever
+// workerId it carries. While too many results are in delivery it waits, not reading
+// the connection; it reports false when the session ends meanwhile.
+func (s *workerSession) result(res *protocol.TaskResult, size int) bool {
+	if !s.results.acquire(s.ctx, size, maxPendingResults, maxPendingResultBytes) {
+		return false
+	}
+	res.WorkerID = s.reg.WorkerID
+	s.b.wg.Add(1)
+	go s.deliver(res, size)
+	return true
+}
+
+// deliver offers a result to the coordinator until it answers (the answer comes once
+// the outcome is durable), for up to ResultRetryFor, and even after the connection
+// closed; Close abandons it. A stale result is answered too, and changes nothing.
+func (s *workerSession) deliver(res *protocol.TaskResult, size int) {
+	defer s.b.wg.Done()
+	defer s.results.release(size)
+	log := s.log.With("job", res.JobID, "attempt", res.AttemptID)
+	ctx, cancel := context.WithTimeout(s.b.ctx, s.b.cfg.ResultRetryFor)
+	defer cancel()
+	delay := resultRetryBase
+	for try := 1; ; try++ {
+		actx, acancel := context.WithTimeout(ctx, s.b.cfg.RequestTimeout)
+		ack, err := bus.Ask[protocol.ResultAck](actx, s.node, toCoordinator, protocol.PathResult, res)
+		acancel()
+		if err == nil {
+			log.Debug("result delivered", "accepted", ack.Accepted, "tries", try)
+			return
+		}
+		if ctx.Err() != nil || errors.Is(err, bus.ErrClosed) {
+			log.Warn("result abandoned", "err", err, "tries", try)
+			return
+		}
+		log.Debug("result not answered; retrying", "err", err, "try", try, "in", delay)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			log.Warn("result abandoned", "err", err, "tries", try)
+			return
+		case <-t.C:
+		}
+		delay = min(2*delay, resultRetryMax)
+	}
+}
+
+// leave ends the session's life as the worker: it stops serving the worker's bus
+// paths and heartbeats and, unless superseded, reports the worker lost.
+func (s *workerSession) leave() {
+	s.out.kill("session ended")
+	s.cancel()
+	_ = s.node.Unhandle(protocol.PathAssign)
+	_ = s.node.Unhandle(protocol.PathCancel)
+	s.beats.Wait()
+	reason := s.out.dropReason()
+	if !s.superseded.Load() {
+		// A result read before the connection ended must be settled before the loss,
+		// or an attempt that completed would be retried.
+		t := time.NewTimer(s.b.cfg.RequestTimeout)
+		select {
+		case <-s.results.idle():
+		case <-t.C:
+		}
+		t.Stop()
+		if s.b.workers.current(s) {
+			s.disconnect()
+		}
+	}
+	s.b.workers.release(s)
+	close(s.released)
+	s.log.Info("worker connection ended", "dropped", reason, "superseded", s.superseded.Load())
+}
+
+// disconnect reports the worker lost. It asks rather than tells, so that the loss is
+// handled before a new session of the same worker id registers.
+func (s *workerSession) disconnect() {
+	ctx, cancel := context.WithTimeout(context.Background(), s.b.cfg.RequestTimeout)
+	defer cancel()
+	d := &protocol.Disconnect{WorkerID: s.reg.WorkerID, Cause: causeClosed}
+	if _, err := bus.Ask[json.RawMessage](ctx, s.node, toCoordinator, protocol.PathDisconnect, d); err != nil {
+		s.log.Info("could not report the worker lost; the heartbeat timeout will", "err", err)
+	}
+}
+
+// clip shortens a peer-chosen string for the log.
+func clip(s string) string {
+	const max = 64
+	if len(s) <= max {
+		return s
+	}
+	return fmt.Sprintf("%s... (%d bytes)", s[:max], len(s))
+}
+
+// registry maps worker ids to their live sessions on this bridge.
+type registry struct {
+	mu   sync.Mutex
+	live map[string]*workerSession
+}
+
+// claim makes s the session of its worker id and returns the one it replaces.
+func (r *registry) claim(s *workerSession) *workerSession {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	old := r.live[s.reg.WorkerID]
+	r.live[s.reg.WorkerID] = s
+	return old
+}
+
+func (r *registry) current(s *workerSession) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.live[s.reg.WorkerID] == s
+}
+
+func (r *registry) release(s *workerSession) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.live[s.reg.WorkerID] == s {
+		delete(r.live, s.reg.WorkerID)
+	}
+}
+
+// inflight bounds work in progress by count and bytes, and signals when there is none.
+type inflight struct {
+	mu    sync.Mutex
+	n     int
+	bytes int
+	empty chan struct{} // closed while n == 0; nil means closed
+	freed chan struct{} // closed by the next release; nil until someone waits
+}
+
+// acquire counts one more unit of size bytes, waiting while maxN units or maxBytes
+// bytes are counted (one unit is always allowed). It reports false if ctx ended first.
+func (f *inflight) acquire(ctx context.Context, size, maxN, maxBytes int) bool {
+	for {
+		f.mu.Lock()
+		if f.n == 0 || (f.n < maxN && f.bytes+size <= maxBytes) {
+			if f.n == 0 {
+				f.empty = make(chan struct{})
+			}
+			f.n++
+			f.bytes += size
+			f.mu.Unlock()
+			return true
+		}
+		if f.freed == nil {
+			f.freed = make(chan struct{})
+		}
+		freed := f.freed
+		f.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+func (f *inflight) release(size int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n--
+	f.bytes -= size
+	if f.freed != nil {
+		close(f.freed)
+		f.freed = nil
+	}
+	if f.n == 0 {
+		close(f.empty)
+	}
+}
+
+// idle is closed while nothing is in progress.
+func (f *inflight) idle() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.empty == nil {
+		f.empty = make(chan struct{})
+		close(f.empty)
+	}
+	return f.empty
+}

@@ -1,0 +1,285 @@
+package bridge_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/coordinator"
+)
+
+// expectAssign receives the next frame, which must be a TASK_ASSIGN for job.
+func (p *peer) expectAssign(jobID string) *protocol.TaskAssign {
+	p.t.Helper()
+	m := p.mustRecv()
+	a, ok := m.(*protocol.TaskAssign)
+	if !ok || a.JobID != jobID {
+		p.t.Fatalf("got %T %+v, want TASK_ASSIGN for %s", m, m, jobID)
+	}
+	return a
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestWorkerPort(t *testing.T) {
+	t.Parallel()
+
+	t.Run("FullSpecWorkerFlow", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t)
+		w := s.worker("worker-1", 2) // checks WORKER_REGISTERED byte for byte
+		c := s.client()
+		id := c.submit("WORD_COUNT", `{"text":"one two three"}`)
+		a := w.expectAssign(id)
+		if a.AttemptNumber != 1 || a.TaskType != "WORD_COUNT" || string(a.Payload) != `{"text":"one two three"}` || a.AttemptID == "" {
+			t.Fatalf("TASK_ASSIGN %+v", a)
+		}
+		if j := s.job(id); j.State != protocol.StateRunning || j.WorkerID == nil || *j.WorkerID != "worker-1" {
+			t.Fatalf("job %+v, want RUNNING on worker-1", j)
+		}
+		w.mustSend(&protocol.TaskResult{WorkerID: "worker-1", JobID: id, AttemptID: a.AttemptID, Success: true, Result: ptr("3")})
+		j := s.waitState(id, protocol.StateCompleted)
+		if j.Result == nil || *j.Result != "3" || j.Attempts != 1 {
+			t.Fatalf("job %+v, want COMPLETED with result 3", j)
+		}
+		st, ok := c.request(&protocol.GetJobStatus{JobID: id}).(*protocol.JobStatus)
+		if !ok || st.Job.State != protocol.StateCompleted {
+			t.Fatalf("status over the client port: %+v", st)
+		}
+	})
+
+	t.Run("FirstMessageRules", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t)
+		for _, tc := range []struct {
+			name    string
+			payload string
+			want    string
+		}{
+			{"Heartbeat", `{"type":"HEARTBEAT","workerId":"w"}`, "First message must be WORKER_REGISTER"},
+			{"ClientRequest", `{"type":"LIST_JOBS"}`, "First message must be WORKER_REGISTER"},
+			{"TaskResult", `{"type":"TASK_RESULT","workerId":"w","jobId":"j","attemptId":"a","success":true,"result":null,"error":null}`, "First message must be WORKER_REGISTER"},
+			{"CapacityZero", `{"type":"WORKER_REGISTER","workerId":"w","capacity":0}`, protocol.BadRegistration().Message},
+			{"Capacity1025", `{"type":"WORKER_REGISTER","workerId":"w","capacity":1025}`, protocol.BadRegistration().Message},
+			{"CapacityAbsent", `{"type":"WORKER_REGISTER","workerId":"w"}`, protocol.BadRegistration().Message},
+			{"EmptyID", `{"type":"WORKER_REGISTER","workerId":"","capacity":4}`, protocol.BadRegistration().Message},
+			{"HugeID", fmt.Sprintf(`{"type":"WORKER_REGISTER","workerId":%q,"capacity":4}`, strings.Repeat("w", 600)), protocol.BadRegistration().Message},
+			{"NonJSON", `WORKER_REGISTER please`, "Malformed request: "},
+			{"UnknownType", `{"type":"HELLO"}`, "Malformed request: "},
+			{"CapacityAsString", `{"type":"WORKER_REGISTER","workerId":"w","capacity":"4"}`, "Malformed request: "},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				p := dial(t, s.br.WorkerAddr())
+				if err := p.sendPayload([]byte(tc.payload)); err != nil {
+					t.Fatal(err)
+				}
+				p.expectErrorThenClosed(tc.want)
+			})
+		}
+		if ws, err := s.native.Workers(t.Context()); err != nil || len(ws) != 0 {
+			t.Fatalf("workers %v (err %v), want none", ws, err)
+		}
+	})
+
+	t.Run("HeartbeatsKeepTheWorkerAlive", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t, withCoordinator(func(c *coordinator.Config) { c.HeartbeatTimeout = 500 * time.Millisecond }))
+		w := s.worker("beating", 1)
+		stop := make(chan struct{})
+		beats := make(chan struct{})
+		go func() {
+			defer close(beats)
+			tick := time.NewTicker(25 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+					_ = w.send(&protocol.Heartbeat{WorkerID: "beating"})
+				}
+			}
+		}()
+		// A running attempt survives many heartbeat timeouts: a loss, even one the
+		// bridge repaired by registering again, would have sent it to retry.
+		id := s.client().submit("SLEEP", `{"durationMillis":600000}`)
+		a := w.expectAssign(id)
+		time.Sleep(5 * s.ccfg.HeartbeatTimeout) // the span observed, not a synchronisation
+		if j := s.job(id); j.State != protocol.StateRunning || j.Attempts != 1 || j.Error != nil {
+			t.Fatalf("job %+v, want still RUNNING its first attempt", j)
+		}
+		close(stop)
+		<-beats
+		eventually(t, "silent worker lost", func() bool { return !s.hasWorker("beating") })
+		// Beating again: the coordinator answers "unknown worker" and the bridge
+		// registers it again on the worker's behalf, with its original registration.
+		eventually(t, "job lost with its worker", func() bool {
+			j := s.job(id)
+			return j.Error != nil && strings.HasPrefix(*j.Error, "worker beating lost")
+		})
+		_ = w.send(&protocol.Heartbeat{WorkerID: "beating"})
+		eventually(t, "worker registered again", func() bool { return s.hasWorker("beating") })
+		w.mustSend(&protocol.TaskResult{WorkerID: "beating", JobID: id, AttemptID: a.AttemptID, Success: true}) // stale now
+		a2 := w.expectAssign(id)
+		if a2.AttemptNumber != 2 {
+			t.Fatalf("retry %+v", a2)
+		}
+	})
+
+	t.Run("ClosedConnectionLosesTheWorkerAtOnce", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t) // heartbeat timeout 1h: only the disconnect can lose the worker
+		w := s.worker("closer", 1)
+		id := s.client().submit("SLEEP", `{"durationMillis":600000}`)
+		w.expectAssign(id)
+		_ = w.conn.Close()
+		eventually(t, "job back to retry", func() bool {
+			j := s.job(id)
+			return j.Error != nil && *j.Error == "worker closer lost (connection closed)"
+		})
+		if j := s.job(id); j.State == protocol.StateRunning || j.Attempts != 1 {
+			t.Fatalf("job %+v", j)
+		}
+		eventually(t, "worker gone", func() bool { return !s.hasWorker("closer") })
+	})
+
+	t.Run("ResultThenCloseStillCounts", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t)
+		w := s.worker("quick", 1)
+		id := s.client().submit("SHA256", `{"text":"x"}`)
+		a := w.expectAssign(id)
+		w.mustSend(&protocol.TaskResult{WorkerID: "quick", JobID: id, AttemptID: a.AttemptID, Success: true, Result: ptr("ok")})
+		_ = w.conn.Close() // the loss must not overtake the result
+		j := s.waitState(id, protocol.StateCompleted)
+		if j.Attempts != 1 || j.Error != nil {
+			t.Fatalf("job %+v", j)
+		}
+	})
+
+	t.Run("FailedResultIsRetried", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t)
+		w := s.worker("failing", 1)
+		id := s.client().submit("FAIL", `{"failUntilAttempt":2}`)
+		a := w.expectAssign(id)
+		w.mustSend(&protocol.TaskResult{WorkerID: "failing", JobID: id, AttemptID: a.AttemptID, Error: ptr("deliberate failure on attempt 1 (failing until 2)")})
+		a2 := w.expectAssign(id)
+		if a2.AttemptNumber != 2 || a2.AttemptID == a.AttemptID {
+			t.Fatalf("second assignment %+v", a2)
+		}
+		w.mustSend(&protocol.TaskResult{WorkerID: "failing", JobID: id, AttemptID: a2.AttemptID, Success: true, Result: ptr("succeeded on attempt 2")})
+		if j := s.waitState(id, protocol.StateCompleted); *j.Error != "deliberate failure on attempt 1 (failing until 2)" {
+			t.Fatalf("job %+v", j)
+		}
+	})
+
+	t.Run("ClientCancelSendsTaskCancel", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t)
+		w := s.worker("cancellee", 1)
+		c := s.client()
+		id := c.submit("SLEEP", `{"durationMillis":600000}`)
+		a := w.expectAssign(id)
+		jc, ok := c.request(&protocol.CancelJob{JobID: id}).(*protocol.JobCancel)
+		if !ok || !jc.Cancelled || jc.Job.State != protocol.StateCancelled {
+			t.Fatalf("JOB_CANCEL %+v", jc)
+		}
+		m := w.mustRecv()
+		if tc, ok := m.(*protocol.TaskCancel); !ok || tc.JobID != id || tc.AttemptID != a.AttemptID {
+			t.Fatalf("got %T %+v, want TASK_CANCEL of %s/%s", m, m, id, a.AttemptID)
+		}
+	})
+
+	t.Run("ReRegisteringSupersedes", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t)
+		old := s.worker("twin", 1)
+		c := s.client()
+		first := c.submit("SLEEP", `{"durationMillis":600000}`)
+		a := old.expectAssign(first)
+
+		fresh := s.worker("twin", 2)
+		old.expectClosed()
+		// The first attempt died with the old session; the job is retried on the new one.
+		a2 := fresh.expectAssign(first)
+		if a2.AttemptNumber != 2 || a2.AttemptID == a.AttemptID {
+			t.Fatalf("retry %+v", a2)
+		}
+		if j := s.job(first); j.Error == nil || *j.Error != "worker twin lost (worker re-registered)" {
+			t.Fatalf("job %+v", j)
+		}
+		// The old session's end did not remove the new registration.
+		second := c.submit("SHA256", `{"text":"x"}`)
+		fresh.expectAssign(second)
+		ws, err := s.native.Workers(t.Context())
+		if err != nil || len(ws) != 1 || ws[0].WorkerID != "twin" || ws[0].Capacity != 2 {
+			t.Fatalf("workers %+v (err %v), want the new twin of capacity 2", ws, err)
+		}
+	})
+
+	t.Run("CoordinatorRestartRegistersAgain", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t)
+		w := s.worker("survivor", 1)
+		s.restartCoordinator()
+		if s.hasWorker("survivor") {
+			t.Fatal("a new coordinator knows the worker already")
+		}
+		_ = w.send(&protocol.Heartbeat{WorkerID: "survivor"})
+		eventually(t, "worker registered again", func() bool { return s.hasWorker("survivor") })
+		id := s.client().submit("SHA256", `{"text":"x"}`)
+		a := w.expectAssign(id) // on the same connection, with no second WORKER_REGISTERED
+		w.mustSend(&protocol.TaskResult{WorkerID: "survivor", JobID: id, AttemptID: a.AttemptID, Success: true, Result: ptr("r")})
+		s.waitState(id, protocol.StateCompleted)
+	})
+
+	t.Run("AfterRegistrationOnlyHeartbeatAndResult", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t)
+		for _, tc := range []struct {
+			name, payload, want string
+		}{
+			{"SecondRegister", `{"type":"WORKER_REGISTER","workerId":"x","capacity":1}`, protocol.UnexpectedType(protocol.TypeWorkerRegister, "worker").Message},
+			{"ClientRequest", `{"type":"LIST_WORKERS"}`, protocol.UnexpectedType(protocol.TypeListWorkers, "worker").Message},
+			{"CoordinatorMessage", `{"type":"TASK_ASSIGN","jobId":"j","attemptId":"a","attemptNumber":1,"taskType":"SLEEP","payload":{}}`, protocol.UnexpectedType(protocol.TypeTaskAssign, "worker").Message},
+			{"NonJSON", `{"type":`, "Malformed request: "},
+			{"UnknownType", `{"type":"BYE"}`, "Malformed request: "},
+			{"WrongFieldTypes", `{"type":"TASK_RESULT","workerId":"x","jobId":"j","attemptId":"a","success":"yes"}`, "Malformed request: "},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				id := "after-" + tc.name
+				w := s.worker(id, 1)
+				if err := w.sendPayload([]byte(tc.payload)); err != nil {
+					t.Fatal(err)
+				}
+				w.expectErrorThenClosed(tc.want)
+				eventually(t, "worker lost", func() bool { return !s.hasWorker(id) })
+			})
+		}
+	})
+
+	t.Run("NoCoordinator", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t, noCoordinator())
+		p := dial(t, s.br.WorkerAddr())
+		p.mustSend(&protocol.WorkerRegister{WorkerID: "lonely", Capacity: 1})
+		p.expectErrorThenClosed("coordinator unavailable: no coordinator is serving worker.register")
+	})
+
+	t.Run("TaskTypesAreNotATCPWorkersToSend", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t)
+		w := dial(t, s.br.WorkerAddr())
+		reg, _ := json.Marshal(map[string]any{"type": "WORKER_REGISTER", "workerId": "picky", "capacity": 1, "taskTypes": []string{"RESIZE"}})
+		if err := w.sendPayload(reg); err != nil {
+			t.Fatal(err)
+		}
+		w.mustRecv()
+		id := s.client().submit("SHA256", `{"text":"x"}`)
+		w.expectAssign(id) // registered for the five built-ins, not for RESIZE only
+	})
+}

@@ -1,0 +1,128 @@
+package cli
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/urfave/cli/v2"
+
+	"github.com/jobbus/jobbus/bridge"
+)
+
+// bridgeFlags are the TCP ports' flags, shared by `bridge` and `serve`. A port of -1
+// turns that port off, 0 picks a free one (logged at start).
+func bridgeFlags() []cli.Flag {
+	d := bridge.DefaultConfig()
+	return []cli.Flag{
+		&cli.IntFlag{Name: "worker-port", Value: 7070, Usage: "TCP port for spec workers (-1: off, 0: any free port)", EnvVars: env("worker-port")},
+		&cli.IntFlag{Name: "client-port", Value: 7071, Usage: "TCP port for spec clients (-1: off, 0: any free port)", EnvVars: env("client-port")},
+		&cli.StringFlag{Name: "listen-host", Value: "127.0.0.1", Usage: "address the TCP ports listen on (loopback by default; 0.0.0.0 for every interface)", EnvVars: env("listen-host")},
+		&cli.IntFlag{Name: "max-conns", Value: d.MaxConns, Usage: "open connections per TCP port; more are refused", EnvVars: env("max-conns")},
+		&cli.IntFlag{Name: "max-requests", Value: d.MaxInFlight, Usage: "client-port requests waiting for the coordinator at once, across connections", EnvVars: env("max-requests")},
+		millisFlag("frame-stall-timeout-millis", d.FrameStallTimeout, "a frame that has begun must arrive within this time (slow peers are dropped)"),
+		millisFlag("write-timeout-millis", d.WriteTimeout, "a peer must take each frame within this time"),
+		millisFlag("request-timeout-millis", d.RequestTimeout, "how long a request waits for the coordinator"),
+	}
+}
+
+// bridgeConfig maps the flags onto a bridge configuration.
+func bridgeConfig(c *cli.Context, log *slog.Logger) (bridge.Config, error) {
+	ms := func(name string) time.Duration { return time.Duration(c.Int64(name)) * time.Millisecond }
+	cfg := bridge.DefaultConfig()
+	host := c.String("listen-host")
+	for _, p := range []struct {
+		flag string
+		addr *string
+	}{{"worker-port", &cfg.WorkerListen}, {"client-port", &cfg.ClientListen}} {
+		port := c.Int(p.flag)
+		switch {
+		case port == -1:
+			*p.addr = ""
+		case port < 0 || port > 65535:
+			return cfg, usageError("--%s must be -1 (off), 0 (any free port) or 1..65535, got %d", p.flag, port)
+		default:
+			*p.addr = net.JoinHostPort(host, strconv.Itoa(port))
+		}
+	}
+	cfg.MaxConns = c.Int("max-conns")
+	cfg.MaxInFlight = c.Int("max-requests")
+	cfg.FrameStallTimeout = ms("frame-stall-timeout-millis")
+	cfg.WriteTimeout = ms("write-timeout-millis")
+	cfg.RequestTimeout = ms("request-timeout-millis")
+	cfg.Logger = log
+	return cfg, nil
+}
+
+// startBridge starts the TCP ports in front of the coordinator on nc, unless both are
+// off (then it does nothing). stop closes the bridge.
+func startBridge(ctx context.Context, c *cli.Context, nc *nats.Conn, log *slog.Logger) (stop func(), err error) {
+	cfg, err := bridgeConfig(c, log)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.WorkerListen == "" && cfg.ClientListen == "" {
+		log.Info("TCP ports off")
+		return func() {}, nil
+	}
+	br, err := bridge.New(nc, cfg)
+	if err != nil {
+		return nil, usageError("%v", err)
+	}
+	if err := br.Start(ctx); err != nil {
+		return nil, err
+	}
+	return func() { _ = br.Close() }, nil
+}
+
+func bridgeCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "bridge",
+		Usage: "serve the TCP worker and client ports of PROTOCOL.md for a coordinator on NATS (--nats)",
+		Description: `Listens on --worker-port and --client-port (on --listen-host, loopback by default) and
+forwards to the coordinator reachable through NATS. Several bridges may serve one coordinator.
+A port of -1 is off; 0 picks a free port.
+
+Example:
+   jobbus --nats nats://127.0.0.1:4222 bridge --worker-port 7070 --client-port 7071`,
+		Flags: bridgeFlags(),
+		Action: func(c *cli.Context) error {
+			log, err := logger(c)
+			if err != nil {
+				return err
+			}
+			cfg, err := bridgeConfig(c, log)
+			if err != nil {
+				return err
+			}
+			if cfg.WorkerListen == "" && cfg.ClientListen == "" {
+				return usageError("--worker-port and --client-port are both -1: nothing to serve")
+			}
+			url := c.String("nats")
+			if url == "" {
+				url = nats.DefaultURL
+			}
+			ctx, cancel := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
+			defer cancel()
+			nc, err := dial(ctx, c, url)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			stop, err := startBridge(ctx, c, nc, log)
+			if err != nil {
+				return err
+			}
+			log.Info("bridge running", "nats", nc.ConnectedUrlRedacted())
+			<-ctx.Done()
+			log.Info("bridge stopping")
+			stop()
+			return nil
+		},
+	}
+}

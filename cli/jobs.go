@@ -1,0 +1,322 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/client"
+)
+
+// clientCommands are the commands that talk to a running coordinator.
+func clientCommands() []*cli.Command {
+	return []*cli.Command{
+		submitCommand(),
+		statusCommand(),
+		waitCommand(),
+		cancelCommand(),
+		jobsCommand(),
+		workersCommand(),
+		watchCommand(),
+	}
+}
+
+func statusCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "status",
+		Usage:     "show a job",
+		ArgsUsage: "ID",
+		Description: `Prints the job's snapshot: state, attempts, worker, result and last error.
+
+Example:
+   jobbus status 0b7c2f0e-8a41-4d7e-9b43-3f6a1c2d9e10 --json`,
+		Flags: []cli.Flag{jsonFlag()},
+		Action: func(c *cli.Context) error {
+			pos, err := args(c, "ID")
+			if err != nil {
+				return err
+			}
+			s, err := connect(c, false)
+			if err != nil {
+				return exitErr(err)
+			}
+			defer s.Close()
+			job, err := s.cl.Status(c.Context, pos[0])
+			if err != nil {
+				return exitErr(err)
+			}
+			return newPrinter(c.App.Writer, c.Bool("json")).job(job)
+		},
+	}
+}
+
+func waitCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "wait",
+		Usage:     "wait until a job ends",
+		ArgsUsage: "ID",
+		Description: `Blocks until the job is COMPLETED, FAILED or CANCELLED and prints it. Exits 0 if it
+COMPLETED and 1 otherwise, naming its error; also 1 when --timeout passes first.
+
+Example:
+   jobbus wait 0b7c2f0e-8a41-4d7e-9b43-3f6a1c2d9e10 --timeout 30s`,
+		Flags: []cli.Flag{timeoutFlag("how long to wait"), jsonFlag()},
+		Action: func(c *cli.Context) error {
+			pos, err := args(c, "ID")
+			if err != nil {
+				return err
+			}
+			s, err := connect(c, false)
+			if err != nil {
+				return exitErr(err)
+			}
+			defer s.Close()
+			return waitAndShow(c, s, pos[0])
+		},
+	}
+}
+
+// waitAndShow waits for job id to end, prints it and turns its end into the exit code.
+func waitAndShow(c *cli.Context, s *session, id string) error {
+	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	timeout := c.Duration("timeout")
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	var progress func(protocol.Job)
+	if !c.Bool("json") && isTerminal(c.App.ErrWriter) {
+		sp := &spinner{w: c.App.ErrWriter, start: time.Now()}
+		progress = sp.show
+		defer sp.clear()
+	}
+	job, err := waitJob(ctx, s.cl, id, progress)
+	switch {
+	case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && c.Context.Err() == nil:
+		return cli.Exit(fmt.Sprintf("job %s still %s after %v", id, orUnknown(job.State), timeout), ExitError)
+	case err != nil && ctx.Err() != nil:
+		return cli.Exit(fmt.Sprintf("stopped waiting for job %s (still %s; it goes on: `jobbus status %s`)", id, orUnknown(job.State), id), ExitError)
+	case err != nil:
+		return exitErr(err)
+	}
+	if err := newPrinter(c.App.Writer, c.Bool("json")).job(job); err != nil {
+		return err
+	}
+	if job.State != protocol.StateCompleted {
+		msg := fmt.Sprintf("job %s %s", id, job.State)
+		if job.Error != nil {
+			msg += ": " + *job.Error
+		}
+		return cli.Exit(msg, ExitError)
+	}
+	return nil
+}
+
+func orUnknown(s protocol.State) string {
+	if s == "" {
+		return "in an unknown state"
+	}
+	return string(s)
+}
+
+// waitJob polls a job until it is terminal or ctx ends, telling progress each snapshot.
+func waitJob(ctx context.Context, cl *client.Client, id string, progress func(protocol.Job)) (protocol.Job, error) {
+	var last protocol.Job
+	delay := 5 * time.Millisecond
+	for {
+		job, err := cl.Status(ctx, id)
+		if err != nil {
+			return last, err
+		}
+		last = job
+		if progress != nil {
+			progress(job)
+		}
+		if job.State.Terminal() {
+			return job, nil
+		}
+		select {
+		case <-ctx.Done():
+			return job, ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 250*time.Millisecond)
+	}
+}
+
+// spinner is the progress line of a wait on a terminal.
+type spinner struct {
+	w     io.Writer
+	start time.Time
+	frame int
+}
+
+var spinFrames = []string{"⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"}
+
+func (s *spinner) show(j protocol.Job) {
+	s.frame++
+	line := fmt.Sprintf("%s job %s %s, attempt %d/%d", spinFrames[s.frame%len(spinFrames)], j.JobID, j.State, j.Attempts, j.MaxAttempts)
+	if j.WorkerID != nil {
+		line += " on " + *j.WorkerID
+	}
+	line += fmt.Sprintf(" (%.1fs)", time.Since(s.start).Seconds())
+	fmt.Fprint(s.w, "\r\x1b[K"+line)
+}
+
+func (s *spinner) clear() { fmt.Fprint(s.w, "\r\x1b[K") }
+
+func cancelCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "cancel",
+		Usage:     "cancel a job",
+		ArgsUsage: "ID",
+		Description: `Cancels a QUEUED, RETRY_WAIT or RUNNING job and prints its snapshot. A job that had
+already ended keeps its state; the command then says so and still exits 0.
+With --json it prints {"cancelled":true|false,"job":{...}}.
+
+Example:
+   jobbus cancel 0b7c2f0e-8a41-4d7e-9b43-3f6a1c2d9e10`,
+		Flags: []cli.Flag{jsonFlag()},
+		Action: func(c *cli.Context) error {
+			pos, err := args(c, "ID")
+			if err != nil {
+				return err
+			}
+			s, err := connect(c, false)
+			if err != nil {
+				return exitErr(err)
+			}
+			defer s.Close()
+			cancelled, job, err := s.cl.Cancel(c.Context, pos[0])
+			if err != nil {
+				return exitErr(err)
+			}
+			p := newPrinter(c.App.Writer, c.Bool("json"))
+			if p.json {
+				return p.jsonLine(struct {
+					Cancelled bool         `json:"cancelled"`
+					Job       protocol.Job `json:"job"`
+				}{cancelled, job})
+			}
+			if !cancelled {
+				fmt.Fprintf(c.App.ErrWriter, "job %s had already ended (%s); nothing to cancel\n", job.JobID, job.State)
+			}
+			return p.job(job)
+		},
+	}
+}
+
+func jobsCommand() *cli.Command {
+	return &cli.Command{
+		Name:    "jobs",
+		Aliases: []string{"list"},
+		Usage:   "list jobs, newest first",
+		Description: `Lists jobs newest first, --limit at a time; when more follow it names the --cursor of
+the next page (on stderr). --all follows the cursors to the end.
+
+Examples:
+   jobbus jobs --state failed --limit 10
+   jobbus jobs --all --json | jq -r 'select(.state=="COMPLETED") | .jobId'`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "state", Usage: "only jobs in this state: " + stateChoices(), EnvVars: env("state")},
+			&cli.IntFlag{Name: "limit", Value: 50, Usage: "jobs per page (1..10000)", EnvVars: env("limit")},
+			&cli.StringFlag{Name: "cursor", Usage: "start at this page (printed by the previous one)", EnvVars: env("cursor")},
+			&cli.BoolFlag{Name: "all", Usage: "follow the cursors: every matching job", EnvVars: env("all")},
+			jsonFlag(),
+		},
+		Action: listJobs,
+	}
+}
+
+func stateChoices() string {
+	names := make([]string, len(protocol.States))
+	for i, s := range protocol.States {
+		names[i] = strings.ToLower(string(s))
+	}
+	return strings.Join(names, ", ")
+}
+
+func listJobs(c *cli.Context) error {
+	if _, err := args(c); err != nil {
+		return err
+	}
+	req := protocol.ListJobs{Limit: c.Int("limit"), Cursor: c.String("cursor")}
+	if req.Limit < 1 || req.Limit > 10000 {
+		return usageError("--limit must be in 1..10000, got %d", req.Limit)
+	}
+	if c.IsSet("state") {
+		st, err := protocol.ParseState(c.String("state"))
+		if err != nil {
+			return usageError("--state must be one of %s, got %q", stateChoices(), c.String("state"))
+		}
+		req.State = &st
+	}
+	s, err := connect(c, false)
+	if err != nil {
+		return exitErr(err)
+	}
+	defer s.Close()
+	p := newPrinter(c.App.Writer, c.Bool("json"))
+	var jobs []protocol.Job
+	for {
+		page, err := s.cl.List(c.Context, req)
+		if err != nil {
+			return exitErr(err)
+		}
+		jobs = append(jobs, page.Jobs...)
+		req.Cursor = page.NextCursor
+		if req.Cursor == "" || !c.Bool("all") {
+			break
+		}
+		if p.json { // stream long listings instead of holding them
+			if err := p.jobs(jobs); err != nil {
+				return err
+			}
+			jobs = jobs[:0]
+		}
+	}
+	if err := p.jobs(jobs); err != nil {
+		return err
+	}
+	if req.Cursor != "" {
+		fmt.Fprintf(c.App.ErrWriter, "more jobs follow: --cursor %s (or --all)\n", req.Cursor)
+	}
+	return nil
+}
+
+func workersCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "workers",
+		Usage: "list the live workers",
+		Description: `Lists the workers the coordinator hears from, with their running tasks and capacity.
+
+Example:
+   jobbus workers --json`,
+		Flags: []cli.Flag{jsonFlag()},
+		Action: func(c *cli.Context) error {
+			if _, err := args(c); err != nil {
+				return err
+			}
+			s, err := connect(c, false)
+			if err != nil {
+				return exitErr(err)
+			}
+			defer s.Close()
+			ws, err := s.cl.Workers(c.Context)
+			if err != nil {
+				return exitErr(err)
+			}
+			return newPrinter(c.App.Writer, c.Bool("json")).workers(ws)
+		},
+	}
+}

@@ -1,0 +1,262 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
+
+	"github.com/jobbus/jobbus/bridge"
+	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/cli"
+	"github.com/jobbus/jobbus/coordinator"
+	"github.com/jobbus/jobbus/embeddednats"
+	"github.com/jobbus/jobbus/worker"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// fastConfig is the reference defaults scaled to milliseconds.
+func fastConfig() coordinator.Config {
+	cfg := coordinator.DefaultConfig()
+	cfg.HeartbeatTimeout = 400 * time.Millisecond
+	cfg.SweepInterval = 10 * time.Millisecond
+	cfg.TaskTimeout = 10 * time.Second
+	cfg.RetryBaseDelay = 10 * time.Millisecond
+	cfg.RetryMaxDelay = 40 * time.Millisecond
+	return cfg
+}
+
+// system is what the CLI talks to: an embedded NATS server on a random port, a
+// coordinator, and (unless noWorker) one native worker.
+type system struct {
+	t          *testing.T
+	srv        *embeddednats.Server
+	nc         *nats.Conn
+	url        string
+	clientAddr string // the bridge's client port, once startBridge ran
+}
+
+type setupOption func(*coordinator.Config, *bool)
+
+func withConfig(mod func(*coordinator.Config)) setupOption {
+	return func(c *coordinator.Config, _ *bool) { mod(c) }
+}
+
+func noWorker() setupOption { return func(_ *coordinator.Config, w *bool) { *w = false } }
+
+func setup(t *testing.T, opts ...setupOption) *system {
+	t.Helper()
+	s := startNATS(t)
+	cfg, withWorker := fastConfig(), true
+	for _, o := range opts {
+		o(&cfg, &withWorker)
+	}
+	coord, err := coordinator.New(s.nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := coord.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = coord.Close() })
+	if withWorker {
+		s.startWorker()
+	}
+	return s
+}
+
+// startNATS starts only the NATS server: no coordinator answers there.
+func startNATS(t *testing.T) *system {
+	t.Helper()
+	srv, err := embeddednats.Start(context.Background(), embeddednats.WithListen("127.0.0.1:-1"), embeddednats.WithStoreDir(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return &system{t: t, srv: srv, nc: nc, url: srv.ClientURL()}
+}
+
+// startWorker runs a native worker until the test ends or stop is called, and waits
+// until the coordinator lists it.
+func (s *system) startWorker() (id string, stop func()) {
+	s.t.Helper()
+	nc, err := s.srv.Connect()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	w, err := worker.New(nc, worker.WithHeartbeat(50*time.Millisecond), worker.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = w.Run(ctx)
+	}()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			_ = w.Close()
+			nc.Close()
+		})
+	}
+	s.t.Cleanup(stop)
+	eventually(s.t, "worker "+w.ID()+" listed", func() bool {
+		_, out, _ := s.run("workers", "--json")
+		return strings.Contains(out, w.ID())
+	})
+	return w.ID(), stop
+}
+
+// startBridge serves the TCP client port (on a free loopback port) in front of s.
+func (s *system) startBridge() {
+	s.t.Helper()
+	cfg := bridge.DefaultConfig()
+	cfg.WorkerListen, cfg.ClientListen = "", "127.0.0.1:0"
+	b, err := bridge.New(s.nc, cfg)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if err := b.Start(context.Background()); err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(func() { _ = b.Close() })
+	s.clientAddr = b.ClientAddr().String()
+}
+
+// transport is how the CLI reaches the coordinator: its global flags, and what the
+// system needs for them.
+type transport struct {
+	name    string
+	prepare func(s *system)
+	flags   func(s *system) []string
+}
+
+var (
+	natsTransport = transport{"NATS", func(*system) {}, func(s *system) []string { return []string{"--nats", s.url} }}
+	// The TCP client port of the bridge; --nats points nowhere, so nothing goes native.
+	tcpTransport = transport{"TCP", (*system).startBridge, func(s *system) []string {
+		return []string{"--nats", "nats://127.0.0.1:1", "--connect", s.clientAddr}
+	}}
+)
+
+// transports lists every transport the tests run over.
+func transports() []transport { return []transport{natsTransport, tcpTransport} }
+
+// appMu runs one CLI app at a time: urfave/cli v2 writes to package-level values
+// (HelpFlag, its help command) while it sets an app up, so apps running at once in one
+// process race. A real process runs one app; the tests' systems still run in parallel.
+var appMu sync.Mutex
+
+// cliRun runs the CLI in-process with global flags before args.
+func cliRun(global []string, args ...string) (code int, stdout, stderr string) {
+	var out, errb bytes.Buffer
+	appMu.Lock()
+	defer appMu.Unlock()
+	code = cli.Run(append(append([]string{"jobbus"}, global...), args...), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// run runs the CLI against s over NATS.
+func (s *system) run(args ...string) (int, string, string) {
+	return cliRun(natsTransport.flags(s), args...)
+}
+
+// over is a system as seen through one transport.
+type over struct {
+	*system
+	tr transport
+}
+
+func (o over) run(args ...string) (int, string, string) {
+	return cliRun(o.tr.flags(o.system), args...)
+}
+
+// mustRun runs and fails the test unless the exit code is want.
+func (o over) mustRun(want int, args ...string) (stdout, stderr string) {
+	o.t.Helper()
+	code, out, errs := o.run(args...)
+	if code != want {
+		o.t.Fatalf("jobbus %s: exit %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, want, out, errs)
+	}
+	return out, errs
+}
+
+// jsonLines parses one JSON object per line into T.
+func jsonLines[T any](t *testing.T, out string) []T {
+	t.Helper()
+	var vs []T
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if line == "" {
+			continue
+		}
+		var v T
+		dec := json.NewDecoder(strings.NewReader(line))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&v); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		vs = append(vs, v)
+	}
+	return vs
+}
+
+func jsonJob(t *testing.T, out string) protocol.Job {
+	t.Helper()
+	jobs := jsonLines[protocol.Job](t, out)
+	if len(jobs) != 1 {
+		t.Fatalf("want one job line, got %d: %s", len(jobs), out)
+	}
+	return jobs[0]
+}
+
+// eventually polls cond until it holds or 15 s pass.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for delay := time.Millisecond; ; delay = min(delay*2, 50*time.Millisecond) {
+		if cond() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(delay)
+	}
+}
+
+// syncBuffer is a bytes.Buffer that a command may write while the test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

@@ -1,0 +1,203 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/client"
+)
+
+// taskFlag is the flag that fills the one payload field of a built-in task.
+type taskFlag struct{ flag, field string }
+
+var taskFlags = map[string]taskFlag{
+	"SLEEP":       {"milliseconds", "durationMillis"},
+	"WORD_COUNT":  {"text", "text"},
+	"SHA256":      {"text", "text"},
+	"PRIME_COUNT": {"limit", "limit"},
+	"FAIL":        {"fail-until-attempt", "failUntilAttempt"},
+}
+
+// payloadFlags are the flags of taskFlags, each named once, in help order.
+var payloadFlags = []string{"milliseconds", "text", "limit", "fail-until-attempt"}
+
+// submitEnv names a flag describing the job: JOBBUS_SUBMIT_<FLAG>, so that --limit and
+// --max-attempts do not share a variable with `jobs --limit` or the coordinator's
+// --max-attempts.
+func submitEnv(flag string) []string { return env("submit-" + flag) }
+
+func jsonFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "json", Usage: "print one JSON object per line, for scripts", EnvVars: env("json")}
+}
+
+func timeoutFlag(usage string) cli.Flag {
+	return &cli.DurationFlag{Name: "timeout", Usage: usage + " (0: until Ctrl-C)", EnvVars: env("timeout")}
+}
+
+func submitCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "submit",
+		Usage:     "submit a job",
+		ArgsUsage: "TASK",
+		Description: `Submits a job of TASK (SLEEP, WORD_COUNT, SHA256, PRIME_COUNT or FAIL, any case) and prints
+its id. The payload comes from the task's flag (SLEEP --milliseconds, WORD_COUNT and SHA256
+--text, PRIME_COUNT --limit, FAIL --fail-until-attempt) or whole from --payload.
+An overloaded coordinator's rejection exits 3 (after --submit-retries retries).
+With --wait it blocks until the job ends and exits 0 if it COMPLETED, 1 otherwise.
+
+Examples:
+   jobbus submit sha256 --text hello
+   jobbus submit SLEEP --milliseconds 1500 --priority high --wait
+   jobbus submit PRIME_COUNT --payload '{"limit":1000000}' --submit-retries 5 --json`,
+		Flags: []cli.Flag{
+			&cli.Int64Flag{Name: "milliseconds", Usage: "SLEEP: durationMillis, 0..600000", EnvVars: submitEnv("milliseconds")},
+			&cli.StringFlag{Name: "text", Usage: "WORD_COUNT, SHA256: the text", EnvVars: submitEnv("text")},
+			&cli.Int64Flag{Name: "limit", Usage: "PRIME_COUNT: count primes below this, 2..50000000", EnvVars: submitEnv("limit")},
+			&cli.Int64Flag{Name: "fail-until-attempt", Usage: "FAIL: fail while the attempt is below this, 0..1000", EnvVars: submitEnv("fail-until-attempt")},
+			&cli.StringFlag{Name: "payload", Usage: "the whole payload as a JSON object, instead of a task flag", EnvVars: submitEnv("payload")},
+			&cli.IntFlag{Name: "max-attempts", Usage: "attempts before the job fails (0: the coordinator's default)", EnvVars: submitEnv("max-attempts")},
+			&cli.StringFlag{Name: "priority", Usage: "high, normal or low (default normal)", EnvVars: submitEnv("priority")},
+			&cli.StringFlag{Name: "idempotency-key", Usage: "submit at most once under this key: a repeat returns the first job's id", EnvVars: submitEnv("idempotency-key")},
+			&cli.IntFlag{Name: "submit-retries", Usage: "retry an overload rejection this many times", EnvVars: env("submit-retries")},
+			&cli.Int64Flag{Name: "submit-retry-base-millis", Value: 200, Usage: "first retry delay (full jitter, doubling)", EnvVars: env("submit-retry-base-millis")},
+			&cli.Int64Flag{Name: "submit-retry-max-millis", Value: 5000, Usage: "longest retry delay", EnvVars: env("submit-retry-max-millis")},
+			&cli.BoolFlag{Name: "wait", Usage: "wait until the job ends; exit 0 if it COMPLETED, 1 otherwise", EnvVars: env("wait")},
+			timeoutFlag("with --wait, how long to wait"),
+			jsonFlag(),
+		},
+		Action: submit,
+	}
+}
+
+func submit(c *cli.Context) error {
+	pos, err := args(c, "TASK")
+	if err != nil {
+		return err
+	}
+	task := strings.ToUpper(pos[0])
+	payload, err := buildPayload(c, task)
+	if err != nil {
+		return err
+	}
+	opts, err := submitOptions(c)
+	if err != nil {
+		return err
+	}
+	retry, err := submitRetries(c)
+	if err != nil {
+		return err
+	}
+	s, err := connect(c, false, retry)
+	if err != nil {
+		return exitErr(err)
+	}
+	defer s.Close()
+	id, err := s.cl.Submit(c.Context, task, payload, opts...)
+	if err != nil {
+		return exitErr(fmt.Errorf("submit %s: %w", task, err))
+	}
+	p := newPrinter(c.App.Writer, c.Bool("json"))
+	if !c.Bool("wait") {
+		if p.json {
+			return p.jsonLine(struct {
+				JobID string `json:"jobId"`
+			}{id})
+		}
+		_, err := fmt.Fprintln(p.w, id)
+		return err
+	}
+	return waitAndShow(c, s, id)
+}
+
+// buildPayload is --payload, or the object holding the task's one flag.
+func buildPayload(c *cli.Context, task string) (json.RawMessage, error) {
+	tf, known := taskFlags[task]
+	for _, name := range payloadFlags {
+		if c.IsSet(name) && (!known || name != tf.flag || c.IsSet("payload")) {
+			return nil, usageError("--%s does not apply to %s%s", name, task, payloadHint(task))
+		}
+	}
+	if c.IsSet("payload") {
+		raw := json.RawMessage(c.String("payload"))
+		if !json.Valid(raw) {
+			return nil, usageError("--payload is not valid JSON: %s", c.String("payload"))
+		}
+		return raw, nil
+	}
+	if !known {
+		return nil, usageError("unknown task %s: give its payload with --payload JSON (built-in tasks: %s)", task, strings.Join(taskNames(), ", "))
+	}
+	if !c.IsSet(tf.flag) {
+		return nil, usageError("%s needs --%s (or --payload JSON)", task, tf.flag)
+	}
+	var v any
+	if tf.flag == "text" {
+		v = c.String("text")
+	} else {
+		v = c.Int64(tf.flag)
+	}
+	return json.Marshal(map[string]any{tf.field: v})
+}
+
+func payloadHint(task string) string {
+	if tf, ok := taskFlags[task]; ok {
+		return fmt.Sprintf(" (it takes --%s, or --payload alone)", tf.flag)
+	}
+	return " (give its payload with --payload)"
+}
+
+func taskNames() []string {
+	names := make([]string, 0, len(taskFlags))
+	for n := range taskFlags {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func submitOptions(c *cli.Context) ([]client.SubmitOption, error) {
+	opts := []client.SubmitOption{client.MaxAttempts(c.Int("max-attempts"))}
+	if c.IsSet("priority") {
+		p, err := parsePriority(c.String("priority"))
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, client.Priority(p))
+	}
+	if c.IsSet("idempotency-key") {
+		opts = append(opts, client.IdempotencyKey(c.String("idempotency-key")))
+	}
+	return opts, nil
+}
+
+func parsePriority(s string) (protocol.Priority, error) {
+	p, err := protocol.ParsePriority(s)
+	if err != nil {
+		return "", usageError("--priority must be high, normal or low, got %q", s)
+	}
+	return p, nil
+}
+
+// submitRetries is the client's answer to an overload rejection: --submit-retries
+// retries with full jitter between the --submit-retry-* delays.
+func submitRetries(c *cli.Context) (client.Option, error) {
+	n := c.Int("submit-retries")
+	base := time.Duration(c.Int64("submit-retry-base-millis")) * time.Millisecond
+	max := time.Duration(c.Int64("submit-retry-max-millis")) * time.Millisecond
+	switch {
+	case n < 0:
+		return nil, usageError("--submit-retries must be 0 or more, got %d", n)
+	case base <= 0:
+		return nil, usageError("--submit-retry-base-millis must be positive, got %d", c.Int64("submit-retry-base-millis"))
+	case max < base:
+		return nil, usageError("--submit-retry-max-millis (%d) must be at least --submit-retry-base-millis (%d)",
+			c.Int64("submit-retry-max-millis"), c.Int64("submit-retry-base-millis"))
+	}
+	return client.WithSubmitRetries(n, base, max), nil
+}

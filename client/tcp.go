@@ -1,0 +1,226 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jobbus/jobbus/bridge/frame"
+	"github.com/jobbus/jobbus/bus/protocol"
+)
+
+// ErrClosed is returned by a request on a client whose TCP transport was closed.
+var ErrClosed = errors.New("client closed")
+
+// DialTCP returns a client speaking PROTOCOL.md's framed TCP to a bridge's client
+// port (default 7071) at addr (host:port). It dials at once, within ctx or else the
+// client's timeout, so a bridge that is not there is reported here.
+//
+// The connection carries one request at a time: one frame out, one frame in. A
+// connection that breaks fails the request in flight, which is never resent by the
+// transport (a submission may already have been applied); the next request dials
+// again. Close closes the connection.
+func DialTCP(ctx context.Context, addr string, opts ...Option) (*Client, error) {
+	tr := &tcpTransport{addr: addr}
+	c := NewWithTransport(tr, opts...)
+	if _, has := ctx.Deadline(); !has {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	if _, err := tr.current(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// tcpTransport is the client side of the bridge's client port.
+type tcpTransport struct {
+	addr string
+
+	// reqMu serialises requests: the protocol pairs replies with requests by order.
+	reqMu sync.Mutex
+
+	// mu guards conn and closed; it is held only briefly, so Close can interrupt a
+	// request in flight.
+	mu     sync.Mutex
+	conn   *tcpConn // nil until dialled, and after a failure
+	closed bool
+}
+
+// tcpConn is a connection with its frame reader, which only the request holding
+// reqMu uses.
+type tcpConn struct {
+	net.Conn
+	r *frame.Reader
+}
+
+// RoundTrip sends body as one frame and returns the next frame the bridge sends back.
+func (t *tcpTransport) RoundTrip(ctx context.Context, typ protocol.Type, body []byte) ([]byte, error) {
+	if !protocol.IsClientRequest(typ) {
+		return nil, fmt.Errorf("%s is not a client request", typ)
+	}
+	// Checked first, so a body too large to send never costs the connection.
+	out, err := frame.Append(nil, body)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", typ, err)
+	}
+	t.reqMu.Lock()
+	defer t.reqMu.Unlock()
+	conn, err := t.current(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", typ, err)
+	}
+	reply, err := t.exchange(ctx, conn, out)
+	if err != nil {
+		t.drop(conn)
+		return nil, t.explain(ctx, typ, err)
+	}
+	if closesConnection(reply) {
+		t.drop(conn) // the bridge closes after it; the next request dials afresh
+	}
+	return reply, nil
+}
+
+// closesConnection reports whether reply is the ERROR PROTOCOL.md sends before closing
+// a connection that sent a malformed frame.
+func closesConnection(reply []byte) bool {
+	const prefix = `{"type":"ERROR","message":"Malformed request:`
+	return len(reply) >= len(prefix) && string(reply[:len(prefix)]) == prefix
+}
+
+// current returns the open connection, dialling one if there is none.
+func (t *tcpTransport) current(ctx context.Context) (*tcpConn, error) {
+	t.mu.Lock()
+	conn, closed := t.conn, t.closed
+	t.mu.Unlock()
+	switch {
+	case closed:
+		return nil, ErrClosed
+	case conn != nil:
+		return conn, nil
+	}
+	nc, err := t.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return t.use(nc)
+}
+
+// dial connects to the bridge; a refusal or silence is ErrNoCoordinator.
+func (t *tcpTransport) dial(ctx context.Context) (net.Conn, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", t.addr)
+	switch {
+	case err == nil:
+		return conn, nil
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("dial %s: %w", t.addr, ctx.Err())
+	}
+	return nil, &noBridgeError{addr: t.addr, err: err}
+}
+
+// use installs a fresh connection, unless the transport was closed meanwhile.
+func (t *tcpTransport) use(nc net.Conn) (*tcpConn, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		_ = nc.Close()
+		return nil, ErrClosed
+	}
+	t.conn = &tcpConn{Conn: nc, r: frame.NewReader(nc)}
+	return t.conn, nil
+}
+
+// exchange writes one request frame and reads one reply frame, within ctx: its
+// deadline becomes the connection's, and its cancellation expires that deadline.
+func (t *tcpTransport) exchange(ctx context.Context, conn *tcpConn, out []byte) ([]byte, error) {
+	dl, _ := ctx.Deadline() // zero: no deadline
+	if err := conn.SetDeadline(dl); err != nil {
+		return nil, err
+	}
+	expired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		_ = conn.SetDeadline(time.Unix(1, 0))
+		close(expired)
+	})
+	defer func() {
+		// A late expiry must not land on the next request's deadline.
+		if !stop() {
+			<-expired
+		}
+	}()
+	if _, err := conn.Write(out); err != nil {
+		return nil, fmt.Errorf("send: %w", err)
+	}
+	reply, err := conn.r.Read()
+	if err != nil {
+		return nil, fmt.Errorf("await reply: %w", err)
+	}
+	// The reader reuses its buffer; the reply outlives the next Read.
+	return slices.Clone(reply), nil
+}
+
+// drop closes a connection that failed, so the next request dials a fresh one: a
+// stream that broke or timed out mid-request can no longer pair replies with requests.
+func (t *tcpTransport) drop(conn *tcpConn) {
+	t.mu.Lock()
+	if t.conn == conn {
+		t.conn = nil
+	}
+	t.mu.Unlock()
+	_ = conn.Close()
+}
+
+// explain names why a request failed: the client closed, ctx ended, or the connection
+// broke, in which case whether the request took effect is unknown.
+func (t *tcpTransport) explain(ctx context.Context, typ protocol.Type, err error) error {
+	t.mu.Lock()
+	closed := t.closed
+	t.mu.Unlock()
+	switch {
+	case closed:
+		return fmt.Errorf("%s: %w", typ, ErrClosed)
+	case ctx.Err() != nil:
+		return fmt.Errorf("%s: no reply from %s: %w", typ, t.addr, ctx.Err())
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		// The connection's deadline is ctx's, which may expire a moment before ctx does.
+		return fmt.Errorf("%s: no reply from %s: %w", typ, t.addr, context.DeadlineExceeded)
+	}
+	return fmt.Errorf("%s: connection to %s broken, outcome unknown: %w", typ, t.addr, err)
+}
+
+// Close closes the connection, interrupting a request in flight. It is idempotent.
+func (t *tcpTransport) Close() error {
+	t.mu.Lock()
+	conn := t.conn
+	t.conn, t.closed = nil, true
+	t.mu.Unlock()
+	if conn == nil {
+		return nil
+	}
+	return conn.Close()
+}
+
+// noBridgeError reports that nothing answered at the bridge's address. It matches
+// ErrNoCoordinator and the dial error.
+type noBridgeError struct {
+	addr string
+	err  error
+}
+
+func (e *noBridgeError) Error() string {
+	msg := fmt.Sprintf("no jobbus bridge answered on %s (is `jobbus serve` running?)", e.addr)
+	if errors.Is(e.err, syscall.ECONNREFUSED) {
+		return msg
+	}
+	return msg + ": " + e.err.Error()
+}
+
+func (e *noBridgeError) Unwrap() []error { return []error{ErrNoCoordinator, e.err} }

@@ -1,0 +1,290 @@
+package tcpworker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/jobbus/jobbus/bridge/frame"
+	"github.com/jobbus/jobbus/bus/protocol"
+)
+
+// Causes of an attempt's end other than its task returning.
+var (
+	errCancelled = errors.New("attempt cancelled by the coordinator")
+	errConnLost  = errors.New("connection to the coordinator lost")
+)
+
+// lease identifies an attempt: the coordinator counts only the result of a job's
+// current attempt id.
+type lease struct {
+	jobID, attemptID string
+}
+
+// attempt is an attempt executing now.
+type attempt struct {
+	lease
+	cancel context.CancelCauseFunc
+}
+
+// session is one connection: registration, heartbeats and the attempts assigned on
+// it. The goroutine calling run owns the frame reader; every writer goes through send.
+type session struct {
+	w    *Worker
+	conn net.Conn
+	r    *frame.Reader
+	log  *slog.Logger
+
+	// ctx ends with the connection; its cause says why. Attempt contexts derive from it.
+	ctx  context.Context
+	stop context.CancelCauseFunc
+
+	wmu sync.Mutex     // serialises frames on conn
+	wg  sync.WaitGroup // the heartbeat loop and the attempt goroutines
+}
+
+func newSession(w *Worker, conn net.Conn) *session {
+	return &session{w: w, conn: conn, r: frame.NewReader(conn), log: w.log}
+}
+
+// run registers and serves the connection until it breaks, the coordinator breaks the
+// protocol or parent ends. It returns once the attempts assigned on it have stopped.
+func (s *session) run(parent context.Context) (registered bool, err error) {
+	s.ctx, s.stop = context.WithCancelCause(parent)
+	// Closing the connection is what unblocks the reader when the session must end.
+	unwatch := context.AfterFunc(s.ctx, func() { _ = s.conn.Close() })
+	defer func() {
+		s.stop(errConnLost)
+		unwatch()
+		_ = s.conn.Close()
+		s.wg.Wait()
+	}()
+	if err := s.register(); err != nil {
+		return false, err
+	}
+	s.log.Info("worker registered", "capacity", s.w.cfg.capacity)
+	s.wg.Add(1)
+	go s.heartbeat()
+	return true, s.serve()
+}
+
+// register sends WORKER_REGISTER, the first frame a worker must send, and waits for
+// the acknowledgement within the dial timeout.
+func (s *session) register() error {
+	msg := &protocol.WorkerRegister{WorkerID: s.w.cfg.id, Capacity: s.w.cfg.capacity}
+	if err := s.send(msg); err != nil {
+		return err
+	}
+	_ = s.conn.SetReadDeadline(time.Now().Add(s.w.cfg.dialTimeout))
+	p, err := s.r.Read()
+	if err != nil {
+		return fmt.Errorf("await WORKER_REGISTERED: %w", s.readErr(err))
+	}
+	_ = s.conn.SetReadDeadline(time.Time{})
+	m, err := protocol.Decode(p)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrProtocol, err)
+	}
+	switch m := m.(type) {
+	case *protocol.WorkerRegistered:
+		if m.WorkerID != s.w.cfg.id {
+			s.log.Warn("registration acknowledged under another id", "acknowledged", m.WorkerID)
+		}
+		return nil
+	case *protocol.Error:
+		return fmt.Errorf("%w by %s: %s", ErrRegistrationRefused, s.w.addr, m.Message)
+	}
+	return fmt.Errorf("%w: expected WORKER_REGISTERED, got %s", ErrProtocol, m.MessageType())
+}
+
+// serve reads the coordinator's frames until the connection ends.
+func (s *session) serve() error {
+	for {
+		p, err := s.r.Read()
+		if err != nil {
+			return s.readErr(err)
+		}
+		if err := s.handle(p); err != nil {
+			return err
+		}
+	}
+}
+
+// readErr explains why a read failed: the session's own end comes first, since
+// closing the connection is how it stops the reader.
+func (s *session) readErr(err error) error {
+	switch {
+	case s.ctx.Err() != nil:
+		return context.Cause(s.ctx)
+	case errors.Is(err, io.EOF):
+		return errors.New("connection closed by the coordinator")
+	}
+	return fmt.Errorf("read: %w", err)
+}
+
+// handle acts on one frame. A frame the worker port does not allow ends the session.
+func (s *session) handle(p []byte) error {
+	m, err := protocol.Decode(p)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrProtocol, err)
+	}
+	switch m := m.(type) {
+	case *protocol.TaskAssign:
+		return s.assign(m)
+	case *protocol.TaskCancel:
+		s.cancel(m)
+		return nil
+	case *protocol.WorkerRegistered:
+		s.log.Debug("repeated WORKER_REGISTERED ignored")
+		return nil
+	case *protocol.Error:
+		return fmt.Errorf("coordinator sent ERROR: %s", m.Message)
+	}
+	return fmt.Errorf("%w: unexpected %s on the worker port", ErrProtocol, m.MessageType())
+}
+
+// assign starts an attempt. The coordinator counts the worker's free slots itself, so
+// an assignment is never refused for capacity, only noted.
+func (s *session) assign(m *protocol.TaskAssign) error {
+	if m.JobID == "" || m.AttemptID == "" {
+		return fmt.Errorf("%w: TASK_ASSIGN without jobId or attemptId", ErrProtocol)
+	}
+	l := lease{m.JobID, m.AttemptID}
+	w := s.w
+	w.mu.Lock()
+	if w.attempts[l] != nil {
+		w.mu.Unlock()
+		s.log.Debug("duplicate assignment ignored", "job", m.JobID, "attempt", m.AttemptID)
+		return nil
+	}
+	ctx, cancel := context.WithCancelCause(s.ctx)
+	a := &attempt{lease: l, cancel: cancel}
+	w.attempts[l] = a
+	running := len(w.attempts)
+	w.mu.Unlock()
+	if running > w.cfg.capacity {
+		s.log.Warn("assignment beyond capacity", "job", m.JobID, "attempt", m.AttemptID,
+			"running", running, "capacity", w.cfg.capacity)
+	}
+	s.wg.Add(1)
+	go s.execute(ctx, a, m)
+	return nil
+}
+
+// cancel cancels an attempt only if it is the one running under that lease: a cancel
+// of a superseded attempt must not touch a newer attempt of the same job.
+func (s *session) cancel(m *protocol.TaskCancel) {
+	s.w.mu.Lock()
+	a := s.w.attempts[lease{m.JobID, m.AttemptID}]
+	s.w.mu.Unlock()
+	if a == nil {
+		s.log.Debug("cancel ignored: attempt not running", "job", m.JobID, "attempt", m.AttemptID)
+		return
+	}
+	a.cancel(errCancelled)
+	s.log.Debug("attempt cancelled", "job", m.JobID, "attempt", m.AttemptID)
+}
+
+// execute runs an attempt and reports its outcome, unless the connection it came on
+// has ended: the coordinator has then revoked the lease and would reject the result.
+func (s *session) execute(ctx context.Context, a *attempt, m *protocol.TaskAssign) {
+	defer s.wg.Done()
+	log := s.log.With("job", m.JobID, "attempt", m.AttemptID)
+	log.Debug("attempt started", "task", m.TaskType, "number", m.AttemptNumber)
+	out, err := s.runTask(ctx, m)
+	if err != nil && ctx.Err() != nil {
+		err = context.Cause(ctx)
+	}
+	s.w.finish(a)
+	if s.ctx.Err() != nil {
+		log.Debug("attempt interrupted: result dropped", "cause", context.Cause(s.ctx))
+		return
+	}
+	res := s.result(m, out, err)
+	log.Debug("attempt finished", "success", res.Success, "err", err)
+	if err := s.send(res); err != nil {
+		log.Debug("result not sent", "err", err)
+	}
+}
+
+// runTask runs the task, turning a panic into the attempt's failure.
+func (s *session) runTask(ctx context.Context, m *protocol.TaskAssign) (out string, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("task panicked", "job", m.JobID, "attempt", m.AttemptID, "task", m.TaskType,
+				"panic", r, "stack", string(debug.Stack()))
+			err = fmt.Errorf("task %s panicked: %v", m.TaskType, r)
+		}
+	}()
+	return s.w.cfg.registry.Run(ctx, m.TaskType, m.AttemptNumber, m.Payload)
+}
+
+// result is the TASK_RESULT of an attempt, echoing its lease. A result too large for
+// one frame becomes a failure, so the coordinator still learns the attempt ended.
+func (s *session) result(m *protocol.TaskAssign, out string, err error) *protocol.TaskResult {
+	res := &protocol.TaskResult{WorkerID: s.w.cfg.id, JobID: m.JobID, AttemptID: m.AttemptID, Success: err == nil}
+	if err == nil {
+		res.Result = &out
+	} else {
+		text := err.Error()
+		res.Error = &text
+	}
+	if data, encErr := protocol.Encode(res); encErr == nil && len(data) <= frame.MaxSize {
+		return res
+	}
+	text := fmt.Sprintf("result too large: %d bytes (a frame holds at most %d)", len(out), frame.MaxSize)
+	return &protocol.TaskResult{WorkerID: s.w.cfg.id, JobID: m.JobID, AttemptID: m.AttemptID, Error: &text}
+}
+
+// heartbeat tells the coordinator the worker is alive, every interval, until the
+// session ends.
+func (s *session) heartbeat() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.w.cfg.heartbeat)
+	defer t.Stop()
+	hb := &protocol.Heartbeat{WorkerID: s.w.cfg.id}
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+			if err := s.send(hb); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// send writes one frame, whole, under the write lock. A failed write ends the session:
+// the stream can no longer be trusted.
+func (s *session) send(m protocol.Message) error {
+	data, err := protocol.Encode(m)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", m.MessageType(), err)
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	_ = s.conn.SetWriteDeadline(time.Now().Add(s.w.cfg.dialTimeout))
+	if err := frame.Write(s.conn, data); err != nil {
+		err = fmt.Errorf("send %s: %w", m.MessageType(), err)
+		s.stop(err)
+		return err
+	}
+	return nil
+}
+
+// finish forgets an attempt that has returned and releases its context.
+func (w *Worker) finish(a *attempt) {
+	w.mu.Lock()
+	if w.attempts[a.lease] == a {
+		delete(w.attempts, a.lease)
+	}
+	w.mu.Unlock()
+	a.cancel(context.Canceled)
+}
