@@ -64,6 +64,7 @@ func App(stdout, stderr io.Writer) *cli.App {
 			coordinatorCommand(),
 			workerCommand(),
 			bridgeCommand(),
+			benchCommand(),
 			versionCommand(),
 			completionCommand(),
 		}, clientCommands()...),

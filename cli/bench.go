@@ -32,8 +32,8 @@ func benchCommand() *cli.Command {
 		Description: `Without --nats or --connect it builds a whole system in-process in a temporary
 store (embedded NATS, coordinator, bridge for --transport tcp, and --workers workers of
 --worker-capacity), submits --jobs SHA256 jobs from --submitters concurrent clients over
---transport, and reports jobs/s and the submit latency. With --nats or --connect it drives
-that running system instead (its workers must be running) and waits until it is idle.
+--transport, and reports jobs/s and the submit latency. With the global --nats or --connect it
+drives that running system instead (its workers must be running) and waits until it is idle.
 
 Example:
    jobbus bench --jobs 20000 --workers 4 --worker-capacity 64
@@ -44,7 +44,6 @@ Example:
 			&cli.IntFlag{Name: "worker-capacity", Value: 64, Usage: "capacity of each worker", EnvVars: env("bench-worker-capacity")},
 			&cli.IntFlag{Name: "submitters", Value: 64, Usage: "concurrent submitting clients", EnvVars: env("bench-submitters")},
 			&cli.StringFlag{Name: "transport", Value: "native", Usage: "native (NATS) or tcp (the bridge's ports) for clients and workers", EnvVars: env("bench-transport")},
-			&cli.StringFlag{Name: "connect", Usage: "a running system's TCP client port (host:7071) instead of an in-process one", EnvVars: env("connect")},
 		},
 		Action: bench,
 	}
