@@ -34,6 +34,7 @@ func coordinatorFlags() []cli.Flag {
 		&cli.IntFlag{Name: "max-active-jobs", Value: d.MaxActiveJobs, Usage: "QUEUED + RETRY_WAIT + RUNNING jobs beyond which submissions are rejected", EnvVars: env("max-active-jobs")},
 		millisFlag("aging-step-millis", d.AgingStep, "a queued job gains one priority level per step waited"),
 		&cli.IntFlag{Name: "replicas", Value: d.Replicas, Usage: "replicas of the KV buckets (3 in a cluster)", EnvVars: env("replicas")},
+		millisFlag("leader-lease-millis", d.LeaderLease, "a standby coordinator takes over within this long of the leader's loss"),
 	}
 }
 
@@ -49,6 +50,7 @@ func coordinatorConfig(c *cli.Context, log *slog.Logger) coordinator.Config {
 	cfg.MaxActiveJobs = c.Int("max-active-jobs")
 	cfg.AgingStep = ms("aging-step-millis")
 	cfg.Replicas = c.Int("replicas")
+	cfg.LeaderLease = ms("leader-lease-millis")
 	cfg.Logger = log
 	return cfg
 }
@@ -85,25 +87,39 @@ func serve(c *cli.Context) error {
 		return err
 	}
 	defer shutdown()
-	coord, err := coordinator.New(nc, coordinatorConfig(c, log))
-	if err != nil {
+	cfg := coordinatorConfig(c, log)
+	if err := cfg.Validate(); err != nil {
 		return usageError("%v", err)
 	}
-	if err := coord.Start(ctx); err != nil {
-		return err
-	}
-	defer coord.Close()
+	coordDone := runCoordinator(ctx, nc, cfg)
 	stopBridge, err := startBridge(ctx, c, nc, log)
 	if err != nil {
+		stop()
+		<-coordDone
 		return err
 	}
 	defer stopBridge()
 	wg := runLocalWorkers(ctx, nc, c.Int("workers"), c.Int("worker-capacity"), log)
 	log.Info("jobbus serving", "nats", nc.ConnectedUrlRedacted(), "workers", c.Int("workers"))
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case err = <-coordDone:
+		stop()
+	}
 	log.Info("jobbus stopping")
 	wg.Wait()
-	return nil
+	if err == nil {
+		err = <-coordDone
+	}
+	return err
+}
+
+// runCoordinator campaigns for leadership and coordinates while leading, until ctx
+// ends; the channel gets its error, or nil.
+func runCoordinator(ctx context.Context, nc *nats.Conn, cfg coordinator.Config) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- coordinator.Run(ctx, nc, cfg, nil) }()
+	return done
 }
 
 // connectOrEmbed joins --nats, or starts the embedded server and connects in-process.
@@ -171,7 +187,10 @@ func coordinatorCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "coordinator",
 		Usage: "run only the coordinator, on an existing NATS server (--nats)",
-		Description: `Example:
+		Description: `Several coordinators on one NATS elect one leader through a lease in KV; the
+others stand by and take over within --leader-lease-millis of its loss.
+
+Example:
    jobbus --nats nats://127.0.0.1:4222 coordinator`,
 		Flags: coordinatorFlags(),
 		Action: func(c *cli.Context) error {
@@ -190,55 +209,12 @@ func coordinatorCommand() *cli.Command {
 				return err
 			}
 			defer nc.Close()
-			coord, err := coordinator.New(nc, coordinatorConfig(c, log))
-			if err != nil {
+			cfg := coordinatorConfig(c, log)
+			if err := cfg.Validate(); err != nil {
 				return usageError("%v", err)
 			}
-			if err := coord.Start(ctx); err != nil {
-				return err
-			}
-			defer coord.Close()
-			<-ctx.Done()
-			return nil
-		},
-	}
-}
-
-func workerCommand() *cli.Command {
-	return &cli.Command{
-		Name:  "worker",
-		Usage: "run a native worker of the five built-in tasks",
-		Description: `Example:
-   jobbus --nats nats://127.0.0.1:4222 worker --capacity 8`,
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "id", Usage: "worker id (default worker-<8 hex>)", EnvVars: env("id")},
-			&cli.IntFlag{Name: "capacity", Value: 4, Usage: "tasks run at once (1..1024)", EnvVars: env("capacity")},
-		},
-		Action: func(c *cli.Context) error {
-			log, err := logger(c)
-			if err != nil {
-				return err
-			}
-			url := c.String("nats")
-			if url == "" {
-				url = nats.DefaultURL
-			}
-			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
-			opts := []worker.Option{worker.WithCapacity(c.Int("capacity")), worker.WithLogger(log)}
-			if id := c.String("id"); id != "" {
-				opts = append(opts, worker.WithID(id))
-			}
-			w, err := worker.Connect(ctx, url, opts...)
-			if err != nil {
-				return usageError("%v", err)
-			}
-			defer w.Close()
-			log.Info("worker running", "worker", w.ID(), "nats", url)
-			if err := w.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-				return err
-			}
-			return nil
+			log.Info("coordinator campaigning", "nats", nc.ConnectedUrlRedacted())
+			return <-runCoordinator(ctx, nc, cfg)
 		},
 	}
 }

@@ -1,0 +1,92 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/jobbus/jobbus/worker"
+	"github.com/jobbus/jobbus/worker/tcpworker"
+)
+
+func workerCommand() *cli.Command {
+	var connect string
+	return &cli.Command{
+		Name:  "worker",
+		Usage: "run a worker of the five built-in tasks: native over NATS, or a spec TCP worker (--connect)",
+		Description: `By default the worker speaks NATS (the global --nats, default nats://127.0.0.1:4222).
+With --connect host:7070 it is the reference TCP worker of PROTOCOL.md on a bridge's worker
+port: it registers, heartbeats every 2 s, and after a lost connection interrupts its
+running tasks, waits --reconnect-delay-millis and registers again.
+
+Example:
+   jobbus --nats nats://127.0.0.1:4222 worker --capacity 8
+   jobbus worker --connect 127.0.0.1:7070 --id edge-1`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "id", Usage: "worker id (default worker-<8 hex>)", EnvVars: env("id")},
+			&cli.IntFlag{Name: "capacity", Value: 4, Usage: "tasks run at once (1..1024)", EnvVars: env("capacity")},
+			&cli.StringFlag{Name: "connect", Usage: "a bridge's worker port (host:7070): run as a spec TCP worker", EnvVars: env("worker-connect"), Destination: &connect},
+			millisFlag("reconnect-delay-millis", tcpworker.DefaultReconnectDelay, "with --connect: wait this long before dialling again"),
+		},
+		Action: func(c *cli.Context) error {
+			log, err := logger(c)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			var run func(context.Context) error
+			if connect != "" {
+				run, err = tcpWorkerRunner(c, log, connect)
+			} else {
+				run, err = nativeWorkerRunner(ctx, c, log)
+			}
+			if err != nil {
+				return usageError("%v", err)
+			}
+			if err := run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				return err
+			}
+			return nil
+		},
+	}
+}
+
+func tcpWorkerRunner(c *cli.Context, log *slog.Logger, addr string) (func(context.Context) error, error) {
+	opts := []tcpworker.Option{
+		tcpworker.WithCapacity(c.Int("capacity")),
+		tcpworker.WithReconnectDelay(time.Duration(c.Int64("reconnect-delay-millis")) * time.Millisecond),
+		tcpworker.WithLogger(log),
+	}
+	if id := c.String("id"); id != "" {
+		opts = append(opts, tcpworker.WithID(id))
+	}
+	w, err := tcpworker.New(addr, opts...)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("TCP worker running", "worker", w.ID(), "bridge", addr)
+	return w.Run, nil
+}
+
+func nativeWorkerRunner(ctx context.Context, c *cli.Context, log *slog.Logger) (func(context.Context) error, error) {
+	opts := []worker.Option{worker.WithCapacity(c.Int("capacity")), worker.WithLogger(log)}
+	if id := c.String("id"); id != "" {
+		opts = append(opts, worker.WithID(id))
+	}
+	url := natsURL(c)
+	w, err := worker.Connect(ctx, url, opts...)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("worker running", "worker", w.ID(), "nats", url)
+	return func(ctx context.Context) error {
+		defer w.Close()
+		return w.Run(ctx)
+	}, nil
+}
