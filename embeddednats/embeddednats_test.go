@@ -467,19 +467,47 @@ func freePorts(t *testing.T, n int) []int {
 	return ports
 }
 
+// startCluster starts n routed servers. The route ports were free a moment before; a
+// parallel test may take one meanwhile, so a clash starts over on fresh ports.
+func startCluster(t *testing.T, n int) []*embeddednats.Server {
+	t.Helper()
+	for attempt := 0; ; attempt++ {
+		ports := freePorts(t, n)
+		routes := make([]string, n)
+		for i, p := range ports {
+			routes[i] = fmt.Sprintf("nats-route://127.0.0.1:%d", p)
+		}
+		var nodes []*embeddednats.Server
+		var err error
+		for i, p := range ports {
+			var srv *embeddednats.Server
+			srv, err = embeddednats.Start(context.Background(),
+				embeddednats.WithListen("127.0.0.1:-1"), embeddednats.WithStoreDir(t.TempDir()),
+				embeddednats.WithServerName(fmt.Sprintf("n%d", i)),
+				embeddednats.WithClusterRoutes("jobbus-test", fmt.Sprintf("127.0.0.1:%d", p), routes...))
+			if err != nil {
+				break
+			}
+			nodes = append(nodes, srv)
+		}
+		if err == nil {
+			for _, srv := range nodes {
+				t.Cleanup(func() { shutdown(t, srv) })
+			}
+			return nodes
+		}
+		for _, srv := range nodes {
+			shutdown(t, srv)
+		}
+		if !errors.Is(err, embeddednats.ErrPortInUse) || attempt == 4 {
+			t.Fatalf("Start: %v", err)
+		}
+	}
+}
+
 func TestClusterOfThreeServesReplicatedKV(t *testing.T) {
 	t.Parallel()
-	ports := freePorts(t, 3)
-	routes := make([]string, len(ports))
-	for i, p := range ports {
-		routes[i] = fmt.Sprintf("nats-route://127.0.0.1:%d", p)
-	}
-	nodes := make([]*embeddednats.Server, len(ports))
-	for i, p := range ports {
-		nodes[i] = start(t, "",
-			embeddednats.WithServerName(fmt.Sprintf("n%d", i)),
-			embeddednats.WithClusterRoutes("jobbus-test", fmt.Sprintf("127.0.0.1:%d", p), routes...))
-	}
+	nodes := startCluster(t, 3)
 	nc0 := connect(t, func() (*nats.Conn, error) { return nodes[0].Connect() })
 	nc2 := connect(t, func() (*nats.Conn, error) { return nodes[2].Connect() })
 	js0, err := jetstream.New(nc0)
