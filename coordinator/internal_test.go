@@ -1,0 +1,186 @@
+package coordinator
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+)
+
+func TestEffectivePriority(t *testing.T) {
+	t.Parallel()
+	now := time.UnixMilli(1_000_000_000)
+	step := time.Minute
+	cases := []struct {
+		base   protocol.Priority
+		waited time.Duration
+		want   int
+	}{
+		{protocol.PriorityLow, 0, 0},
+		{protocol.PriorityLow, 59 * time.Second, 0},
+		{protocol.PriorityLow, time.Minute, 1},
+		{protocol.PriorityLow, 119 * time.Second, 1},
+		{protocol.PriorityLow, 2 * time.Minute, 2},
+		{protocol.PriorityLow, 10 * time.Hour, 2},
+		{protocol.PriorityNormal, 0, 1},
+		{protocol.PriorityNormal, time.Minute, 2},
+		{protocol.PriorityNormal, time.Hour, 2},
+		{protocol.PriorityHigh, 0, 2},
+		{protocol.PriorityHigh, time.Hour, 2},
+		{protocol.PriorityNormal, -time.Minute, 1}, // a clock that went back ages nothing
+	}
+	for _, tc := range cases {
+		t.Run(fmt.Sprintf("%s_%v", tc.base, tc.waited), func(t *testing.T) {
+			created := now.Add(-tc.waited).UnixMilli()
+			if got := effectivePriority(tc.base, created, now, step); got != tc.want {
+				t.Fatalf("effective priority %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestRetryDelay(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	want := map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 5: 16 * time.Second, 6: 30 * time.Second, 1000: 30 * time.Second}
+	for attempts, d := range want {
+		if got := cfg.retryDelay(attempts); got != d {
+			t.Errorf("retryDelay(%d) = %v, want %v", attempts, got, d)
+		}
+	}
+}
+
+func TestConfigValidateReportsEveryProblem(t *testing.T) {
+	t.Parallel()
+	cfg := DefaultConfig()
+	cfg.MaxAttempts, cfg.MaxActiveJobs, cfg.SweepInterval = 0, 0, 0
+	err := cfg.Validate()
+	if err == nil {
+		t.Fatal("invalid config accepted")
+	}
+	for _, want := range []string{"max attempts", "max active jobs", "sweep interval"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %q", err, want)
+		}
+	}
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatalf("defaults invalid: %v", err)
+	}
+}
+
+func TestFingerprintIsStructural(t *testing.T) {
+	t.Parallel()
+	fp := func(task, payload string, max int, p protocol.Priority) string {
+		t.Helper()
+		f, err := fingerprint(task, json.RawMessage(payload), max, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	base := fp("SHA256", `{"text":"a","n":[1,2]}`, 3, protocol.PriorityNormal)
+	if fp("SHA256", ` { "n" : [1, 2], "text":"a" }`, 3, protocol.PriorityNormal) != base {
+		t.Error("key order or spacing changed the fingerprint")
+	}
+	for name, other := range map[string]string{
+		"task":     fp("WORD_COUNT", `{"text":"a","n":[1,2]}`, 3, protocol.PriorityNormal),
+		"payload":  fp("SHA256", `{"text":"a","n":[2,1]}`, 3, protocol.PriorityNormal),
+		"attempts": fp("SHA256", `{"text":"a","n":[1,2]}`, 2, protocol.PriorityNormal),
+		"priority": fp("SHA256", `{"text":"a","n":[1,2]}`, 3, protocol.PriorityLow),
+	} {
+		if other == base {
+			t.Errorf("a different %s gave the same fingerprint", name)
+		}
+	}
+}
+
+// queuedJob makes a QUEUED job for queue tests.
+func queuedJob(seq uint64, p protocol.Priority, createdAt int64, task string) *job {
+	return &job{rec: record{JobID: fmt.Sprint(seq), Seq: seq, Priority: p, CreatedAt: createdAt, TaskType: task, State: protocol.StateQueued}}
+}
+
+func TestReadyQueueOrder(t *testing.T) {
+	t.Parallel()
+	now := time.UnixMilli(10 * 60_000)
+	all := func(string) bool { return true }
+	q := newReadyQueue()
+	jobs := []*job{
+		queuedJob(1, protocol.PriorityLow, now.Add(-2*time.Minute).UnixMilli(), "A"),    // aged to HIGH
+		queuedJob(2, protocol.PriorityNormal, now.Add(-30*time.Second).UnixMilli(), "B"), // NORMAL
+		queuedJob(3, protocol.PriorityHigh, now.UnixMilli(), "A"),                        // HIGH
+		queuedJob(4, protocol.PriorityLow, now.UnixMilli(), "B"),                         // LOW
+		queuedJob(5, protocol.PriorityNormal, now.UnixMilli(), "A"),                      // NORMAL
+	}
+	for _, j := range []int{4, 2, 0, 3, 1} { // pushed out of order
+		q.push(jobs[j])
+	}
+	var got []uint64
+	for q.size > 0 {
+		j := q.best(now, time.Minute, all)
+		q.pop(j)
+		got = append(got, j.rec.Seq)
+	}
+	if fmt.Sprint(got) != "[1 3 2 5 4]" {
+		t.Fatalf("order %v, want [1 3 2 5 4]", got)
+	}
+}
+
+func TestReadyQueueSkipsWhatNoWorkerRunsAndStaleEntries(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	q := newReadyQueue()
+	a, b, c := queuedJob(1, protocol.PriorityHigh, now.UnixMilli(), "CUSTOM"), queuedJob(2, protocol.PriorityLow, now.UnixMilli(), "SHA256"), queuedJob(3, protocol.PriorityLow, now.UnixMilli(), "SHA256")
+	q.push(a)
+	q.push(b)
+	q.push(c)
+	b.rec.State = protocol.StateCancelled
+	q.forget(b)
+	onlySHA := func(task string) bool { return task == "SHA256" }
+	if j := q.best(now, time.Minute, onlySHA); j != c {
+		t.Fatalf("best = %v, want job 3 (job 1's type has no worker, job 2 was cancelled)", j)
+	}
+	if q.size != 2 {
+		t.Fatalf("size %d, want 2", q.size)
+	}
+	q.forget(b) // forgetting twice changes nothing
+	if q.size != 2 {
+		t.Fatalf("size %d after a second forget, want 2", q.size)
+	}
+}
+
+// BenchmarkAssignFromQueue pops the best job from a queue of n waiting jobs of mixed
+// priorities and pushes a new one, so the queue stays at n: the cost per assignment
+// grows with log n.
+//
+//	go test -run '^$' -bench AssignFromQueue ./coordinator/
+func BenchmarkAssignFromQueue(b *testing.B) {
+	for _, n := range []int{1_000, 100_000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			now := time.Now()
+			prios := []protocol.Priority{protocol.PriorityLow, protocol.PriorityNormal, protocol.PriorityHigh}
+			tasks := []string{"SLEEP", "WORD_COUNT", "SHA256", "PRIME_COUNT", "FAIL"}
+			rng := rand.New(rand.NewPCG(1, 2))
+			q := newReadyQueue()
+			seq := uint64(0)
+			add := func() {
+				seq++
+				q.push(queuedJob(seq, prios[rng.IntN(3)], now.UnixMilli()-int64(rng.IntN(120_000)), tasks[rng.IntN(5)]))
+			}
+			for range n {
+				add()
+			}
+			all := func(string) bool { return true }
+			b.ResetTimer()
+			for range b.N {
+				j := q.best(now, time.Minute, all)
+				q.pop(j)
+				j.rec.State = protocol.StateRunning
+				add()
+			}
+		})
+	}
+}
