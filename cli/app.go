@@ -53,7 +53,7 @@ func App(stdout, stderr io.Writer) *cli.App {
 		ErrWriter:            stderr,
 		EnableBashCompletion: true,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "nats", Usage: "URL of an existing NATS server with JetStream (serve: instead of the embedded one)", EnvVars: env("nats")},
+			&cli.StringFlag{Name: "nats", Usage: "NATS server URL: client commands and workers default to nats://127.0.0.1:4222; serve joins it instead of embedding one", EnvVars: env("nats")},
 			&cli.StringFlag{Name: "nats-creds", Usage: "NATS credentials file for --nats", EnvVars: env("nats-creds")},
 			&cli.StringFlag{Name: "connect", Usage: "client commands: talk to the TCP client port at host:port (e.g. 127.0.0.1:7071) instead of NATS", EnvVars: env("connect")},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("log-level")},
