@@ -206,7 +206,7 @@ func ExampleClient_List() {
 		for _, job := range page.Jobs {
 			fmt.Println(job.TaskType, *job.Result)
 		}
-		if page.NextCursor == nil {
+		if page.NextCursor == "" {
 			break
 		}
 		req.Cursor = page.NextCursor
