@@ -153,7 +153,7 @@ func ExampleClient_Wait() {
 	}
 	// Output:
 	// WORD_COUNT COMPLETED 6
-	// FAIL FAILED deliberate failure on attempt 1 (failing until 9)
+	// FAIL FAILED deliberate failure on attempt 1 (failing until 9) (all 1 attempts used)
 }
 
 // Cancel reports whether this call cancelled the job: cancelling it again changes
