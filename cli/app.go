@@ -76,6 +76,8 @@ func versionCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "version",
 		Usage: "print the jobbus version",
+		Description: `Example:
+   jobbus version`,
 		Action: func(c *cli.Context) error {
 			_, err := fmt.Fprintf(c.App.Writer, "jobbus %s\n", Version)
 			return err
