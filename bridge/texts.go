@@ -13,7 +13,7 @@ import (
 
 // errUnavailable: no coordinator answered a request in time.
 func errUnavailable(detail string) *protocol.Error {
-	return &protocol.Error{Message: "coordinator unavailable: " + detail}
+	return protocol.CoordinatorUnavailable(detail)
 }
 
 // errShuttingDown: the bridge is closing.

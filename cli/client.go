@@ -84,9 +84,9 @@ func exitErr(err error) error {
 		return cli.Exit(err.Error(), ExitOverload)
 	}
 	msg := err.Error()
-	// The bridge's ERROR when no coordinator answers it (bridge/texts.go).
+	// The bridge's ERROR when no coordinator answers it.
 	var se *client.ServerError
-	if errors.As(err, &se) && strings.HasPrefix(se.Message, "coordinator unavailable:") {
+	if errors.As(err, &se) && errors.Is(err, client.ErrNoCoordinator) {
 		msg += " (is `jobbus serve` or `jobbus coordinator` running?)"
 	}
 	return cli.Exit(msg, ExitError)

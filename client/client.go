@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -41,8 +42,13 @@ func (e *RejectedError) Is(target error) bool {
 // ServerError carries an ERROR reply; errors.Is(err, ErrServer) holds.
 type ServerError struct{ Message string }
 
-func (e *ServerError) Error() string        { return e.Message }
-func (e *ServerError) Is(target error) bool { return target == ErrServer }
+func (e *ServerError) Error() string { return e.Message }
+
+// Is matches ErrServer, and ErrNoCoordinator for the bridge's "coordinator
+// unavailable" answer.
+func (e *ServerError) Is(target error) bool {
+	return target == ErrServer || (target == ErrNoCoordinator && strings.HasPrefix(e.Message, protocol.UnavailablePrefix))
+}
 
 // Transport carries one client-port request body of type t and returns the reply body.
 // NATS (New) and the bridge's TCP client port (DialTCP) implement it.

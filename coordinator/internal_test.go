@@ -109,7 +109,7 @@ func TestReadyQueueOrder(t *testing.T) {
 	all := func(string) bool { return true }
 	q := newReadyQueue()
 	jobs := []*job{
-		queuedJob(1, protocol.PriorityLow, now.Add(-2*time.Minute).UnixMilli(), "A"),    // aged to HIGH
+		queuedJob(1, protocol.PriorityLow, now.Add(-2*time.Minute).UnixMilli(), "A"),     // aged to HIGH
 		queuedJob(2, protocol.PriorityNormal, now.Add(-30*time.Second).UnixMilli(), "B"), // NORMAL
 		queuedJob(3, protocol.PriorityHigh, now.UnixMilli(), "A"),                        // HIGH
 		queuedJob(4, protocol.PriorityLow, now.UnixMilli(), "B"),                         // LOW

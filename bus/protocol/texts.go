@@ -55,6 +55,15 @@ func AtCapacity(active, limit int) *SubmitRejected {
 	}
 }
 
+// UnavailablePrefix starts the bridge's ERROR when no coordinator answered it, so a
+// client can tell "nobody is serving" from "your request was wrong".
+const UnavailablePrefix = "coordinator unavailable: "
+
+// CoordinatorUnavailable is the bridge's ERROR for a request no coordinator answered.
+func CoordinatorUnavailable(detail string) *Error {
+	return &Error{Message: UnavailablePrefix + detail}
+}
+
 // Capacity bounds of a worker registration.
 const (
 	MinCapacity = 1
