@@ -1,0 +1,85 @@
+package coordinator_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/coordinator"
+)
+
+// TestListIsBounded fills the coordinator with more jobs than fit in one reply: a list
+// without a limit holds the newest that fit in 1 MiB, and paging with limit and cursor
+// visits every job once, newest first.
+func TestListIsBounded(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		s := setup(t, tr)
+		ctx := context.Background()
+		const n = 4500 // cancelled, with their error text, their snapshots make about 1.2 MiB
+		ids := make([]string, n)
+		var wg sync.WaitGroup
+		for w := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := w; i < n; i += 8 {
+					id, err := s.client.Submit(ctx, "SHA256", text("x"))
+					if err == nil {
+						// Cancelled jobs carry an error text, which makes their snapshots larger.
+						_, _, err = s.client.Cancel(ctx, id)
+					}
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					ids[i] = id
+				}
+			}()
+		}
+		wg.Wait()
+
+		raw, err := s.client.DoRaw(ctx, protocol.TypeListJobs, []byte(`{"type":"LIST_JOBS"}`))
+		must(t, err)
+		if len(raw) > coordinator.MaxReply {
+			t.Fatalf("JOB_LIST of %d bytes exceeds %d", len(raw), coordinator.MaxReply)
+		}
+		m, err := protocol.Decode(raw)
+		must(t, err)
+		all := m.(*protocol.JobList)
+		if len(all.Jobs) == 0 || len(all.Jobs) == n || len(raw) < coordinator.MaxReply-1024 || all.NextCursor != "" {
+			t.Fatalf("%d of %d jobs in %d bytes (cursor %q): want the newest that fill 1 MiB, and no cursor for a spec peer", len(all.Jobs), n, len(raw), all.NextCursor)
+		}
+
+		seen := map[string]bool{}
+		var last int64 = 1 << 62
+		req := protocol.ListJobs{Limit: 250}
+		for pages := 0; ; pages++ {
+			page, err := s.client.List(ctx, req)
+			must(t, err)
+			for _, j := range page.Jobs {
+				if seen[j.JobID] {
+					t.Fatalf("job %s listed twice", j.JobID)
+				}
+				seen[j.JobID] = true
+				if j.CreatedAtMillis > last {
+					t.Fatalf("page not newest first")
+				}
+				last = j.CreatedAtMillis
+			}
+			if page.NextCursor == "" {
+				break
+			}
+			req.Cursor = page.NextCursor
+			if pages > n {
+				t.Fatal("paging does not end")
+			}
+		}
+		if len(seen) != n {
+			t.Fatalf("paging visited %d of %d jobs", len(seen), n)
+		}
+		if first := all.Jobs[0].JobID; !seen[first] {
+			t.Fatalf("unbounded list's newest job %s unknown", first)
+		}
+	})
+}
