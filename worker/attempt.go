@@ -5,122 +5,48 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime/debug"
 
 	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/worker/internal/attempts"
 )
 
-// Causes of an attempt's cancellation; the text of the first two becomes the error of
-// its result.
+// Causes of an attempt's cancellation besides the coordinator's (attempts.ErrCancelled);
+// the text of errAbandoned becomes the error of its result.
 var (
-	errCancelled = errors.New("attempt cancelled by the coordinator")
 	errAbandoned = errors.New("attempt abandoned: the worker registered again")
 	errShutdown  = errors.New("worker shutting down")
 )
 
-// lease identifies an attempt: the coordinator counts only the result of a job's
-// current attempt id.
-type lease struct {
-	jobID, attemptID string
-}
-
-// attempt is an attempt executing now.
-type attempt struct {
-	lease
-	session uint64 // the registration it was assigned under
-	cancel  context.CancelCauseFunc
-}
-
 // onAssign starts an assigned attempt. The coordinator counts the worker's free slots
-// itself, so an assignment is never refused for capacity, only noted.
+// itself, so an assignment is never refused for capacity, only noted; a duplicate, or
+// one arriving while the worker stops, is ignored.
 func (w *Worker) onAssign(_ context.Context, _ bus.Address, m protocol.TaskAssign) (struct{}, error) {
 	if m.JobID == "" || m.AttemptID == "" {
 		return struct{}{}, fmt.Errorf("assignment without jobId or attemptId")
 	}
-	l := lease{m.JobID, m.AttemptID}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	switch {
-	case !w.accepting:
-		w.log.Debug("assignment ignored: worker stopping", "job", m.JobID, "attempt", m.AttemptID)
-		return struct{}{}, nil
-	case w.attempts[l] != nil:
-		w.log.Debug("duplicate assignment ignored", "job", m.JobID, "attempt", m.AttemptID)
-		return struct{}{}, nil
-	case len(w.attempts) >= w.cfg.capacity:
-		w.log.Warn("assignment beyond capacity", "job", m.JobID, "attempt", m.AttemptID,
-			"running", len(w.attempts), "capacity", w.cfg.capacity)
-	}
-	ctx, cancel := context.WithCancelCause(w.runCtx)
-	a := &attempt{lease: l, session: w.session, cancel: cancel}
-	w.attempts[l] = a
-	w.wg.Add(1)
-	go w.execute(ctx, a, &m)
+	w.attempts.Start(context.Background(), &m, func(o attempts.Outcome) { w.finished(&m, o) })
 	return struct{}{}, nil
 }
 
 // onCancel cancels an attempt, only if it is the one running under that lease: a
 // cancel of a superseded attempt must not touch a newer attempt of the same job.
 func (w *Worker) onCancel(_ context.Context, _ bus.Address, m protocol.TaskCancel) (struct{}, error) {
-	w.mu.Lock()
-	a := w.attempts[lease{m.JobID, m.AttemptID}]
-	w.mu.Unlock()
-	if a == nil {
-		w.log.Debug("cancel ignored: attempt not running", "job", m.JobID, "attempt", m.AttemptID)
-		return struct{}{}, nil
-	}
-	a.cancel(errCancelled)
-	w.log.Debug("attempt cancelled", "job", m.JobID, "attempt", m.AttemptID)
+	w.attempts.Cancel(m.JobID, m.AttemptID)
 	return struct{}{}, nil
 }
 
-// execute runs an attempt and reports its outcome. An attempt cut short by the worker's
-// shutdown reports nothing: the worker's goodbye tells the coordinator instead.
-func (w *Worker) execute(ctx context.Context, a *attempt, m *protocol.TaskAssign) {
-	defer w.wg.Done()
+// finished reports an attempt's outcome. An attempt cut short by the worker's shutdown
+// reports nothing: the worker's goodbye tells the coordinator instead.
+func (w *Worker) finished(m *protocol.TaskAssign, o attempts.Outcome) {
 	log := w.log.With("job", m.JobID, "attempt", m.AttemptID)
-	log.Debug("attempt started", "task", m.TaskType, "number", m.AttemptNumber)
-	out, err := w.runTask(ctx, m)
-	if err != nil && ctx.Err() != nil {
-		err = context.Cause(ctx)
-	}
-	w.finish(a)
-	if errors.Is(err, errShutdown) {
+	if errors.Is(o.Err, errShutdown) {
 		log.Debug("attempt stopped by shutdown")
 		return
 	}
-	res := &protocol.TaskResult{WorkerID: w.cfg.id, JobID: m.JobID, AttemptID: m.AttemptID, Success: err == nil}
-	if err == nil {
-		res.Result = &out
-	} else {
-		text := err.Error()
-		res.Error = &text
-	}
-	log.Debug("attempt finished", "success", res.Success, "err", err)
+	res := attempts.Result(w.cfg.ID, m, o)
+	log.Debug("attempt finished", "success", res.Success, "err", o.Err)
 	w.report(log, res)
-}
-
-// runTask runs the task, turning a panic into the attempt's failure.
-func (w *Worker) runTask(ctx context.Context, m *protocol.TaskAssign) (out string, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			w.log.Error("task panicked", "job", m.JobID, "attempt", m.AttemptID, "task", m.TaskType,
-				"panic", r, "stack", string(debug.Stack()))
-			err = fmt.Errorf("task %s panicked: %v", m.TaskType, r)
-		}
-	}()
-	return w.cfg.registry.Run(ctx, m.TaskType, m.AttemptNumber, m.Payload)
-}
-
-// finish forgets an attempt that has returned and releases its context.
-func (w *Worker) finish(a *attempt) {
-	w.mu.Lock()
-	if w.attempts[a.lease] == a {
-		delete(w.attempts, a.lease)
-	}
-	w.mu.Unlock()
-	a.cancel(context.Canceled)
 }
 
 // report delivers a result, repeating the ask until the coordinator answers: its answer

@@ -1,15 +1,13 @@
 package worker
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/jobbus/jobbus/bus"
-	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/worker/internal/workercfg"
 	"github.com/jobbus/jobbus/worker/tasks"
 )
 
@@ -26,11 +24,7 @@ const (
 type Option func(*config)
 
 type config struct {
-	id              string
-	capacity        int
-	heartbeat       time.Duration
-	registry        *tasks.Registry
-	logger          *slog.Logger
+	workercfg.Common
 	retryBase       time.Duration
 	retryMax        time.Duration
 	shutdownTimeout time.Duration
@@ -39,30 +33,25 @@ type config struct {
 
 // WithID sets the worker id (default "worker-" and 8 random hex digits). The
 // coordinator treats a registration under a live id as the same worker coming back.
-func WithID(id string) Option { return func(c *config) { c.id = id } }
+func WithID(id string) Option { return func(c *config) { c.ID = id } }
 
 // WithCapacity sets how many attempts the worker runs at once (default 4, 1..1024).
-func WithCapacity(n int) Option { return func(c *config) { c.capacity = n } }
+func WithCapacity(n int) Option { return func(c *config) { c.Capacity = n } }
 
 // WithHeartbeat sets the heartbeat interval (default 2s). Keep it well below the
 // coordinator's heartbeat timeout.
 func WithHeartbeat(interval time.Duration) Option {
-	return func(c *config) { c.heartbeat = interval }
+	return func(c *config) { c.Heartbeat = interval }
 }
 
 // WithTasks sets the task types the worker runs (default tasks.Builtins()). The worker
 // advertises their names when it registers.
-func WithTasks(r *tasks.Registry) Option { return func(c *config) { c.registry = r } }
+func WithTasks(r *tasks.Registry) Option { return func(c *config) { c.Registry = r } }
 
 // WithLogger sets the logger of the worker and of its bus node (default slog.Default();
 // nil discards).
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) {
-		if l == nil {
-			l = slog.New(slog.DiscardHandler)
-		}
-		c.logger = l
-	}
+	return func(c *config) { c.Logger = workercfg.Logger(l) }
 }
 
 // WithResultRetry sets the backoff between attempts to deliver a result: base, doubling
@@ -85,9 +74,7 @@ func WithBusOptions(opts ...bus.Option) Option {
 
 func newConfig(opts []Option) (config, error) {
 	c := config{
-		capacity:        DefaultCapacity,
-		heartbeat:       DefaultHeartbeat,
-		logger:          slog.Default(),
+		Common:          workercfg.New(DefaultCapacity, DefaultHeartbeat),
 		retryBase:       DefaultRetryBase,
 		retryMax:        DefaultRetryMax,
 		shutdownTimeout: DefaultShutdownTimeout,
@@ -95,25 +82,13 @@ func newConfig(opts []Option) (config, error) {
 	for _, o := range opts {
 		o(&c)
 	}
-	if c.id == "" {
-		c.id = randomID()
-	}
-	if c.registry == nil {
-		c.registry = tasks.Builtins()
-	}
+	c.Complete()
 	return c, c.validate()
 }
 
 // validate returns every problem at once.
 func (c *config) validate() error {
-	var errs []error
-	if c.capacity < protocol.MinCapacity || c.capacity > protocol.MaxCapacity {
-		errs = append(errs, fmt.Errorf("capacity must be in %d..%d, got %d",
-			protocol.MinCapacity, protocol.MaxCapacity, c.capacity))
-	}
-	if c.heartbeat <= 0 {
-		errs = append(errs, fmt.Errorf("heartbeat interval must be positive, got %v", c.heartbeat))
-	}
+	errs := c.Common.Validate()
 	if c.retryBase <= 0 || c.retryMax < c.retryBase {
 		errs = append(errs, fmt.Errorf("result retry needs 0 < base <= max, got %v and %v", c.retryBase, c.retryMax))
 	}
@@ -124,13 +99,6 @@ func (c *config) validate() error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	return nil
-}
-
-// randomID is "worker-" and 8 hex digits.
-func randomID() string {
-	var b [4]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	return "worker-" + hex.EncodeToString(b[:])
 }
 
 // backoff yields retry delays: base, doubling up to max.

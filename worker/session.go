@@ -20,7 +20,7 @@ func (w *Worker) serve(ctx context.Context, reconnected <-chan nats.Status) erro
 	if err != nil {
 		return err
 	}
-	tick := time.NewTicker(w.cfg.heartbeat)
+	tick := time.NewTicker(w.cfg.Heartbeat)
 	defer tick.Stop()
 	for {
 		var reason string
@@ -61,16 +61,16 @@ func (w *Worker) reconnects() uint64 { return w.node.Conn().Stats().Reconnects }
 // registration are cancelled: registering again ended their leases. It returns nil
 // early when ctx ends.
 func (w *Worker) register(ctx context.Context, reason string) (epoch uint64, err error) {
-	msg := &protocol.WorkerRegister{WorkerID: w.cfg.id, Capacity: w.cfg.capacity, TaskTypes: w.cfg.registry.Names()}
+	msg := &protocol.WorkerRegister{WorkerID: w.cfg.ID, Capacity: w.cfg.Capacity, TaskTypes: w.cfg.Registry.Names()}
 	b := backoff{next: w.cfg.retryBase, max: w.cfg.retryMax}
 	for try := 1; ; try++ {
 		epoch = w.reconnects()
-		session := w.newSession()
+		session := w.attempts.NextGeneration() // attempts assigned from now on belong to it
 		_, err := bus.Ask[protocol.WorkerRegistered](ctx, w.node, coordinator, protocol.PathRegister, msg)
 		switch {
 		case err == nil:
-			n := w.cancelBefore(session)
-			w.log.Info("worker registered", "capacity", w.cfg.capacity, "reason", reason, "abandoned", n)
+			n := w.attempts.CancelBefore(session, errAbandoned)
+			w.log.Info("worker registered", "capacity", w.cfg.Capacity, "reason", reason, "abandoned", n)
 			return epoch, nil
 		case ctx.Err() != nil:
 			return epoch, nil
@@ -94,9 +94,9 @@ func (w *Worker) register(ctx context.Context, reason string) (epoch uint64, err
 // heartbeat only waits for the next one.
 func (w *Worker) heartbeat(ctx context.Context) (forgotten bool, err error) {
 	// A beat not answered before the next is due is superseded by the next.
-	ctx, cancel := context.WithTimeout(ctx, w.cfg.heartbeat)
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.Heartbeat)
 	defer cancel()
-	_, err = bus.Ask[protocol.Heartbeat](ctx, w.node, coordinator, protocol.PathHeartbeat, &protocol.Heartbeat{WorkerID: w.cfg.id})
+	_, err = bus.Ask[protocol.Heartbeat](ctx, w.node, coordinator, protocol.PathHeartbeat, &protocol.Heartbeat{WorkerID: w.cfg.ID})
 	switch {
 	case err == nil:
 		return false, nil
@@ -109,29 +109,6 @@ func (w *Worker) heartbeat(ctx context.Context) (forgotten bool, err error) {
 		w.log.Debug("heartbeat not answered", "err", err)
 		return false, nil
 	}
-}
-
-// newSession starts a registration: attempts assigned from now on belong to it.
-func (w *Worker) newSession() uint64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.session++
-	return w.session
-}
-
-// cancelBefore cancels the attempts assigned before registration session, returning
-// how many.
-func (w *Worker) cancelBefore(session uint64) int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	n := 0
-	for _, a := range w.attempts {
-		if a.session < session {
-			a.cancel(errAbandoned)
-			n++
-		}
-	}
-	return n
 }
 
 // sleep waits d, reporting false if ctx ended first.

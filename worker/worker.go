@@ -31,6 +31,7 @@ import (
 
 	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/worker/internal/attempts"
 )
 
 // ErrStarted is returned by a second call of Run: a Worker runs once.
@@ -49,18 +50,10 @@ type Worker struct {
 
 	started atomic.Bool
 
-	// mu guards attempts, session and accepting: the attempts executing now, the
-	// registration they arrived under, and whether new ones are taken.
-	mu        sync.Mutex
-	attempts  map[lease]*attempt
-	session   uint64
-	accepting bool
+	// attempts are the attempts executing now; each generation of it is a
+	// registration, and Run's shutdown ends them with errShutdown.
+	attempts *attempts.Set
 
-	// wg counts the attempt goroutines; they only start while accepting.
-	wg sync.WaitGroup
-	// runCtx is the parent of every attempt; Run's shutdown ends it with errShutdown.
-	runCtx  context.Context
-	stopRun context.CancelCauseFunc
 	// sendCtx bounds result deliveries; it ends when the shutdown grace runs out.
 	sendCtx  context.Context
 	stopSend context.CancelFunc
@@ -75,7 +68,7 @@ func New(nc *nats.Conn, opts ...Option) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	node, err := bus.New(nc, bus.Address{Role: bus.RoleWorker, ID: cfg.id}, cfg.nodeOptions()...)
+	node, err := bus.New(nc, bus.Address{Role: bus.RoleWorker, ID: cfg.ID}, cfg.nodeOptions()...)
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
@@ -89,7 +82,7 @@ func Connect(ctx context.Context, url string, opts ...Option) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	node, err := bus.Connect(ctx, url, bus.Address{Role: bus.RoleWorker, ID: cfg.id}, cfg.nodeOptions()...)
+	node, err := bus.Connect(ctx, url, bus.Address{Role: bus.RoleWorker, ID: cfg.ID}, cfg.nodeOptions()...)
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
@@ -97,31 +90,26 @@ func Connect(ctx context.Context, url string, opts ...Option) (*Worker, error) {
 }
 
 func (c *config) nodeOptions() []bus.Option {
-	return append([]bus.Option{bus.WithLogger(c.logger)}, c.busOpts...)
+	return append([]bus.Option{bus.WithLogger(c.Logger)}, c.busOpts...)
 }
 
 func newWorker(cfg config, node *bus.Node) *Worker {
+	log := cfg.Logger.With("worker", cfg.ID)
 	w := &Worker{
-		cfg:       cfg,
-		node:      node,
-		log:       cfg.logger.With("worker", cfg.id),
-		attempts:  make(map[lease]*attempt),
-		accepting: true,
+		cfg:      cfg,
+		node:     node,
+		log:      log,
+		attempts: attempts.New(cfg.Registry, cfg.Capacity, log),
 	}
-	w.runCtx, w.stopRun = context.WithCancelCause(context.Background())
 	w.sendCtx, w.stopSend = context.WithCancel(context.Background())
 	return w
 }
 
 // ID is the worker's id.
-func (w *Worker) ID() string { return w.cfg.id }
+func (w *Worker) ID() string { return w.cfg.ID }
 
 // Running is the number of attempts executing now.
-func (w *Worker) Running() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.attempts)
-}
+func (w *Worker) Running() int { return w.attempts.Len() }
 
 // Run serves the coordinator until ctx ends: it registers (retrying until the
 // coordinator answers), heartbeats, registers again when the coordinator has forgotten
@@ -169,9 +157,9 @@ func (w *Worker) shutdown() error {
 	}
 	w.drain()
 	// The goodbye comes after the results, which it would otherwise make stale.
-	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.heartbeat)
+	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.Heartbeat)
 	defer cancel()
-	bye := &protocol.Disconnect{WorkerID: w.cfg.id, Cause: "worker shutting down"}
+	bye := &protocol.Disconnect{WorkerID: w.cfg.ID, Cause: "worker shutting down"}
 	if terr := w.node.Tell(ctx, coordinator, protocol.PathDisconnect, bye); terr != nil && !errors.Is(terr, bus.ErrClosed) {
 		w.log.Warn("worker could not say goodbye", "err", terr)
 	}
@@ -180,20 +168,14 @@ func (w *Worker) shutdown() error {
 }
 
 // stopAccepting refuses new attempts and cancels the running ones, returning how many.
-func (w *Worker) stopAccepting() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.accepting = false
-	w.stopRun(errShutdown)
-	return len(w.attempts)
-}
+func (w *Worker) stopAccepting() int { return w.attempts.Shutdown(errShutdown) }
 
 // drain waits for the attempt goroutines; when the grace runs out it stops their result
 // deliveries, after which they end at once.
 func (w *Worker) drain() {
 	done := make(chan struct{})
 	go func() {
-		w.wg.Wait()
+		w.attempts.Wait()
 		close(done)
 	}()
 	grace := time.NewTimer(w.cfg.shutdownTimeout)

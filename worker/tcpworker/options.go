@@ -2,15 +2,13 @@ package tcpworker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"time"
 
-	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/worker/internal/workercfg"
 	"github.com/jobbus/jobbus/worker/tasks"
 )
 
@@ -29,28 +27,24 @@ type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 type Option func(*config)
 
 type config struct {
-	id             string
-	capacity       int
-	heartbeat      time.Duration
+	workercfg.Common
 	reconnectDelay time.Duration
 	dialTimeout    time.Duration
 	dial           DialFunc
-	registry       *tasks.Registry
-	logger         *slog.Logger
 }
 
 // WithID sets the worker id (default "worker-" and 8 random hex digits). The
 // coordinator treats a registration under a live id as the same worker coming back.
-func WithID(id string) Option { return func(c *config) { c.id = id } }
+func WithID(id string) Option { return func(c *config) { c.ID = id } }
 
 // WithCapacity sets how many attempts the worker announces it runs at once (default 4,
 // 1..1024). The coordinator counts the free slots; the worker runs what it is sent.
-func WithCapacity(n int) Option { return func(c *config) { c.capacity = n } }
+func WithCapacity(n int) Option { return func(c *config) { c.Capacity = n } }
 
 // WithHeartbeat sets the heartbeat interval (default 2s). Keep it well below the
 // coordinator's heartbeat timeout.
 func WithHeartbeat(interval time.Duration) Option {
-	return func(c *config) { c.heartbeat = interval }
+	return func(c *config) { c.Heartbeat = interval }
 }
 
 // WithReconnectDelay sets the wait before dialing again after a failed dial or a lost
@@ -61,16 +55,11 @@ func WithReconnectDelay(d time.Duration) Option {
 
 // WithTasks sets the task types the worker runs (default tasks.Builtins()). A spec
 // worker does not advertise them: the coordinator may send any of the five built-ins.
-func WithTasks(r *tasks.Registry) Option { return func(c *config) { c.registry = r } }
+func WithTasks(r *tasks.Registry) Option { return func(c *config) { c.Registry = r } }
 
 // WithLogger sets the logger (default slog.Default(); nil discards).
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) {
-		if l == nil {
-			l = slog.New(slog.DiscardHandler)
-		}
-		c.logger = l
-	}
+	return func(c *config) { c.Logger = workercfg.Logger(l) }
 }
 
 // WithDialer sets how the worker connects (default a net.Dialer with TCP keep-alive).
@@ -82,21 +71,14 @@ func WithDialTimeout(d time.Duration) Option { return func(c *config) { c.dialTi
 
 func newConfig(addr string, opts []Option) (config, error) {
 	c := config{
-		capacity:       DefaultCapacity,
-		heartbeat:      DefaultHeartbeat,
+		Common:         workercfg.New(DefaultCapacity, DefaultHeartbeat),
 		reconnectDelay: DefaultReconnectDelay,
 		dialTimeout:    DefaultDialTimeout,
-		logger:         slog.Default(),
 	}
 	for _, o := range opts {
 		o(&c)
 	}
-	if c.id == "" {
-		c.id = randomID()
-	}
-	if c.registry == nil {
-		c.registry = tasks.Builtins()
-	}
+	c.Complete()
 	if c.dial == nil {
 		c.dial = (&net.Dialer{}).DialContext
 	}
@@ -109,13 +91,7 @@ func (c *config) validate(addr string) error {
 	if addr == "" {
 		errs = append(errs, errors.New("address is empty"))
 	}
-	if c.capacity < protocol.MinCapacity || c.capacity > protocol.MaxCapacity {
-		errs = append(errs, fmt.Errorf("capacity must be in %d..%d, got %d",
-			protocol.MinCapacity, protocol.MaxCapacity, c.capacity))
-	}
-	if c.heartbeat <= 0 {
-		errs = append(errs, fmt.Errorf("heartbeat interval must be positive, got %v", c.heartbeat))
-	}
+	errs = append(errs, c.Common.Validate()...)
 	// A zero delay would redial in a hot loop while the bridge is down.
 	if c.reconnectDelay <= 0 {
 		errs = append(errs, fmt.Errorf("reconnect delay must be positive, got %v", c.reconnectDelay))
@@ -127,11 +103,4 @@ func (c *config) validate(addr string) error {
 		return fmt.Errorf("tcpworker: %w", err)
 	}
 	return nil
-}
-
-// randomID is "worker-" and 8 hex digits.
-func randomID() string {
-	var b [4]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	return "worker-" + hex.EncodeToString(b[:])
 }

@@ -7,31 +7,17 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"runtime/debug"
 	"sync"
 	"time"
 
 	"github.com/jobbus/jobbus/bridge/frame"
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/worker/internal/attempts"
 )
 
-// Causes of an attempt's end other than its task returning.
-var (
-	errCancelled = errors.New("attempt cancelled by the coordinator")
-	errConnLost  = errors.New("connection to the coordinator lost")
-)
-
-// lease identifies an attempt: the coordinator counts only the result of a job's
-// current attempt id.
-type lease struct {
-	jobID, attemptID string
-}
-
-// attempt is an attempt executing now.
-type attempt struct {
-	lease
-	cancel context.CancelCauseFunc
-}
+// errConnLost is the cause of a session's end, and of its attempts', when nothing
+// else ended it first.
+var errConnLost = errors.New("connection to the coordinator lost")
 
 // session is one connection: registration, heartbeats and the attempts assigned on
 // it. The goroutine calling run owns the frame reader; every writer goes through send.
@@ -46,7 +32,7 @@ type session struct {
 	stop context.CancelCauseFunc
 
 	wmu sync.Mutex     // serialises frames on conn
-	wg  sync.WaitGroup // the heartbeat loop and the attempt goroutines
+	wg  sync.WaitGroup // the heartbeat loop
 }
 
 func newSession(w *Worker, conn net.Conn) *session {
@@ -64,11 +50,14 @@ func (s *session) run(parent context.Context) (registered bool, err error) {
 		unwatch()
 		_ = s.conn.Close()
 		s.wg.Wait()
+		// Every attempt running is this session's, and the reader that starts them is
+		// this goroutine: no Start races the Wait.
+		s.w.attempts.Wait()
 	}()
 	if err := s.register(); err != nil {
 		return false, err
 	}
-	s.log.Info("worker registered", "capacity", s.w.cfg.capacity)
+	s.log.Info("worker registered", "capacity", s.w.cfg.Capacity)
 	s.wg.Add(1)
 	go s.heartbeat()
 	return true, s.serve()
@@ -77,7 +66,7 @@ func (s *session) run(parent context.Context) (registered bool, err error) {
 // register sends WORKER_REGISTER, the first frame a worker must send, and waits for
 // the acknowledgement within the dial timeout.
 func (s *session) register() error {
-	msg := &protocol.WorkerRegister{WorkerID: s.w.cfg.id, Capacity: s.w.cfg.capacity}
+	msg := &protocol.WorkerRegister{WorkerID: s.w.cfg.ID, Capacity: s.w.cfg.Capacity}
 	if err := s.send(msg); err != nil {
 		return err
 	}
@@ -93,7 +82,7 @@ func (s *session) register() error {
 	}
 	switch m := m.(type) {
 	case *protocol.WorkerRegistered:
-		if m.WorkerID != s.w.cfg.id {
+		if m.WorkerID != s.w.cfg.ID {
 			s.log.Warn("registration acknowledged under another id", "acknowledged", m.WorkerID)
 		}
 		return nil
@@ -138,7 +127,7 @@ func (s *session) handle(p []byte) error {
 	case *protocol.TaskAssign:
 		return s.assign(m)
 	case *protocol.TaskCancel:
-		s.cancel(m)
+		s.w.attempts.Cancel(m.JobID, m.AttemptID)
 		return nil
 	case *protocol.WorkerRegistered:
 		s.log.Debug("repeated WORKER_REGISTERED ignored")
@@ -149,106 +138,50 @@ func (s *session) handle(p []byte) error {
 	return fmt.Errorf("%w: unexpected %s on the worker port", ErrProtocol, m.MessageType())
 }
 
-// assign starts an attempt. The coordinator counts the worker's free slots itself, so
-// an assignment is never refused for capacity, only noted.
+// assign starts an attempt, under the session's context. The coordinator counts the
+// worker's free slots itself, so an assignment is never refused for capacity, only
+// noted; a duplicate is ignored.
 func (s *session) assign(m *protocol.TaskAssign) error {
 	if m.JobID == "" || m.AttemptID == "" {
 		return fmt.Errorf("%w: TASK_ASSIGN without jobId or attemptId", ErrProtocol)
 	}
-	l := lease{m.JobID, m.AttemptID}
-	w := s.w
-	w.mu.Lock()
-	if w.attempts[l] != nil {
-		w.mu.Unlock()
-		s.log.Debug("duplicate assignment ignored", "job", m.JobID, "attempt", m.AttemptID)
-		return nil
-	}
-	ctx, cancel := context.WithCancelCause(s.ctx)
-	a := &attempt{lease: l, cancel: cancel}
-	w.attempts[l] = a
-	running := len(w.attempts)
-	w.mu.Unlock()
-	if running > w.cfg.capacity {
-		s.log.Warn("assignment beyond capacity", "job", m.JobID, "attempt", m.AttemptID,
-			"running", running, "capacity", w.cfg.capacity)
-	}
-	s.wg.Add(1)
-	go s.execute(ctx, a, m)
+	s.w.attempts.Start(s.ctx, m, func(o attempts.Outcome) { s.finished(m, o) })
 	return nil
 }
 
-// cancel cancels an attempt only if it is the one running under that lease: a cancel
-// of a superseded attempt must not touch a newer attempt of the same job.
-func (s *session) cancel(m *protocol.TaskCancel) {
-	s.w.mu.Lock()
-	a := s.w.attempts[lease{m.JobID, m.AttemptID}]
-	s.w.mu.Unlock()
-	if a == nil {
-		s.log.Debug("cancel ignored: attempt not running", "job", m.JobID, "attempt", m.AttemptID)
-		return
-	}
-	a.cancel(errCancelled)
-	s.log.Debug("attempt cancelled", "job", m.JobID, "attempt", m.AttemptID)
-}
-
-// execute runs an attempt and reports its outcome, unless the connection it came on
-// has ended: the coordinator has then revoked the lease and would reject the result.
-func (s *session) execute(ctx context.Context, a *attempt, m *protocol.TaskAssign) {
-	defer s.wg.Done()
+// finished reports an attempt's outcome, unless the connection it came on has ended:
+// the coordinator has then revoked the lease and would reject the result.
+func (s *session) finished(m *protocol.TaskAssign, o attempts.Outcome) {
 	log := s.log.With("job", m.JobID, "attempt", m.AttemptID)
-	log.Debug("attempt started", "task", m.TaskType, "number", m.AttemptNumber)
-	out, err := s.runTask(ctx, m)
-	if err != nil && ctx.Err() != nil {
-		err = context.Cause(ctx)
-	}
-	s.w.finish(a)
 	if s.ctx.Err() != nil {
 		log.Debug("attempt interrupted: result dropped", "cause", context.Cause(s.ctx))
 		return
 	}
-	res := s.result(m, out, err)
-	log.Debug("attempt finished", "success", res.Success, "err", err)
+	res := s.result(m, o)
+	log.Debug("attempt finished", "success", res.Success, "err", o.Err)
 	if err := s.send(res); err != nil {
 		log.Debug("result not sent", "err", err)
 	}
 }
 
-// runTask runs the task, turning a panic into the attempt's failure.
-func (s *session) runTask(ctx context.Context, m *protocol.TaskAssign) (out string, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			s.log.Error("task panicked", "job", m.JobID, "attempt", m.AttemptID, "task", m.TaskType,
-				"panic", r, "stack", string(debug.Stack()))
-			err = fmt.Errorf("task %s panicked: %v", m.TaskType, r)
-		}
-	}()
-	return s.w.cfg.registry.Run(ctx, m.TaskType, m.AttemptNumber, m.Payload)
-}
-
 // result is the TASK_RESULT of an attempt, echoing its lease. A result too large for
 // one frame becomes a failure, so the coordinator still learns the attempt ended.
-func (s *session) result(m *protocol.TaskAssign, out string, err error) *protocol.TaskResult {
-	res := &protocol.TaskResult{WorkerID: s.w.cfg.id, JobID: m.JobID, AttemptID: m.AttemptID, Success: err == nil}
-	if err == nil {
-		res.Result = &out
-	} else {
-		text := err.Error()
-		res.Error = &text
-	}
+func (s *session) result(m *protocol.TaskAssign, o attempts.Outcome) *protocol.TaskResult {
+	res := attempts.Result(s.w.cfg.ID, m, o)
 	if data, encErr := protocol.Encode(res); encErr == nil && len(data) <= frame.MaxSize {
 		return res
 	}
-	text := fmt.Sprintf("result too large: %d bytes (a frame holds at most %d)", len(out), frame.MaxSize)
-	return &protocol.TaskResult{WorkerID: s.w.cfg.id, JobID: m.JobID, AttemptID: m.AttemptID, Error: &text}
+	text := fmt.Sprintf("result too large: %d bytes (a frame holds at most %d)", len(o.Result), frame.MaxSize)
+	return &protocol.TaskResult{WorkerID: s.w.cfg.ID, JobID: m.JobID, AttemptID: m.AttemptID, Error: &text}
 }
 
 // heartbeat tells the coordinator the worker is alive, every interval, until the
 // session ends.
 func (s *session) heartbeat() {
 	defer s.wg.Done()
-	t := time.NewTicker(s.w.cfg.heartbeat)
+	t := time.NewTicker(s.w.cfg.Heartbeat)
 	defer t.Stop()
-	hb := &protocol.Heartbeat{WorkerID: s.w.cfg.id}
+	hb := &protocol.Heartbeat{WorkerID: s.w.cfg.ID}
 	for {
 		select {
 		case <-s.ctx.Done():
@@ -277,14 +210,4 @@ func (s *session) send(m protocol.Message) error {
 		return err
 	}
 	return nil
-}
-
-// finish forgets an attempt that has returned and releases its context.
-func (w *Worker) finish(a *attempt) {
-	w.mu.Lock()
-	if w.attempts[a.lease] == a {
-		delete(w.attempts, a.lease)
-	}
-	w.mu.Unlock()
-	a.cancel(context.Canceled)
 }

@@ -19,9 +19,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jobbus/jobbus/worker/internal/attempts"
 )
 
 var (
@@ -44,10 +45,9 @@ type Worker struct {
 
 	started atomic.Bool
 
-	// mu guards attempts: the attempts executing now, by lease. Sessions run one at a
-	// time, and each waits for its attempts before the next begins.
-	mu       sync.Mutex
-	attempts map[lease]*attempt
+	// attempts are the attempts executing now. Sessions run one at a time, and each
+	// waits for its attempts before the next begins.
+	attempts *attempts.Set
 }
 
 // New returns a worker for the coordinator's worker port at addr (host:port). It does
@@ -57,23 +57,20 @@ func New(addr string, opts ...Option) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
+	log := cfg.Logger.With("worker", cfg.ID, "addr", addr)
 	return &Worker{
 		addr:     addr,
 		cfg:      cfg,
-		log:      cfg.logger.With("worker", cfg.id, "addr", addr),
-		attempts: make(map[lease]*attempt),
+		log:      log,
+		attempts: attempts.New(cfg.Registry, cfg.Capacity, log),
 	}, nil
 }
 
 // ID is the worker's id.
-func (w *Worker) ID() string { return w.cfg.id }
+func (w *Worker) ID() string { return w.cfg.ID }
 
 // Running is the number of attempts executing now.
-func (w *Worker) Running() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.attempts)
-}
+func (w *Worker) Running() int { return w.attempts.Len() }
 
 // Run serves the coordinator until ctx ends, then interrupts the running attempts and
 // returns nil once every goroutine it started has ended. A dial failure or a lost

@@ -1,0 +1,207 @@
+// Package attempts keeps the attempts a jobbus worker is executing, whatever its
+// transport: it starts each assigned attempt in a goroutine of its own, runs its task
+// through a tasks.Registry (a panic becomes the attempt's failure), cancels an attempt
+// only when both its job and attempt id match, and waits for them all.
+//
+// Both workers, the native one and the spec TCP one, own one Set; what they do with an
+// outcome (deliver it over the bus, write a frame, or drop it) stays theirs.
+package attempts
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/worker/tasks"
+)
+
+// ErrCancelled is the cause of an attempt the coordinator cancelled; its text becomes
+// the error of the attempt's result.
+var ErrCancelled = errors.New("attempt cancelled by the coordinator")
+
+// Lease identifies an attempt: the coordinator counts only the result of a job's
+// current attempt id.
+type Lease struct {
+	JobID, AttemptID string
+}
+
+// Outcome is how an attempt's task ended: its result text, or the error that failed it.
+// Err is the attempt's cancellation cause when the task failed after its context ended.
+type Outcome struct {
+	Result string
+	Err    error
+}
+
+// attempt is an attempt executing now.
+type attempt struct {
+	lease  Lease
+	gen    uint64 // the generation it was started in
+	cancel context.CancelCauseFunc
+}
+
+// Set is the attempts of one worker executing now. Its methods are safe for
+// concurrent use.
+type Set struct {
+	registry *tasks.Registry
+	capacity int
+	log      *slog.Logger
+
+	// mu guards running, gen and closed: the attempts by lease, the generation new
+	// ones belong to, and whether new ones are refused.
+	mu      sync.Mutex
+	running map[Lease]*attempt
+	gen     uint64
+	closed  bool
+
+	// wg counts the attempt goroutines; Add happens only under mu while not closed,
+	// so Wait after Shutdown cannot race with it.
+	wg sync.WaitGroup
+}
+
+// New returns an empty Set that runs tasks from registry. capacity is what the worker
+// announced: the coordinator counts free slots itself, so an attempt beyond it still
+// runs, with a warning on log.
+func New(registry *tasks.Registry, capacity int, log *slog.Logger) *Set {
+	return &Set{registry: registry, capacity: capacity, log: log, running: make(map[Lease]*attempt)}
+}
+
+// Start runs the attempt m in a goroutine of its own, under a context derived from
+// parent, then calls done with its outcome once the attempt no longer counts as
+// running. It returns false, starting nothing, when the attempt is already running
+// (a duplicate assignment) or the Set has been shut down.
+func (s *Set) Start(parent context.Context, m *protocol.TaskAssign, done func(Outcome)) bool {
+	l := Lease{m.JobID, m.AttemptID}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.closed:
+		s.log.Debug("assignment ignored: worker stopping", "job", m.JobID, "attempt", m.AttemptID)
+		return false
+	case s.running[l] != nil:
+		s.log.Debug("duplicate assignment ignored", "job", m.JobID, "attempt", m.AttemptID)
+		return false
+	case len(s.running) >= s.capacity:
+		s.log.Warn("assignment beyond capacity", "job", m.JobID, "attempt", m.AttemptID,
+			"running", len(s.running), "capacity", s.capacity)
+	}
+	ctx, cancel := context.WithCancelCause(parent)
+	a := &attempt{lease: l, gen: s.gen, cancel: cancel}
+	s.running[l] = a
+	s.wg.Add(1)
+	go s.execute(ctx, a, m, done)
+	return true
+}
+
+// execute runs an attempt, forgets it, and hands its outcome to done.
+func (s *Set) execute(ctx context.Context, a *attempt, m *protocol.TaskAssign, done func(Outcome)) {
+	defer s.wg.Done()
+	s.log.Debug("attempt started", "job", m.JobID, "attempt", m.AttemptID, "task", m.TaskType, "number", m.AttemptNumber)
+	out, err := s.runTask(ctx, m)
+	if err != nil && ctx.Err() != nil {
+		err = context.Cause(ctx)
+	}
+	s.finish(a)
+	done(Outcome{Result: out, Err: err})
+}
+
+// runTask runs the task, turning a panic into the attempt's failure.
+func (s *Set) runTask(ctx context.Context, m *protocol.TaskAssign) (out string, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("task panicked", "job", m.JobID, "attempt", m.AttemptID, "task", m.TaskType,
+				"panic", r, "stack", string(debug.Stack()))
+			err = fmt.Errorf("task %s panicked: %v", m.TaskType, r)
+		}
+	}()
+	return s.registry.Run(ctx, m.TaskType, m.AttemptNumber, m.Payload)
+}
+
+// finish forgets an attempt that has returned and releases its context.
+func (s *Set) finish(a *attempt) {
+	s.mu.Lock()
+	if s.running[a.lease] == a {
+		delete(s.running, a.lease)
+	}
+	s.mu.Unlock()
+	a.cancel(context.Canceled)
+}
+
+// Cancel cancels the attempt with ErrCancelled, only if it is the one running under
+// that lease: a cancel of a superseded attempt must not touch a newer attempt of the
+// same job. It reports whether an attempt was cancelled.
+func (s *Set) Cancel(jobID, attemptID string) bool {
+	s.mu.Lock()
+	a := s.running[Lease{jobID, attemptID}]
+	s.mu.Unlock()
+	if a == nil {
+		s.log.Debug("cancel ignored: attempt not running", "job", jobID, "attempt", attemptID)
+		return false
+	}
+	a.cancel(ErrCancelled)
+	s.log.Debug("attempt cancelled", "job", jobID, "attempt", attemptID)
+	return true
+}
+
+// NextGeneration starts a new generation and returns its number: attempts started from
+// now on belong to it, until the next one. Generations start at 0.
+func (s *Set) NextGeneration() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gen++
+	return s.gen
+}
+
+// CancelBefore cancels, with cause, the attempts started before generation gen,
+// returning how many.
+func (s *Set) CancelBefore(gen uint64, cause error) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, a := range s.running {
+		if a.gen < gen {
+			a.cancel(cause)
+			n++
+		}
+	}
+	return n
+}
+
+// Shutdown refuses new attempts from now on and cancels the running ones with cause,
+// returning how many were running. It may be called more than once.
+func (s *Set) Shutdown(cause error) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	for _, a := range s.running {
+		a.cancel(cause)
+	}
+	return len(s.running)
+}
+
+// Len is the number of attempts running now.
+func (s *Set) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.running)
+}
+
+// Wait returns once every attempt started has ended and its done has returned. A
+// caller that may still Start concurrently must not Wait: Shutdown first, or call both
+// from the same goroutine.
+func (s *Set) Wait() { s.wg.Wait() }
+
+// Result is the TaskResult of an attempt's outcome, echoing its lease.
+func Result(workerID string, m *protocol.TaskAssign, o Outcome) *protocol.TaskResult {
+	res := &protocol.TaskResult{WorkerID: workerID, JobID: m.JobID, AttemptID: m.AttemptID, Success: o.Err == nil}
+	if o.Err == nil {
+		res.Result = &o.Result
+	} else {
+		text := o.Err.Error()
+		res.Error = &text
+	}
+	return res
+}
