@@ -43,7 +43,7 @@ func TestLifecycle(t *testing.T) {
 	}
 	cfg := fastBridge()
 	cfg.WorkerListen = "" // client port only
-	br, err := bridge.New(s.nc, cfg)
+	br, err := bridge.New(s.NC, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -143,7 +143,7 @@ func TestClientPort(t *testing.T) {
 			c.mustSend(&protocol.GetJobStatus{JobID: "x"})
 			c.expectError("coordinator unavailable: no coordinator is serving jobbus.api.status")
 		}
-		s.startCoordinator()
+		s.StartCoordinator(t)
 		c.mustSend(&protocol.GetJobStatus{JobID: "x"})
 		c.expectError("Unknown job: x") // the same connection, now answered
 	})
@@ -199,7 +199,7 @@ func TestClientPortRequestTimeout(t *testing.T) {
 	t.Parallel()
 	s := setup(t, noCoordinator(), withBridge(func(c *bridgeConfig) { c.RequestTimeout = 100 * time.Millisecond }))
 	// A responder that never answers: the request times out.
-	if _, err := s.nc.Subscribe(coordinator.APIPrefix+".status", func(*nats.Msg) {}); err != nil {
+	if _, err := s.NC.Subscribe(coordinator.APIPrefix+".status", func(*nats.Msg) {}); err != nil {
 		t.Fatal(err)
 	}
 	c := s.client()

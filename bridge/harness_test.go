@@ -23,7 +23,7 @@ import (
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/coordinator"
-	"github.com/jobbus/jobbus/embeddednats"
+	"github.com/jobbus/jobbus/internal/jobbustest"
 )
 
 func TestMain(m *testing.M) {
@@ -33,46 +33,41 @@ func TestMain(m *testing.M) {
 // waitFor bounds every wait of the tests: generous, since the machine is shared.
 const waitFor = 20 * time.Second
 
-// system is an embedded NATS server, a coordinator and a bridge on random ports.
+// system is an in-process jobbus system with a bridge on random ports.
 type system struct {
+	*jobbustest.System
 	t      testing.TB
-	srv    *embeddednats.Server
-	nc     *nats.Conn
-	ccfg   coordinator.Config
-	coord  *coordinator.Coordinator
-	bcfg   bridge.Config
 	br     *bridge.Bridge
-	alone  bool           // no coordinator
 	native *client.Client // the coordinator's own API over NATS, for comparison
 }
 
-type option func(*system)
+type settings struct {
+	system []jobbustest.Option
+	bridge bridge.Config
+}
+
+type option func(*settings)
 
 type bridgeConfig = bridge.Config
 
 func withCoordinator(f func(*coordinator.Config)) option {
-	return func(s *system) { f(&s.ccfg) }
+	return func(s *settings) { s.system = append(s.system, jobbustest.WithCoordinatorConfig(f)) }
 }
 
 func withBridge(f func(*bridge.Config)) option {
-	return func(s *system) { f(&s.bcfg) }
+	return func(s *settings) { f(&s.bridge) }
 }
 
 // noCoordinator starts the bridge alone: nobody answers its requests.
 func noCoordinator() option {
-	return func(s *system) { s.alone = true }
+	return func(s *settings) { s.system = append(s.system, jobbustest.WithoutCoordinator()) }
 }
 
-// fastCoordinator is the reference defaults scaled to milliseconds.
-func fastCoordinator() coordinator.Config {
-	cfg := coordinator.DefaultConfig()
-	cfg.HeartbeatTimeout = time.Hour // tests that need heartbeats set it
-	cfg.SweepInterval = 10 * time.Millisecond
+// calmCoordinator loses no worker and cuts no task short on a noisy machine: tests
+// that need heartbeats set them.
+func calmCoordinator(cfg *coordinator.Config) {
+	cfg.HeartbeatTimeout = time.Hour
 	cfg.TaskTimeout = time.Minute
-	cfg.RetryBaseDelay = 10 * time.Millisecond
-	cfg.RetryMaxDelay = 40 * time.Millisecond
-	cfg.Writers = 8
-	return cfg
 }
 
 func fastBridge() bridge.Config {
@@ -102,25 +97,12 @@ func testLogger() *slog.Logger {
 
 func setup(t testing.TB, opts ...option) *system {
 	t.Helper()
-	srv, err := embeddednats.Start(context.Background(), embeddednats.WithListen("127.0.0.1:-1"), embeddednats.WithStoreDir(t.TempDir()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	s := &system{t: t, srv: srv, nc: nc, ccfg: fastCoordinator(), bcfg: fastBridge(), native: client.New(nc, client.WithTimeout(waitFor))}
+	set := settings{system: []jobbustest.Option{jobbustest.WithCoordinatorConfig(calmCoordinator)}, bridge: fastBridge()}
 	for _, o := range opts {
-		o(s)
+		o(&set)
 	}
-	if !s.alone {
-		s.startCoordinator()
-	}
-	s.br = startBridge(t, nc, s.bcfg)
-	return s
+	sys := jobbustest.Start(t, set.system...)
+	return &system{System: sys, t: t, br: startBridge(t, sys.NC, set.bridge), native: client.New(sys.NC, client.WithTimeout(waitFor))}
 }
 
 func startBridge(t testing.TB, nc *nats.Conn, cfg bridge.Config) *bridge.Bridge {
@@ -136,37 +118,10 @@ func startBridge(t testing.TB, nc *nats.Conn, cfg bridge.Config) *bridge.Bridge 
 	return br
 }
 
-func (s *system) startCoordinator() {
-	s.t.Helper()
-	c, err := coordinator.New(s.nc, s.ccfg)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	if err := c.Start(context.Background()); err != nil {
-		s.t.Fatal(err)
-	}
-	s.coord = c
-	s.t.Cleanup(func() { _ = c.Close() })
-}
-
-// restartCoordinator replaces the coordinator by a new one on the same store: it
-// forgets every worker.
-func (s *system) restartCoordinator() {
-	s.t.Helper()
-	_ = s.coord.Close()
-	s.startCoordinator()
-}
-
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	jobbustest.Eventually(t, waitFor, what, cond)
 }
 
 func (s *system) job(id string) protocol.Job {
@@ -178,18 +133,7 @@ func (s *system) job(id string) protocol.Job {
 	return j
 }
 
-func (s *system) hasWorker(id string) bool {
-	ws, err := s.native.Workers(context.Background())
-	if err != nil {
-		return false
-	}
-	for _, w := range ws {
-		if w.WorkerID == id {
-			return true
-		}
-	}
-	return false
-}
+func (s *system) hasWorker(id string) bool { return jobbustest.WorkerListed(s.native, id) }
 
 // waitState waits until job id is in state st.
 func (s *system) waitState(id string, st protocol.State) protocol.Job {

@@ -293,7 +293,7 @@ func TestPortInUse(t *testing.T) {
 	cfg := fastBridge()
 	cfg.WorkerListen = s.br.WorkerAddr().String()
 	cfg.ClientListen = "127.0.0.1:0"
-	br, err := bridge.New(s.nc, cfg)
+	br, err := bridge.New(s.NC, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +313,7 @@ func TestPortInUse(t *testing.T) {
 func TestSeveralBridgesOneCoordinator(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
-	other := startBridge(t, s.nc, fastBridge())
+	other := startBridge(t, s.NC, fastBridge())
 	w := dial(t, other.WorkerAddr())
 	w.register("elsewhere", 1)
 	id := s.client().submit("SHA256", `{"text":"x"}`)

@@ -107,7 +107,7 @@ func TestWorkerPort(t *testing.T) {
 		// bridge repaired by registering again, would have sent it to retry.
 		id := s.client().submit("SLEEP", `{"durationMillis":600000}`)
 		a := w.expectAssign(id)
-		time.Sleep(5 * s.ccfg.HeartbeatTimeout) // the span observed, not a synchronisation
+		time.Sleep(5 * s.Config.HeartbeatTimeout) // the span observed, not a synchronisation
 		if j := s.job(id); j.State != protocol.StateRunning || j.Attempts != 1 || j.Error != nil {
 			t.Fatalf("job %+v, want still RUNNING its first attempt", j)
 		}
@@ -225,7 +225,7 @@ func TestWorkerPort(t *testing.T) {
 		t.Parallel()
 		s := setup(t)
 		w := s.worker("survivor", 1)
-		s.restartCoordinator()
+		s.RestartCoordinator(t)
 		if s.hasWorker("survivor") {
 			t.Fatal("a new coordinator knows the worker already")
 		}

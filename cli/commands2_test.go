@@ -23,6 +23,7 @@ import (
 	"github.com/jobbus/jobbus/cli"
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/coordinator"
+	"github.com/jobbus/jobbus/internal/jobbustest"
 	"github.com/jobbus/jobbus/worker/tcpworker"
 )
 
@@ -177,17 +178,7 @@ func listedWorker(t *testing.T, c *client.Client, id string) (protocol.Worker, b
 // startWorkerPort serves the bridge's worker port (on a free loopback port) in front of s.
 func (s *system) startWorkerPort() string {
 	s.t.Helper()
-	cfg := bridge.DefaultConfig()
-	cfg.WorkerListen, cfg.ClientListen = "127.0.0.1:0", ""
-	b, err := bridge.New(s.nc, cfg)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	if err := b.Start(context.Background()); err != nil {
-		s.t.Fatal(err)
-	}
-	s.t.Cleanup(func() { _ = b.Close() })
-	return b.WorkerAddr().String()
+	return s.StartBridge(s.t, func(c *bridge.Config) { c.ClientListen = "" }).WorkerAddr().String()
 }
 
 // TestWorkerCommand runs `jobbus worker` both ways, native and as the spec TCP worker
@@ -214,7 +205,7 @@ func TestWorkerCommand(t *testing.T) {
 			global, args := tc.args(s)
 			id := args[slices.Index(args, "--id")+1]
 			w := start(t, global, "worker", args...)
-			c := client.New(s.nc)
+			c := client.New(s.NC)
 			w.until(t, "worker "+id+" listed", func() bool { _, ok := listedWorker(t, c, id); return ok })
 			if got, _ := listedWorker(t, c, id); got.Capacity != 3 {
 				t.Errorf("worker listed with capacity %d, want 3", got.Capacity)
@@ -300,10 +291,7 @@ func TestBridgeCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = w.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	jobbustest.Go(t, w.Run) // until the test ends
 	b.until(t, "edge listed", func() bool {
 		out, _ := tcp.mustRun(cli.ExitOK, "workers", "--json")
 		return strings.Contains(out, `"workerId":"edge"`)

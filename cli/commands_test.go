@@ -321,7 +321,7 @@ func TestOverloadExits3(t *testing.T) {
 			done <- code
 		}()
 		// Cancel with the Go client: the CLI runs one app at a time (appMu).
-		if _, _, err := client.New(o.nc).Cancel(context.Background(), active); err != nil {
+		if _, _, err := client.New(o.NC).Cancel(context.Background(), active); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -351,8 +351,8 @@ func TestNoCoordinator(t *testing.T) {
 	// Nothing listens on the port of a server that has shut down.
 	dead := startNATS(t)
 	url := dead.url
-	dead.nc.Close()
-	if err := dead.srv.Shutdown(context.Background()); err != nil {
+	dead.NC.Close()
+	if err := dead.Server.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()

@@ -2,74 +2,55 @@ package cli_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"go.uber.org/goleak"
 
 	"github.com/jobbus/jobbus/bridge"
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/cli"
 	"github.com/jobbus/jobbus/coordinator"
-	"github.com/jobbus/jobbus/embeddednats"
-	"github.com/jobbus/jobbus/worker"
+	"github.com/jobbus/jobbus/internal/jobbustest"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// fastConfig is the reference defaults scaled to milliseconds.
-func fastConfig() coordinator.Config {
-	cfg := coordinator.DefaultConfig()
-	cfg.HeartbeatTimeout = 400 * time.Millisecond
-	cfg.SweepInterval = 10 * time.Millisecond
-	cfg.TaskTimeout = 10 * time.Second
-	cfg.RetryBaseDelay = 10 * time.Millisecond
-	cfg.RetryMaxDelay = 40 * time.Millisecond
-	return cfg
-}
-
-// system is what the CLI talks to: an embedded NATS server on a random port, a
-// coordinator, and (unless noWorker) one native worker.
+// system is what the CLI talks to: an in-process jobbus system with (unless noWorker)
+// one native worker.
 type system struct {
+	*jobbustest.System
 	t          *testing.T
-	srv        *embeddednats.Server
-	nc         *nats.Conn
 	url        string
 	clientAddr string // the bridge's client port, once startBridge ran
 }
 
-type setupOption func(*coordinator.Config, *bool)
-
-func withConfig(mod func(*coordinator.Config)) setupOption {
-	return func(c *coordinator.Config, _ *bool) { mod(c) }
+type setupConfig struct {
+	system []jobbustest.Option
+	worker bool
 }
 
-func noWorker() setupOption { return func(_ *coordinator.Config, w *bool) { *w = false } }
+type setupOption func(*setupConfig)
+
+func withConfig(mod func(*coordinator.Config)) setupOption {
+	return func(c *setupConfig) { c.system = append(c.system, jobbustest.WithCoordinatorConfig(mod)) }
+}
+
+func noWorker() setupOption { return func(c *setupConfig) { c.worker = false } }
 
 func setup(t *testing.T, opts ...setupOption) *system {
 	t.Helper()
-	s := startNATS(t)
-	cfg, withWorker := fastConfig(), true
+	cfg := setupConfig{worker: true}
 	for _, o := range opts {
-		o(&cfg, &withWorker)
+		o(&cfg)
 	}
-	coord, err := coordinator.New(s.nc, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := coord.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = coord.Close() })
-	if withWorker {
+	s := newSystem(t, jobbustest.Start(t, cfg.system...))
+	if cfg.worker {
 		s.startWorker()
 	}
 	return s
@@ -78,47 +59,18 @@ func setup(t *testing.T, opts ...setupOption) *system {
 // startNATS starts only the NATS server: no coordinator answers there.
 func startNATS(t *testing.T) *system {
 	t.Helper()
-	srv, err := embeddednats.Start(context.Background(), embeddednats.WithListen("127.0.0.1:-1"), embeddednats.WithStoreDir(t.TempDir()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	return &system{t: t, srv: srv, nc: nc, url: srv.ClientURL()}
+	return newSystem(t, jobbustest.Start(t, jobbustest.WithoutCoordinator()))
+}
+
+func newSystem(t *testing.T, sys *jobbustest.System) *system {
+	return &system{System: sys, t: t, url: sys.Server.ClientURL()}
 }
 
 // startWorker runs a native worker until the test ends or stop is called, and waits
 // until the coordinator lists it.
 func (s *system) startWorker() (id string, stop func()) {
 	s.t.Helper()
-	nc, err := s.srv.Connect()
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	w, err := worker.New(nc, worker.WithHeartbeat(50*time.Millisecond), worker.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = w.Run(ctx)
-	}()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			<-done
-			_ = w.Close()
-			nc.Close()
-		})
-	}
-	s.t.Cleanup(stop)
+	w, stop := s.StartNativeWorker(s.t)
 	eventually(s.t, "worker "+w.ID()+" listed", func() bool {
 		_, out, _ := s.run("workers", "--json")
 		return strings.Contains(out, w.ID())
@@ -129,17 +81,7 @@ func (s *system) startWorker() (id string, stop func()) {
 // startBridge serves the TCP client port (on a free loopback port) in front of s.
 func (s *system) startBridge() {
 	s.t.Helper()
-	cfg := bridge.DefaultConfig()
-	cfg.WorkerListen, cfg.ClientListen = "", "127.0.0.1:0"
-	b, err := bridge.New(s.nc, cfg)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	if err := b.Start(context.Background()); err != nil {
-		s.t.Fatal(err)
-	}
-	s.t.Cleanup(func() { _ = b.Close() })
-	s.clientAddr = b.ClientAddr().String()
+	s.clientAddr = s.StartBridge(s.t, func(c *bridge.Config) { c.WorkerListen = "" }).ClientAddr().String()
 }
 
 // transport is how the CLI reaches the coordinator: its global flags, and what the
@@ -231,16 +173,7 @@ func jsonJob(t *testing.T, out string) protocol.Job {
 // eventually polls cond until it holds or 15 s pass.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for delay := time.Millisecond; ; delay = min(delay*2, 50*time.Millisecond) {
-		if cond() {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(delay)
-	}
+	jobbustest.Eventually(t, 15*time.Second, what, cond)
 }
 
 // syncBuffer is a bytes.Buffer that a command may write while the test reads it.

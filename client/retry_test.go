@@ -12,7 +12,7 @@ import (
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/coordinator"
-	"github.com/jobbus/jobbus/embeddednats"
+	"github.com/jobbus/jobbus/internal/jobbustest"
 )
 
 // transports start a peer answering with h and return a client to it and the count of
@@ -32,16 +32,7 @@ var transports = []struct {
 // server. A hang-up or silence becomes no reply at all.
 func startNATSPeer(t *testing.T, h handler, opts ...client.Option) (*client.Client, *atomic.Int32) {
 	t.Helper()
-	srv, err := embeddednats.Start(context.Background(), embeddednats.WithListen("127.0.0.1:-1"), embeddednats.WithStoreDir(t.TempDir()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := jobbustest.Start(t, jobbustest.WithoutCoordinator()).NC
 	var requests atomic.Int32
 	name, _ := coordinator.Endpoint(protocol.TypeSubmitJob)
 	sub, err := nc.Subscribe(coordinator.APIPrefix+"."+name, func(msg *nats.Msg) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/coordinator"
+	"github.com/jobbus/jobbus/internal/jobbustest"
 	"github.com/jobbus/jobbus/worker"
 )
 
@@ -42,7 +43,7 @@ func BenchmarkThroughput(b *testing.B) {
 		}()
 	}
 	wg.Wait()
-	eventually(b, 5*time.Minute, "all jobs done", func() bool {
+	jobbustest.Eventually(b, 5*time.Minute, "all jobs done", func() bool {
 		for _, st := range []protocol.State{protocol.StateQueued, protocol.StateRunning, protocol.StateRetryWait} {
 			page, err := s.client.List(ctx, protocol.ListJobs{State: &st, Limit: 1})
 			if err != nil || len(page.Jobs) > 0 {
@@ -86,17 +87,6 @@ func setupBench(b *testing.B) *system {
 }
 
 func (s *system) startWorkerB(b *testing.B, opts ...worker.Option) {
-	nc, err := s.srv.Connect()
-	if err != nil {
-		b.Fatal(err)
-	}
-	w, err := worker.New(nc, opts...)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = w.Run(ctx) }()
-	b.Cleanup(func() { cancel(); <-done; _ = w.Close(); nc.Close() })
-	eventually(b, 10*time.Second, fmt.Sprintf("worker %s registered", w.ID()), func() bool { return s.hasWorker(w.ID()) })
+	w, _ := s.StartNativeWorker(b, opts...)
+	jobbustest.Eventually(b, 10*time.Second, fmt.Sprintf("worker %s registered", w.ID()), func() bool { return s.hasWorker(w.ID()) })
 }

@@ -26,7 +26,7 @@ func TestFencedByForeignWrite(t *testing.T) {
 	id := s.submit("SHA256", text("x"))
 	a := s.nextAssign(m)
 
-	js, err := jetstream.New(s.nc)
+	js, err := jetstream.New(s.NC)
 	must(t, err)
 	kv, err := js.KeyValue(ctx, coordinator.JobsBucket)
 	must(t, err)

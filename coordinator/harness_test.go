@@ -8,14 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"go.uber.org/goleak"
 
 	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/coordinator"
-	"github.com/jobbus/jobbus/embeddednats"
+	"github.com/jobbus/jobbus/internal/jobbustest"
 	"github.com/jobbus/jobbus/worker"
 )
 
@@ -23,25 +22,10 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { removeBinary() }))
 }
 
-// fastConfig is the reference defaults scaled to milliseconds.
-func fastConfig() coordinator.Config {
-	cfg := coordinator.DefaultConfig()
-	cfg.HeartbeatTimeout = 400 * time.Millisecond
-	cfg.SweepInterval = 10 * time.Millisecond
-	cfg.TaskTimeout = 10 * time.Second
-	cfg.RetryBaseDelay = 10 * time.Millisecond
-	cfg.RetryMaxDelay = 40 * time.Millisecond
-	cfg.Writers = 8
-	return cfg
-}
-
-// system is an embedded NATS server, a coordinator and a client: the thing under test.
+// system is an in-process jobbus system and a client of the transport under test.
 type system struct {
+	*jobbustest.System
 	t      testing.TB
-	srv    *embeddednats.Server
-	nc     *nats.Conn
-	cfg    coordinator.Config
-	coord  *coordinator.Coordinator
 	client *client.Client
 	tr     transport
 	bridge interface {
@@ -57,50 +41,12 @@ func setup(t *testing.T, tr transport, mods ...func(*coordinator.Config)) *syste
 
 func setupTB(t testing.TB, tr transport, mods ...func(*coordinator.Config)) *system {
 	t.Helper()
-	srv, err := embeddednats.Start(context.Background(), embeddednats.WithListen("127.0.0.1:-1"), embeddednats.WithStoreDir(t.TempDir()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	cfg := fastConfig()
-	for _, m := range mods {
-		m(&cfg)
-	}
-	s := &system{t: t, srv: srv, nc: nc, cfg: cfg, tr: tr}
-	s.startCoordinator()
+	s := &system{System: jobbustest.Start(t, jobbustest.WithCoordinatorConfig(mods...)), t: t, tr: tr}
 	if tr.bridged {
-		startBridge(s)
+		s.bridge = s.StartBridge(t)
 	}
 	s.client = tr.client(s)
 	return s
-}
-
-func (s *system) startCoordinator() {
-	s.t.Helper()
-	c, err := coordinator.New(s.nc, s.cfg)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	if err := c.Start(context.Background()); err != nil {
-		s.t.Fatal(err)
-	}
-	s.coord = c
-	s.t.Cleanup(func() { _ = c.Close() })
-}
-
-// restart stops the coordinator and starts a new one on the same store.
-func (s *system) restart(mods ...func(*coordinator.Config)) {
-	s.t.Helper()
-	_ = s.coord.Close()
-	for _, m := range mods {
-		m(&s.cfg)
-	}
-	s.startCoordinator()
 }
 
 // runner is a real worker (native or spec TCP) running the built-in tasks.
@@ -113,48 +59,22 @@ type runner interface {
 // is called.
 func (s *system) startWorker(capacity int) (w runner, stop func()) {
 	s.t.Helper()
-	w, run, closeFn := s.tr.worker(s, capacity)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = run(ctx)
-	}()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			<-done
-			closeFn()
-			s.eventually("worker "+w.ID()+" gone", func() bool { return !s.hasWorker(w.ID()) })
-		})
-	}
+	w, stopRun := s.tr.worker(s, capacity)
+	stop = sync.OnceFunc(func() {
+		stopRun()
+		s.eventually("worker "+w.ID()+" gone", func() bool { return !s.hasWorker(w.ID()) })
+	})
 	s.t.Cleanup(stop)
 	s.eventually("worker "+w.ID()+" registered", func() bool { return s.hasWorker(w.ID()) })
 	return w, stop
 }
 
-// nativeWorker builds a native NATS worker.
-func nativeWorker(s *system, capacity int) (runner, func(context.Context) error, func()) {
-	nc, err := s.srv.Connect()
-	must(s.t, err)
-	w, err := worker.New(nc, worker.WithHeartbeat(50*time.Millisecond), worker.WithCapacity(capacity), worker.WithLogger(nil))
-	must(s.t, err)
-	return w, w.Run, func() { _ = w.Close(); nc.Close() }
+// nativeWorker runs a native NATS worker.
+func nativeWorker(s *system, capacity int) (runner, func()) {
+	return s.StartNativeWorker(s.t, worker.WithCapacity(capacity))
 }
 
-func (s *system) hasWorker(id string) bool {
-	ws, err := s.client.Workers(context.Background())
-	if err != nil {
-		return false
-	}
-	for _, w := range ws {
-		if w.WorkerID == id {
-			return true
-		}
-	}
-	return false
-}
+func (s *system) hasWorker(id string) bool { return jobbustest.WorkerListed(s.client, id) }
 
 func (s *system) submit(taskType string, payload any, opts ...client.SubmitOption) string {
 	s.t.Helper()
@@ -200,21 +120,7 @@ func (s *system) waitState(id string, state protocol.State) protocol.Job {
 // eventually polls cond until it holds or 15 s pass.
 func (s *system) eventually(what string, cond func() bool) {
 	s.t.Helper()
-	eventually(s.t, 15*time.Second, what, cond)
-}
-
-func eventually(t testing.TB, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for delay := time.Millisecond; ; delay = min(delay*2, 50*time.Millisecond) {
-		if cond() {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", limit, what)
-		}
-		time.Sleep(delay)
-	}
+	jobbustest.Eventually(s.t, 15*time.Second, what, cond)
 }
 
 // peer is a real worker whose every move the test makes: it registers, heartbeats and
@@ -240,7 +146,7 @@ func (s *system) manualWorker(id string, capacity int) peer {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(s.cfg.HeartbeatTimeout / 8)
+		t := time.NewTicker(s.Config.HeartbeatTimeout / 8)
 		defer t.Stop()
 		for {
 			select {
@@ -332,7 +238,7 @@ var coordinatorAddr = bus.Address{Role: bus.RoleCoordinator}
 
 func newBusPeer(s *system, id string) peer {
 	s.t.Helper()
-	node, err := bus.New(s.nc, bus.Address{Role: bus.RoleWorker, ID: id}, bus.WithLogger(nil))
+	node, err := bus.New(s.NC, bus.Address{Role: bus.RoleWorker, ID: id}, bus.WithLogger(nil))
 	must(s.t, err)
 	s.t.Cleanup(func() { _ = node.Close() })
 	m := &busPeer{s: s, id: id, node: node, assigns: make(chan protocol.TaskAssign, 100), cancels: make(chan protocol.TaskCancel, 100)}

@@ -15,9 +15,9 @@ import (
 func TestStandbyTakesOver(t *testing.T) {
 	t.Parallel()
 	s := setup(t, transports[0])
-	_ = s.coord.Close() // the campaigners below replace the plain coordinator
+	_ = s.Coordinator.Close() // the campaigners below replace the plain coordinator
 
-	cfg := s.cfg
+	cfg := s.Config
 	cfg.LeaderLease = 600 * time.Millisecond
 	var mu sync.Mutex
 	leaders := map[int]int{}
@@ -26,7 +26,7 @@ func TestStandbyTakesOver(t *testing.T) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			if err := coordinator.Run(ctx, s.nc, cfg, func(*coordinator.Coordinator) {
+			if err := coordinator.Run(ctx, s.NC, cfg, func(*coordinator.Coordinator) {
 				mu.Lock()
 				leaders[n]++
 				mu.Unlock()

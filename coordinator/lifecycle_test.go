@@ -399,7 +399,7 @@ func TestAdmissionControl(t *testing.T) {
 				t.Fatalf("rejection %+v, want %+v", rej.SubmitRejected, want)
 			}
 			// The count is rebuilt on restart and may sit above a lowered limit.
-			s.restart(func(c *coordinator.Config) { c.MaxActiveJobs = 3 })
+			s.RestartCoordinator(t, func(c *coordinator.Config) { c.MaxActiveJobs = 3 })
 			_, err = s.client.Submit(context.Background(), "SHA256", text("x"))
 			if !errors.As(err, &rej) || rej.ActiveCount != 5 || rej.Limit != 3 {
 				t.Fatalf("after restart: %v %+v", err, rej)
@@ -499,7 +499,7 @@ func TestIdempotency(t *testing.T) {
 		// Terminal jobs keep their key; the binding survives a restart.
 		_, _, err = s.client.Cancel(ctx, ids[0])
 		must(t, err)
-		s.restart()
+		s.RestartCoordinator(t)
 		again, err := s.client.Submit(ctx, "SHA256", rawJSON(`{"text":"a","extra":[1,2]}`), client.IdempotencyKey("k1"))
 		must(t, err)
 		if again != ids[0] {

@@ -19,6 +19,7 @@ import (
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/coordinator"
+	"github.com/jobbus/jobbus/internal/jobbustest"
 )
 
 func TestRestart(t *testing.T) {
@@ -30,7 +31,7 @@ func TestRestart(t *testing.T) {
 			id := s.submit("SHA256", text("abc"))
 			before := s.wait(id)
 			stop()
-			s.restart()
+			s.RestartCoordinator(t)
 			if after := s.status(id); !reflect.DeepEqual(after, before) {
 				t.Fatalf("after restart %+v, before %+v", after, before)
 			}
@@ -41,7 +42,7 @@ func TestRestart(t *testing.T) {
 			m := s.silentWorker("gone", 1)
 			id := s.submit("SHA256", text("abc"))
 			first := s.nextAssign(m)
-			s.restart()
+			s.RestartCoordinator(t)
 			j := s.status(id)
 			if j.State != protocol.StateQueued || j.Attempts != 1 {
 				t.Fatalf("after restart %+v, want QUEUED with the lost attempt counted", j)
@@ -58,7 +59,7 @@ func TestRestart(t *testing.T) {
 			m := s.silentWorker("gone", 1)
 			id := s.submit("SHA256", text("abc"), client.MaxAttempts(1))
 			s.nextAssign(m)
-			s.restart()
+			s.RestartCoordinator(t)
 			j := s.status(id)
 			if j.State != protocol.StateFailed || deref(j.Error) != "coordinator restarted during final attempt; outcome unknown" {
 				t.Fatalf("after restart %+v error %q", j, deref(j.Error))
@@ -74,7 +75,7 @@ func TestRestart(t *testing.T) {
 			id := s.submit("SHA256", text("abc"))
 			s.nextAssign(old) // its deadline: t0 + 60s
 			clk.advance(50 * time.Second)
-			s.restart()
+			s.RestartCoordinator(t)
 			fresh := s.silentWorker("fresh", 2)
 			a := s.nextAssign(fresh) // its deadline: t0 + 110s
 			probe := s.submit("FAIL", map[string]int{"failUntilAttempt": 2})
@@ -96,7 +97,7 @@ func TestRestart(t *testing.T) {
 			low := s.submit("SHA256", text("1"), client.Priority(protocol.PriorityLow))
 			normal := s.submit("SHA256", text("2"))
 			high := s.submit("SHA256", text("3"), client.Priority(protocol.PriorityHigh))
-			s.restart()
+			s.RestartCoordinator(t)
 			normal2 := s.submit("SHA256", text("4"))
 			got := runOneByOne(s, 4)
 			want := []string{high, normal, normal2, low}
@@ -226,7 +227,7 @@ func serveProcess(t *testing.T, dataDir string, port int, args ...string) *exec.
 func connectWhenUp(t *testing.T, port int) (*nats.Conn, *client.Client) {
 	t.Helper()
 	var nc *nats.Conn
-	eventually(t, 30*time.Second, "jobbus serve to answer", func() bool {
+	jobbustest.Eventually(t, 30*time.Second, "jobbus serve to answer", func() bool {
 		var err error
 		if nc == nil {
 			if nc, err = nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", port)); err != nil {
@@ -252,7 +253,7 @@ func TestSIGKILLLosesNoAcceptedJob(t *testing.T) {
 		must(t, err)
 		accepted = append(accepted, id)
 	}
-	eventually(t, 10*time.Second, "some jobs running", func() bool {
+	jobbustest.Eventually(t, 10*time.Second, "some jobs running", func() bool {
 		page, err := c.List(ctx, protocol.ListJobs{State: ptrState(protocol.StateRunning)})
 		return err == nil && len(page.Jobs) > 0
 	})

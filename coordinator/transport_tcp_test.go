@@ -7,10 +7,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jobbus/jobbus/bridge"
 	"github.com/jobbus/jobbus/bridge/frame"
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
+	"github.com/jobbus/jobbus/internal/jobbustest"
 	"github.com/jobbus/jobbus/worker/tcpworker"
 )
 
@@ -31,22 +31,11 @@ func tcpClient(s *system) *client.Client {
 	return c
 }
 
-func tcpWorker(s *system, capacity int) (runner, func(context.Context) error, func()) {
+func tcpWorker(s *system, capacity int) (runner, func()) {
 	w, err := tcpworker.New(s.bridge.WorkerAddr().String(), tcpworker.WithCapacity(capacity),
 		tcpworker.WithHeartbeat(50*time.Millisecond), tcpworker.WithReconnectDelay(20*time.Millisecond), tcpworker.WithLogger(nil))
 	must(s.t, err)
-	return w, w.Run, func() {}
-}
-
-func startBridge(s *system) {
-	s.t.Helper()
-	cfg := bridge.DefaultConfig()
-	cfg.WorkerListen, cfg.ClientListen = "127.0.0.1:0", "127.0.0.1:0"
-	b, err := bridge.New(s.nc, cfg)
-	must(s.t, err)
-	must(s.t, b.Start(context.Background()))
-	s.t.Cleanup(func() { _ = b.Close() })
-	s.bridge = b
+	return w, jobbustest.Go(s.t, w.Run)
 }
 
 // tcpPeer is a test-driven spec worker on the bridge's worker port, writing and reading

@@ -1,7 +1,6 @@
 package coordinator_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/jobbus/jobbus/client"
@@ -14,7 +13,7 @@ type transport struct {
 	name    string
 	bridged bool
 	client  func(s *system) *client.Client
-	worker  func(s *system, capacity int) (runner, func(context.Context) error, func())
+	worker  func(s *system, capacity int) (runner, func())
 	peer    func(s *system, id string) peer
 }
 
@@ -31,4 +30,4 @@ func forEachTransport(t *testing.T, test func(t *testing.T, tr transport)) {
 	}
 }
 
-func natsClient(s *system) *client.Client { return client.New(s.nc) }
+func natsClient(s *system) *client.Client { return client.New(s.NC) }
