@@ -101,6 +101,7 @@ type outbox struct {
 	fin     chan []byte   // the last frame, written before the connection closes
 	quit    chan struct{} // closed by kill: stop now
 	done    chan struct{} // closed when the writer has exited and closed conn
+	buf     []byte        // the writer's batch buffer
 
 	mu        sync.Mutex
 	finishing bool
@@ -132,13 +133,44 @@ func (o *outbox) run() {
 			lingerClose(o.conn, o.stall)
 			return
 		case data := <-o.q:
-			if err := writeFrame(o.conn, data, o.timeout); err != nil {
+			if err := o.writeBatch(data); err != nil {
 				o.kill("write failed: " + err.Error())
 				_ = o.conn.Close()
 				return
 			}
 		}
 	}
+}
+
+// batchBytes bounds how much the writer gathers into one write.
+const batchBytes = 64 << 10
+
+// writeBatch writes first and whatever else is queued already, up to batchBytes, in one
+// write: under load a worker gets its assignments in one system call rather than many.
+func (o *outbox) writeBatch(first []byte) error {
+	buf, err := frame.Append(o.buf[:0], first)
+	if err != nil {
+		return err
+	}
+more:
+	for len(buf) < batchBytes {
+		select {
+		case data := <-o.q:
+			if buf, err = frame.Append(buf, data); err != nil {
+				return err
+			}
+		default:
+			break more
+		}
+	}
+	if cap(buf) <= batchBytes*2 {
+		o.buf = buf // keep a modest buffer for the next batch
+	}
+	if err := o.conn.SetWriteDeadline(time.Now().Add(o.timeout)); err != nil {
+		return err
+	}
+	_, err = o.conn.Write(buf)
+	return err
 }
 
 // send queues a frame. A full queue means the peer does not read: the connection is

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -44,6 +45,7 @@ Example:
 			&cli.IntFlag{Name: "worker-capacity", Value: 64, Usage: "capacity of each worker", EnvVars: env("bench-worker-capacity")},
 			&cli.IntFlag{Name: "submitters", Value: 64, Usage: "concurrent submitting clients", EnvVars: env("bench-submitters")},
 			&cli.StringFlag{Name: "transport", Value: "native", Usage: "native (NATS) or tcp (the bridge's ports) for clients and workers", EnvVars: env("bench-transport")},
+			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the run to this file (go tool pprof)", EnvVars: env("bench-cpuprofile")},
 		},
 		Action: bench,
 	}
@@ -73,7 +75,12 @@ func bench(c *cli.Context) error {
 	defer sys.close()
 	out := c.App.Writer
 	fmt.Fprintf(out, "bench: %d SHA256 jobs, %d submitters, transport %s\n", n, submitters, transport)
+	stopProfile, err := startProfile(c.String("cpuprofile"))
+	if err != nil {
+		return exitErr(err)
+	}
 	res, err := runBench(ctx, sys.clients, n, progressTo(c.App.ErrWriter, n))
+	stopProfile()
 	if err != nil {
 		return exitErr(err)
 	}
@@ -174,15 +181,23 @@ func inProcessSystem(ctx context.Context, transport string, submitters, workers,
 	wctx, stopWorkers := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	cleanups = append(cleanups, func() { stopWorkers(); wg.Wait() })
+	// Native peers reach NATS over loopback TCP as they would from another process, so
+	// that both transports pay for their sockets.
+	url := srv.ClientURL()
 	for range workers {
-		run, err := benchWorker(nc, br, capacity)
+		run, err := benchWorker(url, br, capacity)
 		if err != nil {
 			return fail(err)
 		}
 		wg.Add(1)
 		go func() { defer wg.Done(); run(wctx) }()
 	}
-	dial := func() (*client.Client, error) { return client.New(nc), nil }
+	cnc, err := nats.Connect(url)
+	if err != nil {
+		return fail(err)
+	}
+	cleanups = append(cleanups, cnc.Close)
+	dial := func() (*client.Client, error) { return client.New(cnc), nil }
 	if br != nil {
 		dial = func() (*client.Client, error) { return client.DialTCP(ctx, br.ClientAddr().String()) }
 	}
@@ -195,11 +210,11 @@ func inProcessSystem(ctx context.Context, transport string, submitters, workers,
 	return sys, nil
 }
 
-// benchWorker builds one worker: native on nc, or a spec TCP worker on the bridge.
-func benchWorker(nc *nats.Conn, br *bridge.Bridge, capacity int) (func(context.Context), error) {
-	quiet := worker.WithLogger(nil)
+// benchWorker builds one worker: native with its own connection to url, or a spec TCP
+// worker on the bridge.
+func benchWorker(url string, br *bridge.Bridge, capacity int) (func(context.Context), error) {
 	if br == nil {
-		w, err := worker.New(nc, worker.WithCapacity(capacity), quiet)
+		w, err := worker.Connect(context.Background(), url, worker.WithCapacity(capacity), worker.WithLogger(nil))
 		if err != nil {
 			return nil, err
 		}
@@ -305,4 +320,20 @@ func bar(n int, r rune) string {
 		b[i] = r
 	}
 	return string(b)
+}
+
+// startProfile starts a CPU profile into path, if one is asked for.
+func startProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }

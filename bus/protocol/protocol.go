@@ -76,8 +76,13 @@ var newMessage = map[Type]func() Message{
 	TypeJobCancel:        func() Message { return new(JobCancel) },
 }
 
-// PeekType returns the "type" of a JSON message without decoding the rest.
+// PeekType returns the "type" of a JSON message without decoding the rest: the first
+// member when it is "type" (as jobbus and the spec write messages), else the member
+// encoding/json would pick. Decode uses the same rule, so the two always agree.
 func PeekType(data []byte) (Type, error) {
+	if t, ok := leadingType(data); ok {
+		return t, nil
+	}
 	var env struct {
 		Type *string `json:"type"`
 	}
@@ -108,6 +113,46 @@ func Decode(data []byte) (Message, error) {
 	}
 	normalize(m)
 	return m, nil
+}
+
+// leadingType reads the type of a message whose first member is "type" with a known
+// plain string value, as every jobbus encoder and the spec's examples write it, without
+// a second pass over the JSON; the one pass json.Unmarshal then makes checks the rest.
+func leadingType(data []byte) (Type, bool) {
+	const key = `"type"`
+	i := skipSpace(data, 0)
+	if i >= len(data) || data[i] != '{' {
+		return "", false
+	}
+	i = skipSpace(data, i+1)
+	if len(data)-i < len(key) || string(data[i:i+len(key)]) != key {
+		return "", false
+	}
+	i = skipSpace(data, i+len(key))
+	if i >= len(data) || data[i] != ':' {
+		return "", false
+	}
+	i = skipSpace(data, i+1)
+	if i >= len(data) || data[i] != '"' {
+		return "", false
+	}
+	end := i + 1
+	for end < len(data) && data[end] != '"' && data[end] != '\\' {
+		end++
+	}
+	if end >= len(data) || data[end] != '"' {
+		return "", false
+	}
+	t := Type(data[i+1 : end])
+	_, known := newMessage[t]
+	return t, known
+}
+
+func skipSpace(data []byte, i int) int {
+	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
+		i++
+	}
+	return i
 }
 
 // DecodeAs parses data as the message type M, failing when its "type" is another one.
