@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/coordinator"
 )
@@ -57,5 +59,48 @@ func TestStandbyTakesOver(t *testing.T) {
 	s.startWorker(2)
 	if j := s.wait(id); j.State != protocol.StateCompleted {
 		t.Fatalf("job submitted to the old leader: %+v", j)
+	}
+}
+
+// TestLeaseOfACrashedLeaderExpires: a leader that stops renewing without giving its
+// lease up (a crash) blocks the standby for at most the lease, not forever.
+func TestLeaseOfACrashedLeaderExpires(t *testing.T) {
+	t.Parallel()
+	s := setup(t, transports[0])
+	_ = s.Coordinator.Close()
+	cfg := s.Config
+	cfg.LeaderLease = 500 * time.Millisecond
+
+	// The crashed leader: its lease entry, never renewed.
+	js, err := jetstream.New(s.NC)
+	must(t, err)
+	kv, err := js.CreateOrUpdateKeyValue(context.Background(), jetstream.KeyValueConfig{
+		Bucket: coordinator.LeaderBucket, History: 1, TTL: cfg.LeaderLease, Storage: jetstream.FileStorage,
+	})
+	must(t, err)
+	_, err = kv.Create(context.Background(), "coordinator", []byte("crashed"))
+	must(t, err)
+	crashedAt := time.Now()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	led := make(chan time.Time, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = coordinator.Run(ctx, s.NC, cfg, func(*coordinator.Coordinator) { led <- time.Now() })
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case at := <-led:
+		if waited := at.Sub(crashedAt); waited < cfg.LeaderLease/2 {
+			t.Fatalf("took over after %v, while the crashed leader's lease (%v) was still valid", waited, cfg.LeaderLease)
+		}
+	case <-time.After(20 * cfg.LeaderLease):
+		t.Fatal("the standby never took over from a crashed leader")
+	}
+	id := s.submit("SHA256", text("after the crash"))
+	s.startWorker(1)
+	if j := s.wait(id); j.State != protocol.StateCompleted {
+		t.Fatalf("job %+v", j)
 	}
 }
