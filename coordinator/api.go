@@ -176,10 +176,13 @@ func (c *Coordinator) list(req *protocol.ListJobs) protocol.Message {
 		}
 		from = n
 	}
+	var state protocol.State // "" lists every state
 	if req.State != nil {
-		if _, err := protocol.ParseState(string(*req.State)); err != nil {
+		st, err := protocol.ParseState(string(*req.State))
+		if err != nil {
 			return &protocol.Error{Message: "Invalid state: " + err.Error()}
 		}
+		state = st
 	}
 	limit := req.Limit
 	if limit <= 0 {
@@ -196,7 +199,7 @@ func (c *Coordinator) list(req *protocol.ListJobs) protocol.Message {
 	start := sort.Search(len(c.order), func(i int) bool { return c.order[i].rec.Seq >= from })
 	for i := start - 1; i >= 0; i-- {
 		j := c.order[i]
-		if req.State != nil && j.rec.State != *req.State {
+		if state != "" && j.rec.State != state {
 			continue
 		}
 		if len(out.Jobs) == limit {

@@ -2,6 +2,7 @@ package coordinator_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 
@@ -49,6 +50,18 @@ func TestListIsBounded(t *testing.T) {
 		all := m.(*protocol.JobList)
 		if len(all.Jobs) == 0 || len(all.Jobs) == n || len(raw) < coordinator.MaxReply-1024 || all.NextCursor != "" {
 			t.Fatalf("%d of %d jobs in %d bytes (cursor %q): want the newest that fill 1 MiB, and no cursor for a spec peer", len(all.Jobs), n, len(raw), all.NextCursor)
+		}
+
+		// A state filter is read like the CLI's --state: case-insensitively.
+		cancelled := protocol.State("cancelled")
+		filtered, err := s.client.List(ctx, protocol.ListJobs{State: &cancelled, Limit: 10})
+		must(t, err)
+		if len(filtered.Jobs) != 10 || filtered.Jobs[0].State != protocol.StateCancelled {
+			t.Fatalf("list of state %q: %d jobs", cancelled, len(filtered.Jobs))
+		}
+		bogus := protocol.State("DONE")
+		if _, err := s.client.List(ctx, protocol.ListJobs{State: &bogus}); err == nil || !strings.Contains(err.Error(), "Invalid state") {
+			t.Fatalf("list of an unknown state: %v", err)
 		}
 
 		seen := map[string]bool{}
