@@ -6,11 +6,35 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/worker/tasks"
 )
+
+// Bounds that keep every job record well inside NATS's 1 MiB message: the payload as
+// submitted, the idempotency key, and the result and error texts a worker reports
+// (longer ones are cut, marked so).
+const (
+	MaxPayloadBytes = 768 << 10
+	MaxKeyBytes     = 1024
+	MaxTextBytes    = 64 << 10
+)
+
+// clip bounds a worker's result or error text to MaxTextBytes.
+func clip(s *string) *string {
+	if s == nil || len(*s) <= MaxTextBytes {
+		return s
+	}
+	const mark = "... (truncated)"
+	cut := MaxTextBytes - len(mark)
+	for cut > 0 && !utf8.RuneStart((*s)[cut]) {
+		cut--
+	}
+	clipped := (*s)[:cut] + mark
+	return &clipped
+}
 
 // replyFunc sends the one reply to a client request, possibly later and from another goroutine.
 type replyFunc func(protocol.Message)
@@ -18,6 +42,14 @@ type replyFunc func(protocol.Message)
 // submit validates, deduplicates, admits and stores a new job; reply gets JOB_SUBMITTED
 // only once the job is durable.
 func (c *Coordinator) submit(req *protocol.SubmitJob, reply replyFunc) {
+	if len(req.Payload) > MaxPayloadBytes {
+		reply(protocol.InvalidPayload(fmt.Sprintf("Payload exceeds %d bytes", MaxPayloadBytes)))
+		return
+	}
+	if k := req.IdempotencyKey; k != nil && (*k == "" || len(*k) > MaxKeyBytes) {
+		reply(&protocol.Error{Message: fmt.Sprintf("Idempotency key must be 1 to %d bytes, got %d", MaxKeyBytes, len(*k))})
+		return
+	}
 	if err := c.cfg.Tasks.Validate(req.TaskType, req.Payload); err != nil {
 		reply(validationError(req.TaskType, err))
 		return
@@ -187,12 +219,12 @@ func (c *Coordinator) result(res *protocol.TaskResult, reply func(protocol.Resul
 	c.releaseLease(j)
 	if res.Success {
 		j.rec.State = protocol.StateCompleted
-		j.rec.Result = res.Result
+		j.rec.Result = clip(res.Result)
 		c.active--
 	} else {
 		cause := "task failed"
 		if res.Error != nil && *res.Error != "" {
-			cause = *res.Error
+			cause = *clip(res.Error)
 		}
 		c.retryOrFail(j, cause)
 	}

@@ -2,11 +2,13 @@ package coordinator_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/coordinator"
 )
 
@@ -95,4 +97,32 @@ func TestListIsBounded(t *testing.T) {
 			t.Fatalf("unbounded list's newest job %s unknown", first)
 		}
 	})
+}
+
+// TestSubmissionBounds: what would not fit in a job record is refused up front, and so
+// is an empty idempotency key, which cannot tell submissions apart.
+func TestSubmissionBounds(t *testing.T) {
+	t.Parallel()
+	s := setup(t, transports[0])
+	ctx := context.Background()
+	big := `{"text":"x","pad":"` + strings.Repeat("p", coordinator.MaxPayloadBytes) + `"}`
+	if _, err := s.client.Submit(ctx, "SHA256", rawJSON(big)); err == nil || !strings.Contains(err.Error(), "Payload exceeds") {
+		t.Fatalf("oversized payload: %v", err)
+	}
+	for _, key := range []string{"", strings.Repeat("k", coordinator.MaxKeyBytes+1)} {
+		_, err := s.client.Submit(ctx, "SHA256", text("x"), client.IdempotencyKey(key))
+		if !errors.Is(err, client.ErrServer) || !strings.Contains(err.Error(), "Idempotency key must be 1 to 1024 bytes") {
+			t.Fatalf("key of %d bytes: %v", len(key), err)
+		}
+	}
+	a, err := s.client.Submit(ctx, "SHA256", text("x"), client.IdempotencyKey(strings.Repeat("k", coordinator.MaxKeyBytes)))
+	must(t, err)
+	// A worker's huge result is cut to fit.
+	m := s.manualWorker("w", 1)
+	asg := s.nextAssign(m)
+	s.accept(m, asg, true, strings.Repeat("r", 2*coordinator.MaxTextBytes))
+	j := s.status(a)
+	if j.State != protocol.StateCompleted || len(*j.Result) > coordinator.MaxTextBytes || !strings.HasSuffix(*j.Result, "(truncated)") {
+		t.Fatalf("job %s with a result of %d bytes", j.State, len(deref(j.Result)))
+	}
 }

@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -29,7 +31,7 @@ type binding struct {
 	Fingerprint string `json:"fingerprint"`
 }
 
-// keyName encodes an idempotency key (any string) as a valid KV key.
+// keyName encodes an idempotency key (any non-empty string) as a valid KV key.
 func keyName(key string) string {
 	return "k." + base64.RawURLEncoding.EncodeToString([]byte(key))
 }
@@ -115,6 +117,12 @@ func (c *Coordinator) persist(ctx context.Context, j *job) {
 			c.written(j, newRev, version)
 			return
 		}
+		if permanent(err) {
+			c.log.Error("job write impossible; giving up on it", "job", j.rec.JobID, "err", err)
+			c.fail(j, err)
+			c.dropUnstored(j)
+			return
+		}
 		if errors.Is(err, ErrFenced) || ctx.Err() != nil {
 			c.fail(j, err)
 			if errors.Is(err, ErrFenced) {
@@ -175,6 +183,12 @@ func (c *Coordinator) bind(ctx context.Context, key string, b binding) error {
 	return fmt.Errorf("%w (idempotency key bound to job %s)", ErrFenced, old.JobID)
 }
 
+// permanent reports a write error that retrying cannot cure. The submission bounds
+// (payload and key sizes, result truncation) keep it from happening.
+func permanent(err error) bool {
+	return errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, jetstream.ErrInvalidKey)
+}
+
 func isWrongRevision(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
@@ -218,6 +232,25 @@ func (c *Coordinator) fail(j *job, err error) {
 	for _, w := range done {
 		w.fn(err)
 	}
+}
+
+// dropUnstored removes a job that was never stored, as if it had not been submitted:
+// its submitter got an error, not an id.
+func (c *Coordinator) dropUnstored(j *job) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if j.rev != 0 || c.jobs[j.rec.JobID] != j {
+		return
+	}
+	delete(c.jobs, j.rec.JobID)
+	if k := j.rec.IdempotencyKey; k != "" && c.keys[k] == j {
+		delete(c.keys, k)
+	}
+	c.order = slices.DeleteFunc(c.order, func(o *job) bool { return o == j })
+	if j.rec.State.Active() {
+		c.active--
+	}
+	c.ready.forget(j)
 }
 
 func takeWaiters(j *job, version uint64) []waiter {
