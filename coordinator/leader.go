@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -40,7 +41,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, onLead func(*Coordinato
 	}
 	id := newID()
 	for {
-		rev, err := campaign(ctx, kv, id, cfg.LeaderLease/3)
+		rev, err := campaign(ctx, kv, id, cfg.LeaderLease/3, cfg.Logger)
 		if err != nil {
 			return nil // ctx ended while standing by
 		}
@@ -55,12 +56,17 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, onLead func(*Coordinato
 }
 
 // campaign waits until this process holds the lease, or ctx ends.
-func campaign(ctx context.Context, kv jetstream.KeyValue, id string, every time.Duration) (uint64, error) {
-	for {
+func campaign(ctx context.Context, kv jetstream.KeyValue, id string, every time.Duration, log *slog.Logger) (uint64, error) {
+	for said := false; ; {
 		// ErrKeyExists means another leads; any other error (NATS unavailable, say) is
 		// retried the same way, since the leader may be gone too.
-		if rev, err := kv.Create(ctx, leaderKey, []byte(id)); err == nil {
+		rev, err := kv.Create(ctx, leaderKey, []byte(id))
+		if err == nil {
 			return rev, nil
+		}
+		if !said {
+			log.Info("standing by: another coordinator leads", "coordinator", id, "reason", err)
+			said = true
 		}
 		select {
 		case <-ctx.Done():
