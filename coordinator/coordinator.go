@@ -49,6 +49,7 @@ type Coordinator struct {
 	seq       uint64
 	lastMilli int64 // createdAt never goes backwards, so sequence order is age order
 	dirty     []*job
+	writes    int // jobs queued for or held by a writer
 	fenced    error
 
 	wake   chan struct{}
@@ -122,13 +123,7 @@ func (c *Coordinator) drainWrites(limit time.Duration) {
 	deadline := time.Now().Add(limit)
 	for time.Now().Before(deadline) {
 		c.mu.Lock()
-		busy := len(c.dirty) > 0
-		for _, j := range c.jobs {
-			if busy || j.writing {
-				busy = true
-				break
-			}
-		}
+		busy := c.writes > 0
 		c.mu.Unlock()
 		if !busy || c.cancel == nil {
 			return

@@ -43,7 +43,6 @@ type job struct {
 
 	rev      uint64 // KV revision of the last durable write; 0 until created
 	version  uint64 // bumped by every change
-	durable  uint64 // the version the last durable write carried
 	writing  bool   // queued for or held by a writer
 	waiters  []waiter
 	queueGen uint64 // invalidates stale entries in the ready queue

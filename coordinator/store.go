@@ -60,12 +60,28 @@ func (c *Coordinator) markDirty(j *job, fn func(error)) {
 		j.waiters = append(j.waiters, waiter{version: j.version, fn: fn})
 	}
 	if !j.writing {
-		j.writing = true
-		c.dirty = append(c.dirty, j)
-		select {
-		case c.wake <- struct{}{}:
-		default:
-		}
+		c.queueWrite(j)
+	}
+}
+
+// queueWrite hands j to the writers. Called with c.mu held.
+func (c *Coordinator) queueWrite(j *job) {
+	j.writing = true
+	c.writes++
+	c.dirty = append(c.dirty, j)
+	c.wakeWriter()
+}
+
+// doneWriting releases j from the writers. Called with c.mu held.
+func (c *Coordinator) doneWriting(j *job) {
+	j.writing = false
+	c.writes--
+}
+
+func (c *Coordinator) wakeWriter() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -81,10 +97,7 @@ func (c *Coordinator) writer(ctx context.Context) {
 			c.dirty[0] = nil
 			c.dirty = c.dirty[1:]
 			if len(c.dirty) > 0 {
-				select {
-				case c.wake <- struct{}{}:
-				default:
-				}
+				c.wakeWriter()
 			}
 		}
 		c.mu.Unlock()
@@ -198,27 +211,15 @@ func isWrongRevision(err error) bool {
 // written records a durable write and runs the waiters it satisfied.
 func (c *Coordinator) written(j *job, rev, version uint64) {
 	c.mu.Lock()
-	j.rev, j.durable = rev, version
+	j.rev = rev
 	done := takeWaiters(j, version)
-	if j.version > version {
-		j.writing = false
-		c.markDirtyAgain(j)
-	} else {
-		j.writing = false
+	c.doneWriting(j)
+	if j.version > version { // changed while being written
+		c.queueWrite(j)
 	}
 	c.mu.Unlock()
 	for _, w := range done {
 		w.fn(nil)
-	}
-}
-
-// markDirtyAgain queues j for the changes made while it was being written.
-func (c *Coordinator) markDirtyAgain(j *job) {
-	j.writing = true
-	c.dirty = append(c.dirty, j)
-	select {
-	case c.wake <- struct{}{}:
-	default:
 	}
 }
 
@@ -227,7 +228,7 @@ func (c *Coordinator) fail(j *job, err error) {
 	c.mu.Lock()
 	done := j.waiters
 	j.waiters = nil
-	j.writing = false
+	c.doneWriting(j)
 	c.mu.Unlock()
 	for _, w := range done {
 		w.fn(err)
