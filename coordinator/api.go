@@ -188,37 +188,77 @@ func (c *Coordinator) list(req *protocol.ListJobs) protocol.Message {
 	if limit <= 0 {
 		limit = int(^uint(0) >> 1)
 	}
+	picked, more, refusal := c.pick(from, state, limit)
+	if refusal != nil {
+		return refusal
+	}
+	// Exact sizes are measured outside the lock: encoding thousands of snapshots must
+	// not hold up scheduling.
+	out := &protocol.JobList{}
+	budget := listBudget
+	var lastSeq uint64
+	for _, p := range picked {
+		size := snapshotSize(&p.snap)
+		if size > budget {
+			more = true
+			break
+		}
+		budget -= size
+		out.Jobs = append(out.Jobs, p.snap)
+		lastSeq = p.seq
+	}
+	// A cursor only for callers that page; a spec peer gets the newest jobs that fit.
+	if more && lastSeq != 0 && (req.Limit > 0 || req.Cursor != "") {
+		out.NextCursor = strconv.FormatUint(lastSeq, 10)
+	}
+	return out
+}
+
+// listBudget is what a JOB_LIST may spend on snapshots: all of MaxReply but the
+// envelope and a cursor.
+const listBudget = MaxReply - 128
+
+type listed struct {
+	snap protocol.Job
+	seq  uint64
+}
+
+// pick copies, newest first, the snapshots of up to limit jobs below sequence from in
+// state (any if ""), stopping early once even a lower bound of their size exceeds the
+// list budget. more reports that matching jobs were left.
+func (c *Coordinator) pick(from uint64, state protocol.State, limit int) (picked []listed, more bool, refusal protocol.Message) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.fenced != nil {
-		return c.refuse()
+		return nil, false, c.refuse()
 	}
-	out := &protocol.JobList{}
-	budget := MaxReply - 128 // the envelope and a cursor
-	var lastSeq uint64
+	least := 0
 	start := sort.Search(len(c.order), func(i int) bool { return c.order[i].rec.Seq >= from })
 	for i := start - 1; i >= 0; i-- {
 		j := c.order[i]
 		if state != "" && j.rec.State != state {
 			continue
 		}
-		if len(out.Jobs) == limit {
-			out.NextCursor = strconv.FormatUint(lastSeq, 10)
-			break
+		if len(picked) == limit || least > listBudget {
+			return picked, true, nil
 		}
 		snap := j.snapshot()
-		size := snapshotSize(&snap)
-		if size > budget {
-			if req.Limit > 0 || req.Cursor != "" {
-				out.NextCursor = strconv.FormatUint(j.rec.Seq+1, 10)
-			}
-			break
-		}
-		budget -= size
-		out.Jobs = append(out.Jobs, snap)
-		lastSeq = j.rec.Seq
+		least += minSnapshotSize(&snap)
+		picked = append(picked, listed{snap: snap, seq: j.rec.Seq})
 	}
-	return out
+	return picked, false, nil
+}
+
+// minSnapshotSize is at most the encoded size of s: its strings unescaped, and fewer
+// bytes than its keys and punctuation take.
+func minSnapshotSize(s *protocol.Job) int {
+	n := 100 + len(s.JobID) + len(s.TaskType) + len(s.State) + len(s.Priority)
+	for _, p := range []*string{s.WorkerID, s.Result, s.Error} {
+		if p != nil {
+			n += len(*p)
+		}
+	}
+	return n
 }
 
 // snapshotSize is the bytes a snapshot adds to a JOB_LIST, its comma included.

@@ -184,3 +184,17 @@ func BenchmarkAssignFromQueue(b *testing.B) {
 		})
 	}
 }
+
+func TestMinSnapshotSizeIsALowerBound(t *testing.T) {
+	t.Parallel()
+	w, r, e := "worker-1", strings.Repeat("é\"<", 50), "boom \n"
+	for _, s := range []protocol.Job{
+		{},
+		{JobID: newID(), TaskType: "SHA256", State: protocol.StateQueued, Priority: protocol.PriorityNormal},
+		{JobID: newID(), TaskType: "SLEEP", State: protocol.StateRunning, WorkerID: &w, Result: &r, Error: &e, Attempts: 3, MaxAttempts: 3, CreatedAtMillis: 1, UpdatedAtMillis: 2},
+	} {
+		if least, size := minSnapshotSize(&s), snapshotSize(&s); least > size {
+			t.Errorf("lower bound %d exceeds the encoded size %d of %+v", least, size, s)
+		}
+	}
+}
