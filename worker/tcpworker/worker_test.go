@@ -431,7 +431,9 @@ func TestRedialsUntilTheCoordinatorAnswers(t *testing.T) {
 func TestRegistrationTimesOut(t *testing.T) {
 	t.Parallel()
 	p := newPeer(t)
-	startWorker(t, p.addr(), tcpworker.WithID("worker-slow"), tcpworker.WithDialTimeout(100*time.Millisecond))
+	// The timeout also bounds the second, answered handshake, so it must be long
+	// enough for that one to finish on a loaded CI machine running -race.
+	startWorker(t, p.addr(), tcpworker.WithID("worker-slow"), tcpworker.WithDialTimeout(time.Second))
 	pc := p.accept()
 	pc.expectRegister() // and never answered
 	pc.waitClosed()
