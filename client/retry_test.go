@@ -95,7 +95,7 @@ func TestSubmitRetries(t *testing.T) {
 		for _, tt := range tests {
 			t.Run(tr.name+"/"+tt.name, func(t *testing.T) {
 				t.Parallel()
-				opts := []client.Option{client.WithTimeout(500 * time.Millisecond)}
+				opts := []client.Option{client.WithTimeout(2 * time.Second)}
 				if tt.retries > 0 {
 					opts = append(opts, client.WithSubmitRetries(tt.retries, base, max))
 				}
@@ -134,7 +134,9 @@ func TestSubmitRetriesCarryTheRejection(t *testing.T) {
 func TestSubmitRetriesStopWithTheContext(t *testing.T) {
 	t.Parallel()
 	c, requests := transports[0].start(t, rejectThenAccept(5), client.WithSubmitRetries(5, time.Hour, time.Hour))
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	// Long enough for the first answer to arrive on a loaded machine, far short of the
+	// hour-long backoff that must be cut short.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_, err := c.Submit(ctx, "SHA256", map[string]string{"text": "x"})
 	if !errors.Is(err, client.ErrRejected) || !errors.Is(err, context.DeadlineExceeded) {

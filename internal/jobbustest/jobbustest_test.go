@@ -2,6 +2,7 @@ package jobbustest_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -62,8 +63,10 @@ func TestCoordinatorLaterAndRestarted(t *testing.T) {
 	if s.Coordinator != nil || s.Config.MaxActiveJobs != 7 || s.Config.SweepInterval != jobbustest.FastCoordinatorConfig().SweepInterval {
 		t.Fatalf("coordinator %v, config %+v", s.Coordinator, s.Config)
 	}
-	c := client.New(s.NC, client.WithTimeout(200*time.Millisecond))
-	if _, err := c.Status(context.Background(), "x"); err == nil {
+	c := client.New(s.NC)
+	short, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := c.Status(short, "x"); err == nil {
 		t.Fatal("a status answered without a coordinator")
 	}
 	s.StartCoordinator(t)
@@ -79,8 +82,8 @@ func TestCoordinatorLaterAndRestarted(t *testing.T) {
 	if j, err := c.Status(context.Background(), id); err != nil || j.JobID != id {
 		t.Fatalf("job after restart %+v (%v)", j, err)
 	}
-	if _, err := c.Submit(context.Background(), "SHA256", map[string]string{"text": "y"}); err == nil {
-		t.Fatal("second active job admitted with a limit of 1")
+	if _, err := c.Submit(context.Background(), "SHA256", map[string]string{"text": "y"}); !errors.Is(err, client.ErrRejected) {
+		t.Fatalf("second active job with a limit of 1: %v, want ErrRejected", err)
 	}
 }
 
