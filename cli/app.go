@@ -52,14 +52,8 @@ func App(stdout, stderr io.Writer) *cli.App {
 		Writer:               stdout,
 		ErrWriter:            stderr,
 		EnableBashCompletion: true,
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "nats", Usage: "NATS server URL: client commands and workers default to nats://127.0.0.1:4222; serve joins it instead of embedding one", EnvVars: env("nats")},
-			&cli.StringFlag{Name: "nats-creds", Usage: "NATS credentials file for --nats", EnvVars: env("nats-creds")},
-			&cli.StringFlag{Name: "connect", Usage: "client commands: talk to the TCP client port at host:port (e.g. 127.0.0.1:7071) instead of NATS", EnvVars: env("connect")},
-			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("log-level")},
-			&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text or json", EnvVars: env("log-format")},
-		},
-		Commands: append([]*cli.Command{
+		Flags:                globalFlags(),
+		Commands: withGlobalFlags(append([]*cli.Command{
 			serveCommand(),
 			coordinatorCommand(),
 			workerCommand(),
@@ -67,7 +61,7 @@ func App(stdout, stderr io.Writer) *cli.App {
 			benchCommand(),
 			versionCommand(),
 			completionCommand(),
-		}, clientCommands()...),
+		}, clientCommands()...)),
 		ExitErrHandler: func(*cli.Context, error) {}, // Run prints errors and picks the exit code
 	}
 }
@@ -85,6 +79,50 @@ func versionCommand() *cli.Command {
 	}
 }
 
+// globalFlags are the flags every command takes, before or after its name. Each call
+// builds new flags, as a flag keeps the state of the flag set it was applied to. Only
+// the app's own read the environment, so a command's copy is set only when given
+// after the command's name.
+func globalFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "nats", Category: "global", Usage: "NATS server URL: client commands and workers default to nats://127.0.0.1:4222; serve joins it instead of embedding one", EnvVars: env("nats")},
+		&cli.StringFlag{Name: "nats-creds", Category: "global", Usage: "NATS credentials file for --nats", EnvVars: env("nats-creds")},
+		&cli.StringFlag{Name: "connect", Category: "global", Usage: "client commands: talk to the TCP client port at host:port (e.g. 127.0.0.1:7071) instead of NATS", EnvVars: env("connect")},
+		&cli.StringFlag{Name: "log-level", Category: "global", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("log-level")},
+		&cli.StringFlag{Name: "log-format", Category: "global", Value: "text", Usage: "text or json", EnvVars: env("log-format")},
+	}
+}
+
+// withGlobalFlags lets each command take the global flags after its name too
+// (urfave/cli v2 does not carry them down), except a name the command gives a
+// meaning of its own, as worker does --connect.
+func withGlobalFlags(cmds []*cli.Command) []*cli.Command {
+	for _, cmd := range cmds {
+	flags:
+		for _, g := range globalFlags() {
+			for _, f := range cmd.Flags {
+				if f.Names()[0] == g.Names()[0] {
+					continue flags
+				}
+			}
+			g.(*cli.StringFlag).EnvVars = nil
+			cmd.Flags = append(cmd.Flags, g)
+		}
+	}
+	return cmds
+}
+
+// global reads a global flag: the value given after the command's name, else before
+// it, else its environment variable, else its default.
+func global(c *cli.Context, name string) string {
+	for _, cc := range c.Lineage() {
+		if cc.IsSet(name) {
+			return cc.String(name)
+		}
+	}
+	return c.String(name)
+}
+
 // env names the environment variable of a flag: JOBBUS_<FLAG_IN_CAPS>.
 func env(flag string) []string {
 	return []string{"JOBBUS_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))}
@@ -93,17 +131,17 @@ func env(flag string) []string {
 // logger builds the slog logger of the global flags.
 func logger(c *cli.Context) (*slog.Logger, error) {
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
-		return nil, usageError("--log-level must be debug, info, warn or error, got %q", c.String("log-level"))
+	if err := level.UnmarshalText([]byte(global(c, "log-level"))); err != nil {
+		return nil, usageError("--log-level must be debug, info, warn or error, got %q", global(c, "log-level"))
 	}
 	opts := &slog.HandlerOptions{Level: level}
-	switch c.String("log-format") {
+	switch global(c, "log-format") {
 	case "text":
 		return slog.New(slog.NewTextHandler(c.App.ErrWriter, opts)), nil
 	case "json":
 		return slog.New(slog.NewJSONHandler(c.App.ErrWriter, opts)), nil
 	}
-	return nil, usageError("--log-format must be text or json, got %q", c.String("log-format"))
+	return nil, usageError("--log-format must be text or json, got %q", global(c, "log-format"))
 }
 
 type usage struct{ msg string }

@@ -93,10 +93,10 @@ func bench(c *cli.Context) error {
 // benchTarget connects to the system named by --nats or --connect, or builds one.
 func benchTarget(ctx context.Context, c *cli.Context, transport string) (*benchSystem, error) {
 	submitters := c.Int("submitters")
-	if addr := c.String("connect"); addr != "" {
+	if addr := global(c, "connect"); addr != "" {
 		return dialClients(ctx, submitters, func() (*client.Client, error) { return client.DialTCP(ctx, addr) })
 	}
-	if url := c.String("nats"); url != "" {
+	if url := global(c, "nats"); url != "" {
 		nc, err := nats.Connect(url, nats.Timeout(natsDialTimeout))
 		if err != nil {
 			return nil, fmt.Errorf("cannot reach NATS at %s: %w", url, err)

@@ -103,7 +103,7 @@ Example:
 			if cfg.WorkerListen == "" && cfg.ClientListen == "" {
 				return usageError("--worker-port and --client-port are both -1: nothing to serve")
 			}
-			url := c.String("nats")
+			url := global(c, "nats")
 			if url == "" {
 				url = nats.DefaultURL
 			}

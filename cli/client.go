@@ -35,7 +35,7 @@ func (s *session) Close() {
 
 // natsURL is the global --nats, or the NATS default for client commands.
 func natsURL(c *cli.Context) string {
-	if u := c.String("nats"); u != "" {
+	if u := global(c, "nats"); u != "" {
 		return u
 	}
 	return nats.DefaultURL
@@ -44,7 +44,7 @@ func natsURL(c *cli.Context) string {
 // connect opens the session of a client command. reconnect lets a long-running command
 // (watch) ride out a short NATS outage; one-shot commands fail at once.
 func connect(c *cli.Context, reconnect bool, opts ...client.Option) (*session, error) {
-	if addr := c.String("connect"); addr != "" {
+	if addr := global(c, "connect"); addr != "" {
 		ctx, cancel := context.WithTimeout(c.Context, natsDialTimeout)
 		defer cancel()
 		cl, err := client.DialTCP(ctx, addr, opts...)
@@ -60,7 +60,7 @@ func connect(c *cli.Context, reconnect bool, opts ...client.Option) (*session, e
 	} else {
 		nopts = append(nopts, nats.NoReconnect())
 	}
-	if creds := c.String("nats-creds"); creds != "" {
+	if creds := global(c, "nats-creds"); creds != "" {
 		nopts = append(nopts, nats.UserCredentials(creds))
 	}
 	nc, err := nats.Connect(url, nopts...)

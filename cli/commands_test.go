@@ -562,3 +562,50 @@ func TestSameOutputOverBothTransports(t *testing.T) {
 		}
 	}
 }
+
+// TestGlobalFlagsAnywhere: the global flags work before or after the command's name;
+// after wins over before, and either wins over the environment.
+func TestGlobalFlagsAnywhere(t *testing.T) {
+	s := setup(t) // t.Setenv: not parallel
+	const dead = "nats://127.0.0.1:1"
+	tests := []struct {
+		name   string
+		env    string
+		global []string
+		args   []string
+		reach  bool // the run reaches s; otherwise it names dead
+	}{
+		{"Before", "", []string{"--nats", s.url}, nil, true},
+		{"After", "", nil, []string{"--nats", s.url}, true},
+		{"AfterWinsOverBefore", "", []string{"--nats", dead}, []string{"--nats", s.url}, true},
+		{"BeforeLosesToAfter", "", []string{"--nats", s.url}, []string{"--nats", dead}, false},
+		{"Env", s.url, nil, nil, true},
+		{"AfterWinsOverEnv", dead, nil, []string{"--nats", s.url}, true},
+		{"BeforeWinsOverEnv", dead, []string{"--nats", s.url}, nil, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("JOBBUS_NATS", tt.env)
+			code, _, errs := cliRun(tt.global, append([]string{"workers", "--json"}, tt.args...)...)
+			switch {
+			case tt.reach && code != cli.ExitOK:
+				t.Fatalf("exit %d, want 0: %s", code, errs)
+			case !tt.reach && (code != cli.ExitError || !strings.Contains(errs, dead)):
+				t.Fatalf("exit %d (%s), want 1 naming %s", code, errs, dead)
+			}
+		})
+	}
+	t.Run("LogLevelAfter", func(t *testing.T) {
+		code, _, errs := cliRun(nil, "coordinator", "--log-level", "loud")
+		if code != cli.ExitUsage || !strings.Contains(errs, `--log-level must be debug, info, warn or error, got "loud"`) {
+			t.Fatalf("exit %d: %s", code, errs)
+		}
+	})
+	t.Run("WorkerKeepsItsConnect", func(t *testing.T) {
+		var help strings.Builder
+		cli.Run([]string{"jobbus", "worker", "--help"}, &help, &help)
+		if got := strings.Count(help.String(), "--connect value"); got != 1 {
+			t.Fatalf("worker --help lists --connect %d times:\n%s", got, help.String())
+		}
+	})
+}

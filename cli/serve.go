@@ -124,7 +124,7 @@ func runCoordinator(ctx context.Context, nc *nats.Conn, cfg coordinator.Config) 
 
 // connectOrEmbed joins --nats, or starts the embedded server and connects in-process.
 func connectOrEmbed(ctx context.Context, c *cli.Context, log *slog.Logger) (*nats.Conn, func(), error) {
-	if url := c.String("nats"); url != "" {
+	if url := global(c, "nats"); url != "" {
 		nc, err := dial(ctx, c, url)
 		if err != nil {
 			return nil, nil, err
@@ -156,7 +156,7 @@ func connectOrEmbed(ctx context.Context, c *cli.Context, log *slog.Logger) (*nat
 
 func dial(ctx context.Context, c *cli.Context, url string) (*nats.Conn, error) {
 	opts := []embeddednats.DialOption{embeddednats.WithName("jobbus " + c.Command.Name)}
-	if creds := c.String("nats-creds"); creds != "" {
+	if creds := global(c, "nats-creds"); creds != "" {
 		opts = append(opts, embeddednats.WithCredsFile(creds))
 	}
 	return embeddednats.Dial(ctx, url, opts...)
@@ -198,7 +198,7 @@ Example:
 			if err != nil {
 				return err
 			}
-			url := c.String("nats")
+			url := global(c, "nats")
 			if url == "" {
 				url = nats.DefaultURL
 			}
