@@ -302,9 +302,11 @@ func (n *Node) publishFrom(subj, reply string, k Kind, id, path, from string, da
 func (n *Node) sendError(err error) error {
 	switch {
 	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrReconnectBufExceeded),
-		errors.Is(err, nats.ErrConnectionDraining),
-		errors.Is(err, nats.ErrHeadersNotSupported) && !n.nc.IsConnected():
+		errors.Is(err, nats.ErrConnectionDraining):
 		return fmt.Errorf("%w: %w", ErrDisconnected, err)
+	case errors.Is(err, nats.ErrHeadersNotSupported) && !n.nc.IsConnected():
+		// nats.go's words would send the reader looking at the server's version.
+		return fmt.Errorf("%w: not connected to NATS yet", ErrDisconnected)
 	}
 	return err
 }
