@@ -191,17 +191,18 @@ func TestWorkerCommand(t *testing.T) {
 		args func(s *system) (global, args []string)
 	}{
 		{"Native", func(s *system) ([]string, []string) {
-			return []string{"--nats", s.url}, []string{"--id", "cli-native", "--capacity", "3"}
+			return []string{"--nats", s.url}, []string{"--id", "cli-native", "--capacity", "3", "--heartbeat-interval-millis", "40"}
 		}},
 		{"TCP", func(s *system) ([]string, []string) {
-			return nil, []string{"--connect", s.startWorkerPort(), "--id", "cli-tcp", "--capacity", "3", "--reconnect-delay-millis", "20"}
+			return nil, []string{"--connect", s.startWorkerPort(), "--id", "cli-tcp", "--capacity", "3", "--reconnect-delay-millis", "20", "--heartbeat-interval-millis", "40"}
 		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			// The command's worker heartbeats every 2 s, as the reference worker does.
-			s := setup(t, noWorker(), withConfig(func(c *coordinator.Config) { c.HeartbeatTimeout = 10 * time.Second }))
+			// Far shorter than the default 2 s heartbeat: only the flag keeps the worker.
+			const heartbeatTimeout = 400 * time.Millisecond
+			s := setup(t, noWorker(), withConfig(func(c *coordinator.Config) { c.HeartbeatTimeout = heartbeatTimeout }))
 			global, args := tc.args(s)
 			id := args[slices.Index(args, "--id")+1]
 			w := start(t, global, "worker", args...)
@@ -220,6 +221,10 @@ func TestWorkerCommand(t *testing.T) {
 			})
 			if got, _ := listedWorker(t, c, id); got.ActiveTasks != 1 {
 				t.Errorf("worker listed with %d active tasks, want 1", got.ActiveTasks)
+			}
+			time.Sleep(3 * heartbeatTimeout) // the span observed, not a synchronisation
+			if j, err := c.Status(context.Background(), sleeping); err != nil || j.State != protocol.StateRunning || j.Attempts != 1 {
+				t.Fatalf("after three heartbeat timeouts: %+v, %v; want still RUNNING its first attempt", j, err)
 			}
 			o.mustRun(cli.ExitOK, "cancel", sleeping)
 
@@ -318,7 +323,7 @@ func TestServeKeepsJobsAcrossRestarts(t *testing.T) {
 			tcpFlags = []string{"--connect", hostPort(p[2])}
 			return start(t, nil, "serve", "--data-dir", dir, "--nats-listen", hostPort(p[0]),
 				"--worker-port", strconv.Itoa(p[1]), "--client-port", strconv.Itoa(p[2]), "--workers", "1",
-				"--leader-lease-millis", "1500")
+				"--leader-lease-millis", "1500", "--heartbeat-timeout-millis", "300")
 		}, func() bool {
 			// Up once the coordinator leads and the local worker registered.
 			code, out, _ := cliRun(natsFlags, "workers", "--json")
@@ -338,9 +343,12 @@ func TestServeKeepsJobsAcrossRestarts(t *testing.T) {
 	r := serve()
 	viaNATS := jsonJob(t, run(natsFlags, "submit", "--wait", "--json", "PRIME_COUNT", "--limit", "100"))
 	viaTCP := jsonJob(t, run(tcpFlags, "submit", "--wait", "--json", "WORD_COUNT", "--text", "kept across restarts"))
-	for _, j := range []protocol.Job{viaNATS, viaTCP} {
-		if j.State != protocol.StateCompleted {
-			t.Fatalf("job %+v, want COMPLETED", j)
+	// Local workers beat fast enough for a heartbeat timeout far below their default
+	// 2 s: a sleep three timeouts long finishes on its first attempt.
+	slept := jsonJob(t, run(natsFlags, "submit", "--wait", "--json", "SLEEP", "--milliseconds", "900"))
+	for _, j := range []protocol.Job{viaNATS, viaTCP, slept} {
+		if j.State != protocol.StateCompleted || j.Attempts != 1 {
+			t.Fatalf("job %+v, want COMPLETED on attempt 1", j)
 		}
 	}
 	if code := r.stop(t); code != cli.ExitOK {

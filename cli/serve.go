@@ -22,6 +22,11 @@ func millisFlag(name string, def time.Duration, usage string) cli.Flag {
 	return &cli.Int64Flag{Name: name, Value: def.Milliseconds(), Usage: usage, EnvVars: env(name)}
 }
 
+// millis reads a millisFlag.
+func millis(c *cli.Context, name string) time.Duration {
+	return time.Duration(c.Int64(name)) * time.Millisecond
+}
+
 func coordinatorFlags() []cli.Flag {
 	d := coordinator.DefaultConfig()
 	return []cli.Flag{
@@ -39,18 +44,17 @@ func coordinatorFlags() []cli.Flag {
 }
 
 func coordinatorConfig(c *cli.Context, log *slog.Logger) coordinator.Config {
-	ms := func(name string) time.Duration { return time.Duration(c.Int64(name)) * time.Millisecond }
 	cfg := coordinator.DefaultConfig()
-	cfg.HeartbeatTimeout = ms("heartbeat-timeout-millis")
-	cfg.SweepInterval = ms("sweep-interval-millis")
-	cfg.TaskTimeout = ms("task-timeout-millis")
+	cfg.HeartbeatTimeout = millis(c, "heartbeat-timeout-millis")
+	cfg.SweepInterval = millis(c, "sweep-interval-millis")
+	cfg.TaskTimeout = millis(c, "task-timeout-millis")
 	cfg.MaxAttempts = c.Int("max-attempts")
-	cfg.RetryBaseDelay = ms("retry-base-delay-millis")
-	cfg.RetryMaxDelay = ms("retry-max-delay-millis")
+	cfg.RetryBaseDelay = millis(c, "retry-base-delay-millis")
+	cfg.RetryMaxDelay = millis(c, "retry-max-delay-millis")
 	cfg.MaxActiveJobs = c.Int("max-active-jobs")
-	cfg.AgingStep = ms("aging-step-millis")
+	cfg.AgingStep = millis(c, "aging-step-millis")
 	cfg.Replicas = c.Int("replicas")
-	cfg.LeaderLease = ms("leader-lease-millis")
+	cfg.LeaderLease = millis(c, "leader-lease-millis")
 	cfg.Logger = log
 	return cfg
 }
@@ -99,7 +103,10 @@ func serve(c *cli.Context) error {
 		return err
 	}
 	defer stopBridge()
-	wg := runLocalWorkers(ctx, nc, c.Int("workers"), c.Int("worker-capacity"), log)
+	// Local workers beat often enough for the coordinator they serve, however short its
+	// heartbeat timeout is set.
+	heartbeat := min(worker.DefaultHeartbeat, cfg.HeartbeatTimeout/3)
+	wg := runLocalWorkers(ctx, nc, c.Int("workers"), log, worker.WithCapacity(c.Int("worker-capacity")), worker.WithHeartbeat(heartbeat))
 	log.Info("jobbus serving", "nats", nc.ConnectedUrlRedacted(), "workers", c.Int("workers"))
 	select {
 	case <-ctx.Done():
@@ -163,10 +170,11 @@ func dial(ctx context.Context, c *cli.Context, url string) (*nats.Conn, error) {
 }
 
 // runLocalWorkers starts n native workers on nc; the returned group ends when ctx does.
-func runLocalWorkers(ctx context.Context, nc *nats.Conn, n, capacity int, log *slog.Logger) *sync.WaitGroup {
+func runLocalWorkers(ctx context.Context, nc *nats.Conn, n int, log *slog.Logger, opts ...worker.Option) *sync.WaitGroup {
+	opts = append(opts, worker.WithLogger(log))
 	var wg sync.WaitGroup
 	for range n {
-		w, err := worker.New(nc, worker.WithCapacity(capacity), worker.WithLogger(log))
+		w, err := worker.New(nc, opts...)
 		if err != nil {
 			log.Error("local worker", "err", err)
 			continue

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -21,7 +20,7 @@ func workerCommand() *cli.Command {
 		Usage: "run a worker of the five built-in tasks: native over NATS, or a spec TCP worker (--connect)",
 		Description: `By default the worker speaks NATS (the global --nats, default nats://127.0.0.1:4222).
 With --connect host:7070 it is the reference TCP worker of PROTOCOL.md on a bridge's worker
-port: it registers, heartbeats every 2 s, and after a lost connection interrupts its
+port: it registers, heartbeats every --heartbeat-interval-millis (2 s), and after a lost connection interrupts its
 running tasks, waits --reconnect-delay-millis and registers again.
 
 Example:
@@ -31,6 +30,7 @@ Example:
 			&cli.StringFlag{Name: "id", Usage: "worker id (default worker-<8 hex>)", EnvVars: env("id")},
 			&cli.IntFlag{Name: "capacity", Value: 4, Usage: "tasks run at once (1..1024)", EnvVars: env("capacity")},
 			&cli.StringFlag{Name: "connect", Usage: "a bridge's worker port (host:7070): run as a spec TCP worker", EnvVars: env("worker-connect"), Destination: &connect},
+			millisFlag("heartbeat-interval-millis", worker.DefaultHeartbeat, "how often the worker heartbeats; keep it well under the coordinator's --heartbeat-timeout-millis"),
 			millisFlag("reconnect-delay-millis", tcpworker.DefaultReconnectDelay, "with --connect: wait this long before dialling again"),
 		},
 		Action: func(c *cli.Context) error {
@@ -60,7 +60,8 @@ Example:
 func tcpWorkerRunner(c *cli.Context, log *slog.Logger, addr string) (func(context.Context) error, error) {
 	opts := []tcpworker.Option{
 		tcpworker.WithCapacity(c.Int("capacity")),
-		tcpworker.WithReconnectDelay(time.Duration(c.Int64("reconnect-delay-millis")) * time.Millisecond),
+		tcpworker.WithHeartbeat(millis(c, "heartbeat-interval-millis")),
+		tcpworker.WithReconnectDelay(millis(c, "reconnect-delay-millis")),
 		tcpworker.WithLogger(log),
 	}
 	if id := c.String("id"); id != "" {
@@ -75,7 +76,11 @@ func tcpWorkerRunner(c *cli.Context, log *slog.Logger, addr string) (func(contex
 }
 
 func nativeWorkerRunner(ctx context.Context, c *cli.Context, log *slog.Logger) (func(context.Context) error, error) {
-	opts := []worker.Option{worker.WithCapacity(c.Int("capacity")), worker.WithLogger(log)}
+	opts := []worker.Option{
+		worker.WithCapacity(c.Int("capacity")),
+		worker.WithHeartbeat(millis(c, "heartbeat-interval-millis")),
+		worker.WithLogger(log),
+	}
 	if id := c.String("id"); id != "" {
 		opts = append(opts, worker.WithID(id))
 	}
