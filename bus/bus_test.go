@@ -616,3 +616,37 @@ func natsMsg(subject, key, value string) *nats.Msg {
 	m.Header.Set(key, value)
 	return m
 }
+
+// spaced writes itself with spaces json.Marshal would compact away.
+type spaced struct{ N int }
+
+func (s spaced) MarshalJSON() ([]byte, error) { return fmt.Appendf(nil, `{ "n": %d }`, s.N), nil }
+
+// TestPayloadEncoding: what each kind of message arrives as.
+func TestPayloadEncoding(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, -1)
+	c := connect(t, s.url, coordinator("c1"))
+	w := connect(t, s.url, worker("w1"))
+	must(t, w.Handle("echo", func(_ context.Context, r *bus.Request) (any, error) { return r.Data, nil }))
+	tests := []struct {
+		name string
+		msg  any
+		want string
+	}{
+		{"Nil", nil, ""},
+		{"Bytes", []byte("not json"), "not json"},
+		{"RawMessage", json.RawMessage(`{"a":1}`), `{"a":1}`},
+		{"Struct", struct{ A int }{1}, `{"A":1}`},
+		{"MarshalerAsItWrites", spaced{7}, `{ "n": 7 }`},
+		{"NilMarshalerPointer", (*spaced)(nil), "null"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := bus.Ask[[]byte](context.Background(), c, w.Self(), "echo", tt.msg)
+			if err != nil || string(got) != tt.want {
+				t.Fatalf("arrived as %q (%v), want %q", got, err, tt.want)
+			}
+		})
+	}
+}

@@ -3,6 +3,7 @@ package bus
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 
 	"github.com/nats-io/nats.go"
 )
@@ -45,7 +46,7 @@ type Request struct {
 func (r *Request) Decode(v any) error { return decode(r.Data, v) }
 
 // marshal encodes a message: []byte and json.RawMessage travel as they are, nil as an
-// empty payload, anything else as JSON.
+// empty payload, a json.Marshaler as it writes itself, anything else as JSON.
 func marshal(v any) ([]byte, error) {
 	switch v := v.(type) {
 	case nil:
@@ -54,6 +55,13 @@ func marshal(v any) ([]byte, error) {
 		return v, nil
 	case json.RawMessage:
 		return v, nil
+	case json.Marshaler:
+		// json.Marshal would check and compact what the marshaler wrote, a copy the
+		// hot path (every jobbus message) does not need.
+		if rv := reflect.ValueOf(v); rv.Kind() == reflect.Pointer && rv.IsNil() {
+			return []byte("null"), nil // as json.Marshal writes it
+		}
+		return v.MarshalJSON()
 	default:
 		return json.Marshal(v)
 	}

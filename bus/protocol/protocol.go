@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 )
 
 // Type is the value of a message's "type" field.
@@ -46,6 +47,7 @@ const (
 // Message is any message of the protocol.
 type Message interface {
 	MessageType() Type
+	json.Marshaler // the type first, then the fields
 }
 
 // Sentinel decoding errors; every error Decode returns wraps ErrMalformed.
@@ -173,15 +175,13 @@ func DecodeAs[M any, PM interface {
 
 // Encode writes m as JSON with its "type" first.
 func Encode(m Message) ([]byte, error) {
-	b, err := json.Marshal(m)
-	if err != nil {
-		return nil, err
-	}
-	// A nil Message or nil pointer marshals to null, which no peer accepts as a frame.
-	if string(b) == "null" {
+	// A nil Message or nil pointer would marshal to null, which no peer accepts.
+	if v := reflect.ValueOf(m); !v.IsValid() || v.Kind() == reflect.Pointer && v.IsNil() {
 		return nil, errors.New("encode: nil message")
 	}
-	return b, nil
+	// Every message writes itself (see encode); json.Marshal would only check and copy
+	// what it wrote.
+	return m.MarshalJSON()
 }
 
 // encode is what each message's MarshalJSON calls: the type, then the fields of v (a
