@@ -95,12 +95,16 @@ func (c *Coordinator) Start(ctx context.Context) error {
 		c.Close()
 		return fmt.Errorf("coordinator: recover: %w", err)
 	}
+	// What recovery found, read before serving: the first requests change it.
+	c.mu.Lock()
+	recovered := []any{"jobs", len(c.jobs), "active", c.active, "next_seq", c.seq + 1}
+	c.mu.Unlock()
 	if err := c.serve(); err != nil {
 		c.Close()
 		return fmt.Errorf("coordinator: %w", err)
 	}
 	c.goRun(func() { c.sweeper(runCtx) })
-	c.log.Info("coordinator serving", "jobs", len(c.jobs), "active", c.active, "next_seq", c.seq+1)
+	c.log.Info("coordinator serving", recovered...)
 	return nil
 }
 
