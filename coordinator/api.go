@@ -71,6 +71,14 @@ func (c *Coordinator) serve() error {
 			return fmt.Errorf("api endpoint %s: %w", name, err)
 		}
 	}
+	// A writer may have fenced the coordinator during recovery, when there was nothing
+	// yet for stopServing to withdraw.
+	c.mu.Lock()
+	fenced := c.fenced
+	c.mu.Unlock()
+	if fenced != nil {
+		return fmt.Errorf("fenced while starting: %w", fenced)
+	}
 	return nil
 }
 

@@ -1,14 +1,19 @@
 package coordinator
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/embeddednats"
 )
 
 func TestEffectivePriority(t *testing.T) {
@@ -196,5 +201,34 @@ func TestMinSnapshotSizeIsALowerBound(t *testing.T) {
 		if least, size := minSnapshotSize(&s), snapshotSize(&s); least > size {
 			t.Errorf("lower bound %d exceeds the encoded size %d of %+v", least, size, s)
 		}
+	}
+}
+
+// TestFencedWhileStartingDoesNotServe: a coordinator fenced before it serves (a writer
+// of recovery lost a CAS) must not go on to serve: Start fails and nothing answers.
+func TestFencedWhileStartingDoesNotServe(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv, err := embeddednats.Start(ctx, embeddednats.WithListen("127.0.0.1:-1"), embeddednats.WithStoreDir(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Shutdown(ctx) })
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	c, err := New(nc, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	c.fence(fmt.Errorf("%w (as a recovery write would find it)", ErrFenced))
+	if err := c.Start(ctx); !errors.Is(err, ErrFenced) {
+		t.Fatalf("Start = %v, want ErrFenced", err)
+	}
+	if _, err := nc.Request(APIPrefix+".status", []byte(`{"type":"GET_JOB_STATUS","jobId":"x"}`), 5*time.Second); !errors.Is(err, nats.ErrNoResponders) {
+		t.Fatalf("status request to a fenced coordinator: %v, want no responders", err)
 	}
 }
