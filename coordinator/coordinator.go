@@ -52,10 +52,11 @@ type Coordinator struct {
 	writes    int // jobs queued for or held by a writer
 	fenced    error
 
-	wake   chan struct{}
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	closed sync.Once
+	fencedCh chan struct{} // closed with fenced set
+	wake     chan struct{}
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	closed   sync.Once
 }
 
 // New builds a coordinator on an existing NATS connection, which it does not own.
@@ -65,14 +66,15 @@ func New(nc *nats.Conn, cfg Config) (*Coordinator, error) {
 	}
 	cfg.fill()
 	return &Coordinator{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		nc:      nc,
-		jobs:    make(map[string]*job),
-		keys:    make(map[string]*job),
-		workers: make(map[string]*worker),
-		ready:   newReadyQueue(),
-		wake:    make(chan struct{}, 1),
+		cfg:      cfg,
+		log:      cfg.Logger,
+		nc:       nc,
+		jobs:     make(map[string]*job),
+		keys:     make(map[string]*job),
+		workers:  make(map[string]*worker),
+		ready:    newReadyQueue(),
+		fencedCh: make(chan struct{}),
+		wake:     make(chan struct{}, 1),
 	}, nil
 }
 
@@ -146,12 +148,18 @@ func (c *Coordinator) goRun(fn func()) {
 
 func (c *Coordinator) now() time.Time { return c.cfg.Now() }
 
+// Fenced is closed once the coordinator finds that another one wrote the state it
+// believed it owned. It then serves nothing: replace it by one that recovers from KV,
+// as Run does.
+func (c *Coordinator) Fenced() <-chan struct{} { return c.fencedCh }
+
 // fence stops this coordinator from changing state after another one wrote it.
 func (c *Coordinator) fence(err error) {
 	c.mu.Lock()
 	first := c.fenced == nil
 	if first {
 		c.fenced = err
+		close(c.fencedCh)
 	}
 	c.mu.Unlock()
 	if first {

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -76,8 +77,8 @@ func campaign(ctx context.Context, kv jetstream.KeyValue, id string, every time.
 	}
 }
 
-// lead runs a coordinator while the lease is renewed; it returns when ctx ends (after
-// giving the lease up) or when a renewal fails.
+// lead runs a coordinator while the lease is renewed; it returns when ctx ends or the
+// coordinator is fenced (giving the lease up either way), or when a renewal fails.
 func lead(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, cfg Config, id string, rev uint64, onLead func(*Coordinator)) error {
 	c, err := New(nc, cfg)
 	if err != nil {
@@ -98,6 +99,11 @@ func lead(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, cfg Config,
 			c.Close()
 			_ = kv.Delete(context.Background(), leaderKey, jetstream.LastRevision(rev))
 			return nil
+		case <-c.Fenced():
+			// Holding the lease while serving nothing would stall every standby.
+			c.Close()
+			_ = kv.Delete(context.Background(), leaderKey, jetstream.LastRevision(rev))
+			return errors.New("fenced: stepping down, to lead again from the stored state")
 		case <-t.C:
 			rctx, cancel := context.WithTimeout(ctx, cfg.LeaderLease/3)
 			rev, err = kv.Update(rctx, leaderKey, []byte(id), rev)

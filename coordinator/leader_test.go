@@ -2,12 +2,14 @@ package coordinator_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/coordinator"
 )
@@ -102,5 +104,60 @@ func TestLeaseOfACrashedLeaderExpires(t *testing.T) {
 	s.startWorker(1)
 	if j := s.wait(id); j.State != protocol.StateCompleted {
 		t.Fatalf("job %+v", j)
+	}
+}
+
+// TestFencedLeaderStepsDown: a leader fenced by a foreign write gives its lease up, and
+// the coordinator that leads next serves the stored state, the foreign write included.
+func TestFencedLeaderStepsDown(t *testing.T) {
+	t.Parallel()
+	s := setup(t, transports[0])
+	_ = s.Coordinator.Close()
+	cfg := s.Config
+	cfg.LeaderLease = time.Hour // only stepping down can hand the lease on in time
+	ctx, cancel := context.WithCancel(context.Background())
+	leaders := make(chan *coordinator.Coordinator, 4)
+	done := make(chan error, 1)
+	go func() { done <- coordinator.Run(ctx, s.NC, cfg, func(c *coordinator.Coordinator) { leaders <- c }) }()
+	t.Cleanup(func() { cancel(); <-done })
+	first := recv(t, "the first leader", leaders)
+
+	m := s.manualWorker("w", 1)
+	id := s.submit("SHA256", text("x"))
+	a := s.nextAssign(m)
+	js, err := jetstream.New(s.NC)
+	must(t, err)
+	kv, err := js.KeyValue(ctx, coordinator.JobsBucket)
+	must(t, err)
+	var entry jetstream.KeyValueEntry
+	s.eventually("the RUNNING record stored", func() bool {
+		entry, err = kv.Get(ctx, id)
+		return err == nil && strings.Contains(string(entry.Value()), `"state":"RUNNING"`)
+	})
+	foreign := strings.Replace(string(entry.Value()), `"state":"RUNNING"`, `"state":"CANCELLED"`, 1)
+	_, err = kv.Update(ctx, id, []byte(foreign), entry.Revision())
+	must(t, err)
+	// Its write of the result fails the CAS: the leader is fenced.
+	_, _ = bus.Ask[protocol.ResultAck](ctx, m.(*busPeer).node, coordinatorAddr, protocol.PathResult, result("w", a, true, "mine"))
+
+	recv(t, "the leader fenced", first.Fenced())
+	if next := recv(t, "a new leader", leaders); next == first {
+		t.Fatal("the fenced coordinator leads again")
+	}
+	s.eventually("the stored state served", func() bool {
+		j, err := s.client.Status(ctx, id)
+		return err == nil && j.State == protocol.StateCancelled
+	})
+}
+
+// recv waits for a value from ch, failing the test after a while.
+func recv[T any](t *testing.T, what string, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(15 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
 	}
 }
