@@ -78,7 +78,8 @@ func campaign(ctx context.Context, kv jetstream.KeyValue, id string, every time.
 }
 
 // lead runs a coordinator while the lease is renewed; it returns when ctx ends or the
-// coordinator is fenced (giving the lease up either way), or when a renewal fails.
+// coordinator is fenced (giving the lease up either way), when another coordinator
+// holds the lease, or when renewals have failed for half a lease.
 func lead(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, cfg Config, id string, rev uint64, onLead func(*Coordinator)) error {
 	c, err := New(nc, cfg)
 	if err != nil {
@@ -93,6 +94,7 @@ func lead(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, cfg Config,
 	}
 	t := time.NewTicker(cfg.LeaderLease / 3)
 	defer t.Stop()
+	renewed := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -106,10 +108,22 @@ func lead(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, cfg Config,
 			return errors.New("fenced: stepping down, to lead again from the stored state")
 		case <-t.C:
 			rctx, cancel := context.WithTimeout(ctx, cfg.LeaderLease/3)
-			rev, err = kv.Update(rctx, leaderKey, []byte(id), rev)
+			next, err := kv.Update(rctx, leaderKey, []byte(id), rev)
 			cancel()
-			if err != nil && ctx.Err() == nil {
+			switch {
+			case err == nil:
+				rev, renewed = next, time.Now()
+			case ctx.Err() != nil:
+			case errors.Is(err, jetstream.ErrKeyRevisionMismatch):
+				return fmt.Errorf("lease lost to another coordinator: %w", err)
+			case time.Since(renewed) >= cfg.LeaderLease/2:
+				// Step down well before the lease can expire under a standby.
 				return fmt.Errorf("renew lease: %w", err)
+			default:
+				// One missed renewal (a NATS blip, a pause) does not cost the
+				// lease, nor the attempts of every running job a new leader
+				// would count.
+				cfg.Logger.Warn("lease renewal failed; retrying", "coordinator", id, "err", err)
 			}
 		}
 	}

@@ -1,7 +1,9 @@
 package coordinator_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -148,6 +150,83 @@ func TestFencedLeaderStepsDown(t *testing.T) {
 		j, err := s.client.Status(ctx, id)
 		return err == nil && j.State == protocol.StateCancelled
 	})
+}
+
+// TestLeaderRidesOutAMissedRenewal: one failed renewal of the lease does not cost the
+// leadership (and with it a recovery that counts an attempt of every running job);
+// renewals failing for half a lease do.
+func TestLeaderRidesOutAMissedRenewal(t *testing.T) {
+	t.Parallel()
+	s := setup(t, transports[0])
+	_ = s.Coordinator.Close()
+	cfg := s.Config
+	cfg.LeaderLease = 3 * time.Second // renewed every second
+	var logs lockedBuffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	leaders := make(chan *coordinator.Coordinator, 4)
+	done := make(chan error, 1)
+	go func() { done <- coordinator.Run(ctx, s.NC, cfg, func(c *coordinator.Coordinator) { leaders <- c }) }()
+	t.Cleanup(func() { cancel(); <-done })
+	recv(t, "the first leader", leaders)
+
+	// Renewals fail while the lease bucket takes no message of a lease's size: a
+	// real JetStream error that is not a lost lease.
+	js, err := jetstream.New(s.NC)
+	must(t, err)
+	stream, err := js.Stream(ctx, "KV_"+coordinator.LeaderBucket)
+	must(t, err)
+	limit := func(size int32) {
+		conf := stream.CachedInfo().Config
+		conf.MaxMsgSize = size
+		_, err := js.UpdateStream(ctx, conf)
+		must(t, err)
+	}
+	limit(1)
+	// Retried ("lease renewal failed; retrying") or, before this rule, given up ("renew lease: ...").
+	s.eventually("a renewal failed", func() bool { return strings.Contains(logs.String(), "renew") })
+	limit(-1)
+	kv, err := js.KeyValue(ctx, coordinator.LeaderBucket)
+	must(t, err)
+	before, err := kv.Get(ctx, "coordinator")
+	must(t, err)
+	s.eventually("the lease renewed again", func() bool {
+		e, err := kv.Get(ctx, "coordinator")
+		return err == nil && e.Revision() > before.Revision()
+	})
+	select {
+	case <-leaders:
+		t.Fatalf("leadership changed over one missed renewal:\n%s", logs.String())
+	default:
+	}
+	if strings.Contains(logs.String(), "lost leadership") {
+		t.Fatalf("leadership given up over one missed renewal:\n%s", logs.String())
+	}
+
+	// Failing for half a lease steps down; once the lease expires, a leader campaigns
+	// its way back.
+	limit(1)
+	s.eventually("leadership given up", func() bool { return strings.Contains(logs.String(), "lost leadership") })
+	limit(-1)
+	recv(t, "a leader after the lease expired", leaders)
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger and a test to share.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // recv waits for a value from ch, failing the test after a while.
