@@ -79,17 +79,20 @@ func versionCommand() *cli.Command {
 	}
 }
 
+// globalCategory heads the global flags in every command's help.
+const globalCategory = "connection and logging (before or after the command name)"
+
 // globalFlags are the flags every command takes, before or after its name. Each call
 // builds new flags, as a flag keeps the state of the flag set it was applied to. Only
 // the app's own read the environment, so a command's copy is set only when given
 // after the command's name.
 func globalFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "nats", Category: "global", Usage: "NATS server URL: client commands and workers default to nats://127.0.0.1:4222; serve joins it instead of embedding one", EnvVars: env("nats")},
-		&cli.StringFlag{Name: "nats-creds", Category: "global", Usage: "NATS credentials file for --nats", EnvVars: env("nats-creds")},
-		&cli.StringFlag{Name: "connect", Category: "global", Usage: "client commands: talk to the TCP client port at host:port (e.g. 127.0.0.1:7071) instead of NATS", EnvVars: env("connect")},
-		&cli.StringFlag{Name: "log-level", Category: "global", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("log-level")},
-		&cli.StringFlag{Name: "log-format", Category: "global", Value: "text", Usage: "text or json", EnvVars: env("log-format")},
+		&cli.StringFlag{Name: "nats", Category: globalCategory, Usage: "NATS server URL: client commands and workers default to nats://127.0.0.1:4222; serve joins it instead of embedding one", EnvVars: env("nats")},
+		&cli.StringFlag{Name: "nats-creds", Category: globalCategory, Usage: "NATS credentials file for --nats", EnvVars: env("nats-creds")},
+		&cli.StringFlag{Name: "connect", Category: globalCategory, Usage: "client commands: talk to the TCP client port at host:port (e.g. 127.0.0.1:7071) instead of NATS", EnvVars: env("connect")},
+		&cli.StringFlag{Name: "log-level", Category: globalCategory, Value: "info", Usage: "debug, info, warn or error", EnvVars: env("log-level")},
+		&cli.StringFlag{Name: "log-format", Category: globalCategory, Value: "text", Usage: "text or json", EnvVars: env("log-format")},
 	}
 }
 
