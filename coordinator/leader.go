@@ -108,14 +108,14 @@ func lead(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, cfg Config,
 			return errors.New("fenced: stepping down, to lead again from the stored state")
 		case <-t.C:
 			rctx, cancel := context.WithTimeout(ctx, cfg.LeaderLease/3)
-			next, err := kv.Update(rctx, leaderKey, []byte(id), rev)
+			next, err := renew(rctx, kv, id, rev)
 			cancel()
 			switch {
 			case err == nil:
 				rev, renewed = next, time.Now()
 			case ctx.Err() != nil:
-			case errors.Is(err, jetstream.ErrKeyRevisionMismatch):
-				return fmt.Errorf("lease lost to another coordinator: %w", err)
+			case errors.Is(err, errLeaseLost):
+				return err
 			case time.Since(renewed) >= cfg.LeaderLease/2:
 				// Step down well before the lease can expire under a standby.
 				return fmt.Errorf("renew lease: %w", err)
@@ -127,4 +127,24 @@ func lead(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, cfg Config,
 			}
 		}
 	}
+}
+
+// errLeaseLost means the lease is gone or names another coordinator.
+var errLeaseLost = errors.New("lease lost to another coordinator")
+
+// renew extends the lease written at rev. An entry moved past rev that still names id
+// is a renewal whose acknowledgement was lost: it is renewed at its own revision.
+func renew(ctx context.Context, kv jetstream.KeyValue, id string, rev uint64) (uint64, error) {
+	next, err := kv.Update(ctx, leaderKey, []byte(id), rev)
+	if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return next, err
+	}
+	e, gerr := kv.Get(ctx, leaderKey)
+	switch {
+	case errors.Is(gerr, jetstream.ErrKeyNotFound), gerr == nil && string(e.Value()) != id:
+		return 0, fmt.Errorf("%w: %w", errLeaseLost, err)
+	case gerr != nil:
+		return 0, gerr
+	}
+	return kv.Update(ctx, leaderKey, []byte(id), e.Revision())
 }

@@ -211,6 +211,47 @@ func TestLeaderRidesOutAMissedRenewal(t *testing.T) {
 	recv(t, "a leader after the lease expired", leaders)
 }
 
+// TestLeaderKeepsALeaseWhoseRenewalAckWasLost: a renewal stored but not acknowledged
+// leaves the leader one revision behind its own lease. The lease is still its own, so
+// it keeps leading, where a lease taken by another would make it step down.
+func TestLeaderKeepsALeaseWhoseRenewalAckWasLost(t *testing.T) {
+	t.Parallel()
+	s := setup(t, transports[0])
+	_ = s.Coordinator.Close()
+	cfg := s.Config
+	cfg.LeaderLease = 3 * time.Second // renewed every second: slow enough for a loaded machine
+	var logs lockedBuffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	leaders := make(chan *coordinator.Coordinator, 4)
+	done := make(chan error, 1)
+	go func() { done <- coordinator.Run(ctx, s.NC, cfg, func(c *coordinator.Coordinator) { leaders <- c }) }()
+	t.Cleanup(func() { cancel(); <-done })
+	recv(t, "the first leader", leaders)
+
+	js, err := jetstream.New(s.NC)
+	must(t, err)
+	kv, err := js.KeyValue(ctx, coordinator.LeaderBucket)
+	must(t, err)
+	e, err := kv.Get(ctx, "coordinator")
+	must(t, err)
+	leader := string(e.Value())
+	lost, err := kv.Put(ctx, "coordinator", e.Value()) // the renewal whose ack never came
+	must(t, err)
+	s.eventually("the lease renewed past the lost renewal", func() bool {
+		e, err := kv.Get(ctx, "coordinator")
+		return err == nil && e.Revision() > lost && string(e.Value()) == leader
+	})
+	if strings.Contains(logs.String(), "lost leadership") || len(leaders) > 0 {
+		t.Fatalf("leadership changed over its own renewal:\n%s", logs.String())
+	}
+
+	// A lease that names another coordinator is lost at once.
+	_, err = kv.Put(ctx, "coordinator", []byte("someone-else"))
+	must(t, err)
+	s.eventually("leadership given up", func() bool { return strings.Contains(logs.String(), "lease lost to another coordinator") })
+}
+
 // lockedBuffer is a bytes.Buffer safe for a logger and a test to share.
 type lockedBuffer struct {
 	mu sync.Mutex
