@@ -26,18 +26,7 @@ func TestFencedByForeignWrite(t *testing.T) {
 	id := s.submit("SHA256", text("x"))
 	a := s.nextAssign(m)
 
-	js, err := jetstream.New(s.NC)
-	must(t, err)
-	kv, err := js.KeyValue(ctx, coordinator.JobsBucket)
-	must(t, err)
-	var entry jetstream.KeyValueEntry
-	s.eventually("the RUNNING record stored", func() bool {
-		entry, err = kv.Get(ctx, id)
-		return err == nil && strings.Contains(string(entry.Value()), `"state":"RUNNING"`)
-	})
-	foreign := strings.Replace(string(entry.Value()), `"state":"RUNNING"`, `"state":"CANCELLED"`, 1)
-	_, err = kv.Update(ctx, id, []byte(foreign), entry.Revision())
-	must(t, err)
+	kv, foreign := s.cancelBehindItsBack(id)
 
 	// The coordinator's write of COMPLETED must fail, and the result not be acknowledged.
 	ack, err := bus.Ask[protocol.ResultAck](ctx, m.(*busPeer).node, coordinatorAddr, protocol.PathResult, result("w", a, true, "mine"))
@@ -58,4 +47,24 @@ func TestFencedByForeignWrite(t *testing.T) {
 	if j, err := s.client.Status(ctx, id); !errors.Is(err, client.ErrNoCoordinator) && !strings.Contains(fmt.Sprint(err), "not serving") {
 		t.Fatalf("status from a fenced coordinator: %+v %v", j, err)
 	}
+}
+
+// cancelBehindItsBack waits for job id's RUNNING record and rewrites it CANCELLED in
+// KV, as another coordinator would, returning the bucket and the record written.
+func (s *system) cancelBehindItsBack(id string) (jetstream.KeyValue, string) {
+	s.t.Helper()
+	ctx := context.Background()
+	js, err := jetstream.New(s.NC)
+	must(s.t, err)
+	kv, err := js.KeyValue(ctx, coordinator.JobsBucket)
+	must(s.t, err)
+	var entry jetstream.KeyValueEntry
+	s.eventually("the RUNNING record stored", func() bool {
+		entry, err = kv.Get(ctx, id)
+		return err == nil && strings.Contains(string(entry.Value()), `"state":"RUNNING"`)
+	})
+	foreign := strings.Replace(string(entry.Value()), `"state":"RUNNING"`, `"state":"CANCELLED"`, 1)
+	_, err = kv.Update(ctx, id, []byte(foreign), entry.Revision())
+	must(s.t, err)
+	return kv, foreign
 }

@@ -117,28 +117,14 @@ func TestFencedLeaderStepsDown(t *testing.T) {
 	_ = s.Coordinator.Close()
 	cfg := s.Config
 	cfg.LeaderLease = time.Hour // only stepping down can hand the lease on in time
-	ctx, cancel := context.WithCancel(context.Background())
-	leaders := make(chan *coordinator.Coordinator, 4)
-	done := make(chan error, 1)
-	go func() { done <- coordinator.Run(ctx, s.NC, cfg, func(c *coordinator.Coordinator) { leaders <- c }) }()
-	t.Cleanup(func() { cancel(); <-done })
+	ctx := context.Background()
+	leaders := campaign(t, s, cfg)
 	first := recv(t, "the first leader", leaders)
 
 	m := s.manualWorker("w", 1)
 	id := s.submit("SHA256", text("x"))
 	a := s.nextAssign(m)
-	js, err := jetstream.New(s.NC)
-	must(t, err)
-	kv, err := js.KeyValue(ctx, coordinator.JobsBucket)
-	must(t, err)
-	var entry jetstream.KeyValueEntry
-	s.eventually("the RUNNING record stored", func() bool {
-		entry, err = kv.Get(ctx, id)
-		return err == nil && strings.Contains(string(entry.Value()), `"state":"RUNNING"`)
-	})
-	foreign := strings.Replace(string(entry.Value()), `"state":"RUNNING"`, `"state":"CANCELLED"`, 1)
-	_, err = kv.Update(ctx, id, []byte(foreign), entry.Revision())
-	must(t, err)
+	s.cancelBehindItsBack(id)
 	// Its write of the result fails the CAS: the leader is fenced.
 	_, _ = bus.Ask[protocol.ResultAck](ctx, m.(*busPeer).node, coordinatorAddr, protocol.PathResult, result("w", a, true, "mine"))
 
@@ -157,18 +143,8 @@ func TestFencedLeaderStepsDown(t *testing.T) {
 // renewals failing for half a lease do.
 func TestLeaderRidesOutAMissedRenewal(t *testing.T) {
 	t.Parallel()
-	s := setup(t, transports[0])
-	_ = s.Coordinator.Close()
-	cfg := s.Config
-	cfg.LeaderLease = 3 * time.Second // renewed every second
-	var logs lockedBuffer
-	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-	ctx, cancel := context.WithCancel(context.Background())
-	leaders := make(chan *coordinator.Coordinator, 4)
-	done := make(chan error, 1)
-	go func() { done <- coordinator.Run(ctx, s.NC, cfg, func(c *coordinator.Coordinator) { leaders <- c }) }()
-	t.Cleanup(func() { cancel(); <-done })
-	recv(t, "the first leader", leaders)
+	s, logs, leaders := leading(t)
+	ctx := context.Background()
 
 	// Renewals fail while the lease bucket takes no message of a lease's size: a
 	// real JetStream error that is not a lost lease.
@@ -216,18 +192,8 @@ func TestLeaderRidesOutAMissedRenewal(t *testing.T) {
 // it keeps leading, where a lease taken by another would make it step down.
 func TestLeaderKeepsALeaseWhoseRenewalAckWasLost(t *testing.T) {
 	t.Parallel()
-	s := setup(t, transports[0])
-	_ = s.Coordinator.Close()
-	cfg := s.Config
-	cfg.LeaderLease = 3 * time.Second // renewed every second: slow enough for a loaded machine
-	var logs lockedBuffer
-	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-	ctx, cancel := context.WithCancel(context.Background())
-	leaders := make(chan *coordinator.Coordinator, 4)
-	done := make(chan error, 1)
-	go func() { done <- coordinator.Run(ctx, s.NC, cfg, func(c *coordinator.Coordinator) { leaders <- c }) }()
-	t.Cleanup(func() { cancel(); <-done })
-	recv(t, "the first leader", leaders)
+	s, logs, leaders := leading(t)
+	ctx := context.Background()
 
 	js, err := jetstream.New(s.NC)
 	must(t, err)
@@ -268,6 +234,31 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// leading starts a campaigning coordinator with a 3 s lease (renewed every second: slow
+// enough for a loaded machine), logging into logs, and waits until it leads.
+func leading(t *testing.T) (s *system, logs *lockedBuffer, leaders <-chan *coordinator.Coordinator) {
+	s = setup(t, transports[0])
+	_ = s.Coordinator.Close()
+	cfg := s.Config
+	cfg.LeaderLease = 3 * time.Second
+	logs = new(lockedBuffer)
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	leaders = campaign(t, s, cfg)
+	recv(t, "the first leader", leaders)
+	return s, logs, leaders
+}
+
+// campaign runs coordinator.Run with cfg until the test ends, and returns the
+// coordinators it leads with, in turn.
+func campaign(t *testing.T, s *system, cfg coordinator.Config) <-chan *coordinator.Coordinator {
+	ctx, cancel := context.WithCancel(context.Background())
+	leaders := make(chan *coordinator.Coordinator, 4)
+	done := make(chan error, 1)
+	go func() { done <- coordinator.Run(ctx, s.NC, cfg, func(c *coordinator.Coordinator) { leaders <- c }) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return leaders
 }
 
 // recv waits for a value from ch, failing the test after a while.
