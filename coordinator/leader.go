@@ -95,16 +95,18 @@ func lead(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, cfg Config,
 	t := time.NewTicker(cfg.LeaderLease / 3)
 	defer t.Stop()
 	renewed := time.Now()
+	giveUp := func() { // after the coordinator stopped, so no standby overlaps it
+		c.Close()
+		_ = kv.Delete(context.Background(), leaderKey, jetstream.LastRevision(rev))
+	}
 	for {
 		select {
 		case <-ctx.Done():
-			c.Close()
-			_ = kv.Delete(context.Background(), leaderKey, jetstream.LastRevision(rev))
+			giveUp()
 			return nil
 		case <-c.Fenced():
 			// Holding the lease while serving nothing would stall every standby.
-			c.Close()
-			_ = kv.Delete(context.Background(), leaderKey, jetstream.LastRevision(rev))
+			giveUp()
 			return errors.New("fenced: stepping down, to lead again from the stored state")
 		case <-t.C:
 			rctx, cancel := context.WithTimeout(ctx, cfg.LeaderLease/3)
