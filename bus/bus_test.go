@@ -530,7 +530,8 @@ func TestHandlersRunConcurrentlyWithinABound(t *testing.T) {
 	for range tells - 1 {
 		must(t, c.Tell(context.Background(), w.Self(), "slow", nil))
 	}
-	waitFor(t, "the bound to fill", func() bool { return w.Stats().InFlight == limit })
+	// A slot is taken before its handler runs: wait for the handlers themselves.
+	waitFor(t, "the bound to fill", func() bool { return running.Load() == limit && w.Stats().InFlight == limit })
 	close(release)
 	waitFor(t, "every tell handled", func() bool { return done.Load() == tells })
 	if p := peak.Load(); p != limit {
