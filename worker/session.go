@@ -56,6 +56,11 @@ func (w *Worker) serve(ctx context.Context, reconnected <-chan nats.Status) erro
 // subscriptions, and any tells sent meanwhile, may have been missed.
 func (w *Worker) reconnects() uint64 { return w.node.Conn().Stats().Reconnects }
 
+// waitingGrace is how long registration may go unanswered before the worker says it
+// is waiting: a worker started beside its coordinator (serve, a compose file) is
+// usually answered well within it, and should not look like trouble.
+const waitingGrace = time.Second
+
 // register asks the coordinator to register the worker until it answers, and returns
 // the connection epoch it registered on. Attempts assigned under an earlier
 // registration are cancelled: registering again ended their leases. It returns nil
@@ -63,6 +68,7 @@ func (w *Worker) reconnects() uint64 { return w.node.Conn().Stats().Reconnects }
 func (w *Worker) register(ctx context.Context, reason string) (epoch uint64, err error) {
 	msg := &protocol.WorkerRegister{WorkerID: w.cfg.ID, Capacity: w.cfg.Capacity, TaskTypes: w.cfg.Registry.Names()}
 	b := backoff{next: w.cfg.retryBase, max: w.cfg.retryMax}
+	start, said := time.Now(), false
 	for try := 1; ; try++ {
 		epoch = w.reconnects()
 		session := w.attempts.NextGeneration() // attempts assigned from now on belong to it
@@ -78,8 +84,9 @@ func (w *Worker) register(ctx context.Context, reason string) (epoch uint64, err
 			return epoch, fmt.Errorf("worker: register: %w", err)
 		case errors.Is(err, bus.ErrRemote):
 			w.log.Warn("worker registration refused; retrying", "err", err)
-		case try == 1:
+		case !said && time.Since(start) >= waitingGrace:
 			w.log.Info("waiting for the coordinator", "err", err)
+			said = true
 		default:
 			w.log.Debug("worker registration not answered; retrying", "err", err, "try", try)
 		}

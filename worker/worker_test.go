@@ -341,6 +341,20 @@ func TestRegistersOnceCoordinatorAnswers(t *testing.T) {
 	waitFor(t, "heartbeats", func() bool { return f.coord.beatCount() >= 2 })
 }
 
+// TestQuietWhileTheCoordinatorStarts: a coordinator that answers a moment after the
+// worker starts (as under serve) is no news: the worker says it waits only after a
+// second unanswered.
+func TestQuietWhileTheCoordinatorStarts(t *testing.T) {
+	t.Parallel()
+	f := setup(t, setupConfig{noCoordinator: true})
+	waitFor(t, "a second registration try", func() bool { return f.logs.has("worker registration not answered; retrying") })
+	f.coord.serve(t)
+	f.waitRegistered(t, 1)
+	if f.logs.has("waiting for the coordinator") {
+		t.Error("the worker said it was waiting for a coordinator that answered at once")
+	}
+}
+
 func TestDefaultIDAndSharedConnection(t *testing.T) {
 	t.Parallel()
 	srv := startServer(t)
