@@ -39,22 +39,13 @@ func statusCommand() *cli.Command {
 Example:
    jobbus status 0b7c2f0e-8a41-4d7e-9b43-3f6a1c2d9e10 --json`,
 		Flags: []cli.Flag{jsonFlag()},
-		Action: func(c *cli.Context) error {
-			pos, err := args(c, "ID")
-			if err != nil {
-				return err
-			}
-			s, err := connect(c, false)
-			if err != nil {
-				return exitErr(err)
-			}
-			defer s.Close()
-			job, err := s.cl.Status(c.Context, pos[0])
+		Action: onJob(func(c *cli.Context, s *session, id string) error {
+			job, err := s.cl.Status(c.Context, id)
 			if err != nil {
 				return exitErr(err)
 			}
 			return newPrinter(c.App.Writer, c.Bool("json")).job(job)
-		},
+		}),
 	}
 }
 
@@ -69,18 +60,9 @@ COMPLETED and 1 otherwise, naming its error; also 1 when --timeout passes first.
 Example:
    jobbus wait 0b7c2f0e-8a41-4d7e-9b43-3f6a1c2d9e10 --timeout 30s`,
 		Flags: []cli.Flag{timeoutFlag("how long to wait"), jsonFlag()},
-		Action: func(c *cli.Context) error {
-			pos, err := args(c, "ID")
-			if err != nil {
-				return err
-			}
-			s, err := connect(c, false)
-			if err != nil {
-				return exitErr(err)
-			}
-			defer s.Close()
-			return waitAndShow(c, s, pos[0])
-		},
+		Action: onJob(func(c *cli.Context, s *session, id string) error {
+			return waitAndShow(c, s, id)
+		}),
 	}
 }
 
@@ -187,17 +169,8 @@ With --json it prints {"cancelled":true|false,"job":{...}}.
 Example:
    jobbus cancel 0b7c2f0e-8a41-4d7e-9b43-3f6a1c2d9e10`,
 		Flags: []cli.Flag{jsonFlag()},
-		Action: func(c *cli.Context) error {
-			pos, err := args(c, "ID")
-			if err != nil {
-				return err
-			}
-			s, err := connect(c, false)
-			if err != nil {
-				return exitErr(err)
-			}
-			defer s.Close()
-			cancelled, job, err := s.cl.Cancel(c.Context, pos[0])
+		Action: onJob(func(c *cli.Context, s *session, id string) error {
+			cancelled, job, err := s.cl.Cancel(c.Context, id)
 			if err != nil {
 				return exitErr(err)
 			}
@@ -212,7 +185,7 @@ Example:
 				fmt.Fprintf(c.App.ErrWriter, "job %s had already ended (%s); nothing to cancel\n", job.JobID, job.State)
 			}
 			return p.job(job)
-		},
+		}),
 	}
 }
 
@@ -318,5 +291,22 @@ Example:
 			}
 			return newPrinter(c.App.Writer, c.Bool("json")).workers(ws)
 		},
+	}
+}
+
+// onJob is the action of a command on one job: it takes the ID argument, connects,
+// and runs do with the session, which it closes after.
+func onJob(do func(c *cli.Context, s *session, id string) error) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		pos, err := args(c, "ID")
+		if err != nil {
+			return err
+		}
+		s, err := connect(c, false)
+		if err != nil {
+			return exitErr(err)
+		}
+		defer s.Close()
+		return do(c, s, pos[0])
 	}
 }
