@@ -217,6 +217,23 @@ func pollJobs(ctx context.Context, cl *client.Client, interval time.Duration) (f
 	for _, j := range jobs {
 		seen.changed(j)
 	}
+	return poll(interval, func(ctx context.Context, events chan<- watchEvent) bool {
+		jobs, err := allJobs(ctx, cl)
+		if err != nil {
+			return true // a coordinator restarting; the next poll tells
+		}
+		for _, j := range slices.Backward(jobs) { // oldest first
+			if seen.changed(j) && !emit(ctx, events, watchEvent{Event: "job", Job: &j}) {
+				return false
+			}
+		}
+		return true
+	}), nil
+}
+
+// poll makes a source that runs tick each interval until ctx ends or tick reports
+// false (its events could not be passed on).
+func poll(interval time.Duration, tick func(context.Context, chan<- watchEvent) bool) func(context.Context, chan<- watchEvent) {
 	return func(ctx context.Context, events chan<- watchEvent) {
 		t := time.NewTicker(interval)
 		defer t.Stop()
@@ -226,17 +243,11 @@ func pollJobs(ctx context.Context, cl *client.Client, interval time.Duration) (f
 				return
 			case <-t.C:
 			}
-			jobs, err := allJobs(ctx, cl)
-			if err != nil {
-				continue // a coordinator restarting; the next poll tells
-			}
-			for _, j := range slices.Backward(jobs) { // oldest first
-				if seen.changed(j) && !emit(ctx, events, watchEvent{Event: "job", Job: &j}) {
-					return
-				}
+			if !tick(ctx, events) {
+				return
 			}
 		}
-	}, nil
+	}
 }
 
 func allJobs(ctx context.Context, cl *client.Client) ([]protocol.Job, error) {
@@ -263,28 +274,20 @@ func workerSource(ctx context.Context, s *session, interval time.Duration) (func
 		return nil, err
 	}
 	known := workerSet(ws)
-	return func(ctx context.Context, events chan<- watchEvent) {
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			ws, err := s.cl.Workers(ctx)
-			if err != nil {
-				continue
-			}
-			now := workerSet(ws)
-			for _, ev := range workerChanges(known, now, ws) {
-				if !emit(ctx, events, ev) {
-					return
-				}
-			}
-			known = now
+	return poll(interval, func(ctx context.Context, events chan<- watchEvent) bool {
+		ws, err := s.cl.Workers(ctx)
+		if err != nil {
+			return true
 		}
-	}, nil
+		now := workerSet(ws)
+		for _, ev := range workerChanges(known, now, ws) {
+			if !emit(ctx, events, ev) {
+				return false
+			}
+		}
+		known = now
+		return true
+	}), nil
 }
 
 func workerSet(ws []protocol.Worker) map[string]protocol.Worker {
