@@ -134,17 +134,18 @@ func env(flag string) []string {
 // logger builds the slog logger of the global flags.
 func logger(c *cli.Context) (*slog.Logger, error) {
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(global(c, "log-level"))); err != nil {
-		return nil, usageError("--log-level must be debug, info, warn or error, got %q", global(c, "log-level"))
+	levelName, format := global(c, "log-level"), global(c, "log-format")
+	if err := level.UnmarshalText([]byte(levelName)); err != nil {
+		return nil, usageError("--log-level must be debug, info, warn or error, got %q", levelName)
 	}
 	opts := &slog.HandlerOptions{Level: level}
-	switch global(c, "log-format") {
+	switch format {
 	case "text":
 		return slog.New(slog.NewTextHandler(c.App.ErrWriter, opts)), nil
 	case "json":
 		return slog.New(slog.NewJSONHandler(c.App.ErrWriter, opts)), nil
 	}
-	return nil, usageError("--log-format must be text or json, got %q", global(c, "log-format"))
+	return nil, usageError("--log-format must be text or json, got %q", format)
 }
 
 type usage struct{ msg string }
