@@ -2,8 +2,8 @@
 // coordinator that lives on NATS. It forwards; the coordinator decides.
 //
 // The client port (default 7071) is strict request/reply: each frame's payload is sent
-// unchanged to the coordinator's API endpoint for its type (coordinator.APIPrefix +
-// "." + coordinator.Endpoint(type)) and the reply body is written back unchanged, one
+// unchanged to the coordinator's API endpoint for its type (protocol.EndpointFor) and
+// the reply body is written back unchanged, one
 // request at a time per connection.
 //
 // The worker port (default 7070) turns each TCP worker into a bus node of its own:

@@ -4,9 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jobbus/jobbus/bridge/frame"
 	"github.com/jobbus/jobbus/bus/protocol"
-	"github.com/jobbus/jobbus/coordinator"
+	"github.com/jobbus/jobbus/bus/protocol/frame"
 )
 
 // FuzzClassifyClient checks the client port's decision on any payload: only a
@@ -36,8 +35,8 @@ func FuzzClassifyClient(f *testing.F) {
 			if decodeErr != nil || e != nil {
 				t.Fatalf("forwarded an undecodable payload: %v", decodeErr)
 			}
-			name, ok := coordinator.Endpoint(msg.MessageType())
-			if !ok || !protocol.IsClientRequest(msg.MessageType()) || subject != coordinator.APIPrefix+"."+name {
+			e, ok := protocol.EndpointFor(msg.MessageType())
+			if !ok || subject != e.Subject() {
 				t.Fatalf("forwarded %s to %q", msg.MessageType(), subject)
 			}
 			return

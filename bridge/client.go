@@ -11,9 +11,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/jobbus/jobbus/bridge/frame"
 	"github.com/jobbus/jobbus/bus/protocol"
-	"github.com/jobbus/jobbus/coordinator"
+	"github.com/jobbus/jobbus/bus/protocol/frame"
 )
 
 // verdict is what the client port does with a frame.
@@ -50,11 +49,11 @@ func classifyClient(payload []byte) (verdict, string, *protocol.Error) {
 		return reject, "", protocol.MalformedRequest(err)
 	}
 	t := msg.MessageType()
-	name, ok := coordinator.Endpoint(t)
+	e, ok := protocol.EndpointFor(t)
 	if !ok {
 		return answer, "", protocol.UnexpectedType(t, "client")
 	}
-	return forward, coordinator.APIPrefix + "." + name, nil
+	return forward, e.Subject(), nil
 }
 
 // serveClient runs one client-port connection: read a request, forward it, write the

@@ -11,9 +11,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
-	"github.com/jobbus/jobbus/bridge/frame"
 	"github.com/jobbus/jobbus/bus/protocol"
-	"github.com/jobbus/jobbus/coordinator"
+	"github.com/jobbus/jobbus/bus/protocol/frame"
 )
 
 func TestClientPort(t *testing.T) {
@@ -175,7 +174,7 @@ func TestClientPortOversizedReply(t *testing.T) {
 		"workers": nil,
 	}
 	for name, body := range bodies {
-		if _, err := nc.Subscribe(coordinator.APIPrefix+"."+name, func(m *nats.Msg) { _ = m.Respond(body) }); err != nil {
+		if _, err := nc.Subscribe(protocol.APIPrefix+"."+name, func(m *nats.Msg) { _ = m.Respond(body) }); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -199,7 +198,7 @@ func TestClientPortRequestTimeout(t *testing.T) {
 	t.Parallel()
 	s := setup(t, noCoordinator(), withBridge(func(c *bridgeConfig) { c.RequestTimeout = 100 * time.Millisecond }))
 	// A responder that never answers: the request times out.
-	if _, err := s.NC.Subscribe(coordinator.APIPrefix+".status", func(*nats.Msg) {}); err != nil {
+	if _, err := s.NC.Subscribe(protocol.APIPrefix+".status", func(*nats.Msg) {}); err != nil {
 		t.Fatal(err)
 	}
 	c := s.client()

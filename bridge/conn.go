@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jobbus/jobbus/bridge/frame"
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/bus/protocol/frame"
 )
 
 // errStalled: a frame began but did not complete within the frame-stall timeout.

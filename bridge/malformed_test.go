@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/jobbus/jobbus/bridge"
-	"github.com/jobbus/jobbus/bridge/frame"
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/bus/protocol/frame"
 )
 
 // attack is what a hostile peer sends and what it must get: the close, after a

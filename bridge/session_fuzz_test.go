@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jobbus/jobbus/bridge/frame"
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/bus/protocol/frame"
 	"github.com/jobbus/jobbus/coordinator"
 )
 

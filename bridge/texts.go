@@ -3,8 +3,8 @@ package bridge
 import (
 	"fmt"
 
-	"github.com/jobbus/jobbus/bridge/frame"
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/bus/protocol/frame"
 )
 
 // The bridge's own ERROR texts: failures of the bridge or of the way to the

@@ -11,9 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jobbus/jobbus/bridge/frame"
 	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/bus/protocol/frame"
 )
 
 // toCoordinator addresses any coordinator; NATS balances asks over them.
@@ -122,9 +122,9 @@ func (s *workerSession) awaitRegister() *protocol.WorkerRegister {
 		s.out.finish(encodeError(protocol.FirstMessageMustRegister()))
 		return nil
 	}
-	if reg.WorkerID == "" || reg.Capacity < protocol.MinCapacity || reg.Capacity > protocol.MaxCapacity || len(reg.WorkerID) > bus.MaxIDLen {
+	if perr := reg.Validate(); perr != nil {
 		s.log.Info("bad registration; closing", "worker", clip(reg.WorkerID), "capacity", reg.Capacity)
-		s.out.finish(encodeError(protocol.BadRegistration()))
+		s.out.finish(encodeError(perr))
 		return nil
 	}
 	// TCP workers run the five built-in tasks (DESIGN.md): a task-type list, a native

@@ -10,7 +10,18 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/jobbus/jobbus/bus"
+	"github.com/jobbus/jobbus/bus/protocol"
 )
+
+// TestWorkerIDsFitAnAddress: every worker id a registration may carry makes a valid
+// worker address, so the protocol's bound and the bus's agree.
+func TestWorkerIDsFitAnAddress(t *testing.T) {
+	t.Parallel()
+	a := bus.Address{Role: bus.RoleWorker, ID: strings.Repeat("é", protocol.MaxWorkerID/2)}
+	if err := a.Validate(); err != nil {
+		t.Fatalf("a worker id of %d bytes: %v", protocol.MaxWorkerID, err)
+	}
+}
 
 func TestAddressString(t *testing.T) {
 	t.Parallel()

@@ -16,7 +16,6 @@ import (
 
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
-	"github.com/jobbus/jobbus/coordinator"
 )
 
 func watchCommand() *cli.Command {
@@ -141,16 +140,16 @@ func jobSource(ctx context.Context, s *session, interval time.Duration) (func(co
 	if err != nil {
 		return nil, err
 	}
-	kv, err := js.KeyValue(ctx, coordinator.JobsBucket)
+	kv, err := js.KeyValue(ctx, protocol.JobsBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, fmt.Errorf("no job bucket %s on %s: no jobbus coordinator has run there (is `jobbus serve` running?)", coordinator.JobsBucket, s.target)
+		return nil, fmt.Errorf("no job bucket %s on %s: no jobbus coordinator has run there (is `jobbus serve` running?)", protocol.JobsBucket, s.target)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open bucket %s on %s: %w", coordinator.JobsBucket, s.target, err)
+		return nil, fmt.Errorf("open bucket %s on %s: %w", protocol.JobsBucket, s.target, err)
 	}
 	w, err := kv.WatchAll(ctx, jetstream.UpdatesOnly())
 	if err != nil {
-		return nil, fmt.Errorf("watch bucket %s: %w", coordinator.JobsBucket, err)
+		return nil, fmt.Errorf("watch bucket %s: %w", protocol.JobsBucket, err)
 	}
 	return func(ctx context.Context, events chan<- watchEvent) {
 		defer func() { _ = w.Stop() }()
@@ -161,7 +160,7 @@ func jobSource(ctx context.Context, s *session, interval time.Duration) (func(co
 				return
 			case e, ok := <-w.Updates():
 				if !ok {
-					emit(ctx, events, watchEvent{err: fmt.Errorf("watch of bucket %s ended", coordinator.JobsBucket)})
+					emit(ctx, events, watchEvent{err: fmt.Errorf("watch of bucket %s ended", protocol.JobsBucket)})
 					return
 				}
 				if ev, ok := kvEvent(e, seen); ok && !emit(ctx, events, ev) {

@@ -18,7 +18,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/jobbus/jobbus/bus/protocol"
-	"github.com/jobbus/jobbus/coordinator"
 )
 
 // Errors callers test with errors.Is.
@@ -114,11 +113,11 @@ func (c *Client) DoRaw(ctx context.Context, t protocol.Type, body []byte) ([]byt
 type natsTransport struct{ nc *nats.Conn }
 
 func (n natsTransport) RoundTrip(ctx context.Context, t protocol.Type, body []byte) ([]byte, error) {
-	name, ok := coordinator.Endpoint(t)
+	e, ok := protocol.EndpointFor(t)
 	if !ok {
 		return nil, fmt.Errorf("%s is not a client request", t)
 	}
-	msg, err := n.nc.RequestWithContext(ctx, coordinator.APIPrefix+"."+name, body)
+	msg, err := n.nc.RequestWithContext(ctx, e.Subject(), body)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, fmt.Errorf("%w on %s (is `jobbus serve` running?)", ErrNoCoordinator, n.nc.ConnectedUrlRedacted())

@@ -11,7 +11,6 @@ import (
 
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
-	"github.com/jobbus/jobbus/coordinator"
 	"github.com/jobbus/jobbus/internal/jobbustest"
 )
 
@@ -34,8 +33,8 @@ func startNATSPeer(t *testing.T, h handler, opts ...client.Option) (*client.Clie
 	t.Helper()
 	nc := jobbustest.Start(t, jobbustest.WithoutCoordinator()).NC
 	var requests atomic.Int32
-	name, _ := coordinator.Endpoint(protocol.TypeSubmitJob)
-	sub, err := nc.Subscribe(coordinator.APIPrefix+"."+name, func(msg *nats.Msg) {
+	e, _ := protocol.EndpointFor(protocol.TypeSubmitJob)
+	sub, err := nc.Subscribe(e.Subject(), func(msg *nats.Msg) {
 		req, err := protocol.Decode(msg.Data)
 		if err != nil {
 			_ = msg.Respond(mustEncode(protocol.MalformedRequest(err)))

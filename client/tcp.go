@@ -11,8 +11,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jobbus/jobbus/bridge/frame"
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/bus/protocol/frame"
 )
 
 // ErrClosed is returned by a request on a client whose TCP transport was closed.

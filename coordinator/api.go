@@ -6,41 +6,14 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
 )
-
-// The client API: a micro service whose request and reply bodies are the client-port JSON
-// of PROTOCOL.md, so the bridge forwards frames unchanged and `nats req` works.
-const (
-	ServiceName = "jobbus"
-	// APIPrefix is the subject prefix of the endpoints: jobbus.api.submit, .status, .list,
-	// .workers and .cancel.
-	APIPrefix = "jobbus.api"
-)
-
-// Endpoint names the API endpoint that serves a client request type.
-func Endpoint(t protocol.Type) (string, bool) {
-	switch t {
-	case protocol.TypeSubmitJob:
-		return "submit", true
-	case protocol.TypeGetJobStatus:
-		return "status", true
-	case protocol.TypeListJobs:
-		return "list", true
-	case protocol.TypeListWorkers:
-		return "workers", true
-	case protocol.TypeCancelJob:
-		return "cancel", true
-	}
-	return "", false
-}
-
-// MaxReply is the largest reply body: a frame of PROTOCOL.md, and NATS's default max payload.
-const MaxReply = 1 << 20
 
 // serve registers the worker handlers on the bus and the client API service.
 func (c *Coordinator) serve() error {
@@ -55,7 +28,7 @@ func (c *Coordinator) serve() error {
 		return err
 	}
 	svc, err := micro.AddService(c.nc, micro.Config{
-		Name:        ServiceName,
+		Name:        protocol.ServiceName,
 		Version:     "0.1.0",
 		Description: "jobbus job coordinator: client API (PROTOCOL.md client-port JSON)",
 	})
@@ -65,10 +38,10 @@ func (c *Coordinator) serve() error {
 	c.mu.Lock()
 	c.svc = svc
 	c.mu.Unlock()
-	group := svc.AddGroup(APIPrefix)
-	for _, name := range []string{"submit", "status", "list", "workers", "cancel"} {
-		if err := group.AddEndpoint(name, micro.HandlerFunc(c.handleAPI)); err != nil {
-			return fmt.Errorf("api endpoint %s: %w", name, err)
+	group := svc.AddGroup(protocol.APIPrefix)
+	for _, e := range protocol.Endpoints {
+		if err := group.AddEndpoint(e.Name, c.endpoint(e.Request)); err != nil {
+			return fmt.Errorf("api endpoint %s: %w", e.Name, err)
 		}
 	}
 	// A writer may have fenced the coordinator during recovery, when there was nothing
@@ -120,28 +93,62 @@ func (c *Coordinator) handleWorkers() error {
 	return nil
 }
 
-// handleAPI answers one client request. The reply may come later, from a writer, so it
-// is published on the reply subject rather than through the micro request.
-func (c *Coordinator) handleAPI(req micro.Request) {
-	replyTo := req.Reply()
-	reply := func(m protocol.Message) {
-		if replyTo == "" {
-			return
-		}
-		data, err := protocol.Encode(m)
-		if err != nil {
-			data, _ = protocol.Encode(&protocol.Error{Message: "encode reply: " + err.Error()})
-		}
-		_ = c.nc.Publish(replyTo, data)
-	}
-	c.Request(req.Data(), reply)
+// endpoint is the handler of the endpoint for request type want: it serves that type
+// only, so that NATS permissions per subject mean what the subjects say. The reply may
+// come later, from a writer, so it is published on the reply subject rather than
+// through the micro request. An ERROR reply carries micro's error headers, so `nats
+// micro stats` counts it and a caller can branch on the code.
+func (c *Coordinator) endpoint(want protocol.Type) micro.Handler {
+	return micro.HandlerFunc(func(req micro.Request) {
+		replyTo := req.Reply()
+		c.serveRequest(req.Data(), want, func(m protocol.Message) {
+			if replyTo == "" {
+				return
+			}
+			_ = c.nc.PublishMsg(replyMsg(replyTo, m))
+		})
+	})
 }
 
-// Request serves one client-port request body, calling reply exactly once.
-func (c *Coordinator) Request(data []byte, reply func(protocol.Message)) {
+// replyMsg encodes an API reply; an ERROR gets micro's error headers.
+func replyMsg(subject string, m protocol.Message) *nats.Msg {
+	data, err := protocol.Encode(m)
+	if err != nil {
+		m = &protocol.Error{Message: "encode reply: " + err.Error()}
+		data, _ = protocol.Encode(m)
+	}
+	msg := &nats.Msg{Subject: subject, Data: data}
+	if e, ok := m.(*protocol.Error); ok {
+		msg.Header = nats.Header{}
+		msg.Header.Set(micro.ErrorHeader, e.Message)
+		msg.Header.Set(micro.ErrorCodeHeader, strconv.Itoa(errorCode(e)))
+	}
+	return msg
+}
+
+// errorCode classifies an ERROR reply for micro's code header: 503 while this
+// coordinator cannot serve, 404 for an unknown job, 400 for everything else a request
+// got wrong.
+func errorCode(e *protocol.Error) int {
+	switch {
+	case strings.HasPrefix(e.Message, ErrNotServing.Error()):
+		return 503
+	case strings.HasPrefix(e.Message, protocol.UnknownJob("").Message):
+		return 404
+	}
+	return 400
+}
+
+// serveRequest serves one request body, which must be of type want.
+func (c *Coordinator) serveRequest(data []byte, want protocol.Type, reply func(protocol.Message)) {
 	msg, err := protocol.Decode(data)
 	if err != nil {
 		reply(protocol.MalformedRequest(err))
+		return
+	}
+	if msg.MessageType() != want {
+		e, _ := protocol.EndpointFor(want)
+		reply(protocol.WrongEndpoint(msg.MessageType(), e.Subject()))
 		return
 	}
 	switch m := msg.(type) {
@@ -155,8 +162,6 @@ func (c *Coordinator) Request(data []byte, reply func(protocol.Message)) {
 		reply(&protocol.WorkerList{Workers: c.workerList()})
 	case *protocol.CancelJob:
 		c.cancelJob(m.JobID, reply)
-	default:
-		reply(protocol.UnexpectedType(msg.MessageType(), "client"))
 	}
 }
 
@@ -222,9 +227,9 @@ func (c *Coordinator) list(req *protocol.ListJobs) protocol.Message {
 	return out
 }
 
-// listBudget is what a JOB_LIST may spend on snapshots: all of MaxReply but the
+// listBudget is what a JOB_LIST may spend on snapshots: all of a message but the
 // envelope and a cursor.
-const listBudget = MaxReply - 128
+const listBudget = protocol.MaxMessage - 128
 
 type listed struct {
 	snap protocol.Job

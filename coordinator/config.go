@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jobbus/jobbus/worker/tasks"
+	"github.com/jobbus/jobbus/bus/protocol/tasktype"
 )
 
 // Config is every knob of a coordinator, with the reference implementation's defaults
@@ -35,8 +35,8 @@ type Config struct {
 	// a standby takes over within about this long of the leader's loss.
 	LeaderLease time.Duration
 
-	// Tasks validates payloads; nil means the five built-in tasks.
-	Tasks *tasks.Registry
+	// TaskTypes validates payloads; nil means the five built-in task types.
+	TaskTypes *tasktype.Set
 	// Now is the clock; nil means time.Now. Tests inject one to age jobs without waiting.
 	Now func() time.Time
 	// Logger receives structured logs; nil discards them.
@@ -95,8 +95,8 @@ func (c Config) Validate() error {
 }
 
 func (c *Config) fill() {
-	if c.Tasks == nil {
-		c.Tasks = tasks.Builtins()
+	if c.TaskTypes == nil {
+		c.TaskTypes = tasktype.Builtins()
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -12,7 +12,6 @@ import (
 	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
-	"github.com/jobbus/jobbus/coordinator"
 )
 
 // TestFencedByForeignWrite shows invariant 3: when someone else writes a job record the
@@ -56,7 +55,7 @@ func (s *system) cancelBehindItsBack(id string) (jetstream.KeyValue, string) {
 	ctx := context.Background()
 	js, err := jetstream.New(s.NC)
 	must(s.t, err)
-	kv, err := js.KeyValue(ctx, coordinator.JobsBucket)
+	kv, err := js.KeyValue(ctx, protocol.JobsBucket)
 	must(s.t, err)
 	var entry jetstream.KeyValueEntry
 	s.eventually("the RUNNING record stored", func() bool {

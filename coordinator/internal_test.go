@@ -105,7 +105,7 @@ func TestFingerprintIsStructural(t *testing.T) {
 
 // queuedJob makes a QUEUED job for queue tests.
 func queuedJob(seq uint64, p protocol.Priority, createdAt int64, task string) *job {
-	return &job{rec: record{JobID: fmt.Sprint(seq), Seq: seq, Priority: p, CreatedAt: createdAt, TaskType: task, State: protocol.StateQueued}}
+	return &job{rec: protocol.Record{JobID: fmt.Sprint(seq), Seq: seq, Priority: p, CreatedAt: createdAt, TaskType: task, State: protocol.StateQueued}}
 }
 
 func TestReadyQueueOrder(t *testing.T) {
@@ -228,7 +228,7 @@ func TestFencedWhileStartingDoesNotServe(t *testing.T) {
 	if err := c.Start(ctx); !errors.Is(err, ErrFenced) {
 		t.Fatalf("Start = %v, want ErrFenced", err)
 	}
-	if _, err := nc.Request(APIPrefix+".status", []byte(`{"type":"GET_JOB_STATUS","jobId":"x"}`), 5*time.Second); !errors.Is(err, nats.ErrNoResponders) {
+	if _, err := nc.Request(protocol.APIPrefix+".status", []byte(`{"type":"GET_JOB_STATUS","jobId":"x"}`), 5*time.Second); !errors.Is(err, nats.ErrNoResponders) {
 		t.Fatalf("status request to a fenced coordinator: %v, want no responders", err)
 	}
 }

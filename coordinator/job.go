@@ -13,32 +13,10 @@ import (
 	"github.com/jobbus/jobbus/bus/protocol"
 )
 
-// record is a job as stored in the JOBS bucket: everything needed to rebuild the
-// coordinator's memory after a restart, the current lease included.
-type record struct {
-	JobID          string            `json:"jobId"`
-	TaskType       string            `json:"taskType"`
-	Payload        json.RawMessage   `json:"payload"`
-	State          protocol.State    `json:"state"`
-	Attempts       int               `json:"attempts"`
-	MaxAttempts    int               `json:"maxAttempts"`
-	Priority       protocol.Priority `json:"priority"`
-	Seq            uint64            `json:"seq"`
-	WorkerID       string            `json:"workerId,omitempty"`
-	AttemptID      string            `json:"attemptId,omitempty"`
-	Result         *string           `json:"result,omitempty"`
-	Error          *string           `json:"error,omitempty"`
-	CreatedAt      int64             `json:"createdAtMillis"`
-	UpdatedAt      int64             `json:"updatedAtMillis"`
-	RetryAt        int64             `json:"retryAtMillis,omitempty"`
-	IdempotencyKey string            `json:"idempotencyKey,omitempty"`
-	Fingerprint    string            `json:"fingerprint,omitempty"`
-}
-
 // job is a record in memory plus what the coordinator needs to schedule and persist it.
 // Every field is guarded by Coordinator.mu.
 type job struct {
-	rec      record
+	rec      protocol.Record
 	deadline time.Time // of the current attempt, while RUNNING
 
 	rev      uint64 // KV revision of the last durable write; 0 until created
@@ -56,25 +34,7 @@ type waiter struct {
 	fn      func(error)
 }
 
-func (j *job) snapshot() protocol.Job {
-	s := protocol.Job{
-		JobID:           j.rec.JobID,
-		TaskType:        j.rec.TaskType,
-		State:           j.rec.State,
-		Attempts:        j.rec.Attempts,
-		MaxAttempts:     j.rec.MaxAttempts,
-		Result:          j.rec.Result,
-		Error:           j.rec.Error,
-		CreatedAtMillis: j.rec.CreatedAt,
-		UpdatedAtMillis: j.rec.UpdatedAt,
-		Priority:        j.rec.Priority,
-	}
-	if j.rec.State == protocol.StateRunning && j.rec.WorkerID != "" {
-		w := j.rec.WorkerID
-		s.WorkerID = &w
-	}
-	return s
-}
+func (j *job) snapshot() protocol.Job { return j.rec.Snapshot() }
 
 // effectivePriority is the base level raised one level per whole aging step waited since
 // submission, capped at HIGH.

@@ -7,13 +7,10 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
-
-// LeaderBucket holds the leader lease: one key whose entries expire after the lease
-// duration unless the leader renews them.
-const LeaderBucket = "JOBBUS_LEADER"
 
 const leaderKey = "coordinator"
 
@@ -34,11 +31,11 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, onLead func(*Coordinato
 		return fmt.Errorf("coordinator: jetstream: %w", err)
 	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: LeaderBucket, Description: "jobbus coordinator leader lease",
+		Bucket: protocol.LeaderBucket, Description: "jobbus coordinator leader lease",
 		History: 1, TTL: cfg.LeaderLease, Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
 	})
 	if err != nil {
-		return fmt.Errorf("coordinator: open bucket %s: %w", LeaderBucket, err)
+		return fmt.Errorf("coordinator: open bucket %s: %w", protocol.LeaderBucket, err)
 	}
 	id := newID()
 	for {

@@ -79,7 +79,7 @@ func TestLeaseOfACrashedLeaderExpires(t *testing.T) {
 	js, err := jetstream.New(s.NC)
 	must(t, err)
 	kv, err := js.CreateOrUpdateKeyValue(context.Background(), jetstream.KeyValueConfig{
-		Bucket: coordinator.LeaderBucket, History: 1, TTL: cfg.LeaderLease, Storage: jetstream.FileStorage,
+		Bucket: protocol.LeaderBucket, History: 1, TTL: cfg.LeaderLease, Storage: jetstream.FileStorage,
 	})
 	must(t, err)
 	_, err = kv.Create(context.Background(), "coordinator", []byte("crashed"))
@@ -150,7 +150,7 @@ func TestLeaderRidesOutAMissedRenewal(t *testing.T) {
 	// real JetStream error that is not a lost lease.
 	js, err := jetstream.New(s.NC)
 	must(t, err)
-	stream, err := js.Stream(ctx, "KV_"+coordinator.LeaderBucket)
+	stream, err := js.Stream(ctx, "KV_"+protocol.LeaderBucket)
 	must(t, err)
 	limit := func(size int32) {
 		conf := stream.CachedInfo().Config
@@ -162,7 +162,7 @@ func TestLeaderRidesOutAMissedRenewal(t *testing.T) {
 	// Retried ("lease renewal failed; retrying") or, before this rule, given up ("renew lease: ...").
 	s.eventually("a renewal failed", func() bool { return strings.Contains(logs.String(), "renew") })
 	limit(-1)
-	kv, err := js.KeyValue(ctx, coordinator.LeaderBucket)
+	kv, err := js.KeyValue(ctx, protocol.LeaderBucket)
 	must(t, err)
 	before, err := kv.Get(ctx, "coordinator")
 	must(t, err)
@@ -197,7 +197,7 @@ func TestLeaderKeepsALeaseWhoseRenewalAckWasLost(t *testing.T) {
 
 	js, err := jetstream.New(s.NC)
 	must(t, err)
-	kv, err := js.KeyValue(ctx, coordinator.LeaderBucket)
+	kv, err := js.KeyValue(ctx, protocol.LeaderBucket)
 	must(t, err)
 	e, err := kv.Get(ctx, "coordinator")
 	must(t, err)

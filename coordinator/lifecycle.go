@@ -10,25 +10,16 @@ import (
 
 	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
-	"github.com/jobbus/jobbus/worker/tasks"
+	"github.com/jobbus/jobbus/bus/protocol/tasktype"
 )
 
-// Bounds that keep every job record well inside NATS's 1 MiB message: the payload as
-// submitted, the idempotency key, and the result and error texts a worker reports
-// (longer ones are cut, marked so).
-const (
-	MaxPayloadBytes = 768 << 10
-	MaxKeyBytes     = 1024
-	MaxTextBytes    = 64 << 10
-)
-
-// clip bounds a worker's result or error text to MaxTextBytes.
+// clip bounds a worker's result or error text to protocol.MaxTextBytes.
 func clip(s *string) *string {
-	if s == nil || len(*s) <= MaxTextBytes {
+	if s == nil || len(*s) <= protocol.MaxTextBytes {
 		return s
 	}
 	const mark = "... (truncated)"
-	cut := MaxTextBytes - len(mark)
+	cut := protocol.MaxTextBytes - len(mark)
 	for cut > 0 && !utf8.RuneStart((*s)[cut]) {
 		cut--
 	}
@@ -42,15 +33,11 @@ type replyFunc func(protocol.Message)
 // submit validates, deduplicates, admits and stores a new job; reply gets JOB_SUBMITTED
 // only once the job is durable.
 func (c *Coordinator) submit(req *protocol.SubmitJob, reply replyFunc) {
-	if len(req.Payload) > MaxPayloadBytes {
-		reply(protocol.InvalidPayload(fmt.Sprintf("Payload exceeds %d bytes", MaxPayloadBytes)))
+	if perr := req.CheckSubmission(); perr != nil {
+		reply(perr)
 		return
 	}
-	if k := req.IdempotencyKey; k != nil && (*k == "" || len(*k) > MaxKeyBytes) {
-		reply(&protocol.Error{Message: fmt.Sprintf("Idempotency key must be 1 to %d bytes, got %d", MaxKeyBytes, len(*k))})
-		return
-	}
-	if err := c.cfg.Tasks.Validate(req.TaskType, req.Payload); err != nil {
+	if err := c.cfg.TaskTypes.Validate(req.TaskType, req.Payload); err != nil {
 		reply(validationError(req.TaskType, err))
 		return
 	}
@@ -102,11 +89,11 @@ func (c *Coordinator) submit(req *protocol.SubmitJob, reply replyFunc) {
 }
 
 func validationError(taskType string, err error) *protocol.Error {
-	var pe *tasks.PayloadError
+	var pe *tasktype.PayloadError
 	if errors.As(err, &pe) {
 		return protocol.InvalidPayload(pe.Message)
 	}
-	if errors.Is(err, tasks.ErrUnknownTask) {
+	if errors.Is(err, tasktype.ErrUnknown) {
 		return protocol.UnknownTaskType(taskType)
 	}
 	return protocol.InvalidPayload(err.Error())
@@ -137,7 +124,7 @@ func (c *Coordinator) newJob(req *protocol.SubmitJob, maxAttempts int, prio prot
 	c.seq++
 	now := max(c.now().UnixMilli(), c.lastMilli)
 	c.lastMilli = now
-	j := &job{rec: record{
+	j := &job{rec: protocol.Record{
 		JobID:          newID(),
 		TaskType:       req.TaskType,
 		Payload:        req.Payload,

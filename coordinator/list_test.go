@@ -9,7 +9,6 @@ import (
 
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
-	"github.com/jobbus/jobbus/coordinator"
 )
 
 // TestListIsBounded fills the coordinator with more jobs than fit in one reply: a list
@@ -44,13 +43,13 @@ func TestListIsBounded(t *testing.T) {
 
 		raw, err := s.client.DoRaw(ctx, protocol.TypeListJobs, []byte(`{"type":"LIST_JOBS"}`))
 		must(t, err)
-		if len(raw) > coordinator.MaxReply {
-			t.Fatalf("JOB_LIST of %d bytes exceeds %d", len(raw), coordinator.MaxReply)
+		if len(raw) > protocol.MaxMessage {
+			t.Fatalf("JOB_LIST of %d bytes exceeds %d", len(raw), protocol.MaxMessage)
 		}
 		m, err := protocol.Decode(raw)
 		must(t, err)
 		all := m.(*protocol.JobList)
-		if len(all.Jobs) == 0 || len(all.Jobs) == n || len(raw) < coordinator.MaxReply-1024 || all.NextCursor != "" {
+		if len(all.Jobs) == 0 || len(all.Jobs) == n || len(raw) < protocol.MaxMessage-1024 || all.NextCursor != "" {
 			t.Fatalf("%d of %d jobs in %d bytes (cursor %q): want the newest that fill 1 MiB, and no cursor for a spec peer", len(all.Jobs), n, len(raw), all.NextCursor)
 		}
 
@@ -105,24 +104,24 @@ func TestSubmissionBounds(t *testing.T) {
 	t.Parallel()
 	s := setup(t, transports[0])
 	ctx := context.Background()
-	big := `{"text":"x","pad":"` + strings.Repeat("p", coordinator.MaxPayloadBytes) + `"}`
+	big := `{"text":"x","pad":"` + strings.Repeat("p", protocol.MaxPayloadBytes) + `"}`
 	if _, err := s.client.Submit(ctx, "SHA256", rawJSON(big)); err == nil || !strings.Contains(err.Error(), "Payload exceeds") {
 		t.Fatalf("oversized payload: %v", err)
 	}
-	for _, key := range []string{"", strings.Repeat("k", coordinator.MaxKeyBytes+1)} {
+	for _, key := range []string{"", strings.Repeat("k", protocol.MaxKeyBytes+1)} {
 		_, err := s.client.Submit(ctx, "SHA256", text("x"), client.IdempotencyKey(key))
 		if !errors.Is(err, client.ErrServer) || !strings.Contains(err.Error(), "Idempotency key must be 1 to 1024 bytes") {
 			t.Fatalf("key of %d bytes: %v", len(key), err)
 		}
 	}
-	a, err := s.client.Submit(ctx, "SHA256", text("x"), client.IdempotencyKey(strings.Repeat("k", coordinator.MaxKeyBytes)))
+	a, err := s.client.Submit(ctx, "SHA256", text("x"), client.IdempotencyKey(strings.Repeat("k", protocol.MaxKeyBytes)))
 	must(t, err)
 	// A worker's huge result is cut to fit.
 	m := s.manualWorker("w", 1)
 	asg := s.nextAssign(m)
-	s.accept(m, asg, true, strings.Repeat("r", 2*coordinator.MaxTextBytes))
+	s.accept(m, asg, true, strings.Repeat("r", 2*protocol.MaxTextBytes))
 	j := s.status(a)
-	if j.State != protocol.StateCompleted || len(*j.Result) > coordinator.MaxTextBytes || !strings.HasSuffix(*j.Result, "(truncated)") {
+	if j.State != protocol.StateCompleted || len(*j.Result) > protocol.MaxTextBytes || !strings.HasSuffix(*j.Result, "(truncated)") {
 		t.Fatalf("job %s with a result of %d bytes", j.State, len(deref(j.Result)))
 	}
 }

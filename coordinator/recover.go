@@ -19,11 +19,11 @@ import (
 func (c *Coordinator) recover(ctx context.Context) error {
 	recs, err := loadAll(ctx, c.jobsKV)
 	if err != nil {
-		return fmt.Errorf("load %s: %w", JobsBucket, err)
+		return fmt.Errorf("load %s: %w", protocol.JobsBucket, err)
 	}
 	c.mu.Lock()
 	for _, e := range recs {
-		var r record
+		var r protocol.Record
 		if err := json.Unmarshal(e.Value(), &r); err != nil {
 			c.log.Warn("skipping unreadable job record", "key", e.Key(), "err", err)
 			continue
@@ -46,7 +46,7 @@ func compareSeq(a, b uint64) int {
 }
 
 // restore adds one stored job to memory. Called with c.mu held.
-func (c *Coordinator) restore(r record, rev uint64) {
+func (c *Coordinator) restore(r protocol.Record, rev uint64) {
 	j := &job{rec: r, rev: rev}
 	c.jobs[r.JobID] = j
 	c.order = append(c.order, j)
@@ -82,7 +82,7 @@ func (c *Coordinator) restore(r record, rev uint64) {
 func (c *Coordinator) repairBindings(ctx context.Context) error {
 	entries, err := loadAll(ctx, c.keysKV)
 	if err != nil {
-		return fmt.Errorf("load %s: %w", KeysBucket, err)
+		return fmt.Errorf("load %s: %w", protocol.KeysBucket, err)
 	}
 	for _, e := range entries {
 		var b binding

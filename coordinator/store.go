@@ -11,21 +11,15 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-)
 
-// Bucket names in JetStream KV.
-const (
-	// JobsBucket maps a job id to its record (history 1, every write a CAS).
-	JobsBucket = "JOBS"
-	// KeysBucket maps an encoded idempotency key to its binding (written with Create).
-	KeysBucket = "JOB_KEYS"
+	"github.com/jobbus/jobbus/bus/protocol"
 )
 
 // ErrFenced means a write found the record changed by someone else: another coordinator
 // writes this state, so this one must stop (DESIGN invariant 3).
 var ErrFenced = errors.New("coordinator fenced: job state was written by another coordinator")
 
-// binding is an idempotency key's value in KeysBucket.
+// binding is an idempotency key's value in protocol.KeysBucket.
 type binding struct {
 	JobID       string `json:"jobId"`
 	Fingerprint string `json:"fingerprint"`
@@ -40,13 +34,13 @@ func openBuckets(ctx context.Context, js jetstream.JetStream, replicas int) (job
 	cfg := func(name, desc string) jetstream.KeyValueConfig {
 		return jetstream.KeyValueConfig{Bucket: name, Description: desc, History: 1, Storage: jetstream.FileStorage, Replicas: replicas}
 	}
-	jobs, err = js.CreateOrUpdateKeyValue(ctx, cfg(JobsBucket, "jobbus job records"))
+	jobs, err = js.CreateOrUpdateKeyValue(ctx, cfg(protocol.JobsBucket, "jobbus job records"))
 	if err != nil {
-		return nil, nil, fmt.Errorf("open bucket %s: %w", JobsBucket, err)
+		return nil, nil, fmt.Errorf("open bucket %s: %w", protocol.JobsBucket, err)
 	}
-	keys, err = js.CreateOrUpdateKeyValue(ctx, cfg(KeysBucket, "jobbus idempotency keys"))
+	keys, err = js.CreateOrUpdateKeyValue(ctx, cfg(protocol.KeysBucket, "jobbus idempotency keys"))
 	if err != nil {
-		return nil, nil, fmt.Errorf("open bucket %s: %w", KeysBucket, err)
+		return nil, nil, fmt.Errorf("open bucket %s: %w", protocol.KeysBucket, err)
 	}
 	return jobs, keys, nil
 }
@@ -171,7 +165,7 @@ func (c *Coordinator) write(ctx context.Context, id string, rev uint64, data []b
 		return r, err
 	}
 	r, err := c.jobsKV.Update(wctx, id, data, rev)
-	if isWrongRevision(err) {
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return 0, fmt.Errorf("%w (job %s moved past revision %d)", ErrFenced, id, rev)
 	}
 	return r, err
@@ -200,12 +194,6 @@ func (c *Coordinator) bind(ctx context.Context, key string, b binding) error {
 // (payload and key sizes, result truncation) keep it from happening.
 func permanent(err error) bool {
 	return errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, jetstream.ErrInvalidKey)
-}
-
-func isWrongRevision(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 // written records a durable write and runs the waiters it satisfied.

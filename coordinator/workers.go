@@ -29,8 +29,8 @@ func (w *worker) runs(taskType string) bool {
 
 // register adds a worker, superseding a live one with the same id.
 func (c *Coordinator) register(req *protocol.WorkerRegister) (*protocol.WorkerRegistered, error) {
-	if req.WorkerID == "" || req.Capacity < protocol.MinCapacity || req.Capacity > protocol.MaxCapacity {
-		return nil, protocol.BadRegistration()
+	if perr := req.Validate(); perr != nil {
+		return nil, perr
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

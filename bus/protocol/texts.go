@@ -45,6 +45,12 @@ func UnexpectedType(t Type, port string) *Error {
 	return &Error{Message: fmt.Sprintf("Unexpected message type %s on the %s port", t, port)}
 }
 
+// WrongEndpoint is the ERROR text for a client request sent to another request type's
+// API subject.
+func WrongEndpoint(t Type, subject string) *Error {
+	return &Error{Message: fmt.Sprintf("Unexpected message type %s on %s", t, subject)}
+}
+
 // AtCapacity is the reason of a SUBMIT_REJECTED.
 func AtCapacity(active, limit int) *SubmitRejected {
 	return &SubmitRejected{
@@ -62,19 +68,4 @@ const UnavailablePrefix = "coordinator unavailable: "
 // CoordinatorUnavailable is the bridge's ERROR for a request no coordinator answered.
 func CoordinatorUnavailable(detail string) *Error {
 	return &Error{Message: UnavailablePrefix + detail}
-}
-
-// Capacity bounds of a worker registration.
-const (
-	MinCapacity = 1
-	MaxCapacity = 1024
-)
-
-// IsClientRequest reports whether t is a request of the client port.
-func IsClientRequest(t Type) bool {
-	switch t {
-	case TypeSubmitJob, TypeGetJobStatus, TypeListJobs, TypeListWorkers, TypeCancelJob:
-		return true
-	}
-	return false
 }

@@ -9,81 +9,46 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jobbus/jobbus/bus/protocol/tasktype"
 )
 
 // Names of the built-in task types.
 const (
-	TypeSleep      = "SLEEP"
-	TypeWordCount  = "WORD_COUNT"
-	TypeSHA256     = "SHA256"
-	TypePrimeCount = "PRIME_COUNT"
-	TypeFail       = "FAIL"
+	TypeSleep      = tasktype.TypeSleep
+	TypeWordCount  = tasktype.TypeWordCount
+	TypeSHA256     = tasktype.TypeSHA256
+	TypePrimeCount = tasktype.TypePrimeCount
+	TypeFail       = tasktype.TypeFail
 )
 
-// Bounds of the built-in payloads (PROTOCOL.md, "Task payloads"). They exist
-// so that no job can monopolise a worker.
-const (
-	maxSleepMillis      = 600_000
-	maxTextChars        = 200_000
-	minPrimeLimit       = 2
-	maxPrimeLimit       = 50_000_000
-	maxFailUntilAttempt = 1000
-)
-
-// builtin adapts a payload parser and a typed run function to Task. Run parses
-// again rather than trusting its caller, so a worker handed a bad payload
+// builtin pairs a built-in task type's contract with the code that runs it. Run parses
+// the payload again rather than trusting its caller, so a worker handed a bad payload
 // reports it instead of misbehaving.
 type builtin[A any] struct {
-	parse func(fields) (A, *PayloadError)
-	run   func(ctx context.Context, attempt int, args A) (string, error)
+	def tasktype.Builtin[A]
+	run func(ctx context.Context, attempt int, args A) (string, error)
 }
 
-func (b builtin[A]) args(payload json.RawMessage) (A, *PayloadError) {
-	f, perr := parseObject(payload)
-	if perr != nil {
-		var zero A
-		return zero, perr
-	}
-	return b.parse(f)
-}
-
-func (b builtin[A]) Validate(payload json.RawMessage) error {
-	if _, perr := b.args(payload); perr != nil {
-		return perr
-	}
-	return nil
-}
+func (b builtin[A]) Validate(payload json.RawMessage) error { return b.def.Validate(payload) }
 
 func (b builtin[A]) Run(ctx context.Context, attempt int, payload json.RawMessage) (string, error) {
-	a, perr := b.args(payload)
-	if perr != nil {
-		return "", perr
+	a, err := b.def.Args(payload)
+	if err != nil {
+		return "", err
 	}
 	return b.run(ctx, attempt, a)
 }
 
 func builtinTasks() map[string]Task {
 	return map[string]Task{
-		TypeSleep: builtin[int64]{
-			parse: func(f fields) (int64, *PayloadError) { return f.intField("durationMillis", 0, maxSleepMillis) },
-			run:   runSleep,
-		},
-		TypeWordCount: builtin[string]{parse: textField, run: runWordCount},
-		TypeSHA256:    builtin[string]{parse: textField, run: runSHA256},
-		TypePrimeCount: builtin[int64]{
-			parse: func(f fields) (int64, *PayloadError) { return f.intField("limit", minPrimeLimit, maxPrimeLimit) },
-			run:   runPrimeCount,
-		},
-		TypeFail: builtin[int64]{
-			parse: func(f fields) (int64, *PayloadError) {
-				return f.intField("failUntilAttempt", 0, maxFailUntilAttempt)
-			},
-			run: runFail,
-		},
+		TypeSleep:      builtin[int64]{tasktype.Sleep, runSleep},
+		TypeWordCount:  builtin[string]{tasktype.WordCount, runWordCount},
+		TypeSHA256:     builtin[string]{tasktype.SHA256, runSHA256},
+		TypePrimeCount: builtin[int64]{tasktype.PrimeCount, runPrimeCount},
+		TypeFail:       builtin[int64]{tasktype.Fail, runFail},
 	}
 }
-
-func textField(f fields) (string, *PayloadError) { return f.stringField("text", maxTextChars) }
 
 // runSleep waits on a timer rather than time.Sleep so that a cancel ends the
 // attempt at once instead of after up to ten minutes.

@@ -3,10 +3,10 @@
 // PRIME_COUNT, FAIL) and a Registry that maps a task type name to its
 // implementation.
 //
-// The same Registry serves two roles: the coordinator validates a submitted
-// payload before the job exists (Registry.Validate), and a worker runs an
-// assigned attempt (Registry.Run). Tasks are pure functions of their payload
-// and attempt number and stop when their context is cancelled.
+// What a task type accepts is its contract, in package bus/protocol/tasktype,
+// which the coordinator validates with; this package adds execution. Tasks are
+// pure functions of their payload and attempt number and stop when their
+// context is cancelled.
 package tasks
 
 import (
@@ -17,6 +17,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/jobbus/jobbus/bus/protocol/tasktype"
 )
 
 // Task is one task type: its payload validation and its execution.
@@ -31,18 +33,11 @@ type Task interface {
 }
 
 // PayloadError reports a payload that a task type rejects.
-type PayloadError struct {
-	// Message is the reason, e.g. "Field 'durationMillis' must be an integer".
-	Message string
-}
-
-// Error returns the wire text of PROTOCOL.md, "Invalid payload: <Message>",
-// so every transport reports a bad payload with the same bytes.
-func (e *PayloadError) Error() string { return "Invalid payload: " + e.Message }
+type PayloadError = tasktype.PayloadError
 
 var (
 	// ErrUnknownTask is returned (wrapped) for a task type the registry lacks.
-	ErrUnknownTask = errors.New("unknown task type")
+	ErrUnknownTask = tasktype.ErrUnknown
 	// ErrDuplicateTask is returned (wrapped) when a name is registered twice.
 	ErrDuplicateTask = errors.New("task type already registered")
 )

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jobbus/jobbus/bridge/frame"
+	"github.com/jobbus/jobbus/bus/protocol/frame"
 	"github.com/jobbus/jobbus/bus/protocol"
 )
 

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jobbus/jobbus/bridge/frame"
+	"github.com/jobbus/jobbus/bus/protocol/frame"
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/worker/internal/attempts"
 )

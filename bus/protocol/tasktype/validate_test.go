@@ -1,4 +1,4 @@
-package tasks_test
+package tasktype_test
 
 import (
 	"encoding/json"
@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jobbus/jobbus/worker/tasks"
+	"github.com/jobbus/jobbus/bus/protocol/tasktype"
 )
 
 type validateCase struct {
@@ -98,23 +98,23 @@ func allValidateCases() []validateCase {
 			all = append(all, c)
 		}
 	}
-	add(tasks.TypeSleep, intFieldCases(tasks.TypeSleep, "durationMillis", 0, 600_000))
-	add(tasks.TypePrimeCount, intFieldCases(tasks.TypePrimeCount, "limit", 2, 50_000_000))
-	add(tasks.TypeFail, intFieldCases(tasks.TypeFail, "failUntilAttempt", 0, 1000))
-	add(tasks.TypeWordCount, textFieldCases(tasks.TypeWordCount))
-	add(tasks.TypeSHA256, textFieldCases(tasks.TypeSHA256))
+	add(tasktype.Sleep.Name, intFieldCases(tasktype.Sleep.Name, "durationMillis", 0, 600_000))
+	add(tasktype.PrimeCount.Name, intFieldCases(tasktype.PrimeCount.Name, "limit", 2, 50_000_000))
+	add(tasktype.Fail.Name, intFieldCases(tasktype.Fail.Name, "failUntilAttempt", 0, 1000))
+	add(tasktype.WordCount.Name, textFieldCases(tasktype.WordCount.Name))
+	add(tasktype.SHA256.Name, textFieldCases(tasktype.SHA256.Name))
 	return append(all,
-		validateCase{"SLEEP/NegativeZero", tasks.TypeSleep, `{"durationMillis":-0}`, ""},
-		validateCase{"SLEEP/ExampleOutOfRange", tasks.TypeSleep, `{"durationMillis":700000}`,
+		validateCase{"SLEEP/NegativeZero", tasktype.Sleep.Name, `{"durationMillis":-0}`, ""},
+		validateCase{"SLEEP/ExampleOutOfRange", tasktype.Sleep.Name, `{"durationMillis":700000}`,
 			"Field 'durationMillis' must be in [0, 600000], got 700000"},
-		validateCase{"PRIME_COUNT/ExampleTooSmall", tasks.TypePrimeCount, `{"limit":1}`,
+		validateCase{"PRIME_COUNT/ExampleTooSmall", tasktype.PrimeCount.Name, `{"limit":1}`,
 			"Field 'limit' must be in [2, 50000000], got 1"},
 	)
 }
 
 func TestValidate(t *testing.T) {
 	t.Parallel()
-	reg := tasks.Builtins()
+	reg := tasktype.Builtins()
 	for _, tc := range allValidateCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -129,7 +129,7 @@ func TestValidate(t *testing.T) {
 				}
 				return
 			}
-			var perr *tasks.PayloadError
+			var perr *tasktype.PayloadError
 			if !errors.As(err, &perr) {
 				t.Fatalf("Validate(%.80s) = %v, want *PayloadError", tc.payload, err)
 			}

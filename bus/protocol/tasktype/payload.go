@@ -1,4 +1,4 @@
-package tasks
+package tasktype
 
 import (
 	"bytes"

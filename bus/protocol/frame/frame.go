@@ -1,4 +1,4 @@
-// Package frame implements the framing of PROTOCOL.md used on both bridge
+// Package frame implements the framing of PROTOCOL.md used on both TCP
 // ports: every frame is a 4-byte big-endian payload length followed by that
 // many payload bytes (UTF-8 JSON, though this package never looks inside).
 // A declared length must be between 1 and [MaxSize]; anything else is a
@@ -30,10 +30,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/jobbus/jobbus/bus/protocol"
 )
 
 // MaxSize is the largest payload PROTOCOL.md allows in one frame (1 MiB).
-const MaxSize = 1 << 20
+const MaxSize = protocol.MaxMessage
 
 // headerSize is the length of the big-endian length prefix.
 const headerSize = 4

@@ -1,0 +1,106 @@
+package protocol
+
+import (
+	"fmt"
+	"strings"
+)
+
+// The client API on NATS: a micro service whose endpoints take and give the client-port
+// JSON of PROTOCOL.md, so the bridge forwards frames unchanged and `nats req` works.
+const (
+	// ServiceName is the micro service's name (`nats micro ls`).
+	ServiceName = "jobbus"
+	// APIPrefix is the subject prefix of the endpoints: jobbus.api.submit, .status,
+	// .list, .workers and .cancel.
+	APIPrefix = "jobbus.api"
+)
+
+// Endpoint is one endpoint of the client API: its name (the last subject token) and
+// the one request type it serves.
+type Endpoint struct {
+	Name    string
+	Request Type
+}
+
+// Subject is the NATS subject the endpoint listens on.
+func (e Endpoint) Subject() string { return APIPrefix + "." + e.Name }
+
+// Endpoints lists the client API: each request type of the client port, and the
+// endpoint that serves it. It is the one list of client requests; the rest derive
+// from it.
+var Endpoints = []Endpoint{
+	{Name: "submit", Request: TypeSubmitJob},
+	{Name: "status", Request: TypeGetJobStatus},
+	{Name: "list", Request: TypeListJobs},
+	{Name: "workers", Request: TypeListWorkers},
+	{Name: "cancel", Request: TypeCancelJob},
+}
+
+// EndpointFor returns the endpoint that serves request type t; ok is false for a type
+// that is not a client request.
+func EndpointFor(t Type) (e Endpoint, ok bool) {
+	for _, e := range Endpoints {
+		if e.Request == t {
+			return e, true
+		}
+	}
+	return Endpoint{}, false
+}
+
+// IsClientRequest reports whether t is a request of the client port.
+func IsClientRequest(t Type) bool {
+	_, ok := EndpointFor(t)
+	return ok
+}
+
+// Bucket names in JetStream KV.
+const (
+	// JobsBucket maps a job id to its Record (history 1, every write a CAS).
+	JobsBucket = "JOBS"
+	// KeysBucket maps an encoded idempotency key to its binding (written with Create).
+	KeysBucket = "JOB_KEYS"
+	// LeaderBucket holds the coordinators' leader lease.
+	LeaderBucket = "JOBBUS_LEADER"
+)
+
+// Size limits. A frame, a reply and a NATS message hold at most MaxMessage bytes; the
+// submission bounds keep every job record well inside it: the payload as submitted,
+// the idempotency key, and the result and error texts a worker reports (longer ones
+// are cut by the coordinator, marked so).
+const (
+	MaxMessage      = 1 << 20
+	MaxPayloadBytes = 768 << 10
+	MaxKeyBytes     = 1024
+	MaxTextBytes    = 64 << 10
+)
+
+// Bounds of a worker registration. A worker id names a NATS subject token (base64 if
+// need be), so it is bounded too.
+const (
+	MinCapacity = 1
+	MaxCapacity = 1024
+	MaxWorkerID = 512
+)
+
+// Validate reports whether the registration is usable: a worker id that is not blank and
+// at most MaxWorkerID bytes, and a capacity in MinCapacity..MaxCapacity. The error is the
+// spec's ERROR text.
+func (m *WorkerRegister) Validate() *Error {
+	if strings.TrimSpace(m.WorkerID) == "" || len(m.WorkerID) > MaxWorkerID ||
+		m.Capacity < MinCapacity || m.Capacity > MaxCapacity {
+		return BadRegistration()
+	}
+	return nil
+}
+
+// CheckSubmission enforces the submission bounds that hold for every task type: the
+// payload's size and the idempotency key's length. The error is the wire text.
+func (m *SubmitJob) CheckSubmission() *Error {
+	if len(m.Payload) > MaxPayloadBytes {
+		return InvalidPayload(fmt.Sprintf("Payload exceeds %d bytes", MaxPayloadBytes))
+	}
+	if k := m.IdempotencyKey; k != nil && (*k == "" || len(*k) > MaxKeyBytes) {
+		return &Error{Message: fmt.Sprintf("Idempotency key must be 1 to %d bytes, got %d", MaxKeyBytes, len(*k))}
+	}
+	return nil
+}

@@ -1,0 +1,51 @@
+package protocol
+
+import "encoding/json"
+
+// Record is a job as the coordinator stores it in the JobsBucket, under the job's id:
+// everything needed to rebuild the coordinator's memory after a restart, the current
+// lease included. It is a published schema: readers such as `jobbus watch` and the
+// Go client's Watch decode it, so fields are only ever added.
+type Record struct {
+	JobID          string          `json:"jobId"`
+	TaskType       string          `json:"taskType"`
+	Payload        json.RawMessage `json:"payload"`
+	State          State           `json:"state"`
+	Attempts       int             `json:"attempts"`
+	MaxAttempts    int             `json:"maxAttempts"`
+	Priority       Priority        `json:"priority"`
+	Seq            uint64          `json:"seq"` // submission order, from 1
+	WorkerID       string          `json:"workerId,omitempty"`
+	AttemptID      string          `json:"attemptId,omitempty"` // the current lease, while RUNNING
+	Result         *string         `json:"result,omitempty"`
+	Error          *string         `json:"error,omitempty"`
+	CreatedAt      int64           `json:"createdAtMillis"`
+	UpdatedAt      int64           `json:"updatedAtMillis"`
+	RetryAt        int64           `json:"retryAtMillis,omitempty"` // while RETRY_WAIT
+	IdempotencyKey string          `json:"idempotencyKey,omitempty"`
+	Fingerprint    string          `json:"fingerprint,omitempty"`
+}
+
+// Snapshot is the record as the client port shows it: the worker only while RUNNING.
+func (r *Record) Snapshot() Job {
+	s := Job{
+		JobID:           r.JobID,
+		TaskType:        r.TaskType,
+		State:           r.State,
+		Attempts:        r.Attempts,
+		MaxAttempts:     r.MaxAttempts,
+		Result:          r.Result,
+		Error:           r.Error,
+		CreatedAtMillis: r.CreatedAt,
+		UpdatedAtMillis: r.UpdatedAt,
+		Priority:        r.Priority,
+	}
+	if s.Priority == "" { // records written before priorities
+		s.Priority = PriorityNormal
+	}
+	if r.State == StateRunning && r.WorkerID != "" {
+		w := r.WorkerID
+		s.WorkerID = &w
+	}
+	return s
+}
