@@ -91,8 +91,11 @@ func (t *tcpTransport) RoundTrip(ctx context.Context, typ protocol.Type, body []
 // closesConnection reports whether reply is the ERROR PROTOCOL.md sends before closing
 // a connection that sent a malformed frame.
 func closesConnection(reply []byte) bool {
-	const prefix = `{"type":"ERROR","message":"Malformed request:`
-	return len(reply) >= len(prefix) && string(reply[:len(prefix)]) == prefix
+	if t, err := protocol.PeekType(reply); err != nil || t != protocol.TypeError {
+		return false
+	}
+	e, err := protocol.DecodeAs[protocol.Error](reply)
+	return err == nil && e.ClosesConnection()
 }
 
 // current returns the open connection, dialling one if there is none.

@@ -1,14 +1,24 @@
 package protocol
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // The wire texts of PROTOCOL.md and DESIGN.md, produced here only, so the bridge and the
 // NATS API cannot drift apart.
 
-// MalformedRequest is the best-effort ERROR text for an undecodable request.
+const malformedPrefix = "Malformed request: "
+
+// MalformedRequest is the best-effort ERROR text for an undecodable request. The TCP
+// ports close the connection after it.
 func MalformedRequest(cause error) *Error {
-	return &Error{Message: "Malformed request: " + cause.Error()}
+	return &Error{Message: malformedPrefix + cause.Error()}
 }
+
+// ClosesConnection reports whether e is the ERROR after which a TCP port closes the
+// connection: a malformed request.
+func (e *Error) ClosesConnection() bool { return strings.HasPrefix(e.Message, malformedPrefix) }
 
 // InvalidPayload is the ERROR text for a payload that fails its task's validation.
 func InvalidPayload(detail string) *Error {
