@@ -2,7 +2,6 @@ package bridge
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,10 +13,8 @@ import (
 	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/bus/protocol/frame"
+	"github.com/jobbus/jobbus/internal/workerproto"
 )
-
-// toCoordinator addresses any coordinator; NATS balances asks over them.
-var toCoordinator = bus.Address{Role: bus.RoleCoordinator}
 
 const (
 	// causeClosed is the loss cause the coordinator records for a TCP worker whose
@@ -176,14 +173,14 @@ func (s *workerSession) register() bool {
 		}
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, s.b.cfg.RequestTimeout)
-	ans, err := bus.Ask[protocol.WorkerRegistered](ctx, s.node, toCoordinator, protocol.PathRegister, &s.reg)
+	ans, err := workerproto.Register(ctx, s.node, &s.reg)
 	cancel()
 	if err != nil {
 		s.log.Info("registration failed; closing", "err", err)
 		s.out.finish(encodeError(s.askError(protocol.PathRegister, err)))
 		return false
 	}
-	data, err := protocol.Encode(&ans)
+	data, err := protocol.Encode(ans)
 	if err != nil || !s.out.send(data) {
 		return false
 	}
@@ -286,17 +283,15 @@ func (s *workerSession) heartbeat() {
 		defer s.beating.Store(false)
 		ctx, cancel := context.WithTimeout(s.ctx, s.b.cfg.RequestTimeout)
 		defer cancel()
-		_, err := bus.Ask[json.RawMessage](ctx, s.node, toCoordinator, protocol.PathHeartbeat, &protocol.Heartbeat{WorkerID: s.reg.WorkerID})
-		switch {
-		case err == nil:
-		case errors.Is(err, bus.ErrRemote):
+		switch beat, err := workerproto.Heartbeat(ctx, s.node, s.reg.WorkerID); beat {
+		case workerproto.Forgotten:
 			s.log.Info("coordinator does not know the worker; registering again", "err", err)
 			rctx, rcancel := context.WithTimeout(s.ctx, s.b.cfg.RequestTimeout)
 			defer rcancel()
-			if _, err := bus.Ask[json.RawMessage](rctx, s.node, toCoordinator, protocol.PathRegister, &s.reg); err != nil {
+			if _, err := workerproto.Register(rctx, s.node, &s.reg); err != nil {
 				s.log.Warn("registering again failed", "err", err)
 			}
-		default:
+		case workerproto.Unanswered:
 			s.log.Debug("heartbeat not answered", "err", err)
 		}
 	}()
@@ -315,39 +310,22 @@ func (s *workerSession) result(res *protocol.TaskResult, size int) bool {
 	return true
 }
 
-// deliver offers a result to the coordinator until it answers (the answer comes once
-// the outcome is durable), for up to ResultRetryFor, and even after the connection
-// closed; Close abandons it. A stale result is answered too, and changes nothing.
+// deliver offers a result to the coordinator until it answers finally (the answer
+// comes once the outcome is durable), for up to ResultRetryFor, and even after the
+// connection closed; Close abandons it. A stale result is answered too, and changes
+// nothing.
 func (s *workerSession) deliver(res *protocol.TaskResult, size int) {
 	defer s.b.wg.Done()
 	defer s.results.release(size)
 	log := s.log.With("job", res.JobID, "attempt", res.AttemptID)
 	ctx, cancel := context.WithTimeout(s.b.ctx, s.b.cfg.ResultRetryFor)
 	defer cancel()
-	delay := resultRetryBase
-	for try := 1; ; try++ {
-		actx, acancel := context.WithTimeout(ctx, s.b.cfg.RequestTimeout)
-		ack, err := bus.Ask[protocol.ResultAck](actx, s.node, toCoordinator, protocol.PathResult, res)
-		acancel()
-		if err == nil {
-			log.Debug("result delivered", "accepted", ack.Accepted, "tries", try)
-			return
-		}
-		if ctx.Err() != nil || errors.Is(err, bus.ErrClosed) {
-			log.Warn("result abandoned", "err", err, "tries", try)
-			return
-		}
-		log.Debug("result not answered; retrying", "err", err, "try", try, "in", delay)
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			log.Warn("result abandoned", "err", err, "tries", try)
-			return
-		case <-t.C:
-		}
-		delay = min(2*delay, resultRetryMax)
+	ack, tries, err := workerproto.Deliver(ctx, s.node, res, s.b.cfg.RequestTimeout, workerproto.NewBackoff(resultRetryBase, resultRetryMax))
+	if err != nil {
+		log.Warn("result abandoned", "err", err, "tries", tries)
+		return
 	}
+	log.Debug("result delivered", "accepted", ack.Accepted, "tries", tries)
 }
 
 // leave ends the session's life as the worker: it stops serving the worker's bus
@@ -377,13 +355,11 @@ func (s *workerSession) leave() {
 	s.log.Info("worker connection ended", "dropped", reason, "superseded", s.superseded.Load())
 }
 
-// disconnect reports the worker lost. It asks rather than tells, so that the loss is
-// handled before a new session of the same worker id registers.
+// disconnect reports the worker lost.
 func (s *workerSession) disconnect() {
 	ctx, cancel := context.WithTimeout(context.Background(), s.b.cfg.RequestTimeout)
 	defer cancel()
-	d := &protocol.Disconnect{WorkerID: s.reg.WorkerID, Cause: causeClosed}
-	if _, err := bus.Ask[json.RawMessage](ctx, s.node, toCoordinator, protocol.PathDisconnect, d); err != nil {
+	if err := workerproto.Disconnect(ctx, s.node, s.reg.WorkerID, causeClosed); err != nil {
 		s.log.Info("could not report the worker lost; the heartbeat timeout will", "err", err)
 	}
 }

@@ -194,7 +194,11 @@ func (n *Node) answer(m *nats.Msg, path string, start time.Time) ([]byte, error)
 	n.stats.observe(time.Since(start))
 	if kind == KindError {
 		n.stats.asks[askRemoteError].Add(1)
-		return nil, &RemoteError{Path: path, Message: string(m.Data)}
+		code := CodeInternal
+		if c, err := strconv.Atoi(m.Header.Get(HeaderErrorCode)); err == nil {
+			code = Code(c)
+		}
+		return nil, &RemoteError{Path: path, Code: code, Message: string(m.Data)}
 	}
 	n.stats.asks[askOK].Add(1)
 	return m.Data, nil

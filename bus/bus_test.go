@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/jobbus/jobbus/bus"
+	"github.com/jobbus/jobbus/internal/testkit"
 )
 
 // TestAskMatrix covers Mu's communication matrix: every direction between workers and
@@ -140,6 +141,9 @@ func TestHandlerErrorComesBackAsRemoteError(t *testing.T) {
 	must(t, w.Handle("fails", func(context.Context, *bus.Request) (any, error) {
 		return "ignored", errors.New("Unknown job: j-42")
 	}))
+	must(t, w.Handle("forgets", func(context.Context, *bus.Request) (any, error) {
+		return nil, bus.Errorf(bus.CodeNotFound, "unknown worker %s", "w9")
+	}))
 	must(t, w.Handle("panics", func(context.Context, *bus.Request) (any, error) {
 		panic("kaboom")
 	}))
@@ -149,10 +153,12 @@ func TestHandlerErrorComesBackAsRemoteError(t *testing.T) {
 		name, path string
 		req        any
 		want       string
+		code       bus.Code
 	}{
-		{"Error", "fails", nil, "Unknown job: j-42"},
-		{"Panic", "panics", nil, "handler panics panicked: kaboom"},
-		{"UndecodableRequest", "typed", "not a number", "decode typed request"},
+		{"Error", "fails", nil, "Unknown job: j-42", bus.CodeInternal},
+		{"CodedError", "forgets", nil, "unknown worker w9", bus.CodeNotFound},
+		{"Panic", "panics", nil, "handler panics panicked: kaboom", bus.CodeInternal},
+		{"UndecodableRequest", "typed", "not a number", "decode typed request", bus.CodeBadRequest},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -164,16 +170,24 @@ func TestHandlerErrorComesBackAsRemoteError(t *testing.T) {
 			if !strings.Contains(re.Message, tt.want) || err.Error() != re.Message || re.Path != tt.path {
 				t.Fatalf("RemoteError %+v (Error() %q), want message containing %q", re, err.Error(), tt.want)
 			}
+			if re.Code != tt.code || !errors.Is(err, tt.code) {
+				t.Fatalf("code %d, want %d", re.Code, tt.code)
+			}
+			for _, other := range []bus.Code{bus.CodeBadRequest, bus.CodeNotFound, bus.CodeInternal, bus.CodeUnavailable} {
+				if other != tt.code && errors.Is(err, other) {
+					t.Fatalf("errors.Is(err, %d) holds for code %d", other, tt.code)
+				}
+			}
 		})
 	}
 	if got, err := bus.Ask[int](context.Background(), c, w.Self(), "typed", 21); err != nil || got != 42 {
 		t.Fatalf("typed ask = %d, %v", got, err)
 	}
 	st := w.Stats()
-	if st.HandlerPanics != 1 || st.HandlerErrors < 3 {
-		t.Fatalf("stats: %d panics, %d errors; want 1 and >= 3", st.HandlerPanics, st.HandlerErrors)
+	if st.HandlerPanics != 1 || st.HandlerErrors < 4 {
+		t.Fatalf("stats: %d panics, %d errors; want 1 and >= 4", st.HandlerPanics, st.HandlerErrors)
 	}
-	if cs := c.Stats(); cs.Asks.RemoteError != 3 || cs.Asks.OK != 1 {
+	if cs := c.Stats(); cs.Asks.RemoteError != 4 || cs.Asks.OK != 1 {
 		t.Fatalf("asker stats %+v", cs.Asks)
 	}
 }
@@ -270,7 +284,7 @@ func TestPendingAskFailsWhenServerGoes(t *testing.T) {
 	}
 
 	startServer(t, s.port)
-	waitFor(t, "asks to work after reconnect", func() bool {
+	testkit.Eventually(t, 10*time.Second, "asks to work after reconnect", func() bool {
 		_, err := bus.Ask[echo](context.Background(), c, w.Self(), "who", nil)
 		return err == nil
 	})
@@ -298,7 +312,7 @@ func TestConnectBeforeServerStarts(t *testing.T) {
 
 	startServer(t, port)
 	var got echo
-	waitFor(t, "ask to work once the server is up", func() bool {
+	testkit.Eventually(t, 10*time.Second, "ask to work once the server is up", func() bool {
 		var err error
 		got, err = bus.Ask[echo](context.Background(), w, anyOf(bus.RoleCoordinator), "who", nil)
 		return err == nil
@@ -359,7 +373,7 @@ func TestStatsCountTraffic(t *testing.T) {
 			t.Fatalf("echo = %q, %v", got, err)
 		}
 	}
-	waitFor(t, "tells handled", func() bool { return tells.Load() == 3 })
+	testkit.Eventually(t, 10*time.Second, "tells handled", func() bool { return tells.Load() == 3 })
 
 	cs, ws := c.Stats(), w.Stats()
 	if cs.Sent.Tell != 3 || cs.Sent.Ask != 4 || cs.Received.Response != 4 || cs.BytesSent != 7*17 || cs.BytesReceived != 4*17 {
@@ -521,7 +535,7 @@ func TestHandlersRunConcurrentlyWithinABound(t *testing.T) {
 
 	// One slow handler running: another path still answers.
 	must(t, c.Tell(context.Background(), w.Self(), "slow", nil))
-	waitFor(t, "slow handler to start", func() bool { return running.Load() == 1 })
+	testkit.Eventually(t, 10*time.Second, "slow handler to start", func() bool { return running.Load() == 1 })
 	if _, err := bus.Ask[echo](context.Background(), c, w.Self(), "who", nil); err != nil {
 		t.Fatalf("ask beside a slow handler: %v", err)
 	}
@@ -531,9 +545,9 @@ func TestHandlersRunConcurrentlyWithinABound(t *testing.T) {
 		must(t, c.Tell(context.Background(), w.Self(), "slow", nil))
 	}
 	// A slot is taken before its handler runs: wait for the handlers themselves.
-	waitFor(t, "the bound to fill", func() bool { return running.Load() == limit && w.Stats().InFlight == limit })
+	testkit.Eventually(t, 10*time.Second, "the bound to fill", func() bool { return running.Load() == limit && w.Stats().InFlight == limit })
 	close(release)
-	waitFor(t, "every tell handled", func() bool { return done.Load() == tells })
+	testkit.Eventually(t, 10*time.Second, "every tell handled", func() bool { return done.Load() == tells })
 	if p := peak.Load(); p != limit {
 		t.Fatalf("peak concurrency %d, want %d", p, limit)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
+	"strconv"
 
 	"github.com/nats-io/nats.go"
 )
@@ -69,7 +70,7 @@ func Handle[Req, Resp any](n *Node, path string, fn func(ctx context.Context, fr
 	return n.Handle(path, func(ctx context.Context, r *Request) (any, error) {
 		var req Req
 		if err := r.Decode(&req); err != nil {
-			return nil, fmt.Errorf("decode %s request: %w", r.Path, err)
+			return nil, Errorf(CodeBadRequest, "decode %s request: %w", r.Path, err)
 		}
 		return fn(ctx, r.From, req)
 	}, opts...)
@@ -160,17 +161,37 @@ func (n *Node) respond(to string, req *Request, reply any, err error) {
 	if to == "" {
 		return
 	}
-	kind, data := KindResponse, []byte(nil)
+	var data []byte
 	if err == nil {
 		if data, err = marshal(reply); err != nil {
 			err = fmt.Errorf("encode %s answer: %w", req.Path, err)
 		}
 	}
+	// The asker knows whom it asked and what: an answer carries only kind and request
+	// id, and an ERROR its code.
+	var perr error
 	if err != nil {
-		kind, data = KindError, []byte(err.Error())
+		perr = n.respondError(to, req.ID, err)
+	} else {
+		perr = n.publishFrom(to, "", KindResponse, req.ID, "", "", data)
 	}
-	// The asker knows whom it asked and what: an answer carries only kind and request id.
-	if perr := n.publishFrom(to, "", kind, req.ID, "", "", data); perr != nil {
+	if perr != nil {
 		n.log.Debug("bus answer not sent", "path", req.Path, "err", perr)
 	}
+}
+
+// respondError sends an ERROR answer: err's text, and its code in a header. Errors are
+// rare, so this message is built afresh rather than pooled.
+func (n *Node) respondError(to, id string, err error) error {
+	m := &nats.Msg{Subject: to, Data: []byte(err.Error()), Header: nats.Header{}}
+	m.Header.Set(HeaderKind, string(KindError))
+	m.Header.Set(HeaderErrorCode, strconv.Itoa(int(codeOf(err))))
+	if id != "" {
+		m.Header.Set(HeaderRequestID, id)
+	}
+	if perr := n.nc.PublishMsg(m); perr != nil {
+		return n.sendError(perr)
+	}
+	n.stats.countSent(KindError, len(m.Data))
+	return nil
 }

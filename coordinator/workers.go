@@ -5,6 +5,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
 )
 
@@ -30,12 +31,12 @@ func (w *worker) runs(taskType string) bool {
 // register adds a worker, superseding a live one with the same id.
 func (c *Coordinator) register(req *protocol.WorkerRegister) (*protocol.WorkerRegistered, error) {
 	if perr := req.Validate(); perr != nil {
-		return nil, perr
+		return nil, bus.WithCode(bus.CodeBadRequest, perr)
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	if c.fenced != nil {
-		return nil, c.refuse()
+		return nil, bus.WithCode(bus.CodeUnavailable, c.refuse())
 	}
 	if old := c.workers[req.WorkerID]; old != nil {
 		c.loseWorker(old, "worker re-registered")
@@ -56,10 +57,10 @@ func (c *Coordinator) register(req *protocol.WorkerRegister) (*protocol.WorkerRe
 // heartbeat refreshes a worker; an unknown worker is told so, and registers again.
 func (c *Coordinator) heartbeat(hb *protocol.Heartbeat) error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	w := c.workers[hb.WorkerID]
 	if w == nil {
-		return fmt.Errorf("unknown worker %s: register again", hb.WorkerID)
+		return bus.Errorf(bus.CodeNotFound, "unknown worker %s: register again", hb.WorkerID)
 	}
 	w.lastSeen = c.now()
 	return nil
@@ -68,7 +69,7 @@ func (c *Coordinator) heartbeat(hb *protocol.Heartbeat) error {
 // disconnect loses a worker whose connection is gone.
 func (c *Coordinator) disconnect(d *protocol.Disconnect) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	if w := c.workers[d.WorkerID]; w != nil {
 		c.loseWorker(w, d.Cause)
 		c.schedule()
@@ -122,7 +123,7 @@ func (c *Coordinator) pickWorker(taskType string) *worker {
 // workerList is the live workers sorted by id.
 func (c *Coordinator) workerList() []protocol.Worker {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	out := make([]protocol.Worker, 0, len(c.workers))
 	for _, w := range c.workers {
 		out = append(out, protocol.Worker{

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/internal/workerproto"
 	"github.com/jobbus/jobbus/worker/internal/attempts"
 )
 
@@ -49,31 +50,17 @@ func (w *Worker) finished(m *protocol.TaskAssign, o attempts.Outcome) {
 	w.report(log, res)
 }
 
-// report delivers a result, repeating the ask until the coordinator answers: its answer
-// comes once the outcome is durable, so a result survives a coordinator restart or
-// failover. An error answer also ends the retries: the coordinator has decided.
+// report delivers a result until the coordinator answers finally (workerproto.Deliver):
+// its answer comes once the outcome is durable, so a result survives a coordinator
+// restart or failover.
 func (w *Worker) report(log *slog.Logger, res *protocol.TaskResult) {
-	b := backoff{next: w.cfg.retryBase, max: w.cfg.retryMax}
-	for try := 1; ; try++ {
-		ack, err := bus.Ask[protocol.ResultAck](w.sendCtx, w.node, coordinator, protocol.PathResult, res)
-		switch {
-		case err == nil:
-			log.Debug("result acknowledged", "accepted", ack.Accepted, "tries", try)
-			return
-		case errors.Is(err, bus.ErrRemote):
-			log.Warn("result refused by the coordinator", "err", err)
-			return
-		case w.sendCtx.Err() != nil || errors.Is(err, bus.ErrClosed):
-			log.Warn("result not delivered", "err", err)
-			return
-		case !errors.Is(err, bus.ErrNoPeer) && !errors.Is(err, bus.ErrTimeout) && !errors.Is(err, bus.ErrDisconnected):
-			log.Error("result not deliverable", "err", err)
-			return
-		}
-		log.Debug("result not acknowledged; retrying", "err", err, "try", try)
-		if !sleep(w.sendCtx, b.delay()) {
-			log.Warn("result not delivered: worker stopped", "tries", try)
-			return
-		}
+	ack, tries, err := workerproto.Deliver(w.sendCtx, w.node, res, 0, workerproto.NewBackoff(w.cfg.retryBase, w.cfg.retryMax))
+	switch {
+	case err == nil:
+		log.Debug("result acknowledged", "accepted", ack.Accepted, "tries", tries)
+	case errors.Is(err, bus.ErrRemote):
+		log.Warn("result refused by the coordinator", "err", err, "tries", tries)
+	default:
+		log.Warn("result not delivered", "err", err, "tries", tries)
 	}
 }

@@ -100,14 +100,3 @@ func (c *config) validate() error {
 	}
 	return nil
 }
-
-// backoff yields retry delays: base, doubling up to max.
-type backoff struct {
-	next, max time.Duration
-}
-
-func (b *backoff) delay() time.Duration {
-	d := b.next
-	b.next = min(2*b.next, b.max)
-	return d
-}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/internal/workerproto"
 )
 
 // serve registers, then heartbeats until ctx ends, registering again whenever the
@@ -67,12 +68,12 @@ const waitingGrace = time.Second
 // early when ctx ends.
 func (w *Worker) register(ctx context.Context, reason string) (epoch uint64, err error) {
 	msg := &protocol.WorkerRegister{WorkerID: w.cfg.ID, Capacity: w.cfg.Capacity, TaskTypes: w.cfg.Registry.Names()}
-	b := backoff{next: w.cfg.retryBase, max: w.cfg.retryMax}
+	b := workerproto.NewBackoff(w.cfg.retryBase, w.cfg.retryMax)
 	start, said := time.Now(), false
 	for try := 1; ; try++ {
 		epoch = w.reconnects()
 		session := w.attempts.NextGeneration() // attempts assigned from now on belong to it
-		_, err := bus.Ask[protocol.WorkerRegistered](ctx, w.node, coordinator, protocol.PathRegister, msg)
+		_, err := workerproto.Register(ctx, w.node, msg)
 		switch {
 		case err == nil:
 			n := w.attempts.CancelBefore(session, errAbandoned)
@@ -80,7 +81,7 @@ func (w *Worker) register(ctx context.Context, reason string) (epoch uint64, err
 			return epoch, nil
 		case ctx.Err() != nil:
 			return epoch, nil
-		case errors.Is(err, bus.ErrClosed):
+		case workerproto.Final(err):
 			return epoch, fmt.Errorf("worker: register: %w", err)
 		case errors.Is(err, bus.ErrRemote):
 			w.log.Warn("worker registration refused; retrying", "err", err)
@@ -90,7 +91,7 @@ func (w *Worker) register(ctx context.Context, reason string) (epoch uint64, err
 		default:
 			w.log.Debug("worker registration not answered; retrying", "err", err, "try", try)
 		}
-		if !sleep(ctx, b.delay()) {
+		if !workerproto.Sleep(ctx, b.Delay()) {
 			return epoch, nil
 		}
 	}
@@ -103,11 +104,11 @@ func (w *Worker) heartbeat(ctx context.Context) (forgotten bool, err error) {
 	// A beat not answered before the next is due is superseded by the next.
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.Heartbeat)
 	defer cancel()
-	_, err = bus.Ask[protocol.Heartbeat](ctx, w.node, coordinator, protocol.PathHeartbeat, &protocol.Heartbeat{WorkerID: w.cfg.ID})
+	beat, err := workerproto.Heartbeat(ctx, w.node, w.cfg.ID)
 	switch {
-	case err == nil:
+	case beat == workerproto.Alive:
 		return false, nil
-	case errors.Is(err, bus.ErrRemote):
+	case beat == workerproto.Forgotten:
 		w.log.Info("heartbeat refused; registering again", "err", err)
 		return true, nil
 	case errors.Is(err, bus.ErrClosed):
@@ -115,17 +116,5 @@ func (w *Worker) heartbeat(ctx context.Context) (forgotten bool, err error) {
 	default:
 		w.log.Debug("heartbeat not answered", "err", err)
 		return false, nil
-	}
-}
-
-// sleep waits d, reporting false if ctx ended first.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

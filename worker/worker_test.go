@@ -19,6 +19,7 @@ import (
 	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/embeddednats"
+	"github.com/jobbus/jobbus/internal/testkit"
 	"github.com/jobbus/jobbus/worker"
 	"github.com/jobbus/jobbus/worker/tasks"
 )
@@ -84,7 +85,7 @@ func (c *fakeCoordinator) onHeartbeat(_ context.Context, _ bus.Address, hb proto
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.forgotten {
-		return hb, fmt.Errorf("unknown worker %s: register again", hb.WorkerID)
+		return hb, bus.Errorf(bus.CodeNotFound, "unknown worker %s: register again", hb.WorkerID)
 	}
 	c.beats = append(c.beats, time.Now())
 	c.beatIDs = append(c.beatIDs, hb.WorkerID)
@@ -161,7 +162,7 @@ func (c *fakeCoordinator) resultsFor(job, attemptID string) []protocol.TaskResul
 // result waits for the one acknowledged result of a lease.
 func (c *fakeCoordinator) result(t *testing.T, job, attemptID string) protocol.TaskResult {
 	t.Helper()
-	waitFor(t, "result of "+job+"/"+attemptID, func() bool { return len(c.resultsFor(job, attemptID)) > 0 })
+	testkit.Eventually(t, 10*time.Second, "result of "+job+"/"+attemptID, func() bool { return len(c.resultsFor(job, attemptID)) > 0 })
 	return c.resultsFor(job, attemptID)[0]
 }
 
@@ -312,7 +313,7 @@ func (f *fixture) shutdown(t *testing.T) {
 // waitRegistered waits for the n-th registration.
 func (f *fixture) waitRegistered(t *testing.T, n int) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("registration %d", n), func() bool { return len(f.coord.registered()) >= n })
+	testkit.Eventually(t, 10*time.Second, fmt.Sprintf("registration %d", n), func() bool { return len(f.coord.registered()) >= n })
 }
 
 func TestRegisters(t *testing.T) {
@@ -332,13 +333,13 @@ func TestRegisters(t *testing.T) {
 func TestRegistersOnceCoordinatorAnswers(t *testing.T) {
 	t.Parallel()
 	f := setup(t, setupConfig{noCoordinator: true})
-	waitFor(t, "worker waiting for the coordinator", func() bool { return f.logs.has("waiting for the coordinator") })
+	testkit.Eventually(t, 10*time.Second, "worker waiting for the coordinator", func() bool { return f.logs.has("waiting for the coordinator") })
 	if n := len(f.coord.registered()); n != 0 {
 		t.Fatalf("%d registrations before the coordinator served", n)
 	}
 	f.coord.serve(t)
 	f.waitRegistered(t, 1)
-	waitFor(t, "heartbeats", func() bool { return f.coord.beatCount() >= 2 })
+	testkit.Eventually(t, 10*time.Second, "heartbeats", func() bool { return f.coord.beatCount() >= 2 })
 }
 
 // TestQuietWhileTheCoordinatorStarts: a coordinator that answers a moment after the
@@ -347,7 +348,7 @@ func TestRegistersOnceCoordinatorAnswers(t *testing.T) {
 func TestQuietWhileTheCoordinatorStarts(t *testing.T) {
 	t.Parallel()
 	f := setup(t, setupConfig{noCoordinator: true})
-	waitFor(t, "a second registration try", func() bool { return f.logs.has("worker registration not answered; retrying") })
+	testkit.Eventually(t, 10*time.Second, "a second registration try", func() bool { return f.logs.has("worker registration not answered; retrying") })
 	f.coord.serve(t)
 	f.waitRegistered(t, 1)
 	if f.logs.has("waiting for the coordinator") {
@@ -409,7 +410,7 @@ func TestHeartbeats(t *testing.T) {
 	t.Parallel()
 	f := setup(t, setupConfig{opts: []worker.Option{worker.WithID("w-beat")}})
 	const n = 6
-	waitFor(t, "heartbeats", func() bool { return f.coord.beatCount() >= n })
+	testkit.Eventually(t, 10*time.Second, "heartbeats", func() bool { return f.coord.beatCount() >= n })
 	f.coord.mu.Lock()
 	beats, ids, registered := slices.Clone(f.coord.beats), slices.Clone(f.coord.beatIDs), f.coord.registeredAt[0]
 	f.coord.mu.Unlock()
@@ -478,7 +479,7 @@ func TestCancel(t *testing.T) {
 
 	t.Run("MatchingLeaseEndsAttempt", func(t *testing.T) {
 		f.coord.assign(t, id, "job-c1", "a1", tasks.TypeSleep, sleep30s)
-		waitFor(t, "attempt running", func() bool { return f.logs.has("attempt started", "job=job-c1") })
+		testkit.Eventually(t, 10*time.Second, "attempt running", func() bool { return f.logs.has("attempt started", "job=job-c1") })
 		f.coord.cancel(t, id, "job-c1", "a1")
 		// Well before the 30 s sleep would end.
 		r := f.coord.result(t, "job-c1", "a1")
@@ -488,9 +489,9 @@ func TestCancel(t *testing.T) {
 	})
 	t.Run("WrongAttemptIgnored", func(t *testing.T) {
 		f.coord.assign(t, id, "job-c2", "a2", tasks.TypeSleep, sleep30s)
-		waitFor(t, "attempt running", func() bool { return f.logs.has("attempt started", "job=job-c2") })
+		testkit.Eventually(t, 10*time.Second, "attempt running", func() bool { return f.logs.has("attempt started", "job=job-c2") })
 		f.coord.cancel(t, id, "job-c2", "a-old")
-		waitFor(t, "cancel ignored", func() bool { return f.logs.has("cancel ignored", "job=job-c2", "attempt=a-old") })
+		testkit.Eventually(t, 10*time.Second, "cancel ignored", func() bool { return f.logs.has("cancel ignored", "job=job-c2", "attempt=a-old") })
 		if f.w.Running() != 1 || len(f.coord.resultsFor("job-c2", "a2")) != 0 {
 			t.Errorf("a cancel with the wrong attempt id ended the attempt: running %d", f.w.Running())
 		}
@@ -500,7 +501,7 @@ func TestCancel(t *testing.T) {
 	t.Run("SupersededAttemptSparesNewer", func(t *testing.T) {
 		f.coord.assign(t, id, "job-c3", "old", tasks.TypeSleep, sleep30s)
 		f.coord.assign(t, id, "job-c3", "new", tasks.TypeSleep, sleep30s)
-		waitFor(t, "both attempts running", func() bool { return f.w.Running() == 2 })
+		testkit.Eventually(t, 10*time.Second, "both attempts running", func() bool { return f.w.Running() == 2 })
 		f.coord.cancel(t, id, "job-c3", "old")
 		if r := f.coord.result(t, "job-c3", "old"); r.Success {
 			t.Errorf("cancelled attempt succeeded: %+v", r)
@@ -537,7 +538,7 @@ func TestReregistersWhenForgotten(t *testing.T) {
 	f := setup(t, setupConfig{})
 	f.waitRegistered(t, 1)
 	f.coord.assign(t, f.w.ID(), "job-f", "att-f", tasks.TypeSleep, sleep30s)
-	waitFor(t, "attempt running", func() bool { return f.w.Running() == 1 })
+	testkit.Eventually(t, 10*time.Second, "attempt running", func() bool { return f.w.Running() == 1 })
 	f.coord.mu.Lock()
 	f.coord.forgotten = true
 	f.coord.mu.Unlock()
@@ -547,7 +548,7 @@ func TestReregistersWhenForgotten(t *testing.T) {
 		t.Errorf("attempt of the forgotten session reported %+v (error %q)", r, deref(r.Error))
 	}
 	beats := f.coord.beatCount()
-	waitFor(t, "heartbeats after registering again", func() bool { return f.coord.beatCount() >= beats+2 })
+	testkit.Eventually(t, 10*time.Second, "heartbeats after registering again", func() bool { return f.coord.beatCount() >= beats+2 })
 	// New work runs under the new registration.
 	f.coord.assign(t, f.w.ID(), "job-f2", "att-f2", tasks.TypeWordCount, `{"text":"a b"}`)
 	if r := f.coord.result(t, "job-f2", "att-f2"); deref(r.Result) != "2" {
@@ -577,7 +578,7 @@ func TestAssignmentsBeyondCapacityRun(t *testing.T) {
 	f.waitRegistered(t, 1)
 	f.coord.assign(t, f.w.ID(), "job-k1", "a", tasks.TypeSleep, sleep30s)
 	f.coord.assign(t, f.w.ID(), "job-k2", "a", tasks.TypeSleep, sleep30s)
-	waitFor(t, "both attempts running", func() bool { return f.w.Running() == 2 })
+	testkit.Eventually(t, 10*time.Second, "both attempts running", func() bool { return f.w.Running() == 2 })
 	if !f.logs.has("assignment beyond capacity") {
 		t.Error("no warning for an assignment beyond capacity")
 	}
@@ -588,12 +589,12 @@ func TestRunStopsAndSaysGoodbye(t *testing.T) {
 	f := setup(t, setupConfig{opts: []worker.Option{worker.WithID("w-bye")}})
 	f.waitRegistered(t, 1)
 	f.coord.assign(t, "w-bye", "job-s", "att-s", tasks.TypeSleep, sleep30s)
-	waitFor(t, "attempt running", func() bool { return f.w.Running() == 1 })
+	testkit.Eventually(t, 10*time.Second, "attempt running", func() bool { return f.w.Running() == 1 })
 	f.shutdown(t) // Run returns nil, well before the 30 s sleep ends
 	if n := f.w.Running(); n != 0 {
 		t.Errorf("%d attempts still running after Run returned", n)
 	}
-	waitFor(t, "goodbye", func() bool {
+	testkit.Eventually(t, 10*time.Second, "goodbye", func() bool {
 		f.coord.mu.Lock()
 		defer f.coord.mu.Unlock()
 		return len(f.coord.disconnects) > 0
@@ -618,7 +619,7 @@ func TestShutdownBoundsUndeliveredResults(t *testing.T) {
 	f := setup(t, setupConfig{dropResults: 1 << 30, opts: []worker.Option{worker.WithShutdownTimeout(100 * time.Millisecond)}})
 	f.waitRegistered(t, 1)
 	f.coord.assign(t, f.w.ID(), "job-u", "att-u", tasks.TypeWordCount, `{"text":"x"}`)
-	waitFor(t, "result retried", func() bool {
+	testkit.Eventually(t, 10*time.Second, "result retried", func() bool {
 		f.coord.mu.Lock()
 		defer f.coord.mu.Unlock()
 		return f.coord.resultAsks >= 2
@@ -641,16 +642,4 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }

@@ -1,0 +1,122 @@
+// Package workerproto is the worker's half of the protocol on the bus, shared by the
+// native worker (package worker) and the bridge's sessions for TCP workers: how a
+// worker registers, beats, delivers a result and says goodbye, and which answers of
+// the coordinator are final. Each caller keeps its own loop (a native worker registers
+// until answered; a TCP session registers once and lets its peer dial again); the
+// decisions are made here, once.
+package workerproto
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/jobbus/jobbus/bus"
+	"github.com/jobbus/jobbus/bus/protocol"
+)
+
+// Coordinator addresses any coordinator; NATS balances asks over them and the leader
+// answers.
+var Coordinator = bus.Address{Role: bus.RoleCoordinator}
+
+// Final reports whether err, the outcome of an ask to the coordinator, ends the
+// matter: an answer, a refusal of the request itself (bus.CodeBadRequest), or a closed
+// node. Anything else (no coordinator, no answer, a coordinator that cannot serve now)
+// is worth asking again.
+func Final(err error) bool {
+	return err == nil || errors.Is(err, bus.CodeBadRequest) || errors.Is(err, bus.ErrClosed)
+}
+
+// Register asks the coordinator once to register the worker.
+func Register(ctx context.Context, node *bus.Node, reg *protocol.WorkerRegister) (*protocol.WorkerRegistered, error) {
+	ans, err := bus.Ask[protocol.WorkerRegistered](ctx, node, Coordinator, protocol.PathRegister, reg)
+	if err != nil {
+		return nil, err
+	}
+	return &ans, nil
+}
+
+// Beat is what a heartbeat found out.
+type Beat int
+
+const (
+	// Alive: the coordinator knows the worker.
+	Alive Beat = iota
+	// Forgotten: the coordinator does not know the worker (it restarted, or lost the
+	// worker), which must register again.
+	Forgotten
+	// Unanswered: nobody answered, or the coordinator could not serve; the next beat
+	// will tell.
+	Unanswered
+)
+
+// Heartbeat asks the coordinator to refresh the worker. err is set only with
+// Unanswered, saying why.
+func Heartbeat(ctx context.Context, node *bus.Node, workerID string) (Beat, error) {
+	_, err := bus.Ask[json.RawMessage](ctx, node, Coordinator, protocol.PathHeartbeat, &protocol.Heartbeat{WorkerID: workerID})
+	switch {
+	case err == nil:
+		return Alive, nil
+	case errors.Is(err, bus.CodeNotFound):
+		return Forgotten, err
+	}
+	return Unanswered, err
+}
+
+// Deliver offers a result to the coordinator until it answers finally (the answer
+// comes once the outcome is durable, so a result outlives a coordinator restart or
+// failover), ctx ends, or the node closes. Each offer waits at most try (0: the
+// node's ask timeout); between offers it waits per b.
+func Deliver(ctx context.Context, node *bus.Node, res *protocol.TaskResult, try time.Duration, b Backoff) (ack protocol.ResultAck, tries int, err error) {
+	for tries = 1; ; tries++ {
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if try > 0 {
+			actx, cancel = context.WithTimeout(ctx, try)
+		}
+		ack, err = bus.Ask[protocol.ResultAck](actx, node, Coordinator, protocol.PathResult, res)
+		cancel()
+		if Final(err) {
+			return ack, tries, err
+		}
+		if !Sleep(ctx, b.Delay()) {
+			return ack, tries, err
+		}
+	}
+}
+
+// Disconnect reports the worker lost, so the coordinator need not wait for the
+// heartbeat timeout. It asks rather than tells, so that the loss is handled before a
+// new registration of the same worker id.
+func Disconnect(ctx context.Context, node *bus.Node, workerID, cause string) error {
+	_, err := bus.Ask[json.RawMessage](ctx, node, Coordinator, protocol.PathDisconnect,
+		&protocol.Disconnect{WorkerID: workerID, Cause: cause})
+	return err
+}
+
+// Backoff yields retry delays: a base, doubling up to a maximum.
+type Backoff struct {
+	next, max time.Duration
+}
+
+// NewBackoff starts at base and doubles up to max.
+func NewBackoff(base, max time.Duration) Backoff { return Backoff{next: base, max: max} }
+
+// Delay returns the next delay.
+func (b *Backoff) Delay() time.Duration {
+	d := b.next
+	b.next = min(2*b.next, b.max)
+	return d
+}
+
+// Sleep waits d, reporting false if ctx ended first.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
