@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -23,7 +24,7 @@ func (c *Coordinator) serve() error {
 	}
 	c.mu.Lock()
 	c.node = node
-	c.mu.Unlock()
+	c.unlock()
 	if err := c.handleWorkers(); err != nil {
 		return err
 	}
@@ -37,7 +38,7 @@ func (c *Coordinator) serve() error {
 	}
 	c.mu.Lock()
 	c.svc = svc
-	c.mu.Unlock()
+	c.unlock()
 	group := svc.AddGroup(protocol.APIPrefix)
 	for _, e := range protocol.Endpoints {
 		if err := group.AddEndpoint(e.Name, c.endpoint(e.Request)); err != nil {
@@ -48,7 +49,7 @@ func (c *Coordinator) serve() error {
 	// yet for stopServing to withdraw.
 	c.mu.Lock()
 	fenced := c.fenced
-	c.mu.Unlock()
+	c.unlock()
 	if fenced != nil {
 		return fmt.Errorf("fenced while starting: %w", fenced)
 	}
@@ -82,9 +83,12 @@ func (c *Coordinator) handleWorkers() error {
 		c.result(&req, func(ack protocol.ResultAck, err error) { done <- answer{ack, err} })
 		select {
 		case a := <-done:
-			return a.ack, a.err
+			if a.err != nil { // not durable: offer it again, here or to the next leader
+				return a.ack, bus.WithCode(bus.CodeUnavailable, a.err)
+			}
+			return a.ack, nil
 		case <-ctx.Done():
-			return protocol.ResultAck{}, ctx.Err()
+			return protocol.ResultAck{}, bus.WithCode(bus.CodeUnavailable, ctx.Err())
 		}
 	}, role)
 	if err != nil {
@@ -94,36 +98,59 @@ func (c *Coordinator) handleWorkers() error {
 }
 
 // endpoint is the handler of the endpoint for request type want: it serves that type
-// only, so that NATS permissions per subject mean what the subjects say. The reply may
-// come later, from a writer, so it is published on the reply subject rather than
-// through the micro request. An ERROR reply carries micro's error headers, so `nats
-// micro stats` counts it and a caller can branch on the code.
+// only, so that NATS permissions per subject mean what the subjects say. An ERROR
+// reply carries micro's error headers, so a caller can branch on the code; one given
+// while the handler runs also counts in `nats micro stats`. A reply that comes later,
+// from a writer once the outcome is durable, is published on the reply subject.
 func (c *Coordinator) endpoint(want protocol.Type) micro.Handler {
 	return micro.HandlerFunc(func(req micro.Request) {
-		replyTo := req.Reply()
+		var mu sync.Mutex
+		returned := false
 		c.serveRequest(req.Data(), want, func(m protocol.Message) {
-			if replyTo == "" {
+			mu.Lock()
+			defer mu.Unlock()
+			if returned {
+				c.replyLate(req.Reply(), m)
 				return
 			}
-			_ = c.nc.PublishMsg(replyMsg(replyTo, m))
+			data, e := encodeReply(m)
+			if e != nil {
+				_ = req.Error(strconv.Itoa(errorCode(e)), e.Message, data)
+				return
+			}
+			_ = req.Respond(data)
 		})
+		mu.Lock()
+		returned = true
+		mu.Unlock()
 	})
 }
 
-// replyMsg encodes an API reply; an ERROR gets micro's error headers.
-func replyMsg(subject string, m protocol.Message) *nats.Msg {
+// encodeReply encodes an API reply, and returns it as an ERROR too when it is one.
+func encodeReply(m protocol.Message) ([]byte, *protocol.Error) {
 	data, err := protocol.Encode(m)
 	if err != nil {
 		m = &protocol.Error{Message: "encode reply: " + err.Error()}
 		data, _ = protocol.Encode(m)
 	}
+	e, _ := m.(*protocol.Error)
+	return data, e
+}
+
+// replyLate publishes a reply after the handler returned, with micro's error headers
+// on an ERROR.
+func (c *Coordinator) replyLate(subject string, m protocol.Message) {
+	if subject == "" {
+		return
+	}
+	data, e := encodeReply(m)
 	msg := &nats.Msg{Subject: subject, Data: data}
-	if e, ok := m.(*protocol.Error); ok {
+	if e != nil {
 		msg.Header = nats.Header{}
 		msg.Header.Set(micro.ErrorHeader, e.Message)
 		msg.Header.Set(micro.ErrorCodeHeader, strconv.Itoa(errorCode(e)))
 	}
-	return msg
+	_ = c.nc.PublishMsg(msg)
 }
 
 // errorCode classifies an ERROR reply for micro's code header: 503 while this
@@ -167,7 +194,7 @@ func (c *Coordinator) serveRequest(data []byte, want protocol.Type, reply func(p
 
 func (c *Coordinator) status(id string) protocol.Message {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	if c.fenced != nil {
 		return c.refuse()
 	}
@@ -241,7 +268,7 @@ type listed struct {
 // list budget. more reports that matching jobs were left.
 func (c *Coordinator) pick(from uint64, state protocol.State, limit int) (picked []listed, more bool, refusal protocol.Message) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	if c.fenced != nil {
 		return nil, false, c.refuse()
 	}

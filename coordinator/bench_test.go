@@ -11,7 +11,7 @@ import (
 
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/coordinator"
-	"github.com/jobbus/jobbus/internal/jobbustest"
+	"github.com/jobbus/jobbus/internal/testkit"
 	"github.com/jobbus/jobbus/worker"
 )
 
@@ -43,7 +43,7 @@ func BenchmarkThroughput(b *testing.B) {
 		}()
 	}
 	wg.Wait()
-	jobbustest.Eventually(b, 5*time.Minute, "all jobs done", func() bool {
+	testkit.Eventually(b, 5*time.Minute, "all jobs done", func() bool {
 		for _, st := range []protocol.State{protocol.StateQueued, protocol.StateRunning, protocol.StateRetryWait} {
 			page, err := s.client.List(ctx, protocol.ListJobs{State: &st, Limit: 1})
 			if err != nil || len(page.Jobs) > 0 {
@@ -88,5 +88,5 @@ func setupBench(b *testing.B) *system {
 
 func (s *system) startWorkerB(b *testing.B, opts ...worker.Option) {
 	w, _ := s.StartNativeWorker(b, opts...)
-	jobbustest.Eventually(b, 10*time.Second, fmt.Sprintf("worker %s registered", w.ID()), func() bool { return s.hasWorker(w.ID()) })
+	testkit.Eventually(b, 10*time.Second, fmt.Sprintf("worker %s registered", w.ID()), func() bool { return s.hasWorker(w.ID()) })
 }

@@ -5,7 +5,7 @@
 // the bus.
 //
 // State is owned by one mutex (Coordinator.mu) with short critical sections: every
-// decision is made in memory, and records reach KV through a pipeline of writers (one
+// decision is made in memory, messages are sent after the mutex is released, and records reach KV through a pipeline of writers (one
 // write in flight per job, each a CAS on the revision the last returned). A reply that
 // promises durability (JOB_SUBMITTED, a result's acknowledgement, JOB_CANCEL) is sent
 // only when the write carrying it is acknowledged.
@@ -51,6 +51,9 @@ type Coordinator struct {
 	dirty     []*job
 	writes    int // jobs queued for or held by a writer
 	fenced    error
+	outbox    []outgoing // to send once mu is released (outbox.go)
+
+	sendMu sync.Mutex // held while sending the outbox, so messages leave in order
 
 	fencedCh chan struct{} // closed with fenced set
 	wake     chan struct{}
@@ -100,7 +103,7 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	// What recovery found, read before serving: the first requests change it.
 	c.mu.Lock()
 	recovered := []any{"jobs", len(c.jobs), "active", c.active, "next_seq", c.seq + 1}
-	c.mu.Unlock()
+	c.unlock()
 	if err := c.serve(); err != nil {
 		c.Close()
 		return fmt.Errorf("coordinator: %w", err)
@@ -130,7 +133,7 @@ func (c *Coordinator) drainWrites(limit time.Duration) {
 	for time.Now().Before(deadline) {
 		c.mu.Lock()
 		busy := c.writes > 0
-		c.mu.Unlock()
+		c.unlock()
 		if !busy || c.cancel == nil {
 			return
 		}
@@ -161,7 +164,7 @@ func (c *Coordinator) fence(err error) {
 		c.fenced = err
 		close(c.fencedCh)
 	}
-	c.mu.Unlock()
+	c.unlock()
 	if first {
 		c.log.Error("coordinator fenced; it stops serving", "err", err)
 		c.goRun(c.stopServing)
@@ -173,7 +176,7 @@ func (c *Coordinator) fence(err error) {
 func (c *Coordinator) stopServing() {
 	c.mu.Lock()
 	svc, node := c.svc, c.node
-	c.mu.Unlock()
+	c.unlock()
 	if svc != nil {
 		_ = svc.Stop()
 	}

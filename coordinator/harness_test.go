@@ -15,6 +15,7 @@ import (
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/coordinator"
 	"github.com/jobbus/jobbus/internal/jobbustest"
+	"github.com/jobbus/jobbus/internal/testkit"
 	"github.com/jobbus/jobbus/worker"
 )
 
@@ -120,7 +121,7 @@ func (s *system) waitState(id string, state protocol.State) protocol.Job {
 // eventually polls cond until it holds or 15 s pass.
 func (s *system) eventually(what string, cond func() bool) {
 	s.t.Helper()
-	jobbustest.Eventually(s.t, 15*time.Second, what, cond)
+	testkit.Eventually(s.t, 15*time.Second, what, cond)
 }
 
 // peer is a real worker whose every move the test makes: it registers, heartbeats and

@@ -57,9 +57,9 @@ func (c *Coordinator) submit(req *protocol.SubmitJob, reply replyFunc) {
 	}
 
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	if c.fenced != nil {
-		reply(c.refuse())
+		c.replyLater(reply, c.refuse())
 		return
 	}
 	if req.IdempotencyKey != nil {
@@ -69,7 +69,7 @@ func (c *Coordinator) submit(req *protocol.SubmitJob, reply replyFunc) {
 		}
 	}
 	if c.active >= c.cfg.MaxActiveJobs {
-		reply(protocol.AtCapacity(c.active, c.cfg.MaxActiveJobs))
+		c.replyLater(reply, protocol.AtCapacity(c.active, c.cfg.MaxActiveJobs))
 		return
 	}
 	j := c.newJob(req, maxAttempts, prio, key, fp)
@@ -84,7 +84,7 @@ func (c *Coordinator) submit(req *protocol.SubmitJob, reply replyFunc) {
 			c.ready.push(j)
 			c.schedule()
 		}
-		c.mu.Unlock()
+		c.unlock()
 	})
 }
 
@@ -103,12 +103,12 @@ func validationError(taskType string, err error) *protocol.Error {
 // original job id (once that job is durable) for the same request, an ERROR otherwise.
 func (c *Coordinator) answerDuplicate(j *job, key, fp string, reply replyFunc) {
 	if j.rec.Fingerprint != fp {
-		reply(protocol.IdempotencyConflict(key, j.rec.JobID))
+		c.replyLater(reply, protocol.IdempotencyConflict(key, j.rec.JobID))
 		return
 	}
 	answer := &protocol.JobSubmitted{JobID: j.rec.JobID}
 	if j.rev != 0 {
-		reply(answer)
+		c.replyLater(reply, answer)
 		return
 	}
 	j.waiters = append(j.waiters, waiter{version: 1, fn: func(err error) {
@@ -176,30 +176,30 @@ func (c *Coordinator) assign(j *job, w *worker) {
 	heap.Push(&c.deadlines, timer{at: j.deadline, j: j, key: j.rec.AttemptID})
 	c.markDirty(j, nil)
 	c.log.Debug("job assigned", "job", j.rec.JobID, "attempt", j.rec.Attempts, "worker", w.id)
-	err := c.node.Tell(context.Background(), bus.Address{Role: bus.RoleWorker, ID: w.id}, protocol.PathAssign, &protocol.TaskAssign{
+	m := &protocol.TaskAssign{
 		JobID:         j.rec.JobID,
 		AttemptID:     j.rec.AttemptID,
 		AttemptNumber: j.rec.Attempts,
 		TaskType:      j.rec.TaskType,
 		Payload:       j.rec.Payload,
-	})
-	if err != nil {
-		c.loseWorker(w, "assignment could not be sent: "+err.Error())
 	}
+	c.later(func() error {
+		return c.node.Tell(context.Background(), bus.Address{Role: bus.RoleWorker, ID: w.id}, protocol.PathAssign, m)
+	}, w)
 }
 
 // result applies a worker's TASK_RESULT. reply gets the acknowledgement once the outcome
 // is durable; a stale result changes nothing and is acknowledged at once.
 func (c *Coordinator) result(res *protocol.TaskResult, reply func(protocol.ResultAck, error)) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	if w := c.workers[res.WorkerID]; w != nil && w.running[res.JobID] == res.AttemptID {
 		delete(w.running, res.JobID)
 	}
 	j := c.jobs[res.JobID]
 	if j == nil || j.rec.State != protocol.StateRunning || j.rec.AttemptID != res.AttemptID || c.fenced != nil {
 		c.log.Debug("stale result ignored", "job", res.JobID, "attempt", res.AttemptID, "worker", res.WorkerID)
-		reply(protocol.ResultAck{JobID: res.JobID, Accepted: false}, nil)
+		c.later(func() error { reply(protocol.ResultAck{JobID: res.JobID, Accepted: false}, nil); return nil }, nil)
 		c.schedule()
 		return
 	}
@@ -235,8 +235,11 @@ func (c *Coordinator) revoke(j *job) {
 	w, attempt := j.rec.WorkerID, j.rec.AttemptID
 	c.releaseLease(j)
 	if c.workers[w] != nil {
-		_ = c.node.Tell(context.Background(), bus.Address{Role: bus.RoleWorker, ID: w}, protocol.PathCancel,
-			&protocol.TaskCancel{JobID: j.rec.JobID, AttemptID: attempt})
+		m := &protocol.TaskCancel{JobID: j.rec.JobID, AttemptID: attempt}
+		c.later(func() error {
+			_ = c.node.Tell(context.Background(), bus.Address{Role: bus.RoleWorker, ID: w}, protocol.PathCancel, m)
+			return nil
+		}, nil)
 	}
 }
 
@@ -258,18 +261,18 @@ func (c *Coordinator) retryOrFail(j *job, cause string) {
 // cancel moves an active job to CANCELLED; reply gets JOB_CANCEL once that is durable.
 func (c *Coordinator) cancelJob(id string, reply replyFunc) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	j := c.jobs[id]
 	if j == nil {
-		reply(protocol.UnknownJob(id))
+		c.replyLater(reply, protocol.UnknownJob(id))
 		return
 	}
 	if j.rec.State.Terminal() {
-		reply(&protocol.JobCancel{Cancelled: false, Job: j.snapshot()})
+		c.replyLater(reply, &protocol.JobCancel{Cancelled: false, Job: j.snapshot()})
 		return
 	}
 	if c.fenced != nil {
-		reply(c.refuse())
+		c.replyLater(reply, c.refuse())
 		return
 	}
 	switch j.rec.State {
@@ -289,7 +292,7 @@ func (c *Coordinator) cancelJob(id string, reply replyFunc) {
 		}
 		c.mu.Lock()
 		snap := j.snapshot()
-		c.mu.Unlock()
+		c.unlock()
 		reply(&protocol.JobCancel{Cancelled: true, Job: snap})
 	})
 	c.log.Debug("job cancelled", "job", id)
@@ -299,7 +302,7 @@ func (c *Coordinator) cancelJob(id string, reply replyFunc) {
 // sweep releases due retries, enforces deadlines, loses silent workers, then schedules.
 func (c *Coordinator) sweep() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	if c.fenced != nil {
 		return
 	}

@@ -31,7 +31,7 @@ func (c *Coordinator) recover(ctx context.Context) error {
 		c.restore(r, e.Revision())
 	}
 	slices.SortFunc(c.order, func(a, b *job) int { return compareSeq(a.rec.Seq, b.rec.Seq) })
-	c.mu.Unlock()
+	c.unlock()
 	return c.repairBindings(ctx)
 }
 
@@ -89,7 +89,7 @@ func (c *Coordinator) repairBindings(ctx context.Context) error {
 		_ = json.Unmarshal(e.Value(), &b)
 		c.mu.Lock()
 		_, known := c.jobs[b.JobID]
-		c.mu.Unlock()
+		c.unlock()
 		if known {
 			continue
 		}

@@ -19,7 +19,7 @@ import (
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/coordinator"
-	"github.com/jobbus/jobbus/internal/jobbustest"
+	"github.com/jobbus/jobbus/internal/testkit"
 )
 
 func TestRestart(t *testing.T) {
@@ -227,7 +227,7 @@ func serveProcess(t *testing.T, dataDir string, port int, args ...string) *exec.
 func connectWhenUp(t *testing.T, port int) (*nats.Conn, *client.Client) {
 	t.Helper()
 	var nc *nats.Conn
-	jobbustest.Eventually(t, 30*time.Second, "jobbus serve to answer", func() bool {
+	testkit.Eventually(t, 30*time.Second, "jobbus serve to answer", func() bool {
 		var err error
 		if nc == nil {
 			if nc, err = nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", port)); err != nil {
@@ -253,7 +253,7 @@ func TestSIGKILLLosesNoAcceptedJob(t *testing.T) {
 		must(t, err)
 		accepted = append(accepted, id)
 	}
-	jobbustest.Eventually(t, 10*time.Second, "some jobs running", func() bool {
+	testkit.Eventually(t, 10*time.Second, "some jobs running", func() bool {
 		page, err := c.List(ctx, protocol.ListJobs{State: ptrState(protocol.StateRunning)})
 		return err == nil && len(page.Jobs) > 0
 	})

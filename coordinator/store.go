@@ -94,7 +94,7 @@ func (c *Coordinator) writer(ctx context.Context) {
 				c.wakeWriter()
 			}
 		}
-		c.mu.Unlock()
+		c.unlock()
 		if j == nil {
 			select {
 			case <-ctx.Done():
@@ -114,7 +114,7 @@ func (c *Coordinator) persist(ctx context.Context, j *job) {
 		data, err := json.Marshal(&j.rec)
 		rev, version, key := j.rev, j.version, j.rec.IdempotencyKey
 		bind := binding{JobID: j.rec.JobID, Fingerprint: j.rec.Fingerprint}
-		c.mu.Unlock()
+		c.unlock()
 		if err != nil {
 			c.fail(j, fmt.Errorf("encode job %s: %w", j.rec.JobID, err))
 			return
@@ -205,7 +205,7 @@ func (c *Coordinator) written(j *job, rev, version uint64) {
 	if j.version > version { // changed while being written
 		c.queueWrite(j)
 	}
-	c.mu.Unlock()
+	c.unlock()
 	for _, w := range done {
 		w.fn(nil)
 	}
@@ -217,7 +217,7 @@ func (c *Coordinator) fail(j *job, err error) {
 	done := j.waiters
 	j.waiters = nil
 	c.doneWriting(j)
-	c.mu.Unlock()
+	c.unlock()
 	for _, w := range done {
 		w.fn(err)
 	}
@@ -227,7 +227,7 @@ func (c *Coordinator) fail(j *job, err error) {
 // its submitter got an error, not an id.
 func (c *Coordinator) dropUnstored(j *job) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlock()
 	if j.rev != 0 || c.jobs[j.rec.JobID] != j {
 		return
 	}
