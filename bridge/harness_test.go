@@ -24,6 +24,7 @@ import (
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/coordinator"
 	"github.com/jobbus/jobbus/internal/jobbustest"
+	"github.com/jobbus/jobbus/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
@@ -121,7 +122,7 @@ func startBridge(t testing.TB, nc *nats.Conn, cfg bridge.Config) *bridge.Bridge 
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	jobbustest.Eventually(t, waitFor, what, cond)
+	testkit.Eventually(t, waitFor, what, cond)
 }
 
 func (s *system) job(id string) protocol.Job {

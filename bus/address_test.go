@@ -11,6 +11,7 @@ import (
 
 	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/internal/testkit"
 )
 
 // TestWorkerIDsFitAnAddress: every worker id a registration may carry makes a valid
@@ -144,7 +145,7 @@ func TestSubjects(t *testing.T) {
 		}
 		checkHeaders(t, m, map[string]string{bus.HeaderKind: "HEARTBEAT", bus.HeaderFrom: "worker/~YS5i"})
 		_ = w.Close()
-		waitFor(t, "goodbye", func() bool {
+		testkit.Eventually(t, 10*time.Second, "goodbye", func() bool {
 			m, err := sub.NextMsg(10 * time.Second)
 			return err == nil && m.Header.Get(bus.HeaderPresence) == "leave"
 		})

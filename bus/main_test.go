@@ -90,18 +90,6 @@ func dial(tb testing.TB, url string) *nats.Conn {
 	return nc
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // recv waits for a value on ch.
 func recv[T any](t *testing.T, what string, ch <-chan T) T {
 	t.Helper()

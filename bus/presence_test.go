@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jobbus/jobbus/bus"
+	"github.com/jobbus/jobbus/internal/testkit"
 )
 
 // events records presence callbacks.
@@ -56,14 +57,14 @@ func TestPresence(t *testing.T) {
 			goes := connect(t, s.url, worker("goes.away"), bus.WithHeartbeat(20*time.Millisecond))
 			connect(t, s.url, coordinator("c2"), bus.WithHeartbeat(20*time.Millisecond)) // another role
 
-			waitFor(t, "both workers to join", func() bool {
+			testkit.Eventually(t, 10*time.Second, "both workers to join", func() bool {
 				return ev.has(true, stays.Self()) && ev.has(true, goes.Self())
 			})
 			if got := p.Alive(); !slices.Equal(got, []bus.Address{goes.Self(), stays.Self()}) {
 				t.Fatalf("Alive() = %v", got)
 			}
 			tt.leave(t, goes)
-			waitFor(t, "the worker to leave", func() bool { return ev.has(false, goes.Self()) })
+			testkit.Eventually(t, 10*time.Second, "the worker to leave", func() bool { return ev.has(false, goes.Self()) })
 			if got := p.Alive(); !slices.Equal(got, []bus.Address{stays.Self()}) {
 				t.Fatalf("Alive() after leave = %v", got)
 			}
@@ -95,7 +96,7 @@ func TestPresenceRejoin(t *testing.T) {
 	w := connect(t, s.url, worker("w1"), bus.WithHeartbeat(20*time.Millisecond))
 	recv(t, "join", joins)
 	must(t, w.Close())
-	waitFor(t, "leave", func() bool { return ev.has(false, worker("w1")) })
+	testkit.Eventually(t, 10*time.Second, "leave", func() bool { return ev.has(false, worker("w1")) })
 	connect(t, s.url, worker("w1"), bus.WithHeartbeat(20*time.Millisecond))
 	if a := recv(t, "second join", joins); a != worker("w1") {
 		t.Fatalf("joined %v", a)

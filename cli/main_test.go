@@ -15,6 +15,7 @@ import (
 	"github.com/jobbus/jobbus/cli"
 	"github.com/jobbus/jobbus/coordinator"
 	"github.com/jobbus/jobbus/internal/jobbustest"
+	"github.com/jobbus/jobbus/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
@@ -173,7 +174,7 @@ func jsonJob(t *testing.T, out string) protocol.Job {
 // eventually polls cond until it holds or 15 s pass.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	jobbustest.Eventually(t, 15*time.Second, what, cond)
+	testkit.Eventually(t, 15*time.Second, what, cond)
 }
 
 // syncBuffer is a bytes.Buffer that a command may write while the test reads it.

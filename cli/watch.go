@@ -188,21 +188,14 @@ func kvEvent(e jetstream.KeyValueEntry, seen jobTracker) (watchEvent, bool) {
 	return watchEvent{Event: "job", AtMillis: at, Job: &j}, true
 }
 
-// recordSnapshot reads the fields of a coordinator job record that a snapshot shows;
-// they carry the snapshot's names. The worker is shown only while RUNNING, as in a
-// snapshot.
+// recordSnapshot decodes a job record of the JOBS bucket (protocol.Record, the
+// schema the coordinator publishes) into the snapshot it shows.
 func recordSnapshot(data []byte) (protocol.Job, error) {
-	var j protocol.Job
-	if err := json.Unmarshal(data, &j); err != nil {
-		return j, err
+	var r protocol.Record
+	if err := json.Unmarshal(data, &r); err != nil {
+		return protocol.Job{}, err
 	}
-	if j.State != protocol.StateRunning || (j.WorkerID != nil && *j.WorkerID == "") {
-		j.WorkerID = nil
-	}
-	if j.Priority == "" {
-		j.Priority = protocol.PriorityNormal
-	}
-	return j, nil
+	return r.Snapshot(), nil
 }
 
 // pollJobs lists every job each interval and passes on the changes; the first list is

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/jobbus/jobbus/embeddednats"
+	"github.com/jobbus/jobbus/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
@@ -61,22 +62,6 @@ func connect(t *testing.T, connect func() (*nats.Conn, error)) *nats.Conn {
 	}
 	t.Cleanup(nc.Close)
 	return nc
-}
-
-// waitFor polls fn until it returns nil or the deadline passes.
-func waitFor(t *testing.T, timeout time.Duration, fn func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := fn()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met after %s: %v", timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func kvRoundTrip(t *testing.T, nc *nats.Conn, bucket string, replicas int) jetstream.KeyValue {
@@ -516,7 +501,7 @@ func TestClusterOfThreeServesReplicatedKV(t *testing.T) {
 	}
 	// The meta leader is elected after start; retry until the bucket exists.
 	var kv jetstream.KeyValue
-	waitFor(t, 10*time.Second, func() error {
+	testkit.Wait(t, 10*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		kv, err = js0.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "R3", Replicas: 3})
@@ -563,7 +548,7 @@ func TestLeafRemoteJoinsHub(t *testing.T) {
 	}
 	leafNC := connect(t, func() (*nats.Conn, error) { return leaf.Connect() })
 	// Interest crosses the leaf connection once it is up.
-	waitFor(t, 5*time.Second, func() error {
+	testkit.Wait(t, 5*time.Second, func() error {
 		m, err := leafNC.Request("ping", nil, 200*time.Millisecond)
 		if err != nil {
 			return err

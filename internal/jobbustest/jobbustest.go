@@ -197,19 +197,3 @@ func WorkerListed(c *client.Client, id string) bool {
 	ws, err := c.Workers(context.Background())
 	return err == nil && slices.ContainsFunc(ws, func(w protocol.Worker) bool { return w.WorkerID == id })
 }
-
-// Eventually polls cond, backing off from 1 ms to 50 ms, until it holds, and fails the
-// test if limit passes first.
-func Eventually(t testing.TB, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for delay := time.Millisecond; ; delay = min(delay*2, 50*time.Millisecond) {
-		if cond() {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", limit, what)
-		}
-		time.Sleep(delay)
-	}
-}

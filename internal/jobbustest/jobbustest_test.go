@@ -12,6 +12,7 @@ import (
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/coordinator"
 	"github.com/jobbus/jobbus/internal/jobbustest"
+	"github.com/jobbus/jobbus/internal/testkit"
 	"github.com/jobbus/jobbus/worker"
 )
 
@@ -26,7 +27,7 @@ func TestSystemRunsJobs(t *testing.T) {
 	s := jobbustest.Start(t)
 	w, stop := s.StartNativeWorker(t, worker.WithCapacity(2))
 	native := client.New(s.NC)
-	jobbustest.Eventually(t, waitFor, "worker listed", func() bool { return jobbustest.WorkerListed(native, w.ID()) })
+	testkit.Eventually(t, waitFor, "worker listed", func() bool { return jobbustest.WorkerListed(native, w.ID()) })
 
 	b := s.StartBridge(t, func(c *bridge.Config) { c.WorkerListen = "" })
 	if b.WorkerAddr() != nil {
@@ -51,7 +52,7 @@ func TestSystemRunsJobs(t *testing.T) {
 	}
 	stop()
 	stop() // idempotent
-	jobbustest.Eventually(t, waitFor, "worker gone", func() bool { return !jobbustest.WorkerListed(native, w.ID()) })
+	testkit.Eventually(t, waitFor, "worker gone", func() bool { return !jobbustest.WorkerListed(native, w.ID()) })
 }
 
 // TestCoordinatorLaterAndRestarted: WithoutCoordinator leaves the API unanswered until

@@ -10,6 +10,7 @@ import (
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/coordinator"
 	"github.com/jobbus/jobbus/embeddednats"
+	"github.com/jobbus/jobbus/internal/testkit"
 	"github.com/jobbus/jobbus/worker/tcpworker"
 )
 
@@ -61,7 +62,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = c.Close() })
 
-	eventually(t, "the TCP worker listed", func() bool {
+	testkit.Eventually(t, waitLimit, "the TCP worker listed", func() bool {
 		ws, err := c.Workers(ctx)
 		return err == nil && len(ws) == 1 && ws[0].WorkerID == "worker-e2e" && ws[0].Capacity == 2
 	})
@@ -102,12 +103,12 @@ func TestEndToEnd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "the sleep running on the worker", func() bool { return w.Running() == 1 })
+		testkit.Eventually(t, waitLimit, "the sleep running on the worker", func() bool { return w.Running() == 1 })
 		cancelled, job, err := c.Cancel(ctx, id)
 		if err != nil || !cancelled || job.State != protocol.StateCancelled {
 			t.Fatalf("Cancel = %v %+v, %v", cancelled, job, err)
 		}
-		eventually(t, "the sleep interrupted by TASK_CANCEL", func() bool { return w.Running() == 0 })
+		testkit.Eventually(t, waitLimit, "the sleep interrupted by TASK_CANCEL", func() bool { return w.Running() == 0 })
 	})
 	t.Run("ReconnectsToANewBridge", func(t *testing.T) {
 		waddr, caddr := br.WorkerAddr().String(), br.ClientAddr().String()

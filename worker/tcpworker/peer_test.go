@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jobbus/jobbus/bus/protocol/frame"
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/bus/protocol/frame"
 )
 
 // waitLimit bounds every wait of these tests; generous, since the machine is noisy.

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/internal/testkit"
 	"github.com/jobbus/jobbus/worker/tcpworker"
 )
 
@@ -65,18 +66,6 @@ func startWorker(t *testing.T, addr string, opts ...tcpworker.Option) *running {
 	go func() { r.done <- w.Run(ctx) }()
 	t.Cleanup(func() { _ = r.stop(t) })
 	return r
-}
-
-// eventually polls cond until it holds or waitLimit passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for delay := time.Millisecond; !cond(); delay = min(delay*2, 20*time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", waitLimit, what)
-		}
-		time.Sleep(delay)
-	}
 }
 
 func assign(job, attempt string, number int, taskType, payload string) *protocol.TaskAssign {
@@ -269,7 +258,7 @@ func TestCancel(t *testing.T) {
 	pc.register()
 	pc.send(assign("job-a", "att-a1", 1, "SLEEP", `{"durationMillis":30000}`))
 	pc.send(assign("job-b", "att-b1", 1, "SLEEP", `{"durationMillis":30000}`))
-	eventually(t, "two attempts running at once", func() bool { return w.Running() == 2 })
+	testkit.Eventually(t, waitLimit, "two attempts running at once", func() bool { return w.Running() == 2 })
 
 	// Cancels naming a superseded attempt of the job, or the attempt under another job.
 	pc.send(&protocol.TaskCancel{JobID: "job-a", AttemptID: "att-a0"})
@@ -292,7 +281,7 @@ func TestCancel(t *testing.T) {
 	if !strings.Contains(deref(res.Error), "cancelled") {
 		t.Errorf("error of a cancelled attempt: %q", deref(res.Error))
 	}
-	eventually(t, "one attempt left", func() bool { return w.Running() == 1 })
+	testkit.Eventually(t, waitLimit, "one attempt left", func() bool { return w.Running() == 1 })
 }
 
 func TestConnectionLoss(t *testing.T) {
@@ -303,11 +292,11 @@ func TestConnectionLoss(t *testing.T) {
 	pc := p.accept()
 	pc.register()
 	pc.send(assign("job-1", "att-1", 1, "SLEEP", `{"durationMillis":30000}`))
-	eventually(t, "the attempt running", func() bool { return w.Running() == 1 })
+	testkit.Eventually(t, waitLimit, "the attempt running", func() bool { return w.Running() == 1 })
 
 	lost := time.Now()
 	pc.close()
-	eventually(t, "the attempt interrupted", func() bool { return w.Running() == 0 })
+	testkit.Eventually(t, waitLimit, "the attempt interrupted", func() bool { return w.Running() == 0 })
 
 	pc2 := p.accept()
 	if waited := pc2.acceptedAt.Sub(lost); waited < delay {
@@ -395,7 +384,7 @@ func TestStopInterruptsAttempts(t *testing.T) {
 	pc := p.accept()
 	pc.register()
 	pc.send(assign("job-1", "att-1", 1, "SLEEP", `{"durationMillis":30000}`))
-	eventually(t, "the attempt running", func() bool { return w.Running() == 1 })
+	testkit.Eventually(t, waitLimit, "the attempt running", func() bool { return w.Running() == 1 })
 	if err := w.stop(t); err != nil {
 		t.Fatalf("Run returned %v after its context ended", err)
 	}
@@ -451,5 +440,5 @@ func TestRunsWhatItIsSent(t *testing.T) {
 	for i := range 3 {
 		pc.send(assign(fmt.Sprint("job-", i), "att", 1, "SLEEP", `{"durationMillis":30000}`))
 	}
-	eventually(t, "three attempts running", func() bool { return w.Running() == 3 })
+	testkit.Eventually(t, waitLimit, "three attempts running", func() bool { return w.Running() == 3 })
 }

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/internal/testkit"
 	"github.com/jobbus/jobbus/worker/internal/attempts"
 	"github.com/jobbus/jobbus/worker/tasks"
 )
@@ -123,23 +124,12 @@ func (f *fixture) outcomesOf(job, attemptID string) []attempts.Outcome {
 // outcome waits for the one outcome of a lease.
 func (f *fixture) outcome(t *testing.T, job, attemptID string) attempts.Outcome {
 	t.Helper()
-	waitFor(t, "outcome of "+job+"/"+attemptID, func() bool { return len(f.outcomesOf(job, attemptID)) > 0 })
+	testkit.Eventually(t, 10*time.Second, "outcome of "+job+"/"+attemptID, func() bool { return len(f.outcomesOf(job, attemptID)) > 0 })
 	got := f.outcomesOf(job, attemptID)
 	if len(got) != 1 {
 		t.Fatalf("%d outcomes of %s/%s, want 1", len(got), job, attemptID)
 	}
 	return got[0]
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 func TestCancelOnlyTheMatchingAttempt(t *testing.T) {
@@ -164,7 +154,7 @@ func TestCancelOnlyTheMatchingAttempt(t *testing.T) {
 	if o := f.outcome(t, "job-1", "att-1"); !errors.Is(o.Err, attempts.ErrCancelled) {
 		t.Errorf("cancelled attempt's outcome = %+v, want ErrCancelled", o)
 	}
-	waitFor(t, "cancelled attempt forgotten", func() bool { return f.set.Len() == 2 })
+	testkit.Eventually(t, 10*time.Second, "cancelled attempt forgotten", func() bool { return f.set.Len() == 2 })
 	if n := len(f.outcomesOf("job-1", "att-2")) + len(f.outcomesOf("job-2", "att-1")); n != 0 {
 		t.Errorf("%d outcomes of attempts that were not cancelled", n)
 	}
@@ -194,11 +184,11 @@ func TestDuplicateIgnored(t *testing.T) {
 		t.Errorf("outcome = %+v, want the first attempt's", o)
 	}
 	// Once it has ended, the same lease is a new attempt again.
-	waitFor(t, "attempt forgotten", func() bool { return f.set.Len() == 0 })
+	testkit.Eventually(t, 10*time.Second, "attempt forgotten", func() bool { return f.set.Len() == 0 })
 	if !f.start(ctx, assign("job-d", "att-d", typeEcho, `"again"`)) {
 		t.Error("Start after the attempt ended = false")
 	}
-	waitFor(t, "second outcome", func() bool { return len(f.outcomesOf("job-d", "att-d")) == 2 })
+	testkit.Eventually(t, 10*time.Second, "second outcome", func() bool { return len(f.outcomesOf("job-d", "att-d")) == 2 })
 }
 
 func TestBeyondCapacityRuns(t *testing.T) {
@@ -266,7 +256,7 @@ func TestCancelBeforeGeneration(t *testing.T) {
 	if o := f.outcome(t, "job-old", "a"); !errors.Is(o.Err, old) {
 		t.Errorf("outcome = %+v, want the cause given", o)
 	}
-	waitFor(t, "old attempt forgotten", func() bool { return f.set.Len() == 1 })
+	testkit.Eventually(t, 10*time.Second, "old attempt forgotten", func() bool { return f.set.Len() == 1 })
 	if n := len(f.outcomesOf("job-new", "a")); n != 0 {
 		t.Errorf("%d outcomes of the current generation's attempt", n)
 	}

@@ -1,0 +1,41 @@
+// Package testkit holds the test helpers every jobbus package may use: it imports only
+// the standard library, so leaf packages can use it without linking the
+// whole system, as internal/jobbustest does.
+package testkit
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+// Wait polls check, backing off from 1 ms to 50 ms, until it returns nil, and fails the
+// test with the last error check returned if limit passes first (nats.go's checkFor):
+// a failure says why the wait timed out, not only that it did.
+func Wait(t testing.TB, limit time.Duration, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for delay := time.Millisecond; ; delay = min(delay*2, 50*time.Millisecond) {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v: %v", limit, err)
+		}
+		time.Sleep(delay)
+	}
+}
+
+// Eventually waits until cond holds, failing the test with "waiting for <what>" if
+// limit passes first.
+func Eventually(t testing.TB, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	notYet := errors.New("waiting for " + what)
+	Wait(t, limit, func() error {
+		if cond() {
+			return nil
+		}
+		return notYet
+	})
+}
