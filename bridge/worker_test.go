@@ -66,6 +66,8 @@ func TestWorkerPort(t *testing.T) {
 			{"Capacity1025", `{"type":"WORKER_REGISTER","workerId":"w","capacity":1025}`, protocol.BadRegistration().Message},
 			{"CapacityAbsent", `{"type":"WORKER_REGISTER","workerId":"w"}`, protocol.BadRegistration().Message},
 			{"EmptyID", `{"type":"WORKER_REGISTER","workerId":"","capacity":4}`, protocol.BadRegistration().Message},
+			{"BlankID", `{"type":"WORKER_REGISTER","workerId":"   ","capacity":4}`, protocol.BadRegistration().Message},
+			{"TabsAndNewlinesID", `{"type":"WORKER_REGISTER","workerId":"\t\n","capacity":4}`, protocol.BadRegistration().Message},
 			{"HugeID", fmt.Sprintf(`{"type":"WORKER_REGISTER","workerId":%q,"capacity":4}`, strings.Repeat("w", 600)), protocol.BadRegistration().Message},
 			{"NonJSON", `WORKER_REGISTER please`, "Malformed request: "},
 			{"UnknownType", `{"type":"HELLO"}`, "Malformed request: "},
