@@ -40,6 +40,7 @@ func coordinatorFlags() []cli.Flag {
 		millisFlag("aging-step-millis", d.AgingStep, "a queued job gains one priority level per step waited"),
 		&cli.IntFlag{Name: "replicas", Value: d.Replicas, Usage: "replicas of the KV buckets (3 in a cluster)", EnvVars: env("replicas")},
 		millisFlag("leader-lease-millis", d.LeaderLease, "a standby coordinator takes over within this long of the leader's loss"),
+		&cli.StringFlag{Name: "coordinator-id", Usage: "this coordinator's name in the leader lease: restarted after a crash, it takes its lease back at once. Unique to one process at a time; serve keeps one in --data-dir (default: random per process)", EnvVars: env("coordinator-id")},
 	}
 }
 
@@ -55,6 +56,7 @@ func coordinatorConfig(c *cli.Context, log *slog.Logger) coordinator.Config {
 	cfg.AgingStep = millis(c, "aging-step-millis")
 	cfg.Replicas = c.Int("replicas")
 	cfg.LeaderLease = millis(c, "leader-lease-millis")
+	cfg.ID = c.String("coordinator-id")
 	cfg.Logger = log
 	return cfg
 }
@@ -94,6 +96,13 @@ func serve(c *cli.Context) error {
 	cfg := coordinatorConfig(c, log)
 	if err := cfg.Validate(); err != nil {
 		return usageError("%v", err)
+	}
+	if cfg.ID == "" && global(c, "nats") == "" {
+		// The embedded store is locked to this process, so an identity kept in it is
+		// this process's alone: after a crash, the coordinator takes its lease back.
+		if cfg.ID, err = storedCoordinatorID(c.String("data-dir")); err != nil {
+			return err
+		}
 	}
 	coordDone := runCoordinator(ctx, nc, cfg)
 	stopBridge, err := startBridge(ctx, c, nc, log)

@@ -31,6 +31,12 @@ type Config struct {
 	Replicas int
 	// Writers is how many KV writes may be in flight at once.
 	Writers int
+	// ID names this coordinator in the leader lease. A coordinator that finds the lease
+	// held under its own ID (it crashed, and restarted before the lease ran out) takes
+	// it back at once instead of waiting the lease out. So it must be unique to one
+	// process at a time: serve keeps one in its store directory, which it locks; empty
+	// means a random one per process, which waits out a lease it left behind.
+	ID string
 	// LeaderLease is how long a leader's lease lasts unless renewed (every third of it):
 	// a standby takes over within about this long of the leader's loss.
 	LeaderLease time.Duration

@@ -37,7 +37,10 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, onLead func(*Coordinato
 	if err != nil {
 		return fmt.Errorf("coordinator: open bucket %s: %w", protocol.LeaderBucket, err)
 	}
-	id := newID()
+	id := cfg.ID
+	if id == "" {
+		id = newID()
+	}
 	for {
 		rev, err := campaign(ctx, kv, id, cfg.LeaderLease/3, cfg.Logger)
 		if err != nil {
@@ -53,7 +56,9 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, onLead func(*Coordinato
 	}
 }
 
-// campaign waits until this process holds the lease, or ctx ends.
+// campaign waits until this process holds the lease, or ctx ends. A lease that
+// already names id was left by this coordinator before a crash: it is taken back at
+// once.
 func campaign(ctx context.Context, kv jetstream.KeyValue, id string, every time.Duration, log *slog.Logger) (uint64, error) {
 	for said := false; ; {
 		// ErrKeyExists means another leads; any other error (NATS unavailable, say) is
@@ -61,6 +66,12 @@ func campaign(ctx context.Context, kv jetstream.KeyValue, id string, every time.
 		rev, err := kv.Create(ctx, leaderKey, []byte(id))
 		if err == nil {
 			return rev, nil
+		}
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			if rev, ok := takeBack(ctx, kv, id); ok {
+				log.Info("taking back this coordinator's own lease", "coordinator", id)
+				return rev, nil
+			}
 		}
 		if !said {
 			log.Info("standing by: another coordinator leads", "coordinator", id, "reason", err)
@@ -126,6 +137,17 @@ func lead(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, cfg Config,
 			}
 		}
 	}
+}
+
+// takeBack renews a lease that names id, at the revision read: the CAS keeps it from
+// taking a lease that changed hands meanwhile.
+func takeBack(ctx context.Context, kv jetstream.KeyValue, id string) (uint64, bool) {
+	e, err := kv.Get(ctx, leaderKey)
+	if err != nil || string(e.Value()) != id {
+		return 0, false
+	}
+	rev, err := kv.Update(ctx, leaderKey, []byte(id), e.Revision())
+	return rev, err == nil
 }
 
 // errLeaseLost means the lease is gone or names another coordinator.

@@ -272,3 +272,64 @@ func recv[T any](t *testing.T, what string, ch <-chan T) T {
 		panic("unreachable")
 	}
 }
+
+// TestRestartedLeaderTakesItsLeaseBack: a coordinator that finds the lease under its own
+// ID (it crashed and came back) leads at once instead of waiting the lease out, while a
+// lease under another ID is still respected.
+func TestRestartedLeaderTakesItsLeaseBack(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, holder string
+		leadsAtOnce  bool
+	}{
+		{"OwnLease", "coordinator-a", true},
+		{"ForeignLease", "coordinator-b", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := setup(t, transports[0])
+			_ = s.Coordinator.Close()
+			cfg := s.Config
+			cfg.ID = "coordinator-a"
+			cfg.LeaderLease = time.Hour // only taking the lease back can lead in time
+
+			// The crashed process's lease, never renewed.
+			js, err := jetstream.New(s.NC)
+			must(t, err)
+			kv, err := js.CreateOrUpdateKeyValue(context.Background(), jetstream.KeyValueConfig{
+				Bucket: protocol.LeaderBucket, History: 1, TTL: cfg.LeaderLease, Storage: jetstream.FileStorage,
+			})
+			must(t, err)
+			_, err = kv.Create(context.Background(), "coordinator", []byte(tt.holder))
+			must(t, err)
+
+			ctx, cancel := context.WithCancel(context.Background())
+			led := make(chan struct{}, 1)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				_ = coordinator.Run(ctx, s.NC, cfg, func(*coordinator.Coordinator) { led <- struct{}{} })
+			}()
+			t.Cleanup(func() { cancel(); <-done })
+			if !tt.leadsAtOnce {
+				select {
+				case <-led:
+					t.Fatal("took over a lease held by another coordinator")
+				case <-time.After(time.Second):
+				}
+				return
+			}
+			select {
+			case <-led:
+			case <-time.After(15 * time.Second):
+				t.Fatal("a restarted coordinator did not take its own lease back")
+			}
+			id := s.submit("SHA256", text("after the restart"))
+			s.startWorker(1)
+			if j := s.wait(id); j.State != protocol.StateCompleted {
+				t.Fatalf("job %+v", j)
+			}
+		})
+	}
+}

@@ -274,3 +274,27 @@ func TestSIGKILLLosesNoAcceptedJob(t *testing.T) {
 }
 
 func ptrState(s protocol.State) *protocol.State { return &s }
+
+// TestSIGKILLedServeTakesItsLeaseBack: serve restarted on its store after a SIGKILL
+// serves without waiting out the lease its dead process left: the lease here (two
+// minutes) is far longer than the wait allowed for serving again.
+func TestSIGKILLedServeTakesItsLeaseBack(t *testing.T) {
+	t.Parallel()
+	dir, port := t.TempDir(), freePort(t)
+	lease := []string{"--leader-lease-millis", "120000", "--workers", "1"}
+	proc := serveProcess(t, dir, port, lease...)
+	nc, c := connectWhenUp(t, port)
+	id, err := c.Submit(context.Background(), "SHA256", map[string]string{"text": "before the crash"})
+	must(t, err)
+	must(t, proc.Process.Signal(syscall.SIGKILL))
+	_ = proc.Wait()
+	nc.Close()
+
+	serveProcess(t, dir, port, lease...)
+	_, c = connectWhenUp(t, port) // fails after 30 s, well inside the old lease
+	wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if j, err := c.Wait(wctx, id); err != nil || j.State != protocol.StateCompleted {
+		t.Fatalf("job accepted before the crash: %+v %v", j, err)
+	}
+}
