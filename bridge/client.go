@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -125,12 +126,32 @@ func (b *Bridge) request(subject string, payload []byte, log *slog.Logger) ([]by
 	defer func() { <-b.requests }()
 	ctx, cancel := context.WithTimeout(b.ctx, b.cfg.RequestTimeout)
 	defer cancel()
-	msg, err := b.nc.RequestWithContext(ctx, subject, payload)
+	msg, err := b.requestServed(ctx, subject, payload)
 	if err != nil {
 		log.Debug("request failed", "subject", subject, "err", err)
 		return nil, b.unavailable(subject, err)
 	}
 	return checkReply(msg, log)
+}
+
+// requestServed sends a request, and sends it again while no coordinator serves its
+// subject (one is starting, or failing over) until ctx ends. A request nobody received
+// cannot have been acted on, so sending it again is safe; one that went unanswered is
+// not sent again.
+func (b *Bridge) requestServed(ctx context.Context, subject string, payload []byte) (*nats.Msg, error) {
+	for delay := 10 * time.Millisecond; ; delay = min(2*delay, 250*time.Millisecond) {
+		msg, err := b.nc.RequestWithContext(ctx, subject, payload)
+		if !errors.Is(err, nats.ErrNoResponders) {
+			return msg, err
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+	}
 }
 
 // checkReply vets a reply body before it is written as a frame unchanged.

@@ -134,9 +134,18 @@ func TestClientPort(t *testing.T) {
 		}
 	})
 
+	t.Run("RequestWaitsForACoordinatorToServe", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t, noCoordinator(), withBridge(func(c *bridgeConfig) { c.RequestTimeout = time.Minute }))
+		c := s.client()
+		c.mustSend(&protocol.GetJobStatus{JobID: "x"})
+		s.StartCoordinator(t) // while the request waits
+		c.expectError("Unknown job: x")
+	})
+
 	t.Run("NoCoordinatorIsAnErrorAndKeepsTheConnection", func(t *testing.T) {
 		t.Parallel()
-		s := setup(t, noCoordinator())
+		s := setup(t, noCoordinator(), withBridge(func(c *bridgeConfig) { c.RequestTimeout = 200 * time.Millisecond }))
 		c := s.client()
 		for range 2 {
 			c.mustSend(&protocol.GetJobStatus{JobID: "x"})
