@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jobbus/jobbus/bus/protocol/frame"
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/bus/protocol/frame"
 	"github.com/jobbus/jobbus/worker/internal/attempts"
 )
 
