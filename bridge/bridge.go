@@ -181,6 +181,8 @@ type Bridge struct {
 
 	wg        sync.WaitGroup // accept loops and sessions
 	closeOnce sync.Once
+
+	stats counters // for Stats
 }
 
 // New returns a bridge in front of the coordinator reachable on nc, which it does not

@@ -80,6 +80,7 @@ func (b *Bridge) serveClient(c net.Conn, release func()) {
 		case forward:
 			reply, e = b.request(subject, payload, log)
 		case reject:
+			b.stats.malformed("client")
 			log.Info("malformed request; closing", "err", e.Message)
 		}
 		if e != nil {
@@ -100,6 +101,7 @@ func (b *Bridge) serveClient(c net.Conn, release func()) {
 // broken or stalled frame (closed without a word), or a bad length prefix, whose
 // best-effort ERROR goes to last, which writes it and closes the connection.
 func (b *Bridge) readFailed(log *slog.Logger, err error, port string, last func([]byte)) {
+	b.stats.frameError(port, err)
 	switch {
 	case errors.Is(err, io.EOF):
 		log.Debug(port + " closed the connection")

@@ -45,6 +45,7 @@ func (b *Bridge) accept(p *port) {
 
 // admit starts a session on c, or refuses c when the port is at its limit.
 func (b *Bridge) admit(p *port, c net.Conn) {
+	b.stats.accepted[portIndex(p.name)].Add(1)
 	b.mu.Lock()
 	switch {
 	case b.closed:
@@ -88,6 +89,7 @@ func (b *Bridge) forget(p *port, c net.Conn) {
 // It runs on the accept loop, so the write gets a short deadline: a fresh socket's
 // buffer takes a small frame at once.
 func (b *Bridge) refuse(p *port, c net.Conn) {
+	b.stats.refused[portIndex(p.name)].Add(1)
 	b.log.Warn("connection refused: too many connections", "port", p.name, "remote", c.RemoteAddr().String(), "limit", b.cfg.MaxConns)
 	_ = writeFrame(c, encodeError(errTooManyConns(b.cfg.MaxConns)), min(b.cfg.WriteTimeout, 100*time.Millisecond))
 	_ = c.Close()

@@ -96,7 +96,7 @@ func (b *Bridge) serveWorker(c net.Conn, release func()) {
 	release()
 	// The node outlives the connection while results are still being delivered.
 	<-s.results.idle()
-	_ = s.node.Close()
+	s.b.stats.retire(s.node)
 }
 
 // awaitRegister reads the first message, which must be a usable WORKER_REGISTER. On
@@ -109,6 +109,7 @@ func (s *workerSession) awaitRegister() *protocol.WorkerRegister {
 	}
 	msg, err := protocol.Decode(payload)
 	if err != nil {
+		s.b.stats.malformed("worker")
 		s.log.Info("malformed first message; closing", "err", err)
 		s.out.finish(encodeError(protocol.MalformedRequest(err)))
 		return nil
@@ -141,6 +142,7 @@ func (s *workerSession) join(reg *protocol.WorkerRegister) error {
 		return err
 	}
 	s.reg, s.node = *reg, node
+	s.b.stats.track(node)
 	if old := s.b.workers.claim(s); old != nil {
 		s.log.Info("worker re-registered; superseding the previous connection")
 		old.supersede()
@@ -251,6 +253,7 @@ func (s *workerSession) loop() {
 		}
 		msg, err := protocol.Decode(payload)
 		if err != nil {
+			s.b.stats.malformed("worker")
 			s.log.Info("malformed message; closing", "err", err)
 			s.out.finish(encodeError(protocol.MalformedRequest(err)))
 			return

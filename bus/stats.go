@@ -18,6 +18,8 @@ type Stats struct {
 	// holds the asks slower than the previous bound and at most UpTo; the last bucket has
 	// UpTo 0 and holds the rest.
 	AskLatency []LatencyBucket
+	// AskLatencySum is the total round-trip time of the asks in AskLatency.
+	AskLatencySum time.Duration
 
 	Reconnects  uint64 // connection came back after being lost
 	Disconnects uint64 // connection lost
@@ -77,6 +79,7 @@ type counters struct {
 	bytesSent, bytesRecv     atomic.Uint64
 	asks                     [numOutcomes]atomic.Uint64
 	latency                  [len(askLatencyBounds) + 1]atomic.Uint64
+	latencySum               atomic.Int64 // nanoseconds
 	reconnects, disconnects  atomic.Uint64
 	handlerErrs, handlerPncs atomic.Uint64
 	dropped                  atomic.Uint64
@@ -113,6 +116,7 @@ func (c *counters) observe(d time.Duration) {
 		i++
 	}
 	c.latency[i].Add(1)
+	c.latencySum.Add(int64(d))
 }
 
 func kindCounts(a *[numKinds]atomic.Uint64) KindCounts {
@@ -136,6 +140,7 @@ func (c *counters) snapshot() Stats {
 		HandlerErrors: c.handlerErrs.Load(),
 		HandlerPanics: c.handlerPncs.Load(),
 		Dropped:       c.dropped.Load(),
+		AskLatencySum: time.Duration(c.latencySum.Load()),
 	}
 	for i := range c.latency {
 		s.AskLatency[i].Count = c.latency[i].Load()

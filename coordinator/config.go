@@ -47,6 +47,8 @@ type Config struct {
 	Now func() time.Time
 	// Logger receives structured logs; nil discards them.
 	Logger *slog.Logger
+	// Observer sees submissions, state changes and writes, for metrics; nil: none.
+	Observer Observer
 }
 
 // DefaultConfig returns the defaults of DESIGN.md.

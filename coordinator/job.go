@@ -25,6 +25,10 @@ type job struct {
 	waiters  []waiter
 	queueGen uint64 // invalidates stale entries in the ready queue
 	inQueue  bool
+
+	seen     protocol.State // the state last reported to the Observer
+	writes   int            // durable writes, for the Observer
+	finished bool           // the terminal write was reported
 }
 
 // waiter runs once the job's record at version (or later) is durable, or with the error

@@ -34,10 +34,12 @@ type replyFunc func(protocol.Message)
 // only once the job is durable.
 func (c *Coordinator) submit(req *protocol.SubmitJob, reply replyFunc) {
 	if perr := req.CheckSubmission(); perr != nil {
+		c.noteSubmit(SubmitInvalid)
 		reply(perr)
 		return
 	}
 	if err := c.cfg.TaskTypes.Validate(req.TaskType, req.Payload); err != nil {
+		c.noteSubmit(SubmitInvalid)
 		reply(validationError(req.TaskType, err))
 		return
 	}
@@ -51,6 +53,7 @@ func (c *Coordinator) submit(req *protocol.SubmitJob, reply replyFunc) {
 		key = *req.IdempotencyKey
 		var err error
 		if fp, err = fingerprint(req.TaskType, req.Payload, maxAttempts, prio); err != nil {
+			c.noteSubmit(SubmitInvalid)
 			reply(protocol.InvalidPayload(err.Error()))
 			return
 		}
@@ -59,21 +62,25 @@ func (c *Coordinator) submit(req *protocol.SubmitJob, reply replyFunc) {
 	c.mu.Lock()
 	defer c.unlock()
 	if c.fenced != nil {
+		c.noteSubmit(SubmitFailed)
 		c.replyLater(reply, c.refuse())
 		return
 	}
 	if req.IdempotencyKey != nil {
 		if j := c.keys[key]; j != nil {
+			c.noteSubmit(SubmitDuplicate)
 			c.answerDuplicate(j, key, fp, reply)
 			return
 		}
 	}
 	if c.active >= c.cfg.MaxActiveJobs {
+		c.noteSubmit(SubmitRejected)
 		c.replyLater(reply, protocol.AtCapacity(c.active, c.cfg.MaxActiveJobs))
 		return
 	}
 	j := c.newJob(req, maxAttempts, prio, key, fp)
 	c.markDirty(j, func(err error) {
+		c.noteSubmit(outcomeOf(err))
 		if err != nil {
 			reply(&protocol.Error{Message: fmt.Sprintf("job %s was not stored: %v", j.rec.JobID, err)})
 			return
@@ -323,6 +330,7 @@ func (c *Coordinator) sweep() {
 			continue
 		}
 		w := j.rec.WorkerID
+		c.noteDeadline(j)
 		c.revoke(j)
 		c.retryOrFail(j, fmt.Sprintf("execution deadline exceeded (%d ms) on worker %s", c.cfg.TaskTimeout.Milliseconds(), w))
 		c.markDirty(j, nil)

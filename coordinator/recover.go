@@ -47,7 +47,7 @@ func compareSeq(a, b uint64) int {
 
 // restore adds one stored job to memory. Called with c.mu held.
 func (c *Coordinator) restore(r protocol.Record, rev uint64) {
-	j := &job{rec: r, rev: rev}
+	j := &job{rec: r, rev: rev, seen: r.State}
 	c.jobs[r.JobID] = j
 	c.order = append(c.order, j)
 	c.seq = max(c.seq, r.Seq)

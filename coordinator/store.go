@@ -50,6 +50,7 @@ func openBuckets(ctx context.Context, js jetstream.JetStream, replicas int) (job
 func (c *Coordinator) markDirty(j *job, fn func(error)) {
 	j.version++
 	j.rec.UpdatedAt = c.now().UnixMilli()
+	c.noteChange(j)
 	if fn != nil {
 		j.waiters = append(j.waiters, waiter{version: j.version, fn: fn})
 	}
@@ -119,7 +120,9 @@ func (c *Coordinator) persist(ctx context.Context, j *job) {
 			c.fail(j, fmt.Errorf("encode job %s: %w", j.rec.JobID, err))
 			return
 		}
+		start := time.Now()
 		newRev, err := c.write(ctx, j.rec.JobID, rev, data, key, bind)
+		c.noteStored(j, version, start, err)
 		if err == nil {
 			c.written(j, newRev, version)
 			return

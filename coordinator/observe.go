@@ -1,0 +1,158 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jobbus/jobbus/bus"
+	"github.com/jobbus/jobbus/bus/protocol"
+)
+
+// SubmitOutcome is how a submission ended, for an Observer.
+type SubmitOutcome string
+
+// Submission outcomes.
+const (
+	SubmitAccepted  SubmitOutcome = "accepted"  // a new job was stored
+	SubmitRejected  SubmitOutcome = "rejected"  // at capacity (SUBMIT_REJECTED)
+	SubmitInvalid   SubmitOutcome = "invalid"   // payload, task type or key refused
+	SubmitDuplicate SubmitOutcome = "duplicate" // idempotency key bound: the same job, or a conflict
+	SubmitFailed    SubmitOutcome = "failed"    // not stored: fenced, or the write failed
+)
+
+// JobChange is one state change of a job as the coordinator decided it (in memory; the
+// write that makes it durable follows).
+type JobChange struct {
+	TaskType string
+	From, To protocol.State // From is "" for a new job
+	Attempts int            // including the one just started, when To is RUNNING
+	Created  time.Time      // submission time
+	At       time.Time      // when the change was decided
+}
+
+// Observer sees what a coordinator does, for metrics. Its methods are called with the
+// coordinator's lock held (except Stored): they must be quick and must not call the
+// coordinator back.
+type Observer interface {
+	// Submitted is called once per submission.
+	Submitted(outcome SubmitOutcome)
+	// JobChanged is called on every state change, recovery's included.
+	JobChanged(JobChange)
+	// DeadlineExpired is called when an attempt overran the task timeout.
+	DeadlineExpired(taskType string)
+	// Stored is called after each job write to KV, with its latency; terminal is true
+	// for the write that stored the job's final state, writes then being how many
+	// writes this coordinator spent on the job.
+	Stored(took time.Duration, err error, terminal bool, writes int)
+}
+
+// Stats is a snapshot of what a coordinator holds.
+type Stats struct {
+	Jobs    map[protocol.State]int // jobs in memory by state
+	Workers []protocol.Worker      // live workers by id
+	Bus     bus.Stats              // the coordinator's bus node
+	Serving bool                   // neither fenced nor closed
+}
+
+// Stats returns a snapshot of the coordinator's jobs, workers and bus counters. It
+// counts every job it holds: call it at scrape intervals, not per request.
+func (c *Coordinator) Stats() Stats {
+	s := Stats{Jobs: make(map[protocol.State]int, 6), Workers: c.workerList()}
+	c.mu.Lock()
+	for _, j := range c.order {
+		s.Jobs[j.rec.State]++
+	}
+	node, fenced := c.node, c.fenced
+	c.mu.Unlock()
+	if node != nil {
+		s.Bus = node.Stats()
+		select {
+		case <-node.Done():
+		default:
+			s.Serving = fenced == nil
+		}
+	}
+	return s
+}
+
+// noteSubmit reports a submission's outcome. Called with c.mu held, or before taking it.
+func (c *Coordinator) noteSubmit(o SubmitOutcome) {
+	if obs := c.cfg.Observer; obs != nil {
+		obs.Submitted(o)
+	}
+}
+
+func outcomeOf(err error) SubmitOutcome {
+	if err != nil {
+		return SubmitFailed
+	}
+	return SubmitAccepted
+}
+
+// noteChange reports j's state change since it was last reported, if any. Called with
+// c.mu held, from markDirty, which every change goes through.
+func (c *Coordinator) noteChange(j *job) {
+	if j.seen == j.rec.State {
+		return
+	}
+	from := j.seen
+	j.seen = j.rec.State
+	if obs := c.cfg.Observer; obs != nil {
+		obs.JobChanged(JobChange{TaskType: j.rec.TaskType, From: from, To: j.rec.State, Attempts: j.rec.Attempts,
+			Created: time.UnixMilli(j.rec.CreatedAt), At: c.now()})
+	}
+}
+
+// noteDeadline reports an attempt of j that overran. Called with c.mu held.
+func (c *Coordinator) noteDeadline(j *job) {
+	if obs := c.cfg.Observer; obs != nil {
+		obs.DeadlineExpired(j.rec.TaskType)
+	}
+}
+
+// noteStored reports the write of j's version that began at start.
+func (c *Coordinator) noteStored(j *job, version uint64, start time.Time, err error) {
+	obs := c.cfg.Observer
+	if obs == nil {
+		return
+	}
+	took := time.Since(start)
+	c.mu.Lock()
+	if err == nil {
+		j.writes++
+	}
+	terminal := err == nil && version == j.version && j.rec.State.Terminal() && !j.finished
+	if terminal {
+		j.finished = true
+	}
+	writes := j.writes
+	c.mu.Unlock()
+	obs.Stored(took, err, terminal, writes)
+}
+
+// ErrNoLeader means no coordinator holds the leader lease.
+var ErrNoLeader = errors.New("no coordinator leads")
+
+// Leader returns the id of the coordinator that holds the leader lease on js: one
+// KV read, so a health check can tell that KV answers and someone leads.
+func Leader(ctx context.Context, js jetstream.JetStream) (string, error) {
+	kv, err := js.KeyValue(ctx, protocol.LeaderBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return "", fmt.Errorf("%w: bucket %s does not exist (no coordinator has run)", ErrNoLeader, protocol.LeaderBucket)
+	}
+	if err != nil {
+		return "", fmt.Errorf("open bucket %s: %w", protocol.LeaderBucket, err)
+	}
+	e, err := kv.Get(ctx, leaderKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return "", ErrNoLeader
+	}
+	if err != nil {
+		return "", fmt.Errorf("read the leader lease: %w", err)
+	}
+	return string(e.Value()), nil
+}
