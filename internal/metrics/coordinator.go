@@ -30,7 +30,7 @@ type Coordinator struct {
 	leads       prometheus.Counter
 
 	// byType caches the series of each task type: the hot path then costs a map read.
-	byType sync.Map // string -> *typeSeries
+	byType  sync.Map // string -> *typeSeries
 	outcome map[coordinator.SubmitOutcome]prometheus.Counter
 
 	mu      sync.Mutex
@@ -218,4 +218,3 @@ func (c *coordinatorCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(leadingDesc, prometheus.GaugeValue, leading)
 }
-

@@ -1,0 +1,344 @@
+// jobbus dashboard: plain JavaScript, no dependencies. Data comes from /api; the
+// server pushes a summary (counts, workers, charts) as server-sent events at most a
+// few times a second, and the page refetches what it shows when the version moves.
+"use strict";
+
+const STATES = ["QUEUED", "RUNNING", "RETRY_WAIT", "COMPLETED", "FAILED", "CANCELLED"];
+const ACTIVE = new Set(["QUEUED", "RUNNING", "RETRY_WAIT"]);
+const token = document.querySelector('meta[name="jobbus-token"]').content;
+const $ = (id) => document.getElementById(id);
+
+const ui = {
+  view: "list",
+  jobId: "",
+  state: "",
+  type: "",
+  cursors: [""], // the cursor of each page shown so far; the last is the current one
+  next: "",
+  version: -1,
+  summary: null,
+};
+
+// el builds an element; children are nodes or text (never parsed as HTML).
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v;
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else if (v !== undefined && v !== null && v !== false) e.setAttribute(k, v);
+  }
+  for (const c of children) {
+    if (c === null || c === undefined) continue;
+    e.append(c instanceof Node ? c : String(c));
+  }
+  return e;
+}
+
+function ago(ms, now) {
+  if (!ms) return "–";
+  const s = Math.max(0, Math.round(((now || Date.now()) - ms) / 1000));
+  if (s < 60) return s + "s ago";
+  if (s < 3600) return Math.floor(s / 60) + "m ago";
+  if (s < 86400) return Math.floor(s / 3600) + "h ago";
+  return new Date(ms).toLocaleString();
+}
+
+function when(ms) {
+  return ms ? new Date(ms).toLocaleString() + " (" + ago(ms) + ")" : "–";
+}
+
+function badge(state) {
+  return el("span", { class: "state " + state }, state);
+}
+
+async function getJSON(url) {
+  const r = await fetch(url, { credentials: "same-origin", cache: "no-store" });
+  const body = await r.json().catch(() => ({}));
+  if (!r.ok) throw new Error(body.error || r.status + " " + r.statusText);
+  return body;
+}
+
+async function post(url) {
+  const r = await fetch(url, {
+    method: "POST",
+    credentials: "same-origin",
+    headers: { "X-Jobbus-Token": token, "Content-Type": "application/json" },
+    body: "{}",
+  });
+  const body = await r.json().catch(() => ({}));
+  if (!r.ok) throw new Error(body.error || r.status + " " + r.statusText);
+  return body;
+}
+
+// ---- summary: counts, workers, charts ----
+
+function renderCounts(sum) {
+  const box = $("counts");
+  box.replaceChildren(...STATES.map((st) =>
+    el("button", {
+      type: "button",
+      class: "count " + st + (ui.state === st ? " active" : ""),
+      "data-state": st,
+      onclick: () => setFilter(ui.state === st ? "" : st, ui.type),
+    }, el("b", {}, sum.counts[st] || 0), el("span", {}, st))));
+}
+
+function renderWorkers(sum) {
+  const ws = sum.workers || [];
+  let cap = 0, busy = 0;
+  for (const w of ws) { cap += w.capacity; busy += w.activeTasks; }
+  $("workers-sum").textContent = ws.length + " live, " + busy + " of " + cap + " slots busy";
+  const rows = ws.map((w) => {
+    const pct = w.capacity ? Math.round((100 * w.activeTasks) / w.capacity) : 0;
+    return el("tr", { "data-worker": w.workerId },
+      el("td", {}, el("code", {}, w.workerId)),
+      el("td", {}, el("span", { class: "load" }, el("i", { style: "width:" + pct + "%" })), w.activeTasks + " / " + w.capacity),
+      el("td", {}, ago(w.lastHeartbeatMillis, sum.nowMillis)));
+  });
+  if (!rows.length) rows.push(el("tr", {}, el("td", { colspan: 3, class: "empty" }, "no live workers")));
+  $("workers").replaceChildren(...rows);
+}
+
+function renderTypes(sum) {
+  const sel = $("f-type");
+  const have = Array.from(sel.options).map((o) => o.value).join("|");
+  const want = [""].concat(sum.taskTypes || []);
+  if (ui.type && !want.includes(ui.type)) want.push(ui.type);
+  if (have === want.join("|")) return;
+  sel.replaceChildren(...want.map((t) => el("option", { value: t }, t || "any")));
+  sel.value = ui.type;
+}
+
+const SVGNS = "http://www.w3.org/2000/svg";
+function svg(tag, attrs) {
+  const e = document.createElementNS(SVGNS, tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  return e;
+}
+
+// drawChart draws series (arrays of numbers over the same x) into an svg of 600x160.
+function drawChart(node, series, unit) {
+  const W = 600, H = 160, top = 14;
+  let max = 0;
+  for (const s of series) for (const v of s.values) max = Math.max(max, v);
+  max = max > 0 ? max * 1.1 : 1;
+  const kids = [
+    svg("line", { class: "axis", x1: 0, y1: H - 1, x2: W, y2: H - 1 }),
+    svg("line", { class: "axis", x1: 0, y1: top, x2: W, y2: top }),
+  ];
+  const label = svg("text", { x: 4, y: 10 });
+  label.textContent = (max >= 10 ? Math.round(max) : max.toFixed(1)) + " " + unit;
+  kids.push(label);
+  for (const s of series) {
+    const n = s.values.length;
+    const pts = s.values.map((v, i) =>
+      ((i * W) / Math.max(1, n - 1)).toFixed(1) + "," + (H - 1 - ((H - 1 - top) * v) / max).toFixed(1));
+    kids.push(svg("polyline", { class: "s-" + s.name, points: pts.join(" ") }));
+  }
+  node.replaceChildren(...kids);
+}
+
+function renderCharts(sum) {
+  const c = sum.chart || [];
+  drawChart($("chart-throughput"), [
+    { name: "submitted", values: c.map((p) => p.submitted) },
+    { name: "failed", values: c.map((p) => p.failed) },
+    { name: "completed", values: c.map((p) => p.completed) },
+  ], "jobs/s");
+  drawChart($("chart-latency"), [
+    { name: "p95", values: c.map((p) => p.p95Millis) },
+    { name: "p50", values: c.map((p) => p.p50Millis) },
+  ], "ms");
+  const last = c.length > 1 ? c[c.length - 2] : null; // the last complete bucket
+  $("tp-now").textContent = last ? "now " + last.completed.toFixed(1) + "/s" : "";
+  $("lat-now").textContent = last && last.p50Millis ? "now p50 " + Math.round(last.p50Millis) + " ms" : "";
+}
+
+function renderSummary(sum) {
+  ui.summary = sum;
+  const p = $("problem");
+  p.hidden = !sum.problem;
+  p.textContent = sum.problem || "";
+  renderCounts(sum);
+  renderWorkers(sum);
+  renderTypes(sum);
+  renderCharts(sum);
+  if (sum.version !== ui.version) {
+    ui.version = sum.version;
+    refresh();
+  }
+}
+
+// ---- the job table ----
+
+function setFilter(state, type) {
+  ui.state = state;
+  ui.type = type;
+  ui.cursors = [""];
+  $("f-state").value = state;
+  $("f-type").value = type;
+  if (ui.summary) renderCounts(ui.summary);
+  if (ui.view !== "list") location.hash = "#/";
+  else refresh();
+}
+
+function jobRow(j, now) {
+  const cancel = ACTIVE.has(j.state)
+    ? el("button", { type: "button", class: "small danger", "data-cancel": j.jobId, onclick: (ev) => { ev.preventDefault(); cancelJob(j.jobId, ev.target); } }, "cancel")
+    : null;
+  return el("tr", { "data-job": j.jobId, "data-state": j.state },
+    el("td", { "data-k": "id" }, el("a", { href: "#/job/" + encodeURIComponent(j.jobId), title: j.jobId }, j.jobId.slice(0, 8))),
+    el("td", { "data-k": "type" }, j.taskType),
+    el("td", { "data-k": "state" }, badge(j.state)),
+    el("td", { "data-k": "attempts" }, j.attempts + "/" + j.maxAttempts),
+    el("td", { "data-k": "worker" }, j.workerId || ""),
+    el("td", { "data-k": "updated", title: new Date(j.updatedAtMillis).toLocaleString() }, ago(j.updatedAtMillis, now)),
+    el("td", { "data-k": "actions" }, cancel));
+}
+
+async function loadList() {
+  const q = new URLSearchParams({ limit: "50" });
+  if (ui.state) q.set("state", ui.state);
+  if (ui.type) q.set("type", ui.type);
+  const cur = ui.cursors[ui.cursors.length - 1];
+  if (cur) q.set("cursor", cur);
+  const page = await getJSON("/api/jobs?" + q);
+  const now = ui.summary ? ui.summary.nowMillis : Date.now();
+  const rows = page.jobs.map((j) => jobRow(j, now));
+  if (!rows.length) rows.push(el("tr", {}, el("td", { colspan: 7, class: "empty" }, page.loaded ? "no jobs" : "loading…")));
+  $("jobs").replaceChildren(...rows);
+  ui.next = page.nextCursor || "";
+  $("p-newer").disabled = ui.cursors.length <= 1;
+  $("p-older").disabled = !ui.next;
+  $("p-info").textContent = "page " + ui.cursors.length;
+}
+
+// ---- one job ----
+
+async function loadJob() {
+  const id = ui.jobId;
+  let j;
+  try {
+    j = await getJSON("/api/jobs/" + encodeURIComponent(id));
+  } catch (e) {
+    $("j-id").textContent = id;
+    $("j-fields").replaceChildren(el("dt", {}, "error"), el("dd", {}, e.message));
+    return;
+  }
+  if (id !== ui.jobId) return;
+  $("j-id").textContent = j.jobId;
+  const f = [
+    ["state", badge(j.state)],
+    ["task type", j.taskType],
+    ["priority", j.priority || "NORMAL"],
+    ["attempts", j.attempts + " of " + j.maxAttempts],
+    ["worker", j.workerId || "–"],
+    ["submitted", when(j.createdAtMillis)],
+    ["updated", when(j.updatedAtMillis)],
+  ];
+  if (j.retryAtMillis) f.push(["next retry", when(j.retryAtMillis)]);
+  f.push(["sequence", j.seq]);
+  $("j-fields").replaceChildren(...f.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { "data-field": k }, v)]));
+  $("j-error").textContent = j.error || "–";
+  $("j-result").textContent = j.result == null ? "–" : j.result;
+  let payload = "";
+  try { payload = JSON.stringify(j.payload, null, 2); } catch (e) { payload = String(j.payload); }
+  $("j-payload").textContent = payload;
+  $("j-cancel").disabled = !ACTIVE.has(j.state);
+  const hist = (j.history || []).slice().reverse().map((h) =>
+    el("tr", {},
+      el("td", {}, new Date(h.atMillis).toLocaleTimeString()),
+      el("td", {}, badge(h.state)),
+      el("td", {}, h.attempts),
+      el("td", {}, h.workerId || ""),
+      el("td", { class: "error-text" }, h.error || "")));
+  if (!hist.length) hist.push(el("tr", {}, el("td", { colspan: 5, class: "empty" }, "no changes seen yet")));
+  $("j-history").replaceChildren(...hist);
+}
+
+async function cancelJob(id, button) {
+  if (button) button.disabled = true;
+  try {
+    const r = await post("/api/jobs/" + encodeURIComponent(id) + "/cancel");
+    say(r.cancelled ? "cancelled" : "not cancelled: the job is " + r.job.state);
+  } catch (e) {
+    say("cancel failed: " + e.message);
+    if (button) button.disabled = false;
+  }
+  refresh();
+}
+
+async function resubmitJob(id) {
+  $("j-resubmit").disabled = true;
+  try {
+    const r = await post("/api/jobs/" + encodeURIComponent(id) + "/resubmit");
+    location.hash = "#/job/" + encodeURIComponent(r.jobId);
+    say("resubmitted as a new job (from " + id.slice(0, 8) + ")");
+  } catch (e) {
+    say("resubmit failed: " + e.message);
+  } finally {
+    $("j-resubmit").disabled = false;
+  }
+}
+
+function say(text) {
+  $("j-msg").textContent = text;
+}
+
+// ---- refresh and routing ----
+
+let busy = false, again = false;
+async function refresh() {
+  if (busy) { again = true; return; }
+  busy = true;
+  try {
+    if (ui.view === "job") await loadJob();
+    else await loadList();
+  } catch (e) {
+    $("problem").hidden = false;
+    $("problem").textContent = e.message;
+  } finally {
+    busy = false;
+    if (again) { again = false; refresh(); }
+  }
+}
+
+function route() {
+  const m = location.hash.match(/^#\/job\/(.+)$/);
+  const job = !!m;
+  ui.view = job ? "job" : "list";
+  $("overview").hidden = job;
+  $("jobs-view").hidden = job;
+  $("job-view").hidden = !job;
+  if (job) {
+    const id = decodeURIComponent(m[1]);
+    if (id !== ui.jobId) say("");
+    ui.jobId = id;
+  }
+  window.scrollTo(0, 0);
+  refresh();
+}
+
+function connect() {
+  const conn = $("conn");
+  const es = new EventSource("/api/events");
+  es.addEventListener("open", () => { conn.textContent = "live"; conn.className = "conn live"; });
+  es.addEventListener("error", () => { conn.textContent = "reconnecting…"; conn.className = "conn down"; });
+  es.addEventListener("summary", (ev) => renderSummary(JSON.parse(ev.data)));
+}
+
+function init() {
+  const fs = $("f-state");
+  for (const st of STATES) fs.append(el("option", { value: st }, st));
+  fs.addEventListener("change", () => setFilter(fs.value, ui.type));
+  $("f-type").addEventListener("change", (ev) => setFilter(ui.state, ev.target.value));
+  $("p-older").addEventListener("click", () => { if (ui.next) { ui.cursors.push(ui.next); refresh(); } });
+  $("p-newer").addEventListener("click", () => { if (ui.cursors.length > 1) { ui.cursors.pop(); refresh(); } });
+  $("j-cancel").addEventListener("click", (ev) => cancelJob(ui.jobId, ev.target));
+  $("j-resubmit").addEventListener("click", () => resubmitJob(ui.jobId));
+  window.addEventListener("hashchange", route);
+  route();
+  connect();
+}
+
+init();

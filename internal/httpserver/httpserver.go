@@ -1,0 +1,165 @@
+// Package httpserver is the one HTTP listener of a jobbus process (serve, coordinator,
+// bridge, dashboard): the dashboard at /, Prometheus metrics at /metrics, /healthz
+// (the process is up) and /readyz (NATS connected, KV reachable, a coordinator leads).
+package httpserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/coordinator"
+)
+
+// DefaultListen is where `jobbus serve` listens: loopback, beside NATS (4222) and the
+// TCP ports (7070, 7071).
+const DefaultListen = "127.0.0.1:7072"
+
+// ErrPortInUse: the listen address is taken by another process.
+var ErrPortInUse = errors.New("port in use")
+
+// Config is what a Server serves.
+type Config struct {
+	// Listen is the address (host:port; port 0 picks a free one).
+	Listen string
+	// NC is the process's NATS connection, which /readyz checks.
+	NC *nats.Conn
+	// Metrics serves /metrics; nil leaves it out.
+	Metrics http.Handler
+	// Dashboard serves / and everything else; nil leaves it out.
+	Dashboard http.Handler
+	// ReadyTimeout bounds a /readyz check (default 2s).
+	ReadyTimeout time.Duration
+	// Logger receives structured logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// Server is a running HTTP listener.
+type Server struct {
+	srv  *http.Server
+	ln   net.Listener
+	log  *slog.Logger
+	done chan struct{}
+	once sync.Once
+}
+
+// Start listens on cfg.Listen and serves until Close.
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.NC == nil {
+		return nil, errors.New("httpserver: nil NATS connection")
+	}
+	if cfg.ReadyTimeout <= 0 {
+		cfg.ReadyTimeout = 2 * time.Second
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", cfg.Listen)
+	if err != nil {
+		if isAddrInUse(err) {
+			return nil, fmt.Errorf("http: listen %s: %w (pass --http-listen)", cfg.Listen, ErrPortInUse)
+		}
+		return nil, fmt.Errorf("http: listen %s: %w", cfg.Listen, err)
+	}
+	// Requests see a context that ends when Close starts, so long-lived event streams
+	// end with the server instead of holding up its shutdown.
+	base, stop := context.WithCancel(context.Background())
+	s := &Server{
+		srv: &http.Server{
+			Handler:           Handler(cfg),
+			ReadHeaderTimeout: 10 * time.Second,
+			IdleTimeout:       2 * time.Minute,
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+			BaseContext:       func(net.Listener) context.Context { return base },
+		},
+		ln: ln, log: log, done: make(chan struct{}),
+	}
+	s.srv.RegisterOnShutdown(stop)
+	go func() {
+		defer close(s.done)
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server stopped", "err", err)
+		}
+	}()
+	log.Info("http listening", "addr", ln.Addr().String(), "dashboard", "http://"+ln.Addr().String()+"/")
+	return s, nil
+}
+
+// Handler routes the health checks, metrics and dashboard of cfg.
+func Handler(cfg Config) http.Handler {
+	if cfg.ReadyTimeout <= 0 {
+		cfg.ReadyTimeout = 2 * time.Second
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), cfg.ReadyTimeout)
+		defer cancel()
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		leader, err := Ready(ctx, cfg.NC)
+		if err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "not ready: %v\n", err)
+			return
+		}
+		fmt.Fprintf(w, "ready: coordinator %s leads\n", leader)
+	})
+	if cfg.Metrics != nil {
+		mux.Handle("GET /metrics", cfg.Metrics)
+	}
+	if cfg.Dashboard != nil {
+		mux.Handle("/", cfg.Dashboard)
+	}
+	return mux
+}
+
+// Ready checks that nc is connected, that JetStream KV answers (the job bucket exists)
+// and that a coordinator holds the leader lease, whose id it returns.
+func Ready(ctx context.Context, nc *nats.Conn) (leader string, err error) {
+	if !nc.IsConnected() {
+		return "", fmt.Errorf("NATS not connected (%s)", nc.Status())
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return "", fmt.Errorf("JetStream: %w", err)
+	}
+	if _, err := js.KeyValue(ctx, protocol.JobsBucket); err != nil {
+		return "", fmt.Errorf("KV bucket %s not reachable: %w", protocol.JobsBucket, err)
+	}
+	return coordinator.Leader(ctx, js)
+}
+
+// Addr is the address the server listens on.
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// Close stops listening and ends open requests (event streams included) within a
+// second. It is idempotent.
+func (s *Server) Close() error {
+	s.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if err := s.srv.Shutdown(ctx); err != nil {
+			_ = s.srv.Close()
+		}
+		<-s.done
+	})
+	return nil
+}
+
+func isAddrInUse(err error) bool { return errors.Is(err, syscall.EADDRINUSE) }
