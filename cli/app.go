@@ -58,6 +58,7 @@ func App(stdout, stderr io.Writer) *cli.App {
 			coordinatorCommand(),
 			workerCommand(),
 			bridgeCommand(),
+			dashboardCommand(),
 			benchCommand(),
 			versionCommand(),
 			completionCommand(),

@@ -13,6 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/jobbus/jobbus/bridge"
+	"github.com/jobbus/jobbus/internal/metrics"
 )
 
 // bridgeFlags are the TCP ports' flags, shared by `bridge` and `serve`. A port of -1
@@ -60,8 +61,8 @@ func bridgeConfig(c *cli.Context, log *slog.Logger) (bridge.Config, error) {
 }
 
 // startBridge starts the TCP ports in front of the coordinator on nc, unless both are
-// off (then it does nothing). stop closes the bridge.
-func startBridge(ctx context.Context, c *cli.Context, nc *nats.Conn, log *slog.Logger) (stop func(), err error) {
+// off (then it does nothing), and shows the bridge to onStart. stop closes the bridge.
+func startBridge(ctx context.Context, c *cli.Context, nc *nats.Conn, log *slog.Logger, onStart func(*bridge.Bridge)) (stop func(), err error) {
 	cfg, err := bridgeConfig(c, log)
 	if err != nil {
 		return nil, err
@@ -77,6 +78,7 @@ func startBridge(ctx context.Context, c *cli.Context, nc *nats.Conn, log *slog.L
 	if err := br.Start(ctx); err != nil {
 		return nil, err
 	}
+	onStart(br)
 	return func() { _ = br.Close() }, nil
 }
 
@@ -90,7 +92,7 @@ A port of -1 is off; 0 picks a free port.
 
 Example:
    jobbus --nats nats://127.0.0.1:4222 bridge --worker-port 7070 --client-port 7071`,
-		Flags: bridgeFlags(),
+		Flags: append(bridgeFlags(), httpListenFlag("")),
 		Action: func(c *cli.Context) error {
 			log, err := logger(c)
 			if err != nil {
@@ -114,7 +116,13 @@ Example:
 				return err
 			}
 			defer nc.Close()
-			stop, err := startBridge(ctx, c, nc, log)
+			reg := metrics.New()
+			stopHTTP, err := startHTTP(ctx, c, nc, log, reg)
+			if err != nil {
+				return err
+			}
+			defer stopHTTP()
+			stop, err := startBridge(ctx, c, nc, log, reg.AddBridge)
 			if err != nil {
 				return err
 			}

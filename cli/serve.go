@@ -15,6 +15,8 @@ import (
 
 	"github.com/jobbus/jobbus/coordinator"
 	"github.com/jobbus/jobbus/embeddednats"
+	"github.com/jobbus/jobbus/internal/httpserver"
+	"github.com/jobbus/jobbus/internal/metrics"
 	"github.com/jobbus/jobbus/worker"
 )
 
@@ -67,6 +69,7 @@ func serveCommand() *cli.Command {
 		&cli.StringFlag{Name: "nats-listen", Value: embeddednats.DefaultListen, Usage: "client address of the embedded NATS server (loopback by default)", EnvVars: env("nats-listen")},
 		&cli.IntFlag{Name: "workers", Value: 0, Usage: "local native workers to run in-process", EnvVars: env("workers")},
 		&cli.IntFlag{Name: "worker-capacity", Value: 4, Usage: "capacity of each local worker", EnvVars: env("worker-capacity")},
+		httpListenFlag(httpserver.DefaultListen),
 	}
 	return &cli.Command{
 		Name:  "serve",
@@ -104,8 +107,15 @@ func serve(c *cli.Context) error {
 			return err
 		}
 	}
-	coordDone := runCoordinator(ctx, nc, cfg)
-	stopBridge, err := startBridge(ctx, c, nc, log)
+	reg := metrics.New()
+	stopHTTP, err := startHTTP(ctx, c, nc, log, reg)
+	if err != nil {
+		return err
+	}
+	defer stopHTTP()
+	cfg.Observer = reg.Coordinator()
+	coordDone := runCoordinator(ctx, nc, cfg, reg.Coordinator().OnLead)
+	stopBridge, err := startBridge(ctx, c, nc, log, reg.AddBridge)
 	if err != nil {
 		stop()
 		<-coordDone
@@ -115,7 +125,8 @@ func serve(c *cli.Context) error {
 	// Local workers beat often enough for the coordinator they serve, however short its
 	// heartbeat timeout is set.
 	heartbeat := min(worker.DefaultHeartbeat, cfg.HeartbeatTimeout/3)
-	wg := runLocalWorkers(ctx, nc, c.Int("workers"), log, worker.WithCapacity(c.Int("worker-capacity")), worker.WithHeartbeat(heartbeat))
+	wg := runLocalWorkers(ctx, nc, c.Int("workers"), log, func(w *worker.Worker) { reg.AddBus("worker", w.BusStats) },
+		worker.WithCapacity(c.Int("worker-capacity")), worker.WithHeartbeat(heartbeat))
 	log.Info("jobbus serving", "nats", nc.ConnectedUrlRedacted(), "workers", c.Int("workers"))
 	select {
 	case <-ctx.Done():
@@ -132,9 +143,9 @@ func serve(c *cli.Context) error {
 
 // runCoordinator campaigns for leadership and coordinates while leading, until ctx
 // ends; the channel gets its error, or nil.
-func runCoordinator(ctx context.Context, nc *nats.Conn, cfg coordinator.Config) <-chan error {
+func runCoordinator(ctx context.Context, nc *nats.Conn, cfg coordinator.Config, onLead func(*coordinator.Coordinator)) <-chan error {
 	done := make(chan error, 1)
-	go func() { done <- coordinator.Run(ctx, nc, cfg, nil) }()
+	go func() { done <- coordinator.Run(ctx, nc, cfg, onLead) }()
 	return done
 }
 
@@ -178,8 +189,9 @@ func dial(ctx context.Context, c *cli.Context, url string) (*nats.Conn, error) {
 	return embeddednats.Dial(ctx, url, opts...)
 }
 
-// runLocalWorkers starts n native workers on nc; the returned group ends when ctx does.
-func runLocalWorkers(ctx context.Context, nc *nats.Conn, n int, log *slog.Logger, opts ...worker.Option) *sync.WaitGroup {
+// runLocalWorkers starts n native workers on nc, showing each to onWorker; the returned
+// group ends when ctx does.
+func runLocalWorkers(ctx context.Context, nc *nats.Conn, n int, log *slog.Logger, onWorker func(*worker.Worker), opts ...worker.Option) *sync.WaitGroup {
 	opts = append(opts, worker.WithLogger(log))
 	var wg sync.WaitGroup
 	for range n {
@@ -188,6 +200,7 @@ func runLocalWorkers(ctx context.Context, nc *nats.Conn, n int, log *slog.Logger
 			log.Error("local worker", "err", err)
 			continue
 		}
+		onWorker(w)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -209,7 +222,7 @@ others stand by and take over within --leader-lease-millis of its loss.
 
 Example:
    jobbus --nats nats://127.0.0.1:4222 coordinator`,
-		Flags: coordinatorFlags(),
+		Flags: append(coordinatorFlags(), httpListenFlag("")),
 		Action: func(c *cli.Context) error {
 			log, err := logger(c)
 			if err != nil {
@@ -230,8 +243,15 @@ Example:
 			if err := cfg.Validate(); err != nil {
 				return usageError("%v", err)
 			}
+			reg := metrics.New()
+			stopHTTP, err := startHTTP(ctx, c, nc, log, reg)
+			if err != nil {
+				return err
+			}
+			defer stopHTTP()
+			cfg.Observer = reg.Coordinator()
 			log.Info("coordinator campaigning", "nats", nc.ConnectedUrlRedacted())
-			return <-runCoordinator(ctx, nc, cfg)
+			return <-runCoordinator(ctx, nc, cfg, reg.Coordinator().OnLead)
 		},
 	}
 }

@@ -322,7 +322,7 @@ func TestServeKeepsJobsAcrossRestarts(t *testing.T) {
 			natsFlags = []string{"--nats", fmt.Sprintf("nats://%s", hostPort(p[0]))}
 			tcpFlags = []string{"--connect", hostPort(p[2])}
 			return start(t, nil, "serve", "--data-dir", dir, "--nats-listen", hostPort(p[0]),
-				"--worker-port", strconv.Itoa(p[1]), "--client-port", strconv.Itoa(p[2]), "--workers", "1",
+				"--worker-port", strconv.Itoa(p[1]), "--client-port", strconv.Itoa(p[2]), "--workers", "1", "--http-listen", "127.0.0.1:0",
 				"--leader-lease-millis", "1500", "--heartbeat-timeout-millis", "300")
 		}, func() bool {
 			// Up once the coordinator leads and the local worker registered.

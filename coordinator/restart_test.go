@@ -217,7 +217,7 @@ func freePort(t *testing.T) int {
 func serveProcess(t *testing.T, dataDir string, port int, args ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(jobbusBinary(t), append([]string{"serve", "--data-dir", dataDir, "--nats-listen", fmt.Sprintf("127.0.0.1:%d", port),
-		"--sweep-interval-millis", "10", "--heartbeat-timeout-millis", "1000", "--worker-port", "0", "--client-port", "0"}, args...)...)
+		"--sweep-interval-millis", "10", "--heartbeat-timeout-millis", "1000", "--worker-port", "0", "--client-port", "0", "--http-listen", "127.0.0.1:0"}, args...)...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	must(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })

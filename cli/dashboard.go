@@ -1,0 +1,54 @@
+package cli
+
+import (
+	"os/signal"
+	"syscall"
+
+	"github.com/nats-io/nats.go"
+	"github.com/urfave/cli/v2"
+
+	"github.com/jobbus/jobbus/internal/httpserver"
+	"github.com/jobbus/jobbus/internal/metrics"
+)
+
+func dashboardCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "dashboard",
+		Usage: "serve the web dashboard (and /healthz, /readyz) for a jobbus system on NATS (--nats)",
+		Description: `Serves the same dashboard as serve's --http-listen, against the system whose NATS
+is --nats: live jobs, workers, charts, cancel and resubmit. It only reads the job
+bucket and talks to the coordinator's API, so it can run anywhere NATS is reachable.
+
+Example:
+   jobbus dashboard --nats nats://nats.example:4222 --http-listen 127.0.0.1:8080`,
+		Flags: []cli.Flag{httpListenFlag(httpserver.DefaultListen)},
+		Action: func(c *cli.Context) error {
+			log, err := logger(c)
+			if err != nil {
+				return err
+			}
+			if a := c.String("http-listen"); a == "" || a == "-" {
+				return usageError("--http-listen is off: nothing to serve")
+			}
+			url := global(c, "nats")
+			if url == "" {
+				url = nats.DefaultURL
+			}
+			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			nc, err := dial(ctx, c, url)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			stopHTTP, err := startHTTP(ctx, c, nc, log, metrics.New())
+			if err != nil {
+				return err
+			}
+			log.Info("dashboard running", "nats", nc.ConnectedUrlRedacted(), "url", "http://"+c.String("http-listen")+"/")
+			<-ctx.Done()
+			stopHTTP()
+			return nil
+		},
+	}
+}
