@@ -1,0 +1,120 @@
+package httpserver_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/jobbus/jobbus/coordinator"
+	"github.com/jobbus/jobbus/internal/httpserver"
+	"github.com/jobbus/jobbus/internal/jobbustest"
+	"github.com/jobbus/jobbus/internal/metrics"
+	"github.com/jobbus/jobbus/internal/testkit"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const waitFor = 10 * time.Second
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+func startServer(t *testing.T, cfg httpserver.Config) string {
+	t.Helper()
+	cfg.Listen = "127.0.0.1:0"
+	srv, err := httpserver.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	return "http://" + srv.Addr().String()
+}
+
+// TestHealthInEachState walks a system through the states /readyz tells apart; /healthz
+// answers 200 throughout, as long as the process is up.
+func TestHealthInEachState(t *testing.T) {
+	t.Parallel()
+	sys := jobbustest.Start(t, jobbustest.WithoutCoordinator())
+	base := startServer(t, httpserver.Config{NC: sys.NC})
+
+	expect := func(what string, status int, body string) {
+		t.Helper()
+		var gotStatus int
+		var gotBody string
+		testkit.Eventually(t, waitFor, what, func() bool {
+			gotStatus, gotBody = get(t, base+"/readyz")
+			return gotStatus == status && strings.Contains(gotBody, body)
+		})
+		if code, body := get(t, base+"/healthz"); code != http.StatusOK || body != "ok\n" {
+			t.Errorf("%s: /healthz answered %d %q", what, code, body)
+		}
+	}
+
+	expect("not ready before any coordinator ran", http.StatusServiceUnavailable, "not ready: KV bucket JOBS not reachable")
+
+	stop := jobbustest.Go(t, func(ctx context.Context) error {
+		return coordinator.Run(ctx, sys.NC, sys.Config, nil)
+	})
+	expect("ready while a coordinator leads", http.StatusOK, "ready: coordinator ")
+
+	stop() // the leader gives its lease up
+	expect("not ready once no coordinator leads", http.StatusServiceUnavailable, "not ready: "+coordinator.ErrNoLeader.Error())
+
+	if err := sys.Server.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	expect("not ready without NATS", http.StatusServiceUnavailable, "not ready: NATS not connected")
+}
+
+func TestServesMetricsAndDashboard(t *testing.T) {
+	t.Parallel()
+	sys := jobbustest.Start(t)
+	reg := metrics.New()
+	dash := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "dashboard "+r.URL.Path) })
+	base := startServer(t, httpserver.Config{NC: sys.NC, Metrics: reg.Handler(), Dashboard: dash})
+
+	if code, body := get(t, base+"/metrics"); code != http.StatusOK || !strings.Contains(body, "go_goroutines") {
+		t.Errorf("/metrics answered %d, %d bytes", code, len(body))
+	}
+	if code, body := get(t, base+"/"); code != http.StatusOK || body != "dashboard /" {
+		t.Errorf("/ answered %d %q", code, body)
+	}
+	if code, body := get(t, base+"/api/jobs"); code != http.StatusOK || body != "dashboard /api/jobs" {
+		t.Errorf("/api/jobs answered %d %q", code, body)
+	}
+
+	// Without them configured, neither is served.
+	bare := startServer(t, httpserver.Config{NC: sys.NC})
+	if code, _ := get(t, bare+"/metrics"); code != http.StatusNotFound {
+		t.Errorf("/metrics without metrics answered %d", code)
+	}
+}
+
+func TestPortInUse(t *testing.T) {
+	t.Parallel()
+	sys := jobbustest.Start(t, jobbustest.WithoutCoordinator())
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, err = httpserver.Start(context.Background(), httpserver.Config{Listen: l.Addr().String(), NC: sys.NC})
+	if !errors.Is(err, httpserver.ErrPortInUse) || !strings.Contains(err.Error(), "--http-listen") {
+		t.Errorf("err = %v, want ErrPortInUse naming --http-listen", err)
+	}
+}
