@@ -106,8 +106,13 @@ func (x *index) apply(rec *storedJob, now time.Time, live bool) {
 	if !changed {
 		return
 	}
-	r.history = append(r.history, change{AtMillis: rec.UpdatedAt, State: rec.State, Attempts: rec.Attempts,
-		WorkerID: r.WorkerID, Error: clipText(rec.Error, 4096)})
+	ch := change{AtMillis: rec.UpdatedAt, State: rec.State, Attempts: rec.Attempts, WorkerID: r.WorkerID}
+	if rec.State == protocol.StateRetryWait || rec.State.Terminal() {
+		// A queued or running record still carries the last attempt's error; the
+		// history shows it where it arose.
+		ch.Error = clipText(rec.Error, 4096)
+	}
+	r.history = append(r.history, ch)
 	if len(r.history) > maxHistory {
 		r.history = slices.Delete(r.history, 0, len(r.history)-maxHistory)
 	}
