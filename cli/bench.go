@@ -22,6 +22,7 @@ import (
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/coordinator"
 	"github.com/jobbus/jobbus/embeddednats"
+	"github.com/jobbus/jobbus/internal/metrics"
 	"github.com/jobbus/jobbus/worker"
 	"github.com/jobbus/jobbus/worker/tcpworker"
 )
@@ -45,6 +46,7 @@ Example:
 			&cli.IntFlag{Name: "worker-capacity", Value: 64, Usage: "capacity of each worker", EnvVars: env("bench-worker-capacity")},
 			&cli.IntFlag{Name: "submitters", Value: 64, Usage: "concurrent submitting clients", EnvVars: env("bench-submitters")},
 			&cli.StringFlag{Name: "transport", Value: "native", Usage: "native (NATS) or tcp (the bridge's ports) for clients and workers", EnvVars: env("bench-transport")},
+			&cli.BoolFlag{Name: "metrics", Usage: "in-process system: collect Prometheus metrics and scrape them every second, as serve does", EnvVars: env("bench-metrics")},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the run to this file (go tool pprof)", EnvVars: env("bench-cpuprofile")},
 		},
 		Action: bench,
@@ -110,7 +112,11 @@ func benchTarget(ctx context.Context, c *cli.Context, transport string) (*benchS
 		sys.close = func() { closeClients(); nc.Close() }
 		return sys, nil
 	}
-	return inProcessSystem(ctx, transport, submitters, c.Int("workers"), c.Int("worker-capacity"))
+	var reg *metrics.Registry
+	if c.Bool("metrics") {
+		reg = metrics.New()
+	}
+	return inProcessSystem(ctx, transport, submitters, c.Int("workers"), c.Int("worker-capacity"), reg)
 }
 
 func dialClients(ctx context.Context, n int, dial func() (*client.Client, error)) (*benchSystem, error) {
@@ -133,7 +139,7 @@ func dialClients(ctx context.Context, n int, dial func() (*client.Client, error)
 
 // inProcessSystem starts embedded NATS, a coordinator, the bridge for tcp, and workers
 // in a temporary store that is removed afterwards.
-func inProcessSystem(ctx context.Context, transport string, submitters, workers, capacity int) (*benchSystem, error) {
+func inProcessSystem(ctx context.Context, transport string, submitters, workers, capacity int, reg *metrics.Registry) (*benchSystem, error) {
 	dir, err := os.MkdirTemp("", "jobbus-bench-")
 	if err != nil {
 		return nil, err
@@ -158,6 +164,9 @@ func inProcessSystem(ctx context.Context, transport string, submitters, workers,
 	cleanups = append(cleanups, nc.Close)
 	cfg := coordinator.DefaultConfig()
 	cfg.MaxActiveJobs = 1 << 30
+	if reg != nil {
+		cfg.Observer = reg.Coordinator()
+	}
 	coord, err := coordinator.New(nc, cfg)
 	if err == nil {
 		err = coord.Start(ctx)
@@ -166,6 +175,10 @@ func inProcessSystem(ctx context.Context, transport string, submitters, workers,
 		return fail(err)
 	}
 	cleanups = append(cleanups, func() { _ = coord.Close() })
+	if reg != nil {
+		reg.Coordinator().OnLead(coord)
+		cleanups = append(cleanups, scrapeEverySecond(reg))
+	}
 	var br *bridge.Bridge
 	if transport == "tcp" {
 		bcfg := bridge.DefaultConfig()
@@ -177,6 +190,9 @@ func inProcessSystem(ctx context.Context, transport string, submitters, workers,
 			return fail(err)
 		}
 		cleanups = append(cleanups, func() { _ = br.Close() })
+		if reg != nil {
+			reg.AddBridge(br)
+		}
 	}
 	wctx, stopWorkers := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -185,7 +201,7 @@ func inProcessSystem(ctx context.Context, transport string, submitters, workers,
 	// that both transports pay for their sockets.
 	url := srv.ClientURL()
 	for range workers {
-		run, err := benchWorker(url, br, capacity)
+		run, err := benchWorker(url, br, capacity, reg)
 		if err != nil {
 			return fail(err)
 		}
@@ -212,11 +228,14 @@ func inProcessSystem(ctx context.Context, transport string, submitters, workers,
 
 // benchWorker builds one worker: native with its own connection to url, or a spec TCP
 // worker on the bridge.
-func benchWorker(url string, br *bridge.Bridge, capacity int) (func(context.Context), error) {
+func benchWorker(url string, br *bridge.Bridge, capacity int, reg *metrics.Registry) (func(context.Context), error) {
 	if br == nil {
 		w, err := worker.Connect(context.Background(), url, worker.WithCapacity(capacity), worker.WithLogger(nil))
 		if err != nil {
 			return nil, err
+		}
+		if reg != nil {
+			reg.AddBus("worker", w.BusStats)
 		}
 		return func(ctx context.Context) { _ = w.Run(ctx); _ = w.Close() }, nil
 	}
