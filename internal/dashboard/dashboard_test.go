@@ -330,8 +330,9 @@ func TestEventsAreRateLimited(t *testing.T) {
 			if !ok {
 				t.Fatal("event stream ended")
 			}
-			if !last.IsZero() && at.Sub(last) < interval*9/10 {
-				t.Errorf("two updates %v apart, less than %v", at.Sub(last), interval)
+			// Sent at least interval apart; received, delivery jitter may bring two closer.
+			if !last.IsZero() && at.Sub(last) < interval/2 {
+				t.Errorf("two updates %v apart, for one per %v", at.Sub(last), interval)
 			}
 			last = at
 			count++
@@ -343,7 +344,7 @@ func TestEventsAreRateLimited(t *testing.T) {
 	if jobs < 20 {
 		t.Fatalf("only %d jobs in the flood", jobs)
 	}
-	if max := int(window/interval) + 1; count > max || count < 2 {
+	if max := int(window/interval) + 2; count > max || count < 2 {
 		t.Errorf("%d updates in %v for %d jobs, want 2..%d", count, window, jobs, max)
 	}
 }

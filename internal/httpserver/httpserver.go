@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -126,7 +127,43 @@ func Handler(cfg Config) http.Handler {
 	if cfg.Dashboard != nil {
 		mux.Handle("/", cfg.Dashboard)
 	}
+	if isLoopback(cfg.Listen) {
+		return loopbackHosts(mux)
+	}
 	return mux
+}
+
+// isLoopback reports whether addr (host:port) listens on loopback only.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// loopbackHosts refuses requests that name another host than a loopback one. A
+// listener on loopback is reached from this machine only, so such a request comes
+// from a page whose own name was made to resolve to 127.0.0.1 (DNS rebinding): to the
+// browser that page and the dashboard are then one origin, and the host is all that
+// tells them apart.
+func loopbackHosts(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		ip := net.ParseIP(strings.Trim(host, "[]"))
+		if host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			http.Error(w, fmt.Sprintf("host %q refused: this listener serves loopback names only (localhost, 127.0.0.1)", r.Host), http.StatusMisdirectedRequest)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // Ready checks that nc is connected, that JetStream KV answers (the job bucket exists)

@@ -118,3 +118,36 @@ func TestPortInUse(t *testing.T) {
 		t.Errorf("err = %v, want ErrPortInUse naming --http-listen", err)
 	}
 }
+
+// TestLoopbackListenerRefusesOtherHosts: a page on another name that resolves to
+// 127.0.0.1 (DNS rebinding) is one origin with the dashboard to the browser; the Host
+// header still tells them apart.
+func TestLoopbackListenerRefusesOtherHosts(t *testing.T) {
+	t.Parallel()
+	sys := jobbustest.Start(t, jobbustest.WithoutCoordinator())
+	dash := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "dashboard") })
+	base := startServer(t, httpserver.Config{NC: sys.NC, Dashboard: dash})
+	port := strings.TrimPrefix(base, "http://127.0.0.1:")
+	for _, tt := range []struct {
+		host string
+		want int
+	}{
+		{"127.0.0.1:" + port, http.StatusOK},
+		{"localhost:" + port, http.StatusOK},
+		{"[::1]:" + port, http.StatusOK},
+		{"localhost", http.StatusOK},
+		{"evil.example:" + port, http.StatusMisdirectedRequest},
+		{"10.0.0.1:" + port, http.StatusMisdirectedRequest},
+	} {
+		req, _ := http.NewRequest(http.MethodGet, base+"/", nil)
+		req.Host = tt.host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tt.want {
+			t.Errorf("Host %s: %d, want %d", tt.host, resp.StatusCode, tt.want)
+		}
+	}
+}
