@@ -29,6 +29,7 @@ type job struct {
 	seen     protocol.State // the state last reported to the Observer
 	writes   int            // durable writes, for the Observer
 	finished bool           // the terminal write was reported
+	took     time.Duration  // the last write's latency; only its writer touches it
 }
 
 // waiter runs once the job's record at version (or later) is durable, or with the error

@@ -35,8 +35,8 @@ type JobChange struct {
 }
 
 // Observer sees what a coordinator does, for metrics. Its methods are called with the
-// coordinator's lock held (except Stored): they must be quick and must not call the
-// coordinator back.
+// coordinator's lock held (except Submitted for a stored job and Stored for a failed
+// write): they must be quick and must not call the coordinator back.
 type Observer interface {
 	// Submitted is called once per submission.
 	Submitted(outcome SubmitOutcome)
@@ -94,7 +94,8 @@ func outcomeOf(err error) SubmitOutcome {
 }
 
 // noteChange reports j's state change since it was last reported, if any. Called with
-// c.mu held, from markDirty, which every change goes through.
+// c.mu held, from markDirty, which every change goes through, once it has stamped the
+// record's update time: the change's time, to the millisecond the record keeps.
 func (c *Coordinator) noteChange(j *job) {
 	if j.seen == j.rec.State {
 		return
@@ -103,7 +104,7 @@ func (c *Coordinator) noteChange(j *job) {
 	j.seen = j.rec.State
 	if obs := c.cfg.Observer; obs != nil {
 		obs.JobChanged(JobChange{TaskType: j.rec.TaskType, From: from, To: j.rec.State, Attempts: j.rec.Attempts,
-			Created: time.UnixMilli(j.rec.CreatedAt), At: c.now()})
+			Created: time.UnixMilli(j.rec.CreatedAt), At: time.UnixMilli(j.rec.UpdatedAt)})
 	}
 }
 
@@ -114,24 +115,32 @@ func (c *Coordinator) noteDeadline(j *job) {
 	}
 }
 
-// noteStored reports the write of j's version that began at start.
-func (c *Coordinator) noteStored(j *job, version uint64, start time.Time, err error) {
+// noteStored reports a write of j that began at start: a failure at once, a success
+// when written records it (noteWritten), under the lock it takes anyway. Only j's
+// writer calls it, so j.took needs no lock.
+func (c *Coordinator) noteStored(j *job, start time.Time, err error) {
 	obs := c.cfg.Observer
 	if obs == nil {
 		return
 	}
-	took := time.Since(start)
-	c.mu.Lock()
-	if err == nil {
-		j.writes++
+	j.took = time.Since(start)
+	if err != nil {
+		obs.Stored(j.took, err, false, 0)
 	}
-	terminal := err == nil && version == j.version && j.rec.State.Terminal() && !j.finished
+}
+
+// noteWritten reports the durable write of j's version. Called with c.mu held.
+func (c *Coordinator) noteWritten(j *job, version uint64) {
+	obs := c.cfg.Observer
+	if obs == nil {
+		return
+	}
+	j.writes++
+	terminal := version == j.version && j.rec.State.Terminal() && !j.finished
 	if terminal {
 		j.finished = true
 	}
-	writes := j.writes
-	c.mu.Unlock()
-	obs.Stored(took, err, terminal, writes)
+	obs.Stored(j.took, nil, terminal, j.writes)
 }
 
 // ErrNoLeader means no coordinator holds the leader lease.

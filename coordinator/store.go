@@ -122,7 +122,7 @@ func (c *Coordinator) persist(ctx context.Context, j *job) {
 		}
 		start := time.Now()
 		newRev, err := c.write(ctx, j.rec.JobID, rev, data, key, bind)
-		c.noteStored(j, version, start, err)
+		c.noteStored(j, start, err)
 		if err == nil {
 			c.written(j, newRev, version)
 			return
@@ -203,6 +203,7 @@ func permanent(err error) bool {
 func (c *Coordinator) written(j *job, rev, version uint64) {
 	c.mu.Lock()
 	j.rev = rev
+	c.noteWritten(j, version)
 	done := takeWaiters(j, version)
 	c.doneWriting(j)
 	if j.version > version { // changed while being written
