@@ -114,6 +114,9 @@ func (s *Server) summary() summary {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	x := s.x
+	if s.cachedX == x && s.cached.Version == x.version && now.Sub(s.cachedAt) < s.cfg.UpdateInterval/2 {
+		return s.cached
+	}
 	sum := summary{Version: x.version, NowMilli: now.UnixMilli(), Loaded: x.loaded, Problem: s.watchErr,
 		Counts: make(map[protocol.State]int, len(protocol.States)), Total: len(x.jobs),
 		Workers: append([]protocol.Worker{}, s.workers...), Chart: x.chart(now)}
@@ -124,6 +127,7 @@ func (s *Server) summary() summary {
 		sum.Types = append(sum.Types, t)
 	}
 	slices.Sort(sum.Types)
+	s.cached, s.cachedAt, s.cachedX = sum, now, x
 	return sum
 }
 

@@ -72,6 +72,12 @@ type Server struct {
 	lastUse  time.Time // of the last request
 	changed  chan struct{}
 	watchErr string // why the jobs are not being watched, for the page
+
+	// cached is the last summary, shared by the event streams for a moment so that
+	// many pages cost no more than one.
+	cached   summary
+	cachedAt time.Time
+	cachedX  *index
 }
 
 // New returns a dashboard for the jobbus system on cfg.NC.

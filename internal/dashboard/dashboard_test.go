@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/coordinator"
@@ -347,4 +349,42 @@ func TestEventsAreRateLimited(t *testing.T) {
 	if max := int(window/interval) + 2; count > max || count < 2 {
 		t.Errorf("%d updates in %v for %d jobs, want 2..%d", count, window, jobs, max)
 	}
+}
+
+// TestWatchStopsWhenIdle: nobody looking, the dashboard stops following the job
+// bucket (its consumer goes), and the next request starts it again.
+func TestWatchStopsWhenIdle(t *testing.T) {
+	t.Parallel()
+	s := start(t, false, []func(*dashboard.Config){func(c *dashboard.Config) { c.IdleStop = 200 * time.Millisecond }})
+	js, err := jetstream.New(s.NC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumers := func() int {
+		st, err := js.Stream(context.Background(), "KV_"+protocol.JobsBucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := st.Info(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Consumers
+	}
+	if n := consumers(); n != 0 {
+		t.Fatalf("%d consumers before the dashboard was used", n)
+	}
+	id := s.submit(t, "SHA256", map[string]string{"text": "x"})
+	testkit.Eventually(t, waitFor, "the dashboard to load the job", func() bool {
+		p := s.page(t, "")
+		return p.Loaded && len(p.Jobs) == 1
+	})
+	if n := consumers(); n != 1 {
+		t.Fatalf("%d consumers while watching, want 1", n)
+	}
+	testkit.Eventually(t, waitFor, "the idle watch to stop", func() bool { return consumers() == 0 })
+	testkit.Eventually(t, waitFor, "the next request to start it again", func() bool {
+		p := s.page(t, "")
+		return p.Loaded && len(p.Jobs) == 1 && p.Jobs[0].JobID == id && consumers() == 1
+	})
 }
