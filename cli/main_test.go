@@ -82,7 +82,11 @@ func (s *system) startWorker() (id string, stop func()) {
 // startBridge serves the TCP client port (on a free loopback port) in front of s.
 func (s *system) startBridge() {
 	s.t.Helper()
-	s.clientAddr = s.StartBridge(s.t, func(c *bridge.Config) { c.WorkerListen = "" }).ClientAddr().String()
+	// The bridge waits up to its request timeout for a coordinator to serve: shorter
+	// than the client's own, so a test without one hears "coordinator unavailable".
+	s.clientAddr = s.StartBridge(s.t, func(c *bridge.Config) {
+		c.WorkerListen, c.RequestTimeout = "", time.Second
+	}).ClientAddr().String()
 }
 
 // transport is how the CLI reaches the coordinator: its global flags, and what the
