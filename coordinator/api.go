@@ -3,13 +3,15 @@ package coordinator
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/jobbus/jobbus/bus"
@@ -193,20 +195,72 @@ func (c *Coordinator) serveRequest(data []byte, want protocol.Type, reply func(p
 }
 
 func (c *Coordinator) status(id string) protocol.Message {
+	snap, err := c.snapshot(id)
+	switch {
+	case errors.Is(err, errUnknownJob):
+		return protocol.UnknownJob(id)
+	case err != nil:
+		return err.(*protocol.Error)
+	}
+	return &protocol.JobStatus{Job: snap}
+}
+
+// errUnknownJob: no job of that id is kept.
+var errUnknownJob = errors.New("unknown job")
+
+// snapshot is job id's snapshot: from memory while it is active, else from its record in
+// KV. The error is errUnknownJob, or a *protocol.Error to answer.
+func (c *Coordinator) snapshot(id string) (protocol.Job, error) {
 	c.mu.Lock()
-	defer c.unlock()
+	var refusal *protocol.Error
 	if c.fenced != nil {
-		return c.refuse()
+		refusal = c.refuse()
 	}
 	j := c.jobs[id]
-	if j == nil {
-		return protocol.UnknownJob(id)
+	var snap protocol.Job
+	if j != nil {
+		snap = j.snapshot()
 	}
-	return &protocol.JobStatus{Job: j.snapshot()}
+	c.unlock()
+	switch {
+	case refusal != nil:
+		return snap, refusal
+	case j != nil:
+		return snap, nil
+	}
+	return c.readSnapshot(id)
+}
+
+// readSnapshot reads a finished job's record from KV. A record whose job this
+// coordinator no longer keeps (its retention ended; JetStream's own expiry may lag or
+// lead by a moment) is unknown, so status, lists and idempotency keys agree.
+func (c *Coordinator) readSnapshot(id string) (protocol.Job, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	e, err := c.jobsKV.Get(ctx, id)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted), errors.Is(err, jetstream.ErrInvalidKey):
+		return protocol.Job{}, errUnknownJob
+	case err != nil:
+		return protocol.Job{}, &protocol.Error{Message: fmt.Sprintf("read job %s: %v", id, err)}
+	}
+	var r protocol.Record
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return protocol.Job{}, &protocol.Error{Message: fmt.Sprintf("read job %s: %v", id, err)}
+	}
+	c.mu.Lock()
+	kept := c.index.find(r.Seq)
+	known := kept != nil && kept.id == id
+	c.unlock()
+	if !known {
+		return protocol.Job{}, errUnknownJob
+	}
+	return r.Snapshot(), nil
 }
 
 // list returns jobs newest first, filtered by state, from the cursor (a sequence number),
-// at most limit of them and never more than fit in one reply.
+// at most limit of them and never more than fit in one reply. Active jobs come from
+// memory, finished ones from KV: a page costs its own jobs, not every stored one.
 func (c *Coordinator) list(req *protocol.ListJobs) protocol.Message {
 	var from uint64 = 1<<64 - 1
 	if req.Cursor != "" {
@@ -228,24 +282,40 @@ func (c *Coordinator) list(req *protocol.ListJobs) protocol.Message {
 	if limit <= 0 {
 		limit = int(^uint(0) >> 1)
 	}
-	picked, more, refusal := c.pick(from, state, limit)
-	if refusal != nil {
-		return refusal
-	}
 	// Exact sizes are measured outside the lock: encoding thousands of snapshots must
-	// not hold up scheduling.
+	// not hold up scheduling. A finished job that expired since it was picked is left
+	// out, and picking goes on below it.
 	out := &protocol.JobList{}
 	budget := listBudget
 	var lastSeq uint64
-	for _, p := range picked {
-		size := snapshotSize(&p.snap)
-		if size > budget {
-			more = true
+	more := true
+	for more {
+		picked, left, refusal := c.pick(from, state, limit-len(out.Jobs))
+		if refusal != nil {
+			return refusal
+		}
+		more = left
+		if len(picked) == 0 {
 			break
 		}
-		budget -= size
-		out.Jobs = append(out.Jobs, p.snap)
-		lastSeq = p.seq
+		from = picked[len(picked)-1].seq
+		c.readFinished(picked)
+		for _, p := range picked {
+			if p.gone {
+				continue
+			}
+			size := snapshotSize(&p.snap)
+			if size > budget {
+				more, budget = true, 0
+				break
+			}
+			budget -= size
+			out.Jobs = append(out.Jobs, p.snap)
+			lastSeq = p.seq
+		}
+		if len(out.Jobs) == limit || budget == 0 {
+			break
+		}
 	}
 	// A cursor only for callers that page; a spec peer gets the newest jobs that fit.
 	if more && lastSeq != 0 && (req.Limit > 0 || req.Cursor != "") {
@@ -258,14 +328,18 @@ func (c *Coordinator) list(req *protocol.ListJobs) protocol.Message {
 // envelope and a cursor.
 const listBudget = protocol.MaxMessage - 128
 
+// listed is a job picked for a list: its snapshot, or, for a finished job, its id to
+// read (gone once it turned out to have expired).
 type listed struct {
 	snap protocol.Job
 	seq  uint64
+	id   string // set while snap is still to be read from KV
+	gone bool
 }
 
-// pick copies, newest first, the snapshots of up to limit jobs below sequence from in
-// state (any if ""), stopping early once even a lower bound of their size exceeds the
-// list budget. more reports that matching jobs were left.
+// pick takes, newest first, up to limit jobs below sequence from in state (any if ""),
+// stopping early once even a lower bound of their size exceeds the list budget. more
+// reports that matching jobs were left.
 func (c *Coordinator) pick(from uint64, state protocol.State, limit int) (picked []listed, more bool, refusal protocol.Message) {
 	c.mu.Lock()
 	defer c.unlock()
@@ -273,20 +347,50 @@ func (c *Coordinator) pick(from uint64, state protocol.State, limit int) (picked
 		return nil, false, c.refuse()
 	}
 	least := 0
-	start := sort.Search(len(c.order), func(i int) bool { return c.order[i].rec.Seq >= from })
-	for i := start - 1; i >= 0; i-- {
-		j := c.order[i]
-		if state != "" && j.rec.State != state {
+	for i := c.index.below(from) - 1; i >= 0; i-- {
+		e := &c.index.entries[i]
+		if e.id == "" {
+			continue
+		}
+		st := e.state
+		if e.j != nil {
+			st = e.j.rec.State
+		}
+		if state != "" && st != state {
 			continue
 		}
 		if len(picked) == limit || least > listBudget {
 			return picked, true, nil
 		}
-		snap := j.snapshot()
-		least += minSnapshotSize(&snap)
-		picked = append(picked, listed{snap: snap, seq: j.rec.Seq})
+		p := listed{seq: e.seq}
+		if e.j != nil {
+			p.snap = e.j.snapshot()
+		} else {
+			p.id, p.snap = e.id, protocol.Job{JobID: e.id, State: st}
+		}
+		least += minSnapshotSize(&p.snap)
+		picked = append(picked, p)
 	}
 	return picked, false, nil
+}
+
+// readFinished reads the records of the finished jobs picked, a few at a time.
+func (c *Coordinator) readFinished(picked []listed) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for i := range picked {
+		if picked[i].id == "" {
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(p *listed) {
+			defer func() { <-sem; wg.Done() }()
+			snap, err := c.readSnapshot(p.id)
+			p.snap, p.gone = snap, err != nil
+		}(&picked[i])
+	}
+	wg.Wait()
 }
 
 // minSnapshotSize is at most the encoded size of s: its strings unescaped, and fewer

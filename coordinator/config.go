@@ -27,6 +27,10 @@ type Config struct {
 	MaxActiveJobs int
 	// AgingStep raises a queued job's effective priority by one level per whole step waited.
 	AgingStep time.Duration
+	// Retention is how long a finished job (COMPLETED, FAILED, CANCELLED), and its
+	// idempotency key, are kept after it ended; 0 keeps them forever. Active jobs never
+	// expire. JetStream removes them itself (a per-message TTL on the finishing write).
+	Retention time.Duration
 	// Replicas of the KV buckets: 1 embedded, 3 in a cluster.
 	Replicas int
 	// Writers is how many KV writes may be in flight at once.
@@ -62,6 +66,7 @@ func DefaultConfig() Config {
 		RetryMaxDelay:    30 * time.Second,
 		MaxActiveJobs:    10000,
 		AgingStep:        time.Minute,
+		Retention:        24 * time.Hour,
 		Replicas:         1,
 		Writers:          32,
 		LeaderLease:      5 * time.Second,
@@ -83,6 +88,9 @@ func (c Config) Validate() error {
 	positive("aging step", c.AgingStep)
 	if c.LeaderLease < 300*time.Millisecond {
 		errs = append(errs, fmt.Errorf("leader lease must be at least 300ms, got %v", c.LeaderLease))
+	}
+	if c.Retention != 0 && c.Retention < time.Second {
+		errs = append(errs, fmt.Errorf("retention must be 0 (keep forever) or at least 1s (JetStream's smallest TTL), got %v", c.Retention))
 	}
 	if c.RetryMaxDelay < c.RetryBaseDelay {
 		errs = append(errs, fmt.Errorf("retry max delay (%v) must be at least the base delay (%v)", c.RetryMaxDelay, c.RetryBaseDelay))

@@ -34,17 +34,21 @@ type Coordinator struct {
 	node *bus.Node
 	nc   *nats.Conn
 
+	js             jetstream.JetStream
 	jobsKV, keysKV jetstream.KeyValue
 	svc            micro.Service
 
 	mu        sync.Mutex
-	jobs      map[string]*job
-	order     []*job // by submission sequence: newest last
-	keys      map[string]*job
+	jobs      map[string]*job    // active, and finished until their record is durable
+	index     jobIndex           // every kept job by sequence (retained.go)
+	keys      map[string]*job    // idempotency keys of the jobs in jobs
+	doneKeys  map[string]doneKey // idempotency keys of finished jobs, until they expire
+	expiring  []expiring         // finished jobs by the end of their retention, from expHead
+	expHead   int
 	workers   map[string]*worker
 	ready     *readyQueue
 	retries   timerHeap
-	deadlines timerHeap
+	deadlines deadlineHeap
 	active    int
 	seq       uint64
 	lastMilli int64 // createdAt never goes backwards, so sequence order is age order
@@ -74,6 +78,7 @@ func New(nc *nats.Conn, cfg Config) (*Coordinator, error) {
 		nc:       nc,
 		jobs:     make(map[string]*job),
 		keys:     make(map[string]*job),
+		doneKeys: make(map[string]doneKey),
 		workers:  make(map[string]*worker),
 		ready:    newReadyQueue(),
 		fencedCh: make(chan struct{}),
@@ -88,6 +93,7 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("coordinator: jetstream: %w", err)
 	}
+	c.js = js
 	if c.jobsKV, c.keysKV, err = openBuckets(ctx, js, c.cfg.Replicas); err != nil {
 		return fmt.Errorf("coordinator: %w", err)
 	}

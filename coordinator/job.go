@@ -16,8 +16,9 @@ import (
 // job is a record in memory plus what the coordinator needs to schedule and persist it.
 // Every field is guarded by Coordinator.mu.
 type job struct {
-	rec      protocol.Record
-	deadline time.Time // of the current attempt, while RUNNING
+	rec        protocol.Record
+	deadline   time.Time // of the current attempt, while RUNNING
+	deadlineAt int       // 1 + its index in Coordinator.deadlines; 0 when not in it
 
 	rev      uint64 // KV revision of the last durable write; 0 until created
 	version  uint64 // bumped by every change

@@ -72,6 +72,14 @@ func (c *Coordinator) submit(req *protocol.SubmitJob, reply replyFunc) {
 			c.answerDuplicate(j, key, fp, reply)
 			return
 		}
+		if d, ok := c.doneKeys[key]; ok { // bound to a finished job, durable
+			if d.fingerprint != fp {
+				c.replyLater(reply, protocol.IdempotencyConflict(key, d.jobID))
+			} else {
+				c.replyLater(reply, &protocol.JobSubmitted{JobID: d.jobID})
+			}
+			return
+		}
 	}
 	if c.active >= c.cfg.MaxActiveJobs {
 		c.noteSubmit(SubmitRejected)
@@ -144,7 +152,7 @@ func (c *Coordinator) newJob(req *protocol.SubmitJob, maxAttempts int, prio prot
 		Fingerprint:    fp,
 	}}
 	c.jobs[j.rec.JobID] = j
-	c.order = append(c.order, j)
+	c.index.add(entry{seq: j.rec.Seq, id: j.rec.JobID, state: j.rec.State, j: j})
 	if key != "" {
 		c.keys[key] = j
 	}
@@ -180,7 +188,7 @@ func (c *Coordinator) assign(j *job, w *worker) {
 	j.rec.RetryAt = 0
 	j.deadline = now.Add(c.cfg.TaskTimeout)
 	w.running[j.rec.JobID] = j.rec.AttemptID
-	heap.Push(&c.deadlines, timer{at: j.deadline, j: j, key: j.rec.AttemptID})
+	heap.Push(&c.deadlines, j)
 	c.markDirty(j, nil)
 	c.log.Debug("job assigned", "job", j.rec.JobID, "attempt", j.rec.Attempts, "worker", w.id)
 	m := &protocol.TaskAssign{
@@ -233,6 +241,7 @@ func (c *Coordinator) releaseLease(j *job) {
 	if w := c.workers[j.rec.WorkerID]; w != nil && w.running[j.rec.JobID] == j.rec.AttemptID {
 		delete(w.running, j.rec.JobID)
 	}
+	c.deadlines.remove(j)
 	j.rec.WorkerID = ""
 	j.rec.AttemptID = ""
 }
@@ -268,12 +277,13 @@ func (c *Coordinator) retryOrFail(j *job, cause string) {
 // cancel moves an active job to CANCELLED; reply gets JOB_CANCEL once that is durable.
 func (c *Coordinator) cancelJob(id string, reply replyFunc) {
 	c.mu.Lock()
-	defer c.unlock()
 	j := c.jobs[id]
-	if j == nil {
-		c.replyLater(reply, protocol.UnknownJob(id))
+	if j == nil { // finished (its record is in KV), or unknown
+		c.unlock()
+		c.cancelFinished(id, reply)
 		return
 	}
+	defer c.unlock()
 	if j.rec.State.Terminal() {
 		c.replyLater(reply, &protocol.JobCancel{Cancelled: false, Job: j.snapshot()})
 		return
@@ -306,6 +316,20 @@ func (c *Coordinator) cancelJob(id string, reply replyFunc) {
 	c.schedule()
 }
 
+// cancelFinished answers the cancel of a job that is not active: cancelled:false with
+// its snapshot, read from KV, or Unknown job.
+func (c *Coordinator) cancelFinished(id string, reply replyFunc) {
+	snap, err := c.snapshot(id)
+	switch {
+	case errors.Is(err, errUnknownJob):
+		reply(protocol.UnknownJob(id))
+	case err != nil:
+		reply(err.(*protocol.Error))
+	default:
+		reply(&protocol.JobCancel{Cancelled: false, Job: snap})
+	}
+}
+
 // sweep releases due retries, enforces deadlines, loses silent workers, then schedules.
 func (c *Coordinator) sweep() {
 	c.mu.Lock()
@@ -314,6 +338,7 @@ func (c *Coordinator) sweep() {
 		return
 	}
 	now := c.now()
+	c.expire(now)
 	for _, t := range c.retries.due(now) {
 		j := t.j
 		if j.rec.State != protocol.StateRetryWait || itoa(j.rec.Attempts) != t.key {
@@ -324,9 +349,8 @@ func (c *Coordinator) sweep() {
 		c.markDirty(j, nil)
 		c.ready.push(j)
 	}
-	for _, t := range c.deadlines.due(now) {
-		j := t.j
-		if j.rec.State != protocol.StateRunning || j.rec.AttemptID != t.key {
+	for _, j := range c.deadlines.due(now) {
+		if j.rec.State != protocol.StateRunning {
 			continue
 		}
 		w := j.rec.WorkerID

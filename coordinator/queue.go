@@ -108,8 +108,8 @@ func (h *seqHeap) head() *job {
 	return nil
 }
 
-// timer is a job due at a time: a retry to release or a deadline to enforce. key is
-// what must still hold when it fires (the attempt id), so stale timers are skipped.
+// timer is a job due at a time: a retry to release. key is what must still hold when it
+// fires (the attempt count), so stale timers are skipped.
 type timer struct {
 	at  time.Time
 	j   *job
@@ -135,6 +135,47 @@ func (h *timerHeap) due(now time.Time) []timer {
 	var out []timer
 	for h.Len() > 0 && !(*h)[0].at.After(now) {
 		out = append(out, heap.Pop(h).(timer))
+	}
+	return out
+}
+
+// deadlineHeap holds the RUNNING jobs by the deadline of their attempt. An attempt that
+// ends leaves it at once (remove), so the heap holds running attempts only, not every
+// attempt of the last TaskTimeout.
+type deadlineHeap []*job
+
+func (h deadlineHeap) Len() int           { return len(h) }
+func (h deadlineHeap) Less(a, b int) bool { return h[a].deadline.Before(h[b].deadline) }
+func (h deadlineHeap) Swap(a, b int) {
+	h[a], h[b] = h[b], h[a]
+	h[a].deadlineAt, h[b].deadlineAt = a+1, b+1
+}
+func (h *deadlineHeap) Push(x any) {
+	j := x.(*job)
+	*h = append(*h, j)
+	j.deadlineAt = len(*h)
+}
+func (h *deadlineHeap) Pop() any {
+	old := *h
+	j := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	j.deadlineAt = 0
+	return j
+}
+
+// remove takes j out, if it is in.
+func (h *deadlineHeap) remove(j *job) {
+	if j.deadlineAt > 0 {
+		heap.Remove(h, j.deadlineAt-1)
+	}
+}
+
+// due pops every job whose deadline is at or before now.
+func (h *deadlineHeap) due(now time.Time) []*job {
+	var out []*job
+	for h.Len() > 0 && !(*h)[0].deadline.After(now) {
+		out = append(out, heap.Pop(h).(*job))
 	}
 	return out
 }

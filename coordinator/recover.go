@@ -2,37 +2,181 @@ package coordinator
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jobbus/jobbus/bus/protocol"
 )
 
-// recover rebuilds memory from KV before anything is served: jobs, queue, sequence,
-// admission count and idempotency bindings. A RUNNING job's attempt was lost with the
-// previous coordinator: it counts, and the job runs again or, if that was its last
-// attempt, fails.
+// recover rebuilds memory from KV before anything is served, reading only what it
+// needs to serve: every record's headers (its sequence and state), the whole record of
+// active jobs only, and the idempotency bindings. A RUNNING job's attempt was lost
+// with the previous coordinator: it counts, and the job runs again or, if that was its
+// last attempt, fails.
 func (c *Coordinator) recover(ctx context.Context) error {
-	recs, err := loadAll(ctx, c.jobsKV)
+	heads, lastSeq, err := c.loadHeads(ctx)
+	if err != nil {
+		return fmt.Errorf("load %s: %w", protocol.JobsBucket, err)
+	}
+	var whole []string                  // active jobs, and records older than the headers
+	finished := make(map[string]uint64) // id -> sequence
+	for _, h := range heads {
+		if h.state == "" || h.state.Active() {
+			whole = append(whole, h.id)
+		} else {
+			finished[h.id] = h.seq
+		}
+	}
+	recs, err := c.loadRecords(ctx, whole)
 	if err != nil {
 		return fmt.Errorf("load %s: %w", protocol.JobsBucket, err)
 	}
 	c.mu.Lock()
-	for _, e := range recs {
-		var r protocol.Record
-		if err := json.Unmarshal(e.Value(), &r); err != nil {
-			c.log.Warn("skipping unreadable job record", "key", e.Key(), "err", err)
-			continue
+	for _, h := range heads {
+		if _, ok := finished[h.id]; ok {
+			c.restoreFinished(h.seq, h.id, h.state, h.at)
 		}
-		c.restore(r, e.Revision())
 	}
-	slices.SortFunc(c.order, func(a, b *job) int { return compareSeq(a.rec.Seq, b.rec.Seq) })
+	for _, r := range recs {
+		if r.State.Terminal() && r.EndedAt != 0 { // finished since its headers were read
+			finished[r.JobID] = r.Seq
+		}
+		c.restore(r.Record, r.rev)
+	}
+	c.index.sort()
+	slices.SortFunc(c.expiring, func(a, b expiring) int { return a.at.Compare(b.at) })
+	// Every job took at least one message of the stream, so its last sequence bounds
+	// every job sequence ever given, those of expired jobs included.
+	c.seq = max(c.seq, lastSeq)
 	c.unlock()
-	return c.repairBindings(ctx)
+	return c.repairBindings(ctx, finished)
+}
+
+// head is what a record's headers tell: enough to list a finished job.
+type head struct {
+	id    string
+	seq   uint64
+	state protocol.State // "" for a record written before the headers
+	at    time.Time      // of the record's last write
+}
+
+// loadHeads reads the headers of every record in the jobs bucket (an ordered consumer
+// that delivers headers only, the last message of each key), and the stream's last
+// sequence.
+func (c *Coordinator) loadHeads(ctx context.Context) ([]head, uint64, error) {
+	stream, err := c.js.Stream(ctx, "KV_"+protocol.JobsBucket)
+	if err != nil {
+		return nil, 0, err
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	last := info.State.LastSeq
+	if info.State.Msgs == 0 {
+		return nil, last, nil
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
+		HeadersOnly:   true,
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(4096))
+	if err != nil {
+		return nil, 0, err
+	}
+	defer it.Stop()
+	prefix := "$KV." + protocol.JobsBucket + "."
+	var heads []head
+	for {
+		msg, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return nil, 0, err
+		}
+		meta, err := msg.Metadata()
+		if err != nil {
+			return nil, 0, err
+		}
+		h := msg.Headers()
+		if h.Get("KV-Operation") == "" && h.Get("Nats-Marker-Reason") == "" { // not a removal
+			seq, _ := strconv.ParseUint(h.Get(protocol.HeaderSeq), 10, 64)
+			heads = append(heads, head{
+				id:  strings.TrimPrefix(msg.Subject(), prefix),
+				seq: seq, state: protocol.State(h.Get(protocol.HeaderState)), at: meta.Timestamp,
+			})
+		}
+		if meta.NumPending == 0 {
+			return heads, last, nil
+		}
+	}
+}
+
+// stored is a record read whole, with its revision.
+type stored struct {
+	protocol.Record
+	rev uint64
+}
+
+// loadRecords reads the records of ids, a few at a time; one gone meanwhile (it
+// expired) is left out.
+func (c *Coordinator) loadRecords(ctx context.Context, ids []string) ([]stored, error) {
+	var (
+		mu    sync.Mutex
+		out   []stored
+		first error
+		wg    sync.WaitGroup
+		next  = make(chan string)
+	)
+	for range min(8, len(ids)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for id := range next {
+				e, err := c.jobsKV.Get(ctx, id)
+				var r protocol.Record
+				if err == nil {
+					err = json.Unmarshal(e.Value(), &r)
+					if err != nil { // unreadable: skipped, as before
+						c.log.Warn("skipping unreadable job record", "key", id, "err", err)
+						continue
+					}
+				}
+				mu.Lock()
+				switch {
+				case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
+				case err != nil:
+					first = cmpOr(first, err)
+				default:
+					out = append(out, stored{Record: r, rev: e.Revision()})
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, id := range ids {
+		next <- id
+	}
+	close(next)
+	wg.Wait()
+	return out, first
+}
+
+func cmpOr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
 }
 
 func compareSeq(a, b uint64) int {
@@ -45,19 +189,28 @@ func compareSeq(a, b uint64) int {
 	return 0
 }
 
-// restore adds one stored job to memory. Called with c.mu held.
+// restore adds one stored job to memory: a finished one only as its entry, unless its
+// record predates retention and must be written again with a TTL. Called with c.mu held.
 func (c *Coordinator) restore(r protocol.Record, rev uint64) {
-	j := &job{rec: r, rev: rev, seen: r.State}
-	c.jobs[r.JobID] = j
-	c.order = append(c.order, j)
 	c.seq = max(c.seq, r.Seq)
 	c.lastMilli = max(c.lastMilli, r.CreatedAt)
+	if r.State.Terminal() && (r.EndedAt != 0 || c.cfg.Retention == 0) {
+		c.restoreFinished(r.Seq, r.JobID, r.State, time.UnixMilli(max(r.EndedAt, r.UpdatedAt)))
+		return
+	}
+	j := &job{rec: r, rev: rev, seen: r.State}
+	c.jobs[r.JobID] = j
+	c.index.add(entry{seq: r.Seq, id: r.JobID, state: r.State, j: j})
 	if r.IdempotencyKey != "" {
 		c.keys[r.IdempotencyKey] = j
 	}
-	if r.State.Active() {
-		c.active++
+	if r.State.Terminal() { // written before retention: again, with its TTL
+		j.rec.EndedAt = r.UpdatedAt
+		j.version++
+		c.queueWrite(j)
+		return
 	}
+	c.active++
 	switch r.State {
 	case protocol.StateQueued:
 		c.ready.push(j)
@@ -77,9 +230,21 @@ func (c *Coordinator) restore(r protocol.Record, rev uint64) {
 	}
 }
 
-// repairBindings makes JOB_KEYS agree with the job records, which are the truth: a
-// binding whose job was never stored (a crash between the two writes) is removed.
-func (c *Coordinator) repairBindings(ctx context.Context) error {
+// restoreFinished adds a finished job, known by its entry only, that ended at ended.
+// Called with c.mu held.
+func (c *Coordinator) restoreFinished(seq uint64, id string, st protocol.State, ended time.Time) {
+	c.seq = max(c.seq, seq)
+	c.index.add(entry{seq: seq, id: id, state: st})
+	if c.cfg.Retention > 0 {
+		c.expiring = append(c.expiring, expiring{at: ended.Add(c.cfg.Retention), seq: seq})
+	}
+}
+
+// repairBindings rebuilds the idempotency bindings from JOB_KEYS, keeping the job
+// records as the truth: a binding of a finished job is kept (in doneKeys) while the job
+// is; one whose job was never stored (a crash between the two writes), or is gone, is
+// removed.
+func (c *Coordinator) repairBindings(ctx context.Context, finished map[string]uint64) error {
 	entries, err := loadAll(ctx, c.keysKV)
 	if err != nil {
 		return fmt.Errorf("load %s: %w", protocol.KeysBucket, err)
@@ -87,10 +252,18 @@ func (c *Coordinator) repairBindings(ctx context.Context) error {
 	for _, e := range entries {
 		var b binding
 		_ = json.Unmarshal(e.Value(), &b)
+		raw, _ := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(e.Key(), "k."))
+		key := string(raw)
 		c.mu.Lock()
-		_, known := c.jobs[b.JobID]
+		keep := c.jobs[b.JobID] != nil
+		if seq, ok := finished[b.JobID]; ok && !keep {
+			if e := c.index.find(seq); e != nil && e.id == b.JobID {
+				e.key, keep = key, true
+				c.doneKeys[key] = doneKey{jobID: b.JobID, fingerprint: b.Fingerprint}
+			}
+		}
 		c.unlock()
-		if known {
+		if keep {
 			continue
 		}
 		if err := c.keysKV.Delete(ctx, e.Key(), jetstream.LastRevision(e.Revision())); err != nil {

@@ -6,7 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -30,9 +30,15 @@ func keyName(key string) string {
 	return "k." + base64.RawURLEncoding.EncodeToString([]byte(key))
 }
 
+// markerTTL is how long the marker JetStream leaves when a finished record expires
+// stays: long enough for watchers (jobbus watch) to see the job go.
+const markerTTL = time.Minute
+
 func openBuckets(ctx context.Context, js jetstream.JetStream, replicas int) (jobs, keys jetstream.KeyValue, err error) {
 	cfg := func(name, desc string) jetstream.KeyValueConfig {
-		return jetstream.KeyValueConfig{Bucket: name, Description: desc, History: 1, Storage: jetstream.FileStorage, Replicas: replicas}
+		// LimitMarkerTTL turns on per-message TTLs, which retention uses.
+		return jetstream.KeyValueConfig{Bucket: name, Description: desc, History: 1, Storage: jetstream.FileStorage,
+			Replicas: replicas, LimitMarkerTTL: markerTTL}
 	}
 	jobs, err = js.CreateOrUpdateKeyValue(ctx, cfg(protocol.JobsBucket, "jobbus job records"))
 	if err != nil {
@@ -50,6 +56,9 @@ func openBuckets(ctx context.Context, js jetstream.JetStream, replicas int) (job
 func (c *Coordinator) markDirty(j *job, fn func(error)) {
 	j.version++
 	j.rec.UpdatedAt = c.now().UnixMilli()
+	if j.rec.State.Terminal() && j.rec.EndedAt == 0 {
+		j.rec.EndedAt = j.rec.UpdatedAt
+	}
 	c.noteChange(j)
 	if fn != nil {
 		j.waiters = append(j.waiters, waiter{version: j.version, fn: fn})
@@ -112,19 +121,20 @@ func (c *Coordinator) writer(ctx context.Context) {
 func (c *Coordinator) persist(ctx context.Context, j *job) {
 	for attempt := 0; ; attempt++ {
 		c.mu.Lock()
-		data, err := json.Marshal(&j.rec)
-		rev, version, key := j.rev, j.version, j.rec.IdempotencyKey
-		bind := binding{JobID: j.rec.JobID, Fingerprint: j.rec.Fingerprint}
+		w, err := c.pendingWrite(j)
 		c.unlock()
 		if err != nil {
-			c.fail(j, fmt.Errorf("encode job %s: %w", j.rec.JobID, err))
+			c.fail(j, fmt.Errorf("encode job %s: %w", w.id, err))
 			return
 		}
 		start := time.Now()
-		newRev, err := c.write(ctx, j.rec.JobID, rev, data, key, bind)
+		newRev, err := c.write(ctx, w)
 		c.noteStored(j, start, err)
 		if err == nil {
-			c.written(j, newRev, version)
+			c.written(j, newRev, w.version)
+			if w.ttl > 0 && w.key != "" {
+				c.expireBinding(ctx, w)
+			}
 			return
 		}
 		if permanent(err) {
@@ -150,32 +160,100 @@ func (c *Coordinator) persist(ctx context.Context, j *job) {
 	}
 }
 
-// write stores one record: Create for a new job (after binding its idempotency key), a
-// CAS Update otherwise.
-func (c *Coordinator) write(ctx context.Context, id string, rev uint64, data []byte, key string, bind binding) (uint64, error) {
+// pendingWrite is one write of a job's record, taken under c.mu.
+type pendingWrite struct {
+	id, key string
+	data    []byte
+	rev     uint64 // the revision written over; 0 creates
+	version uint64
+	seq     uint64
+	state   protocol.State
+	ttl     time.Duration // how long a finished record is kept; 0 for ever
+	bind    binding
+}
+
+// pendingWrite encodes j's record. Called with c.mu held.
+func (c *Coordinator) pendingWrite(j *job) (pendingWrite, error) {
+	data, err := json.Marshal(&j.rec)
+	return pendingWrite{
+		id: j.rec.JobID, key: j.rec.IdempotencyKey, data: data,
+		rev: j.rev, version: j.version, seq: j.rec.Seq, state: j.rec.State,
+		ttl:  c.ttl(j.rec.EndedAt),
+		bind: binding{JobID: j.rec.JobID, Fingerprint: j.rec.Fingerprint},
+	}, err
+}
+
+// ttl is what is left of the retention of a job that ended at endedAt (milliseconds;
+// 0 while active), at least JetStream's smallest TTL; 0 keeps the job for ever.
+func (c *Coordinator) ttl(endedAt int64) time.Duration {
+	if endedAt == 0 || c.cfg.Retention == 0 {
+		return 0
+	}
+	// Rounded up: JetStream keeps the record at least as long as this coordinator keeps
+	// the job, which it then forgets on its own clock (expire).
+	left := c.cfg.Retention - c.now().Sub(time.UnixMilli(endedAt))
+	return max((left + time.Second - 1).Truncate(time.Second), time.Second)
+}
+
+// write stores one record, a CAS on the revision it was read at (a new job's create
+// expects none): a new job's idempotency key is bound first. The record carries its
+// sequence and state in headers, and a finished one the TTL of its retention.
+func (c *Coordinator) write(ctx context.Context, w pendingWrite) (uint64, error) {
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if rev == 0 {
-		if key != "" {
-			if err := c.bind(wctx, key, bind); err != nil {
-				return 0, err
-			}
+	if w.rev == 0 && w.key != "" {
+		if err := c.bind(wctx, w.key, w.bind); err != nil {
+			return 0, err
 		}
-		r, err := c.jobsKV.Create(wctx, id, data)
-		if errors.Is(err, jetstream.ErrKeyExists) {
-			return 0, fmt.Errorf("%w (job %s exists)", ErrFenced, id)
+	}
+	msg := nats.NewMsg("$KV." + protocol.JobsBucket + "." + w.id)
+	msg.Data = w.data
+	msg.Header.Set(protocol.HeaderSeq, strconv.FormatUint(w.seq, 10))
+	msg.Header.Set(protocol.HeaderState, string(w.state))
+	opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(w.rev)}
+	if w.ttl > 0 {
+		opts = append(opts, jetstream.WithMsgTTL(w.ttl))
+	}
+	ack, err := c.js.PublishMsg(wctx, msg, opts...)
+	switch {
+	case wrongLastSequence(err) && w.rev == 0:
+		return 0, fmt.Errorf("%w (job %s exists)", ErrFenced, w.id)
+	case wrongLastSequence(err):
+		return 0, fmt.Errorf("%w (job %s moved past revision %d)", ErrFenced, w.id, w.rev)
+	case err != nil:
+		return 0, err
+	}
+	return ack.Sequence, nil
+}
+
+// wrongLastSequence reports a publish refused because the subject's last message was
+// not the one expected: someone else wrote the record.
+func wrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+// expireBinding gives a finished job's idempotency binding the TTL of the job's
+// record, so the key can be used again once the job is gone. Should it fail, the key
+// stays bound in KV; bind then finds it stale and takes it over.
+func (c *Coordinator) expireBinding(ctx context.Context, w pendingWrite) {
+	data, _ := json.Marshal(w.bind)
+	msg := nats.NewMsg("$KV." + protocol.KeysBucket + "." + keyName(w.key))
+	msg.Data = data
+	for attempt := range 3 {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := c.js.PublishMsg(wctx, msg, jetstream.WithMsgTTL(w.ttl))
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return
 		}
-		return r, err
+		c.log.Warn("idempotency binding not given its TTL; retrying", "job", w.id, "err", err, "attempt", attempt)
 	}
-	r, err := c.jobsKV.Update(wctx, id, data, rev)
-	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-		return 0, fmt.Errorf("%w (job %s moved past revision %d)", ErrFenced, id, rev)
-	}
-	return r, err
 }
 
 // bind creates an idempotency binding; an identical one left by an interrupted earlier
-// write is fine, any other is another coordinator's.
+// write is fine, and so is a stale one, whose job this coordinator no longer keeps (it
+// expired): it is taken over. Any other is another coordinator's.
 func (c *Coordinator) bind(ctx context.Context, key string, b binding) error {
 	data, _ := json.Marshal(b)
 	_, err := c.keysKV.Create(ctx, keyName(key), data)
@@ -190,7 +268,22 @@ func (c *Coordinator) bind(ctx context.Context, key string, b binding) error {
 	if json.Unmarshal(entry.Value(), &old) == nil && old.JobID == b.JobID {
 		return nil
 	}
+	if !c.keeps(key, old.JobID) {
+		_, err := c.keysKV.Update(ctx, keyName(key), data, entry.Revision())
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return fmt.Errorf("%w (idempotency key rebound meanwhile)", ErrFenced)
+		}
+		return err
+	}
 	return fmt.Errorf("%w (idempotency key bound to job %s)", ErrFenced, old.JobID)
+}
+
+// keeps reports whether key is bound, in this coordinator's memory, to job id.
+func (c *Coordinator) keeps(key, id string) bool {
+	c.mu.Lock()
+	defer c.unlock()
+	j := c.keys[key]
+	return id != "" && (j != nil && j.rec.JobID == id || c.doneKeys[key].jobID == id)
 }
 
 // permanent reports a write error that retrying cannot cure. The submission bounds
@@ -208,6 +301,8 @@ func (c *Coordinator) written(j *job, rev, version uint64) {
 	c.doneWriting(j)
 	if j.version > version { // changed while being written
 		c.queueWrite(j)
+	} else if j.rec.State.Terminal() && c.jobs[j.rec.JobID] == j {
+		c.retire(j)
 	}
 	c.unlock()
 	for _, w := range done {
@@ -239,7 +334,7 @@ func (c *Coordinator) dropUnstored(j *job) {
 	if k := j.rec.IdempotencyKey; k != "" && c.keys[k] == j {
 		delete(c.keys, k)
 	}
-	c.order = slices.DeleteFunc(c.order, func(o *job) bool { return o == j })
+	c.index.remove(j.rec.Seq)
 	if j.rec.State.Active() {
 		c.active--
 	}

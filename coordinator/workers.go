@@ -90,6 +90,7 @@ func (c *Coordinator) loseWorker(w *worker, cause string) {
 			continue
 		}
 		j.rec.WorkerID, j.rec.AttemptID = "", ""
+		c.deadlines.remove(j)
 		c.retryOrFail(j, fmt.Sprintf("worker %s lost (%s)", w.id, cause))
 		c.markDirty(j, nil)
 	}

@@ -6,6 +6,11 @@ import "encoding/json"
 // everything needed to rebuild the coordinator's memory after a restart, the current
 // lease included. It is a published schema: readers such as `jobbus watch` and the
 // Go client's Watch decode it, so fields are only ever added.
+//
+// Each stored record also carries headers HeaderSeq and HeaderState, so that its
+// submission order and state can be read without its body (a headers-only read of the
+// bucket). A finished record expires after the coordinator's retention (a JetStream
+// per-message TTL); the key then reads as absent.
 type Record struct {
 	JobID          string          `json:"jobId"`
 	TaskType       string          `json:"taskType"`
@@ -21,10 +26,17 @@ type Record struct {
 	Error          *string         `json:"error,omitempty"`
 	CreatedAt      int64           `json:"createdAtMillis"`
 	UpdatedAt      int64           `json:"updatedAtMillis"`
+	EndedAt        int64           `json:"endedAtMillis,omitempty"` // once finished: retention counts from it
 	RetryAt        int64           `json:"retryAtMillis,omitempty"` // while RETRY_WAIT
 	IdempotencyKey string          `json:"idempotencyKey,omitempty"`
 	Fingerprint    string          `json:"fingerprint,omitempty"`
 }
+
+// Headers of a stored record.
+const (
+	HeaderSeq   = "Jobbus-Seq"
+	HeaderState = "Jobbus-State"
+)
 
 // Snapshot is the record as the client port shows it: the worker only while RUNNING.
 func (r *Record) Snapshot() Job {

@@ -1,0 +1,198 @@
+package coordinator_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/client"
+	"github.com/jobbus/jobbus/coordinator"
+)
+
+// retention is the shortest JetStream allows: finished jobs go within seconds.
+func withRetention(d time.Duration) func(*coordinator.Config) {
+	return func(c *coordinator.Config) { c.Retention = d }
+}
+
+// gone reports whether the coordinator answers Unknown job for id.
+func (s *system) gone(id string) bool {
+	_, err := s.client.Status(context.Background(), id)
+	if err != nil && !strings.Contains(err.Error(), "Unknown job: "+id) {
+		s.t.Fatalf("status %s: %v", id, err)
+	}
+	return err != nil
+}
+
+// listed reports whether a full list shows id.
+func (s *system) listed(id string) bool {
+	for _, j := range s.listAll(protocol.ListJobs{Limit: 3}) {
+		if j.JobID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// listAll pages through the list with req's limit.
+func (s *system) listAll(req protocol.ListJobs) []protocol.Job {
+	s.t.Helper()
+	var all []protocol.Job
+	for {
+		page, err := s.client.List(context.Background(), req)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		all = append(all, page.Jobs...)
+		if page.NextCursor == "" {
+			return all
+		}
+		req.Cursor = page.NextCursor
+	}
+}
+
+// TestFinishedJobsExpire: a COMPLETED, FAILED or CANCELLED job, and its idempotency key,
+// are gone once the retention after its end has passed; an active job never expires.
+func TestFinishedJobsExpire(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		finish func(s *system, key string) string
+		want   protocol.State
+	}{
+		{"Completed", func(s *system, key string) string {
+			return s.submit("SHA256", text("done"), client.IdempotencyKey(key))
+		}, protocol.StateCompleted},
+		{"Failed", func(s *system, key string) string {
+			return s.submit("FAIL", map[string]int{"failUntilAttempt": 5}, client.IdempotencyKey(key), client.MaxAttempts(1))
+		}, protocol.StateFailed},
+		{"Cancelled", func(s *system, key string) string {
+			id := s.submit("SLEEP", map[string]int{"durationMillis": 600_000}, client.IdempotencyKey(key))
+			s.waitState(id, protocol.StateRunning)
+			if ok, _, err := s.client.Cancel(context.Background(), id); err != nil || !ok {
+				s.t.Fatalf("cancel: %v %v", ok, err)
+			}
+			return id
+		}, protocol.StateCancelled},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := setup(t, transports[0], withRetention(time.Second))
+			s.startWorker(2)
+			active := s.submit("SLEEP", map[string]int{"durationMillis": 600_000}, client.Priority(protocol.PriorityLow))
+			id := tt.finish(s, "key-"+tt.name)
+			if j := s.wait(id); j.State != tt.want {
+				t.Fatalf("job %+v, want %s", j, tt.want)
+			}
+			if !s.listed(id) {
+				t.Fatal("a finished job within its retention is not listed")
+			}
+			s.eventually("the finished job expired", func() bool { return s.gone(id) })
+			if s.listed(id) {
+				t.Fatal("an expired job is still listed")
+			}
+			if ok, _, err := s.client.Cancel(context.Background(), id); ok || err == nil || !strings.Contains(err.Error(), "Unknown job") {
+				t.Fatalf("cancel of an expired job: %v %v", ok, err)
+			}
+			again := s.submit("SHA256", text("another submission"), client.IdempotencyKey("key-"+tt.name))
+			if again == id {
+				t.Fatal("the expired job's idempotency key still names it")
+			}
+			if j := s.wait(again); j.State != protocol.StateCompleted {
+				t.Fatalf("job submitted with the freed key: %+v", j)
+			}
+			if j := s.status(active); !j.State.Active() {
+				t.Fatalf("an active job changed: %+v", j)
+			}
+		})
+	}
+}
+
+// TestFinishedJobsAreReadFromKV: a finished job keeps answering status, cancel, lists
+// and its idempotency key from its record while retained, and across a restart.
+func TestFinishedJobsAreReadFromKV(t *testing.T) {
+	t.Parallel()
+	s := setup(t, transports[0])
+	s.startWorker(2)
+	id := s.submit("SHA256", text("kept"), client.IdempotencyKey("kept"))
+	done := s.wait(id)
+	for restart := range 2 {
+		if j := s.status(id); j.State != protocol.StateCompleted || *j.Result != *done.Result {
+			t.Fatalf("restart %d: status %+v", restart, j)
+		}
+		if ok, j, err := s.client.Cancel(context.Background(), id); ok || err != nil || j.State != protocol.StateCompleted {
+			t.Fatalf("restart %d: cancel of a finished job: %v %+v %v", restart, ok, j, err)
+		}
+		if again := s.submit("SHA256", text("kept"), client.IdempotencyKey("kept")); again != id {
+			t.Fatalf("restart %d: the same submission got %s, want %s", restart, again, id)
+		}
+		_, err := s.client.Submit(context.Background(), "SHA256", text("other"), client.IdempotencyKey("kept"))
+		if err == nil || !strings.Contains(err.Error(), "already bound") {
+			t.Fatalf("restart %d: another submission with the key: %v", restart, err)
+		}
+		if !s.listed(id) {
+			t.Fatalf("restart %d: not listed", restart)
+		}
+		s.RestartCoordinator(t)
+	}
+}
+
+// TestListPagesAcrossExpiredJobs: paging visits every kept job once, newest first,
+// while older finished jobs expire between them, and a restart after the expiry keeps
+// the sequence growing.
+func TestListPagesAcrossExpiredJobs(t *testing.T) {
+	t.Parallel()
+	s := setup(t, transports[0], withRetention(time.Second))
+	s.startWorker(4)
+	var old []string
+	for range 5 {
+		old = append(old, s.submit("SHA256", text("old")))
+	}
+	for _, id := range old {
+		s.wait(id)
+	}
+	s.eventually("the old jobs expired", func() bool { return s.gone(old[len(old)-1]) })
+	s.RestartCoordinator(t, withRetention(time.Hour))
+	s.startWorker(4)
+	var kept []string
+	for i := range 7 {
+		if i%2 == 0 {
+			kept = append(kept, s.submit("SHA256", text("kept")))
+		} else {
+			kept = append(kept, s.submit("SLEEP", map[string]int{"durationMillis": 600_000}, client.Priority(protocol.PriorityLow)))
+		}
+	}
+	for i := 0; i < len(kept); i += 2 {
+		s.wait(kept[i])
+	}
+	all := s.listAll(protocol.ListJobs{Limit: 2})
+	if len(all) != len(kept) {
+		t.Fatalf("listed %d jobs, want the %d kept: %+v", len(all), len(kept), all)
+	}
+	for i, j := range all { // newest first
+		if want := kept[len(kept)-1-i]; j.JobID != want {
+			t.Fatalf("position %d: %s, want %s", i, j.JobID, want)
+		}
+	}
+	for _, id := range old {
+		if !s.gone(id) {
+			t.Fatalf("expired job %s came back after the restart", id)
+		}
+	}
+}
+
+func TestRetentionIsValidated(t *testing.T) {
+	t.Parallel()
+	cfg := coordinator.DefaultConfig()
+	cfg.Retention = 500 * time.Millisecond
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "retention") {
+		t.Fatalf("Validate = %v", err)
+	}
+	cfg.Retention = 0
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(errors.Join(err, errors.New("0 keeps jobs forever")))
+	}
+}
