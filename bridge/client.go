@@ -141,8 +141,12 @@ func (b *Bridge) request(subject string, payload []byte, log *slog.Logger) ([]by
 // cannot have been acted on, so sending it again is safe; one that went unanswered is
 // not sent again.
 func (b *Bridge) requestServed(ctx context.Context, subject string, payload []byte) (*nats.Msg, error) {
-	for delay := 10 * time.Millisecond; ; delay = min(2*delay, 250*time.Millisecond) {
+	for delay, tries := 10*time.Millisecond, 0; ; delay, tries = min(2*delay, 250*time.Millisecond), tries+1 {
 		msg, err := b.nc.RequestWithContext(ctx, subject, payload)
+		if err != nil && tries > 0 && ctx.Err() != nil {
+			// The time ran out while asking again: still no coordinator serving.
+			return nil, nats.ErrNoResponders
+		}
 		if !errors.Is(err, nats.ErrNoResponders) {
 			return msg, err
 		}
