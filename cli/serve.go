@@ -40,6 +40,7 @@ func coordinatorFlags() []cli.Flag {
 		millisFlag("retry-max-delay-millis", d.RetryMaxDelay, "longest retry delay"),
 		&cli.IntFlag{Name: "max-active-jobs", Value: d.MaxActiveJobs, Usage: "QUEUED + RETRY_WAIT + RUNNING jobs beyond which submissions are rejected", EnvVars: env("max-active-jobs")},
 		millisFlag("aging-step-millis", d.AgingStep, "a queued job gains one priority level per step waited"),
+		&cli.DurationFlag{Name: "retention", Value: d.Retention, Usage: "how long a COMPLETED, FAILED or CANCELLED job, and its idempotency key, are kept after it ended (Go duration: 24h, 90s); 0 keeps them forever. Active jobs never expire", EnvVars: env("retention")},
 		&cli.IntFlag{Name: "replicas", Value: d.Replicas, Usage: "replicas of the KV buckets (3 in a cluster)", EnvVars: env("replicas")},
 		millisFlag("leader-lease-millis", d.LeaderLease, "a standby coordinator takes over within this long of the leader's loss"),
 		&cli.StringFlag{Name: "coordinator-id", Usage: "this coordinator's name in the leader lease: restarted after a crash, it takes its lease back at once. Unique to one process at a time; serve keeps one in --data-dir (default: random per process)", EnvVars: env("coordinator-id")},
@@ -56,6 +57,7 @@ func coordinatorConfig(c *cli.Context, log *slog.Logger) coordinator.Config {
 	cfg.RetryMaxDelay = millis(c, "retry-max-delay-millis")
 	cfg.MaxActiveJobs = c.Int("max-active-jobs")
 	cfg.AgingStep = millis(c, "aging-step-millis")
+	cfg.Retention = c.Duration("retention")
 	cfg.Replicas = c.Int("replicas")
 	cfg.LeaderLease = millis(c, "leader-lease-millis")
 	cfg.ID = c.String("coordinator-id")

@@ -363,9 +363,12 @@ func (c *Coordinator) pick(from uint64, state protocol.State, limit int) (picked
 			return picked, true, nil
 		}
 		p := listed{seq: e.seq}
-		if e.j != nil {
+		switch {
+		case e.j != nil:
 			p.snap = e.j.snapshot()
-		} else {
+		case e.snap != nil:
+			p.snap = *e.snap
+		default:
 			p.id, p.snap = e.id, protocol.Job{JobID: e.id, State: st}
 		}
 		least += minSnapshotSize(&p.snap)

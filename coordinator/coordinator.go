@@ -38,24 +38,26 @@ type Coordinator struct {
 	jobsKV, keysKV jetstream.KeyValue
 	svc            micro.Service
 
-	mu        sync.Mutex
-	jobs      map[string]*job    // active, and finished until their record is durable
-	index     jobIndex           // every kept job by sequence (retained.go)
-	keys      map[string]*job    // idempotency keys of the jobs in jobs
-	doneKeys  map[string]doneKey // idempotency keys of finished jobs, until they expire
-	expiring  []expiring         // finished jobs by the end of their retention, from expHead
-	expHead   int
-	workers   map[string]*worker
-	ready     *readyQueue
-	retries   timerHeap
-	deadlines deadlineHeap
-	active    int
-	seq       uint64
-	lastMilli int64 // createdAt never goes backwards, so sequence order is age order
-	dirty     []*job
-	writes    int // jobs queued for or held by a writer
-	fenced    error
-	outbox    []outgoing // to send once mu is released (outbox.go)
+	mu         sync.Mutex
+	jobs       map[string]*job    // active, and finished until their record is durable
+	index      jobIndex           // every kept job by sequence (retained.go)
+	keys       map[string]*job    // idempotency keys of the jobs in jobs
+	doneKeys   map[string]doneKey // idempotency keys of finished jobs, until they expire
+	expiring   []expiring         // finished jobs by the end of their retention, from expHead
+	expHead    int
+	recent     []uint64 // sequences of the jobs that finished last (retained.go)
+	recentNext int
+	workers    map[string]*worker
+	ready      *readyQueue
+	retries    timerHeap
+	deadlines  deadlineHeap
+	active     int
+	seq        uint64
+	lastMilli  int64 // createdAt never goes backwards, so sequence order is age order
+	dirty      []*job
+	writes     int // jobs queued for or held by a writer
+	fenced     error
+	outbox     []outgoing // to send once mu is released (outbox.go)
 
 	sendMu sync.Mutex // held while sending the outbox, so messages leave in order
 

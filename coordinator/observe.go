@@ -63,11 +63,16 @@ type Stats struct {
 func (c *Coordinator) Stats() Stats {
 	s := Stats{Jobs: make(map[protocol.State]int, 6), Workers: c.workerList()}
 	c.mu.Lock()
-	for _, j := range c.order {
-		s.Jobs[j.rec.State]++
+	for i := range c.index.entries {
+		switch e := &c.index.entries[i]; {
+		case e.j != nil:
+			s.Jobs[e.j.rec.State]++
+		case e.id != "":
+			s.Jobs[e.state]++
+		}
 	}
 	node, fenced := c.node, c.fenced
-	c.mu.Unlock()
+	c.unlock()
 	if node != nil {
 		s.Bus = node.Stats()
 		select {

@@ -19,9 +19,14 @@ type entry struct {
 	seq   uint64
 	id    string // "" once removed
 	state protocol.State
-	key   string // a finished job's idempotency key
-	j     *job
+	key   string        // a finished job's idempotency key
+	j     *job          // while active, or until its final record is durable
+	snap  *protocol.Job // of one of the recentFinished last jobs to finish
 }
+
+// recentFinished is how many of the last finished jobs keep their snapshot in memory:
+// lists show the newest jobs first, so most pages need no read from KV.
+const recentFinished = 4096
 
 // jobIndex is every job this coordinator keeps, by sequence. Removed entries leave a
 // hole until the holes are many, so removing costs O(1) amortised.
@@ -85,7 +90,9 @@ func (c *Coordinator) retire(j *job) {
 	r := &j.rec
 	delete(c.jobs, r.JobID)
 	if e := c.index.find(r.Seq); e != nil && e.j == j {
-		e.j, e.state, e.key = nil, r.State, r.IdempotencyKey
+		snap := j.snapshot()
+		e.j, e.state, e.key, e.snap = nil, r.State, r.IdempotencyKey, &snap
+		c.remember(r.Seq)
 	}
 	if k := r.IdempotencyKey; k != "" {
 		if c.keys[k] == j {
@@ -94,6 +101,20 @@ func (c *Coordinator) retire(j *job) {
 		c.doneKeys[k] = doneKey{jobID: r.JobID, fingerprint: r.Fingerprint}
 	}
 	c.expireAt(r.Seq, time.UnixMilli(r.EndedAt))
+}
+
+// remember keeps seq among the recently finished jobs whose snapshots stay in memory,
+// forgetting the snapshot of the oldest. Called with c.mu held.
+func (c *Coordinator) remember(seq uint64) {
+	if len(c.recent) < recentFinished {
+		c.recent = append(c.recent, seq)
+		return
+	}
+	if e := c.index.find(c.recent[c.recentNext]); e != nil && e.j == nil {
+		e.snap = nil
+	}
+	c.recent[c.recentNext] = seq
+	c.recentNext = (c.recentNext + 1) % recentFinished
 }
 
 // expireAt schedules a finished job's removal from memory when its retention ends.

@@ -1,0 +1,96 @@
+// Command fillstore fills a jobbus store with finished jobs, written straight to
+// JetStream as the coordinator writes them (headers, TTL), so that memory and restart
+// time can be measured at 200,000 or 1,000,000 retained jobs without running them all:
+//
+//	go run ./internal/cmd/fillstore --data-dir /tmp/store --jobs 1000000
+//	jobbus serve --data-dir /tmp/store   # then measure time to serving, and RSS
+//
+// A store it filled is an ordinary store: serve it, list it, let it expire.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/coordinator"
+	"github.com/jobbus/jobbus/embeddednats"
+)
+
+func main() {
+	dir := flag.String("data-dir", "data", "the store to fill (serve's --data-dir)")
+	jobs := flag.Int("jobs", 200_000, "finished jobs to write")
+	retention := flag.Duration("retention", 24*time.Hour, "the TTL the records get (serve's --retention)")
+	flag.Parse()
+	if err := fill(*dir, *jobs, *retention); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func fill(dir string, n int, retention time.Duration) error {
+	ctx := context.Background()
+	srv, err := embeddednats.Start(ctx, embeddednats.WithStoreDir(dir), embeddednats.WithListen("127.0.0.1:-1"))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = srv.Shutdown(ctx) }()
+	nc, err := srv.Connect()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	// A coordinator creates the buckets as it would, and is gone before the writes.
+	cfg := coordinator.DefaultConfig()
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	c, err := coordinator.New(nc, cfg)
+	if err != nil {
+		return err
+	}
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	_ = c.Close()
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	result := "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	for i := range n {
+		now := time.Now().UnixMilli()
+		r := protocol.Record{
+			JobID: fmt.Sprintf("filled-%08d", i), TaskType: "SHA256", Payload: json.RawMessage(`{"text":"filled"}`),
+			State: protocol.StateCompleted, Attempts: 1, MaxAttempts: 3, Priority: protocol.PriorityNormal,
+			Seq: uint64(i + 1), Result: &result, CreatedAt: now, UpdatedAt: now, EndedAt: now,
+		}
+		data, _ := json.Marshal(&r)
+		msg := nats.NewMsg("$KV." + protocol.JobsBucket + "." + r.JobID)
+		msg.Data = data
+		msg.Header.Set(protocol.HeaderSeq, strconv.FormatUint(r.Seq, 10))
+		msg.Header.Set(protocol.HeaderState, string(r.State))
+		opts := []jetstream.PublishOpt{}
+		if retention > 0 {
+			opts = append(opts, jetstream.WithMsgTTL(retention))
+		}
+		if _, err := js.PublishMsgAsync(msg, opts...); err != nil {
+			return err
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(5 * time.Minute):
+		return fmt.Errorf("writes not acknowledged")
+	}
+	fmt.Fprintf(os.Stderr, "wrote %d finished jobs to %s in %v\n", n, dir, time.Since(start).Round(time.Millisecond))
+	return nil
+}
