@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,6 +42,7 @@ func (c *Coordinator) recover(ctx context.Context) error {
 		return fmt.Errorf("load %s: %w", protocol.JobsBucket, err)
 	}
 	c.mu.Lock()
+	c.index.entries = slices.Grow(c.index.entries, len(heads))
 	for _, h := range heads {
 		if _, ok := finished[h.id]; ok {
 			c.restoreFinished(h.seq, h.id, h.state, h.at)
@@ -53,12 +55,19 @@ func (c *Coordinator) recover(ctx context.Context) error {
 		c.restore(r.Record, r.rev)
 	}
 	c.index.sort()
-	slices.SortFunc(c.expiring, func(a, b expiring) int { return a.at.Compare(b.at) })
+	slices.SortFunc(c.expiring, func(a, b expiring) int { return compareSeq(uint64(a.at), uint64(b.at)) })
 	// Every job took at least one message of the stream, so its last sequence bounds
 	// every job sequence ever given, those of expired jobs included.
 	c.seq = max(c.seq, lastSeq)
 	c.unlock()
-	return c.repairBindings(ctx, finished)
+	if err := c.repairBindings(ctx, finished); err != nil {
+		return err
+	}
+	// Reading a large store allocates far more than memory then keeps: give it back now
+	// rather than at the runtime's leisure.
+	heads, recs, finished = nil, nil, nil
+	debug.FreeOSMemory()
+	return nil
 }
 
 // head is what a record's headers tell: enough to list a finished job.
@@ -111,9 +120,10 @@ func (c *Coordinator) loadHeads(ctx context.Context) ([]head, uint64, error) {
 		h := msg.Headers()
 		if h.Get("KV-Operation") == "" && h.Get("Nats-Marker-Reason") == "" { // not a removal
 			seq, _ := strconv.ParseUint(h.Get(protocol.HeaderSeq), 10, 64)
+			st, _ := protocol.ParseState(h.Get(protocol.HeaderState)) // the constant, not a copy per job
 			heads = append(heads, head{
-				id:  strings.TrimPrefix(msg.Subject(), prefix),
-				seq: seq, state: protocol.State(h.Get(protocol.HeaderState)), at: meta.Timestamp,
+				id:  strings.Clone(strings.TrimPrefix(msg.Subject(), prefix)),
+				seq: seq, state: st, at: meta.Timestamp,
 			})
 		}
 		if meta.NumPending == 0 {
@@ -236,7 +246,7 @@ func (c *Coordinator) restoreFinished(seq uint64, id string, st protocol.State, 
 	c.seq = max(c.seq, seq)
 	c.index.add(entry{seq: seq, id: id, state: st})
 	if c.cfg.Retention > 0 {
-		c.expiring = append(c.expiring, expiring{at: ended.Add(c.cfg.Retention), seq: seq})
+		c.expiring = append(c.expiring, expiring{at: ended.Add(c.cfg.Retention).UnixMilli(), seq: seq})
 	}
 }
 

@@ -78,9 +78,9 @@ type doneKey struct {
 	jobID, fingerprint string
 }
 
-// expiring is a finished job whose retention ends at at.
+// expiring is a finished job whose retention ends at at (Unix milliseconds).
 type expiring struct {
-	at  time.Time
+	at  int64
 	seq uint64
 }
 
@@ -123,11 +123,11 @@ func (c *Coordinator) expireAt(seq uint64, ended time.Time) {
 	if c.cfg.Retention == 0 {
 		return
 	}
-	at := ended.Add(c.cfg.Retention)
+	at := ended.Add(c.cfg.Retention).UnixMilli()
 	// Jobs retire in the order they end, so the queue stays sorted; a clock step
 	// back must not break that.
-	if n := len(c.expiring); n > 0 && at.Before(c.expiring[n-1].at) {
-		at = c.expiring[n-1].at
+	if n := len(c.expiring); n > 0 {
+		at = max(at, c.expiring[n-1].at)
 	}
 	c.expiring = append(c.expiring, expiring{at: at, seq: seq})
 }
@@ -135,7 +135,7 @@ func (c *Coordinator) expireAt(seq uint64, ended time.Time) {
 // expire forgets the finished jobs whose retention has ended: JetStream removes their
 // records by itself. Called with c.mu held.
 func (c *Coordinator) expire(now time.Time) {
-	for c.expHead < len(c.expiring) && !c.expiring[c.expHead].at.After(now) {
+	for c.expHead < len(c.expiring) && c.expiring[c.expHead].at <= now.UnixMilli() {
 		x := c.expiring[c.expHead]
 		c.expiring[c.expHead] = expiring{}
 		c.expHead++
