@@ -45,7 +45,7 @@ func (c *Coordinator) recover(ctx context.Context) error {
 	c.index.entries = slices.Grow(c.index.entries, len(heads))
 	for _, h := range heads {
 		if _, ok := finished[h.id]; ok {
-			c.restoreFinished(h.seq, h.id, h.state, h.at)
+			c.restoreFinished(h.seq, h.id, h.state, h.at, h.expires)
 		}
 	}
 	for _, r := range recs {
@@ -75,7 +75,8 @@ type head struct {
 	id    string
 	seq   uint64
 	state protocol.State // "" for a record written before the headers
-	at    time.Time      // of the record's last write
+	at      time.Time      // of the record's last write
+	expires int64          // when the job's retention ends, Unix milliseconds; 0: never
 }
 
 // loadHeads reads the headers of every record in the jobs bucket (an ordered consumer
@@ -121,9 +122,10 @@ func (c *Coordinator) loadHeads(ctx context.Context) ([]head, uint64, error) {
 		if h.Get("KV-Operation") == "" && h.Get("Nats-Marker-Reason") == "" { // not a removal
 			seq, _ := strconv.ParseUint(h.Get(protocol.HeaderSeq), 10, 64)
 			st, _ := protocol.ParseState(h.Get(protocol.HeaderState)) // the constant, not a copy per job
+			expires, _ := strconv.ParseInt(h.Get(protocol.HeaderExpires), 10, 64)
 			heads = append(heads, head{
 				id:  strings.Clone(strings.TrimPrefix(msg.Subject(), prefix)),
-				seq: seq, state: st, at: meta.Timestamp,
+				seq: seq, state: st, at: meta.Timestamp, expires: expires,
 			})
 		}
 		if meta.NumPending == 0 {
@@ -205,7 +207,7 @@ func (c *Coordinator) restore(r protocol.Record, rev uint64) {
 	c.seq = max(c.seq, r.Seq)
 	c.lastMilli = max(c.lastMilli, r.CreatedAt)
 	if r.State.Terminal() && (r.EndedAt != 0 || c.cfg.Retention == 0) {
-		c.restoreFinished(r.Seq, r.JobID, r.State, time.UnixMilli(max(r.EndedAt, r.UpdatedAt)))
+		c.restoreFinished(r.Seq, r.JobID, r.State, time.UnixMilli(max(r.EndedAt, r.UpdatedAt)), 0)
 		return
 	}
 	j := &job{rec: r, rev: rev, seen: r.State}
@@ -240,13 +242,21 @@ func (c *Coordinator) restore(r protocol.Record, rev uint64) {
 	}
 }
 
-// restoreFinished adds a finished job, known by its entry only, that ended at ended.
+// restoreFinished adds a finished job, known by its entry only, whose record was last
+// written at written. A record keeps the retention it was written with (expires, Unix
+// milliseconds; 0 if it has none), as its TTL in JetStream does.
 // Called with c.mu held.
-func (c *Coordinator) restoreFinished(seq uint64, id string, st protocol.State, ended time.Time) {
+func (c *Coordinator) restoreFinished(seq uint64, id string, st protocol.State, written time.Time, expires int64) {
 	c.seq = max(c.seq, seq)
+	if expires == 0 && c.cfg.Retention > 0 {
+		expires = written.Add(c.cfg.Retention).UnixMilli()
+	}
+	if expires > 0 && expires <= c.now().UnixMilli() {
+		return // its retention ended: JetStream removes the record on its own
+	}
 	c.index.add(entry{seq: seq, id: id, state: st})
-	if c.cfg.Retention > 0 {
-		c.expiring = append(c.expiring, expiring{at: ended.Add(c.cfg.Retention).UnixMilli(), seq: seq})
+	if expires > 0 {
+		c.expiring = append(c.expiring, expiring{at: expires, seq: seq})
 	}
 }
 

@@ -169,6 +169,7 @@ type pendingWrite struct {
 	seq     uint64
 	state   protocol.State
 	ttl     time.Duration // how long a finished record is kept; 0 for ever
+	expires int64         // when the job's retention ends, Unix milliseconds; with ttl
 	bind    binding
 }
 
@@ -178,10 +179,17 @@ func (c *Coordinator) pendingWrite(j *job) (pendingWrite, error) {
 	return pendingWrite{
 		id: j.rec.JobID, key: j.rec.IdempotencyKey, data: data,
 		rev: j.rev, version: j.version, seq: j.rec.Seq, state: j.rec.State,
-		ttl:  c.ttl(j.rec.EndedAt),
-		bind: binding{JobID: j.rec.JobID, Fingerprint: j.rec.Fingerprint},
+		ttl:     c.ttl(j.rec.EndedAt),
+		expires: time.UnixMilli(j.rec.EndedAt).Add(c.cfg.Retention).UnixMilli(),
+		bind:    binding{JobID: j.rec.JobID, Fingerprint: j.rec.Fingerprint},
 	}, err
 }
+
+// ttlMargin is how much longer JetStream keeps a finished record than this coordinator
+// keeps the job, which it forgets on its own clock (expire), so that status, lists and
+// the key agree: TTLs are whole seconds, and JetStream's expiry wheel may fire up to a
+// tick early.
+const ttlMargin = 2 * time.Second
 
 // ttl is what is left of the retention of a job that ended at endedAt (milliseconds;
 // 0 while active), at least JetStream's smallest TTL; 0 keeps the job for ever.
@@ -189,10 +197,8 @@ func (c *Coordinator) ttl(endedAt int64) time.Duration {
 	if endedAt == 0 || c.cfg.Retention == 0 {
 		return 0
 	}
-	// Rounded up: JetStream keeps the record at least as long as this coordinator keeps
-	// the job, which it then forgets on its own clock (expire).
 	left := c.cfg.Retention - c.now().Sub(time.UnixMilli(endedAt))
-	return max((left + time.Second - 1).Truncate(time.Second), time.Second)
+	return max((left+time.Second-1).Truncate(time.Second), time.Second) + ttlMargin
 }
 
 // write stores one record, a CAS on the revision it was read at (a new job's create
@@ -213,6 +219,7 @@ func (c *Coordinator) write(ctx context.Context, w pendingWrite) (uint64, error)
 	opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(w.rev)}
 	if w.ttl > 0 {
 		opts = append(opts, jetstream.WithMsgTTL(w.ttl))
+		msg.Header.Set(protocol.HeaderExpires, strconv.FormatInt(w.expires, 10))
 	}
 	ack, err := c.js.PublishMsg(wctx, msg, opts...)
 	switch {

@@ -36,6 +36,9 @@ type Record struct {
 const (
 	HeaderSeq   = "Jobbus-Seq"
 	HeaderState = "Jobbus-State"
+	// HeaderExpires is when a finished job's retention ends (Unix milliseconds); its
+	// record's TTL outlasts it a little.
+	HeaderExpires = "Jobbus-Expires"
 )
 
 // Snapshot is the record as the client port shows it: the worker only while RUNNING.
