@@ -72,9 +72,9 @@ func (c *Coordinator) recover(ctx context.Context) error {
 
 // head is what a record's headers tell: enough to list a finished job.
 type head struct {
-	id    string
-	seq   uint64
-	state protocol.State // "" for a record written before the headers
+	id      string
+	seq     uint64
+	state   protocol.State // "" for a record written before the headers
 	at      time.Time      // of the record's last write
 	expires int64          // when the job's retention ends, Unix milliseconds; 0: never
 }
