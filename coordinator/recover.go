@@ -65,8 +65,10 @@ func (c *Coordinator) recover(ctx context.Context) error {
 	}
 	// Reading a large store allocates far more than memory then keeps: give it back now
 	// rather than at the runtime's leisure.
-	heads, recs, finished = nil, nil, nil
-	debug.FreeOSMemory()
+	if len(heads) > 10_000 {
+		heads, recs, finished = nil, nil, nil
+		debug.FreeOSMemory()
+	}
 	return nil
 }
 

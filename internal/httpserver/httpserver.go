@@ -166,8 +166,9 @@ func loopbackHosts(next http.Handler) http.Handler {
 	})
 }
 
-// Ready checks that nc is connected, that JetStream KV answers (the job bucket exists)
-// and that a coordinator holds the leader lease, whose id it returns.
+// Ready checks that nc is connected, that JetStream KV answers (the job bucket exists),
+// that a coordinator holds the leader lease, whose id it returns, and that its API
+// answers (a leader is still recovering before it does).
 func Ready(ctx context.Context, nc *nats.Conn) (leader string, err error) {
 	if !nc.IsConnected() {
 		return "", fmt.Errorf("NATS not connected (%s)", nc.Status())
@@ -179,7 +180,14 @@ func Ready(ctx context.Context, nc *nats.Conn) (leader string, err error) {
 	if _, err := js.KeyValue(ctx, protocol.JobsBucket); err != nil {
 		return "", fmt.Errorf("KV bucket %s not reachable: %w", protocol.JobsBucket, err)
 	}
-	return coordinator.Leader(ctx, js)
+	if leader, err = coordinator.Leader(ctx, js); err != nil {
+		return "", err
+	}
+	e, _ := protocol.EndpointFor(protocol.TypeListWorkers)
+	if _, err := nc.RequestWithContext(ctx, e.Subject(), []byte(`{"type":"LIST_WORKERS"}`)); err != nil {
+		return "", fmt.Errorf("coordinator %s leads but its API does not answer yet: %w", leader, err)
+	}
+	return leader, nil
 }
 
 // Addr is the address the server listens on.
