@@ -10,10 +10,9 @@ import (
 	"strings"
 
 	"github.com/urfave/cli/v2"
-)
 
-// Version is the jobbus version, set at build time with -ldflags "-X".
-var Version = "0.1.0-dev"
+	"github.com/jobbus/jobbus/internal/version"
+)
 
 // Exit codes, as the reference client's.
 const (
@@ -48,7 +47,7 @@ func App(stdout, stderr io.Writer) *cli.App {
 	return &cli.App{
 		Name:                 "jobbus",
 		Usage:                "a distributed job coordinator built on NATS",
-		Version:              Version,
+		Version:              version.String(),
 		Writer:               stdout,
 		ErrWriter:            stderr,
 		EnableBashCompletion: true,
@@ -74,8 +73,8 @@ func versionCommand() *cli.Command {
 		Description: `Example:
    jobbus version`,
 		Action: func(c *cli.Context) error {
-			_, err := fmt.Fprintf(c.App.Writer, "jobbus %s\n", Version)
-			return err
+			cli.ShowVersion(c) // the same line as --version
+			return nil
 		},
 	}
 }

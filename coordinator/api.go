@@ -16,6 +16,7 @@ import (
 
 	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/internal/version"
 )
 
 // serve registers the worker handlers on the bus and the client API service.
@@ -32,7 +33,7 @@ func (c *Coordinator) serve() error {
 	}
 	svc, err := micro.AddService(c.nc, micro.Config{
 		Name:        protocol.ServiceName,
-		Version:     "0.1.0",
+		Version:     version.String(),
 		Description: "jobbus job coordinator: client API (PROTOCOL.md client-port JSON)",
 	})
 	if err != nil {
