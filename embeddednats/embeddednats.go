@@ -107,6 +107,16 @@ func runServer(ctx context.Context, sopts *server.Options, cfg *config) (*server
 // nats://127.0.0.1:4222.
 func (s *Server) ClientURL() string { return s.ns.ClientURL() }
 
+// MonitorURL returns the URL of the monitoring endpoint, e.g. http://127.0.0.1:8222,
+// or "" when WithHTTPListen was not given.
+func (s *Server) MonitorURL() string {
+	addr := s.ns.MonitorAddr()
+	if addr == nil {
+		return ""
+	}
+	return "http://" + addr.String()
+}
+
 // Connect opens a connection that talks to the server in-process, without
 // TCP. opts are applied after the in-process option. Close the connection
 // before Shutdown (or pass nats.NoReconnect()): otherwise it keeps trying to
@@ -169,6 +179,9 @@ func (c *config) serverOptions() (*server.Options, error) {
 		NoLog:                  true, // the adapter set in runServer logs instead
 		NoSigs:                 true, // signals belong to the host process
 		DisableJetStreamBanner: true,
+	}
+	if err := c.monitorOptions(o); err != nil {
+		return nil, err
 	}
 	if err := c.clusterOptions(o); err != nil {
 		return nil, err
@@ -237,6 +250,9 @@ func parseHostPort(hp string) (string, int, error) {
 // becomes ErrPortInUse here instead of a log line inside the server.
 func checkPortsFree(o *server.Options) error {
 	if err := checkPortFree(o.Host, o.Port, "--nats-listen 127.0.0.1:PORT"); err != nil {
+		return err
+	}
+	if err := checkPortFree(o.HTTPHost, o.HTTPPort, "--nats-http-listen 127.0.0.1:PORT"); err != nil {
 		return err
 	}
 	if o.Cluster.Port != 0 {

@@ -27,6 +27,9 @@ type config struct {
 	syncAlways   bool
 	logger       *slog.Logger
 	readyTimeout time.Duration
+	httpListen   string
+	sysUser      string
+	sysPassword  string
 }
 
 type clusterConfig struct {
@@ -108,4 +111,19 @@ func WithLogger(l *slog.Logger) Option {
 // connections. Default DefaultReadyTimeout; a sooner context deadline wins.
 func WithReadyTimeout(d time.Duration) Option {
 	return func(c *config) { c.readyTimeout = d }
+}
+
+// WithHTTPListen turns on the server's monitoring endpoint (/varz, /jsz, /healthz ...)
+// at "host:port" (port 0 or -1 picks a free one; a bare port listens on 127.0.0.1).
+// Off by default.
+func WithHTTPListen(hostport string) Option {
+	return func(c *config) { c.httpListen = hostport }
+}
+
+// WithSystemUser adds a user of the system account ($SYS), so that the NATS CLI's
+// server commands (`nats server report jetstream`, `nats server ls`) work against the
+// embedded server. Clients that give no user name keep landing in the jobbus account,
+// as without this option. Off by default; the password must not be empty.
+func WithSystemUser(user, password string) Option {
+	return func(c *config) { c.sysUser, c.sysPassword = user, password }
 }
