@@ -26,6 +26,10 @@ const (
 func Run(args []string, stdout, stderr io.Writer) int {
 	app := App(stdout, stderr)
 	if err := app.Run(args); err != nil {
+		if helpTopicError(err) {
+			fmt.Fprintln(stderr, "jobbus:", err)
+			return ExitUsage
+		}
 		var ec cli.ExitCoder
 		if errors.As(err, &ec) {
 			if msg := err.Error(); msg != "" {
@@ -52,6 +56,8 @@ func App(stdout, stderr io.Writer) *cli.App {
 		ErrWriter:            stderr,
 		EnableBashCompletion: true,
 		Flags:                globalFlags(),
+		Action:               unknownCommand,
+		OnUsageError:         onUsageError,
 		Commands: withGlobalFlags(append([]*cli.Command{
 			serveCommand(),
 			coordinatorCommand(),
@@ -77,53 +83,6 @@ func versionCommand() *cli.Command {
 			return nil
 		},
 	}
-}
-
-// globalCategory heads the global flags in every command's help.
-const globalCategory = "connection and logging (before or after the command name)"
-
-// globalFlags are the flags every command takes, before or after its name. Each call
-// builds new flags, as a flag keeps the state of the flag set it was applied to. Only
-// the app's own read the environment, so a command's copy is set only when given
-// after the command's name.
-func globalFlags() []cli.Flag {
-	return []cli.Flag{
-		&cli.StringFlag{Name: "nats", Category: globalCategory, Usage: "NATS server URL: client commands and workers default to nats://127.0.0.1:4222; serve joins it instead of embedding one", EnvVars: env("nats")},
-		&cli.StringFlag{Name: "nats-creds", Category: globalCategory, Usage: "NATS credentials file for --nats", EnvVars: env("nats-creds")},
-		&cli.StringFlag{Name: "connect", Category: globalCategory, Usage: "client commands: talk to the TCP client port at host:port (e.g. 127.0.0.1:7071) instead of NATS", EnvVars: env("connect")},
-		&cli.StringFlag{Name: "log-level", Category: globalCategory, Value: "info", Usage: "debug, info, warn or error", EnvVars: env("log-level")},
-		&cli.StringFlag{Name: "log-format", Category: globalCategory, Value: "text", Usage: "text or json", EnvVars: env("log-format")},
-	}
-}
-
-// withGlobalFlags lets each command take the global flags after its name too
-// (urfave/cli v2 does not carry them down), except a name the command gives a
-// meaning of its own, as worker does --connect.
-func withGlobalFlags(cmds []*cli.Command) []*cli.Command {
-	for _, cmd := range cmds {
-	flags:
-		for _, g := range globalFlags() {
-			for _, f := range cmd.Flags {
-				if f.Names()[0] == g.Names()[0] {
-					continue flags
-				}
-			}
-			g.(*cli.StringFlag).EnvVars = nil
-			cmd.Flags = append(cmd.Flags, g)
-		}
-	}
-	return cmds
-}
-
-// global reads a global flag: the value given after the command's name, else before
-// it, else its environment variable, else its default.
-func global(c *cli.Context, name string) string {
-	for _, cc := range c.Lineage() {
-		if cc.IsSet(name) {
-			return cc.String(name)
-		}
-	}
-	return c.String(name)
 }
 
 // env names the environment variable of a flag: JOBBUS_<FLAG_IN_CAPS>.

@@ -98,10 +98,14 @@ func benchTarget(ctx context.Context, c *cli.Context, transport string) (*benchS
 	if addr := global(c, "connect"); addr != "" {
 		return dialClients(ctx, submitters, func() (*client.Client, error) { return client.DialTCP(ctx, addr) })
 	}
-	if url := global(c, "nats"); url != "" {
-		nc, err := nats.Connect(url, nats.Timeout(natsDialTimeout))
+	if global(c, "nats") != "" || global(c, "context") != "" {
+		target, err := natsTarget(c, false)
 		if err != nil {
-			return nil, fmt.Errorf("cannot reach NATS at %s: %w", url, err)
+			return nil, err
+		}
+		nc, err := nats.Connect(target.url, append([]nats.Option{nats.Timeout(natsDialTimeout)}, target.opts...)...)
+		if err != nil {
+			return nil, fmt.Errorf("cannot reach NATS at %s: %w", target.where(), err)
 		}
 		sys, err := dialClients(ctx, submitters, func() (*client.Client, error) { return client.New(nc), nil })
 		if err != nil {

@@ -105,13 +105,13 @@ Example:
 			if cfg.WorkerListen == "" && cfg.ClientListen == "" {
 				return usageError("--worker-port and --client-port are both -1: nothing to serve")
 			}
-			url := global(c, "nats")
-			if url == "" {
-				url = nats.DefaultURL
+			target, err := natsTarget(c, false)
+			if err != nil {
+				return err
 			}
 			ctx, cancel := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 			defer cancel()
-			nc, err := dial(ctx, c, url)
+			nc, err := dial(ctx, c, target)
 			if err != nil {
 				return err
 			}

@@ -33,14 +33,6 @@ func (s *session) Close() {
 	}
 }
 
-// natsURL is the global --nats, or the NATS default for client commands.
-func natsURL(c *cli.Context) string {
-	if u := global(c, "nats"); u != "" {
-		return u
-	}
-	return nats.DefaultURL
-}
-
 // connect opens the session of a client command. reconnect lets a long-running command
 // (watch) ride out a short NATS outage; one-shot commands fail at once.
 func connect(c *cli.Context, reconnect bool, opts ...client.Option) (*session, error) {
@@ -53,19 +45,19 @@ func connect(c *cli.Context, reconnect bool, opts ...client.Option) (*session, e
 		}
 		return &session{cl: cl, target: addr}, nil
 	}
-	url := natsURL(c)
+	target, err := natsTarget(c, false)
+	if err != nil {
+		return nil, err
+	}
 	nopts := []nats.Option{nats.Name("jobbus " + c.Command.Name), nats.Timeout(natsDialTimeout)}
 	if reconnect {
 		nopts = append(nopts, nats.MaxReconnects(30))
 	} else {
 		nopts = append(nopts, nats.NoReconnect())
 	}
-	if creds := global(c, "nats-creds"); creds != "" {
-		nopts = append(nopts, nats.UserCredentials(creds))
-	}
-	nc, err := nats.Connect(url, nopts...)
+	nc, err := nats.Connect(target.url, append(nopts, target.opts...)...)
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach NATS at %s (is `jobbus serve` running?): %w", url, err)
+		return nil, fmt.Errorf("cannot reach NATS at %s (is `jobbus serve` running?): %w", target.where(), err)
 	}
 	return &session{cl: client.New(nc, opts...), nc: nc, target: nc.ConnectedUrlRedacted()}, nil
 }
@@ -99,7 +91,7 @@ func args(c *cli.Context, names ...string) ([]string, error) {
 	pos, help, err := interspersed(c)
 	switch {
 	case err != nil:
-		return nil, usageError("%v", err)
+		return nil, flagError(c, err)
 	case help:
 		if err := cli.ShowSubcommandHelp(c); err != nil {
 			return nil, err

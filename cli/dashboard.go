@@ -4,7 +4,6 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/nats-io/nats.go"
 	"github.com/urfave/cli/v2"
 
 	"github.com/jobbus/jobbus/internal/httpserver"
@@ -30,13 +29,13 @@ Example:
 			if a := c.String("http-listen"); a == "" || a == "-" {
 				return usageError("--http-listen is off: nothing to serve")
 			}
-			url := global(c, "nats")
-			if url == "" {
-				url = nats.DefaultURL
+			target, err := natsTarget(c, false)
+			if err != nil {
+				return err
 			}
 			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			nc, err := dial(ctx, c, url)
+			nc, err := dial(ctx, c, target)
 			if err != nil {
 				return err
 			}

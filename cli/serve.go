@@ -153,8 +153,12 @@ func runCoordinator(ctx context.Context, nc *nats.Conn, cfg coordinator.Config, 
 
 // connectOrEmbed joins --nats, or starts the embedded server and connects in-process.
 func connectOrEmbed(ctx context.Context, c *cli.Context, log *slog.Logger) (*nats.Conn, func(), error) {
-	if url := global(c, "nats"); url != "" {
-		nc, err := dial(ctx, c, url)
+	target, err := natsTarget(c, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	if target.url != "" {
+		nc, err := dial(ctx, c, target)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -183,12 +187,12 @@ func connectOrEmbed(ctx context.Context, c *cli.Context, log *slog.Logger) (*nat
 	}, nil
 }
 
-func dial(ctx context.Context, c *cli.Context, url string) (*nats.Conn, error) {
-	opts := []embeddednats.DialOption{embeddednats.WithName("jobbus " + c.Command.Name)}
-	if creds := global(c, "nats-creds"); creds != "" {
-		opts = append(opts, embeddednats.WithCredsFile(creds))
-	}
-	return embeddednats.Dial(ctx, url, opts...)
+// dial connects a service (serve on --nats, coordinator, bridge) to target and checks
+// that it offers JetStream.
+func dial(ctx context.Context, c *cli.Context, target natsConn) (*nats.Conn, error) {
+	return embeddednats.Dial(ctx, target.url,
+		embeddednats.WithName("jobbus "+c.Command.Name),
+		embeddednats.WithNATSOptions(target.opts...))
 }
 
 // runLocalWorkers starts n native workers on nc, showing each to onWorker; the returned
@@ -230,13 +234,13 @@ Example:
 			if err != nil {
 				return err
 			}
-			url := global(c, "nats")
-			if url == "" {
-				url = nats.DefaultURL
+			target, err := natsTarget(c, false)
+			if err != nil {
+				return err
 			}
 			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			nc, err := dial(ctx, c, url)
+			nc, err := dial(ctx, c, target)
 			if err != nil {
 				return err
 			}

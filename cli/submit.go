@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -45,7 +46,8 @@ func submitCommand() *cli.Command {
 		Name:      "submit",
 		Usage:     "submit a job",
 		ArgsUsage: "TASK",
-		Description: `Submits a job of TASK (SLEEP, WORD_COUNT, SHA256, PRIME_COUNT or FAIL, any case) and prints
+		Description: `Submits a job of TASK (SLEEP, WORD_COUNT, SHA256, PRIME_COUNT or FAIL, any case, word-count
+for WORD_COUNT) and prints
 its id. The payload comes from the task's flag (SLEEP --milliseconds, WORD_COUNT and SHA256
 --text, PRIME_COUNT --limit, FAIL --fail-until-attempt) or whole from --payload.
 An overloaded coordinator's rejection exits 3 (after --submit-retries retries).
@@ -80,7 +82,7 @@ func submit(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	task := strings.ToUpper(pos[0])
+	task := taskName(pos[0])
 	payload, err := buildPayload(c, task)
 	if err != nil {
 		return err
@@ -100,6 +102,10 @@ func submit(c *cli.Context) error {
 	defer s.Close()
 	id, err := s.cl.Submit(c.Context, task, payload, opts...)
 	if err != nil {
+		var se *client.ServerError
+		if errors.As(err, &se) && strings.HasPrefix(se.Message, protocol.UnknownTaskType("").Message) {
+			err = fmt.Errorf("%w (built-in tasks: %s)", err, strings.Join(taskNames(), ", "))
+		}
 		return exitErr(fmt.Errorf("submit %s: %w", task, err))
 	}
 	p := newPrinter(c.App.Writer, c.Bool("json"))
@@ -113,6 +119,12 @@ func submit(c *cli.Context) error {
 		return err
 	}
 	return waitAndShow(c, s, id)
+}
+
+// taskName is the wire name of the task the user typed: any case, and kebab-case for
+// the built-ins' snake case (word-count is WORD_COUNT).
+func taskName(s string) string {
+	return strings.ToUpper(strings.ReplaceAll(s, "-", "_"))
 }
 
 // buildPayload is --payload, or the object holding the task's one flag.
@@ -131,7 +143,7 @@ func buildPayload(c *cli.Context, task string) (json.RawMessage, error) {
 		return raw, nil
 	}
 	if !known {
-		return nil, usageError("unknown task %s: give its payload with --payload JSON (built-in tasks: %s)", task, strings.Join(taskNames(), ", "))
+		return nil, usageError("%s is not a built-in task (%s); a task of your own takes --payload JSON", task, strings.Join(taskNames(), ", "))
 	}
 	if !c.IsSet(tf.flag) {
 		return nil, usageError("%s needs --%s (or --payload JSON)", task, tf.flag)
@@ -149,7 +161,7 @@ func payloadHint(task string) string {
 	if tf, ok := taskFlags[task]; ok {
 		return fmt.Sprintf(" (it takes --%s, or --payload alone)", tf.flag)
 	}
-	return " (give its payload with --payload)"
+	return fmt.Sprintf(", which is not a built-in task (%s); a task of your own takes --payload JSON", strings.Join(taskNames(), ", "))
 }
 
 func taskNames() []string {
@@ -162,6 +174,9 @@ func taskNames() []string {
 }
 
 func submitOptions(c *cli.Context) ([]client.SubmitOption, error) {
+	if n := c.Int("max-attempts"); n < 0 {
+		return nil, usageError("--max-attempts must be 0 (the coordinator's default) or more, got %d", n)
+	}
 	opts := []client.SubmitOption{client.MaxAttempts(c.Int("max-attempts"))}
 	if c.IsSet("priority") {
 		p, err := parsePriority(c.String("priority"))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/worker"
 	"github.com/jobbus/jobbus/worker/tcpworker"
 )
@@ -84,12 +85,16 @@ func nativeWorkerRunner(ctx context.Context, c *cli.Context, log *slog.Logger) (
 	if id := c.String("id"); id != "" {
 		opts = append(opts, worker.WithID(id))
 	}
-	url := natsURL(c)
-	w, err := worker.Connect(ctx, url, opts...)
+	target, err := natsTarget(c, false)
 	if err != nil {
 		return nil, err
 	}
-	log.Info("worker running", "worker", w.ID(), "nats", url)
+	opts = append(opts, worker.WithBusOptions(bus.WithNATSOptions(target.opts...)))
+	w, err := worker.Connect(ctx, target.url, opts...)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("worker running", "worker", w.ID(), "nats", target.where())
 	return func(ctx context.Context) error {
 		defer w.Close()
 		return w.Run(ctx)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -85,6 +86,10 @@ func (w *Worker) register(ctx context.Context, reason string) (epoch uint64, err
 			return epoch, fmt.Errorf("worker: register: %w", err)
 		case errors.Is(err, bus.ErrRemote):
 			w.log.Warn("worker registration refused; retrying", "err", err)
+		case !said && time.Since(start) >= waitingGrace && errors.Is(err, bus.ErrDisconnected):
+			// Not the coordinator's silence: the worker has no connection to NATS at all.
+			w.log.Warn("NATS unreachable; waiting for it", "nats", w.natsServers(), "err", err)
+			said = true
 		case !said && time.Since(start) >= waitingGrace:
 			w.log.Info("waiting for the coordinator", "err", err)
 			said = true
@@ -95,6 +100,14 @@ func (w *Worker) register(ctx context.Context, reason string) (epoch uint64, err
 			return epoch, nil
 		}
 	}
+}
+
+// natsServers are the NATS URLs the worker's connection tries, redacted.
+func (w *Worker) natsServers() string {
+	if u := w.node.Conn().ConnectedUrlRedacted(); u != "" {
+		return u
+	}
+	return strings.Join(w.node.Conn().Servers(), ",")
 }
 
 // heartbeat tells the coordinator the worker is alive. forgotten reports an error

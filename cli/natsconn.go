@@ -1,0 +1,109 @@
+package cli
+
+import (
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/urfave/cli/v2"
+
+	"github.com/jobbus/jobbus/embeddednats"
+	"github.com/jobbus/jobbus/internal/natscontext"
+)
+
+// natsConn is where and how a command reaches NATS: --nats and the credential and TLS
+// flags, over a NATS CLI context (--context, else the one `nats context select` chose);
+// each flag wins over the context's field.
+type natsConn struct {
+	url  string // "" for serve without --nats or --context: it embeds a server
+	opts []nats.Option
+	// via names the context used, for messages ("" without one).
+	via string
+}
+
+// natsTarget reads the command's NATS settings. serve embeds its own server unless told
+// where NATS is, so for it (embed true) only an explicit --context counts, never the
+// selected one.
+func natsTarget(c *cli.Context, embed bool) (natsConn, error) {
+	var nc natsConn
+	name, url := global(c, "context"), global(c, "nats")
+	if name == "" && url == "" && !embed {
+		selected, err := natscontext.Selected()
+		if err != nil {
+			return nc, err
+		}
+		name = selected
+	}
+	if name != "" {
+		ctx, err := natscontext.Load(name)
+		if err != nil {
+			return nc, usageError("--context: %v", err)
+		}
+		if url == "" {
+			url = ctx.URL
+		}
+		nc.via = ctx.Name
+		if global(c, "nats-creds") != "" || global(c, "nkey") != "" {
+			ctx.Creds, ctx.NKey, ctx.UserJWT = "", "", ""
+		}
+		if global(c, "tls-ca") != "" {
+			ctx.CA = ""
+		}
+		if global(c, "tls-cert") != "" {
+			ctx.Cert, ctx.Key = "", ""
+		}
+		opts, err := ctx.Options()
+		if err != nil {
+			return nc, usageError("--context: %v", err)
+		}
+		nc.opts = opts
+	}
+	if url == "" && !embed {
+		url = nats.DefaultURL
+	}
+	nc.url = url
+	flagOpts, err := natsFlagOptions(c)
+	if err != nil {
+		return nc, err
+	}
+	nc.opts = append(nc.opts, flagOpts...)
+	return nc, nil
+}
+
+// natsFlagOptions are the options of --nats-creds, --nkey, --tls-ca, --tls-cert and
+// --tls-key.
+func natsFlagOptions(c *cli.Context) ([]nats.Option, error) {
+	var opts []nats.Option
+	creds, nkey := global(c, "nats-creds"), global(c, "nkey")
+	switch {
+	case creds != "" && nkey != "":
+		return nil, usageError("--nats-creds and --nkey are two ways to authenticate: give one")
+	case creds != "":
+		opts = append(opts, nats.UserCredentials(creds))
+	case nkey != "":
+		o, err := nats.NkeyOptionFromSeed(nkey)
+		if err != nil {
+			return nil, usageError("--nkey %s: %v", nkey, err)
+		}
+		opts = append(opts, o)
+	}
+	if ca := global(c, "tls-ca"); ca != "" {
+		opts = append(opts, nats.RootCAs(ca))
+	}
+	cert, key := global(c, "tls-cert"), global(c, "tls-key")
+	switch {
+	case cert != "" && key != "":
+		opts = append(opts, nats.ClientCert(cert, key))
+	case cert != "" || key != "":
+		return nil, usageError("--tls-cert and --tls-key go together: give both")
+	}
+	return opts, nil
+}
+
+// where names the NATS a message is about: its redacted URL, and the context it came
+// from.
+func (n natsConn) where() string {
+	if n.via != "" {
+		return fmt.Sprintf("%s (context %s)", embeddednats.Redact(n.url), n.via)
+	}
+	return embeddednats.Redact(n.url)
+}
