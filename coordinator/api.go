@@ -71,6 +71,11 @@ func (c *Coordinator) handleWorkers() error {
 	}, role); err != nil {
 		return fmt.Errorf("handle %s: %w", protocol.PathHeartbeat, err)
 	}
+	if err := bus.Handle(c.node, protocol.PathDrain, func(_ context.Context, _ bus.Address, req protocol.Drain) (protocol.DrainAck, error) {
+		return c.drain(&req)
+	}, role); err != nil {
+		return fmt.Errorf("handle %s: %w", protocol.PathDrain, err)
+	}
 	if err := bus.Handle(c.node, protocol.PathDisconnect, func(_ context.Context, _ bus.Address, req protocol.Disconnect) (struct{}, error) {
 		c.disconnect(&req)
 		return struct{}{}, nil

@@ -17,9 +17,15 @@ type worker struct {
 	taskTypes map[string]bool // nil: the built-in tasks
 	running   map[string]string
 	lastSeen  time.Time
+	draining  bool // it finishes what it runs and takes nothing more
 }
 
-func (w *worker) free() int { return w.capacity - len(w.running) }
+func (w *worker) free() int {
+	if w.draining {
+		return 0
+	}
+	return w.capacity - len(w.running)
+}
 
 func (w *worker) runs(taskType string) bool {
 	if w.taskTypes == nil {
@@ -64,6 +70,26 @@ func (c *Coordinator) heartbeat(hb *protocol.Heartbeat) error {
 	}
 	w.lastSeen = c.now()
 	return nil
+}
+
+// drain stops assigning to a worker that is shutting down; its running attempts go on.
+// The answer counts them, assignments not yet delivered included, so the worker knows
+// when it is done.
+func (c *Coordinator) drain(d *protocol.Drain) (protocol.DrainAck, error) {
+	c.mu.Lock()
+	defer c.unlock()
+	if c.fenced != nil {
+		return protocol.DrainAck{}, c.refuse()
+	}
+	w := c.workers[d.WorkerID]
+	if w == nil {
+		return protocol.DrainAck{}, bus.Errorf(bus.CodeNotFound, "unknown worker %s: register again", d.WorkerID)
+	}
+	if !w.draining {
+		w.draining = true
+		c.log.Info("worker draining", "worker", w.id, "running", len(w.running))
+	}
+	return protocol.DrainAck{Running: len(w.running)}, nil
 }
 
 // disconnect loses a worker whose connection is gone.

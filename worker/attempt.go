@@ -26,7 +26,13 @@ func (w *Worker) onAssign(_ context.Context, _ bus.Address, m protocol.TaskAssig
 	if m.JobID == "" || m.AttemptID == "" {
 		return struct{}{}, fmt.Errorf("assignment without jobId or attemptId")
 	}
-	w.attempts.Start(context.Background(), &m, func(o attempts.Outcome) { w.finished(&m, o) })
+	w.inflight.add()
+	if !w.attempts.Start(context.Background(), &m, func(o attempts.Outcome) {
+		defer w.inflight.done()
+		w.finished(&m, o)
+	}) {
+		w.inflight.done()
+	}
 	return struct{}{}, nil
 }
 

@@ -44,6 +44,9 @@ func (w *Worker) serve(ctx context.Context, reconnected <-chan nats.Status) erro
 				return err
 			}
 			if !forgotten {
+				if !w.drainSent.Load() {
+					_, _ = w.sendDrain(ctx) // the coordinator has not heard it yet
+				}
 				continue
 			}
 			reason = "coordinator does not know the worker"
@@ -79,6 +82,9 @@ func (w *Worker) register(ctx context.Context, reason string) (epoch uint64, err
 		case err == nil:
 			n := w.attempts.CancelBefore(session, errAbandoned)
 			w.log.Info("worker registered", "capacity", w.cfg.Capacity, "reason", reason, "abandoned", n)
+			// The coordinator sees a fresh worker: a drain must be said again.
+			w.drainSent.Store(false)
+			_, _ = w.sendDrain(ctx)
 			return epoch, nil
 		case ctx.Err() != nil:
 			return epoch, nil

@@ -50,6 +50,12 @@ type Worker struct {
 
 	started atomic.Bool
 
+	// draining is set by Drain; drainSent once the coordinator acknowledged it (reset
+	// by every registration, which the coordinator sees as a fresh worker).
+	draining, drainSent atomic.Bool
+	// inflight counts attempts until their result is delivered, for Drain.
+	inflight *inflight
+
 	// attempts are the attempts executing now; each generation of it is a
 	// registration, and Run's shutdown ends them with errShutdown.
 	attempts *attempts.Set
@@ -100,6 +106,7 @@ func newWorker(cfg config, node *bus.Node) *Worker {
 		node:     node,
 		log:      log,
 		attempts: attempts.New(cfg.Registry, cfg.Capacity, log),
+		inflight: newInflight(),
 	}
 	w.sendCtx, w.stopSend = context.WithCancel(context.Background())
 	return w

@@ -11,6 +11,11 @@ const (
 	PathHeartbeat = "worker.heartbeat"
 	// PathDisconnect: worker (or the bridge for it) tells Disconnect when it goes away.
 	PathDisconnect = "worker.disconnect"
+	// PathDrain: worker asks Drain when it stops taking work; the coordinator assigns it
+	// nothing more and answers DrainAck with the attempts it still counts as running
+	// there (an error answer: it does not know the worker). Running attempts go on until
+	// their results arrive; the worker asks again until none are left.
+	PathDrain = "worker.drain"
 	// PathResult: worker asks TaskResult; the answer (ResultAck) comes once the outcome is
 	// durable, and the worker repeats the ask until it gets one.
 	PathResult = "task.result"
@@ -25,6 +30,18 @@ const (
 type Disconnect struct {
 	WorkerID string `json:"workerId"`
 	Cause    string `json:"cause"`
+}
+
+// Drain asks the coordinator to assign a worker nothing more: it is shutting down and
+// finishes what it runs.
+type Drain struct {
+	WorkerID string `json:"workerId"`
+}
+
+// DrainAck answers Drain: Running is the number of attempts the coordinator counts as
+// running on the worker, including assignments still on their way to it.
+type DrainAck struct {
+	Running int `json:"running"`
 }
 
 // ResultAck answers a TaskResult once it is durable. Accepted is false for a stale

@@ -85,6 +85,14 @@ func Deliver(ctx context.Context, node *bus.Node, res *protocol.TaskResult, try 
 	}
 }
 
+// Drain asks the coordinator once to assign the worker nothing more, and returns how
+// many attempts it still counts as running there. An error with bus.CodeNotFound means
+// the coordinator does not know the worker.
+func Drain(ctx context.Context, node *bus.Node, workerID string) (running int, err error) {
+	ack, err := bus.Ask[protocol.DrainAck](ctx, node, Coordinator, protocol.PathDrain, &protocol.Drain{WorkerID: workerID})
+	return ack.Running, err
+}
+
 // Disconnect reports the worker lost, so the coordinator need not wait for the
 // heartbeat timeout. It asks rather than tells, so that the loss is handled before a
 // new registration of the same worker id.
