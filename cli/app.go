@@ -92,10 +92,15 @@ func env(flag string) []string {
 
 // logger builds the slog logger of the global flags.
 func logger(c *cli.Context) (*slog.Logger, error) {
+	return loggerAt(c, "log-level", global(c, "log-level"))
+}
+
+// loggerAt builds a logger in the global --log-format at the level named by flag.
+func loggerAt(c *cli.Context, flag, levelName string) (*slog.Logger, error) {
 	var level slog.Level
-	levelName, format := global(c, "log-level"), global(c, "log-format")
+	format := global(c, "log-format")
 	if err := level.UnmarshalText([]byte(levelName)); err != nil {
-		return nil, usageError("--log-level must be debug, info, warn or error, got %q", levelName)
+		return nil, usageError("--%s must be debug, info, warn or error, got %q", flag, levelName)
 	}
 	opts := &slog.HandlerOptions{Level: level}
 	switch format {

@@ -19,7 +19,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	cleanup := buildBinary() // for the tests that run jobbus as a process of its own
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { cleanup() }))
 }
 
 // system is what the CLI talks to: an in-process jobbus system with (unless noWorker)

@@ -72,6 +72,11 @@ func serveCommand() *cli.Command {
 		&cli.IntFlag{Name: "workers", Value: 0, Usage: "local native workers to run in-process", EnvVars: env("workers")},
 		&cli.IntFlag{Name: "worker-capacity", Value: 4, Usage: "capacity of each local worker", EnvVars: env("worker-capacity")},
 		httpListenFlag(httpserver.DefaultListen),
+		shutdownGraceFlag(),
+		&cli.StringFlag{Name: "nats-http-listen", Usage: "monitoring address of the embedded NATS server (/varz, /jsz, /healthz), e.g. 127.0.0.1:8222; off by default", EnvVars: env("nats-http-listen")},
+		&cli.StringFlag{Name: "nats-system-user", Value: "sys", Usage: "user of the embedded server's system account, with --nats-system-password", EnvVars: env("nats-system-user")},
+		&cli.StringFlag{Name: "nats-system-password", Usage: "give the embedded server a system account user (for nats server report jetstream, nats server ls); off by default", EnvVars: env("nats-system-password")},
+		&cli.StringFlag{Name: "nats-log-level", Value: "warn", Usage: "the embedded NATS server's own log lines at this level and above (debug, info, warn, error): --log-level debug stays jobbus's", EnvVars: env("nats-log-level")},
 	}
 	return &cli.Command{
 		Name:  "serve",
@@ -91,18 +96,31 @@ func serve(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
+	grace, err := shutdownGrace(c)
+	if err != nil {
+		return err
+	}
+	cfg := coordinatorConfig(c, log)
+	if err := cfg.Validate(); err != nil {
+		return usageError("%v", err)
+	}
+	var local drainGroup
+	return runDraining(c.Context, log, grace, func(ctx context.Context) error {
+		return serveUntil(ctx, c, log, cfg, &local)
+	}, local.drain)
+}
+
+// serveUntil runs the system until ctx ends: on a signal, runDraining drains the local
+// workers first, so the coordinator is still there to take their results.
+func serveUntil(ctx context.Context, c *cli.Context, log *slog.Logger, cfg coordinator.Config, local *drainGroup) error {
+	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	nc, shutdown, err := connectOrEmbed(ctx, c, log)
 	if err != nil {
 		return err
 	}
 	defer shutdown()
-	cfg := coordinatorConfig(c, log)
-	if err := cfg.Validate(); err != nil {
-		return usageError("%v", err)
-	}
-	if cfg.ID == "" && global(c, "nats") == "" {
+	if cfg.ID == "" && global(c, "nats") == "" && global(c, "context") == "" {
 		// The embedded store is locked to this process, so an identity kept in it is
 		// this process's alone: after a crash, the coordinator takes its lease back.
 		if cfg.ID, err = storedCoordinatorID(c.String("data-dir")); err != nil {
@@ -127,9 +145,15 @@ func serve(c *cli.Context) error {
 	// Local workers beat often enough for the coordinator they serve, however short its
 	// heartbeat timeout is set.
 	heartbeat := min(worker.DefaultHeartbeat, cfg.HeartbeatTimeout/3)
-	wg := runLocalWorkers(ctx, nc, c.Int("workers"), log, func(w *worker.Worker) { reg.AddBus("worker", w.BusStats) },
-		worker.WithCapacity(c.Int("worker-capacity")), worker.WithHeartbeat(heartbeat))
-	log.Info("jobbus serving", "nats", nc.ConnectedUrlRedacted(), "workers", c.Int("workers"))
+	n := c.Int("workers")
+	wg := runLocalWorkers(ctx, nc, n, localWorkerLog(c, log), func(w *worker.Worker) {
+		reg.AddBus("worker", w.BusStats)
+		local.add(w)
+	}, worker.WithCapacity(c.Int("worker-capacity")), worker.WithHeartbeat(heartbeat))
+	log.Info("jobbus serving", "nats", nc.ConnectedUrlRedacted(), "workers", n)
+	if n == 0 {
+		log.Info("no workers: jobs wait until a worker connects (jobbus worker, or serve --workers N)")
+	}
 	select {
 	case <-ctx.Done():
 	case err = <-coordDone:
@@ -141,6 +165,33 @@ func serve(c *cli.Context) error {
 		err = <-coordDone
 	}
 	return err
+}
+
+// localWorkerLog is the log of serve's own workers: the coordinator already says each
+// registers, so below debug they say only what goes wrong.
+func localWorkerLog(c *cli.Context, log *slog.Logger) *slog.Logger {
+	if log.Enabled(c.Context, slog.LevelDebug) {
+		return log
+	}
+	return slog.New(minLevel{log.Handler(), slog.LevelWarn})
+}
+
+// minLevel passes on the records of h at or above level.
+type minLevel struct {
+	slog.Handler
+	level slog.Level
+}
+
+func (m minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= m.level && m.Handler.Enabled(ctx, l)
+}
+
+func (m minLevel) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return minLevel{m.Handler.WithAttrs(attrs), m.level}
+}
+
+func (m minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{m.Handler.WithGroup(name), m.level}
 }
 
 // runCoordinator campaigns for leadership and coordinates while leading, until ctx
@@ -158,18 +209,38 @@ func connectOrEmbed(ctx context.Context, c *cli.Context, log *slog.Logger) (*nat
 		return nil, nil, err
 	}
 	if target.url != "" {
+		for _, f := range []string{"data-dir", "nats-listen", "nats-http-listen", "nats-system-password", "nats-log-level"} {
+			if c.IsSet(f) && givenOnCommandLine(c, f) {
+				return nil, nil, usageError("--%s configures the embedded NATS server, which serve does not start when it joins %s", f, target.where())
+			}
+		}
 		nc, err := dial(ctx, c, target)
 		if err != nil {
 			return nil, nil, err
 		}
 		return nc, nc.Close, nil
 	}
-	srv, err := embeddednats.Start(ctx,
-		embeddednats.WithListen(c.String("nats-listen")),
-		embeddednats.WithStoreDir(c.String("data-dir")),
-		embeddednats.WithLogger(log))
+	natsLog, err := loggerAt(c, "nats-log-level", c.String("nats-log-level"))
 	if err != nil {
 		return nil, nil, err
+	}
+	opts := []embeddednats.Option{
+		embeddednats.WithListen(c.String("nats-listen")),
+		embeddednats.WithStoreDir(c.String("data-dir")),
+		embeddednats.WithLogger(natsLog),
+	}
+	if hp := c.String("nats-http-listen"); hp != "" {
+		opts = append(opts, embeddednats.WithHTTPListen(hp))
+	}
+	if pw := c.String("nats-system-password"); pw != "" {
+		opts = append(opts, embeddednats.WithSystemUser(c.String("nats-system-user"), pw))
+	}
+	srv, err := embeddednats.Start(ctx, opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	if u := srv.MonitorURL(); u != "" {
+		log.Info("NATS monitoring", "url", u)
 	}
 	nc, err := srv.Connect(nats.Name("jobbus serve"))
 	if err != nil {

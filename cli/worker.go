@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"os/signal"
-	"syscall"
 
 	"github.com/urfave/cli/v2"
 
@@ -33,24 +31,33 @@ Example:
 			&cli.StringFlag{Name: "connect", Usage: "a bridge's worker port (host:7070): run as a spec TCP worker", EnvVars: env("worker-connect"), Destination: &connect},
 			millisFlag("heartbeat-interval-millis", worker.DefaultHeartbeat, "how often the worker heartbeats; keep it well under the coordinator's --heartbeat-timeout-millis"),
 			millisFlag("reconnect-delay-millis", tcpworker.DefaultReconnectDelay, "with --connect: wait this long before dialling again"),
+			shutdownGraceFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			log, err := logger(c)
 			if err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
-			defer stop()
-			var run func(context.Context) error
+			grace, err := shutdownGrace(c)
+			if err != nil {
+				return err
+			}
+			var run, drain func(context.Context) error
 			if connect != "" {
+				// PROTOCOL.md has no way for a worker to say "assign me nothing more", so a
+				// spec TCP worker stops at once, as the reference worker does.
 				run, err = tcpWorkerRunner(c, log, connect)
 			} else {
-				run, err = nativeWorkerRunner(ctx, c, log)
+				run, drain, err = nativeWorkerRunner(c.Context, c, log)
 			}
 			if err != nil {
+				var ec cli.ExitCoder
+				if errors.As(err, &ec) {
+					return err
+				}
 				return usageError("%v", err)
 			}
-			if err := run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			if err := runDraining(c.Context, log, grace, run, drain); err != nil && !errors.Is(err, context.Canceled) {
 				return err
 			}
 			return nil
@@ -76,7 +83,7 @@ func tcpWorkerRunner(c *cli.Context, log *slog.Logger, addr string) (func(contex
 	return w.Run, nil
 }
 
-func nativeWorkerRunner(ctx context.Context, c *cli.Context, log *slog.Logger) (func(context.Context) error, error) {
+func nativeWorkerRunner(ctx context.Context, c *cli.Context, log *slog.Logger) (run, drain func(context.Context) error, _ error) {
 	opts := []worker.Option{
 		worker.WithCapacity(c.Int("capacity")),
 		worker.WithHeartbeat(millis(c, "heartbeat-interval-millis")),
@@ -87,16 +94,16 @@ func nativeWorkerRunner(ctx context.Context, c *cli.Context, log *slog.Logger) (
 	}
 	target, err := natsTarget(c, false)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	opts = append(opts, worker.WithBusOptions(bus.WithNATSOptions(target.opts...)))
 	w, err := worker.Connect(ctx, target.url, opts...)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	log.Info("worker running", "worker", w.ID(), "nats", target.where())
 	return func(ctx context.Context) error {
 		defer w.Close()
 		return w.Run(ctx)
-	}, nil
+	}, w.Drain, nil
 }
