@@ -24,9 +24,13 @@ type session struct {
 	cl     *client.Client
 	nc     *nats.Conn // nil over --connect
 	target string     // where the coordinator is, for messages
+	stop   func()     // releases the command context connect derived
 }
 
 func (s *session) Close() {
+	if s.stop != nil {
+		defer s.stop()
+	}
 	_ = s.cl.Close()
 	if s.nc != nil {
 		s.nc.Close()
@@ -49,7 +53,16 @@ func connect(c *cli.Context, reconnect bool, opts ...client.Option) (*session, e
 	if err != nil {
 		return nil, err
 	}
-	nopts := []nats.Option{nats.Name("jobbus " + c.Command.Name), nats.Timeout(natsDialTimeout)}
+	// NATS refuses a publish the user may not make only in an asynchronous error, and the
+	// request would wait out its timeout: end the command's context with that error.
+	ctx, refused := context.WithCancelCause(c.Context)
+	c.Context = ctx
+	nopts := []nats.Option{nats.Name("jobbus " + c.Command.Name), nats.Timeout(natsDialTimeout),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				refused(err)
+			}
+		})}
 	if reconnect {
 		nopts = append(nopts, nats.MaxReconnects(30))
 	} else {
@@ -57,9 +70,10 @@ func connect(c *cli.Context, reconnect bool, opts ...client.Option) (*session, e
 	}
 	nc, err := nats.Connect(target.url, append(nopts, target.opts...)...)
 	if err != nil {
+		refused(nil)
 		return nil, fmt.Errorf("cannot reach NATS at %s (is `jobbus serve` running?): %w", target.where(), err)
 	}
-	return &session{cl: client.New(nc, opts...), nc: nc, target: nc.ConnectedUrlRedacted()}, nil
+	return &session{cl: client.New(nc, opts...), nc: nc, target: nc.ConnectedUrlRedacted(), stop: func() { refused(nil) }}, nil
 }
 
 // exitErr maps a client error onto the reference client's exit codes: an overload

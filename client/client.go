@@ -121,6 +121,9 @@ func (n natsTransport) RoundTrip(ctx context.Context, t protocol.Type, body []by
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, fmt.Errorf("%w on %s (is `jobbus serve` running?)", ErrNoCoordinator, n.nc.ConnectedUrlRedacted())
+	case err != nil && ctx.Err() != nil && context.Cause(ctx) != ctx.Err():
+		// Whoever ended the wait said why (the CLI: NATS refused the publish).
+		return nil, fmt.Errorf("%s: %w", t, context.Cause(ctx))
 	case err != nil:
 		return nil, fmt.Errorf("%s: %w", t, err)
 	}

@@ -1,0 +1,109 @@
+package cli_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/jobbus/jobbus/cli"
+	"github.com/jobbus/jobbus/coordinator"
+	"github.com/jobbus/jobbus/internal/jobbustest"
+	"github.com/jobbus/jobbus/worker"
+)
+
+// configServer runs nats-server with the README's example configuration
+// (docs/nats-server.conf) on a random port and a fresh store, and returns its URL.
+func configServer(t *testing.T) string {
+	t.Helper()
+	opts, err := server.ProcessConfigFile("../docs/nats-server.conf")
+	if err != nil {
+		t.Fatalf("docs/nats-server.conf: %v", err)
+	}
+	opts.Port = server.RANDOM_PORT
+	opts.StoreDir = t.TempDir()
+	opts.NoLog, opts.NoSigs = true, true
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	t.Cleanup(func() {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+	})
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	return ns.ClientURL()
+}
+
+// userURL is url with a user of the example configuration.
+func userURL(url, user string) string {
+	return strings.Replace(url, "nats://", "nats://"+user+":change-me-"+user+"@", 1)
+}
+
+// TestExampleConfigPermissions: with docs/nats-server.conf, the coordinator and a
+// worker run under their own users, the submitter submits and cancels, and the reader
+// reads status, lists and workers but is refused, by NATS, a submission and a cancel.
+func TestExampleConfigPermissions(t *testing.T) {
+	t.Parallel()
+	url := configServer(t)
+	ctx := context.Background()
+
+	coordNC, err := nats.Connect(userURL(url, "coordinator"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(coordNC.Close)
+	cfg := jobbustest.FastCoordinatorConfig()
+	cfg.HeartbeatTimeout = 5 * time.Second
+	jobbustest.Go(t, func(ctx context.Context) error { return coordinator.Run(ctx, coordNC, cfg, nil) })
+
+	w, err := worker.Connect(ctx, userURL(url, "worker"), worker.WithHeartbeat(100*time.Millisecond), worker.WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopWorker := jobbustest.Go(t, w.Run)
+	t.Cleanup(func() { stopWorker(); _ = w.Close() })
+
+	as := func(user string) func(args ...string) (int, string, string) {
+		return func(args ...string) (int, string, string) {
+			return cliRun([]string{"--nats", userURL(url, user)}, args...)
+		}
+	}
+	submitter, reader := as("submitter"), as("reader")
+	eventually(t, "worker listed to the reader", func() bool {
+		_, out, _ := reader("workers", "--json")
+		return strings.Contains(out, w.ID())
+	})
+
+	code, out, errs := submitter("submit", "sha256", "--text", "hi", "--wait", "--json")
+	if code != cli.ExitOK || !strings.Contains(out, `"COMPLETED"`) {
+		t.Fatalf("submitter's submit --wait: exit %d\n%s%s", code, out, errs)
+	}
+	id := jsonJob(t, out).JobID
+	code, out, errs = submitter("submit", "sleep", "--milliseconds", "600000")
+	if code != cli.ExitOK {
+		t.Fatalf("submitter's second submit: exit %d %s", code, errs)
+	}
+	sleeping := strings.TrimSpace(out)
+	if code, _, errs := submitter("cancel", sleeping); code != cli.ExitOK {
+		t.Fatalf("submitter's cancel: exit %d %s", code, errs)
+	}
+
+	for _, args := range [][]string{{"status", id}, {"jobs"}, {"workers"}} {
+		if code, out, errs := reader(args...); code != cli.ExitOK || out == "" {
+			t.Errorf("reader's %s: exit %d\n%s%s", args[0], code, out, errs)
+		}
+	}
+	for _, args := range [][]string{{"submit", "sha256", "--text", "hi"}, {"cancel", id}} {
+		code, out, errs := reader(args...)
+		if code != cli.ExitError || !strings.Contains(errs, `Permissions Violation for Publish to "jobbus.api.`+args[0]+`"`) {
+			t.Errorf("reader's %s: exit %d, stdout %q, stderr %q; want exit 1 and NATS's permissions violation", args[0], code, out, errs)
+		}
+	}
+}
