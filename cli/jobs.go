@@ -77,12 +77,15 @@ func waitAndShow(c *cli.Context, s *session, id string) error {
 		defer cancel()
 	}
 	var progress func(protocol.Job)
+	var sp *spinner
 	if !c.Bool("json") && isTerminal(c.App.ErrWriter) {
-		sp := &spinner{w: c.App.ErrWriter, start: time.Now()}
+		sp = &spinner{w: c.App.ErrWriter, start: time.Now()}
 		progress = sp.show
-		defer sp.clear()
 	}
 	job, err := waitJob(ctx, s.cl, id, progress)
+	// The spinner's line goes before anything else is printed: on a terminal, stdout
+	// and stderr share the screen, and the result would start on the spinner's line.
+	sp.clear()
 	switch {
 	case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && c.Context.Err() == nil:
 		return cli.Exit(fmt.Sprintf("job %s still %s after %v", id, orUnknown(job.State), timeout), ExitError)
@@ -155,7 +158,12 @@ func (s *spinner) show(j protocol.Job) {
 	fmt.Fprint(s.w, "\r\x1b[K"+line)
 }
 
-func (s *spinner) clear() { fmt.Fprint(s.w, "\r\x1b[K") }
+// clear erases the spinner's line; a nil spinner (not on a terminal) has none.
+func (s *spinner) clear() {
+	if s != nil {
+		fmt.Fprint(s.w, "\r\x1b[K")
+	}
+}
 
 func cancelCommand() *cli.Command {
 	return &cli.Command{

@@ -31,6 +31,9 @@ func newPrinter(w io.Writer, asJSON bool) *printer {
 
 // isTerminal reports whether w is a character device (a terminal, not a file or pipe).
 func isTerminal(w io.Writer) bool {
+	if t, ok := w.(interface{ IsTerminal() bool }); ok {
+		return t.IsTerminal() // a writer that knows, as a test's stand-in for a terminal
+	}
 	f, ok := w.(*os.File)
 	if !ok {
 		return false

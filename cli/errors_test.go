@@ -1,0 +1,208 @@
+package cli_test
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jobbus/jobbus/cli"
+)
+
+// TestUsageErrorsInOneLine: a mistake on the command line exits 2 (never 3, the code
+// of an overload rejection a script may retry) with one line on stderr that names
+// the mistake with its dashes, suggests what is close, and dumps no help.
+func TestUsageErrorsInOneLine(t *testing.T) {
+	t.Parallel()
+	s := startNATS(t) // refused before any coordinator is asked
+	nats := []string{"--nats", s.url}
+	cases := []struct {
+		name   string
+		global []string
+		args   []string
+		want   string
+	}{
+		{"UnknownCommand", nil, []string{"bogus"}, `unknown command "bogus" (see`},
+		{"MistypedCommand", nil, []string{"sumbit"}, "did you mean `jobbus submit`?"},
+		{"HelpOnUnknownCommand", nil, []string{"help", "bogus"}, "No help topic for 'bogus'"},
+		{"UnknownFlagBeforeTask", nats, []string{"submit", "--tetx", "hi", "sha256"}, "submit: unknown flag --tetx, did you mean --text? (see `jobbus submit --help`)"},
+		{"UnknownFlagAfterTask", nats, []string{"submit", "sha256", "--tetx", "hi"}, "submit: unknown flag --tetx, did you mean --text? (see `jobbus submit --help`)"},
+		{"UnknownFlagNothingClose", nats, []string{"jobs", "--zzz"}, "jobs: unknown flag --zzz (see `jobbus jobs --help`)"},
+		{"UnknownGlobalFlag", nil, []string{"--natz", "x", "jobs"}, "unknown flag --natz, did you mean --nats? (see `jobbus --help`)"},
+		{"FlagWithoutValue", nats, []string{"submit", "sha256", "--text"}, "submit: --text needs a value"},
+		{"BadFlagValue", nats, []string{"jobs", "--limit", "many"}, `jobs: invalid value "many" for flag --limit`},
+		{"NegativeMaxAttempts", nats, []string{"submit", "sha256", "--text", "x", "--max-attempts", "-1"}, "--max-attempts must be 0 (the coordinator's default) or more, got -1"},
+		{"UnknownTaskWithTaskFlag", nats, []string{"submit", "resize", "--text", "x"}, "--text does not apply to RESIZE, which is not a built-in task (FAIL, PRIME_COUNT, SHA256, SLEEP, WORD_COUNT); a task of your own takes --payload JSON"},
+		{"UnknownTaskWithoutPayload", nats, []string{"submit", "resize"}, "RESIZE is not a built-in task (FAIL, PRIME_COUNT, SHA256, SLEEP, WORD_COUNT)"},
+		{"ConnectOnServe", []string{"--connect", "127.0.0.1:7071"}, []string{"serve"}, "--connect does not apply to `jobbus serve`"},
+		{"ConnectAfterServe", nil, []string{"serve", "--connect", "127.0.0.1:7071"}, "--connect does not apply to `jobbus serve`"},
+		{"NATSOnVersion", nats, []string{"version"}, "--nats does not apply to `jobbus version`"},
+		{"LogLevelOnJobs", []string{"--log-level", "debug"}, []string{"jobs"}, "--log-level does not apply to `jobbus jobs`"},
+		{"EmbeddedFlagWithNATS", nats, []string{"serve", "--nats-http-listen", "127.0.0.1:8222"}, "--nats-http-listen configures the embedded NATS server"},
+		{"TLSCertWithoutKey", []string{"--nats", s.url, "--tls-cert", "c.pem"}, []string{"jobs"}, "--tls-cert and --tls-key go together"},
+		{"CredsAndNKey", []string{"--nats", s.url, "--nats-creds", "u.creds", "--nkey", "u.nk"}, []string{"jobs"}, "--nats-creds and --nkey are two ways to authenticate"},
+		{"MissingContext", nil, []string{"jobs", "--context", "no-such-context-here"}, "--context: natscontext: no such context: no-such-context-here"},
+		{"BadShell", nil, []string{"completion", "fish"}, "bash or zsh"},
+		{"NegativeGrace", nil, []string{"worker", "--shutdown-grace", "-1s"}, "--shutdown-grace must be 0 or more"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			code, out, errs := cliRun(tc.global, tc.args...)
+			if code != cli.ExitUsage || !strings.Contains(errs, tc.want) {
+				t.Errorf("exit %d, stderr %q; want %d and %q", code, errs, cli.ExitUsage, tc.want)
+			}
+			if out != "" || strings.Count(errs, "\n") != 1 {
+				t.Errorf("want one line on stderr and nothing on stdout, got stdout %q stderr %q", out, errs)
+			}
+		})
+	}
+}
+
+// TestTaskNames: the built-ins answer to kebab-case, and an unknown task type the
+// coordinator refuses comes with the list of the known ones.
+func TestTaskNames(t *testing.T) {
+	t.Parallel()
+	forEachTransport(t, func(t *testing.T, o over) {
+		out, _ := o.mustRun(cli.ExitOK, "submit", "word-count", "--text", "one two three", "--wait", "--json")
+		if j := jsonJob(t, out); j.TaskType != "WORD_COUNT" || j.Result == nil || *j.Result != "3" {
+			t.Errorf("word-count ran as %+v", j)
+		}
+		_, errs := o.mustRun(cli.ExitError, "submit", "resize", "--payload", `{"width":10}`)
+		if !strings.Contains(errs, "Unknown task type: RESIZE (built-in tasks: FAIL, PRIME_COUNT, SHA256, SLEEP, WORD_COUNT)") {
+			t.Errorf("stderr %q", errs)
+		}
+	})
+}
+
+// TestHelpShowsOnlyUsedGlobalsWithTheirVariables: each command's help lists the global
+// flags it uses, each with its environment variable, and none it ignores.
+func TestHelpShowsOnlyUsedGlobalsWithTheirVariables(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		cmd         string
+		show, avoid []string
+	}{
+		{"jobs", []string{"--nats value", "[$JOBBUS_NATS]", "--connect value", "[$JOBBUS_CONNECT]", "--context value", "[$JOBBUS_CONTEXT]", "[$JOBBUS_TLS_CA]"}, []string{"--log-level"}},
+		{"serve", []string{"--nats value", "[$JOBBUS_NATS]", "[$JOBBUS_LOG_LEVEL]", "[$JOBBUS_SHUTDOWN_GRACE]", "[$JOBBUS_NATS_HTTP_LISTEN]"}, []string{"--connect"}},
+		{"worker", []string{"[$JOBBUS_WORKER_CONNECT]", "[$JOBBUS_NKEY]", "[$JOBBUS_LOG_FORMAT]", "--shutdown-grace value"}, nil},
+		{"version", nil, []string{"--nats", "--connect", "--log-level"}},
+		{"bench", []string{"[$JOBBUS_CONNECT]"}, []string{"--log-level"}},
+	}
+	for _, tc := range cases {
+		code, out, _ := cliRun(nil, tc.cmd, "--help")
+		if code != cli.ExitOK {
+			t.Fatalf("%s --help: exit %d", tc.cmd, code)
+		}
+		for _, s := range tc.show {
+			if !strings.Contains(out, s) {
+				t.Errorf("%s --help lacks %q", tc.cmd, s)
+			}
+		}
+		for _, s := range tc.avoid {
+			if strings.Contains(out, s) {
+				t.Errorf("%s --help shows %q, which it ignores", tc.cmd, s)
+			}
+		}
+	}
+}
+
+// TestGlobalFromEnvironmentNotRefused: a global flag set in the environment is shared
+// configuration, not a mistake: a command that ignores it runs.
+func TestGlobalFromEnvironmentNotRefused(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command(jobbusBin, "version")
+	cmd.Env = append(os.Environ(), "JOBBUS_CONNECT=127.0.0.1:7071", "JOBBUS_LOG_LEVEL=debug")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "jobbus version ") {
+		t.Errorf("version with JOBBUS_CONNECT set: %v %s", err, out)
+	}
+}
+
+// screen is a terminal's stand-in: stdout and stderr end up on it, in order.
+type screen struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (s *screen) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.Write(p)
+}
+
+func (s *screen) IsTerminal() bool { return true }
+
+// TestWaitSpinnerClearedBeforeResult: on a terminal, the wait's spinner line is erased
+// before the result is printed, so the result starts on a line of its own.
+func TestWaitSpinnerClearedBeforeResult(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	var scr screen
+	appMu.Lock()
+	code := cli.Run([]string{"jobbus", "--nats", s.url, "submit", "sleep", "--milliseconds", "200", "--wait"}, &scr, &scr)
+	appMu.Unlock()
+	got := scr.buf.String()
+	if code != cli.ExitOK {
+		t.Fatalf("exit %d\n%q", code, got)
+	}
+	clear := "\r\x1b[K"
+	i := strings.LastIndex(got, clear)
+	if i < 0 || !strings.Contains(got[:i], "attempt 1/") {
+		t.Fatalf("no spinner on the terminal: %q", got)
+	}
+	if rest := got[i+len(clear):]; !strings.HasPrefix(rest, "ID ") || !strings.Contains(rest, "COMPLETED") {
+		t.Errorf("after the spinner's last erase the screen shows %q, want the result from its first line", rest)
+	}
+}
+
+// TestContexts: --context reads a NATS CLI context by name or path; without --nats and
+// --context, the selected one; the flags win over its fields.
+func TestContexts(t *testing.T) {
+	t.Parallel()
+	s := setup(t, noWorker())
+	cfg := t.TempDir()
+	ctxDir := filepath.Join(cfg, "nats", "context")
+	if err := os.MkdirAll(ctxDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	write := func(path, body string) {
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(ctxDir, "local.json"), `{"description":"the test system","url":"`+s.url+`"}`)
+	write(filepath.Join(ctxDir, "nowhere.json"), `{"url":"nats://127.0.0.1:1"}`)
+	write(filepath.Join(cfg, "nats", "context.txt"), "local")
+
+	cases := []struct {
+		name string
+		env  []string
+		args []string
+		ok   bool
+	}{
+		{"ByName", nil, []string{"--context", "local", "workers"}, true},
+		{"ByEnvironment", []string{"JOBBUS_CONTEXT=local"}, []string{"workers"}, true},
+		{"ByPath", nil, []string{"workers", "--context", filepath.Join(ctxDir, "local.json")}, true},
+		{"Selected", nil, []string{"workers"}, true},
+		{"FlagWinsOverContext", nil, []string{"--context", "nowhere", "--nats", s.url, "workers"}, true},
+		{"ContextURLUsed", nil, []string{"--context", "nowhere", "workers"}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.Command(jobbusBin, tc.args...)
+			cmd.Env = append(os.Environ(), append([]string{"XDG_CONFIG_HOME=" + cfg, "JOBBUS_NATS=", "JOBBUS_CONTEXT="}, tc.env...)...)
+			out, err := cmd.CombinedOutput()
+			switch {
+			case tc.ok && (err != nil || !strings.HasPrefix(string(out), "WORKER")):
+				t.Errorf("jobbus %s: %v\n%s", strings.Join(tc.args, " "), err, out)
+			case !tc.ok && (err == nil || !strings.Contains(string(out), "cannot reach NATS at nats://127.0.0.1:1 (context nowhere)")):
+				t.Errorf("jobbus %s: %v\n%s; want it to try the context's URL", strings.Join(tc.args, " "), err, out)
+			}
+		})
+	}
+}
