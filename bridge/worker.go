@@ -187,7 +187,7 @@ func (s *workerSession) register() bool {
 		return false
 	}
 	close(s.registered)
-	s.log.Info("worker registered", "capacity", s.reg.Capacity)
+	s.log.Debug("worker registered", "capacity", s.reg.Capacity) // the coordinator logs it at info
 	return true
 }
 

@@ -278,7 +278,7 @@ func natsConnect(t *testing.T, url string, opts ...nats.Option) *nats.Conn {
 func TestServeDrainsOnSIGTERM(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	p, url := serveProc(t, dir, "--workers", "1", "--shutdown-grace", "30s")
+	p, url := serveProc(t, dir, "--workers", "1", "--shutdown-grace", "30s", "--log-level", "debug")
 	cl := client.New(natsConnect(t, url))
 	ctx := context.Background()
 	id, err := cl.Submit(ctx, "SLEEP", json.RawMessage(`{"durationMillis":500}`))
@@ -299,6 +299,11 @@ func TestServeDrainsOnSIGTERM(t *testing.T) {
 	}
 	if strings.Contains(log, "no workers") {
 		t.Errorf("serve --workers 1 says it has no workers:\n%s", log)
+	}
+	// --log-level debug is jobbus's: its per-job lines, without the NATS server's
+	// (those follow --nats-log-level).
+	if !strings.Contains(log, `msg="job assigned"`) || strings.Contains(log, "component=nats-server") {
+		t.Errorf("serve --log-level debug: want jobbus's job lines and no NATS server lines:\n%s", log)
 	}
 
 	again, url := serveProc(t, dir)

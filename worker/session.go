@@ -81,7 +81,7 @@ func (w *Worker) register(ctx context.Context, reason string) (epoch uint64, err
 		switch {
 		case err == nil:
 			n := w.attempts.CancelBefore(session, errAbandoned)
-			w.log.Info("worker registered", "capacity", w.cfg.Capacity, "reason", reason, "abandoned", n)
+			w.log.Info("registered with the coordinator", "capacity", w.cfg.Capacity, "reason", reason, "abandoned", n)
 			// The coordinator sees a fresh worker: a drain must be said again.
 			w.drainSent.Store(false)
 			_, _ = w.sendDrain(ctx)
