@@ -85,7 +85,7 @@ func startBridge(ctx context.Context, c *cli.Context, nc *nats.Conn, log *slog.L
 func bridgeCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "bridge",
-		Usage: "serve the TCP worker and client ports of PROTOCOL.md for a coordinator on NATS (--nats)",
+		Usage: "serve the TCP worker and client ports of docs/PROTOCOL.md for a coordinator on NATS (--nats)",
 		Description: `Listens on --worker-port and --client-port (on --listen-host, loopback by default) and
 forwards to the coordinator reachable through NATS. Several bridges may serve one coordinator.
 A port of -1 is off; 0 picks a free port.

@@ -18,7 +18,7 @@ func workerCommand() *cli.Command {
 		Name:  "worker",
 		Usage: "run a worker of the five built-in tasks: native over NATS, or a spec TCP worker (--connect)",
 		Description: `By default the worker speaks NATS (the global --nats, default nats://127.0.0.1:4222).
-With --connect host:7070 it is the reference TCP worker of PROTOCOL.md on a bridge's worker
+With --connect host:7070 it is the reference TCP worker of docs/PROTOCOL.md on a bridge's worker
 port: it registers, heartbeats every --heartbeat-interval-millis (2 s), and after a lost connection interrupts its
 running tasks, waits --reconnect-delay-millis and registers again.
 
