@@ -46,6 +46,7 @@ func TestUsageErrorsInOneLine(t *testing.T) {
 		{"CredsAndNKey", []string{"--nats", s.url, "--nats-creds", "u.creds", "--nkey", "u.nk"}, []string{"jobs"}, "--nats-creds and --nkey are two ways to authenticate"},
 		{"MissingContext", nil, []string{"jobs", "--context", "no-such-context-here"}, "--context: natscontext: no such context: no-such-context-here"},
 		{"BadShell", nil, []string{"completion", "fish"}, "bash or zsh"},
+		{"SystemUserWithoutPassword", nil, []string{"serve", "--nats-system-user", "ops", "--data-dir", "/nonexistent/jobbus-test"}, "--nats-system-user needs --nats-system-password"},
 		{"NegativeGrace", nil, []string{"worker", "--shutdown-grace", "-1s"}, "--shutdown-grace must be 0 or more"},
 	}
 	for _, tc := range cases {
@@ -204,5 +205,20 @@ func TestContexts(t *testing.T) {
 				t.Errorf("jobbus %s: %v\n%s; want it to try the context's URL", strings.Join(tc.args, " "), err, out)
 			}
 		})
+	}
+}
+
+// TestEveryFlagHasAVariable: as the README says, every flag of every command is also
+// read from an environment variable, and its help shows which.
+func TestEveryFlagHasAVariable(t *testing.T) {
+	t.Parallel()
+	app := cli.App(&bytes.Buffer{}, &bytes.Buffer{})
+	for _, cmd := range app.Commands {
+		for _, f := range cmd.Flags {
+			df, ok := f.(interface{ GetEnvVars() []string })
+			if !ok || len(df.GetEnvVars()) == 0 {
+				t.Errorf("%s --%s reads no environment variable", cmd.Name, f.Names()[0])
+			}
+		}
 	}
 }

@@ -232,6 +232,9 @@ func connectOrEmbed(ctx context.Context, c *cli.Context, log *slog.Logger) (*nat
 	if hp := c.String("nats-http-listen"); hp != "" {
 		opts = append(opts, embeddednats.WithHTTPListen(hp))
 	}
+	if c.String("nats-system-password") == "" && givenOnCommandLine(c, "nats-system-user") {
+		return nil, nil, usageError("--nats-system-user needs --nats-system-password (or JOBBUS_NATS_SYSTEM_PASSWORD)")
+	}
 	if pw := c.String("nats-system-password"); pw != "" {
 		opts = append(opts, embeddednats.WithSystemUser(c.String("nats-system-user"), pw))
 	}

@@ -23,7 +23,7 @@ func shutdownGraceFlag() cli.Flag {
 	return &cli.DurationFlag{
 		Name:    "shutdown-grace",
 		Value:   defaultShutdownGrace,
-		Usage:   "on SIGTERM or Ctrl-C, take no new jobs and let running ones finish for up to this long, then cancel them; a second signal stops at once",
+		Usage:   "on SIGTERM or Ctrl-C, take no new jobs and let running ones finish for up to this long, then cancel them; a second signal stops at once (0: stop at once)",
 		EnvVars: env("shutdown-grace"),
 	}
 }
