@@ -20,10 +20,12 @@ var (
 	logGlobals = []string{"log-level", "log-format"}
 )
 
-// globalsOf names the global flags each command uses; a command not listed takes none.
-// Only these are shown in its help and accepted before or after its name, so that
-// `jobbus --connect host:7071 serve` is refused instead of ignored.
+// globalsOf names the global flags each command uses. Only these are shown in its help
+// and accepted before or after its name, so that `jobbus --connect host:7071 serve` is
+// refused instead of ignored. A command not listed takes them all, until it is.
 var globalsOf = map[string][]string{
+	"version":     nil,
+	"completion":  nil,
 	"serve":       slices.Concat(natsGlobals, logGlobals),
 	"coordinator": slices.Concat(natsGlobals, logGlobals),
 	"bridge":      slices.Concat(natsGlobals, logGlobals),
@@ -74,7 +76,12 @@ func isGlobal(name string) bool {
 // global flag given before the name that the command does not use.
 func withGlobalFlags(cmds []*cli.Command) []*cli.Command {
 	for _, cmd := range cmds {
-		uses := globalsOf[cmd.Name]
+		uses, listed := globalsOf[cmd.Name]
+		if !listed {
+			for _, g := range globalFlags() {
+				uses = append(uses, g.Names()[0])
+			}
+		}
 	flags:
 		for _, g := range globalFlags() {
 			name := g.Names()[0]
