@@ -47,6 +47,8 @@ func TestUsageErrorsInOneLine(t *testing.T) {
 		{"MissingContext", nil, []string{"jobs", "--context", "no-such-context-here"}, "--context: natscontext: no such context: no-such-context-here"},
 		{"BadShell", nil, []string{"completion", "fish"}, "bash or zsh"},
 		{"SystemUserWithoutPassword", nil, []string{"serve", "--nats-system-user", "ops", "--data-dir", "/nonexistent/jobbus-test"}, "--nats-system-user needs --nats-system-password"},
+		{"CoordinatorMaxAttempts", []string{"--nats", "nats://127.0.0.1:1"}, []string{"coordinator", "--max-attempts", "-1"}, "max attempts must be at least 1, got -1"},
+		{"ServeMaxAttempts", nil, []string{"serve", "--max-attempts", "-1", "--data-dir", "/nonexistent/jobbus-test"}, "max attempts must be at least 1, got -1"},
 		{"NegativeGrace", nil, []string{"worker", "--shutdown-grace", "-1s"}, "--shutdown-grace must be 0 or more"},
 	}
 	for _, tc := range cases {

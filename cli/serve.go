@@ -308,6 +308,10 @@ Example:
 			if err != nil {
 				return err
 			}
+			cfg := coordinatorConfig(c, log) // a usage error is one before any connection
+			if err := cfg.Validate(); err != nil {
+				return usageError("%v", err)
+			}
 			target, err := natsTarget(c, false)
 			if err != nil {
 				return err
@@ -319,10 +323,6 @@ Example:
 				return err
 			}
 			defer nc.Close()
-			cfg := coordinatorConfig(c, log)
-			if err := cfg.Validate(); err != nil {
-				return usageError("%v", err)
-			}
 			reg := metrics.New()
 			stopHTTP, err := startHTTP(ctx, c, nc, log, reg)
 			if err != nil {
