@@ -13,17 +13,17 @@ import (
 func BenchmarkClientPortStatus(b *testing.B) {
 	s := setup(b)
 	c := s.client()
-	id := c.submit("SLEEP", `{"durationMillis":0}`)
+	id := c.Submit("SLEEP", `{"durationMillis":0}`)
 	body, err := protocol.Encode(&protocol.GetJobStatus{JobID: id})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := c.sendPayload(body); err != nil {
+		if err := c.SendPayload(body); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := c.recvRaw(); err != nil {
+		if _, err := c.RecvRaw(); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -32,7 +32,7 @@ func BenchmarkClientPortStatus(b *testing.B) {
 // BenchmarkNATSStatus is the same request over NATS with the Go client's DoRaw.
 func BenchmarkNATSStatus(b *testing.B) {
 	s := setup(b)
-	id := s.client().submit("SLEEP", `{"durationMillis":0}`)
+	id := s.client().Submit("SLEEP", `{"durationMillis":0}`)
 	body, err := protocol.Encode(&protocol.GetJobStatus{JobID: id})
 	if err != nil {
 		b.Fatal(err)
@@ -50,7 +50,7 @@ func BenchmarkNATSStatus(b *testing.B) {
 // bridge's in-flight limit.
 func BenchmarkClientPortStatusParallel(b *testing.B) {
 	s := setup(b)
-	id := s.client().submit("SLEEP", `{"durationMillis":0}`)
+	id := s.client().Submit("SLEEP", `{"durationMillis":0}`)
 	body, err := protocol.Encode(&protocol.GetJobStatus{JobID: id})
 	if err != nil {
 		b.Fatal(err)
@@ -59,11 +59,11 @@ func BenchmarkClientPortStatusParallel(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		c := s.client()
 		for pb.Next() {
-			if err := c.sendPayload(body); err != nil {
+			if err := c.SendPayload(body); err != nil {
 				b.Error(err)
 				return
 			}
-			if _, err := c.recvRaw(); err != nil {
+			if _, err := c.RecvRaw(); err != nil {
 				b.Error(err)
 				return
 			}

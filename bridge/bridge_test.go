@@ -54,7 +54,7 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("addresses %v %v", br.WorkerAddr(), br.ClientAddr())
 	}
 	c := dial(t, br.ClientAddr())
-	if _, ok := c.request(&protocol.ListWorkers{}).(*protocol.WorkerList); !ok {
+	if _, ok := c.Request(&protocol.ListWorkers{}).(*protocol.WorkerList); !ok {
 		t.Fatal("client port not serving")
 	}
 	for range 2 { // idempotent
@@ -62,7 +62,7 @@ func TestLifecycle(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c.expectClosed()
+	c.ExpectClosed()
 	if err := br.Start(context.Background()); !errors.Is(err, bridge.ErrClosed) {
 		t.Fatalf("Start after Close: %v", err)
 	}

@@ -25,12 +25,12 @@ func TestClientPort(t *testing.T) {
 		w := s.specWorker("w-1", 2)
 		key := "key-1"
 		submit := &protocol.SubmitJob{TaskType: "SHA256", Payload: []byte(`{"text":"abc"}`), IdempotencyKey: &key}
-		js, ok := c.request(submit).(*protocol.JobSubmitted)
+		js, ok := c.Request(submit).(*protocol.JobSubmitted)
 		if !ok {
 			t.Fatal("SUBMIT_JOB not answered with JOB_SUBMITTED")
 		}
 		s.waitState(js.JobID, protocol.StateCompleted)
-		w.stop() // a live worker's heartbeats would make WORKER_LIST differ between two calls
+		w.Stop() // a live worker's heartbeats would make WORKER_LIST differ between two calls
 		eventually(t, "worker gone", func() bool { return !s.hasWorker("w-1") })
 
 		// Every request on one connection; each reply must be byte-identical to what
@@ -53,10 +53,10 @@ func TestClientPort(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := c.sendPayload(body); err != nil {
+			if err := c.SendPayload(body); err != nil {
 				t.Fatal(err)
 			}
-			got, err := c.recvRaw()
+			got, err := c.RecvRaw()
 			if err != nil {
 				t.Fatalf("%s: %v", req.MessageType(), err)
 			}
@@ -72,12 +72,12 @@ func TestClientPort(t *testing.T) {
 		c := s.client()
 		ids := map[string]bool{}
 		for i := range 200 {
-			ids[c.submit("WORD_COUNT", fmt.Sprintf(`{"text":"%d words here"}`, i))] = true
+			ids[c.Submit("WORD_COUNT", fmt.Sprintf(`{"text":"%d words here"}`, i))] = true
 		}
 		if len(ids) != 200 {
 			t.Fatalf("%d distinct job ids, want 200", len(ids))
 		}
-		list, ok := c.request(&protocol.ListJobs{}).(*protocol.JobList)
+		list, ok := c.Request(&protocol.ListJobs{}).(*protocol.JobList)
 		if !ok || len(list.Jobs) != 200 {
 			t.Fatalf("JOB_LIST has %d jobs, want 200", len(list.Jobs))
 		}
@@ -87,11 +87,11 @@ func TestClientPort(t *testing.T) {
 		t.Parallel()
 		s := setup(t)
 		c := s.client()
-		c.mustSend(&protocol.SubmitJob{TaskType: "SLEEP", Payload: []byte(`{"durationMillis":"soon"}`)})
-		c.expectError("Invalid payload: ")
-		c.mustSend(&protocol.GetJobStatus{JobID: "missing"})
-		c.expectError("Unknown job: missing")
-		if _, ok := c.request(&protocol.ListWorkers{}).(*protocol.WorkerList); !ok {
+		c.MustSend(&protocol.SubmitJob{TaskType: "SLEEP", Payload: []byte(`{"durationMillis":"soon"}`)})
+		c.ExpectError("Invalid payload: ")
+		c.MustSend(&protocol.GetJobStatus{JobID: "missing"})
+		c.ExpectError("Unknown job: missing")
+		if _, ok := c.Request(&protocol.ListWorkers{}).(*protocol.WorkerList); !ok {
 			t.Fatal("connection unusable after an ERROR")
 		}
 	})
@@ -106,10 +106,10 @@ func TestClientPort(t *testing.T) {
 			&protocol.TaskResult{WorkerID: "w", JobID: "j", AttemptID: "a", Success: true},
 			&protocol.JobSubmitted{JobID: "j"}, // a reply type, not a request
 		} {
-			c.mustSend(m)
-			c.expectError(protocol.UnexpectedType(m.MessageType(), "client").Message)
+			c.MustSend(m)
+			c.ExpectError(protocol.UnexpectedType(m.MessageType(), "client").Message)
 		}
-		if _, ok := c.request(&protocol.ListJobs{}).(*protocol.JobList); !ok {
+		if _, ok := c.Request(&protocol.ListJobs{}).(*protocol.JobList); !ok {
 			t.Fatal("connection unusable after an unexpected message")
 		}
 	})
@@ -126,10 +126,10 @@ func TestClientPort(t *testing.T) {
 		} {
 			t.Run(name, func(t *testing.T) {
 				c := s.client()
-				if err := c.sendPayload([]byte(payload)); err != nil {
+				if err := c.SendPayload([]byte(payload)); err != nil {
 					t.Fatal(err)
 				}
-				c.expectErrorThenClosed("Malformed request: ")
+				c.ExpectErrorThenClosed("Malformed request: ")
 			})
 		}
 	})
@@ -138,9 +138,9 @@ func TestClientPort(t *testing.T) {
 		t.Parallel()
 		s := setup(t, noCoordinator(), withBridge(func(c *bridgeConfig) { c.RequestTimeout = time.Minute }))
 		c := s.client()
-		c.mustSend(&protocol.GetJobStatus{JobID: "x"})
+		c.MustSend(&protocol.GetJobStatus{JobID: "x"})
 		s.StartCoordinator(t) // while the request waits
-		c.expectError("Unknown job: x")
+		c.ExpectError("Unknown job: x")
 	})
 
 	t.Run("NoCoordinatorIsAnErrorAndKeepsTheConnection", func(t *testing.T) {
@@ -148,12 +148,12 @@ func TestClientPort(t *testing.T) {
 		s := setup(t, noCoordinator(), withBridge(func(c *bridgeConfig) { c.RequestTimeout = 200 * time.Millisecond }))
 		c := s.client()
 		for range 2 {
-			c.mustSend(&protocol.GetJobStatus{JobID: "x"})
-			c.expectError("coordinator unavailable: no coordinator is serving jobbus.api.status")
+			c.MustSend(&protocol.GetJobStatus{JobID: "x"})
+			c.ExpectError("coordinator unavailable: no coordinator is serving jobbus.api.status")
 		}
 		s.StartCoordinator(t)
-		c.mustSend(&protocol.GetJobStatus{JobID: "x"})
-		c.expectError("Unknown job: x") // the same connection, now answered
+		c.MustSend(&protocol.GetJobStatus{JobID: "x"})
+		c.ExpectError("Unknown job: x") // the same connection, now answered
 	})
 }
 
@@ -193,14 +193,14 @@ func TestClientPortOversizedReply(t *testing.T) {
 	br := startBridge(t, nc, fastBridge())
 	c := dial(t, br.ClientAddr())
 
-	c.mustSend(&protocol.GetJobStatus{JobID: "x"})
-	c.expectError(fmt.Sprintf("reply of %d bytes exceeds the %d-byte frame limit", frame.MaxSize+1, frame.MaxSize))
-	c.mustSend(&protocol.ListJobs{})
-	if got, err := c.recvRaw(); err != nil || !bytes.Equal(got, bodies["list"]) {
+	c.MustSend(&protocol.GetJobStatus{JobID: "x"})
+	c.ExpectError(fmt.Sprintf("reply of %d bytes exceeds the %d-byte frame limit", frame.MaxSize+1, frame.MaxSize))
+	c.MustSend(&protocol.ListJobs{})
+	if got, err := c.RecvRaw(); err != nil || !bytes.Equal(got, bodies["list"]) {
 		t.Fatalf("a reply of exactly %d bytes must pass unchanged (err %v, %d bytes)", frame.MaxSize, err, len(got))
 	}
-	c.mustSend(&protocol.ListWorkers{})
-	c.expectError("coordinator error: empty reply")
+	c.MustSend(&protocol.ListWorkers{})
+	c.ExpectError("coordinator error: empty reply")
 }
 
 func TestClientPortRequestTimeout(t *testing.T) {
@@ -211,11 +211,11 @@ func TestClientPortRequestTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := s.client()
-	c.mustSend(&protocol.GetJobStatus{JobID: "x"})
-	c.expectError("coordinator unavailable: no reply within 100ms")
-	c.mustSend(&protocol.ListJobs{})
-	c.expectError("coordinator unavailable: ")
-	if m, ok := c.request(&protocol.Heartbeat{WorkerID: "w"}).(*protocol.Error); !ok || !strings.Contains(m.Message, "HEARTBEAT") {
+	c.MustSend(&protocol.GetJobStatus{JobID: "x"})
+	c.ExpectError("coordinator unavailable: no reply within 100ms")
+	c.MustSend(&protocol.ListJobs{})
+	c.ExpectError("coordinator unavailable: ")
+	if m, ok := c.Request(&protocol.Heartbeat{WorkerID: "w"}).(*protocol.Error); !ok || !strings.Contains(m.Message, "HEARTBEAT") {
 		t.Fatalf("connection unusable after timeouts: %v", m)
 	}
 }

@@ -1,7 +1,6 @@
 package bridge_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -11,7 +10,6 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +23,7 @@ import (
 	"github.com/jobbus/jobbus/coordinator"
 	"github.com/jobbus/jobbus/internal/jobbustest"
 	"github.com/jobbus/jobbus/internal/testkit"
+	"github.com/jobbus/jobbus/internal/testkit/specpeer"
 )
 
 func TestMain(m *testing.M) {
@@ -157,227 +156,30 @@ func deref(p *string) string {
 	return *p
 }
 
-// peer plays a spec peer on one TCP connection, byte-exactly, with frame.Write and a
-// frame.Reader. Its methods return errors so that goroutines may use them.
-type peer struct {
-	t    testing.TB
-	conn net.Conn
-	r    *frame.Reader
-	wmu  sync.Mutex
-}
+// peer plays a spec peer on one TCP connection, byte-exactly: specpeer.Peer, with
+// every wait bounded by waitFor.
+type peer = specpeer.Peer
 
 func dial(t testing.TB, addr net.Addr) *peer {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", addr.String(), waitFor)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return &peer{t: t, conn: c, r: frame.NewReader(c)}
+	return specpeer.Dial(t, addr.String(), specpeer.WithTimeout(waitFor))
 }
 
 func (s *system) client() *peer { return dial(s.t, s.br.ClientAddr()) }
 
-// write writes raw bytes (no framing).
-func (p *peer) write(b []byte) error {
-	p.wmu.Lock()
-	defer p.wmu.Unlock()
-	_ = p.conn.SetWriteDeadline(time.Now().Add(waitFor))
-	_, err := p.conn.Write(b)
-	return err
-}
-
-func (p *peer) sendPayload(payload []byte) error {
-	p.wmu.Lock()
-	defer p.wmu.Unlock()
-	_ = p.conn.SetWriteDeadline(time.Now().Add(waitFor))
-	return frame.Write(p.conn, payload)
-}
-
-func (p *peer) send(m protocol.Message) error {
-	data, err := protocol.Encode(m)
-	if err != nil {
-		return err
-	}
-	return p.sendPayload(data)
-}
-
-func (p *peer) mustSend(m protocol.Message) {
-	p.t.Helper()
-	if err := p.send(m); err != nil {
-		p.t.Fatalf("send %s: %v", m.MessageType(), err)
-	}
-}
-
-func (p *peer) recvRaw() ([]byte, error) {
-	_ = p.conn.SetReadDeadline(time.Now().Add(waitFor))
-	b, err := p.r.Read()
-	return bytes.Clone(b), err
-}
-
-func (p *peer) recv() (protocol.Message, error) {
-	b, err := p.recvRaw()
-	if err != nil {
-		return nil, err
-	}
-	return protocol.Decode(b)
-}
-
-func (p *peer) mustRecv() protocol.Message {
-	p.t.Helper()
-	m, err := p.recv()
-	if err != nil {
-		p.t.Fatalf("receive: %v", err)
-	}
-	return m
-}
-
-// request sends m and returns the reply.
-func (p *peer) request(m protocol.Message) protocol.Message {
-	p.t.Helper()
-	p.mustSend(m)
-	return p.mustRecv()
-}
-
-// expectError receives an ERROR whose message starts with prefix.
-func (p *peer) expectError(prefix string) {
-	p.t.Helper()
-	m := p.mustRecv()
-	e, ok := m.(*protocol.Error)
-	if !ok {
-		p.t.Fatalf("got %T %+v, want ERROR %q...", m, m, prefix)
-	}
-	if !strings.HasPrefix(e.Message, prefix) {
-		p.t.Fatalf("ERROR %q, want prefix %q", e.Message, prefix)
-	}
-}
-
-// expectClosed reads until the bridge closes the connection, failing on a timeout,
-// and returns the frames read meanwhile.
-func (p *peer) expectClosed() [][]byte {
-	p.t.Helper()
-	var frames [][]byte
-	for {
-		b, err := p.recvRaw()
-		switch {
-		case err == nil:
-			frames = append(frames, b)
-			continue
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			p.t.Fatalf("connection still open after %v", waitFor)
-		}
-		return frames
-	}
-}
-
-// expectErrorThenClosed: a best-effort ERROR with prefix, then the close.
-func (p *peer) expectErrorThenClosed(prefix string) {
-	p.t.Helper()
-	frames := p.expectClosed()
-	if len(frames) != 1 {
-		p.t.Fatalf("got %d frames before the close, want one ERROR %q...: %q", len(frames), prefix, frames)
-	}
-	m, err := protocol.Decode(frames[0])
-	if e, ok := m.(*protocol.Error); err != nil || !ok || !strings.HasPrefix(e.Message, prefix) {
-		p.t.Fatalf("got %s before the close, want ERROR %q...", frames[0], prefix)
-	}
-}
-
-// register sends WORKER_REGISTER and expects WORKER_REGISTERED, byte for byte.
-func (p *peer) register(id string, capacity int) {
-	p.t.Helper()
-	p.mustSend(&protocol.WorkerRegister{WorkerID: id, Capacity: capacity})
-	b, err := p.recvRaw()
-	if err != nil {
-		p.t.Fatalf("register %s: %v", id, err)
-	}
-	want := fmt.Sprintf(`{"type":"WORKER_REGISTERED","workerId":%q}`, id)
-	if string(b) != want {
-		p.t.Fatalf("register reply %s, want %s", b, want)
-	}
-}
-
+// worker registers a spec worker on a connection of its own.
 func (s *system) worker(id string, capacity int) *peer {
 	s.t.Helper()
 	p := dial(s.t, s.br.WorkerAddr())
-	p.register(id, capacity)
+	p.Register(id, capacity)
 	return p
 }
 
-// submit submits through the client port connection p and returns the job id.
-func (p *peer) submit(taskType, payload string) string {
-	p.t.Helper()
-	m := p.request(&protocol.SubmitJob{TaskType: taskType, Payload: []byte(payload)})
-	js, ok := m.(*protocol.JobSubmitted)
-	if !ok {
-		p.t.Fatalf("submit: got %T %+v", m, m)
-	}
-	return js.JobID
-}
-
-// specWorker is a healthy spec TCP worker: it heartbeats and completes every task
-// it is assigned with the result "done".
-type specWorker struct {
-	*peer
-	id   string
-	done chan struct{}
-	wg   sync.WaitGroup
-}
-
-func (s *system) specWorker(id string, capacity int) *specWorker {
+// specWorker is a healthy spec TCP worker: it heartbeats every 50 ms and completes
+// every task it is assigned with the result "done".
+func (s *system) specWorker(id string, capacity int) *specpeer.Worker {
 	s.t.Helper()
-	w := &specWorker{peer: s.worker(id, capacity), id: id, done: make(chan struct{})}
-	w.wg.Add(2)
-	go w.serve()
-	go w.beat(50 * time.Millisecond)
-	s.t.Cleanup(w.stop)
-	return w
-}
-
-func (w *specWorker) serve() {
-	defer w.wg.Done()
-	for {
-		_ = w.conn.SetReadDeadline(time.Time{})
-		b, err := w.r.Read()
-		if err != nil {
-			return
-		}
-		m, err := protocol.Decode(b)
-		if err != nil {
-			return
-		}
-		if a, ok := m.(*protocol.TaskAssign); ok {
-			result := "done"
-			_ = w.send(&protocol.TaskResult{WorkerID: w.id, JobID: a.JobID, AttemptID: a.AttemptID, Success: true, Result: &result})
-		}
-	}
-}
-
-func (w *specWorker) beat(every time.Duration) {
-	defer w.wg.Done()
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-w.done:
-			return
-		case <-t.C:
-			if w.send(&protocol.Heartbeat{WorkerID: w.id}) != nil {
-				return
-			}
-		}
-	}
-}
-
-func (w *specWorker) stop() {
-	select {
-	case <-w.done:
-		return
-	default:
-	}
-	close(w.done)
-	_ = w.conn.Close()
-	w.wg.Wait()
+	return specpeer.StartWorker(s.t, s.br.WorkerAddr().String(), id, capacity, 50*time.Millisecond, specpeer.WithTimeout(waitFor))
 }
 
 // healthy proves the system still works: n jobs submitted through a fresh client
@@ -387,14 +189,14 @@ func (s *system) healthy(n int) {
 	c := s.client()
 	ids := make([]string, n)
 	for i := range ids {
-		ids[i] = c.submit("SHA256", fmt.Sprintf(`{"text":"healthy %d"}`, i))
+		ids[i] = c.Submit("SHA256", fmt.Sprintf(`{"text":"healthy %d"}`, i))
 	}
 	for _, id := range ids {
 		if j := s.waitState(id, protocol.StateCompleted); j.Result == nil || *j.Result != "done" {
 			s.t.Fatalf("job %s result %v", id, j.Result)
 		}
 	}
-	_ = c.conn.Close()
+	_ = c.Close()
 }
 
 // header is a raw length prefix, including lengths a Writer refuses.

@@ -15,7 +15,7 @@ import (
 
 	"github.com/jobbus/jobbus/bridge"
 	"github.com/jobbus/jobbus/bus/protocol"
-	"github.com/jobbus/jobbus/bus/protocol/frame"
+	"github.com/jobbus/jobbus/internal/testkit/specpeer"
 )
 
 // attack is what a hostile peer sends and what it must get: the close, after a
@@ -73,18 +73,18 @@ func TestMalformedProtocol(t *testing.T) {
 			return
 		}
 		defer c.Close()
-		p := &peer{t: t, conn: c, r: frame.NewReader(c)}
+		p := specpeer.Use(t, c, specpeer.WithTimeout(waitFor))
 		for i := 0; ; i++ {
 			select {
 			case <-done:
 				return
 			default:
 			}
-			if err := p.send(&protocol.SubmitJob{TaskType: "SHA256", Payload: []byte(fmt.Sprintf(`{"text":"during %d"}`, i))}); err != nil {
+			if err := p.Send(&protocol.SubmitJob{TaskType: "SHA256", Payload: []byte(fmt.Sprintf(`{"text":"during %d"}`, i))}); err != nil {
 				t.Errorf("submit during attacks: %v", err)
 				return
 			}
-			if m, err := p.recv(); err != nil || m.MessageType() != protocol.TypeJobSubmitted {
+			if m, err := p.Recv(); err != nil || m.MessageType() != protocol.TypeJobSubmitted {
 				t.Errorf("submit during attacks: %v %v", m, err)
 				return
 			}
@@ -102,12 +102,12 @@ func TestMalformedProtocol(t *testing.T) {
 				t.Run(port+"/"+a.name, func(t *testing.T) {
 					t.Parallel()
 					p := dial(t, addr)
-					_ = p.write(a.bytes) // the bridge may close before taking it all
+					_ = p.Write(a.bytes) // the bridge may close before taking it all
 					if a.wantError == "" {
-						p.expectClosed()
+						p.ExpectClosed()
 						return
 					}
-					p.expectErrorThenClosed(a.wantError)
+					p.ExpectErrorThenClosed(a.wantError)
 				})
 			}
 			// The same, after a valid registration.
@@ -120,8 +120,8 @@ func TestMalformedProtocol(t *testing.T) {
 						t.Parallel()
 						id := "victim-" + a.name
 						p := s.worker(id, 1)
-						_ = p.write(a.bytes)
-						frames := p.expectClosed()
+						_ = p.Write(a.bytes)
+						frames := p.ExpectClosed()
 						if a.wantError != "" && (len(frames) != 1 || !strings.HasPrefix(string(frames[0]), `{"type":"ERROR","message":"Malformed request: `)) {
 							t.Fatalf("frames before the close: %q", frames)
 						}
@@ -136,13 +136,13 @@ func TestMalformedProtocol(t *testing.T) {
 				p := dial(t, addr)
 				// A 4 KiB frame trickled a byte every 20 ms would take 80 s: the stall
 				// timeout (200 ms) must end it long before.
-				if err := p.write(header(4096)); err != nil {
+				if err := p.Write(header(4096)); err != nil {
 					t.Fatal(err)
 				}
 				closed := make(chan error, 1)
 				go func() {
 					for range 4096 {
-						if err := p.write([]byte{' '}); err != nil {
+						if err := p.Write([]byte{' '}); err != nil {
 							closed <- err
 							return
 						}
@@ -150,8 +150,8 @@ func TestMalformedProtocol(t *testing.T) {
 					}
 					closed <- nil
 				}()
-				p.expectClosed()
-				_ = p.conn.Close()
+				p.ExpectClosed()
+				_ = p.Close()
 				if err := <-closed; err == nil {
 					t.Fatal("the whole frame was accepted at a trickle")
 				}
@@ -176,10 +176,10 @@ func TestPeerThatNeverReads(t *testing.T) {
 		c.WriteQueue = 16
 	}))
 	sink := dial(t, s.br.WorkerAddr())
-	if err := sink.conn.(*net.TCPConn).SetReadBuffer(4096); err != nil {
+	if err := sink.Conn().(*net.TCPConn).SetReadBuffer(4096); err != nil {
 		t.Fatal(err)
 	}
-	sink.register("sink", 1024) // most free slots: it gets the jobs first
+	sink.Register("sink", 1024) // most free slots: it gets the jobs first
 	s.specWorker("healthy", 8)
 	text := strings.Repeat("word ", 30000) // 150 kB per TASK_ASSIGN
 	payload, _ := json.Marshal(map[string]string{"text": text})
@@ -204,7 +204,7 @@ func TestPeerThatNeverReads(t *testing.T) {
 		t.Fatal("no job was ever assigned to the sink")
 	}
 	t.Logf("%d of %d jobs failed over from the sink", lost, len(ids))
-	_ = sink.conn.Close()
+	_ = sink.Close()
 }
 
 // TestClientThatNeverReads pipelines requests whose replies it never reads: the bridge
@@ -224,7 +224,7 @@ func TestClientThatNeverReads(t *testing.T) {
 	werr := make(chan error, 1)
 	go func() {
 		for {
-			if err := hog.write(batch); err != nil {
+			if err := hog.Write(batch); err != nil {
 				werr <- err
 				return
 			}
@@ -239,7 +239,7 @@ func TestClientThatNeverReads(t *testing.T) {
 	case <-time.After(waitFor):
 		t.Fatal("a client that never reads was not dropped")
 	}
-	_ = hog.conn.Close()
+	_ = hog.Close()
 	s.healthy(2)
 }
 
@@ -251,13 +251,13 @@ func TestConnectionLimit(t *testing.T) {
 		t.Run(port, func(t *testing.T) {
 			addr, free := s.br.ClientAddr(), 3
 			use := func(p *peer, i int) {
-				if _, ok := p.request(&protocol.ListWorkers{}).(*protocol.WorkerList); !ok {
+				if _, ok := p.Request(&protocol.ListWorkers{}).(*protocol.WorkerList); !ok {
 					t.Fatal("request failed")
 				}
 			}
 			if port == "worker" {
 				addr, free = s.br.WorkerAddr(), 2
-				use = func(p *peer, i int) { p.register(fmt.Sprintf("limited-%d", i), 1) }
+				use = func(p *peer, i int) { p.Register(fmt.Sprintf("limited-%d", i), 1) }
 			}
 			var open []*peer
 			for i := range free {
@@ -266,21 +266,21 @@ func TestConnectionLimit(t *testing.T) {
 				open = append(open, p)
 			}
 			extra := dial(t, addr)
-			extra.expectErrorThenClosed("too many connections (limit 3)")
-			_ = open[0].conn.Close()
+			extra.ExpectErrorThenClosed("too many connections (limit 3)")
+			_ = open[0].Close()
 			eventually(t, "a slot freed", func() bool {
 				p := dial(t, addr)
-				defer p.conn.Close()
+				defer p.Close()
 				if port == "worker" {
-					_ = p.send(&protocol.WorkerRegister{WorkerID: "limited-again", Capacity: 1})
+					_ = p.Send(&protocol.WorkerRegister{WorkerID: "limited-again", Capacity: 1})
 				} else {
-					_ = p.send(&protocol.ListWorkers{})
+					_ = p.Send(&protocol.ListWorkers{})
 				}
-				m, err := p.recv()
+				m, err := p.Recv()
 				return err == nil && m.MessageType() != protocol.TypeError
 			})
 			for _, p := range open[1:] {
-				_ = p.conn.Close()
+				_ = p.Close()
 			}
 		})
 	}
@@ -315,10 +315,10 @@ func TestSeveralBridgesOneCoordinator(t *testing.T) {
 	s := setup(t)
 	other := startBridge(t, s.NC, fastBridge())
 	w := dial(t, other.WorkerAddr())
-	w.register("elsewhere", 1)
-	id := s.client().submit("SHA256", `{"text":"x"}`)
-	a := w.expectAssign(id)
-	w.mustSend(&protocol.TaskResult{WorkerID: "elsewhere", JobID: id, AttemptID: a.AttemptID, Success: true, Result: ptr("r")})
+	w.Register("elsewhere", 1)
+	id := s.client().Submit("SHA256", `{"text":"x"}`)
+	a := w.ExpectAssign(id)
+	w.MustSend(&protocol.TaskResult{WorkerID: "elsewhere", JobID: id, AttemptID: a.AttemptID, Success: true, Result: ptr("r")})
 	s.waitState(id, protocol.StateCompleted)
 	if err := other.Close(); err != nil {
 		t.Fatal(err)

@@ -11,17 +11,6 @@ import (
 	"github.com/jobbus/jobbus/coordinator"
 )
 
-// expectAssign receives the next frame, which must be a TASK_ASSIGN for job.
-func (p *peer) expectAssign(jobID string) *protocol.TaskAssign {
-	p.t.Helper()
-	m := p.mustRecv()
-	a, ok := m.(*protocol.TaskAssign)
-	if !ok || a.JobID != jobID {
-		p.t.Fatalf("got %T %+v, want TASK_ASSIGN for %s", m, m, jobID)
-	}
-	return a
-}
-
 func ptr[T any](v T) *T { return &v }
 
 func TestWorkerPort(t *testing.T) {
@@ -32,20 +21,20 @@ func TestWorkerPort(t *testing.T) {
 		s := setup(t)
 		w := s.worker("worker-1", 2) // checks WORKER_REGISTERED byte for byte
 		c := s.client()
-		id := c.submit("WORD_COUNT", `{"text":"one two three"}`)
-		a := w.expectAssign(id)
+		id := c.Submit("WORD_COUNT", `{"text":"one two three"}`)
+		a := w.ExpectAssign(id)
 		if a.AttemptNumber != 1 || a.TaskType != "WORD_COUNT" || string(a.Payload) != `{"text":"one two three"}` || a.AttemptID == "" {
 			t.Fatalf("TASK_ASSIGN %+v", a)
 		}
 		if j := s.job(id); j.State != protocol.StateRunning || j.WorkerID == nil || *j.WorkerID != "worker-1" {
 			t.Fatalf("job %+v, want RUNNING on worker-1", j)
 		}
-		w.mustSend(&protocol.TaskResult{WorkerID: "worker-1", JobID: id, AttemptID: a.AttemptID, Success: true, Result: ptr("3")})
+		w.MustSend(&protocol.TaskResult{WorkerID: "worker-1", JobID: id, AttemptID: a.AttemptID, Success: true, Result: ptr("3")})
 		j := s.waitState(id, protocol.StateCompleted)
 		if j.Result == nil || *j.Result != "3" || j.Attempts != 1 {
 			t.Fatalf("job %+v, want COMPLETED with result 3", j)
 		}
-		st, ok := c.request(&protocol.GetJobStatus{JobID: id}).(*protocol.JobStatus)
+		st, ok := c.Request(&protocol.GetJobStatus{JobID: id}).(*protocol.JobStatus)
 		if !ok || st.Job.State != protocol.StateCompleted {
 			t.Fatalf("status over the client port: %+v", st)
 		}
@@ -75,10 +64,10 @@ func TestWorkerPort(t *testing.T) {
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				p := dial(t, s.br.WorkerAddr())
-				if err := p.sendPayload([]byte(tc.payload)); err != nil {
+				if err := p.SendPayload([]byte(tc.payload)); err != nil {
 					t.Fatal(err)
 				}
-				p.expectErrorThenClosed(tc.want)
+				p.ExpectErrorThenClosed(tc.want)
 			})
 		}
 		if ws, err := s.native.Workers(t.Context()); err != nil || len(ws) != 0 {
@@ -101,14 +90,14 @@ func TestWorkerPort(t *testing.T) {
 				case <-stop:
 					return
 				case <-tick.C:
-					_ = w.send(&protocol.Heartbeat{WorkerID: "beating"})
+					_ = w.Send(&protocol.Heartbeat{WorkerID: "beating"})
 				}
 			}
 		}()
 		// A running attempt survives many heartbeat timeouts: a loss, even one the
 		// bridge repaired by registering again, would have sent it to retry.
-		id := s.client().submit("SLEEP", `{"durationMillis":600000}`)
-		a := w.expectAssign(id)
+		id := s.client().Submit("SLEEP", `{"durationMillis":600000}`)
+		a := w.ExpectAssign(id)
 		time.Sleep(5 * s.Config.HeartbeatTimeout) // the span observed, not a synchronisation
 		if j := s.job(id); j.State != protocol.StateRunning || j.Attempts != 1 || j.Error != nil {
 			t.Fatalf("job %+v, want still RUNNING its first attempt", j)
@@ -122,10 +111,10 @@ func TestWorkerPort(t *testing.T) {
 			j := s.job(id)
 			return j.Error != nil && strings.HasPrefix(*j.Error, "worker beating lost")
 		})
-		_ = w.send(&protocol.Heartbeat{WorkerID: "beating"})
+		_ = w.Send(&protocol.Heartbeat{WorkerID: "beating"})
 		eventually(t, "worker registered again", func() bool { return s.hasWorker("beating") })
-		w.mustSend(&protocol.TaskResult{WorkerID: "beating", JobID: id, AttemptID: a.AttemptID, Success: true}) // stale now
-		a2 := w.expectAssign(id)
+		w.MustSend(&protocol.TaskResult{WorkerID: "beating", JobID: id, AttemptID: a.AttemptID, Success: true}) // stale now
+		a2 := w.ExpectAssign(id)
 		if a2.AttemptNumber != 2 {
 			t.Fatalf("retry %+v", a2)
 		}
@@ -135,9 +124,9 @@ func TestWorkerPort(t *testing.T) {
 		t.Parallel()
 		s := setup(t) // heartbeat timeout 1h: only the disconnect can lose the worker
 		w := s.worker("closer", 1)
-		id := s.client().submit("SLEEP", `{"durationMillis":600000}`)
-		w.expectAssign(id)
-		_ = w.conn.Close()
+		id := s.client().Submit("SLEEP", `{"durationMillis":600000}`)
+		w.ExpectAssign(id)
+		_ = w.Close()
 		eventually(t, "job back to retry", func() bool {
 			j := s.job(id)
 			return j.Error != nil && *j.Error == "worker closer lost (connection closed)"
@@ -152,10 +141,10 @@ func TestWorkerPort(t *testing.T) {
 		t.Parallel()
 		s := setup(t)
 		w := s.worker("quick", 1)
-		id := s.client().submit("SHA256", `{"text":"x"}`)
-		a := w.expectAssign(id)
-		w.mustSend(&protocol.TaskResult{WorkerID: "quick", JobID: id, AttemptID: a.AttemptID, Success: true, Result: ptr("ok")})
-		_ = w.conn.Close() // the loss must not overtake the result
+		id := s.client().Submit("SHA256", `{"text":"x"}`)
+		a := w.ExpectAssign(id)
+		w.MustSend(&protocol.TaskResult{WorkerID: "quick", JobID: id, AttemptID: a.AttemptID, Success: true, Result: ptr("ok")})
+		_ = w.Close() // the loss must not overtake the result
 		j := s.waitState(id, protocol.StateCompleted)
 		if j.Attempts != 1 || j.Error != nil {
 			t.Fatalf("job %+v", j)
@@ -166,14 +155,14 @@ func TestWorkerPort(t *testing.T) {
 		t.Parallel()
 		s := setup(t)
 		w := s.worker("failing", 1)
-		id := s.client().submit("FAIL", `{"failUntilAttempt":2}`)
-		a := w.expectAssign(id)
-		w.mustSend(&protocol.TaskResult{WorkerID: "failing", JobID: id, AttemptID: a.AttemptID, Error: ptr("deliberate failure on attempt 1 (failing until 2)")})
-		a2 := w.expectAssign(id)
+		id := s.client().Submit("FAIL", `{"failUntilAttempt":2}`)
+		a := w.ExpectAssign(id)
+		w.MustSend(&protocol.TaskResult{WorkerID: "failing", JobID: id, AttemptID: a.AttemptID, Error: ptr("deliberate failure on attempt 1 (failing until 2)")})
+		a2 := w.ExpectAssign(id)
 		if a2.AttemptNumber != 2 || a2.AttemptID == a.AttemptID {
 			t.Fatalf("second assignment %+v", a2)
 		}
-		w.mustSend(&protocol.TaskResult{WorkerID: "failing", JobID: id, AttemptID: a2.AttemptID, Success: true, Result: ptr("succeeded on attempt 2")})
+		w.MustSend(&protocol.TaskResult{WorkerID: "failing", JobID: id, AttemptID: a2.AttemptID, Success: true, Result: ptr("succeeded on attempt 2")})
 		if j := s.waitState(id, protocol.StateCompleted); *j.Error != "deliberate failure on attempt 1 (failing until 2)" {
 			t.Fatalf("job %+v", j)
 		}
@@ -184,13 +173,13 @@ func TestWorkerPort(t *testing.T) {
 		s := setup(t)
 		w := s.worker("cancellee", 1)
 		c := s.client()
-		id := c.submit("SLEEP", `{"durationMillis":600000}`)
-		a := w.expectAssign(id)
-		jc, ok := c.request(&protocol.CancelJob{JobID: id}).(*protocol.JobCancel)
+		id := c.Submit("SLEEP", `{"durationMillis":600000}`)
+		a := w.ExpectAssign(id)
+		jc, ok := c.Request(&protocol.CancelJob{JobID: id}).(*protocol.JobCancel)
 		if !ok || !jc.Cancelled || jc.Job.State != protocol.StateCancelled {
 			t.Fatalf("JOB_CANCEL %+v", jc)
 		}
-		m := w.mustRecv()
+		m := w.MustRecv()
 		if tc, ok := m.(*protocol.TaskCancel); !ok || tc.JobID != id || tc.AttemptID != a.AttemptID {
 			t.Fatalf("got %T %+v, want TASK_CANCEL of %s/%s", m, m, id, a.AttemptID)
 		}
@@ -201,13 +190,13 @@ func TestWorkerPort(t *testing.T) {
 		s := setup(t)
 		old := s.worker("twin", 1)
 		c := s.client()
-		first := c.submit("SLEEP", `{"durationMillis":600000}`)
-		a := old.expectAssign(first)
+		first := c.Submit("SLEEP", `{"durationMillis":600000}`)
+		a := old.ExpectAssign(first)
 
 		fresh := s.worker("twin", 2)
-		old.expectClosed()
+		old.ExpectClosed()
 		// The first attempt died with the old session; the job is retried on the new one.
-		a2 := fresh.expectAssign(first)
+		a2 := fresh.ExpectAssign(first)
 		if a2.AttemptNumber != 2 || a2.AttemptID == a.AttemptID {
 			t.Fatalf("retry %+v", a2)
 		}
@@ -215,8 +204,8 @@ func TestWorkerPort(t *testing.T) {
 			t.Fatalf("job %+v", j)
 		}
 		// The old session's end did not remove the new registration.
-		second := c.submit("SHA256", `{"text":"x"}`)
-		fresh.expectAssign(second)
+		second := c.Submit("SHA256", `{"text":"x"}`)
+		fresh.ExpectAssign(second)
 		ws, err := s.native.Workers(t.Context())
 		if err != nil || len(ws) != 1 || ws[0].WorkerID != "twin" || ws[0].Capacity != 2 {
 			t.Fatalf("workers %+v (err %v), want the new twin of capacity 2", ws, err)
@@ -231,11 +220,11 @@ func TestWorkerPort(t *testing.T) {
 		if s.hasWorker("survivor") {
 			t.Fatal("a new coordinator knows the worker already")
 		}
-		_ = w.send(&protocol.Heartbeat{WorkerID: "survivor"})
+		_ = w.Send(&protocol.Heartbeat{WorkerID: "survivor"})
 		eventually(t, "worker registered again", func() bool { return s.hasWorker("survivor") })
-		id := s.client().submit("SHA256", `{"text":"x"}`)
-		a := w.expectAssign(id) // on the same connection, with no second WORKER_REGISTERED
-		w.mustSend(&protocol.TaskResult{WorkerID: "survivor", JobID: id, AttemptID: a.AttemptID, Success: true, Result: ptr("r")})
+		id := s.client().Submit("SHA256", `{"text":"x"}`)
+		a := w.ExpectAssign(id) // on the same connection, with no second WORKER_REGISTERED
+		w.MustSend(&protocol.TaskResult{WorkerID: "survivor", JobID: id, AttemptID: a.AttemptID, Success: true, Result: ptr("r")})
 		s.waitState(id, protocol.StateCompleted)
 	})
 
@@ -255,10 +244,10 @@ func TestWorkerPort(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				id := "after-" + tc.name
 				w := s.worker(id, 1)
-				if err := w.sendPayload([]byte(tc.payload)); err != nil {
+				if err := w.SendPayload([]byte(tc.payload)); err != nil {
 					t.Fatal(err)
 				}
-				w.expectErrorThenClosed(tc.want)
+				w.ExpectErrorThenClosed(tc.want)
 				eventually(t, "worker lost", func() bool { return !s.hasWorker(id) })
 			})
 		}
@@ -268,8 +257,8 @@ func TestWorkerPort(t *testing.T) {
 		t.Parallel()
 		s := setup(t, noCoordinator())
 		p := dial(t, s.br.WorkerAddr())
-		p.mustSend(&protocol.WorkerRegister{WorkerID: "lonely", Capacity: 1})
-		p.expectErrorThenClosed("coordinator unavailable: no coordinator is serving worker.register")
+		p.MustSend(&protocol.WorkerRegister{WorkerID: "lonely", Capacity: 1})
+		p.ExpectErrorThenClosed("coordinator unavailable: no coordinator is serving worker.register")
 	})
 
 	t.Run("TaskTypesAreNotATCPWorkersToSend", func(t *testing.T) {
@@ -277,11 +266,11 @@ func TestWorkerPort(t *testing.T) {
 		s := setup(t)
 		w := dial(t, s.br.WorkerAddr())
 		reg, _ := json.Marshal(map[string]any{"type": "WORKER_REGISTER", "workerId": "picky", "capacity": 1, "taskTypes": []string{"RESIZE"}})
-		if err := w.sendPayload(reg); err != nil {
+		if err := w.SendPayload(reg); err != nil {
 			t.Fatal(err)
 		}
-		w.mustRecv()
-		id := s.client().submit("SHA256", `{"text":"x"}`)
-		w.expectAssign(id) // registered for the five built-ins, not for RESIZE only
+		w.MustRecv()
+		id := s.client().Submit("SHA256", `{"text":"x"}`)
+		w.ExpectAssign(id) // registered for the five built-ins, not for RESIZE only
 	})
 }
