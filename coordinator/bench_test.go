@@ -23,7 +23,7 @@ import (
 func BenchmarkThroughput(b *testing.B) {
 	s := setupBench(b)
 	for range 4 {
-		s.startWorkerB(b, worker.WithCapacity(64))
+		startWorkerB(s, b, worker.WithCapacity(64))
 	}
 	ctx := context.Background()
 	b.ResetTimer()
@@ -35,7 +35,7 @@ func BenchmarkThroughput(b *testing.B) {
 		go func() {
 			defer wg.Done()
 			for next.Add(1) <= int64(b.N) {
-				if _, err := s.client.Submit(ctx, "SHA256", text("x")); err != nil {
+				if _, err := s.Client.Submit(ctx, "SHA256", text("x")); err != nil {
 					b.Error(err)
 					return
 				}
@@ -45,7 +45,7 @@ func BenchmarkThroughput(b *testing.B) {
 	wg.Wait()
 	testkit.Eventually(b, 5*time.Minute, "all jobs done", func() bool {
 		for _, st := range []protocol.State{protocol.StateQueued, protocol.StateRunning, protocol.StateRetryWait} {
-			page, err := s.client.List(ctx, protocol.ListJobs{State: &st, Limit: 1})
+			page, err := s.Client.List(ctx, protocol.ListJobs{State: &st, Limit: 1})
 			if err != nil || len(page.Jobs) > 0 {
 				return false
 			}
@@ -60,20 +60,20 @@ func BenchmarkThroughput(b *testing.B) {
 // submission to the worker receiving its TASK_ASSIGN, and reports p50 and p99.
 func BenchmarkSubmitToAssign(b *testing.B) {
 	s := setupBench(b)
-	m := s.manualWorker("probe", 1)
+	m := s.ManualWorker("probe", 1)
 	ctx := context.Background()
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for range b.N {
 		start := time.Now()
 		go func() {
-			if _, err := s.client.Submit(ctx, "SHA256", text("x")); err != nil {
+			if _, err := s.Client.Submit(ctx, "SHA256", text("x")); err != nil {
 				b.Error(err)
 			}
 		}()
-		a := s.nextAssign(m)
+		a := s.NextAssign(m)
 		lat = append(lat, time.Since(start))
-		s.accept(m, a, true, "ok")
+		s.Accept(m, a, true, "ok")
 	}
 	b.StopTimer()
 	slices.Sort(lat)
@@ -82,11 +82,11 @@ func BenchmarkSubmitToAssign(b *testing.B) {
 }
 
 func setupBench(b *testing.B) *system {
-	s := setupTB(b, transports[0], func(c *coordinator.Config) { c.MaxActiveJobs = 1 << 30; c.HeartbeatTimeout = time.Minute })
+	s := setup(b, func(c *coordinator.Config) { c.MaxActiveJobs = 1 << 30; c.HeartbeatTimeout = time.Minute })
 	return s
 }
 
-func (s *system) startWorkerB(b *testing.B, opts ...worker.Option) {
+func startWorkerB(s *system, b *testing.B, opts ...worker.Option) {
 	w, _ := s.StartNativeWorker(b, opts...)
-	testkit.Eventually(b, 10*time.Second, fmt.Sprintf("worker %s registered", w.ID()), func() bool { return s.hasWorker(w.ID()) })
+	testkit.Eventually(b, 10*time.Second, fmt.Sprintf("worker %s registered", w.ID()), func() bool { return s.HasWorker(w.ID()) })
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
+	"github.com/jobbus/jobbus/internal/jobbustest/suite"
 )
 
 // TestFencedByForeignWrite shows invariant 3: when someone else writes a job record the
@@ -19,16 +20,16 @@ import (
 // foreign record survives, and the coordinator stops changing state.
 func TestFencedByForeignWrite(t *testing.T) {
 	t.Parallel()
-	s := setup(t, transports[0])
+	s := setup(t)
 	ctx := context.Background()
-	m := s.manualWorker("w", 1)
-	id := s.submit("SHA256", text("x"))
-	a := s.nextAssign(m)
+	m := s.ManualWorker("w", 1)
+	id := s.Submit("SHA256", text("x"))
+	a := s.NextAssign(m)
 
-	kv, foreign := s.cancelBehindItsBack(id)
+	kv, foreign := cancelBehindItsBack(t, s, id)
 
 	// The coordinator's write of COMPLETED must fail, and the result not be acknowledged.
-	ack, err := bus.Ask[protocol.ResultAck](ctx, m.(*busPeer).node, coordinatorAddr, protocol.PathResult, result("w", a, true, "mine"))
+	ack, err := bus.Ask[protocol.ResultAck](ctx, m.(*suite.BusPeer).Node(), coordinatorAddr, protocol.PathResult, suite.Result("w", a, true, "mine"))
 	if err == nil && ack.Accepted {
 		t.Fatal("a result was acknowledged although its write could not be stored")
 	}
@@ -38,32 +39,32 @@ func TestFencedByForeignWrite(t *testing.T) {
 		t.Fatalf("the foreign write was overwritten:\n%s", after.Value())
 	}
 	// It no longer serves: requests get its refusal or, once its service is withdrawn, no answer.
-	s.eventually("the fenced coordinator withdrawn", func() bool {
-		_, err := s.client.Submit(ctx, "SHA256", text("y"))
+	s.Eventually("the fenced coordinator withdrawn", func() bool {
+		_, err := s.Client.Submit(ctx, "SHA256", text("y"))
 		return errors.Is(err, client.ErrNoCoordinator)
 	})
 	// The service's endpoints go one by one; none answers with the state it never stored.
-	if j, err := s.client.Status(ctx, id); !errors.Is(err, client.ErrNoCoordinator) && !strings.Contains(fmt.Sprint(err), "not serving") {
+	if j, err := s.Client.Status(ctx, id); !errors.Is(err, client.ErrNoCoordinator) && !strings.Contains(fmt.Sprint(err), "not serving") {
 		t.Fatalf("status from a fenced coordinator: %+v %v", j, err)
 	}
 }
 
 // cancelBehindItsBack waits for job id's RUNNING record and rewrites it CANCELLED in
 // KV, as another coordinator would, returning the bucket and the record written.
-func (s *system) cancelBehindItsBack(id string) (jetstream.KeyValue, string) {
-	s.t.Helper()
+func cancelBehindItsBack(t *testing.T, s *system, id string) (jetstream.KeyValue, string) {
+	t.Helper()
 	ctx := context.Background()
 	js, err := jetstream.New(s.NC)
-	must(s.t, err)
+	must(t, err)
 	kv, err := js.KeyValue(ctx, protocol.JobsBucket)
-	must(s.t, err)
+	must(t, err)
 	var entry jetstream.KeyValueEntry
-	s.eventually("the RUNNING record stored", func() bool {
+	s.Eventually("the RUNNING record stored", func() bool {
 		entry, err = kv.Get(ctx, id)
 		return err == nil && strings.Contains(string(entry.Value()), `"state":"RUNNING"`)
 	})
 	foreign := strings.Replace(string(entry.Value()), `"state":"RUNNING"`, `"state":"CANCELLED"`, 1)
 	_, err = kv.Update(ctx, id, []byte(foreign), entry.Revision())
-	must(s.t, err)
+	must(t, err)
 	return kv, foreign
 }

@@ -14,13 +14,14 @@ import (
 	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/coordinator"
+	"github.com/jobbus/jobbus/internal/jobbustest/suite"
 )
 
 // TestStandbyTakesOver runs two campaigning coordinators: one leads, the other waits,
 // and takes over with the jobs when the leader stops.
 func TestStandbyTakesOver(t *testing.T) {
 	t.Parallel()
-	s := setup(t, transports[0])
+	s := setup(t)
 	_ = s.Coordinator.Close() // the campaigners below replace the plain coordinator
 
 	cfg := s.Config
@@ -51,17 +52,17 @@ func TestStandbyTakesOver(t *testing.T) {
 		return leaders[1], leaders[2]
 	}
 	stop1 := run(1)
-	s.eventually("coordinator 1 leads", func() bool { a, _ := led(); return a == 1 })
+	s.Eventually("coordinator 1 leads", func() bool { a, _ := led(); return a == 1 })
 	run(2)
-	id := s.submit("SHA256", text("before failover"))
+	id := s.Submit("SHA256", text("before failover"))
 	time.Sleep(2 * cfg.LeaderLease) // the standby must keep standing by while the leader renews
 	if a, b := led(); a != 1 || b != 0 {
 		t.Fatalf("leadership while 1 is alive: %d, %d", a, b)
 	}
 	stop1()
-	s.eventually("coordinator 2 leads", func() bool { _, b := led(); return b == 1 })
-	s.startWorker(2)
-	if j := s.wait(id); j.State != protocol.StateCompleted {
+	s.Eventually("coordinator 2 leads", func() bool { _, b := led(); return b == 1 })
+	s.StartWorker(2)
+	if j := s.Wait(id); j.State != protocol.StateCompleted {
 		t.Fatalf("job submitted to the old leader: %+v", j)
 	}
 }
@@ -70,7 +71,7 @@ func TestStandbyTakesOver(t *testing.T) {
 // lease up (a crash) blocks the standby for at most the lease, not forever.
 func TestLeaseOfACrashedLeaderExpires(t *testing.T) {
 	t.Parallel()
-	s := setup(t, transports[0])
+	s := setup(t)
 	_ = s.Coordinator.Close()
 	cfg := s.Config
 	cfg.LeaderLease = 500 * time.Millisecond
@@ -102,9 +103,9 @@ func TestLeaseOfACrashedLeaderExpires(t *testing.T) {
 	case <-time.After(20 * cfg.LeaderLease):
 		t.Fatal("the standby never took over from a crashed leader")
 	}
-	id := s.submit("SHA256", text("after the crash"))
-	s.startWorker(1)
-	if j := s.wait(id); j.State != protocol.StateCompleted {
+	id := s.Submit("SHA256", text("after the crash"))
+	s.StartWorker(1)
+	if j := s.Wait(id); j.State != protocol.StateCompleted {
 		t.Fatalf("job %+v", j)
 	}
 }
@@ -113,7 +114,7 @@ func TestLeaseOfACrashedLeaderExpires(t *testing.T) {
 // the coordinator that leads next serves the stored state, the foreign write included.
 func TestFencedLeaderStepsDown(t *testing.T) {
 	t.Parallel()
-	s := setup(t, transports[0])
+	s := setup(t)
 	_ = s.Coordinator.Close()
 	cfg := s.Config
 	cfg.LeaderLease = time.Hour // only stepping down can hand the lease on in time
@@ -121,19 +122,19 @@ func TestFencedLeaderStepsDown(t *testing.T) {
 	leaders := campaign(t, s, cfg)
 	first := recv(t, "the first leader", leaders)
 
-	m := s.manualWorker("w", 1)
-	id := s.submit("SHA256", text("x"))
-	a := s.nextAssign(m)
-	s.cancelBehindItsBack(id)
+	m := s.ManualWorker("w", 1)
+	id := s.Submit("SHA256", text("x"))
+	a := s.NextAssign(m)
+	cancelBehindItsBack(t, s, id)
 	// Its write of the result fails the CAS: the leader is fenced.
-	_, _ = bus.Ask[protocol.ResultAck](ctx, m.(*busPeer).node, coordinatorAddr, protocol.PathResult, result("w", a, true, "mine"))
+	_, _ = bus.Ask[protocol.ResultAck](ctx, m.(*suite.BusPeer).Node(), coordinatorAddr, protocol.PathResult, suite.Result("w", a, true, "mine"))
 
 	recv(t, "the leader fenced", first.Fenced())
 	if next := recv(t, "a new leader", leaders); next == first {
 		t.Fatal("the fenced coordinator leads again")
 	}
-	s.eventually("the stored state served", func() bool {
-		j, err := s.client.Status(ctx, id)
+	s.Eventually("the stored state served", func() bool {
+		j, err := s.Client.Status(ctx, id)
 		return err == nil && j.State == protocol.StateCancelled
 	})
 }
@@ -160,13 +161,13 @@ func TestLeaderRidesOutAMissedRenewal(t *testing.T) {
 	}
 	limit(1)
 	// Retried ("lease renewal failed; retrying") or, before this rule, given up ("renew lease: ...").
-	s.eventually("a renewal failed", func() bool { return strings.Contains(logs.String(), "renew") })
+	s.Eventually("a renewal failed", func() bool { return strings.Contains(logs.String(), "renew") })
 	limit(-1)
 	kv, err := js.KeyValue(ctx, protocol.LeaderBucket)
 	must(t, err)
 	before, err := kv.Get(ctx, "coordinator")
 	must(t, err)
-	s.eventually("the lease renewed again", func() bool {
+	s.Eventually("the lease renewed again", func() bool {
 		e, err := kv.Get(ctx, "coordinator")
 		return err == nil && e.Revision() > before.Revision()
 	})
@@ -182,7 +183,7 @@ func TestLeaderRidesOutAMissedRenewal(t *testing.T) {
 	// Failing for half a lease steps down; once the lease expires, a leader campaigns
 	// its way back.
 	limit(1)
-	s.eventually("leadership given up", func() bool { return strings.Contains(logs.String(), "lost leadership") })
+	s.Eventually("leadership given up", func() bool { return strings.Contains(logs.String(), "lost leadership") })
 	limit(-1)
 	recv(t, "a leader after the lease expired", leaders)
 }
@@ -204,7 +205,7 @@ func TestLeaderKeepsALeaseWhoseRenewalAckWasLost(t *testing.T) {
 	leader := string(e.Value())
 	lost, err := kv.Put(ctx, "coordinator", e.Value()) // the renewal whose ack never came
 	must(t, err)
-	s.eventually("the lease renewed past the lost renewal", func() bool {
+	s.Eventually("the lease renewed past the lost renewal", func() bool {
 		e, err := kv.Get(ctx, "coordinator")
 		return err == nil && e.Revision() > lost && string(e.Value()) == leader
 	})
@@ -215,7 +216,7 @@ func TestLeaderKeepsALeaseWhoseRenewalAckWasLost(t *testing.T) {
 	// A lease that names another coordinator is lost at once.
 	_, err = kv.Put(ctx, "coordinator", []byte("someone-else"))
 	must(t, err)
-	s.eventually("leadership given up", func() bool { return strings.Contains(logs.String(), "lease lost to another coordinator") })
+	s.Eventually("leadership given up", func() bool { return strings.Contains(logs.String(), "lease lost to another coordinator") })
 }
 
 // lockedBuffer is a bytes.Buffer safe for a logger and a test to share.
@@ -239,7 +240,7 @@ func (l *lockedBuffer) String() string {
 // leading starts a campaigning coordinator with a 3 s lease (renewed every second: slow
 // enough for a loaded machine), logging into logs, and waits until it leads.
 func leading(t *testing.T) (s *system, logs *lockedBuffer, leaders <-chan *coordinator.Coordinator) {
-	s = setup(t, transports[0])
+	s = setup(t)
 	_ = s.Coordinator.Close()
 	cfg := s.Config
 	cfg.LeaderLease = 3 * time.Second
@@ -288,7 +289,7 @@ func TestRestartedLeaderTakesItsLeaseBack(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			s := setup(t, transports[0])
+			s := setup(t)
 			_ = s.Coordinator.Close()
 			cfg := s.Config
 			cfg.ID = "coordinator-a"
@@ -325,9 +326,9 @@ func TestRestartedLeaderTakesItsLeaseBack(t *testing.T) {
 			case <-time.After(15 * time.Second):
 				t.Fatal("a restarted coordinator did not take its own lease back")
 			}
-			id := s.submit("SHA256", text("after the restart"))
-			s.startWorker(1)
-			if j := s.wait(id); j.State != protocol.StateCompleted {
+			id := s.Submit("SHA256", text("after the restart"))
+			s.StartWorker(1)
+			if j := s.Wait(id); j.State != protocol.StateCompleted {
 				t.Fatalf("job %+v", j)
 			}
 		})

@@ -18,17 +18,17 @@ func withRetention(d time.Duration) func(*coordinator.Config) {
 }
 
 // gone reports whether the coordinator answers Unknown job for id.
-func (s *system) gone(id string) bool {
-	_, err := s.client.Status(context.Background(), id)
+func gone(s *system, id string) bool {
+	_, err := s.Client.Status(context.Background(), id)
 	if err != nil && !strings.Contains(err.Error(), "Unknown job: "+id) {
-		s.t.Fatalf("status %s: %v", id, err)
+		s.T().Fatalf("status %s: %v", id, err)
 	}
 	return err != nil
 }
 
 // listed reports whether a full list shows id.
-func (s *system) listed(id string) bool {
-	for _, j := range s.listAll(protocol.ListJobs{Limit: 3}) {
+func listed(s *system, id string) bool {
+	for _, j := range listAll(s, protocol.ListJobs{Limit: 3}) {
 		if j.JobID == id {
 			return true
 		}
@@ -37,13 +37,13 @@ func (s *system) listed(id string) bool {
 }
 
 // listAll pages through the list with req's limit.
-func (s *system) listAll(req protocol.ListJobs) []protocol.Job {
-	s.t.Helper()
+func listAll(s *system, req protocol.ListJobs) []protocol.Job {
+	s.T().Helper()
 	var all []protocol.Job
 	for {
-		page, err := s.client.List(context.Background(), req)
+		page, err := s.Client.List(context.Background(), req)
 		if err != nil {
-			s.t.Fatal(err)
+			s.T().Fatal(err)
 		}
 		all = append(all, page.Jobs...)
 		if page.NextCursor == "" {
@@ -63,16 +63,16 @@ func TestFinishedJobsExpire(t *testing.T) {
 		want   protocol.State
 	}{
 		{"Completed", func(s *system, key string) string {
-			return s.submit("SHA256", text("done"), client.IdempotencyKey(key))
+			return s.Submit("SHA256", text("done"), client.IdempotencyKey(key))
 		}, protocol.StateCompleted},
 		{"Failed", func(s *system, key string) string {
-			return s.submit("FAIL", map[string]int{"failUntilAttempt": 5}, client.IdempotencyKey(key), client.MaxAttempts(1))
+			return s.Submit("FAIL", map[string]int{"failUntilAttempt": 5}, client.IdempotencyKey(key), client.MaxAttempts(1))
 		}, protocol.StateFailed},
 		{"Cancelled", func(s *system, key string) string {
-			id := s.submit("SLEEP", map[string]int{"durationMillis": 600_000}, client.IdempotencyKey(key))
-			s.waitState(id, protocol.StateRunning)
-			if ok, _, err := s.client.Cancel(context.Background(), id); err != nil || !ok {
-				s.t.Fatalf("cancel: %v %v", ok, err)
+			id := s.Submit("SLEEP", map[string]int{"durationMillis": 600_000}, client.IdempotencyKey(key))
+			s.WaitState(id, protocol.StateRunning)
+			if ok, _, err := s.Client.Cancel(context.Background(), id); err != nil || !ok {
+				s.T().Fatalf("cancel: %v %v", ok, err)
 			}
 			return id
 		}, protocol.StateCancelled},
@@ -80,31 +80,31 @@ func TestFinishedJobsExpire(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			s := setup(t, transports[0], withRetention(time.Second))
-			s.startWorker(2)
-			active := s.submit("SLEEP", map[string]int{"durationMillis": 600_000}, client.Priority(protocol.PriorityLow))
+			s := setup(t, withRetention(time.Second))
+			s.StartWorker(2)
+			active := s.Submit("SLEEP", map[string]int{"durationMillis": 600_000}, client.Priority(protocol.PriorityLow))
 			id := tt.finish(s, "key-"+tt.name)
-			if j := s.wait(id); j.State != tt.want {
+			if j := s.Wait(id); j.State != tt.want {
 				t.Fatalf("job %+v, want %s", j, tt.want)
 			}
-			if !s.listed(id) {
+			if !listed(s, id) {
 				t.Fatal("a finished job within its retention is not listed")
 			}
-			s.eventually("the finished job expired", func() bool { return s.gone(id) })
-			if s.listed(id) {
+			s.Eventually("the finished job expired", func() bool { return gone(s, id) })
+			if listed(s, id) {
 				t.Fatal("an expired job is still listed")
 			}
-			if ok, _, err := s.client.Cancel(context.Background(), id); ok || err == nil || !strings.Contains(err.Error(), "Unknown job") {
+			if ok, _, err := s.Client.Cancel(context.Background(), id); ok || err == nil || !strings.Contains(err.Error(), "Unknown job") {
 				t.Fatalf("cancel of an expired job: %v %v", ok, err)
 			}
-			again := s.submit("SHA256", text("another submission"), client.IdempotencyKey("key-"+tt.name))
+			again := s.Submit("SHA256", text("another submission"), client.IdempotencyKey("key-"+tt.name))
 			if again == id {
 				t.Fatal("the expired job's idempotency key still names it")
 			}
-			if j := s.wait(again); j.State != protocol.StateCompleted {
+			if j := s.Wait(again); j.State != protocol.StateCompleted {
 				t.Fatalf("job submitted with the freed key: %+v", j)
 			}
-			if j := s.status(active); !j.State.Active() {
+			if j := s.Status(active); !j.State.Active() {
 				t.Fatalf("an active job changed: %+v", j)
 			}
 		})
@@ -115,25 +115,25 @@ func TestFinishedJobsExpire(t *testing.T) {
 // and its idempotency key from its record while retained, and across a restart.
 func TestFinishedJobsAreReadFromKV(t *testing.T) {
 	t.Parallel()
-	s := setup(t, transports[0])
-	s.startWorker(2)
-	id := s.submit("SHA256", text("kept"), client.IdempotencyKey("kept"))
-	done := s.wait(id)
+	s := setup(t)
+	s.StartWorker(2)
+	id := s.Submit("SHA256", text("kept"), client.IdempotencyKey("kept"))
+	done := s.Wait(id)
 	for restart := range 2 {
-		if j := s.status(id); j.State != protocol.StateCompleted || *j.Result != *done.Result {
+		if j := s.Status(id); j.State != protocol.StateCompleted || *j.Result != *done.Result {
 			t.Fatalf("restart %d: status %+v", restart, j)
 		}
-		if ok, j, err := s.client.Cancel(context.Background(), id); ok || err != nil || j.State != protocol.StateCompleted {
+		if ok, j, err := s.Client.Cancel(context.Background(), id); ok || err != nil || j.State != protocol.StateCompleted {
 			t.Fatalf("restart %d: cancel of a finished job: %v %+v %v", restart, ok, j, err)
 		}
-		if again := s.submit("SHA256", text("kept"), client.IdempotencyKey("kept")); again != id {
+		if again := s.Submit("SHA256", text("kept"), client.IdempotencyKey("kept")); again != id {
 			t.Fatalf("restart %d: the same submission got %s, want %s", restart, again, id)
 		}
-		_, err := s.client.Submit(context.Background(), "SHA256", text("other"), client.IdempotencyKey("kept"))
+		_, err := s.Client.Submit(context.Background(), "SHA256", text("other"), client.IdempotencyKey("kept"))
 		if err == nil || !strings.Contains(err.Error(), "already bound") {
 			t.Fatalf("restart %d: another submission with the key: %v", restart, err)
 		}
-		if !s.listed(id) {
+		if !listed(s, id) {
 			t.Fatalf("restart %d: not listed", restart)
 		}
 		s.RestartCoordinator(t)
@@ -145,30 +145,30 @@ func TestFinishedJobsAreReadFromKV(t *testing.T) {
 // the sequence growing.
 func TestListPagesAcrossExpiredJobs(t *testing.T) {
 	t.Parallel()
-	s := setup(t, transports[0], withRetention(time.Second))
-	s.startWorker(4)
+	s := setup(t, withRetention(time.Second))
+	s.StartWorker(4)
 	var old []string
 	for range 5 {
-		old = append(old, s.submit("SHA256", text("old")))
+		old = append(old, s.Submit("SHA256", text("old")))
 	}
 	for _, id := range old {
-		s.wait(id)
+		s.Wait(id)
 	}
-	s.eventually("the old jobs expired", func() bool { return s.gone(old[len(old)-1]) })
+	s.Eventually("the old jobs expired", func() bool { return gone(s, old[len(old)-1]) })
 	s.RestartCoordinator(t, withRetention(time.Hour))
-	s.startWorker(4)
+	s.StartWorker(4)
 	var kept []string
 	for i := range 7 {
 		if i%2 == 0 {
-			kept = append(kept, s.submit("SHA256", text("kept")))
+			kept = append(kept, s.Submit("SHA256", text("kept")))
 		} else {
-			kept = append(kept, s.submit("SLEEP", map[string]int{"durationMillis": 600_000}, client.Priority(protocol.PriorityLow)))
+			kept = append(kept, s.Submit("SLEEP", map[string]int{"durationMillis": 600_000}, client.Priority(protocol.PriorityLow)))
 		}
 	}
 	for i := 0; i < len(kept); i += 2 {
-		s.wait(kept[i])
+		s.Wait(kept[i])
 	}
-	all := s.listAll(protocol.ListJobs{Limit: 2})
+	all := listAll(s, protocol.ListJobs{Limit: 2})
 	if len(all) != len(kept) {
 		t.Fatalf("listed %d jobs, want the %d kept: %+v", len(all), len(kept), all)
 	}
@@ -178,7 +178,7 @@ func TestListPagesAcrossExpiredJobs(t *testing.T) {
 		}
 	}
 	for _, id := range old {
-		if !s.gone(id) {
+		if !gone(s, id) {
 			t.Fatalf("expired job %s came back after the restart", id)
 		}
 	}
