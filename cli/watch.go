@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os/signal"
@@ -117,110 +116,35 @@ func emit(ctx context.Context, events chan<- watchEvent, ev watchEvent) bool {
 	}
 }
 
-// jobTracker passes on a job only when what watch shows of it changed: its state,
-// attempts or worker. Records rewritten for other reasons, and polls that find
-// nothing new, print nothing.
-type jobTracker map[string]string
-
-func (t jobTracker) changed(j protocol.Job) bool {
-	key := fmt.Sprintf("%s/%d/%s", j.State, j.Attempts, orDash(j.WorkerID))
-	if t[j.JobID] == key {
-		return false
-	}
-	t[j.JobID] = key
-	return true
-}
-
-// jobSource is where job changes come from: the KV watch natively, list polls over TCP.
+// jobSource is where job changes come from: the Go client's Watch, which follows the
+// KV bucket natively and polls the job list over TCP.
 func jobSource(ctx context.Context, s *session, interval time.Duration) (func(context.Context, chan<- watchEvent), error) {
-	if s.nc == nil {
-		return pollJobs(ctx, s.cl, interval)
-	}
-	js, err := jetstream.New(s.nc)
-	if err != nil {
-		return nil, err
-	}
-	kv, err := js.KeyValue(ctx, protocol.JobsBucket)
+	jobs, err := s.cl.Watch(ctx, client.WatchPollInterval(interval))
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, fmt.Errorf("no job bucket %s on %s: no jobbus coordinator has run there (is `jobbus serve` running?)", protocol.JobsBucket, s.target)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open bucket %s on %s: %w", protocol.JobsBucket, s.target, err)
-	}
-	w, err := kv.WatchAll(ctx, jetstream.UpdatesOnly())
-	if err != nil {
-		return nil, fmt.Errorf("watch bucket %s: %w", protocol.JobsBucket, err)
+		return nil, fmt.Errorf("%w (on %s)", err, s.target)
 	}
 	return func(ctx context.Context, events chan<- watchEvent) {
-		defer func() { _ = w.Stop() }()
-		seen := jobTracker{}
-		for {
-			select {
-			case <-ctx.Done():
+		for ev := range jobs {
+			if !emit(ctx, events, jobEvent(ev)) {
 				return
-			case e, ok := <-w.Updates():
-				if !ok {
-					emit(ctx, events, watchEvent{err: fmt.Errorf("watch of bucket %s ended", protocol.JobsBucket)})
-					return
-				}
-				if ev, ok := kvEvent(e, seen); ok && !emit(ctx, events, ev) {
-					return
-				}
 			}
 		}
 	}, nil
 }
 
-// kvEvent turns a KV entry (nil marks the end of the initial values) into an event.
-func kvEvent(e jetstream.KeyValueEntry, seen jobTracker) (watchEvent, bool) {
-	if e == nil {
-		return watchEvent{}, false
+// jobEvent is the line of watch for a change the client saw.
+func jobEvent(ev client.JobEvent) watchEvent {
+	switch {
+	case ev.Err != nil:
+		return watchEvent{err: ev.Err}
+	case ev.Type == client.JobRemoved:
+		return watchEvent{Event: "job_removed", AtMillis: ev.At.UnixMilli(), JobID: ev.Job.JobID}
 	}
-	at := e.Created().UnixMilli()
-	if op := e.Operation(); op == jetstream.KeyValueDelete || op == jetstream.KeyValuePurge {
-		delete(seen, e.Key())
-		return watchEvent{Event: "job_removed", AtMillis: at, JobID: e.Key()}, true
-	}
-	j, err := recordSnapshot(e.Value())
-	if err != nil || !seen.changed(j) {
-		return watchEvent{}, false
-	}
-	return watchEvent{Event: "job", AtMillis: at, Job: &j}, true
-}
-
-// recordSnapshot decodes a job record of the JOBS bucket (protocol.Record, the
-// schema the coordinator publishes) into the snapshot it shows.
-func recordSnapshot(data []byte) (protocol.Job, error) {
-	var r protocol.Record
-	if err := json.Unmarshal(data, &r); err != nil {
-		return protocol.Job{}, err
-	}
-	return r.Snapshot(), nil
-}
-
-// pollJobs lists every job each interval and passes on the changes; the first list is
-// the baseline and prints nothing.
-func pollJobs(ctx context.Context, cl *client.Client, interval time.Duration) (func(context.Context, chan<- watchEvent), error) {
-	seen := jobTracker{}
-	jobs, err := allJobs(ctx, cl)
-	if err != nil {
-		return nil, err
-	}
-	for _, j := range jobs {
-		seen.changed(j)
-	}
-	return poll(interval, func(ctx context.Context, events chan<- watchEvent) bool {
-		jobs, err := allJobs(ctx, cl)
-		if err != nil {
-			return true // a coordinator restarting; the next poll tells
-		}
-		for _, j := range slices.Backward(jobs) { // oldest first
-			if seen.changed(j) && !emit(ctx, events, watchEvent{Event: "job", Job: &j}) {
-				return false
-			}
-		}
-		return true
-	}), nil
+	j := ev.Job
+	return watchEvent{Event: "job", AtMillis: ev.At.UnixMilli(), Job: &j}
 }
 
 // poll makes a source that runs tick each interval until ctx ends or tick reports
@@ -239,22 +163,6 @@ func poll(interval time.Duration, tick func(context.Context, chan<- watchEvent) 
 				return
 			}
 		}
-	}
-}
-
-func allJobs(ctx context.Context, cl *client.Client) ([]protocol.Job, error) {
-	req := protocol.ListJobs{Limit: 1000}
-	var jobs []protocol.Job
-	for {
-		page, err := cl.List(ctx, req)
-		if err != nil {
-			return nil, err
-		}
-		jobs = append(jobs, page.Jobs...)
-		if page.NextCursor == "" {
-			return jobs, nil
-		}
-		req.Cursor = page.NextCursor
 	}
 }
 

@@ -1,5 +1,5 @@
 // Package client is the Go client of jobbus for native users: submit, status, list,
-// cancel and wait, over NATS, speaking the client-port JSON of PROTOCOL.md to the
+// cancel, wait and watch, over NATS, speaking the client-port JSON of PROTOCOL.md to the
 // coordinator's `jobbus` micro service.
 //
 //	c := client.New(nc)

@@ -276,3 +276,32 @@ func ExampleWithSubmitRetries() {
 	fmt.Println("rejected:", rejected, "failed:", failed)
 	// Output: rejected: 0 failed: 0
 }
+
+// Watch reports jobs as they change: natively from the coordinator's job records in
+// JetStream KV, over DialTCP by polling the job list.
+func ExampleClient_Watch() {
+	nc, _, stop := startJobbus()
+	defer stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	c := client.New(nc)
+	events, err := c.Watch(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	id, err := c.Submit(ctx, "WORD_COUNT", map[string]any{"text": "to be or not to be"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for ev := range events {
+		if ev.Err != nil {
+			log.Fatal(ev.Err)
+		}
+		if ev.Job.JobID == id && ev.Job.State.Terminal() {
+			fmt.Println(ev.Type, ev.Job.State, *ev.Job.Result)
+			break
+		}
+	}
+	// Output: changed COMPLETED 6
+}

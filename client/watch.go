@@ -1,0 +1,243 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+)
+
+// JobEventType says what a JobEvent reports.
+type JobEventType int
+
+const (
+	// JobChanged: a job appeared, or what a user sees of it changed: its state, its
+	// attempts or its worker.
+	JobChanged JobEventType = iota + 1
+	// JobRemoved: a job's record was deleted or purged from the bucket. Only a native
+	// watch sees removals; polling cannot tell one from a job it has not listed.
+	JobRemoved
+)
+
+func (t JobEventType) String() string {
+	switch t {
+	case JobChanged:
+		return "changed"
+	case JobRemoved:
+		return "removed"
+	}
+	return fmt.Sprintf("JobEventType(%d)", int(t))
+}
+
+// JobEvent is one change Watch saw.
+type JobEvent struct {
+	Type JobEventType
+	// Job is the job's snapshot as Status returns it; for JobRemoved only JobID is set.
+	Job protocol.Job
+	// At is when the change was stored (natively) or seen (polling).
+	At time.Time
+	// Err is set on the last event, and only there, when the watch failed rather than
+	// ended with its context.
+	Err error
+}
+
+// WatchOption configures Watch.
+type WatchOption func(*watchOptions)
+
+type watchOptions struct {
+	interval time.Duration
+}
+
+// WatchPollInterval is how often a watch that polls lists the jobs (default 1s).
+// A native watch does not poll.
+func WatchPollInterval(d time.Duration) WatchOption {
+	return func(o *watchOptions) { o.interval = d }
+}
+
+// Watch reports the changes of every job from now on, until ctx ends or the watch
+// fails (its last event then carries Err); then the channel closes. When Watch
+// returns, the watch is in place: a change made afterwards is seen.
+//
+// On a NATS connection (New) it follows the coordinator's job records in the JOBS
+// bucket of JetStream KV (protocol.JobsBucket, schema protocol.Record); over any other
+// transport (DialTCP) it lists the jobs every WatchPollInterval. Either way an event
+// comes only when what a user sees of a job changed (its state, attempts or worker):
+// a record rewritten for another reason, or a poll that finds nothing new, reports
+// nothing. A poll sees only the states a job is in when it looks, so a quick job may
+// go from QUEUED to COMPLETED in one event.
+//
+// The caller must receive until the channel closes or cancel ctx.
+func (c *Client) Watch(ctx context.Context, opts ...WatchOption) (<-chan JobEvent, error) {
+	o := watchOptions{interval: time.Second}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.interval <= 0 {
+		return nil, fmt.Errorf("watch jobs: poll interval must be positive, got %v", o.interval)
+	}
+	var (
+		run func(context.Context, chan<- JobEvent)
+		err error
+	)
+	if n, ok := c.tr.(natsTransport); ok {
+		run, err = watchBucket(ctx, n.nc)
+	} else {
+		run, err = c.pollJobs(ctx, o.interval)
+	}
+	if err != nil {
+		return nil, err
+	}
+	events := make(chan JobEvent)
+	go func() {
+		defer close(events)
+		run(ctx, events)
+	}()
+	return events, nil
+}
+
+// send hands ev on unless ctx ends first.
+func send(ctx context.Context, events chan<- JobEvent, ev JobEvent) bool {
+	select {
+	case events <- ev:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// jobTracker passes on a job only when what a user sees of it changed: its state,
+// attempts or worker.
+type jobTracker map[string]string
+
+func (t jobTracker) changed(j protocol.Job) bool {
+	w := "-"
+	if j.WorkerID != nil {
+		w = *j.WorkerID
+	}
+	key := fmt.Sprintf("%s/%d/%s", j.State, j.Attempts, w)
+	if t[j.JobID] == key {
+		return false
+	}
+	t[j.JobID] = key
+	return true
+}
+
+// watchBucket watches the JOBS bucket for updates.
+func watchBucket(ctx context.Context, nc *nats.Conn) (func(context.Context, chan<- JobEvent), error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("watch jobs: %w", err)
+	}
+	kv, err := js.KeyValue(ctx, protocol.JobsBucket)
+	if err != nil {
+		// ErrBucketNotFound: no coordinator has run on this NATS.
+		return nil, fmt.Errorf("watch jobs: open bucket %s: %w", protocol.JobsBucket, err)
+	}
+	w, err := kv.WatchAll(ctx, jetstream.UpdatesOnly())
+	if err != nil {
+		return nil, fmt.Errorf("watch jobs: watch bucket %s: %w", protocol.JobsBucket, err)
+	}
+	return func(ctx context.Context, events chan<- JobEvent) {
+		defer func() { _ = w.Stop() }()
+		seen := jobTracker{}
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					if ctx.Err() == nil {
+						send(ctx, events, JobEvent{Err: fmt.Errorf("watch jobs: watch of bucket %s ended", protocol.JobsBucket)})
+					}
+					return
+				}
+				if ev, ok := entryEvent(e, seen); ok && !send(ctx, events, ev) {
+					return
+				}
+			}
+		}
+	}, nil
+}
+
+// entryEvent turns a KV entry (nil marks the end of the initial values) into an event.
+func entryEvent(e jetstream.KeyValueEntry, seen jobTracker) (JobEvent, bool) {
+	if e == nil {
+		return JobEvent{}, false
+	}
+	if op := e.Operation(); op == jetstream.KeyValueDelete || op == jetstream.KeyValuePurge {
+		delete(seen, e.Key())
+		return JobEvent{Type: JobRemoved, Job: protocol.Job{JobID: e.Key()}, At: e.Created()}, true
+	}
+	j, err := recordSnapshot(e.Value())
+	if err != nil || !seen.changed(j) {
+		return JobEvent{}, false
+	}
+	return JobEvent{Type: JobChanged, Job: j, At: e.Created()}, true
+}
+
+// recordSnapshot decodes a job record of the JOBS bucket (protocol.Record, the schema
+// the coordinator publishes) into the snapshot Status shows.
+func recordSnapshot(data []byte) (protocol.Job, error) {
+	var r protocol.Record
+	if err := json.Unmarshal(data, &r); err != nil {
+		return protocol.Job{}, err
+	}
+	return r.Snapshot(), nil
+}
+
+// pollJobs lists every job each interval and passes on the changes; the first list,
+// taken now, is the baseline and reports nothing.
+func (c *Client) pollJobs(ctx context.Context, interval time.Duration) (func(context.Context, chan<- JobEvent), error) {
+	seen := jobTracker{}
+	jobs, err := c.allJobs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("watch jobs: %w", err)
+	}
+	for _, j := range jobs {
+		seen.changed(j)
+	}
+	return func(ctx context.Context, events chan<- JobEvent) {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			jobs, err := c.allJobs(ctx)
+			if err != nil {
+				continue // a coordinator restarting; the next poll tells
+			}
+			now := time.Now()
+			for _, j := range slices.Backward(jobs) { // oldest first
+				if seen.changed(j) && !send(ctx, events, JobEvent{Type: JobChanged, Job: j, At: now}) {
+					return
+				}
+			}
+		}
+	}, nil
+}
+
+// allJobs pages through the whole job list, newest first.
+func (c *Client) allJobs(ctx context.Context) ([]protocol.Job, error) {
+	req := protocol.ListJobs{Limit: 1000}
+	var jobs []protocol.Job
+	for {
+		page, err := c.List(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		jobs = append(jobs, page.Jobs...)
+		if page.NextCursor == "" {
+			return jobs, nil
+		}
+		req.Cursor = page.NextCursor
+	}
+}
