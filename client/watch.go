@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -20,8 +21,9 @@ const (
 	// JobChanged: a job appeared, or what a user sees of it changed: its state, its
 	// attempts or its worker.
 	JobChanged JobEventType = iota + 1
-	// JobRemoved: a job's record was deleted or purged from the bucket. Only a native
-	// watch sees removals; polling cannot tell one from a job it has not listed.
+	// JobRemoved: a job's record left the bucket: it expired after its retention, or
+	// was deleted. Only a native watch reports removals; polling forgets a job the list
+	// no longer holds without an event.
 	JobRemoved
 )
 
@@ -128,6 +130,22 @@ func (t jobTracker) changed(j protocol.Job) bool {
 	return true
 }
 
+// update takes a whole job list (newest first, as List pages it) and returns the jobs
+// that changed, oldest first. It forgets the jobs the list no longer holds (expired
+// after their retention), so a long watch does not grow without end.
+func (t jobTracker) update(jobs []protocol.Job) []protocol.Job {
+	var changed []protocol.Job
+	listed := make(map[string]bool, len(jobs))
+	for _, j := range slices.Backward(jobs) {
+		listed[j.JobID] = true
+		if t.changed(j) {
+			changed = append(changed, j)
+		}
+	}
+	maps.DeleteFunc(t, func(id, _ string) bool { return !listed[id] })
+	return changed
+}
+
 // watchBucket watches the JOBS bucket for updates.
 func watchBucket(ctx context.Context, nc *nats.Conn) (func(context.Context, chan<- JobEvent), error) {
 	js, err := jetstream.New(nc)
@@ -199,9 +217,7 @@ func (c *Client) pollJobs(ctx context.Context, interval time.Duration) (func(con
 	if err != nil {
 		return nil, fmt.Errorf("watch jobs: %w", err)
 	}
-	for _, j := range jobs {
-		seen.changed(j)
-	}
+	seen.update(jobs)
 	return func(ctx context.Context, events chan<- JobEvent) {
 		t := time.NewTicker(interval)
 		defer t.Stop()
@@ -216,8 +232,8 @@ func (c *Client) pollJobs(ctx context.Context, interval time.Duration) (func(con
 				continue // a coordinator restarting; the next poll tells
 			}
 			now := time.Now()
-			for _, j := range slices.Backward(jobs) { // oldest first
-				if seen.changed(j) && !send(ctx, events, JobEvent{Type: JobChanged, Job: j, At: now}) {
+			for _, j := range seen.update(jobs) {
+				if !send(ctx, events, JobEvent{Type: JobChanged, Job: j, At: now}) {
 					return
 				}
 			}

@@ -44,4 +44,21 @@ func TestJobTracker(t *testing.T) {
 	}
 }
 
+func TestJobTrackerUpdate(t *testing.T) {
+	t.Parallel()
+	seen := jobTracker{}
+	a := protocol.Job{JobID: "a", State: protocol.StateCompleted}
+	b := protocol.Job{JobID: "b", State: protocol.StateQueued}
+	if got := seen.update([]protocol.Job{b, a}); len(got) != 2 || got[0].JobID != "a" || got[1].JobID != "b" {
+		t.Errorf("first list: %+v, want a and b, oldest first", got)
+	}
+	b.State = protocol.StateRunning
+	if got := seen.update([]protocol.Job{b}); len(got) != 1 || got[0].JobID != "b" {
+		t.Errorf("b running, a gone: %+v, want b alone", got)
+	}
+	if _, kept := seen["a"]; kept || len(seen) != 1 {
+		t.Errorf("a job no longer listed is still tracked: %v", seen)
+	}
+}
+
 func str(s string) *string { return &s }
