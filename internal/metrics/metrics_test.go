@@ -269,6 +269,9 @@ func TestWorkersAndBusCounters(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.wait(t, id, protocol.StateRunning)
+	// The status says RUNNING once the coordinator has decided; the assignment reaches
+	// the worker after that, so the worker's count of it is certain only once it runs.
+	testkit.Eventually(t, waitFor, "the worker running its assignment", func() bool { return w.Running() == 1 })
 	m := scrape(t, s.url)
 	for name, want := range map[string]float64{
 		"jobbus_workers":               1,
