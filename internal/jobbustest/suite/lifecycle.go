@@ -89,7 +89,7 @@ func testJobsSpreadOverWorkers(t *testing.T, tr Transport) {
 	w2, _ := s.StartWorker(4)
 	var ids []string
 	for range 8 {
-		ids = append(ids, s.Submit("SLEEP", map[string]int{"durationMillis": 300}))
+		ids = append(ids, s.Submit("SLEEP", map[string]int{"durationMillis": 1500})) // long enough for a loaded machine to see all eight at once
 	}
 	seen := map[string]int{}
 	s.Eventually("8 jobs running", func() bool {
