@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -55,7 +56,7 @@ func (c *Coordinator) recover(ctx context.Context) error {
 		c.restore(r.Record, r.rev)
 	}
 	c.index.sort()
-	slices.SortFunc(c.expiring, func(a, b expiring) int { return compareSeq(uint64(a.at), uint64(b.at)) })
+	slices.SortFunc(c.expiring, func(a, b expiring) int { return cmp.Compare(a.at, b.at) })
 	// Every job took at least one message of the stream, so its last sequence bounds
 	// every job sequence ever given, those of expired jobs included.
 	c.seq = max(c.seq, lastSeq)
@@ -170,7 +171,7 @@ func (c *Coordinator) loadRecords(ctx context.Context, ids []string) ([]stored, 
 				switch {
 				case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
 				case err != nil:
-					first = cmpOr(first, err)
+					first = cmp.Or(first, err)
 				default:
 					out = append(out, stored{Record: r, rev: e.Revision()})
 				}
@@ -184,23 +185,6 @@ func (c *Coordinator) loadRecords(ctx context.Context, ids []string) ([]stored, 
 	close(next)
 	wg.Wait()
 	return out, first
-}
-
-func cmpOr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
-}
-
-func compareSeq(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // restore adds one stored job to memory: a finished one only as its entry, unless its

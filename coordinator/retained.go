@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"cmp"
 	"slices"
 	"sort"
 	"time"
@@ -41,7 +42,7 @@ func (x *jobIndex) add(e entry) { x.entries = append(x.entries, e) }
 
 // sort orders the entries by sequence, once recovery has added them.
 func (x *jobIndex) sort() {
-	slices.SortFunc(x.entries, func(a, b entry) int { return compareSeq(a.seq, b.seq) })
+	slices.SortFunc(x.entries, func(a, b entry) int { return cmp.Compare(a.seq, b.seq) })
 }
 
 // find returns the live entry of seq, or nil.
