@@ -1,7 +1,6 @@
 package coordinator_test
 
 import (
-	"encoding/json"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -27,20 +26,10 @@ func setup(t testing.TB, mods ...func(*coordinator.Config)) *system {
 
 var coordinatorAddr = bus.Address{Role: bus.RoleCoordinator}
 
-func must(t testing.TB, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-func text(s string) map[string]any { return map[string]any{"text": s} }
-
-func rawJSON(s string) json.RawMessage { return json.RawMessage(s) }
-
-func deref(s *string) string {
-	if s == nil {
-		return "<nil>"
-	}
-	return *s
-}
+// The suite's helpers, under the names these tests use.
+var (
+	must    = suite.Must
+	text    = suite.Text
+	rawJSON = suite.RawJSON
+	deref   = suite.Deref
+)

@@ -235,7 +235,7 @@ func (s *System) Reject(p Peer, a protocol.TaskAssign, success bool, text string
 	}
 	// Without an acknowledgement, give the result time to arrive and do harm.
 	for deadline := time.Now().Add(200 * time.Millisecond); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if after := s.Status(a.JobID); after.State != before.State || deref(after.Result) != deref(before.Result) || deref(after.Error) != deref(before.Error) {
+		if after := s.Status(a.JobID); after.State != before.State || Deref(after.Result) != Deref(before.Result) || Deref(after.Error) != Deref(before.Error) {
 			s.t.Fatalf("stale result changed job %s: %+v -> %+v", a.JobID, before, after)
 		}
 	}
@@ -255,14 +255,14 @@ var coordinatorAddr = bus.Address{Role: bus.RoleCoordinator}
 func newBusPeer(s *System, id string) Peer {
 	s.t.Helper()
 	node, err := bus.New(s.NC, bus.Address{Role: bus.RoleWorker, ID: id}, bus.WithLogger(nil))
-	must(s.t, err)
+	Must(s.t, err)
 	s.t.Cleanup(func() { _ = node.Close() })
 	m := &BusPeer{s: s, id: id, node: node, assigns: make(chan protocol.TaskAssign, 100), cancels: make(chan protocol.TaskCancel, 100)}
-	must(s.t, bus.Handle(node, protocol.PathAssign, func(_ context.Context, _ bus.Address, a protocol.TaskAssign) (struct{}, error) {
+	Must(s.t, bus.Handle(node, protocol.PathAssign, func(_ context.Context, _ bus.Address, a protocol.TaskAssign) (struct{}, error) {
 		m.assigns <- a
 		return struct{}{}, nil
 	}))
-	must(s.t, bus.Handle(node, protocol.PathCancel, func(_ context.Context, _ bus.Address, c protocol.TaskCancel) (struct{}, error) {
+	Must(s.t, bus.Handle(node, protocol.PathCancel, func(_ context.Context, _ bus.Address, c protocol.TaskCancel) (struct{}, error) {
 		m.cancels <- c
 		return struct{}{}, nil
 	}))
@@ -280,7 +280,7 @@ func (m *BusPeer) Register(capacity int) {
 	m.s.t.Helper()
 	_, err := bus.Ask[protocol.WorkerRegistered](context.Background(), m.node, coordinatorAddr, protocol.PathRegister,
 		&protocol.WorkerRegister{WorkerID: m.id, Capacity: capacity})
-	must(m.s.t, err)
+	Must(m.s.t, err)
 }
 
 func (m *BusPeer) Heartbeat() error {
@@ -289,13 +289,13 @@ func (m *BusPeer) Heartbeat() error {
 }
 
 func (m *BusPeer) Disconnect() {
-	must(m.s.t, m.node.Tell(context.Background(), coordinatorAddr, protocol.PathDisconnect, &protocol.Disconnect{WorkerID: m.id, Cause: "connection closed"}))
+	Must(m.s.t, m.node.Tell(context.Background(), coordinatorAddr, protocol.PathDisconnect, &protocol.Disconnect{WorkerID: m.id, Cause: "connection closed"}))
 }
 
 func (m *BusPeer) Report(a protocol.TaskAssign, success bool, text string) *protocol.ResultAck {
 	m.s.t.Helper()
 	ack, err := bus.Ask[protocol.ResultAck](context.Background(), m.node, coordinatorAddr, protocol.PathResult, Result(m.id, a, success, text))
-	must(m.s.t, err)
+	Must(m.s.t, err)
 	return &ack
 }
 
@@ -311,18 +311,22 @@ func Result(workerID string, a protocol.TaskAssign, success bool, text string) *
 	return res
 }
 
-func must(t testing.TB, err error) {
+// Must fails the test on err.
+func Must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
 }
 
-func text(s string) map[string]any { return map[string]any{"text": s} }
+// Text is the payload of a task that takes a text (SHA256, WORD_COUNT).
+func Text(s string) map[string]any { return map[string]any{"text": s} }
 
-func rawJSON(s string) json.RawMessage { return json.RawMessage(s) }
+// RawJSON is s as a raw payload.
+func RawJSON(s string) json.RawMessage { return json.RawMessage(s) }
 
-func deref(s *string) string {
+// Deref is *s, or "<nil>" for a nil s, for messages.
+func Deref(s *string) string {
 	if s == nil {
 		return "<nil>"
 	}

@@ -32,10 +32,10 @@ func testExecution(t *testing.T, tr Transport) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.task, func(t *testing.T) {
-			id := s.Submit(tc.task, rawJSON(tc.payload))
+			id := s.Submit(tc.task, RawJSON(tc.payload))
 			j := s.Wait(id)
-			if j.State != protocol.StateCompleted || deref(j.Result) != tc.result || j.Attempts != 1 {
-				t.Fatalf("job = %+v result %q, want COMPLETED %q on attempt 1", j, deref(j.Result), tc.result)
+			if j.State != protocol.StateCompleted || Deref(j.Result) != tc.result || j.Attempts != 1 {
+				t.Fatalf("job = %+v result %q, want COMPLETED %q on attempt 1", j, Deref(j.Result), tc.result)
 			}
 			if j.WorkerID != nil {
 				t.Errorf("workerId = %q on a finished job, want null", *j.WorkerID)
@@ -69,9 +69,9 @@ func testValidationErrors(t *testing.T, tr Transport) {
 				typ = pt
 			}
 			reply, err := s.Client.DoRaw(context.Background(), typ, []byte(tc.body))
-			must(t, err)
+			Must(t, err)
 			m, err := protocol.Decode(reply)
-			must(t, err)
+			Must(t, err)
 			e, ok := m.(*protocol.Error)
 			if !ok || !strings.HasPrefix(e.Message, tc.want) {
 				t.Fatalf("reply %s, want ERROR %q", reply, tc.want)
@@ -126,7 +126,7 @@ func testWorkerLoss(t *testing.T, tr Transport) {
 			t.Parallel()
 			s := Setup(t, tr)
 			dead := s.SilentWorker("doomed", 1)
-			id := s.Submit("SHA256", text("x"))
+			id := s.Submit("SHA256", Text("x"))
 			a := s.NextAssign(dead)
 			if a.AttemptNumber != 1 || a.JobID != id {
 				t.Fatalf("assignment %+v", a)
@@ -135,12 +135,12 @@ func testWorkerLoss(t *testing.T, tr Transport) {
 			want := fmt.Sprintf("worker doomed lost (%s)", tc.cause)
 			s.Eventually("the attempt lost with the worker", func() bool {
 				j := s.Status(id)
-				return j.State != protocol.StateRunning && deref(j.Error) == want
+				return j.State != protocol.StateRunning && Deref(j.Error) == want
 			})
 			s.StartWorker(4)
 			j := s.Wait(id)
-			if j.State != protocol.StateCompleted || j.Attempts != 2 || deref(j.Error) != want {
-				t.Fatalf("job %+v error %q, want COMPLETED on attempt 2 with error %q", j, deref(j.Error), want)
+			if j.State != protocol.StateCompleted || j.Attempts != 2 || Deref(j.Error) != want {
+				t.Fatalf("job %+v error %q, want COMPLETED on attempt 2 with error %q", j, Deref(j.Error), want)
 			}
 			s.Reject(dead, a, true, "late")
 		})
@@ -167,8 +167,8 @@ func testRetries(t *testing.T, tr Transport) {
 		t.Run(tc.name, func(t *testing.T) {
 			id := s.Submit("FAIL", map[string]int{"failUntilAttempt": tc.failUntil}, client.MaxAttempts(tc.maxAttempts))
 			j := s.Wait(id)
-			if j.State != tc.state || j.Attempts != tc.attempts || deref(j.Error) != tc.errText || (tc.result != "" && deref(j.Result) != tc.result) {
-				t.Fatalf("job %+v error %q result %q, want %s after %d attempts with %q", j, deref(j.Error), deref(j.Result), tc.state, tc.attempts, tc.errText)
+			if j.State != tc.state || j.Attempts != tc.attempts || Deref(j.Error) != tc.errText || (tc.result != "" && Deref(j.Result) != tc.result) {
+				t.Fatalf("job %+v error %q result %q, want %s after %d attempts with %q", j, Deref(j.Error), Deref(j.Result), tc.state, tc.attempts, tc.errText)
 			}
 		})
 	}
@@ -179,7 +179,7 @@ func testStaleResults(t *testing.T, tr Transport) {
 		t.Parallel()
 		s := Setup(t, tr)
 		m := s.ManualWorker("w1", 1)
-		id := s.Submit("SHA256", text("x"))
+		id := s.Submit("SHA256", Text("x"))
 		first := s.NextAssign(m)
 		m.Register(1) // re-registering supersedes the session: attempt 1 is lost
 		second := s.NextAssign(m)
@@ -192,19 +192,19 @@ func testStaleResults(t *testing.T, tr Transport) {
 		}
 		s.Accept(m, second, true, "fresh")
 		j := s.Status(id)
-		if j.State != protocol.StateCompleted || deref(j.Result) != "fresh" || deref(j.Error) != "worker w1 lost (worker re-registered)" {
-			t.Fatalf("job %+v result %q error %q", j, deref(j.Result), deref(j.Error))
+		if j.State != protocol.StateCompleted || Deref(j.Result) != "fresh" || Deref(j.Error) != "worker w1 lost (worker re-registered)" {
+			t.Fatalf("job %+v result %q error %q", j, Deref(j.Result), Deref(j.Error))
 		}
 	})
 	t.Run("Duplicate", func(t *testing.T) {
 		t.Parallel()
 		s := Setup(t, tr)
 		m := s.ManualWorker("w1", 1)
-		id := s.Submit("SHA256", text("x"))
+		id := s.Submit("SHA256", Text("x"))
 		a := s.NextAssign(m)
 		s.Accept(m, a, true, "one")
 		s.Reject(m, a, false, "two")
-		if j := s.Status(id); j.State != protocol.StateCompleted || deref(j.Result) != "one" || j.Error != nil {
+		if j := s.Status(id); j.State != protocol.StateCompleted || Deref(j.Result) != "one" || j.Error != nil {
 			t.Fatalf("job %+v", j)
 		}
 	})
@@ -212,11 +212,11 @@ func testStaleResults(t *testing.T, tr Transport) {
 		t.Parallel()
 		s := Setup(t, tr, func(c *coordinator.Config) { c.RetryBaseDelay, c.RetryMaxDelay = time.Hour, time.Hour })
 		m := s.ManualWorker("w1", 1)
-		id := s.Submit("SHA256", text("x"))
+		id := s.Submit("SHA256", Text("x"))
 		a := s.NextAssign(m)
 		s.Accept(m, a, false, "boom")
 		s.Reject(m, a, true, "late success")
-		if j := s.Status(id); j.State != protocol.StateRetryWait || deref(j.Error) != "boom" || j.Result != nil {
+		if j := s.Status(id); j.State != protocol.StateRetryWait || Deref(j.Error) != "boom" || j.Result != nil {
 			t.Fatalf("job %+v", j)
 		}
 	})
@@ -232,8 +232,8 @@ func testDeadline(t *testing.T, tr Transport) {
 		t.Fatalf("cancel %+v for assignment %+v", c, a)
 	}
 	j := s.WaitState(id, protocol.StateFailed)
-	if want := "execution deadline exceeded (100 ms) on worker slow (all 1 attempts used)"; deref(j.Error) != want {
-		t.Fatalf("error %q, want %q", deref(j.Error), want)
+	if want := "execution deadline exceeded (100 ms) on worker slow (all 1 attempts used)"; Deref(j.Error) != want {
+		t.Fatalf("error %q, want %q", Deref(j.Error), want)
 	}
 	s.Reject(m, a, true, "too late")
 }
@@ -245,11 +245,11 @@ func testCancel(t *testing.T, tr Transport) {
 
 	running := s.Submit("SLEEP", map[string]int{"durationMillis": 30000})
 	s.WaitState(running, protocol.StateRunning)
-	queued := s.Submit("SHA256", text("waits behind the sleep"))
+	queued := s.Submit("SHA256", Text("waits behind the sleep"))
 	start := time.Now()
 	ok, j, err := s.Client.Cancel(ctx, running)
-	must(t, err)
-	if !ok || j.State != protocol.StateCancelled || deref(j.Error) != "cancelled by client request" || j.WorkerID != nil {
+	Must(t, err)
+	if !ok || j.State != protocol.StateCancelled || Deref(j.Error) != "cancelled by client request" || j.WorkerID != nil {
 		t.Fatalf("cancel running: %v %+v", ok, j)
 	}
 	// The slot is free again: the queued job runs on the same single-slot worker.
@@ -265,12 +265,12 @@ func testCancel(t *testing.T, tr Transport) {
 	}
 
 	again, j, err := s.Client.Cancel(ctx, running)
-	must(t, err)
+	Must(t, err)
 	if again || j.State != protocol.StateCancelled {
 		t.Fatalf("second cancel: %v %+v", again, j)
 	}
 	done, j, err := s.Client.Cancel(ctx, queued)
-	must(t, err)
+	Must(t, err)
 	if done || j.State != protocol.StateCompleted {
 		t.Fatalf("cancel of a completed job: %v %+v", done, j)
 	}
@@ -280,9 +280,9 @@ func testCancel(t *testing.T, tr Transport) {
 	busy := s.ManualWorker("busy", 1)
 	s.Submit("SLEEP", map[string]int{"durationMillis": 30000})
 	s.NextAssign(busy)
-	id := s.Submit("SHA256", text("q"))
+	id := s.Submit("SHA256", Text("q"))
 	ok, j, err = s.Client.Cancel(ctx, id)
-	must(t, err)
+	Must(t, err)
 	if !ok || j.State != protocol.StateCancelled || j.Attempts != 0 {
 		t.Fatalf("cancel queued: %v %+v", ok, j)
 	}
@@ -291,11 +291,11 @@ func testCancel(t *testing.T, tr Transport) {
 func testCancelRetryWait(t *testing.T, tr Transport) {
 	s := Setup(t, tr, func(c *coordinator.Config) { c.RetryBaseDelay, c.RetryMaxDelay = time.Hour, time.Hour })
 	m := s.ManualWorker("w", 1)
-	id := s.Submit("SHA256", text("x"))
+	id := s.Submit("SHA256", Text("x"))
 	s.Accept(m, s.NextAssign(m), false, "boom")
 	ok, j, err := s.Client.Cancel(context.Background(), id)
-	must(t, err)
-	if !ok || j.State != protocol.StateCancelled || deref(j.Error) != "cancelled by client request" {
+	Must(t, err)
+	if !ok || j.State != protocol.StateCancelled || Deref(j.Error) != "cancelled by client request" {
 		t.Fatalf("cancel in RETRY_WAIT: %v %+v", ok, j)
 	}
 }
@@ -314,7 +314,7 @@ func testSchedulingSafety(t *testing.T, tr Transport) {
 		go func() {
 			defer wg.Done()
 			for i := range 15 {
-				id, err := s.Client.Submit(context.Background(), "SHA256", text(fmt.Sprintf("%d-%d", c, i)))
+				id, err := s.Client.Submit(context.Background(), "SHA256", Text(fmt.Sprintf("%d-%d", c, i)))
 				if err != nil {
 					t.Error(err)
 					return
@@ -367,9 +367,9 @@ func testAdmissionControl(t *testing.T, tr Transport) {
 		t.Parallel()
 		s := Setup(t, tr, func(c *coordinator.Config) { c.MaxActiveJobs = 5 })
 		for range 5 {
-			s.Submit("SHA256", text("x"))
+			s.Submit("SHA256", Text("x"))
 		}
-		_, err := s.Client.Submit(context.Background(), "SHA256", text("x"))
+		_, err := s.Client.Submit(context.Background(), "SHA256", Text("x"))
 		var rej *client.RejectedError
 		if !errors.As(err, &rej) || !errors.Is(err, client.ErrRejected) {
 			t.Fatalf("sixth submission: %v, want SUBMIT_REJECTED", err)
@@ -380,7 +380,7 @@ func testAdmissionControl(t *testing.T, tr Transport) {
 		}
 		// The count is rebuilt on restart and may sit above a lowered limit.
 		s.RestartCoordinator(t, func(c *coordinator.Config) { c.MaxActiveJobs = 3 })
-		_, err = s.Client.Submit(context.Background(), "SHA256", text("x"))
+		_, err = s.Client.Submit(context.Background(), "SHA256", Text("x"))
 		if !errors.As(err, &rej) || rej.ActiveCount != 5 || rej.Limit != 3 {
 			t.Fatalf("after restart: %v %+v", err, rej)
 		}
@@ -402,7 +402,7 @@ func testAdmissionControl(t *testing.T, tr Transport) {
 			go func() {
 				defer accepted.Done()
 				for range 10 {
-					_, err := s.Client.Submit(context.Background(), "SHA256", text("x"))
+					_, err := s.Client.Submit(context.Background(), "SHA256", Text("x"))
 					mu.Lock()
 					switch {
 					case err == nil:
@@ -433,7 +433,7 @@ func testIdempotency(t *testing.T, tr Transport) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			id, err := s.Client.Submit(ctx, "SHA256", rawJSON(`{"text":"a","extra":[1,2]}`), client.IdempotencyKey("k1"))
+			id, err := s.Client.Submit(ctx, "SHA256", RawJSON(`{"text":"a","extra":[1,2]}`), client.IdempotencyKey("k1"))
 			if err != nil {
 				t.Error(err)
 			}
@@ -448,9 +448,9 @@ func testIdempotency(t *testing.T, tr Transport) {
 	}
 	// The same request, written differently (key order, spacing, explicit NORMAL and
 	// the default maxAttempts), is the same submission, even at the admission limit.
-	same, err := s.Client.Submit(ctx, "SHA256", rawJSON(`{ "extra":[1,2], "text":"a" }`),
+	same, err := s.Client.Submit(ctx, "SHA256", RawJSON(`{ "extra":[1,2], "text":"a" }`),
 		client.IdempotencyKey("k1"), client.Priority(protocol.PriorityNormal), client.MaxAttempts(3))
-	must(t, err)
+	Must(t, err)
 	if same != ids[0] {
 		t.Fatalf("equal request got job %s, want %s", same, ids[0])
 	}
@@ -467,7 +467,7 @@ func testIdempotency(t *testing.T, tr Transport) {
 	}
 	for _, c := range conflicts {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := s.Client.Submit(ctx, c.task, rawJSON(c.body), append(c.opts, client.IdempotencyKey("k1"))...)
+			_, err := s.Client.Submit(ctx, c.task, RawJSON(c.body), append(c.opts, client.IdempotencyKey("k1"))...)
 			want := fmt.Sprintf("Idempotency key 'k1' is already bound to a different submission (job %s)", ids[0])
 			if !errors.Is(err, client.ErrServer) || err.Error() != want {
 				t.Fatalf("err %v, want %q", err, want)
@@ -476,15 +476,15 @@ func testIdempotency(t *testing.T, tr Transport) {
 	}
 	// Terminal jobs keep their key; the binding survives a restart.
 	_, _, err = s.Client.Cancel(ctx, ids[0])
-	must(t, err)
+	Must(t, err)
 	s.RestartCoordinator(t)
-	again, err := s.Client.Submit(ctx, "SHA256", rawJSON(`{"text":"a","extra":[1,2]}`), client.IdempotencyKey("k1"))
-	must(t, err)
+	again, err := s.Client.Submit(ctx, "SHA256", RawJSON(`{"text":"a","extra":[1,2]}`), client.IdempotencyKey("k1"))
+	Must(t, err)
 	if again != ids[0] {
 		t.Fatalf("after restart the key gave job %s, want %s", again, ids[0])
 	}
 	page, err := s.Client.List(ctx, protocol.ListJobs{})
-	must(t, err)
+	Must(t, err)
 	if len(page.Jobs) != 1 {
 		t.Fatalf("%d jobs exist, want 1", len(page.Jobs))
 	}
@@ -504,7 +504,7 @@ func testListIsBounded(t *testing.T, tr Transport) {
 		go func() {
 			defer wg.Done()
 			for i := w; i < n; i += 8 {
-				id, err := s.Client.Submit(ctx, "SHA256", text("x"))
+				id, err := s.Client.Submit(ctx, "SHA256", Text("x"))
 				if err == nil {
 					// Cancelled jobs carry an error text, which makes their snapshots larger.
 					_, _, err = s.Client.Cancel(ctx, id)
@@ -520,12 +520,12 @@ func testListIsBounded(t *testing.T, tr Transport) {
 	wg.Wait()
 
 	raw, err := s.Client.DoRaw(ctx, protocol.TypeListJobs, []byte(`{"type":"LIST_JOBS"}`))
-	must(t, err)
+	Must(t, err)
 	if len(raw) > protocol.MaxMessage {
 		t.Fatalf("JOB_LIST of %d bytes exceeds %d", len(raw), protocol.MaxMessage)
 	}
 	m, err := protocol.Decode(raw)
-	must(t, err)
+	Must(t, err)
 	all := m.(*protocol.JobList)
 	if len(all.Jobs) == 0 || len(all.Jobs) == n || len(raw) < protocol.MaxMessage-1024 || all.NextCursor != "" {
 		t.Fatalf("%d of %d jobs in %d bytes (cursor %q): want the newest that fill 1 MiB, and no cursor for a spec peer", len(all.Jobs), n, len(raw), all.NextCursor)
@@ -534,7 +534,7 @@ func testListIsBounded(t *testing.T, tr Transport) {
 	// A state filter is read like the CLI's --state: case-insensitively.
 	cancelled := protocol.State("cancelled")
 	filtered, err := s.Client.List(ctx, protocol.ListJobs{State: &cancelled, Limit: 10})
-	must(t, err)
+	Must(t, err)
 	if len(filtered.Jobs) != 10 || filtered.Jobs[0].State != protocol.StateCancelled {
 		t.Fatalf("list of state %q: %d jobs", cancelled, len(filtered.Jobs))
 	}
@@ -548,7 +548,7 @@ func testListIsBounded(t *testing.T, tr Transport) {
 	req := protocol.ListJobs{Limit: 250}
 	for pages := 0; ; pages++ {
 		page, err := s.Client.List(ctx, req)
-		must(t, err)
+		Must(t, err)
 		for _, j := range page.Jobs {
 			if seen[j.JobID] {
 				t.Fatalf("job %s listed twice", j.JobID)
@@ -580,7 +580,7 @@ func testRestart(t *testing.T, tr Transport) {
 		t.Parallel()
 		s := Setup(t, tr)
 		_, stop := s.StartWorker(4)
-		id := s.Submit("SHA256", text("abc"))
+		id := s.Submit("SHA256", Text("abc"))
 		before := s.Wait(id)
 		stop()
 		s.RestartCoordinator(t)
@@ -592,7 +592,7 @@ func testRestart(t *testing.T, tr Transport) {
 		t.Parallel()
 		s := Setup(t, tr)
 		m := s.SilentWorker("gone", 1)
-		id := s.Submit("SHA256", text("abc"))
+		id := s.Submit("SHA256", Text("abc"))
 		first := s.NextAssign(m)
 		s.RestartCoordinator(t)
 		j := s.Status(id)
@@ -609,12 +609,12 @@ func testRestart(t *testing.T, tr Transport) {
 		t.Parallel()
 		s := Setup(t, tr)
 		m := s.SilentWorker("gone", 1)
-		id := s.Submit("SHA256", text("abc"), client.MaxAttempts(1))
+		id := s.Submit("SHA256", Text("abc"), client.MaxAttempts(1))
 		s.NextAssign(m)
 		s.RestartCoordinator(t)
 		j := s.Status(id)
-		if j.State != protocol.StateFailed || deref(j.Error) != "coordinator restarted during final attempt; outcome unknown" {
-			t.Fatalf("after restart %+v error %q", j, deref(j.Error))
+		if j.State != protocol.StateFailed || Deref(j.Error) != "coordinator restarted during final attempt; outcome unknown" {
+			t.Fatalf("after restart %+v error %q", j, Deref(j.Error))
 		}
 	})
 	t.Run("StaleDeadlineNotApplied", func(t *testing.T) {
@@ -624,7 +624,7 @@ func testRestart(t *testing.T, tr Transport) {
 			c.Now, c.TaskTimeout, c.HeartbeatTimeout = clk.Now, time.Minute, time.Hour
 		})
 		old := s.SilentWorker("old", 1)
-		id := s.Submit("SHA256", text("abc"))
+		id := s.Submit("SHA256", Text("abc"))
 		s.NextAssign(old) // its deadline: t0 + 60s
 		clk.advance(50 * time.Second)
 		s.RestartCoordinator(t)
@@ -636,28 +636,28 @@ func testRestart(t *testing.T, tr Transport) {
 		// The sweep that releases the probe's retry would also apply any deadline due.
 		s.Eventually("a sweep at t0+70s", func() bool { return s.Status(probe).State != protocol.StateRetryWait })
 		if j := s.Status(id); j.State != protocol.StateRunning || j.Attempts != 2 {
-			t.Fatalf("the second attempt was cut short: %+v (error %q)", j, deref(j.Error))
+			t.Fatalf("the second attempt was cut short: %+v (error %q)", j, Deref(j.Error))
 		}
 		s.Accept(fresh, a, true, "done")
 		if j := s.Status(id); j.State != protocol.StateCompleted || j.Error != nil {
-			t.Fatalf("job %+v error %q", j, deref(j.Error))
+			t.Fatalf("job %+v error %q", j, Deref(j.Error))
 		}
 	})
 	t.Run("PriorityAndSequenceSurvive", func(t *testing.T) {
 		t.Parallel()
 		s := Setup(t, tr)
-		low := s.Submit("SHA256", text("1"), client.Priority(protocol.PriorityLow))
-		normal := s.Submit("SHA256", text("2"))
-		high := s.Submit("SHA256", text("3"), client.Priority(protocol.PriorityHigh))
+		low := s.Submit("SHA256", Text("1"), client.Priority(protocol.PriorityLow))
+		normal := s.Submit("SHA256", Text("2"))
+		high := s.Submit("SHA256", Text("3"), client.Priority(protocol.PriorityHigh))
 		s.RestartCoordinator(t)
-		normal2 := s.Submit("SHA256", text("4"))
+		normal2 := s.Submit("SHA256", Text("4"))
 		got := runOneByOne(s, 4)
 		want := []string{high, normal, normal2, low}
 		if strings.Join(got, ",") != strings.Join(want, ",") {
 			t.Fatalf("order after restart %v, want %v", got, want)
 		}
 		page, err := s.Client.List(context.Background(), protocol.ListJobs{})
-		must(t, err)
+		Must(t, err)
 		if len(page.Jobs) != 4 || page.Jobs[0].JobID != normal2 || page.Jobs[3].JobID != low {
 			t.Fatalf("list newest first: %+v", page.Jobs)
 		}
@@ -702,12 +702,12 @@ func testPriorityOrder(t *testing.T, tr Transport) {
 		c.AgingStep = time.Minute
 		c.HeartbeatTimeout = time.Hour // the clock stands still between steps
 	})
-	lowOld := s.Submit("SHA256", text("a"), client.Priority(protocol.PriorityLow))
-	normalOld := s.Submit("SHA256", text("b"))
+	lowOld := s.Submit("SHA256", Text("a"), client.Priority(protocol.PriorityLow))
+	normalOld := s.Submit("SHA256", Text("b"))
 	clk.advance(time.Minute) // lowOld is NORMAL now, normalOld HIGH
-	high := s.Submit("SHA256", text("c"), client.Priority(protocol.PriorityHigh))
-	normal := s.Submit("SHA256", text("d"), client.Priority(protocol.PriorityNormal))
-	low := s.Submit("SHA256", text("e"), client.Priority(protocol.PriorityLow))
+	high := s.Submit("SHA256", Text("c"), client.Priority(protocol.PriorityHigh))
+	normal := s.Submit("SHA256", Text("d"), client.Priority(protocol.PriorityNormal))
+	low := s.Submit("SHA256", Text("e"), client.Priority(protocol.PriorityLow))
 	got := runOneByOne(s, 5)
 	// Effective: normalOld HIGH(seq 2), high HIGH(3), lowOld NORMAL(1), normal NORMAL(4), low LOW(5).
 	want := []string{normalOld, high, lowOld, normal, low}

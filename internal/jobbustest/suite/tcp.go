@@ -18,7 +18,7 @@ import (
 
 func tcpClient(s *System) *client.Client {
 	c, err := client.DialTCP(context.Background(), s.Bridge.ClientAddr().String())
-	must(s.t, err)
+	Must(s.t, err)
 	s.t.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -26,7 +26,7 @@ func tcpClient(s *System) *client.Client {
 func tcpWorker(s *System, capacity int) (Runner, func()) {
 	w, err := tcpworker.New(s.Bridge.WorkerAddr().String(), tcpworker.WithCapacity(capacity),
 		tcpworker.WithHeartbeat(50*time.Millisecond), tcpworker.WithReconnectDelay(20*time.Millisecond), tcpworker.WithLogger(nil))
-	must(s.t, err)
+	Must(s.t, err)
 	return w, jobbustest.Go(s.t, w.Run)
 }
 
