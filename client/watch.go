@@ -157,7 +157,7 @@ func watchBucket(ctx context.Context, nc *nats.Conn) (func(context.Context, chan
 		// ErrBucketNotFound: no coordinator has run on this NATS.
 		return nil, fmt.Errorf("watch jobs: open bucket %s: %w", protocol.JobsBucket, err)
 	}
-	w, err := kv.WatchAll(ctx, jetstream.UpdatesOnly())
+	w, err := kv.Watch(ctx, "*", jetstream.UpdatesOnly()) // records only (protocol.IsRecordKey)
 	if err != nil {
 		return nil, fmt.Errorf("watch jobs: watch bucket %s: %w", protocol.JobsBucket, err)
 	}

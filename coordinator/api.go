@@ -241,6 +241,9 @@ func (c *Coordinator) snapshot(id string) (protocol.Job, error) {
 // coordinator no longer keeps (its retention ended; JetStream's own expiry may lag or
 // lead by a moment) is unknown, so status, lists and idempotency keys agree.
 func (c *Coordinator) readSnapshot(id string) (protocol.Job, error) {
+	if !protocol.IsRecordKey(id) {
+		return protocol.Job{}, errUnknownJob
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	e, err := c.jobsKV.Get(ctx, id)

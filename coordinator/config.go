@@ -33,7 +33,12 @@ type Config struct {
 	Retention time.Duration
 	// Replicas of the KV buckets: 1 embedded, 3 in a cluster.
 	Replicas int
-	// Writers is how many KV writes may be in flight at once.
+	// SyncAlways says the server syncs every write to disk (serve --sync always):
+	// writes then go as atomic batches, so that one sync covers many (group commit),
+	// as they do with Replicas > 1.
+	SyncAlways bool
+	// Writers is how many batches of KV writes may be in flight at once (one in a
+	// cluster); each carries every change waiting when it starts (group commit).
 	Writers int
 	// ID names this coordinator in the leader lease. A coordinator that finds the lease
 	// held under its own ID (it crashed, and restarted before the lease ran out) takes

@@ -34,9 +34,11 @@ type Coordinator struct {
 	node *bus.Node
 	nc   *nats.Conn
 
-	js             jetstream.JetStream
-	jobsKV, keysKV jetstream.KeyValue
-	svc            micro.Service
+	js      jetstream.JetStream
+	jobsKV  jetstream.KeyValue
+	svc     micro.Service
+	term    uint64 // this coordinator's leadership term (batch.go); set before recovery
+	termSeq uint64 // the stream sequence of its TermKey write, which every batch checks
 
 	mu         sync.Mutex
 	jobs       map[string]*job    // active, and finished until their record is durable
@@ -96,13 +98,16 @@ func (c *Coordinator) Start(ctx context.Context) error {
 		return fmt.Errorf("coordinator: jetstream: %w", err)
 	}
 	c.js = js
-	if c.jobsKV, c.keysKV, err = openBuckets(ctx, js, c.cfg.Replicas); err != nil {
+	if c.jobsKV, err = openBuckets(ctx, js, c.cfg.Replicas); err != nil {
+		return fmt.Errorf("coordinator: %w", err)
+	}
+	if err := c.claimTerm(ctx); err != nil {
 		return fmt.Errorf("coordinator: %w", err)
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
-	for range c.cfg.Writers {
-		c.goRun(func() { c.writer(runCtx) })
+	for range c.committers() {
+		c.goRun(func() { c.committer(runCtx) })
 	}
 	if err := c.recover(ctx); err != nil {
 		c.Close()
@@ -110,7 +115,7 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	}
 	// What recovery found, read before serving: the first requests change it.
 	c.mu.Lock()
-	recovered := []any{"jobs", len(c.jobs), "active", c.active, "next_seq", c.seq + 1}
+	recovered := []any{"jobs", len(c.jobs), "active", c.active, "next_seq", c.seq + 1, "term", c.term}
 	c.unlock()
 	if err := c.serve(); err != nil {
 		c.Close()
@@ -147,6 +152,16 @@ func (c *Coordinator) drainWrites(limit time.Duration) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// committers is how many batches may be in flight at once. In a cluster only one:
+// JetStream refuses a batch whose fence is checked while another's is being
+// replicated.
+func (c *Coordinator) committers() int {
+	if c.cfg.Replicas > 1 {
+		return 1
+	}
+	return c.cfg.Writers
 }
 
 func (c *Coordinator) goRun(fn func()) {

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jobbus/jobbus/bus/protocol"
@@ -58,8 +59,9 @@ func (c *Coordinator) recover(ctx context.Context) error {
 	c.index.sort()
 	slices.SortFunc(c.expiring, func(a, b expiring) int { return cmp.Compare(a.at, b.at) })
 	// Every job took at least one message of the stream, so its last sequence bounds
-	// every job sequence ever given, those of expired jobs included.
-	c.seq = max(c.seq, lastSeq)
+	// every job sequence ever given, those of expired jobs included. The last message
+	// is this coordinator's term: a new store's first job is 1.
+	c.seq = max(c.seq, lastSeq-1)
 	c.unlock()
 	if err := c.repairBindings(ctx, finished); err != nil {
 		return err
@@ -99,11 +101,17 @@ func (c *Coordinator) loadHeads(ctx context.Context) ([]head, uint64, error) {
 		return nil, last, nil
 	}
 	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
-		HeadersOnly:   true,
+		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+		HeadersOnly:    true,
+		FilterSubjects: []string{recordsFilter},
 	})
 	if err != nil {
 		return nil, 0, err
+	}
+	if ci, err := cons.Info(ctx); err != nil {
+		return nil, 0, err
+	} else if ci.NumPending == 0 { // the stream holds no record, only the term
+		return nil, last, nil
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(4096))
 	if err != nil {
@@ -246,42 +254,95 @@ func (c *Coordinator) restoreFinished(seq uint64, id string, st protocol.State, 
 	}
 }
 
-// repairBindings rebuilds the idempotency bindings from JOB_KEYS, keeping the job
-// records as the truth: a binding of a finished job is kept (in doneKeys) while the job
-// is; one whose job was never stored (a crash between the two writes), or is gone, is
-// removed.
+// repairBindings rebuilds the idempotency bindings of finished jobs (doneKeys) from
+// the bindings stored beside the records, keeping the records as the truth: a binding
+// whose job is gone or unknown is left alone, free to be written over. Bindings left
+// in the bucket of earlier versions (protocol.KeysBucket) are moved first.
 func (c *Coordinator) repairBindings(ctx context.Context, finished map[string]uint64) error {
-	entries, err := loadAll(ctx, c.keysKV)
-	if err != nil {
-		return fmt.Errorf("load %s: %w", protocol.KeysBucket, err)
+	if err := c.moveOldBindings(ctx, finished); err != nil {
+		return err
 	}
+	entries, err := loadAll(ctx, c.jobsKV, protocol.KeyPrefix+">")
+	if err != nil {
+		return fmt.Errorf("load bindings: %w", err)
+	}
+	c.mu.Lock()
+	defer c.unlock()
 	for _, e := range entries {
-		var b binding
-		_ = json.Unmarshal(e.Value(), &b)
-		raw, _ := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(e.Key(), "k."))
-		key := string(raw)
-		c.mu.Lock()
-		keep := c.jobs[b.JobID] != nil
-		if seq, ok := finished[b.JobID]; ok && !keep {
-			if e := c.index.find(seq); e != nil && e.id == b.JobID {
-				e.key, keep = key, true
-				c.doneKeys[key] = doneKey{jobID: b.JobID, fingerprint: b.Fingerprint}
-			}
-		}
-		c.unlock()
-		if keep {
-			continue
-		}
-		if err := c.keysKV.Delete(ctx, e.Key(), jetstream.LastRevision(e.Revision())); err != nil {
-			return fmt.Errorf("remove orphan binding %s: %w", e.Key(), err)
-		}
+		c.keepBinding(e.Key(), e.Value(), finished)
 	}
 	return nil
 }
 
-// loadAll reads every current entry of a bucket.
-func loadAll(ctx context.Context, kv jetstream.KeyValue) ([]jetstream.KeyValueEntry, error) {
-	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+// keepBinding remembers the binding stored under k if its job is kept. Called with
+// c.mu held.
+func (c *Coordinator) keepBinding(k string, value []byte, finished map[string]uint64) bool {
+	var b binding
+	_ = json.Unmarshal(value, &b)
+	raw, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(k, protocol.KeyPrefix))
+	seq, ok := finished[b.JobID]
+	if err != nil || !ok || c.jobs[b.JobID] != nil {
+		return c.jobs[b.JobID] != nil // an active job's key comes with its record
+	}
+	e := c.index.find(seq)
+	if e == nil || e.id != b.JobID {
+		return false
+	}
+	e.key = string(raw)
+	c.doneKeys[e.key] = doneKey{jobID: b.JobID, fingerprint: b.Fingerprint}
+	return true
+}
+
+// moveOldBindings moves the bindings of kept jobs out of protocol.KeysBucket, where
+// versions before the single jobs stream kept them, into the jobs bucket (fenced
+// batches, as every write), then deletes that bucket.
+func (c *Coordinator) moveOldBindings(ctx context.Context, finished map[string]uint64) error {
+	old, err := c.js.KeyValue(ctx, protocol.KeysBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("open old bucket %s: %w", protocol.KeysBucket, err)
+	}
+	entries, err := loadAll(ctx, old, ">")
+	if err != nil {
+		return fmt.Errorf("load old bucket %s: %w", protocol.KeysBucket, err)
+	}
+	var msgs []*nats.Msg
+	flush := func() error {
+		if len(msgs) > 0 {
+			if _, err := c.publishAtomic(ctx, msgs); err != nil {
+				return fmt.Errorf("move bindings from %s: %w", protocol.KeysBucket, err)
+			}
+		}
+		msgs = msgs[:0]
+		return nil
+	}
+	for _, e := range entries {
+		c.mu.Lock()
+		kept := c.keepBinding(e.Key(), e.Value(), finished)
+		c.unlock()
+		if !kept {
+			continue
+		}
+		m := nats.NewMsg(jobsSubjects + e.Key()) // the same encoding
+		m.Data = e.Value()
+		c.termChecked(m)
+		if msgs = append(msgs, m); len(msgs) == 500 {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	c.log.Info("moved idempotency bindings into the jobs bucket", "from", protocol.KeysBucket, "bindings", len(entries))
+	return c.js.DeleteKeyValue(ctx, protocol.KeysBucket)
+}
+
+// loadAll reads every current entry of a bucket whose key matches filter.
+func loadAll(ctx context.Context, kv jetstream.KeyValue, filter string) ([]jetstream.KeyValueEntry, error) {
+	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, err
 	}

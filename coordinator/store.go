@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -15,19 +14,20 @@ import (
 	"github.com/jobbus/jobbus/bus/protocol"
 )
 
-// ErrFenced means a write found the record changed by someone else: another coordinator
-// writes this state, so this one must stop (DESIGN invariant 3).
+// ErrFenced means a write found the state changed by someone else: another coordinator
+// leads, or a write whose outcome was unknown landed after all. This coordinator must
+// stop and a fresh one recover from KV (DESIGN invariant 3).
 var ErrFenced = errors.New("coordinator fenced: job state was written by another coordinator")
 
-// binding is an idempotency key's value in protocol.KeysBucket.
+// binding is an idempotency key's value in protocol.JobsBucket, under bindingKey(key).
 type binding struct {
 	JobID       string `json:"jobId"`
 	Fingerprint string `json:"fingerprint"`
 }
 
-// keyName encodes an idempotency key (any non-empty string) as a valid KV key.
-func keyName(key string) string {
-	return "k." + base64.RawURLEncoding.EncodeToString([]byte(key))
+// bindingKey encodes an idempotency key (any non-empty string) as a valid KV key.
+func bindingKey(key string) string {
+	return protocol.KeyPrefix + base64.RawURLEncoding.EncodeToString([]byte(key))
 }
 
 // markerTTL is how long the marker JetStream leaves when a finished record expires
@@ -36,25 +36,38 @@ func keyName(key string) string {
 // --retention 30s held about 60% more memory).
 const markerTTL = 5 * time.Second
 
-func openBuckets(ctx context.Context, js jetstream.JetStream, replicas int) (jobs, keys jetstream.KeyValue, err error) {
-	cfg := func(name, desc string) jetstream.KeyValueConfig {
-		// LimitMarkerTTL turns on per-message TTLs, which retention uses.
-		return jetstream.KeyValueConfig{Bucket: name, Description: desc, History: 1, Storage: jetstream.FileStorage,
-			Replicas: replicas, LimitMarkerTTL: markerTTL}
-	}
-	jobs, err = js.CreateOrUpdateKeyValue(ctx, cfg(protocol.JobsBucket, "jobbus job records"))
+// openBuckets opens the jobs bucket, whose stream takes atomic batches (group commit,
+// batch.go).
+func openBuckets(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.KeyValue, error) {
+	// LimitMarkerTTL turns on per-message TTLs, which retention uses.
+	jobs, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: protocol.JobsBucket, Description: "jobbus job records, idempotency keys and leadership term",
+		History: 1, Storage: jetstream.FileStorage, Replicas: replicas, LimitMarkerTTL: markerTTL})
 	if err != nil {
-		return nil, nil, fmt.Errorf("open bucket %s: %w", protocol.JobsBucket, err)
+		return nil, fmt.Errorf("open bucket %s: %w", protocol.JobsBucket, err)
 	}
-	keys, err = js.CreateOrUpdateKeyValue(ctx, cfg(protocol.KeysBucket, "jobbus idempotency keys"))
+	stream, err := js.Stream(ctx, jobsStream)
 	if err != nil {
-		return nil, nil, fmt.Errorf("open bucket %s: %w", protocol.KeysBucket, err)
+		return nil, fmt.Errorf("open bucket %s: %w", protocol.JobsBucket, err)
 	}
-	return jobs, keys, nil
+	if cfg := stream.CachedInfo().Config; !cfg.AllowAtomicPublish {
+		cfg.AllowAtomicPublish = true
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			return nil, fmt.Errorf("bucket %s: allow atomic batches: %w", protocol.JobsBucket, err)
+		}
+	}
+	return jobs, nil
 }
 
-// markDirty records a change to j and queues it for a writer; fn, if not nil, runs once
-// the change is durable. Called with c.mu held.
+const (
+	jobsStream    = "KV_" + protocol.JobsBucket
+	jobsSubjects  = "$KV." + protocol.JobsBucket + "."
+	termSubject   = jobsSubjects + protocol.TermKey
+	recordsFilter = jobsSubjects + "*"
+)
+
+// markDirty records a change to j and queues it for a committer; fn, if not nil, runs
+// once the change is durable. Called with c.mu held.
 func (c *Coordinator) markDirty(j *job, fn func(error)) {
 	j.version++
 	j.rec.UpdatedAt = c.now().UnixMilli()
@@ -70,7 +83,7 @@ func (c *Coordinator) markDirty(j *job, fn func(error)) {
 	}
 }
 
-// queueWrite hands j to the writers. Called with c.mu held.
+// queueWrite hands j to the committers. Called with c.mu held.
 func (c *Coordinator) queueWrite(j *job) {
 	j.writing = true
 	c.writes++
@@ -78,7 +91,7 @@ func (c *Coordinator) queueWrite(j *job) {
 	c.wakeWriter()
 }
 
-// doneWriting releases j from the writers. Called with c.mu held.
+// doneWriting releases j from the committers. Called with c.mu held.
 func (c *Coordinator) doneWriting(j *job) {
 	j.writing = false
 	c.writes--
@@ -91,23 +104,36 @@ func (c *Coordinator) wakeWriter() {
 	}
 }
 
-// writer persists dirty jobs until ctx ends. Changes made while a write is in flight are
-// coalesced into the next write of the same job, so a job has at most one write in flight
-// and each write is a CAS on the revision the previous one returned.
-func (c *Coordinator) writer(ctx context.Context) {
+// maxBatchJobs bounds the jobs one batch carries (each takes one or two messages of
+// JetStream's 1,000 per atomic batch).
+const maxBatchJobs = 256
+
+// batching reports whether writes go as atomic batches (group commit): where each
+// write costs a replication round or an fsync, so that one covers many. A single
+// server's atomic batch stages on disk, which costs more than it saves unless every
+// write is synced.
+func (c *Coordinator) batching() bool {
+	return c.cfg.Replicas > 1 || c.cfg.SyncAlways
+}
+
+// committer persists dirty jobs until ctx ends; when batching, as many as are waiting
+// in one atomic batch: group commit, so that under load one round trip (and with
+// SyncAlways one fsync) covers many transitions. Changes made while a job is in flight are coalesced
+// into its next write, so a job has at most one write in flight and each is a CAS on the
+// revision the previous one returned.
+func (c *Coordinator) committer(ctx context.Context) {
 	for {
-		c.mu.Lock()
-		var j *job
-		if len(c.dirty) > 0 {
-			j = c.dirty[0]
-			c.dirty[0] = nil
-			c.dirty = c.dirty[1:]
-			if len(c.dirty) > 0 {
-				c.wakeWriter()
-			}
+		n := 1
+		if c.batching() {
+			n = maxBatchJobs
 		}
+		c.mu.Lock()
+		ws, err := c.takeDirty(n)
 		c.unlock()
-		if j == nil {
+		for _, e := range err {
+			c.fail(e.j, e.err)
+		}
+		if len(ws) == 0 {
 			select {
 			case <-ctx.Done():
 				return
@@ -115,47 +141,79 @@ func (c *Coordinator) writer(ctx context.Context) {
 				continue
 			}
 		}
-		c.persist(ctx, j)
+		c.commit(ctx, ws)
 	}
 }
 
-// persist writes j's current record, retrying transient failures until ctx ends.
-func (c *Coordinator) persist(ctx context.Context, j *job) {
-	for attempt := 0; ; attempt++ {
-		c.mu.Lock()
+type encodeError struct {
+	j   *job
+	err error
+}
+
+// takeDirty encodes up to n dirty jobs. Called with c.mu held.
+func (c *Coordinator) takeDirty(n int) ([]pendingWrite, []encodeError) {
+	n = min(n, len(c.dirty))
+	if n == 0 {
+		return nil, nil
+	}
+	ws := make([]pendingWrite, 0, n)
+	var bad []encodeError
+	for _, j := range c.dirty[:n] {
 		w, err := c.pendingWrite(j)
-		c.unlock()
 		if err != nil {
-			c.fail(j, fmt.Errorf("encode job %s: %w", w.id, err))
-			return
+			bad = append(bad, encodeError{j, fmt.Errorf("encode job %s: %w", j.rec.JobID, err)})
+			continue
 		}
+		ws = append(ws, w)
+	}
+	clear(c.dirty[:n])
+	c.dirty = c.dirty[n:]
+	if len(c.dirty) > 0 {
+		c.wakeWriter()
+	}
+	return ws, bad
+}
+
+// commit makes ws durable as one batch, retrying transient failures until ctx ends.
+func (c *Coordinator) commit(ctx context.Context, ws []pendingWrite) {
+	for attempt := 0; ; attempt++ {
 		start := time.Now()
-		newRev, err := c.write(ctx, w)
-		c.noteStored(j, start, err)
-		if err == nil {
-			c.written(j, newRev, w.version)
-			if w.ttl > 0 && w.key != "" {
-				c.expireBinding(ctx, w)
+		revs, err := c.publish(ctx, ws)
+		for _, w := range ws {
+			c.noteStored(w.j, start, err)
+		}
+		switch {
+		case err == nil:
+			for i, w := range ws {
+				c.written(w.j, revs[i], w.version)
 			}
 			return
-		}
-		if permanent(err) {
-			c.log.Error("job write impossible; giving up on it", "job", j.rec.JobID, "err", err)
-			c.fail(j, err)
-			c.dropUnstored(j)
+		case permanent(err) && len(ws) > 1:
+			// Find the one that cannot be written; the others can.
+			for _, w := range ws {
+				c.commit(ctx, []pendingWrite{w})
+			}
 			return
-		}
-		if errors.Is(err, ErrFenced) || ctx.Err() != nil {
-			c.fail(j, err)
+		case permanent(err):
+			c.log.Error("job write impossible; giving up on it", "job", ws[0].id, "err", err)
+			c.fail(ws[0].j, err)
+			c.dropUnstored(ws[0].j)
+			return
+		case errors.Is(err, ErrFenced) || ctx.Err() != nil:
+			for _, w := range ws {
+				c.fail(w.j, err)
+			}
 			if errors.Is(err, ErrFenced) {
 				c.fence(err)
 			}
 			return
 		}
-		c.log.Warn("job write failed; retrying", "job", j.rec.JobID, "err", err, "attempt", attempt)
+		c.log.Warn("job write failed; retrying", "jobs", len(ws), "err", err, "attempt", attempt)
 		select {
 		case <-ctx.Done():
-			c.fail(j, ctx.Err())
+			for _, w := range ws {
+				c.fail(w.j, ctx.Err())
+			}
 			return
 		case <-time.After(min(time.Duration(attempt+1)*50*time.Millisecond, time.Second)):
 		}
@@ -164,6 +222,7 @@ func (c *Coordinator) persist(ctx context.Context, j *job) {
 
 // pendingWrite is one write of a job's record, taken under c.mu.
 type pendingWrite struct {
+	j       *job
 	id, key string
 	data    []byte
 	rev     uint64 // the revision written over; 0 creates
@@ -179,12 +238,21 @@ type pendingWrite struct {
 func (c *Coordinator) pendingWrite(j *job) (pendingWrite, error) {
 	data, err := json.Marshal(&j.rec)
 	return pendingWrite{
-		id: j.rec.JobID, key: j.rec.IdempotencyKey, data: data,
+		j: j, id: j.rec.JobID, key: j.rec.IdempotencyKey, data: data,
 		rev: j.rev, version: j.version, seq: j.rec.Seq, state: j.rec.State,
 		ttl:     c.ttl(j.rec.EndedAt),
 		expires: time.UnixMilli(j.rec.EndedAt).Add(c.cfg.Retention).UnixMilli(),
 		bind:    binding{JobID: j.rec.JobID, Fingerprint: j.rec.Fingerprint},
 	}, err
+}
+
+// publish writes ws, one atomic batch when batching.
+func (c *Coordinator) publish(ctx context.Context, ws []pendingWrite) ([]uint64, error) {
+	if len(ws) > 1 || c.batching() {
+		return c.publishBatch(ctx, ws)
+	}
+	rev, err := c.publishOne(ctx, &ws[0])
+	return []uint64{rev}, err
 }
 
 // ttlMargin is how much longer JetStream keeps a finished record than this coordinator
@@ -203,96 +271,11 @@ func (c *Coordinator) ttl(endedAt int64) time.Duration {
 	return max((left+time.Second-1).Truncate(time.Second), time.Second) + ttlMargin
 }
 
-// write stores one record, a CAS on the revision it was read at (a new job's create
-// expects none): a new job's idempotency key is bound first. The record carries its
-// sequence and state in headers, and a finished one the TTL of its retention.
-func (c *Coordinator) write(ctx context.Context, w pendingWrite) (uint64, error) {
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if w.rev == 0 && w.key != "" {
-		if err := c.bind(wctx, w.key, w.bind); err != nil {
-			return 0, err
-		}
-	}
-	msg := nats.NewMsg("$KV." + protocol.JobsBucket + "." + w.id)
-	msg.Data = w.data
-	msg.Header.Set(protocol.HeaderSeq, strconv.FormatUint(w.seq, 10))
-	msg.Header.Set(protocol.HeaderState, string(w.state))
-	opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(w.rev)}
-	if w.ttl > 0 {
-		opts = append(opts, jetstream.WithMsgTTL(w.ttl))
-		msg.Header.Set(protocol.HeaderExpires, strconv.FormatInt(w.expires, 10))
-	}
-	ack, err := c.js.PublishMsg(wctx, msg, opts...)
-	switch {
-	case wrongLastSequence(err) && w.rev == 0:
-		return 0, fmt.Errorf("%w (job %s exists)", ErrFenced, w.id)
-	case wrongLastSequence(err):
-		return 0, fmt.Errorf("%w (job %s moved past revision %d)", ErrFenced, w.id, w.rev)
-	case err != nil:
-		return 0, err
-	}
-	return ack.Sequence, nil
-}
-
 // wrongLastSequence reports a publish refused because the subject's last message was
 // not the one expected: someone else wrote the record.
 func wrongLastSequence(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
-}
-
-// expireBinding gives a finished job's idempotency binding the TTL of the job's
-// record, so the key can be used again once the job is gone. Should it fail, the key
-// stays bound in KV; bind then finds it stale and takes it over.
-func (c *Coordinator) expireBinding(ctx context.Context, w pendingWrite) {
-	data, _ := json.Marshal(w.bind)
-	msg := nats.NewMsg("$KV." + protocol.KeysBucket + "." + keyName(w.key))
-	msg.Data = data
-	for attempt := range 3 {
-		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := c.js.PublishMsg(wctx, msg, jetstream.WithMsgTTL(w.ttl))
-		cancel()
-		if err == nil || ctx.Err() != nil {
-			return
-		}
-		c.log.Warn("idempotency binding not given its TTL; retrying", "job", w.id, "err", err, "attempt", attempt)
-	}
-}
-
-// bind creates an idempotency binding; an identical one left by an interrupted earlier
-// write is fine, and so is a stale one, whose job this coordinator no longer keeps (it
-// expired): it is taken over. Any other is another coordinator's.
-func (c *Coordinator) bind(ctx context.Context, key string, b binding) error {
-	data, _ := json.Marshal(b)
-	_, err := c.keysKV.Create(ctx, keyName(key), data)
-	if !errors.Is(err, jetstream.ErrKeyExists) {
-		return err
-	}
-	entry, gerr := c.keysKV.Get(ctx, keyName(key))
-	if gerr != nil {
-		return gerr
-	}
-	var old binding
-	if json.Unmarshal(entry.Value(), &old) == nil && old.JobID == b.JobID {
-		return nil
-	}
-	if !c.keeps(key, old.JobID) {
-		_, err := c.keysKV.Update(ctx, keyName(key), data, entry.Revision())
-		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			return fmt.Errorf("%w (idempotency key rebound meanwhile)", ErrFenced)
-		}
-		return err
-	}
-	return fmt.Errorf("%w (idempotency key bound to job %s)", ErrFenced, old.JobID)
-}
-
-// keeps reports whether key is bound, in this coordinator's memory, to job id.
-func (c *Coordinator) keeps(key, id string) bool {
-	c.mu.Lock()
-	defer c.unlock()
-	j := c.keys[key]
-	return id != "" && (j != nil && j.rec.JobID == id || c.doneKeys[key].jobID == id)
 }
 
 // permanent reports a write error that retrying cannot cure. The submission bounds

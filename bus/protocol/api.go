@@ -55,13 +55,33 @@ func IsClientRequest(t Type) bool {
 
 // Bucket names in JetStream KV.
 const (
-	// JobsBucket maps a job id to its Record (history 1, every write a CAS).
+	// JobsBucket holds all durable job state, in one stream so that one atomic batch
+	// can carry any set of changes (DESIGN: one write path, fenced):
+	//   - a job's Record under the job's id (a single token: a UUID);
+	//   - an idempotency binding under KeyPrefix + base64url(key) (IsRecordKey tells
+	//     the two apart: watch "*" sees records only);
+	//   - the leadership term under TermKey.
 	JobsBucket = "JOBS"
-	// KeysBucket maps an encoded idempotency key to its binding (written with Create).
+	// KeysBucket held idempotency bindings before they moved into JobsBucket; a
+	// coordinator moves what it finds there and removes the bucket.
 	KeysBucket = "JOB_KEYS"
 	// LeaderBucket holds the coordinators' leader lease.
 	LeaderBucket = "JOBBUS_LEADER"
 )
+
+// Keys in JobsBucket besides the records.
+const (
+	// KeyPrefix starts the key of an idempotency binding.
+	KeyPrefix = "k."
+	// TermKey holds the current leadership term (a decimal number and the
+	// coordinator's id); a new leader writes it, CAS on the one it read, before it
+	// reads any job, and every later create of its term checks that it is still the
+	// last message of TermKey.
+	TermKey = "_jobbus.term"
+)
+
+// IsRecordKey reports whether a JobsBucket key names a job record.
+func IsRecordKey(key string) bool { return key != "" && !strings.Contains(key, ".") }
 
 // Size limits. A frame, a reply and a NATS message hold at most MaxMessage bytes; the
 // submission bounds keep every job record well inside it: the payload as submitted,

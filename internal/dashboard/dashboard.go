@@ -182,7 +182,7 @@ func (s *Server) watchOnce(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("open bucket %s: %w", protocol.JobsBucket, err)
 	}
-	w, err := kv.WatchAll(ctx)
+	w, err := kv.Watch(ctx, "*") // records only (protocol.IsRecordKey)
 	if err != nil {
 		return fmt.Errorf("watch bucket %s: %w", protocol.JobsBucket, err)
 	}
