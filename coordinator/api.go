@@ -62,16 +62,25 @@ func (c *Coordinator) serve() error {
 func (c *Coordinator) handleWorkers() error {
 	role := bus.AsRole()
 	if err := bus.Handle(c.node, protocol.PathRegister, func(_ context.Context, _ bus.Address, req protocol.WorkerRegister) (*protocol.WorkerRegistered, error) {
+		if !c.lease.held() {
+			return nil, leaseLapsed()
+		}
 		return c.register(&req)
 	}, role); err != nil {
 		return fmt.Errorf("handle %s: %w", protocol.PathRegister, err)
 	}
 	if err := bus.Handle(c.node, protocol.PathHeartbeat, func(_ context.Context, _ bus.Address, req protocol.Heartbeat) (*protocol.Heartbeat, error) {
+		if !c.lease.held() {
+			return nil, leaseLapsed()
+		}
 		return &req, c.heartbeat(&req)
 	}, role); err != nil {
 		return fmt.Errorf("handle %s: %w", protocol.PathHeartbeat, err)
 	}
 	if err := bus.Handle(c.node, protocol.PathDrain, func(_ context.Context, _ bus.Address, req protocol.Drain) (protocol.DrainAck, error) {
+		if !c.lease.held() {
+			return protocol.DrainAck{}, leaseLapsed()
+		}
 		return c.drain(&req)
 	}, role); err != nil {
 		return fmt.Errorf("handle %s: %w", protocol.PathDrain, err)
@@ -87,12 +96,21 @@ func (c *Coordinator) handleWorkers() error {
 			ack protocol.ResultAck
 			err error
 		}
+		// A result for an attempt this coordinator does not know may be for one
+		// granted by a newer leader: it is refused (503, not final: the worker offers
+		// it again) unless this one certainly leads, and so knows every attempt.
+		if !c.lease.held() {
+			return protocol.ResultAck{}, leaseLapsed()
+		}
 		done := make(chan answer, 1)
 		c.result(&req, func(ack protocol.ResultAck, err error) { done <- answer{ack, err} })
 		select {
 		case a := <-done:
 			if a.err != nil { // not durable: offer it again, here or to the next leader
 				return a.ack, bus.WithCode(bus.CodeUnavailable, a.err)
+			}
+			if !c.lease.held() {
+				return protocol.ResultAck{}, leaseLapsed()
 			}
 			return a.ack, nil
 		case <-ctx.Done():
@@ -117,6 +135,9 @@ func (c *Coordinator) endpoint(want protocol.Type) micro.Handler {
 		c.serveRequest(req.Data(), want, func(m protocol.Message) {
 			mu.Lock()
 			defer mu.Unlock()
+			if !c.lease.held() {
+				m = c.notLeader() // whatever it was, another coordinator may know better
+			}
 			if returned {
 				c.replyLate(req.Reply(), m)
 				return

@@ -63,6 +63,8 @@ type Coordinator struct {
 
 	sendMu sync.Mutex // held while sending the outbox, so messages leave in order
 
+	lease leaseClock // whether the leader lease is certainly held (leaseclock.go)
+
 	fencedCh chan struct{} // closed with fenced set
 	wake     chan struct{}
 	cancel   context.CancelFunc
@@ -85,6 +87,7 @@ func New(nc *nats.Conn, cfg Config) (*Coordinator, error) {
 		doneKeys: make(map[string]doneKey),
 		workers:  make(map[string]*worker),
 		ready:    newReadyQueue(),
+		lease:    leaseClock{base: time.Now()},
 		fencedCh: make(chan struct{}),
 		wake:     make(chan struct{}, 1),
 	}, nil
@@ -120,6 +123,12 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	if err := c.serve(); err != nil {
 		c.Close()
 		return fmt.Errorf("coordinator: %w", err)
+	}
+	// The server has every subscription once a round trip is done: from then on,
+	// requests on any connection reach this coordinator.
+	if err := c.nc.FlushTimeout(5 * time.Second); err != nil {
+		c.Close()
+		return fmt.Errorf("coordinator: flush subscriptions: %w", err)
 	}
 	c.goRun(func() { c.sweeper(runCtx) })
 	c.log.Info("coordinator serving", recovered...)

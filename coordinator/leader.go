@@ -16,11 +16,12 @@ const leaderKey = "coordinator"
 
 // Run campaigns for leadership and runs a coordinator while it leads, until ctx ends:
 // several `jobbus coordinator` processes on one NATS give one leader and standbys that
-// take over within a lease of its loss. onLead, if not nil, sees each coordinator started.
+// take over as soon as its lease expires. onLead, if not nil, sees each coordinator
+// started.
 //
-// Leadership alone does not make writes safe (a deposed leader may not know it yet);
-// the CAS on every record does (invariant 3). The lease only keeps the leader unique in
-// the common case, and gives failover.
+// The lease keeps the leader unique in the common case and gives failover; what makes
+// a paused, deposed leader harmless is the term that fences its writes (batch.go) and
+// its lease clock, which stops it answering (leaseclock.go).
 func Run(ctx context.Context, nc *nats.Conn, cfg Config, onLead func(*Coordinator)) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("coordinator config: %w", err)
@@ -30,25 +31,26 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, onLead func(*Coordinato
 	if err != nil {
 		return fmt.Errorf("coordinator: jetstream: %w", err)
 	}
+	// Expiry leaves a marker, which a standby's watch sees at once (campaign).
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: protocol.LeaderBucket, Description: "jobbus coordinator leader lease",
 		History: 1, TTL: cfg.LeaderLease, Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
+		LimitMarkerTTL: max(cfg.LeaderLease, time.Second), // JetStream's least
 	})
 	if err != nil {
 		return fmt.Errorf("coordinator: open bucket %s: %w", protocol.LeaderBucket, err)
 	}
-	id := cfg.ID
-	if id == "" {
-		id = newID()
+	if cfg.ID == "" {
+		cfg.ID = newID()
 	}
 	for {
-		rev, err := campaign(ctx, kv, id, cfg.LeaderLease/3, cfg.Logger)
+		l, err := campaign(ctx, kv, cfg.ID, cfg.LeaderLease/3, cfg.Logger)
 		if err != nil {
 			return nil // ctx ended while standing by
 		}
-		cfg.Logger.Info("leading", "coordinator", id)
-		if err := lead(ctx, nc, kv, cfg, id, rev, onLead); err != nil {
-			cfg.Logger.Error("lost leadership", "coordinator", id, "err", err)
+		cfg.Logger.Info("leading", "coordinator", cfg.ID)
+		if err := lead(ctx, nc, kv, cfg, l, onLead); err != nil {
+			cfg.Logger.Error("lost leadership", "coordinator", cfg.ID, "err", err)
 		}
 		if ctx.Err() != nil {
 			return nil
@@ -56,98 +58,174 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, onLead func(*Coordinato
 	}
 }
 
+// lease is a leader lease held: its revision, and when the request that wrote it was
+// sent (the lease runs from no earlier).
+type lease struct {
+	rev  uint64
+	sent time.Time
+}
+
 // campaign waits until this process holds the lease, or ctx ends. A lease that
 // already names id was left by this coordinator before a crash: it is taken back at
-// once.
-func campaign(ctx context.Context, kv jetstream.KeyValue, id string, every time.Duration, log *slog.Logger) (uint64, error) {
+// once. Otherwise it watches the lease and tries again as soon as it is deleted or
+// expires, and every `every` in any case.
+func campaign(ctx context.Context, kv jetstream.KeyValue, id string, every time.Duration, log *slog.Logger) (lease, error) {
+	var gone <-chan jetstream.KeyValueEntry
+	if w, err := kv.Watch(ctx, leaderKey, jetstream.UpdatesOnly()); err == nil {
+		defer func() { _ = w.Stop() }()
+		gone = w.Updates()
+	}
 	for said := false; ; {
 		// ErrKeyExists means another leads; any other error (NATS unavailable, say) is
 		// retried the same way, since the leader may be gone too.
+		sent := time.Now()
 		rev, err := kv.Create(ctx, leaderKey, []byte(id))
 		if err == nil {
-			return rev, nil
+			return lease{rev, sent}, nil
 		}
 		if errors.Is(err, jetstream.ErrKeyExists) {
-			if rev, ok := takeBack(ctx, kv, id); ok {
+			if l, ok := takeBack(ctx, kv, id); ok {
 				log.Info("taking back this coordinator's own lease", "coordinator", id)
-				return rev, nil
+				return l, nil
 			}
 		}
 		if !said {
 			log.Info("standing by: another coordinator leads", "coordinator", id, "reason", err)
 			said = true
 		}
-		select {
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-time.After(every):
+		if err := waitLeaseGone(ctx, gone, every); err != nil {
+			return lease{}, err
 		}
 	}
 }
 
-// lead runs a coordinator while the lease is renewed; it returns when ctx ends or the
-// coordinator is fenced (giving the lease up either way), when another coordinator
-// holds the lease, or when renewals have failed for half a lease.
-func lead(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, cfg Config, id string, rev uint64, onLead func(*Coordinator)) error {
-	c, err := New(nc, cfg)
-	if err != nil {
-		return err
-	}
-	if err := c.Start(ctx); err != nil {
-		return err
-	}
-	defer c.Close()
-	if onLead != nil {
-		onLead(c)
-	}
-	t := time.NewTicker(cfg.LeaderLease / 3)
+// waitLeaseGone returns when the watched lease is deleted or expires, or after every.
+func waitLeaseGone(ctx context.Context, gone <-chan jetstream.KeyValueEntry, every time.Duration) error {
+	t := time.NewTimer(every)
 	defer t.Stop()
-	renewed := time.Now()
-	giveUp := func() { // after the coordinator stopped, so no standby overlaps it
-		c.Close()
-		_ = kv.Delete(context.Background(), leaderKey, jetstream.LastRevision(rev))
-	}
 	for {
 		select {
 		case <-ctx.Done():
-			giveUp()
-			return nil
-		case <-c.Fenced():
-			// Holding the lease while serving nothing would stall every standby.
-			giveUp()
-			return errors.New("fenced: stepping down, to lead again from the stored state")
+			return ctx.Err()
 		case <-t.C:
-			rctx, cancel := context.WithTimeout(ctx, cfg.LeaderLease/3)
-			next, err := renew(rctx, kv, id, rev)
-			cancel()
-			switch {
-			case err == nil:
-				rev, renewed = next, time.Now()
-			case ctx.Err() != nil:
-			case errors.Is(err, errLeaseLost):
-				return err
-			case time.Since(renewed) >= cfg.LeaderLease/2:
-				// Step down well before the lease can expire under a standby.
-				return fmt.Errorf("renew lease: %w", err)
-			default:
-				// One missed renewal (a NATS blip, a pause) does not cost the
-				// lease, nor the attempts of every running job a new leader
-				// would count.
-				cfg.Logger.Warn("lease renewal failed; retrying", "coordinator", id, "err", err)
+			return nil
+		case e, ok := <-gone:
+			if !ok {
+				return nil
 			}
+			if e != nil && e.Operation() != jetstream.KeyValuePut {
+				return nil
+			}
+		}
+	}
+}
+
+// lead runs a coordinator while it holds the lease, on a connection of its own: when
+// it stops, closing that connection withdraws every subscription it had, even in the
+// middle of a reconnect (a drained micro service re-subscribes on reconnect and leaves
+// subscriptions nobody reads). It returns when ctx ends or the coordinator is fenced
+// (giving the lease up either way), or when another coordinator holds the lease. Failed
+// renewals alone do not end it: while the lease is not certainly held the coordinator
+// answers nothing (leaseclock.go), and once a renewal gets through, nobody else took
+// over.
+func lead(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, cfg Config, l lease, onLead func(*Coordinator)) error {
+	tnc, err := nc.Opts.Connect()
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer tnc.Close()
+	c, err := New(tnc, cfg)
+	if err != nil {
+		return err
+	}
+	c.RenewedLease(l.sent, cfg.LeaderLease)
+	// Renewals start before recovery, which may outlast a lease on a large store.
+	rctx, stopRenewing := context.WithCancel(ctx)
+	ended := make(chan leaseEnd, 1)
+	go func() { ended <- keepLease(rctx, kv, cfg, c, l) }()
+	var end *leaseEnd
+	stop := func() leaseEnd {
+		if end == nil {
+			stopRenewing()
+			e := <-ended
+			end = &e
+		}
+		return *end
+	}
+	defer stop()
+	giveUp := func() { // after the coordinator stopped, so no standby overlaps it
+		c.Close()
+		if e := stop(); e.err == nil {
+			_ = kv.Delete(context.Background(), leaderKey, jetstream.LastRevision(e.rev))
+		}
+	}
+	if err := c.Start(ctx); err != nil {
+		giveUp()
+		return err
+	}
+	if onLead != nil {
+		onLead(c)
+	}
+	select {
+	case <-ctx.Done():
+		giveUp()
+		return nil
+	case <-c.Fenced():
+		// Holding the lease while serving nothing would stall every standby.
+		giveUp()
+		return errors.New("fenced: stepping down, to lead again from the stored state")
+	case e := <-ended:
+		end = &e
+		c.Close()
+		return e.err
+	}
+}
+
+// leaseEnd is how keeping a lease ended: its last revision, or errLeaseLost.
+type leaseEnd struct {
+	rev uint64
+	err error
+}
+
+// keepLease renews l every third of a lease until ctx ends or another coordinator
+// holds the lease.
+func keepLease(ctx context.Context, kv jetstream.KeyValue, cfg Config, c *Coordinator, l lease) leaseEnd {
+	t := time.NewTicker(cfg.LeaderLease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return leaseEnd{rev: l.rev}
+		case <-t.C:
+		}
+		sent := time.Now()
+		rctx, cancel := context.WithTimeout(ctx, cfg.LeaderLease/3)
+		next, err := renew(rctx, kv, cfg.ID, l.rev)
+		cancel()
+		switch {
+		case err == nil:
+			l = lease{next, sent}
+			c.RenewedLease(sent, cfg.LeaderLease)
+		case ctx.Err() != nil:
+			return leaseEnd{rev: l.rev}
+		case errors.Is(err, errLeaseLost):
+			return leaseEnd{err: err}
+		default:
+			cfg.Logger.Warn("lease renewal failed; retrying", "coordinator", cfg.ID, "err", err)
 		}
 	}
 }
 
 // takeBack renews a lease that names id, at the revision read: the CAS keeps it from
 // taking a lease that changed hands meanwhile.
-func takeBack(ctx context.Context, kv jetstream.KeyValue, id string) (uint64, bool) {
+func takeBack(ctx context.Context, kv jetstream.KeyValue, id string) (lease, bool) {
+	sent := time.Now()
 	e, err := kv.Get(ctx, leaderKey)
 	if err != nil || string(e.Value()) != id {
-		return 0, false
+		return lease{}, false
 	}
 	rev, err := kv.Update(ctx, leaderKey, []byte(id), e.Revision())
-	return rev, err == nil
+	return lease{rev, sent}, err == nil
 }
 
 // errLeaseLost means the lease is gone or names another coordinator.
@@ -162,7 +240,14 @@ func renew(ctx context.Context, kv jetstream.KeyValue, id string, rev uint64) (u
 	}
 	e, gerr := kv.Get(ctx, leaderKey)
 	switch {
-	case errors.Is(gerr, jetstream.ErrKeyNotFound), gerr == nil && string(e.Value()) != id:
+	case errors.Is(gerr, jetstream.ErrKeyNotFound):
+		// It expired (an outage longer than the lease) and nobody took it: whoever
+		// takes it now leads, and if another did meanwhile, its term fences this one.
+		if rev, err := kv.Create(ctx, leaderKey, []byte(id)); err == nil {
+			return rev, nil
+		}
+		return 0, fmt.Errorf("%w: %w", errLeaseLost, err)
+	case gerr == nil && string(e.Value()) != id:
 		return 0, fmt.Errorf("%w: %w", errLeaseLost, err)
 	case gerr != nil:
 		return 0, gerr

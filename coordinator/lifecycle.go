@@ -163,7 +163,7 @@ func (c *Coordinator) newJob(req *protocol.SubmitJob, maxAttempts int, prio prot
 // schedule assigns queued jobs while some worker has a free slot for them. Called with
 // c.mu held.
 func (c *Coordinator) schedule() {
-	if c.fenced != nil {
+	if c.fenced != nil || !c.lease.held() {
 		return
 	}
 	for c.ready.size > 0 {
@@ -334,8 +334,8 @@ func (c *Coordinator) cancelFinished(id string, reply replyFunc) {
 func (c *Coordinator) sweep() {
 	c.mu.Lock()
 	defer c.unlock()
-	if c.fenced != nil {
-		return
+	if c.fenced != nil || !c.lease.held() {
+		return // another may lead; or NATS is cut off, and silence is not the workers'
 	}
 	now := c.now()
 	c.expire(now)
