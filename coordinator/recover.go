@@ -100,47 +100,61 @@ func (c *Coordinator) loadHeads(ctx context.Context) ([]head, uint64, error) {
 	if info.State.Msgs == 0 {
 		return nil, last, nil
 	}
+	prefix := "$KV." + protocol.JobsBucket + "."
+	var heads []head
+	err = lastPerSubject(ctx, stream, recordsFilter, true, func(msg jetstream.Msg, meta *jetstream.MsgMetadata) {
+		h := msg.Headers()
+		if h.Get("KV-Operation") != "" || h.Get("Nats-Marker-Reason") != "" { // a removal
+			return
+		}
+		seq, _ := strconv.ParseUint(h.Get(protocol.HeaderSeq), 10, 64)
+		st, _ := protocol.ParseState(h.Get(protocol.HeaderState)) // the constant, not a copy per job
+		expires, _ := strconv.ParseInt(h.Get(protocol.HeaderExpires), 10, 64)
+		heads = append(heads, head{
+			id:  strings.Clone(strings.TrimPrefix(msg.Subject(), prefix)),
+			seq: seq, state: st, at: meta.Timestamp, expires: expires,
+		})
+	})
+	return heads, last, err
+}
+
+// lastPerSubject hands fn the last message of each subject of stream that matches
+// filter (only its headers if headersOnly), through an ordered consumer that it
+// deletes when done, rather than leave it to time out.
+func lastPerSubject(ctx context.Context, stream jetstream.Stream, filter string, headersOnly bool, fn func(jetstream.Msg, *jetstream.MsgMetadata)) error {
 	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
-		HeadersOnly:    true,
-		FilterSubjects: []string{recordsFilter},
+		HeadersOnly:    headersOnly,
+		FilterSubjects: []string{filter},
 	})
 	if err != nil {
-		return nil, 0, err
+		return err
 	}
-	if ci, err := cons.Info(ctx); err != nil {
-		return nil, 0, err
-	} else if ci.NumPending == 0 { // the stream holds no record, only the term
-		return nil, last, nil
+	defer func() {
+		if ci := cons.CachedInfo(); ci != nil {
+			_ = stream.DeleteConsumer(context.WithoutCancel(ctx), ci.Name)
+		}
+	}()
+	if ci, err := cons.Info(ctx); err != nil || ci.NumPending == 0 {
+		return err
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(4096))
 	if err != nil {
-		return nil, 0, err
+		return err
 	}
 	defer it.Stop()
-	prefix := "$KV." + protocol.JobsBucket + "."
-	var heads []head
 	for {
 		msg, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
-			return nil, 0, err
+			return err
 		}
 		meta, err := msg.Metadata()
 		if err != nil {
-			return nil, 0, err
+			return err
 		}
-		h := msg.Headers()
-		if h.Get("KV-Operation") == "" && h.Get("Nats-Marker-Reason") == "" { // not a removal
-			seq, _ := strconv.ParseUint(h.Get(protocol.HeaderSeq), 10, 64)
-			st, _ := protocol.ParseState(h.Get(protocol.HeaderState)) // the constant, not a copy per job
-			expires, _ := strconv.ParseInt(h.Get(protocol.HeaderExpires), 10, 64)
-			heads = append(heads, head{
-				id:  strings.Clone(strings.TrimPrefix(msg.Subject(), prefix)),
-				seq: seq, state: st, at: meta.Timestamp, expires: expires,
-			})
-		}
+		fn(msg, meta)
 		if meta.NumPending == 0 {
-			return heads, last, nil
+			return nil
 		}
 	}
 }
@@ -262,14 +276,20 @@ func (c *Coordinator) repairBindings(ctx context.Context, finished map[string]ui
 	if err := c.moveOldBindings(ctx, finished); err != nil {
 		return err
 	}
-	entries, err := loadAll(ctx, c.jobsKV, protocol.KeyPrefix+">")
+	stream, err := c.js.Stream(ctx, jobsStream)
 	if err != nil {
 		return fmt.Errorf("load bindings: %w", err)
 	}
-	c.mu.Lock()
-	defer c.unlock()
-	for _, e := range entries {
-		c.keepBinding(e.Key(), e.Value(), finished)
+	err = lastPerSubject(ctx, stream, jobsSubjects+protocol.KeyPrefix+">", false, func(msg jetstream.Msg, _ *jetstream.MsgMetadata) {
+		if msg.Headers().Get("KV-Operation") != "" || msg.Headers().Get("Nats-Marker-Reason") != "" {
+			return
+		}
+		c.mu.Lock()
+		c.keepBinding(strings.TrimPrefix(msg.Subject(), jobsSubjects), msg.Data(), finished)
+		c.unlock()
+	})
+	if err != nil {
+		return fmt.Errorf("load bindings: %w", err)
 	}
 	return nil
 }
