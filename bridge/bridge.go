@@ -59,6 +59,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/nats-io/nats.go"
 )
 
@@ -167,7 +168,8 @@ type Bridge struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	// requests bounds the client-port requests in flight across the bridge.
-	requests chan struct{}
+	requests  chan struct{}
+	leaderSub *nats.Subscription // leader announcements, while started
 	// workers are the live worker sessions by worker id.
 	workers registry
 
@@ -240,6 +242,16 @@ func (b *Bridge) Start(ctx context.Context) error {
 		}
 		ports = append(ports, &port{name: spec.name, ln: ln, serve: spec.serve})
 	}
+	// A new leader's announcement makes every session heartbeat now (and so register
+	// with the new leader) instead of at its worker's next heartbeat.
+	sub, err := b.nc.Subscribe(protocol.LeaderSubject, func(*nats.Msg) { b.workers.heartbeatAll() })
+	if err != nil {
+		for _, p := range ports {
+			_ = p.ln.Close()
+		}
+		return fmt.Errorf("bridge: subscribe %s: %w", protocol.LeaderSubject, err)
+	}
+	b.leaderSub = sub
 	b.started = true
 	b.ports = ports
 	for _, p := range ports {
@@ -298,6 +310,9 @@ func (b *Bridge) Close() error {
 		}
 		b.mu.Unlock()
 		b.cancel()
+		if b.leaderSub != nil {
+			_ = b.leaderSub.Unsubscribe()
+		}
 		for _, p := range ports {
 			_ = p.ln.Close()
 		}

@@ -57,6 +57,9 @@ type workerSession struct {
 	cancel  context.CancelFunc
 	beats   sync.WaitGroup // the heartbeat in flight
 	beating atomic.Bool
+	// lastBeat is when the worker last sent HEARTBEAT (Unix nanoseconds): only a worker
+	// that heartbeats is registered with a new leader on its announcement.
+	lastBeat atomic.Int64
 
 	results inflight // results being delivered; they outlive the connection
 }
@@ -260,6 +263,7 @@ func (s *workerSession) loop() {
 		}
 		switch m := msg.(type) {
 		case *protocol.Heartbeat:
+			s.lastBeat.Store(time.Now().UnixNano())
 			s.heartbeat()
 		case *protocol.TaskResult:
 			if !s.result(m, len(payload)) {
@@ -395,6 +399,30 @@ func (r *registry) current(s *workerSession) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.live[s.reg.WorkerID] == s
+}
+
+// announcedWindow is how recently a worker must have heartbeated to be registered with
+// a new leader when it announces itself: the reference heartbeat timeout. A worker
+// that went silent is left to register on its own, as it would have been.
+const announcedWindow = 6 * time.Second
+
+// heartbeatAll makes every live session whose worker heartbeats heartbeat now.
+func (r *registry) heartbeatAll() {
+	r.mu.Lock()
+	live := make([]*workerSession, 0, len(r.live))
+	for _, s := range r.live {
+		live = append(live, s)
+	}
+	r.mu.Unlock()
+	for _, s := range live {
+		select {
+		case <-s.registered:
+			if time.Since(time.Unix(0, s.lastBeat.Load())) < announcedWindow {
+				s.heartbeat()
+			}
+		default: // still registering, with whoever leads
+		}
+	}
 }
 
 func (r *registry) release(s *workerSession) {

@@ -74,7 +74,7 @@ func DefaultConfig() Config {
 		Retention:        24 * time.Hour,
 		Replicas:         1,
 		Writers:          32,
-		LeaderLease:      5 * time.Second,
+		LeaderLease:      2 * time.Second,
 	}
 }
 

@@ -13,6 +13,7 @@ package coordinator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -132,6 +133,8 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	}
 	c.goRun(func() { c.sweeper(runCtx) })
 	c.log.Info("coordinator serving", recovered...)
+	hello, _ := json.Marshal(protocol.LeaderAnnouncement{Coordinator: c.cfg.ID, Term: c.term})
+	_ = c.nc.Publish(protocol.LeaderSubject, hello) // best effort: heartbeats find it anyway
 	return nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/coordinator"
 	"github.com/jobbus/jobbus/internal/jobbustest/suite"
+	"github.com/jobbus/jobbus/worker"
 )
 
 // TestStandbyTakesOver runs two campaigning coordinators: one leads, the other waits,
@@ -346,4 +347,42 @@ func TestRestartedLeaderTakesItsLeaseBack(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWorkersFollowANewLeaderAtOnce: a new leader announces itself, and workers
+// register with it then, not at their next heartbeat (here far beyond the test's
+// patience), so that jobs run again within moments of a failover.
+func TestWorkersFollowANewLeaderAtOnce(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	_ = s.Coordinator.Close()
+	cfg := s.Config
+	cfg.LeaderLease = 600 * time.Millisecond
+	cfg.HeartbeatTimeout = time.Hour
+	first, stopFirst := stoppableCampaign(t, s, cfg)
+	c1 := recv(t, "the first leader", first)
+	s.StartNativeWorker(t, worker.WithCapacity(1), worker.WithHeartbeat(time.Hour))
+	s.Eventually("the worker registered", func() bool { return len(c1.Stats().Workers) == 1 })
+	second, _ := stoppableCampaign(t, s, cfg)
+
+	stopFirst()
+	c2 := recv(t, "the standby leading", second)
+	if c2.Term() <= c1.Term() {
+		t.Fatalf("terms %d then %d", c1.Term(), c2.Term())
+	}
+	id := s.Submit("SHA256", text("after failover"))
+	if j := s.Wait(id); j.State != protocol.StateCompleted {
+		t.Fatalf("job %+v", j)
+	}
+}
+
+// stoppableCampaign is campaign with a stop of its own.
+func stoppableCampaign(t *testing.T, s *system, cfg coordinator.Config) (<-chan *coordinator.Coordinator, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	leaders := make(chan *coordinator.Coordinator, 4)
+	done := make(chan error, 1)
+	go func() { done <- coordinator.Run(ctx, s.NC, cfg, func(c *coordinator.Coordinator) { leaders <- c }) }()
+	stop := sync.OnceFunc(func() { cancel(); <-done })
+	t.Cleanup(stop)
+	return leaders, stop
 }

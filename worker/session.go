@@ -24,6 +24,12 @@ func (w *Worker) serve(ctx context.Context, reconnected <-chan nats.Status) erro
 	}
 	tick := time.NewTicker(w.cfg.Heartbeat)
 	defer tick.Stop()
+	// A new leader's announcement makes the next heartbeat now: the new leader does not
+	// know the worker yet, and says so.
+	leader := make(chan *nats.Msg, 1)
+	if sub, err := w.node.Conn().ChanSubscribe(protocol.LeaderSubject, leader); err == nil {
+		defer func() { _ = sub.Unsubscribe() }()
+	}
 	for {
 		var reason string
 		select {
@@ -34,27 +40,41 @@ func (w *Worker) serve(ctx context.Context, reconnected <-chan nats.Status) erro
 				continue // the connection we registered on
 			}
 			reason = "connection re-established"
-		case <-tick.C:
-			if w.reconnects() != epoch {
-				reason = "connection re-established"
-				break
-			}
-			forgotten, err := w.heartbeat(ctx)
-			if err != nil {
+		case <-leader:
+			tick.Reset(w.cfg.Heartbeat)
+			if reason, err = w.beat(ctx, epoch); err != nil {
 				return err
 			}
-			if !forgotten {
-				if !w.drainSent.Load() {
-					_, _ = w.sendDrain(ctx) // the coordinator has not heard it yet
-				}
-				continue
+		case <-tick.C:
+			if reason, err = w.beat(ctx, epoch); err != nil {
+				return err
 			}
-			reason = "coordinator does not know the worker"
+		}
+		if reason == "" {
+			continue
 		}
 		if epoch, err = w.register(ctx, reason); err != nil {
 			return err
 		}
 	}
+}
+
+// beat heartbeats, and says why the worker must register again, if it must.
+func (w *Worker) beat(ctx context.Context, epoch uint64) (reason string, err error) {
+	if w.reconnects() != epoch {
+		return "connection re-established", nil
+	}
+	forgotten, err := w.heartbeat(ctx)
+	switch {
+	case err != nil:
+		return "", err
+	case forgotten:
+		return "coordinator does not know the worker", nil
+	}
+	if !w.drainSent.Load() {
+		_, _ = w.sendDrain(ctx) // the coordinator has not heard it yet
+	}
+	return "", nil
 }
 
 // reconnects counts the times the connection came back; it changes exactly when the

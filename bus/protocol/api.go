@@ -69,6 +69,17 @@ const (
 	LeaderBucket = "JOBBUS_LEADER"
 )
 
+// LeaderSubject is where a coordinator announces, once it serves as leader, its term
+// (LeaderAnnouncement): workers and bridges heartbeat at once, and register again with
+// the new leader, instead of at their next heartbeat.
+const LeaderSubject = "jobbus.leader"
+
+// LeaderAnnouncement is the body published on LeaderSubject.
+type LeaderAnnouncement struct {
+	Coordinator string `json:"coordinator"`
+	Term        uint64 `json:"term"`
+}
+
 // Keys in JobsBucket besides the records.
 const (
 	// KeyPrefix starts the key of an idempotency binding.
