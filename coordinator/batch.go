@@ -55,7 +55,7 @@ func (c *Coordinator) claimTerm(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("write term %d: %w", term, err)
 	}
-	c.term, c.termSeq = term, seq
+	c.prevTerm, c.term, c.termSeq = prev, term, seq
 	return nil
 }
 

@@ -50,6 +50,10 @@ type Config struct {
 	// a standby takes over within about this long of the leader's loss.
 	LeaderLease time.Duration
 
+	// fullRecovery makes recovery ignore the checkpoint: Run sets it after a fence,
+	// when the last memory was not the truth.
+	fullRecovery bool
+
 	// TaskTypes validates payloads; nil means the five built-in task types.
 	TaskTypes *tasktype.Set
 	// Now is the clock; nil means time.Now. Tests inject one to age jobs without waiting.

@@ -35,32 +35,37 @@ type Coordinator struct {
 	node *bus.Node
 	nc   *nats.Conn
 
-	js      jetstream.JetStream
-	jobsKV  jetstream.KeyValue
-	svc     micro.Service
-	term    uint64 // this coordinator's leadership term (batch.go); set before recovery
-	termSeq uint64 // the stream sequence of its TermKey write, which every batch checks
+	js       jetstream.JetStream
+	jobsKV   jetstream.KeyValue
+	svc      micro.Service
+	ckpt     jetstream.ObjectStore // checkpoints of the job index (checkpoint.go)
+	runCtx   context.Context       // ends when the coordinator stops
+	prevTerm uint64                // the term before this one, whose checkpoint recovery may use
+	term     uint64                // this coordinator's leadership term (batch.go); set before recovery
+	termSeq  uint64                // the stream sequence of its TermKey write, which every batch checks
 
-	mu         sync.Mutex
-	jobs       map[string]*job    // active, and finished until their record is durable
-	index      jobIndex           // every kept job by sequence (retained.go)
-	keys       map[string]*job    // idempotency keys of the jobs in jobs
-	doneKeys   map[string]doneKey // idempotency keys of finished jobs, until they expire
-	expiring   []expiring         // finished jobs by the end of their retention, from expHead
-	expHead    int
-	recent     []uint64 // sequences of the jobs that finished last (retained.go)
-	recentNext int
-	workers    map[string]*worker
-	ready      *readyQueue
-	retries    timerHeap
-	deadlines  deadlineHeap
-	active     int
-	seq        uint64
-	lastMilli  int64 // createdAt never goes backwards, so sequence order is age order
-	dirty      []*job
-	writes     int // jobs queued for or held by a writer
-	fenced     error
-	outbox     []outgoing // to send once mu is released (outbox.go)
+	mu              sync.Mutex
+	jobs            map[string]*job    // active, and finished until their record is durable
+	index           jobIndex           // every kept job by sequence (retained.go)
+	keys            map[string]*job    // idempotency keys of the jobs in jobs
+	doneKeys        map[string]doneKey // idempotency keys of finished jobs, until they expire
+	expiring        []expiring         // finished jobs by the end of their retention, from expHead
+	expHead         int
+	recent          []uint64 // sequences of the jobs that finished last (retained.go)
+	recentNext      int
+	workers         map[string]*worker
+	ready           *readyQueue
+	retries         timerHeap
+	deadlines       deadlineHeap
+	active          int
+	seq             uint64
+	lastMilli       int64 // createdAt never goes backwards, so sequence order is age order
+	dirty           []*job
+	writes          int // jobs queued for or held by a writer
+	fenced          error
+	sinceCheckpoint int        // durable writes since the last checkpoint
+	checkpointing   bool       // a checkpoint is being written
+	outbox          []outgoing // to send once mu is released (outbox.go)
 
 	sendMu sync.Mutex // held while sending the outbox, so messages leave in order
 
@@ -105,6 +110,9 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	if c.jobsKV, err = openBuckets(ctx, js, c.cfg.Replicas); err != nil {
 		return fmt.Errorf("coordinator: %w", err)
 	}
+	if c.ckpt, err = openCheckpoints(ctx, js, c.cfg.Replicas); err != nil {
+		return fmt.Errorf("coordinator: %w", err)
+	}
 	if err := c.claimTerm(ctx); err != nil {
 		return fmt.Errorf("coordinator: %w", err)
 	}
@@ -131,6 +139,9 @@ func (c *Coordinator) Start(ctx context.Context) error {
 		c.Close()
 		return fmt.Errorf("coordinator: flush subscriptions: %w", err)
 	}
+	c.mu.Lock()
+	c.runCtx = runCtx // from now on, writes may start checkpoints
+	c.unlock()
 	c.goRun(func() { c.sweeper(runCtx) })
 	c.log.Info("coordinator serving", recovered...)
 	hello, _ := json.Marshal(protocol.LeaderAnnouncement{Coordinator: c.cfg.ID, Term: c.term})
@@ -143,6 +154,7 @@ func (c *Coordinator) Close() error {
 	c.closed.Do(func() {
 		c.stopServing()
 		c.drainWrites(2 * time.Second)
+		c.finalCheckpoint()
 		if c.cancel != nil {
 			c.cancel()
 		}

@@ -49,9 +49,11 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, onLead func(*Coordinato
 			return nil // ctx ended while standing by
 		}
 		cfg.Logger.Info("leading", "coordinator", cfg.ID)
-		if err := lead(ctx, nc, kv, cfg, l, onLead); err != nil {
+		err = lead(ctx, nc, kv, cfg, l, onLead)
+		if err != nil {
 			cfg.Logger.Error("lost leadership", "coordinator", cfg.ID, "err", err)
 		}
+		cfg.fullRecovery = errors.Is(err, errFenced)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -173,7 +175,7 @@ func lead(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, cfg Config,
 	case <-c.Fenced():
 		// Holding the lease while serving nothing would stall every standby.
 		giveUp()
-		return errors.New("fenced: stepping down, to lead again from the stored state")
+		return errFenced
 	case e := <-ended:
 		end = &e
 		c.Close()
@@ -227,6 +229,9 @@ func takeBack(ctx context.Context, kv jetstream.KeyValue, id string) (lease, boo
 	rev, err := kv.Update(ctx, leaderKey, []byte(id), e.Revision())
 	return lease{rev, sent}, err == nil
 }
+
+// errFenced is how a term ends when the coordinator found its memory was not the truth.
+var errFenced = errors.New("fenced: stepping down, to lead again from the stored state")
 
 // errLeaseLost means the lease is gone or names another coordinator.
 var errLeaseLost = errors.New("lease lost to another coordinator")

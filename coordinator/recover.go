@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/base64"
@@ -26,7 +27,7 @@ import (
 // with the previous coordinator: it counts, and the job runs again or, if that was its
 // last attempt, fails.
 func (c *Coordinator) recover(ctx context.Context) error {
-	heads, lastSeq, err := c.loadHeads(ctx)
+	heads, lastSeq, binds, fromCheckpoint, err := c.loadIndex(ctx)
 	if err != nil {
 		return fmt.Errorf("load %s: %w", protocol.JobsBucket, err)
 	}
@@ -47,7 +48,7 @@ func (c *Coordinator) recover(ctx context.Context) error {
 	c.index.entries = slices.Grow(c.index.entries, len(heads))
 	for _, h := range heads {
 		if _, ok := finished[h.id]; ok {
-			c.restoreFinished(h.seq, h.id, h.state, h.at, h.expires)
+			c.restoreFinished(h)
 		}
 	}
 	for _, r := range recs {
@@ -62,9 +63,19 @@ func (c *Coordinator) recover(ctx context.Context) error {
 	// every job sequence ever given, those of expired jobs included. The last message
 	// is this coordinator's term: a new store's first job is 1.
 	c.seq = max(c.seq, lastSeq-1)
+	if fromCheckpoint { // bindings written since the checkpoint
+		for _, b := range binds {
+			c.keepBinding(b.key, b.value, finished)
+		}
+	}
 	c.unlock()
-	if err := c.repairBindings(ctx, finished); err != nil {
+	if err := c.moveOldBindings(ctx, finished); err != nil {
 		return err
+	}
+	if !fromCheckpoint {
+		if err := c.repairBindings(ctx, finished); err != nil {
+			return err
+		}
 	}
 	// Reading a large store allocates far more than memory then keeps: give it back now
 	// rather than at the runtime's leisure.
@@ -75,6 +86,91 @@ func (c *Coordinator) recover(ctx context.Context) error {
 	return nil
 }
 
+// storedBinding is an idempotency binding read from the stream: its KV key and value.
+type storedBinding struct {
+	key   string
+	value []byte
+}
+
+// loadIndex reads the heads of every job: from the checkpoint of the last term and what
+// was written after it, when there is one, else from every record's headers.
+func (c *Coordinator) loadIndex(ctx context.Context) (heads []head, lastSeq uint64, binds []storedBinding, fromCheckpoint bool, err error) {
+	if at, ckpt, ok := c.loadCheckpoint(ctx, c.prevTerm); ok {
+		heads, lastSeq, binds, err = c.replay(ctx, at, ckpt)
+		if err == nil {
+			c.log.Info("recovering from a checkpoint", "jobs", len(ckpt), "at", at, "stream_last", lastSeq)
+			return heads, lastSeq, binds, true, nil
+		}
+		c.log.Warn("checkpoint not replayed; reading every record's headers", "err", err)
+	}
+	heads, lastSeq, err = c.loadHeads(ctx)
+	return heads, lastSeq, nil, false, err
+}
+
+// replay brings a checkpoint's heads up to date with the records and bindings written
+// after sequence at.
+func (c *Coordinator) replay(ctx context.Context, at uint64, heads []head) ([]head, uint64, []storedBinding, error) {
+	stream, err := c.js.Stream(ctx, jobsStream)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	last := info.State.LastSeq
+	changed := make(map[string]*head) // nil: removed
+	after := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: at + 1,
+		HeadersOnly: true, FilterSubjects: []string{recordsFilter}}
+	err = consume(ctx, stream, after, func(msg jetstream.Msg, meta *jetstream.MsgMetadata) {
+		id := strings.TrimPrefix(msg.Subject(), jobsSubjects)
+		if h, ok := readHead(id, msg.Headers(), meta); ok {
+			changed[id] = &h
+		} else {
+			changed[id] = nil
+		}
+	})
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	bound := make(map[string][]byte) // nil: removed
+	after.HeadersOnly, after.FilterSubjects = false, []string{jobsSubjects + protocol.KeyPrefix + ">"}
+	err = consume(ctx, stream, after, func(msg jetstream.Msg, _ *jetstream.MsgMetadata) {
+		key := strings.TrimPrefix(msg.Subject(), jobsSubjects)
+		if removal(msg.Headers()) {
+			bound[key] = nil
+		} else {
+			bound[key] = bytes.Clone(msg.Data())
+		}
+	})
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	out := heads[:0]
+	for _, h := range heads {
+		ch, ok := changed[h.id]
+		switch {
+		case !ok:
+			out = append(out, h)
+		case ch != nil:
+			out = append(out, *ch)
+		}
+		delete(changed, h.id)
+	}
+	for _, ch := range changed {
+		if ch != nil {
+			out = append(out, *ch)
+		}
+	}
+	binds := make([]storedBinding, 0, len(bound))
+	for k, v := range bound {
+		if v != nil {
+			binds = append(binds, storedBinding{k, v})
+		}
+	}
+	return out, last, binds, nil
+}
+
 // head is what a record's headers tell: enough to list a finished job.
 type head struct {
 	id      string
@@ -82,6 +178,8 @@ type head struct {
 	state   protocol.State // "" for a record written before the headers
 	at      time.Time      // of the record's last write
 	expires int64          // when the job's retention ends, Unix milliseconds; 0: never
+
+	key, fingerprint string // a finished job's idempotency binding, from a checkpoint
 }
 
 // loadHeads reads the headers of every record in the jobs bucket (an ordered consumer
@@ -96,37 +194,41 @@ func (c *Coordinator) loadHeads(ctx context.Context) ([]head, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	last := info.State.LastSeq
 	if info.State.Msgs == 0 {
-		return nil, last, nil
+		return nil, info.State.LastSeq, nil
 	}
-	prefix := "$KV." + protocol.JobsBucket + "."
 	var heads []head
-	err = lastPerSubject(ctx, stream, recordsFilter, true, func(msg jetstream.Msg, meta *jetstream.MsgMetadata) {
-		h := msg.Headers()
-		if h.Get("KV-Operation") != "" || h.Get("Nats-Marker-Reason") != "" { // a removal
-			return
+	last := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
+		HeadersOnly: true, FilterSubjects: []string{recordsFilter}}
+	err = consume(ctx, stream, last, func(msg jetstream.Msg, meta *jetstream.MsgMetadata) {
+		id := strings.TrimPrefix(msg.Subject(), jobsSubjects)
+		if h, ok := readHead(strings.Clone(id), msg.Headers(), meta); ok {
+			heads = append(heads, h)
 		}
-		seq, _ := strconv.ParseUint(h.Get(protocol.HeaderSeq), 10, 64)
-		st, _ := protocol.ParseState(h.Get(protocol.HeaderState)) // the constant, not a copy per job
-		expires, _ := strconv.ParseInt(h.Get(protocol.HeaderExpires), 10, 64)
-		heads = append(heads, head{
-			id:  strings.Clone(strings.TrimPrefix(msg.Subject(), prefix)),
-			seq: seq, state: st, at: meta.Timestamp, expires: expires,
-		})
 	})
-	return heads, last, err
+	return heads, info.State.LastSeq, err
 }
 
-// lastPerSubject hands fn the last message of each subject of stream that matches
-// filter (only its headers if headersOnly), through an ordered consumer that it
-// deletes when done, rather than leave it to time out.
-func lastPerSubject(ctx context.Context, stream jetstream.Stream, filter string, headersOnly bool, fn func(jetstream.Msg, *jetstream.MsgMetadata)) error {
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
-		HeadersOnly:    headersOnly,
-		FilterSubjects: []string{filter},
-	})
+// removal reports a KV delete or purge, or an expiry marker.
+func removal(h nats.Header) bool {
+	return h.Get("KV-Operation") != "" || h.Get("Nats-Marker-Reason") != ""
+}
+
+// readHead reads a record's headers; false for a removal.
+func readHead(id string, h nats.Header, meta *jetstream.MsgMetadata) (head, bool) {
+	if removal(h) {
+		return head{}, false
+	}
+	seq, _ := strconv.ParseUint(h.Get(protocol.HeaderSeq), 10, 64)
+	st, _ := protocol.ParseState(h.Get(protocol.HeaderState)) // the constant, not a copy per job
+	expires, _ := strconv.ParseInt(h.Get(protocol.HeaderExpires), 10, 64)
+	return head{id: id, seq: seq, state: st, at: meta.Timestamp, expires: expires}, true
+}
+
+// consume hands fn the messages of an ordered consumer of stream with cfg, until none
+// is pending, and deletes the consumer rather than leave it to time out.
+func consume(ctx context.Context, stream jetstream.Stream, cfg jetstream.OrderedConsumerConfig, fn func(jetstream.Msg, *jetstream.MsgMetadata)) error {
+	cons, err := stream.OrderedConsumer(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -215,7 +317,7 @@ func (c *Coordinator) restore(r protocol.Record, rev uint64) {
 	c.seq = max(c.seq, r.Seq)
 	c.lastMilli = max(c.lastMilli, r.CreatedAt)
 	if r.State.Terminal() && (r.EndedAt != 0 || c.cfg.Retention == 0) {
-		c.restoreFinished(r.Seq, r.JobID, r.State, time.UnixMilli(max(r.EndedAt, r.UpdatedAt)), 0)
+		c.restoreFinished(head{seq: r.Seq, id: r.JobID, state: r.State, at: time.UnixMilli(max(r.EndedAt, r.UpdatedAt))})
 		return
 	}
 	j := &job{rec: r, rev: rev, seen: r.State}
@@ -254,34 +356,36 @@ func (c *Coordinator) restore(r protocol.Record, rev uint64) {
 // written at written. A record keeps the retention it was written with (expires, Unix
 // milliseconds; 0 if it has none), as its TTL in JetStream does.
 // Called with c.mu held.
-func (c *Coordinator) restoreFinished(seq uint64, id string, st protocol.State, written time.Time, expires int64) {
-	c.seq = max(c.seq, seq)
+func (c *Coordinator) restoreFinished(h head) {
+	c.seq = max(c.seq, h.seq)
+	expires := h.expires
 	if expires == 0 && c.cfg.Retention > 0 {
-		expires = written.Add(c.cfg.Retention).UnixMilli()
+		expires = h.at.Add(c.cfg.Retention).UnixMilli()
 	}
 	if expires > 0 && expires <= c.now().UnixMilli() {
 		return // its retention ended: JetStream removes the record on its own
 	}
-	c.index.add(entry{seq: seq, id: id, state: st})
+	c.index.add(entry{seq: h.seq, id: h.id, state: h.state, key: h.key})
+	if h.key != "" {
+		c.doneKeys[h.key] = doneKey{jobID: h.id, fingerprint: h.fingerprint}
+	}
 	if expires > 0 {
-		c.expiring = append(c.expiring, expiring{at: expires, seq: seq})
+		c.expiring = append(c.expiring, expiring{at: expires, seq: h.seq})
 	}
 }
 
 // repairBindings rebuilds the idempotency bindings of finished jobs (doneKeys) from
 // the bindings stored beside the records, keeping the records as the truth: a binding
-// whose job is gone or unknown is left alone, free to be written over. Bindings left
-// in the bucket of earlier versions (protocol.KeysBucket) are moved first.
+// whose job is gone or unknown is left alone, free to be written over.
 func (c *Coordinator) repairBindings(ctx context.Context, finished map[string]uint64) error {
-	if err := c.moveOldBindings(ctx, finished); err != nil {
-		return err
-	}
 	stream, err := c.js.Stream(ctx, jobsStream)
 	if err != nil {
 		return fmt.Errorf("load bindings: %w", err)
 	}
-	err = lastPerSubject(ctx, stream, jobsSubjects+protocol.KeyPrefix+">", false, func(msg jetstream.Msg, _ *jetstream.MsgMetadata) {
-		if msg.Headers().Get("KV-Operation") != "" || msg.Headers().Get("Nats-Marker-Reason") != "" {
+	last := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
+		FilterSubjects: []string{jobsSubjects + protocol.KeyPrefix + ">"}}
+	err = consume(ctx, stream, last, func(msg jetstream.Msg, _ *jetstream.MsgMetadata) {
+		if removal(msg.Headers()) {
 			return
 		}
 		c.mu.Lock()

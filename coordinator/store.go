@@ -289,6 +289,7 @@ func (c *Coordinator) written(j *job, rev, version uint64) {
 	c.mu.Lock()
 	j.rev = rev
 	c.noteWritten(j, version)
+	c.countWrite()
 	done := takeWaiters(j, version)
 	c.doneWriting(j)
 	if j.version > version { // changed while being written

@@ -67,6 +67,9 @@ const (
 	KeysBucket = "JOB_KEYS"
 	// LeaderBucket holds the coordinators' leader lease.
 	LeaderBucket = "JOBBUS_LEADER"
+	// CheckpointBucket is an object store holding the coordinator's checkpoint of its
+	// job index, which a restart reads instead of every record's headers.
+	CheckpointBucket = "JOBBUS_CHECKPOINT"
 )
 
 // LeaderSubject is where a coordinator announces, once it serves as leader, its term

@@ -1,0 +1,242 @@
+package coordinator
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+)
+
+// A checkpoint is the job index as of a sequence S of the JOBS stream, so that a
+// restart reads it and then only what was written after S, instead of the headers of
+// every record: finished jobs as their entries (sequence, id, state, end of retention,
+// idempotency binding), active ones by id, to be read whole. It is written when the
+// coordinator stops and, while it runs, once the writes since the last one are as many
+// as the jobs it keeps (at least minCheckpointWrites), in an object store.
+//
+// S is the stream's last sequence read before the index is copied: a write at or below
+// S landed before the copy, and either shows in it (a finished job retires only once its
+// write is acknowledged) or belongs to a job the copy lists as active, which is read
+// whole. Writes after S are read again. A checkpoint counts only in the term after the
+// one that wrote it: a deposed leader's checkpoint, or one older than a term that wrote
+// none, is ignored, as after a fence, when memory was not the truth.
+
+const (
+	checkpointObject    = "index"
+	checkpointMagic     = "jobbus-index-2\n"
+	minCheckpointWrites = 50_000
+)
+
+// openCheckpoints opens the checkpoint bucket.
+func openCheckpoints(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.ObjectStore, error) {
+	store, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket: protocol.CheckpointBucket, Description: "jobbus job index checkpoints",
+		Storage: jetstream.FileStorage, Replicas: replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open bucket %s: %w", protocol.CheckpointBucket, err)
+	}
+	return store, nil
+}
+
+// countWrite counts a durable write and starts a checkpoint when enough were made
+// since the last. Called with c.mu held.
+func (c *Coordinator) countWrite() {
+	c.sinceCheckpoint++
+	if c.checkpointing || c.runCtx == nil || c.sinceCheckpoint < max(minCheckpointWrites, len(c.index.entries)) {
+		return
+	}
+	c.checkpointing = true
+	c.goRun(func() {
+		if err := c.checkpoint(c.runCtx); err != nil && c.runCtx.Err() == nil {
+			c.log.Warn("checkpoint not written; a restart reads every record's headers", "err", err)
+		}
+		c.mu.Lock()
+		c.checkpointing = false
+		c.unlock()
+	})
+}
+
+// finalCheckpoint writes a checkpoint as the coordinator stops, so that the next start
+// reads little but it. A fenced coordinator writes none: its memory is not the truth.
+func (c *Coordinator) finalCheckpoint() {
+	c.mu.Lock()
+	skip := c.ckpt == nil || c.fenced != nil || c.checkpointing || !c.lease.held()
+	c.checkpointing = true
+	c.unlock()
+	if skip {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.checkpoint(ctx); err != nil {
+		c.log.Warn("checkpoint not written at stop; the next start reads every record's headers", "err", err)
+	}
+}
+
+// checkpoint writes the index as of the stream's current last sequence.
+func (c *Coordinator) checkpoint(ctx context.Context) error {
+	stream, err := c.js.Stream(ctx, jobsStream)
+	if err != nil {
+		return err
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	if c.fenced != nil {
+		c.unlock()
+		return nil
+	}
+	heads := c.heads()
+	c.sinceCheckpoint = 0
+	c.unlock()
+	start := time.Now()
+	data := encodeCheckpoint(c.term, info.State.LastSeq, heads)
+	if _, err := c.ckpt.PutBytes(ctx, checkpointObject, data); err != nil {
+		return err
+	}
+	c.log.Debug("checkpoint written", "jobs", len(heads), "bytes", len(data), "took", time.Since(start))
+	return nil
+}
+
+// heads copies the index: finished jobs whole, active ones (state "") to be read.
+// Called with c.mu held.
+func (c *Coordinator) heads() []head {
+	exp := make(map[uint64]int64, len(c.expiring)-c.expHead)
+	for _, x := range c.expiring[c.expHead:] {
+		exp[x.seq] = x.at
+	}
+	hs := make([]head, 0, len(c.index.entries)-c.index.holes)
+	for i := range c.index.entries {
+		e := &c.index.entries[i]
+		switch {
+		case e.id == "":
+		case e.j != nil:
+			hs = append(hs, head{id: e.id, seq: e.seq})
+		default:
+			h := head{id: e.id, seq: e.seq, state: e.state, expires: exp[e.seq]}
+			if d, ok := c.doneKeys[e.key]; ok && e.key != "" && d.jobID == e.id {
+				h.key, h.fingerprint = e.key, d.fingerprint
+			}
+			hs = append(hs, h)
+		}
+	}
+	return hs
+}
+
+// loadCheckpoint reads the checkpoint written in term, if there is one.
+func (c *Coordinator) loadCheckpoint(ctx context.Context, term uint64) (at uint64, heads []head, ok bool) {
+	if c.cfg.fullRecovery {
+		return 0, nil, false
+	}
+	data, err := c.ckpt.GetBytes(ctx, checkpointObject)
+	if err != nil {
+		if !errors.Is(err, jetstream.ErrObjectNotFound) {
+			c.log.Warn("checkpoint not read; reading every record's headers", "err", err)
+		}
+		return 0, nil, false
+	}
+	written, at, heads, err := decodeCheckpoint(data)
+	switch {
+	case err != nil:
+		c.log.Warn("checkpoint not usable; reading every record's headers", "err", err)
+		return 0, nil, false
+	case written != term:
+		c.log.Info("checkpoint of another term; reading every record's headers", "checkpoint_term", written, "last_term", term)
+		return 0, nil, false
+	}
+	now := time.Now()
+	for i := range heads {
+		heads[i].at = now // retention of a job kept for ever, should it be turned on, counts from now
+	}
+	return at, heads, true
+}
+
+func encodeCheckpoint(term, at uint64, heads []head) []byte {
+	var buf bytes.Buffer
+	buf.Grow(len(checkpointMagic) + 30 + len(heads)*50)
+	buf.WriteString(checkpointMagic)
+	var tmp [binary.MaxVarintLen64]byte
+	uvarint := func(v uint64) { buf.Write(tmp[:binary.PutUvarint(tmp[:], v)]) }
+	str := func(s string) { uvarint(uint64(len(s))); buf.WriteString(s) }
+	uvarint(term)
+	uvarint(at)
+	uvarint(uint64(len(heads)))
+	for _, h := range heads {
+		uvarint(h.seq)
+		buf.WriteByte(stateCode[h.state])
+		uvarint(uint64(h.expires))
+		str(h.id)
+		str(h.key)
+		str(h.fingerprint)
+	}
+	return buf.Bytes()
+}
+
+// errBadCheckpoint: the checkpoint cannot be read; recovery reads every record instead.
+var errBadCheckpoint = errors.New("unreadable checkpoint")
+
+func decodeCheckpoint(data []byte) (term, at uint64, heads []head, err error) {
+	r := bufio.NewReader(bytes.NewReader(data))
+	magic := make([]byte, len(checkpointMagic))
+	if _, err := io.ReadFull(r, magic); err != nil || string(magic) != checkpointMagic {
+		return 0, 0, nil, errBadCheckpoint
+	}
+	str := func() (string, error) {
+		n, err := binary.ReadUvarint(r)
+		if err != nil || n > protocol.MaxMessage {
+			return "", errBadCheckpoint
+		}
+		b := make([]byte, n)
+		_, err = io.ReadFull(r, b)
+		return string(b), err
+	}
+	term, err1 := binary.ReadUvarint(r)
+	at, err2 := binary.ReadUvarint(r)
+	n, err3 := binary.ReadUvarint(r)
+	if err := errors.Join(err1, err2, err3); err != nil || n > uint64(len(data)) {
+		return 0, 0, nil, errBadCheckpoint
+	}
+	heads = make([]head, 0, n)
+	for range n {
+		var h head
+		var code byte
+		var expires uint64
+		var errs [6]error
+		h.seq, errs[0] = binary.ReadUvarint(r)
+		code, errs[1] = r.ReadByte()
+		expires, errs[2] = binary.ReadUvarint(r)
+		h.id, errs[3] = str()
+		h.key, errs[4] = str()
+		h.fingerprint, errs[5] = str()
+		if err := errors.Join(errs[:]...); err != nil || int(code) >= len(codeState) {
+			return 0, 0, nil, errBadCheckpoint
+		}
+		h.state, h.expires = codeState[code], int64(expires)
+		heads = append(heads, h)
+	}
+	return term, at, heads, nil
+}
+
+// State codes in a checkpoint; "" is an active job, read whole.
+var (
+	codeState = []protocol.State{"", protocol.StateQueued, protocol.StateRunning, protocol.StateRetryWait,
+		protocol.StateCompleted, protocol.StateFailed, protocol.StateCancelled}
+	stateCode = func() map[protocol.State]byte {
+		m := make(map[protocol.State]byte, len(codeState))
+		for i, s := range codeState {
+			m[s] = byte(i)
+		}
+		return m
+	}()
+)

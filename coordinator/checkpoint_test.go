@@ -1,0 +1,140 @@
+package coordinator
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/client"
+	"github.com/jobbus/jobbus/embeddednats"
+)
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) take() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.b.String()
+	s.b.Reset()
+	return out
+}
+
+// TestRestartFromCheckpoint: a restart reads the checkpoint of the last term and what
+// was written after it, and knows every job and idempotency key as a full read would:
+// after a graceful stop (the checkpoint written then), after a crash (a checkpoint from
+// the middle of the term, then writes), and with the checkpoint ignored.
+func TestRestartFromCheckpoint(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv, err := embeddednats.Start(ctx, embeddednats.WithListen("127.0.0.1:-1"), embeddednats.WithStoreDir(t.TempDir()))
+	must(t, err)
+	t.Cleanup(func() { _ = srv.Shutdown(ctx) })
+	nc, err := srv.Connect()
+	must(t, err)
+	t.Cleanup(nc.Close)
+	logs := &syncBuf{}
+	cfg := DefaultConfig()
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	start := func(cfg Config) *Coordinator {
+		t.Helper()
+		c, err := New(nc, cfg)
+		must(t, err)
+		must(t, c.Start(ctx))
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	cl := client.New(nc)
+	submit := func(key string) string {
+		t.Helper()
+		var opts []client.SubmitOption
+		if key != "" {
+			opts = append(opts, client.IdempotencyKey(key))
+		}
+		id, err := cl.Submit(ctx, "SHA256", map[string]string{"text": key}, opts...)
+		must(t, err)
+		return id
+	}
+	cancel := func(id string) {
+		t.Helper()
+		_, _, err := cl.Cancel(ctx, id)
+		must(t, err)
+	}
+	expect := func(when string, want map[string]protocol.State, keys map[string]string) {
+		t.Helper()
+		for id, st := range want {
+			j, err := cl.Status(ctx, id)
+			if err != nil || j.State != st {
+				t.Fatalf("%s: job %s %+v %v, want %s", when, id, j, err, st)
+			}
+		}
+		list, err := cl.List(ctx, protocol.ListJobs{})
+		must(t, err)
+		if len(list.Jobs) != len(want) {
+			t.Fatalf("%s: %d jobs listed, want %d", when, len(list.Jobs), len(want))
+		}
+		for key, id := range keys {
+			if got := submit(key); got != id {
+				t.Fatalf("%s: key %q names %s, want %s", when, key, got, id)
+			}
+		}
+	}
+
+	c1 := start(cfg)
+	a := submit("a")
+	cancel(a)
+	b := submit("b")
+	must(t, c1.Close()) // a graceful stop writes the checkpoint
+	logs.take()
+
+	c2 := start(cfg)
+	if !strings.Contains(logs.take(), "recovering from a checkpoint") {
+		t.Fatal("the checkpoint written at the stop was not used")
+	}
+	expect("after a stop", map[string]protocol.State{a: protocol.StateCancelled, b: protocol.StateQueued}, map[string]string{"a": a, "b": b})
+
+	must(t, c2.checkpoint(ctx)) // as the term's writes would start one
+	d := submit("d")
+	cancel(d)
+	e := submit("")
+	cancel(b)
+	c2.mu.Lock()
+	c2.checkpointing = true // a crash: no checkpoint at the stop
+	c2.unlock()
+	must(t, c2.Close())
+
+	start(cfg)
+	if !strings.Contains(logs.take(), "recovering from a checkpoint") {
+		t.Fatal("the checkpoint of the term before was not used")
+	}
+	want := map[string]protocol.State{a: protocol.StateCancelled, b: protocol.StateCancelled, d: protocol.StateCancelled, e: protocol.StateQueued}
+	keys := map[string]string{"a": a, "b": b, "d": d}
+	expect("after a crash", want, keys)
+
+	full := cfg
+	full.fullRecovery = true // as Run sets after a fence
+	start(full)
+	if strings.Contains(logs.take(), "recovering from a checkpoint") {
+		t.Fatal("a checkpoint was used after a fence")
+	}
+	expect("without the checkpoint", want, keys)
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
