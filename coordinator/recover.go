@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -86,6 +87,10 @@ func (c *Coordinator) recover(ctx context.Context) error {
 	return nil
 }
 
+// errStaleCheckpoint: so much was written after the checkpoint that reading every
+// record's headers is quicker than replaying.
+var errStaleCheckpoint = errors.New("checkpoint too old to replay")
+
 // storedBinding is an idempotency binding read from the stream: its KV key and value.
 type storedBinding struct {
 	key   string
@@ -101,7 +106,11 @@ func (c *Coordinator) loadIndex(ctx context.Context) (heads []head, lastSeq uint
 			c.log.Info("recovering from a checkpoint", "jobs", len(ckpt), "at", at, "stream_last", lastSeq)
 			return heads, lastSeq, binds, true, nil
 		}
-		c.log.Warn("checkpoint not replayed; reading every record's headers", "err", err)
+		level := slog.LevelWarn
+		if errors.Is(err, errStaleCheckpoint) {
+			level = slog.LevelInfo
+		}
+		c.log.Log(ctx, level, "checkpoint not replayed; reading every record's headers", "err", err)
 	}
 	heads, lastSeq, err = c.loadHeads(ctx)
 	return heads, lastSeq, nil, false, err
@@ -119,6 +128,11 @@ func (c *Coordinator) replay(ctx context.Context, at uint64, heads []head) ([]he
 		return nil, 0, nil, err
 	}
 	last := info.State.LastSeq
+	// Reading messages after a sequence costs the server more per message than the
+	// last message of each subject: past a point, reading everything is quicker.
+	if last-at > uint64(len(heads))/2+minCheckpointWrites/10 {
+		return nil, 0, nil, fmt.Errorf("%d writes since the checkpoint of %d jobs: %w", last-at, len(heads), errStaleCheckpoint)
+	}
 	changed := make(map[string]*head) // nil: removed
 	after := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: at + 1,
 		HeadersOnly: true, FilterSubjects: []string{recordsFilter}}
