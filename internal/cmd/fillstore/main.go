@@ -78,7 +78,9 @@ func fill(dir string, n int, retention time.Duration) error {
 		msg.Data = data
 		msg.Header.Set(protocol.HeaderSeq, strconv.FormatUint(r.Seq, 10))
 		msg.Header.Set(protocol.HeaderState, string(r.State))
-		opts := []jetstream.PublishOpt{}
+		// A loaded machine can keep 4,096 writes unacknowledged for longer than the
+		// default 200 ms stall.
+		opts := []jetstream.PublishOpt{jetstream.WithStallWait(time.Minute)}
 		if retention > 0 {
 			opts = append(opts, jetstream.WithMsgTTL(retention))
 		}
