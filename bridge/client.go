@@ -126,6 +126,13 @@ func (b *Bridge) request(subject string, payload []byte, log *slog.Logger) ([]by
 		return nil, errShuttingDown()
 	}
 	defer func() { <-b.requests }()
+	if e := b.connDown(); e != nil {
+		// Answer now rather than after RequestTimeout: nothing can reach the
+		// coordinator, and a request buffered by the connection would be sent after
+		// the client already got its ERROR.
+		log.Debug("request refused: NATS connection down", "subject", subject)
+		return nil, e
+	}
 	ctx, cancel := context.WithTimeout(b.ctx, b.cfg.RequestTimeout)
 	defer cancel()
 	msg, err := b.requestServed(ctx, subject, payload)
@@ -142,6 +149,9 @@ func (b *Bridge) request(subject string, payload []byte, log *slog.Logger) ([]by
 // not sent again.
 func (b *Bridge) requestServed(ctx context.Context, subject string, payload []byte) (*nats.Msg, error) {
 	for delay, tries := 10*time.Millisecond, 0; ; delay, tries = min(2*delay, 250*time.Millisecond), tries+1 {
+		if tries > 0 && !b.nc.IsConnected() {
+			return nil, nats.ErrConnectionReconnecting
+		}
 		msg, err := b.nc.RequestWithContext(ctx, subject, payload)
 		if err != nil && tries > 0 && ctx.Err() != nil {
 			// The time ran out while asking again: still no coordinator serving.
@@ -184,10 +194,22 @@ func (b *Bridge) unavailable(subject string, err error) *protocol.Error {
 	switch {
 	case b.ctx.Err() != nil:
 		return errShuttingDown()
+	case errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrReconnectBufExceeded),
+		errors.Is(err, nats.ErrConnectionClosed):
+		return errNATSDown()
 	case errors.Is(err, nats.ErrNoResponders):
 		return errUnavailable("no coordinator is serving " + subject)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
 		return errUnavailable(fmt.Sprintf("no reply within %v", b.cfg.RequestTimeout))
 	}
 	return errUnavailable(err.Error())
+}
+
+// connDown is the ERROR for a request while the bridge's own NATS connection is not
+// connected, nil while it is.
+func (b *Bridge) connDown() *protocol.Error {
+	if b.nc.IsConnected() {
+		return nil
+	}
+	return errNATSDown()
 }

@@ -16,6 +16,12 @@ func errUnavailable(detail string) *protocol.Error {
 	return protocol.CoordinatorUnavailable(detail)
 }
 
+// errNATSDown: the bridge's own NATS connection is down, so no request can reach
+// the coordinator; the client may try again once it is back.
+func errNATSDown() *protocol.Error {
+	return errUnavailable("the bridge has lost its NATS connection and is reconnecting; nothing was sent, try again")
+}
+
 // errShuttingDown: the bridge is closing.
 func errShuttingDown() *protocol.Error {
 	return &protocol.Error{Message: "bridge shutting down"}

@@ -82,6 +82,31 @@ func startBridge(ctx context.Context, c *cli.Context, nc *nats.Conn, log *slog.L
 	return func() { _ = br.Close() }, nil
 }
 
+// bridgeNATSOptions are the options of a bridge's own NATS connection: while it
+// reconnects, a publish fails instead of waiting in a buffer, so a client request the
+// bridge has answered "unavailable" is never sent to the coordinator after all.
+func bridgeNATSOptions() []nats.Option {
+	return []nats.Option{nats.ReconnectBufSize(-1)}
+}
+
+// serveBridgeConn is the connection serve's bridge uses: serve's own when NATS is
+// embedded (in-process, it never reconnects), else a connection of its own with
+// bridgeNATSOptions; close closes it. Should that dial fail, the bridge shares serve's
+// connection: it still answers at once while that one is down.
+func serveBridgeConn(ctx context.Context, c *cli.Context, nc *nats.Conn, log *slog.Logger) (conn *nats.Conn, close func()) {
+	target, err := natsTarget(c, true)
+	if err != nil || target.url == "" {
+		return nc, func() {}
+	}
+	target.opts = append(target.opts, bridgeNATSOptions()...)
+	own, err := dial(ctx, c, target)
+	if err != nil {
+		log.Warn("bridge: a NATS connection of its own failed; sharing serve's", "err", err)
+		return nc, func() {}
+	}
+	return own, own.Close
+}
+
 func bridgeCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "bridge",
@@ -111,6 +136,7 @@ Example:
 			}
 			ctx, cancel := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 			defer cancel()
+			target.opts = append(target.opts, bridgeNATSOptions()...)
 			nc, err := dial(ctx, c, target)
 			if err != nil {
 				return err

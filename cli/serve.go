@@ -135,7 +135,9 @@ func serveUntil(ctx context.Context, c *cli.Context, log *slog.Logger, cfg coord
 	defer stopHTTP()
 	cfg.Observer = reg.Coordinator()
 	coordDone := runCoordinator(ctx, nc, cfg, reg.Coordinator().OnLead)
-	stopBridge, err := startBridge(ctx, c, nc, log, reg.AddBridge)
+	bnc, closeBNC := serveBridgeConn(ctx, c, nc, log)
+	defer closeBNC()
+	stopBridge, err := startBridge(ctx, c, bnc, log, reg.AddBridge)
 	if err != nil {
 		stop()
 		<-coordDone
