@@ -555,6 +555,10 @@ func TestPeekType(t *testing.T) {
 		// Only the type is read: a bad field elsewhere is Decode's business.
 		{`{"success":"not a bool","type":"TASK_RESULT"}`, protocol.TypeTaskResult, nil},
 		{`{"type":"LIST_WORKERS"}`, protocol.TypeListWorkers, nil},
+		// Of duplicate keys the last counts, as in encoding/json, whatever the order.
+		{`{"type":"HEARTBEAT","type":"LIST_WORKERS"}`, protocol.TypeListWorkers, nil},
+		{`{"a":1,"type":"HEARTBEAT","type":"LIST_WORKERS"}`, protocol.TypeListWorkers, nil},
+		{`{"type":"LIST_WORKERS","type":"NOPE"}`, "", protocol.ErrUnknownType},
 		{`{"type":"NOPE"}`, "", protocol.ErrUnknownType},
 		{`{}`, "", protocol.ErrMalformed},
 		{`{"type":1}`, "", protocol.ErrMalformed},
