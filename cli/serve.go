@@ -76,6 +76,7 @@ func serveCommand() *cli.Command {
 		&cli.StringFlag{Name: "nats-http-listen", Usage: "monitoring address of the embedded NATS server (/varz, /jsz, /healthz), e.g. 127.0.0.1:8222; off by default", EnvVars: env("nats-http-listen")},
 		&cli.StringFlag{Name: "nats-system-user", Value: "sys", Usage: "user of the embedded server's system account, with --nats-system-password", EnvVars: env("nats-system-user")},
 		&cli.StringFlag{Name: "nats-system-password", Usage: "give the embedded server a system account user (for nats server report jetstream, nats server ls); off by default", EnvVars: env("nats-system-password")},
+		&cli.StringFlag{Name: "nats-max-store", Usage: "cap the embedded server's JetStream file storage (e.g. 512M, 10G); at the cap, submissions are refused with an ERROR that says so, and running jobs go on (default: the server's, 75% of the disk's free space)", EnvVars: env("nats-max-store")},
 		&cli.StringFlag{Name: "nats-log-level", Value: "warn", Usage: "the embedded NATS server's own log lines at this level and above (debug, info, warn, error): --log-level debug stays jobbus's", EnvVars: env("nats-log-level")},
 	}
 	return &cli.Command{
@@ -211,7 +212,7 @@ func connectOrEmbed(ctx context.Context, c *cli.Context, log *slog.Logger) (*nat
 		return nil, nil, err
 	}
 	if target.url != "" {
-		for _, f := range []string{"data-dir", "nats-listen", "nats-http-listen", "nats-system-password", "nats-log-level"} {
+		for _, f := range []string{"data-dir", "nats-listen", "nats-http-listen", "nats-system-password", "nats-log-level", "nats-max-store"} {
 			if c.IsSet(f) && givenOnCommandLine(c, f) {
 				return nil, nil, usageError("--%s configures the embedded NATS server, which serve does not start when it joins %s", f, target.where())
 			}
@@ -233,6 +234,13 @@ func connectOrEmbed(ctx context.Context, c *cli.Context, log *slog.Logger) (*nat
 	}
 	if hp := c.String("nats-http-listen"); hp != "" {
 		opts = append(opts, embeddednats.WithHTTPListen(hp))
+	}
+	maxStore, err := parseSize(c.String("nats-max-store"))
+	if err != nil {
+		return nil, nil, usageError("--nats-max-store: %v", err)
+	}
+	if maxStore > 0 {
+		opts = append(opts, embeddednats.WithJetStreamLimits(0, maxStore))
 	}
 	if c.String("nats-system-password") == "" && givenOnCommandLine(c, "nats-system-user") {
 		return nil, nil, usageError("--nats-system-user needs --nats-system-password (or JOBBUS_NATS_SYSTEM_PASSWORD)")

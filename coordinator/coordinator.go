@@ -76,6 +76,9 @@ type Coordinator struct {
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	closed   sync.Once
+
+	// storage: whether the store had room at the last job write (storage.go).
+	storage storeHealth
 }
 
 // New builds a coordinator on an existing NATS connection, which it does not own.

@@ -86,6 +86,11 @@ func (c *Coordinator) submit(req *protocol.SubmitJob, reply replyFunc) {
 		c.replyLater(reply, protocol.AtCapacity(c.active, c.cfg.MaxActiveJobs))
 		return
 	}
+	if e := c.storage.refusal(); e != nil { // a duplicate above needs no room
+		c.noteSubmit(SubmitFailed)
+		c.replyLater(reply, e)
+		return
+	}
 	j := c.newJob(req, maxAttempts, prio, key, fp)
 	c.markDirty(j, func(err error) {
 		c.noteSubmit(outcomeOf(err))

@@ -124,6 +124,7 @@ func (c *Coordinator) noteDeadline(j *job) {
 // when written records it (noteWritten), under the lock it takes anyway. Only j's
 // writer calls it, so j.took needs no lock.
 func (c *Coordinator) noteStored(j *job, start time.Time, err error) {
+	c.storage.noteWrite(err)
 	obs := c.cfg.Observer
 	if obs == nil {
 		return
