@@ -50,6 +50,7 @@ package bridge
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -103,6 +104,11 @@ type Config struct {
 	ResultRetryFor time.Duration
 	// Logger receives structured logs (keys worker, remote, port); nil discards them.
 	Logger *slog.Logger
+	// TLS, when set, serves both ports over TLS, framed inside the TLS stream exactly
+	// as PROTOCOL.md says; a ClientCAs with ClientAuth tls.RequireAndVerifyClientCert
+	// admits only peers with a certificate it signed. The handshake must complete
+	// within FrameStallTimeout. nil serves plain TCP.
+	TLS *tls.Config
 }
 
 // DefaultConfig returns the defaults of DESIGN.md.
@@ -239,6 +245,9 @@ func (b *Bridge) Start(ctx context.Context) error {
 				_ = p.ln.Close()
 			}
 			return err
+		}
+		if b.cfg.TLS != nil {
+			ln = tls.NewListener(ln, b.cfg.TLS)
 		}
 		ports = append(ports, &port{name: spec.name, ln: ln, serve: spec.serve})
 	}

@@ -1,6 +1,8 @@
 package bridge
 
 import (
+	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"time"
@@ -72,6 +74,9 @@ func (b *Bridge) admit(p *port, c net.Conn) {
 			}
 		}
 		defer release()
+		if !b.handshake(p, c) {
+			return
+		}
 		p.serve(c, release)
 	}()
 }
@@ -93,4 +98,21 @@ func (b *Bridge) refuse(p *port, c net.Conn) {
 	b.log.Warn("connection refused: too many connections", "port", p.name, "remote", c.RemoteAddr().String(), "limit", b.cfg.MaxConns)
 	_ = writeFrame(c, encodeError(errTooManyConns(b.cfg.MaxConns)), min(b.cfg.WriteTimeout, 100*time.Millisecond))
 	_ = c.Close()
+}
+
+// handshake completes a TLS connection's handshake within the frame-stall timeout, so
+// that a peer that never finishes it holds its slot no longer than a stalled frame.
+// It reports whether the session may go on; a plain connection always may.
+func (b *Bridge) handshake(p *port, c net.Conn) bool {
+	tc, ok := c.(*tls.Conn)
+	if !ok {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, b.cfg.FrameStallTimeout)
+	defer cancel()
+	if err := tc.HandshakeContext(ctx); err != nil {
+		b.log.Info("TLS handshake failed; closing", "port", p.name, "remote", c.RemoteAddr().String(), "err", err)
+		return false
+	}
+	return true
 }

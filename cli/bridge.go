@@ -2,6 +2,9 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"os"
 	"log/slog"
 	"net"
 	"os/signal"
@@ -29,7 +32,38 @@ func bridgeFlags() []cli.Flag {
 		millisFlag("frame-stall-timeout-millis", d.FrameStallTimeout, "a frame that has begun must arrive within this time (slow peers are dropped)"),
 		millisFlag("write-timeout-millis", d.WriteTimeout, "a peer must take each frame within this time"),
 		millisFlag("request-timeout-millis", d.RequestTimeout, "how long a request waits for the coordinator"),
+		&cli.StringFlag{Name: "bridge-tls-cert", Usage: "serve the TCP ports over TLS with this PEM certificate (with --bridge-tls-key); the spec's frames travel inside TLS", EnvVars: env("bridge-tls-cert")},
+		&cli.StringFlag{Name: "bridge-tls-key", Usage: "the PEM private key of --bridge-tls-cert", EnvVars: env("bridge-tls-key")},
+		&cli.StringFlag{Name: "bridge-tls-client-ca", Usage: "admit to the TCP ports only peers whose client certificate this PEM CA signed (needs --bridge-tls-cert)", EnvVars: env("bridge-tls-client-ca")},
 	}
+}
+
+// bridgeTLS is the TLS configuration of the TCP ports' flags, nil without them.
+func bridgeTLS(c *cli.Context) (*tls.Config, error) {
+	cert, key, ca := c.String("bridge-tls-cert"), c.String("bridge-tls-key"), c.String("bridge-tls-client-ca")
+	switch {
+	case cert == "" && key == "" && ca == "":
+		return nil, nil
+	case cert == "" || key == "":
+		return nil, usageError("--bridge-tls-cert and --bridge-tls-key go together: give both")
+	}
+	pair, err := tls.LoadX509KeyPair(cert, key)
+	if err != nil {
+		return nil, usageError("--bridge-tls-cert/--bridge-tls-key: %v", err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+	if ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, usageError("--bridge-tls-client-ca: %v", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, usageError("--bridge-tls-client-ca %s: no PEM certificate in it", ca)
+		}
+		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
 }
 
 // bridgeConfig maps the flags onto a bridge configuration.
@@ -57,6 +91,11 @@ func bridgeConfig(c *cli.Context, log *slog.Logger) (bridge.Config, error) {
 	cfg.WriteTimeout = ms("write-timeout-millis")
 	cfg.RequestTimeout = ms("request-timeout-millis")
 	cfg.Logger = log
+	tlsCfg, err := bridgeTLS(c)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.TLS = tlsCfg
 	return cfg, nil
 }
 
@@ -75,6 +114,7 @@ func startBridge(ctx context.Context, c *cli.Context, nc *nats.Conn, log *slog.L
 	if err != nil {
 		return nil, usageError("%v", err)
 	}
+	warnOpenPorts(log, c.String("listen-host"), cfg)
 	if err := br.Start(ctx); err != nil {
 		return nil, err
 	}

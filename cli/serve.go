@@ -76,6 +76,10 @@ func serveCommand() *cli.Command {
 		&cli.StringFlag{Name: "nats-http-listen", Usage: "monitoring address of the embedded NATS server (/varz, /jsz, /healthz), e.g. 127.0.0.1:8222; off by default", EnvVars: env("nats-http-listen")},
 		&cli.StringFlag{Name: "nats-system-user", Value: "sys", Usage: "user of the embedded server's system account, with --nats-system-password", EnvVars: env("nats-system-user")},
 		&cli.StringFlag{Name: "nats-system-password", Usage: "give the embedded server a system account user (for nats server report jetstream, nats server ls); off by default", EnvVars: env("nats-system-password")},
+		&cli.StringFlag{Name: "nats-user", Usage: "the embedded NATS server requires this user (with --nats-password) of every client, and serve connects as it; with --nats-config, the file's user serve connects as", EnvVars: env("nats-user")},
+		&cli.StringFlag{Name: "nats-password", Usage: "the password of --nats-user", EnvVars: env("nats-password")},
+		&cli.StringFlag{Name: "nats-token", Usage: "the embedded NATS server requires this token of every client (instead of a user)", EnvVars: env("nats-token")},
+		&cli.StringFlag{Name: "nats-config", Usage: "a nats-server configuration file for the embedded server (accounts, users and permissions, nkeys, JWT resolver, TLS): what it sets wins over the --nats-* flags; see docs/nats-server.conf", EnvVars: env("nats-config")},
 		&cli.StringFlag{Name: "nats-max-store", Usage: "cap the embedded server's JetStream file storage (e.g. 512M, 10G); at the cap, submissions are refused with an ERROR that says so, and running jobs go on (default: the server's, 75% of the disk's free space)", EnvVars: env("nats-max-store")},
 		&cli.StringFlag{Name: "nats-log-level", Value: "warn", Usage: "the embedded NATS server's own log lines at this level and above (debug, info, warn, error): --log-level debug stays jobbus's", EnvVars: env("nats-log-level")},
 	}
@@ -212,7 +216,7 @@ func connectOrEmbed(ctx context.Context, c *cli.Context, log *slog.Logger) (*nat
 		return nil, nil, err
 	}
 	if target.url != "" {
-		for _, f := range []string{"data-dir", "nats-listen", "nats-http-listen", "nats-system-password", "nats-log-level", "nats-max-store"} {
+		for _, f := range []string{"data-dir", "nats-listen", "nats-http-listen", "nats-system-password", "nats-log-level", "nats-max-store", "nats-user", "nats-password", "nats-token", "nats-config"} {
 			if c.IsSet(f) && givenOnCommandLine(c, f) {
 				return nil, nil, usageError("--%s configures the embedded NATS server, which serve does not start when it joins %s", f, target.where())
 			}
@@ -242,6 +246,11 @@ func connectOrEmbed(ctx context.Context, c *cli.Context, log *slog.Logger) (*nat
 	if maxStore > 0 {
 		opts = append(opts, embeddednats.WithJetStreamLimits(0, maxStore))
 	}
+	auth, connAuth, err := embeddedAuth(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	opts = append(opts, auth...)
 	if c.String("nats-system-password") == "" && givenOnCommandLine(c, "nats-system-user") {
 		return nil, nil, usageError("--nats-system-user needs --nats-system-password (or JOBBUS_NATS_SYSTEM_PASSWORD)")
 	}
@@ -255,7 +264,8 @@ func connectOrEmbed(ctx context.Context, c *cli.Context, log *slog.Logger) (*nat
 	if u := srv.MonitorURL(); u != "" {
 		log.Info("NATS monitoring", "url", u)
 	}
-	nc, err := srv.Connect(nats.Name("jobbus serve"))
+	warnOpenNATS(log, c.String("nats-listen"), srv.Authenticated())
+	nc, err := srv.Connect(append([]nats.Option{nats.Name("jobbus serve")}, connAuth...)...)
 	if err != nil {
 		_ = srv.Shutdown(context.Background())
 		return nil, nil, fmt.Errorf("connect to embedded NATS: %w", err)

@@ -30,6 +30,8 @@ import (
 type Server struct {
 	ns   *server.Server
 	lock *dirLock
+	// authenticated: clients must give credentials (auth.go).
+	authenticated bool
 
 	shutdownOnce sync.Once
 	done         chan struct{} // closed when shutdown and unlock finished
@@ -64,7 +66,7 @@ func Start(ctx context.Context, opts ...Option) (*Server, error) {
 		_ = lock.release()
 		return nil, err
 	}
-	return &Server{ns: ns, lock: lock, done: make(chan struct{})}, nil
+	return &Server{ns: ns, lock: lock, done: make(chan struct{}), authenticated: authenticated(sopts)}, nil
 }
 
 // runServer creates and starts the server and waits until it is ready.
@@ -188,6 +190,12 @@ func (c *config) serverOptions() (*server.Options, error) {
 	}
 	if err := c.leafOptions(o); err != nil {
 		return nil, err
+	}
+	if err := c.authOptions(o); err != nil {
+		return nil, err
+	}
+	if c.configFile != "" {
+		return c.fileOptions(o)
 	}
 	return o, nil
 }

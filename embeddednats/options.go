@@ -30,6 +30,10 @@ type config struct {
 	httpListen   string
 	sysUser      string
 	sysPassword  string
+	user         string // auth.go
+	password     string
+	token        string
+	configFile   string
 }
 
 type clusterConfig struct {

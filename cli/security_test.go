@@ -1,0 +1,106 @@
+package cli_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/jobbus/jobbus/cli"
+)
+
+// TestServeAuthentication: serve's embedded NATS requires what its flags say (a user
+// and password, a token, or a nats-server configuration file with a user per role):
+// an anonymous connection gets nothing, the right credentials get in, and serve's own
+// coordinator and workers run with them.
+func TestServeAuthentication(t *testing.T) {
+	t.Parallel()
+	conf := func(port int, dir string) string {
+		data, err := os.ReadFile("../docs/nats-server.conf")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := regexp.MustCompile(`(?m)^port: .*$`).ReplaceAllString(string(data), "port: "+strconv.Itoa(port))
+		s = regexp.MustCompile(`(?m)^  store_dir: .*$`).ReplaceAllString(s, "  store_dir: "+strconv.Quote(filepath.Join(dir, "js")))
+		path := filepath.Join(dir, "nats-server.conf")
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	for _, tc := range []struct {
+		name string
+		// flags builds serve's authentication flags; user is the URL's user part for
+		// a client that may submit, reader for one that may only read ("" if none).
+		flags        func(port int, dir string) []string
+		user, reader string
+	}{
+		{"UserPassword", func(int, string) []string { return []string{"--nats-user", "ops", "--nats-password", "s3cret"} }, "ops:s3cret", ""},
+		{"Token", func(int, string) []string { return []string{"--nats-token", "t0ken"} }, "t0ken", ""},
+		{"ConfigFile", func(port int, dir string) []string {
+			return []string{"--nats-config", conf(port, dir), "--nats-user", "coordinator", "--nats-password", "change-me-coordinator"}
+		}, "submitter:change-me-submitter", "reader:change-me-reader"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			var url func(user string) []string
+			r, _ := startOnFreePorts(t, 1, func(p []int) *running {
+				url = func(user string) []string {
+					if user != "" {
+						user += "@"
+					}
+					return []string{"--nats", fmt.Sprintf("nats://%s%s", user, hostPort(p[0]))}
+				}
+				return start(t, nil, "serve", append([]string{"--data-dir", dir, "--nats-listen", hostPort(p[0]),
+					"--worker-port", "-1", "--client-port", "-1", "--workers", "1", "--http-listen", "-"}, tc.flags(p[0], dir)...)...)
+			}, func() bool {
+				code, out, _ := cliRun(url(tc.user), "workers", "--json")
+				return code == cli.ExitOK && strings.Count(out, `"workerId"`) == 1
+			})
+			if code, out, errs := cliRun(url(tc.user), "submit", "--wait", "--json", "sha256", "--text", "authenticated"); code != cli.ExitOK || !strings.Contains(out, `"COMPLETED"`) {
+				t.Fatalf("submit with credentials: exit %d\n%s%s", code, out, errs)
+			}
+			code, _, errs := cliRun(url(""), "jobs")
+			if code != cli.ExitError || !strings.Contains(strings.ToLower(errs), "authorization violation") {
+				t.Errorf("an anonymous connection: exit %d, stderr %q; want exit 1 and NATS's authorization violation", code, errs)
+			}
+			if tc.reader != "" {
+				if code, _, errs := cliRun(url(tc.reader), "jobs"); code != cli.ExitOK {
+					t.Errorf("the reader's jobs: exit %d %s", code, errs)
+				}
+				if code, _, errs := cliRun(url(tc.reader), "submit", "sha256", "--text", "no"); code != cli.ExitError || !strings.Contains(errs, "Permissions Violation") {
+					t.Errorf("the reader's submit: exit %d %q, want a permissions violation", code, errs)
+				}
+			}
+			if strings.Contains(r.errs.String(), "without authentication") {
+				t.Errorf("serve warned of no authentication:\n%s", r.errs)
+			}
+		})
+	}
+}
+
+// TestOpenListenWarnings: serve warns, naming the flags to add, when NATS or the TCP
+// ports listen beyond loopback without authentication.
+func TestOpenListenWarnings(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	var cur *running
+	startOnFreePorts(t, 3, func(p []int) *running {
+		cur = start(t, nil, "serve", "--data-dir", dir, "--nats-listen", fmt.Sprintf("0.0.0.0:%d", p[0]),
+			"--listen-host", "0.0.0.0", "--worker-port", strconv.Itoa(p[1]), "--client-port", strconv.Itoa(p[2]), "--http-listen", "-")
+		return cur
+	}, func() bool { return strings.Contains(cur.errs.String(), "jobbus serving") || strings.Contains(cur.out.String(), "jobbus serving") })
+	logs := cur.errs.String() + cur.out.String()
+	for _, want := range []string{
+		"the embedded NATS server listens beyond loopback without authentication", "--nats-user", "--nats-config",
+		"the TCP ports listen beyond loopback without authentication", "--bridge-tls-client-ca",
+	} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("serve's log does not say %q:\n%s", want, logs)
+		}
+	}
+}

@@ -1,0 +1,110 @@
+package embeddednats
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// WithUserPassword makes the server require this user name and password of every
+// client (the user lands in the account that holds jobbus's JetStream, with every
+// permission). Without it, and without WithAuthToken or WithConfigFile, any client
+// that reaches the listen address gets in: keep that address on loopback.
+func WithUserPassword(user, password string) Option {
+	return func(c *config) { c.user, c.password = user, password }
+}
+
+// WithAuthToken makes the server require this token of every client.
+func WithAuthToken(token string) Option {
+	return func(c *config) { c.token = token }
+}
+
+// WithConfigFile reads a nats-server configuration file (nats-server -c): accounts,
+// users and their permissions, nkeys, a JWT resolver, TLS, limits. What the file sets
+// wins; the other options fill in only what it leaves unset (listen address, store
+// directory, JetStream limits, server name), and JetStream is always on. A file with
+// users needs serve's own connection to give one's credentials.
+func WithConfigFile(path string) Option {
+	return func(c *config) { c.configFile = path }
+}
+
+// Authenticated reports whether clients must give credentials to connect: the options
+// asked for a user, a token or a configuration file with authentication.
+func (s *Server) Authenticated() bool { return s.authenticated }
+
+func authenticated(o *server.Options) bool {
+	return o.Username != "" || o.Authorization != "" || len(o.Users) > 0 && o.NoAuthUser == "" ||
+		len(o.Nkeys) > 0 || len(o.TrustedOperators) > 0 || o.AuthCallout != nil
+}
+
+// authOptions maps WithUserPassword and WithAuthToken onto o; called after the
+// system user's options, whose unauthenticated user it removes.
+func (c *config) authOptions(o *server.Options) error {
+	switch {
+	case c.user == "" && c.password == "" && c.token == "":
+		return nil
+	case c.configFile != "":
+		return errors.New("embeddednats: a user or token with a configuration file: put the users in the file")
+	case c.token != "" && (c.user != "" || c.password != ""):
+		return errors.New("embeddednats: a token and a user are two ways to authenticate: give one")
+	case c.token != "" && len(o.Users) > 0:
+		return errors.New("embeddednats: a token cannot go with the system user (nats-server allows users or a token); use a user and password")
+	case c.token != "":
+		o.Authorization = c.token
+		return nil
+	case c.user == "" || c.password == "":
+		return errors.New("embeddednats: a user needs a name and a password")
+	case c.user == c.sysUser:
+		return fmt.Errorf("embeddednats: the user %q is also the system user: give them different names", c.user)
+	}
+	user := &server.User{Username: c.user, Password: c.password}
+	if len(o.Users) == 0 {
+		o.Users = []*server.User{user}
+		return nil
+	}
+	// With the system user: this user replaces the unauthenticated one, in the global
+	// account, and clients without credentials are refused.
+	users := []*server.User{user}
+	for _, u := range o.Users {
+		if u.Username != noAuthUser {
+			users = append(users, u)
+		}
+	}
+	o.Users, o.NoAuthUser = users, ""
+	return nil
+}
+
+// fileOptions reads the configuration file and fills in from o what it leaves unset.
+func (c *config) fileOptions(o *server.Options) (*server.Options, error) {
+	if c.sysUser != "" || c.sysPassword != "" {
+		return nil, errors.New("embeddednats: a system user with a configuration file: put the system account in the file")
+	}
+	fo, err := server.ProcessConfigFile(c.configFile)
+	if err != nil {
+		return nil, fmt.Errorf("embeddednats: configuration file: %w", err)
+	}
+	if fo.Port == 0 && fo.Host == "" {
+		fo.Host, fo.Port = o.Host, o.Port
+	}
+	if fo.StoreDir == "" {
+		fo.StoreDir = o.StoreDir
+	}
+	c.storeDir = fo.StoreDir // the lock follows the store
+	fo.JetStream = true
+	if fo.JetStreamMaxStore == 0 {
+		fo.JetStreamMaxStore = o.JetStreamMaxStore
+	}
+	if fo.JetStreamMaxMemory == 0 {
+		fo.JetStreamMaxMemory = o.JetStreamMaxMemory
+	}
+	if fo.ServerName == "" {
+		fo.ServerName = o.ServerName
+	}
+	if fo.HTTPPort == 0 {
+		fo.HTTPHost, fo.HTTPPort = o.HTTPHost, o.HTTPPort
+	}
+	fo.SyncAlways = fo.SyncAlways || o.SyncAlways
+	fo.NoLog, fo.NoSigs, fo.DisableJetStreamBanner = true, true, true
+	return fo, nil
+}
