@@ -93,7 +93,9 @@ func TestOpenListenWarnings(t *testing.T) {
 		cur = start(t, nil, "serve", "--data-dir", dir, "--nats-listen", fmt.Sprintf("0.0.0.0:%d", p[0]),
 			"--listen-host", "0.0.0.0", "--worker-port", strconv.Itoa(p[1]), "--client-port", strconv.Itoa(p[2]), "--http-listen", "-")
 		return cur
-	}, func() bool { return strings.Contains(cur.errs.String(), "jobbus serving") || strings.Contains(cur.out.String(), "jobbus serving") })
+	}, func() bool {
+		return strings.Contains(cur.errs.String(), "jobbus serving") || strings.Contains(cur.out.String(), "jobbus serving")
+	})
 	logs := cur.errs.String() + cur.out.String()
 	for _, want := range []string{
 		"the embedded NATS server listens beyond loopback without authentication", "--nats-user", "--nats-config",

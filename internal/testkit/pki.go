@@ -83,4 +83,3 @@ func (p *PKI) write(t testing.TB, name, typ string, der []byte) string {
 	}
 	return path
 }
-
