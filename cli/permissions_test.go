@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/cli"
 	"github.com/jobbus/jobbus/coordinator"
 	"github.com/jobbus/jobbus/internal/jobbustest"
@@ -105,5 +106,91 @@ func TestExampleConfigPermissions(t *testing.T) {
 		if code != cli.ExitError || !strings.Contains(errs, `Permissions Violation for Publish to "jobbus.api.`+args[0]+`"`) {
 			t.Errorf("reader's %s: exit %d, stdout %q, stderr %q; want exit 1 and NATS's permissions violation", args[0], code, out, errs)
 		}
+	}
+}
+
+// TestExampleConfigRoles: with docs/nats-server.conf, a worker whose user is its id
+// (edge-1) runs jobs under its own subjects and inbox, but cannot hear another
+// worker's subjects nor use the client API; a submitter cannot act as a worker nor
+// listen to workers; an anonymous connection is refused.
+func TestExampleConfigRoles(t *testing.T) {
+	t.Parallel()
+	url := configServer(t)
+	ctx := context.Background()
+	coordNC, err := nats.Connect(userURL(url, "coordinator"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(coordNC.Close)
+	cfg := jobbustest.FastCoordinatorConfig()
+	cfg.HeartbeatTimeout = 5 * time.Second
+	jobbustest.Go(t, func(ctx context.Context) error { return coordinator.Run(ctx, coordNC, cfg, nil) })
+
+	w, err := worker.Connect(ctx, userURL(url, "edge-1"), worker.WithID("edge-1"),
+		worker.WithBusOptions(bus.WithNATSOptions(nats.CustomInboxPrefix("_INBOX_edge-1"))),
+		worker.WithHeartbeat(100*time.Millisecond), worker.WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopWorker := jobbustest.Go(t, w.Run)
+	t.Cleanup(func() { stopWorker(); _ = w.Close() })
+	submitter := func(args ...string) (int, string, string) {
+		return cliRun([]string{"--nats", userURL(url, "submitter")}, args...)
+	}
+	eventually(t, "edge-1 listed", func() bool {
+		_, out, _ := submitter("workers", "--json")
+		return strings.Contains(out, `"edge-1"`)
+	})
+	if code, out, errs := submitter("submit", "sha256", "--text", "hi", "--wait", "--json"); code != cli.ExitOK || !strings.Contains(out, `"COMPLETED"`) {
+		t.Fatalf("a job for edge-1: exit %d\n%s%s", code, out, errs)
+	}
+
+	for _, tc := range []struct {
+		user, action, subject string
+	}{
+		{"edge-1", "subscribe", "jobbus.node.worker.edge-2.>"}, // another worker's assignments
+		{"edge-1", "subscribe", "jobbus.node.worker.>"},
+		{"edge-1", "subscribe", "_INBOX.>"}, // everyone else's replies
+		{"edge-1", "publish", "jobbus.api.submit"},
+		{"edge-1", "publish", "jobbus.presence.worker.edge-2"},
+		{"submitter", "publish", "jobbus.role.coordinator.worker.register"},
+		{"submitter", "subscribe", "jobbus.node.worker.>"},
+		{"submitter", "subscribe", "jobbus.api.>"}, // posing as the coordinator
+		{"reader", "publish", "jobbus.role.coordinator.task.result"},
+	} {
+		t.Run(tc.user+"/"+tc.action+"/"+tc.subject, func(t *testing.T) {
+			errs := make(chan error, 4)
+			nc, err := nats.Connect(userURL(url, tc.user), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			if tc.action == "publish" {
+				err = nc.Publish(tc.subject, []byte("{}"))
+			} else {
+				_, err = nc.SubscribeSync(tc.subject)
+			}
+			if err == nil {
+				err = nc.Flush()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-errs:
+				if !strings.Contains(err.Error(), "Permissions Violation") {
+					t.Fatalf("got %v, want a permissions violation", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s may %s %s", tc.user, tc.action, tc.subject)
+			}
+		})
+	}
+
+	if nc, err := nats.Connect(url); err == nil || !strings.Contains(strings.ToLower(err.Error()), "authorization violation") {
+		if nc != nil {
+			nc.Close()
+		}
+		t.Fatalf("an anonymous connection: %v, want an authorization violation", err)
 	}
 }
