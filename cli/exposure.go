@@ -35,17 +35,16 @@ func warnOpenPorts(log *slog.Logger, host string, cfg bridge.Config) {
 		"listen_host", host)
 }
 
-// warnOpenNATS warns when serve's embedded NATS listens beyond loopback and lets
-// anyone in.
-func warnOpenNATS(log *slog.Logger, listen string, authenticated bool) {
-	host, _, err := net.SplitHostPort(listen)
-	if err != nil || authenticated || loopback(host) {
+// warnOpenNATS warns when serve's embedded NATS listens beyond loopback (on host, at
+// url) and lets anyone in.
+func warnOpenNATS(log *slog.Logger, host, url string, authenticated bool) {
+	if authenticated || loopback(host) {
 		return
 	}
-	log.Warn("the embedded NATS server listens beyond loopback without authentication: anyone who reaches "+listen+
+	log.Warn("the embedded NATS server listens beyond loopback without authentication: anyone who reaches it"+
 		" can read, submit and cancel every job and act as the coordinator or a worker; add --nats-user and "+
 		"--nats-password (or --nats-token), or --nats-config with users and permissions (see docs/nats-server.conf)",
-		"nats_listen", listen)
+		"listen_host", host, "url", url)
 }
 
 // embeddedAuth maps --nats-user, --nats-password, --nats-token and --nats-config onto

@@ -10,14 +10,16 @@ import (
 	"testing"
 
 	"github.com/jobbus/jobbus/cli"
+	"github.com/jobbus/jobbus/internal/testkit"
 )
 
 // TestServeAuthentication: serve's embedded NATS requires what its flags say (a user
 // and password, a token, or a nats-server configuration file with a user per role):
-// an anonymous connection gets nothing, the right credentials get in, and serve's own
+// an anonymous connection gets nothing (also when the client port requires TLS), the right credentials get in, and serve's own
 // coordinator and workers run with them.
 func TestServeAuthentication(t *testing.T) {
 	t.Parallel()
+	pki := testkit.NewPKI(t) // for the client port's TLS, trusted with --tls-ca
 	conf := func(port int, dir string) string {
 		data, err := os.ReadFile("../docs/nats-server.conf")
 		if err != nil {
@@ -43,6 +45,14 @@ func TestServeAuthentication(t *testing.T) {
 		{"ConfigFile", func(port int, dir string) []string {
 			return []string{"--nats-config", conf(port, dir), "--nats-user", "coordinator", "--nats-password", "change-me-coordinator"}
 		}, "submitter:change-me-submitter", "reader:change-me-reader"},
+		{"ConfigFileTLS", func(port int, dir string) []string {
+			path := filepath.Join(dir, "tls.conf")
+			text := fmt.Sprintf("port: %d\ntls { cert_file: %q, key_file: %q }\nauthorization { user: ops, password: s3cret }\n", port, pki.ServerCert, pki.ServerKey)
+			if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return []string{"--nats-config", path, "--nats-user", "ops", "--nats-password", "s3cret"}
+		}, "ops:s3cret", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -53,7 +63,11 @@ func TestServeAuthentication(t *testing.T) {
 					if user != "" {
 						user += "@"
 					}
-					return []string{"--nats", fmt.Sprintf("nats://%s%s", user, hostPort(p[0]))}
+					flags := []string{"--nats", fmt.Sprintf("nats://%s%s", user, hostPort(p[0]))}
+					if strings.HasSuffix(tc.name, "TLS") {
+						flags = append(flags, "--tls-ca", pki.CA)
+					}
+					return flags
 				}
 				return start(t, nil, "serve", append([]string{"--data-dir", dir, "--nats-listen", hostPort(p[0]),
 					"--worker-port", "-1", "--client-port", "-1", "--workers", "1", "--http-listen", "-"}, tc.flags(p[0], dir)...)...)

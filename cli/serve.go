@@ -264,7 +264,7 @@ func connectOrEmbed(ctx context.Context, c *cli.Context, log *slog.Logger) (*nat
 	if u := srv.MonitorURL(); u != "" {
 		log.Info("NATS monitoring", "url", u)
 	}
-	warnOpenNATS(log, c.String("nats-listen"), srv.Authenticated())
+	warnOpenNATS(log, srv.ListenHost(), srv.ClientURL(), srv.Authenticated())
 	nc, err := srv.Connect(append([]nats.Option{nats.Name("jobbus serve")}, connAuth...)...)
 	if err != nil {
 		_ = srv.Shutdown(context.Background())

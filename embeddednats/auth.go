@@ -33,6 +33,10 @@ func WithConfigFile(path string) Option {
 // asked for a user, a token or a configuration file with authentication.
 func (s *Server) Authenticated() bool { return s.authenticated }
 
+// ListenHost is the host the client port listens on ("0.0.0.0" or "::" for every
+// interface).
+func (s *Server) ListenHost() string { return s.listenHost }
+
 func authenticated(o *server.Options) bool {
 	return o.Username != "" || o.Authorization != "" || len(o.Users) > 0 && o.NoAuthUser == "" ||
 		len(o.Nkeys) > 0 || len(o.TrustedOperators) > 0 || o.AuthCallout != nil
@@ -84,8 +88,13 @@ func (c *config) fileOptions(o *server.Options) (*server.Options, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embeddednats: configuration file: %w", err)
 	}
-	if fo.Port == 0 && fo.Host == "" {
-		fo.Host, fo.Port = o.Host, o.Port
+	// nats-server listens on every interface when no host is given: here the listen
+	// option's host (loopback by default) fills in, as for everything else left out.
+	if fo.Host == "" {
+		fo.Host = o.Host
+	}
+	if fo.Port == 0 {
+		fo.Port = o.Port
 	}
 	if fo.StoreDir == "" {
 		fo.StoreDir = o.StoreDir

@@ -32,6 +32,7 @@ type Server struct {
 	lock *dirLock
 	// authenticated: clients must give credentials (auth.go).
 	authenticated bool
+	listenHost    string
 
 	shutdownOnce sync.Once
 	done         chan struct{} // closed when shutdown and unlock finished
@@ -66,7 +67,7 @@ func Start(ctx context.Context, opts ...Option) (*Server, error) {
 		_ = lock.release()
 		return nil, err
 	}
-	return &Server{ns: ns, lock: lock, done: make(chan struct{}), authenticated: authenticated(sopts)}, nil
+	return &Server{ns: ns, lock: lock, done: make(chan struct{}), authenticated: authenticated(sopts), listenHost: sopts.Host}, nil
 }
 
 // runServer creates and starts the server and waits until it is ready.
@@ -125,7 +126,10 @@ func (s *Server) MonitorURL() string {
 // reconnect to the stopped server.
 func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
 	all := append([]nats.Option{nats.InProcessServer(s.ns)}, opts...)
-	nc, err := nats.Connect(s.ClientURL(), all...)
+	// In-process needs no TLS even when the client port requires it (the server
+	// offers it as optional there); a tls:// URL would make nats.go insist on it.
+	url := strings.Replace(s.ClientURL(), "tls://", "nats://", 1)
+	nc, err := nats.Connect(url, all...)
 	if err != nil {
 		return nil, fmt.Errorf("embeddednats: connect in-process: %w", err)
 	}
