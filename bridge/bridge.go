@@ -27,7 +27,16 @@
 // "Unexpected message type ... on the client port" and the connection stays open, as
 // an invalid payload's ERROR (from the coordinator) does: the peer speaks the framing
 // correctly, so its later requests can still be understood. When no coordinator
-// answers, the reply is ERROR "coordinator unavailable: ..." and the connection stays.
+// answers, the reply is ERROR "coordinator unavailable: ..." and the connection stays;
+// while the bridge's own NATS connection is down that reply comes at once, and the
+// request is not sent (dial the connection with nats.ReconnectBufSize(-1), as the CLI
+// does, so that no publish racing the disconnect waits in nats.go's buffer either).
+//
+// # TLS
+//
+// With Config.TLS both ports speak TLS, and PROTOCOL.md's frames travel unchanged
+// inside it; a client CA makes the certificate the peer's authentication, which the
+// protocol itself lacks.
 //
 // Worker port: anything but a valid WORKER_REGISTER first, and anything but HEARTBEAT
 // or TASK_RESULT afterwards, gets a best-effort ERROR and the connection closes; so
