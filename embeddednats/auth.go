@@ -42,6 +42,9 @@ func authenticated(o *server.Options) bool {
 		len(o.Nkeys) > 0 || len(o.TrustedOperators) > 0 || o.AuthCallout != nil
 }
 
+// noAnonymousAccount is an account nobody uses (see authOptions).
+const noAnonymousAccount = "JOBBUS_NO_ANONYMOUS"
+
 // authOptions maps WithUserPassword and WithAuthToken onto o; called after the
 // system user's options, whose unauthenticated user it removes.
 func (c *config) authOptions(o *server.Options) error {
@@ -76,6 +79,10 @@ func (c *config) authOptions(o *server.Options) error {
 		}
 	}
 	o.Users, o.NoAuthUser = users, ""
+	// nats-server adds a user for clients without credentials by itself when the only
+	// accounts are the global and the system one (server.go, "sysAccOnlyNoAuthUser"):
+	// a third, empty account keeps it from doing so.
+	o.Accounts = append(o.Accounts, server.NewAccount(noAnonymousAccount))
 	return nil
 }
 
@@ -116,4 +123,25 @@ func (c *config) fileOptions(o *server.Options) (*server.Options, error) {
 	fo.SyncAlways = fo.SyncAlways || o.SyncAlways
 	fo.NoLog, fo.NoSigs, fo.DisableJetStreamBanner = true, true, true
 	return fo, nil
+}
+
+// needsGlobalJetStream reports options with the account of authOptions: with three
+// accounts, nats-server no longer turns JetStream on for the global account, which
+// holds jobbus's, by itself.
+func needsGlobalJetStream(o *server.Options) bool {
+	for _, a := range o.Accounts {
+		if a.Name == noAnonymousAccount {
+			return true
+		}
+	}
+	return false
+}
+
+func enableGlobalJetStream(ns *server.Server) error {
+	if err := ns.GlobalAccount().EnableJetStream(nil, nil); err != nil {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+		return fmt.Errorf("embeddednats: enable JetStream for the global account: %w", err)
+	}
+	return nil
 }

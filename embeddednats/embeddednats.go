@@ -62,12 +62,16 @@ func Start(ctx context.Context, opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	auth, host, globalJS := authenticated(sopts), sopts.Host, needsGlobalJetStream(sopts) // before the server rewrites sopts
 	ns, err := runServer(ctx, sopts, &cfg)
+	if err == nil && globalJS {
+		err = enableGlobalJetStream(ns)
+	}
 	if err != nil {
 		_ = lock.release()
 		return nil, err
 	}
-	return &Server{ns: ns, lock: lock, done: make(chan struct{}), authenticated: authenticated(sopts), listenHost: sopts.Host}, nil
+	return &Server{ns: ns, lock: lock, done: make(chan struct{}), authenticated: auth, listenHost: host}, nil
 }
 
 // runServer creates and starts the server and waits until it is ready.
