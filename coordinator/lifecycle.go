@@ -95,7 +95,7 @@ func (c *Coordinator) submit(req *protocol.SubmitJob, reply replyFunc) {
 	c.markDirty(j, func(err error) {
 		c.noteSubmit(outcomeOf(err))
 		if err != nil {
-			reply(&protocol.Error{Message: fmt.Sprintf("job %s was not stored: %v", j.rec.JobID, err)})
+			reply(notStored(j.rec.JobID, err))
 			return
 		}
 		reply(&protocol.JobSubmitted{JobID: j.rec.JobID})

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 
@@ -61,7 +62,20 @@ func (h *storeHealth) refusal() *protocol.Error {
 	if desc == nil {
 		return nil
 	}
-	return &protocol.Error{Message: "job not stored: the job store is full (JetStream: " + *desc +
+	return storeFullError(*desc)
+}
+
+func storeFullError(desc string) *protocol.Error {
+	return &protocol.Error{Message: "job not stored: the job store is full (JetStream: " + desc +
 		"); jobs already accepted are kept and go on, new ones are refused until space is freed " +
 		"or the limit raised (jobbus serve --nats-max-store, or the NATS server's max_file_store)"}
+}
+
+// notStored is the ERROR of a submission whose record could not be written.
+func notStored(id string, err error) *protocol.Error {
+	var apiErr *jetstream.APIError
+	if StoreFull(err) && errors.As(err, &apiErr) {
+		return storeFullError(apiErr.Description)
+	}
+	return &protocol.Error{Message: fmt.Sprintf("job %s was not stored: %v", id, err)}
 }
