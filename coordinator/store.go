@@ -208,6 +208,14 @@ func (c *Coordinator) commit(ctx context.Context, ws []pendingWrite) {
 			}
 			return
 		}
+		if StoreFull(err) {
+			// A job not yet stored is given up, so its submitter hears "store full"
+			// now rather than JOB_SUBMITTED much later, or never; accepted jobs wait
+			// for room.
+			if ws = c.dropCreates(ws, err); len(ws) == 0 {
+				return
+			}
+		}
 		c.log.Warn("job write failed; retrying", "jobs", len(ws), "err", err, "attempt", attempt)
 		select {
 		case <-ctx.Done():
@@ -218,6 +226,20 @@ func (c *Coordinator) commit(ctx context.Context, ws []pendingWrite) {
 		case <-time.After(min(time.Duration(attempt+1)*50*time.Millisecond, time.Second)):
 		}
 	}
+}
+
+// dropCreates gives up the creates among ws with err and returns the other writes.
+func (c *Coordinator) dropCreates(ws []pendingWrite, err error) []pendingWrite {
+	var kept []pendingWrite
+	for _, w := range ws {
+		if w.rev != 0 {
+			kept = append(kept, w)
+			continue
+		}
+		c.fail(w.j, err)
+		c.dropUnstored(w.j)
+	}
+	return kept
 }
 
 // pendingWrite is one write of a job's record, taken under c.mu.
