@@ -32,30 +32,40 @@ func (c *Coordinator) recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("load %s: %w", protocol.JobsBucket, err)
 	}
-	var whole []string                  // active jobs, and records older than the headers
-	finished := make(map[string]uint64) // id -> sequence
+	var whole []string // active jobs, and records older than the headers
 	for _, h := range heads {
 		if h.state == "" || h.state.Active() {
 			whole = append(whole, h.id)
-		} else {
-			finished[h.id] = h.seq
 		}
 	}
 	recs, err := c.loadRecords(ctx, whole)
 	if err != nil {
 		return fmt.Errorf("load %s: %w", protocol.JobsBucket, err)
 	}
+	// id -> sequence of every finished job, for bindings read apart from the jobs;
+	// built only if some are (a million entries take a while).
+	finished := sync.OnceValue(func() map[string]uint64 {
+		m := make(map[string]uint64)
+		for _, h := range heads {
+			if h.state != "" && h.state.Terminal() {
+				m[h.id] = h.seq
+			}
+		}
+		for _, r := range recs {
+			if r.State.Terminal() && r.EndedAt != 0 { // finished since its headers were read
+				m[r.JobID] = r.Seq
+			}
+		}
+		return m
+	})
 	c.mu.Lock()
 	c.index.entries = slices.Grow(c.index.entries, len(heads))
 	for _, h := range heads {
-		if _, ok := finished[h.id]; ok {
+		if h.state != "" && h.state.Terminal() {
 			c.restoreFinished(h)
 		}
 	}
 	for _, r := range recs {
-		if r.State.Terminal() && r.EndedAt != 0 { // finished since its headers were read
-			finished[r.JobID] = r.Seq
-		}
 		c.restore(r.Record, r.rev)
 	}
 	c.index.sort()
@@ -66,7 +76,7 @@ func (c *Coordinator) recover(ctx context.Context) error {
 	c.seq = max(c.seq, lastSeq-1)
 	if fromCheckpoint { // bindings written since the checkpoint
 		for _, b := range binds {
-			c.keepBinding(b.key, b.value, finished)
+			c.keepBinding(b.key, b.value, finished())
 		}
 	}
 	c.unlock()
@@ -81,7 +91,7 @@ func (c *Coordinator) recover(ctx context.Context) error {
 	// Reading a large store allocates far more than memory then keeps: give it back now
 	// rather than at the runtime's leisure.
 	if len(heads) > 10_000 {
-		heads, recs, finished = nil, nil, nil
+		heads, recs = nil, nil
 		debug.FreeOSMemory()
 	}
 	return nil
@@ -391,7 +401,7 @@ func (c *Coordinator) restoreFinished(h head) {
 // repairBindings rebuilds the idempotency bindings of finished jobs (doneKeys) from
 // the bindings stored beside the records, keeping the records as the truth: a binding
 // whose job is gone or unknown is left alone, free to be written over.
-func (c *Coordinator) repairBindings(ctx context.Context, finished map[string]uint64) error {
+func (c *Coordinator) repairBindings(ctx context.Context, finished func() map[string]uint64) error {
 	stream, err := c.js.Stream(ctx, jobsStream)
 	if err != nil {
 		return fmt.Errorf("load bindings: %w", err)
@@ -403,7 +413,7 @@ func (c *Coordinator) repairBindings(ctx context.Context, finished map[string]ui
 			return
 		}
 		c.mu.Lock()
-		c.keepBinding(strings.TrimPrefix(msg.Subject(), jobsSubjects), msg.Data(), finished)
+		c.keepBinding(strings.TrimPrefix(msg.Subject(), jobsSubjects), msg.Data(), finished())
 		c.unlock()
 	})
 	if err != nil {
@@ -434,7 +444,7 @@ func (c *Coordinator) keepBinding(k string, value []byte, finished map[string]ui
 // moveOldBindings moves the bindings of kept jobs out of protocol.KeysBucket, where
 // versions before the single jobs stream kept them, into the jobs bucket (fenced
 // batches, as every write), then deletes that bucket.
-func (c *Coordinator) moveOldBindings(ctx context.Context, finished map[string]uint64) error {
+func (c *Coordinator) moveOldBindings(ctx context.Context, finished func() map[string]uint64) error {
 	old, err := c.js.KeyValue(ctx, protocol.KeysBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil
@@ -457,7 +467,7 @@ func (c *Coordinator) moveOldBindings(ctx context.Context, finished map[string]u
 	}
 	for _, e := range entries {
 		c.mu.Lock()
-		kept := c.keepBinding(e.Key(), e.Value(), finished)
+		kept := c.keepBinding(e.Key(), e.Value(), finished())
 		c.unlock()
 		if !kept {
 			continue
