@@ -1,13 +1,12 @@
 package coordinator
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -187,45 +186,72 @@ func encodeCheckpoint(term, at uint64, heads []head) []byte {
 var errBadCheckpoint = errors.New("unreadable checkpoint")
 
 func decodeCheckpoint(data []byte) (term, at uint64, heads []head, err error) {
-	r := bufio.NewReader(bytes.NewReader(data))
-	magic := make([]byte, len(checkpointMagic))
-	if _, err := io.ReadFull(r, magic); err != nil || string(magic) != checkpointMagic {
+	// One string for the whole checkpoint, which ids and keys slice: a million small
+	// strings would cost a million allocations.
+	d := checkpointReader{s: string(data)}
+	if !strings.HasPrefix(d.s, checkpointMagic) {
 		return 0, 0, nil, errBadCheckpoint
 	}
-	str := func() (string, error) {
-		n, err := binary.ReadUvarint(r)
-		if err != nil || n > protocol.MaxMessage {
-			return "", errBadCheckpoint
-		}
-		b := make([]byte, n)
-		_, err = io.ReadFull(r, b)
-		return string(b), err
-	}
-	term, err1 := binary.ReadUvarint(r)
-	at, err2 := binary.ReadUvarint(r)
-	n, err3 := binary.ReadUvarint(r)
-	if err := errors.Join(err1, err2, err3); err != nil || n > uint64(len(data)) {
+	d.pos = len(checkpointMagic)
+	term, at = d.uvarint(), d.uvarint()
+	n := d.uvarint()
+	if d.bad || n > uint64(len(data)) {
 		return 0, 0, nil, errBadCheckpoint
 	}
-	heads = make([]head, 0, n)
-	for range n {
-		var h head
-		var code byte
-		var expires uint64
-		var errs [6]error
-		h.seq, errs[0] = binary.ReadUvarint(r)
-		code, errs[1] = r.ReadByte()
-		expires, errs[2] = binary.ReadUvarint(r)
-		h.id, errs[3] = str()
-		h.key, errs[4] = str()
-		h.fingerprint, errs[5] = str()
-		if err := errors.Join(errs[:]...); err != nil || int(code) >= len(codeState) {
+	heads = make([]head, n)
+	for i := range heads {
+		h := &heads[i]
+		h.seq = d.uvarint()
+		code := d.byte()
+		h.expires = int64(d.uvarint())
+		h.id, h.key, h.fingerprint = d.str(), d.str(), d.str()
+		if d.bad || int(code) >= len(codeState) {
 			return 0, 0, nil, errBadCheckpoint
 		}
-		h.state, h.expires = codeState[code], int64(expires)
-		heads = append(heads, h)
+		h.state = codeState[code]
 	}
 	return term, at, heads, nil
+}
+
+// checkpointReader reads a checkpoint; bad is set once anything was out of bounds.
+type checkpointReader struct {
+	s   string
+	pos int
+	bad bool
+}
+
+func (r *checkpointReader) uvarint() uint64 {
+	var v uint64
+	for shift := 0; shift < 64 && r.pos < len(r.s); shift += 7 {
+		b := r.s[r.pos]
+		r.pos++
+		v |= uint64(b&0x7f) << shift
+		if b < 0x80 {
+			return v
+		}
+	}
+	r.bad = true
+	return 0
+}
+
+func (r *checkpointReader) byte() byte {
+	if r.pos >= len(r.s) {
+		r.bad = true
+		return 0
+	}
+	r.pos++
+	return r.s[r.pos-1]
+}
+
+func (r *checkpointReader) str() string {
+	n := r.uvarint()
+	if r.bad || n > uint64(len(r.s)-r.pos) {
+		r.bad = true
+		return ""
+	}
+	out := r.s[r.pos : r.pos+int(n)]
+	r.pos += int(n)
+	return out
 }
 
 // State codes in a checkpoint; "" is an active job, read whole.

@@ -138,3 +138,33 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestCheckpointEncoding: a checkpoint decodes to what was encoded, and a damaged one
+// (cut anywhere, or of another format) is refused, never half read.
+func TestCheckpointEncoding(t *testing.T) {
+	t.Parallel()
+	heads := []head{
+		{id: "b1c0", seq: 1, state: protocol.StateCompleted, expires: 1796000000000, key: "k", fingerprint: "f"},
+		{id: "b1c1", seq: 300, state: protocol.StateFailed},
+		{id: "b1c2", seq: 1 << 40},
+	}
+	data := encodeCheckpoint(7, 99, heads)
+	term, at, got, err := decodeCheckpoint(data)
+	must(t, err)
+	if term != 7 || at != 99 || len(got) != len(heads) {
+		t.Fatalf("term %d at %d, %d heads", term, at, len(got))
+	}
+	for i := range heads {
+		if got[i] != heads[i] {
+			t.Fatalf("head %d: %+v, want %+v", i, got[i], heads[i])
+		}
+	}
+	for n := range len(data) {
+		if _, _, _, err := decodeCheckpoint(data[:n]); err == nil {
+			t.Fatalf("a checkpoint cut to %d of %d bytes was read", n, len(data))
+		}
+	}
+	if _, _, _, err := decodeCheckpoint(append([]byte("jobbus-index-1\n"), data[len(checkpointMagic):]...)); err == nil {
+		t.Fatal("a checkpoint of another format was read")
+	}
+}
