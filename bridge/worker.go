@@ -128,9 +128,9 @@ func (s *workerSession) awaitRegister() *protocol.WorkerRegister {
 		s.out.finish(encodeError(perr))
 		return nil
 	}
-	// TCP workers run the five built-in tasks (DESIGN.md): a task-type list, a native
-	// extension, is not theirs to send.
-	reg.TaskTypes = nil
+	// A spec worker sends no task-type list and runs the five built-ins; a worker that
+	// sends one (the native extension, in any language) serves and declares what it
+	// lists, as a native worker does. The coordinator checks it.
 	return reg
 }
 

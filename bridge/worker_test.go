@@ -261,16 +261,52 @@ func TestWorkerPort(t *testing.T) {
 		p.ExpectErrorThenClosed("coordinator unavailable: no coordinator is serving worker.register")
 	})
 
-	t.Run("TaskTypesAreNotATCPWorkersToSend", func(t *testing.T) {
+	t.Run("TaskTypesExtensionDeclaresAndRoutes", func(t *testing.T) {
 		t.Parallel()
 		s := setup(t)
+		spec := s.worker("spec", 4) // the five built-ins, and more free slots than picky
 		w := dial(t, s.br.WorkerAddr())
-		reg, _ := json.Marshal(map[string]any{"type": "WORKER_REGISTER", "workerId": "picky", "capacity": 1, "taskTypes": []string{"RESIZE"}})
-		if err := w.SendPayload(reg); err != nil {
+		reg := `{"type":"WORKER_REGISTER","workerId":"picky","capacity":1,"taskTypes":[` +
+			`{"name":"RESIZE","schema":{"type":"object","required":["url"],"properties":{"url":{"type":"string"}}},"options":{"maxAttempts":5}},"SHA256"]}`
+		if err := w.SendPayload([]byte(reg)); err != nil {
 			t.Fatal(err)
 		}
-		w.MustRecv()
-		id := s.client().Submit("SHA256", `{"text":"x"}`)
-		w.ExpectAssign(id) // registered for the five built-ins, not for RESIZE only
+		if _, ok := w.MustRecv().(*protocol.WorkerRegistered); !ok {
+			t.Fatal("picky was not registered")
+		}
+		c := s.client()
+		if e, ok := c.Request(&protocol.SubmitJob{TaskType: "RESIZE", Payload: json.RawMessage(`{"url":5}`)}).(*protocol.Error); !ok ||
+			e.Message != "Invalid payload: at '/url': got number, want string" {
+			t.Fatalf("invalid RESIZE answered %+v", e)
+		}
+		id := c.Submit("RESIZE", `{"url":"https://example.com/a.png"}`)
+		a := w.ExpectAssign(id) // never spec's, though spec has more free slots
+		w.MustSend(&protocol.TaskResult{WorkerID: "picky", JobID: id, AttemptID: a.AttemptID, Error: ptr("404 not found"), Permanent: true})
+		j := s.waitState(id, protocol.StateFailed)
+		if j.Attempts != 1 || j.MaxAttempts != 5 || j.Error == nil || *j.Error != "404 not found (permanent failure on attempt 1 of 5; not retried)" {
+			t.Fatalf("job %+v, want FAILED after one attempt of 5, not retried", j)
+		}
+		sha := c.Submit("SHA256", `{"text":"x"}`)
+		spec.ExpectAssign(sha) // a built-in still goes to the freest worker
+	})
+
+	t.Run("TaskTypesExtensionRefused", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t)
+		for _, tc := range []struct{ name, types, want string }{
+			{"BuiltinRedeclared", `[{"name":"SLEEP","schema":{"type":"object"}}]`, "Registration refused: task type SLEEP is built in"},
+			{"BadName", `["has space"]`, "Registration refused: bad task type name"},
+			{"BadSchema", `[{"name":"X","schema":{"type":17}}]`, "Registration refused: task type X: schema:"},
+			{"NegativeConcurrency", `[{"name":"X","options":{"concurrency":-1}}]`, "Registration refused: task type X: concurrency must not be negative"},
+			{"NotAList", `"X"`, "Malformed request"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				w := dial(t, s.br.WorkerAddr())
+				if err := w.SendPayload([]byte(`{"type":"WORKER_REGISTER","workerId":"w-` + tc.name + `","capacity":1,"taskTypes":` + tc.types + `}`)); err != nil {
+					t.Fatal(err)
+				}
+				w.ExpectErrorThenClosed(tc.want)
+			})
+		}
 	})
 }

@@ -218,6 +218,8 @@ func (c *Coordinator) serveRequest(data []byte, want protocol.Type, reply func(p
 		reply(&protocol.WorkerList{Workers: c.workerList()})
 	case *protocol.CancelJob:
 		c.cancelJob(m.JobID, reply)
+	case *protocol.ListTaskTypes:
+		reply(c.taskTypeList())
 	}
 }
 

@@ -54,6 +54,8 @@ type Coordinator struct {
 	recent          []uint64 // sequences of the jobs that finished last (retained.go)
 	recentNext      int
 	workers         map[string]*worker
+	cat             *catalogue     // task types (catalogue.go); its own lock
+	typeRuns        map[string]int // RUNNING jobs by task type (routing.go)
 	ready           *readyQueue
 	retries         timerHeap
 	deadlines       deadlineHeap
@@ -95,6 +97,8 @@ func New(nc *nats.Conn, cfg Config) (*Coordinator, error) {
 		keys:     make(map[string]*job),
 		doneKeys: make(map[string]doneKey),
 		workers:  make(map[string]*worker),
+		cat:      newCatalogue(cfg.TaskTypes, cfg.Logger),
+		typeRuns: make(map[string]int),
 		ready:    newReadyQueue(),
 		lease:    leaseClock{base: time.Now()},
 		fencedCh: make(chan struct{}),
@@ -117,6 +121,9 @@ func (c *Coordinator) Start(ctx context.Context) error {
 		return fmt.Errorf("coordinator: %w", err)
 	}
 	if err := c.claimTerm(ctx); err != nil {
+		return fmt.Errorf("coordinator: %w", err)
+	}
+	if err := c.openCatalogue(ctx); err != nil {
 		return fmt.Errorf("coordinator: %w", err)
 	}
 	runCtx, cancel := context.WithCancel(context.Background())

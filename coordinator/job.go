@@ -17,8 +17,10 @@ import (
 // Every field is guarded by Coordinator.mu.
 type job struct {
 	rec        protocol.Record
-	deadline   time.Time // of the current attempt, while RUNNING
-	deadlineAt int       // 1 + its index in Coordinator.deadlines; 0 when not in it
+	deadline   time.Time     // of the current attempt, while RUNNING
+	deadlineAt int           // 1 + its index in Coordinator.deadlines; 0 when not in it
+	timeout    time.Duration // the current attempt's execution timeout (routing.go)
+	leased     bool          // its attempt counts against its type's concurrency (routing.go)
 
 	rev      uint64 // KV revision of the last durable write; 0 until created
 	version  uint64 // bumped by every change

@@ -38,14 +38,14 @@ func (c *Coordinator) submit(req *protocol.SubmitJob, reply replyFunc) {
 		reply(perr)
 		return
 	}
-	if err := c.cfg.TaskTypes.Validate(req.TaskType, req.Payload); err != nil {
+	if err := c.validatePayload(req.TaskType, req.Payload); err != nil {
 		c.noteSubmit(SubmitInvalid)
 		reply(validationError(req.TaskType, err))
 		return
 	}
 	maxAttempts := req.MaxAttempts
 	if maxAttempts <= 0 {
-		maxAttempts = c.cfg.MaxAttempts
+		maxAttempts = c.defaultMaxAttempts(req.TaskType)
 	}
 	prio := protocol.OrNormal(req.Priority)
 	var key, fp string
@@ -173,7 +173,7 @@ func (c *Coordinator) schedule() {
 	}
 	for c.ready.size > 0 {
 		now := c.now()
-		j := c.ready.best(now, c.cfg.AgingStep, c.hasFreeWorker)
+		j := c.ready.best(now, c.cfg.AgingStep, c.runnable)
 		if j == nil {
 			return
 		}
@@ -191,7 +191,7 @@ func (c *Coordinator) assign(j *job, w *worker) {
 	j.rec.AttemptID = newID()
 	j.rec.WorkerID = w.id
 	j.rec.RetryAt = 0
-	j.deadline = now.Add(c.cfg.TaskTimeout)
+	c.leaseStarted(j, now)
 	w.running[j.rec.JobID] = j.rec.AttemptID
 	heap.Push(&c.deadlines, j)
 	c.markDirty(j, nil)
@@ -233,7 +233,11 @@ func (c *Coordinator) result(res *protocol.TaskResult, reply func(protocol.Resul
 		if res.Error != nil && *res.Error != "" {
 			cause = *clip(res.Error)
 		}
-		c.retryOrFail(j, cause)
+		if res.Permanent {
+			c.failPermanently(j, cause)
+		} else {
+			c.retryOrFail(j, cause)
+		}
 	}
 	c.markDirty(j, func(err error) { reply(protocol.ResultAck{JobID: res.JobID, Accepted: err == nil}, err) })
 	c.log.Debug("job result", "job", j.rec.JobID, "state", j.rec.State, "attempt", j.rec.Attempts)
@@ -247,6 +251,7 @@ func (c *Coordinator) releaseLease(j *job) {
 		delete(w.running, j.rec.JobID)
 	}
 	c.deadlines.remove(j)
+	c.leaseEnded(j)
 	j.rec.WorkerID = ""
 	j.rec.AttemptID = ""
 }
@@ -361,7 +366,7 @@ func (c *Coordinator) sweep() {
 		w := j.rec.WorkerID
 		c.noteDeadline(j)
 		c.revoke(j)
-		c.retryOrFail(j, fmt.Sprintf("execution deadline exceeded (%d ms) on worker %s", c.cfg.TaskTimeout.Milliseconds(), w))
+		c.retryOrFail(j, fmt.Sprintf("execution deadline exceeded (%d ms) on worker %s", j.timeout.Milliseconds(), w))
 		c.markDirty(j, nil)
 	}
 	for _, w := range c.workers {

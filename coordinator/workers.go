@@ -14,7 +14,7 @@ import (
 type worker struct {
 	id        string
 	capacity  int
-	taskTypes map[string]bool // nil: the built-in tasks
+	taskTypes map[string]bool // what it serves (routing.go)
 	running   map[string]string
 	lastSeen  time.Time
 	draining  bool // it finishes what it runs and takes nothing more
@@ -28,9 +28,6 @@ func (w *worker) free() int {
 }
 
 func (w *worker) runs(taskType string) bool {
-	if w.taskTypes == nil {
-		return true
-	}
 	return w.taskTypes[taskType]
 }
 
@@ -38,6 +35,9 @@ func (w *worker) runs(taskType string) bool {
 func (c *Coordinator) register(req *protocol.WorkerRegister) (*protocol.WorkerRegistered, error) {
 	if perr := req.Validate(); perr != nil {
 		return nil, bus.WithCode(bus.CodeBadRequest, perr)
+	}
+	if err := c.declare(req); err != nil {
+		return nil, err
 	}
 	c.mu.Lock()
 	defer c.unlock()
@@ -47,13 +47,8 @@ func (c *Coordinator) register(req *protocol.WorkerRegister) (*protocol.WorkerRe
 	if old := c.workers[req.WorkerID]; old != nil {
 		c.loseWorker(old, "worker re-registered")
 	}
-	w := &worker{id: req.WorkerID, capacity: req.Capacity, running: make(map[string]string), lastSeen: c.now()}
-	if len(req.TaskTypes) > 0 {
-		w.taskTypes = make(map[string]bool, len(req.TaskTypes))
-		for _, t := range req.TaskTypes {
-			w.taskTypes[t] = true
-		}
-	}
+	w := &worker{id: req.WorkerID, capacity: req.Capacity, running: make(map[string]string), lastSeen: c.now(),
+		taskTypes: c.workerTypes(req)}
 	c.workers[w.id] = w
 	c.log.Info("worker registered", "worker", w.id, "capacity", w.capacity)
 	c.schedule()
@@ -117,10 +112,12 @@ func (c *Coordinator) loseWorker(w *worker, cause string) {
 		}
 		j.rec.WorkerID, j.rec.AttemptID = "", ""
 		c.deadlines.remove(j)
+		c.leaseEnded(j)
 		c.retryOrFail(j, fmt.Sprintf("worker %s lost (%s)", w.id, cause))
 		c.markDirty(j, nil)
 	}
 	w.running = nil
+	c.unserved(w)
 }
 
 // hasFreeWorker reports whether some worker has a free slot for taskType.

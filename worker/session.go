@@ -91,7 +91,7 @@ const waitingGrace = time.Second
 // registration are cancelled: registering again ended their leases. It returns nil
 // early when ctx ends.
 func (w *Worker) register(ctx context.Context, reason string) (epoch uint64, err error) {
-	msg := &protocol.WorkerRegister{WorkerID: w.cfg.ID, Capacity: w.cfg.Capacity, TaskTypes: w.cfg.Registry.Names()}
+	msg := &protocol.WorkerRegister{WorkerID: w.cfg.ID, Capacity: w.cfg.Capacity, TaskTypes: w.cfg.Registry.Declarations()}
 	b := workerproto.NewBackoff(w.cfg.retryBase, w.cfg.retryMax)
 	start, said := time.Now(), false
 	for try := 1; ; try++ {

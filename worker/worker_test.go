@@ -321,8 +321,10 @@ func TestRegisters(t *testing.T) {
 	f := setup(t, setupConfig{opts: []worker.Option{worker.WithID("w-reg"), worker.WithCapacity(7)}})
 	f.waitRegistered(t, 1)
 	got := f.coord.registered()[0]
-	want := protocol.WorkerRegister{WorkerID: "w-reg", Capacity: 7, TaskTypes: tasks.Builtins().Names()}
-	if got.WorkerID != want.WorkerID || got.Capacity != want.Capacity || !slices.Equal(got.TaskTypes, want.TaskTypes) {
+	want := protocol.WorkerRegister{WorkerID: "w-reg", Capacity: 7, TaskTypes: tasks.Builtins().Declarations()}
+	if got.WorkerID != want.WorkerID || got.Capacity != want.Capacity ||
+		!slices.Equal(protocol.Names(got.TaskTypes), tasks.Builtins().Names()) || !slices.EqualFunc(got.TaskTypes, want.TaskTypes,
+		func(a, b protocol.TaskTypeDecl) bool { return a.Name == b.Name && !a.Declared && !b.Declared }) {
 		t.Errorf("registration = %+v, want %+v", got, want)
 	}
 	if f.w.ID() != "w-reg" {

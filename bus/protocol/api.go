@@ -34,6 +34,7 @@ var Endpoints = []Endpoint{
 	{Name: "list", Request: TypeListJobs},
 	{Name: "workers", Request: TypeListWorkers},
 	{Name: "cancel", Request: TypeCancelJob},
+	{Name: "types", Request: TypeListTaskTypes}, // native: the task type catalogue
 }
 
 // EndpointFor returns the endpoint that serves request type t; ok is false for a type
@@ -70,6 +71,7 @@ const (
 	// CheckpointBucket is an object store holding the coordinator's checkpoint of its
 	// job index, which a restart reads instead of every record's headers.
 	CheckpointBucket = "JOBBUS_CHECKPOINT"
+	// TaskTypesBucket (tasktypes.go) is the catalogue of task types.
 )
 
 // LeaderSubject is where a coordinator announces, once it serves as leader, its term

@@ -106,9 +106,9 @@ type WorkerRegister struct {
 	WorkerID string `json:"workerId"`
 	Capacity int    `json:"capacity"`
 	// TaskTypes is a native extension: the task types this worker runs (absent: the five
-	// built-ins). Spec peers never send it.
+	// built-ins), each a name or a declaration (TaskTypeDecl). Spec peers never send it.
 	// omitzero, not omitempty: an empty list must not turn into "absent".
-	TaskTypes []string `json:"taskTypes,omitzero"`
+	TaskTypes []TaskTypeDecl `json:"taskTypes,omitzero"`
 }
 
 // WorkerRegistered acknowledges a registration.
@@ -144,6 +144,9 @@ type TaskResult struct {
 	Success   bool    `json:"success"`
 	Result    *string `json:"result"`
 	Error     *string `json:"error"`
+	// Permanent (a native extension) says a failure must not be retried: the job fails
+	// at once, whatever attempts it has left. Spec peers never send it.
+	Permanent bool `json:"permanent,omitzero"`
 }
 
 // Error tells a peer its request was wrong.

@@ -42,6 +42,10 @@ const (
 	TypeWorkerList     Type = "WORKER_LIST"
 	TypeCancelJob      Type = "CANCEL_JOB"
 	TypeJobCancel      Type = "JOB_CANCEL"
+	// TypeListTaskTypes and TypeTaskTypeList are native extensions (the task type
+	// catalogue); spec peers never send them.
+	TypeListTaskTypes Type = "LIST_TASK_TYPES"
+	TypeTaskTypeList  Type = "TASK_TYPE_LIST"
 )
 
 // Message is any message of the protocol.
@@ -76,6 +80,8 @@ var newMessage = map[Type]func() Message{
 	TypeWorkerList:       func() Message { return new(WorkerList) },
 	TypeCancelJob:        func() Message { return new(CancelJob) },
 	TypeJobCancel:        func() Message { return new(JobCancel) },
+	TypeListTaskTypes:    func() Message { return new(ListTaskTypes) },
+	TypeTaskTypeList:     func() Message { return new(TaskTypeList) },
 }
 
 // PeekType returns the "type" of a JSON message without decoding the rest: the first

@@ -40,8 +40,8 @@ var roundTripCases = []struct {
 	msg  protocol.Message
 }{
 	{"WorkerRegister", &protocol.WorkerRegister{WorkerID: "worker-1", Capacity: 4}},
-	{"WorkerRegisterWithTaskTypes", &protocol.WorkerRegister{WorkerID: "w", Capacity: 1024, TaskTypes: []string{"SLEEP", "RESIZE_IMAGE"}}},
-	{"WorkerRegisterWithNoTaskTypes", &protocol.WorkerRegister{WorkerID: "w", Capacity: 1, TaskTypes: []string{}}},
+	{"WorkerRegisterWithTaskTypes", &protocol.WorkerRegister{WorkerID: "w", Capacity: 1024, TaskTypes: []protocol.TaskTypeDecl{protocol.Named("SLEEP"), {Name: "RESIZE_IMAGE", Schema: json.RawMessage(`{"type":"object"}`), Options: protocol.TaskTypeOptions{Concurrency: 2}, Declared: true}}}},
+	{"WorkerRegisterWithNoTaskTypes", &protocol.WorkerRegister{WorkerID: "w", Capacity: 1, TaskTypes: []protocol.TaskTypeDecl{}}},
 	{"WorkerRegistered", &protocol.WorkerRegistered{WorkerID: "worker-1"}},
 	{"Heartbeat", &protocol.Heartbeat{WorkerID: "worker-1"}},
 	{"TaskAssign", &protocol.TaskAssign{JobID: "j", AttemptID: "a", AttemptNumber: 2, TaskType: "SLEEP", Payload: json.RawMessage(`{"durationMillis":10}`)}},
@@ -58,6 +58,12 @@ var roundTripCases = []struct {
 	{"SubmitJobNormalPriority", &protocol.SubmitJob{TaskType: "SLEEP", Payload: json.RawMessage(`{"durationMillis":0}`), Priority: ptr(protocol.PriorityNormal)}},
 	{"SubmitJobNilPayload", &protocol.SubmitJob{TaskType: "SLEEP", IdempotencyKey: ptr("")}},
 	{"JobSubmitted", &protocol.JobSubmitted{JobID: "job-1"}},
+	{"TaskResultPermanent", &protocol.TaskResult{WorkerID: "w", JobID: "j", AttemptID: "a", Error: ptr("bad input"), Permanent: true}},
+	{"ListTaskTypes", &protocol.ListTaskTypes{}},
+	{"TaskTypeList", &protocol.TaskTypeList{TaskTypes: []protocol.TaskTypeInfo{
+		{Name: "SHA256", Builtin: true, Workers: []string{"w1"}, Queued: 1},
+		{Name: "TEXT_REVERSE", Schema: json.RawMessage(`{"type":"object"}`), Options: protocol.TaskTypeOptions{MaxAttempts: 2, TimeoutMillis: 100, Concurrency: 3}, Workers: []string{}, Running: 2, LastServedMillis: 1700000000000},
+	}}},
 	{"SubmitRejected", &protocol.SubmitRejected{Reason: "too many active jobs", ActiveCount: 100, Limit: 100, Retryable: true}},
 	{"GetJobStatus", &protocol.GetJobStatus{JobID: "job-1"}},
 	{"JobStatusRunning", &protocol.JobStatus{Job: runningJob()}},
@@ -104,8 +110,9 @@ func TestRoundTripCoversEveryMessageType(t *testing.T) {
 		covered[tc.msg.MessageType()] = true
 	}
 	known := protocol.KnownTypes()
-	if len(known) != 18 {
-		t.Errorf("Decode knows %d message types, PROTOCOL.md has 18: %v", len(known), known)
+	// PROTOCOL.md's 18, and the task type catalogue's two (native extensions).
+	if len(known) != 20 {
+		t.Errorf("Decode knows %d message types, PROTOCOL.md has 18 and jobbus adds 2: %v", len(known), known)
 	}
 	for _, typ := range known {
 		if !covered[typ] {
@@ -144,7 +151,7 @@ func TestEncodeGolden(t *testing.T) {
 			`{"type":"HEARTBEAT","workerId":"worker-1"}`},
 		{"WorkerRegisterFromSpecPeer", protocol.WorkerRegister{WorkerID: "worker-1", Capacity: 4},
 			`{"type":"WORKER_REGISTER","workerId":"worker-1","capacity":4}`},
-		{"WorkerRegisterWithNoTaskTypes", protocol.WorkerRegister{WorkerID: "w", Capacity: 1, TaskTypes: []string{}},
+		{"WorkerRegisterWithNoTaskTypes", protocol.WorkerRegister{WorkerID: "w", Capacity: 1, TaskTypes: []protocol.TaskTypeDecl{}},
 			`{"type":"WORKER_REGISTER","workerId":"w","capacity":1,"taskTypes":[]}`},
 		{"TaskAssign", protocol.TaskAssign{JobID: "j1", AttemptID: "a1", AttemptNumber: 1, TaskType: "SLEEP", Payload: json.RawMessage(`{"durationMillis":5}`)},
 			`{"type":"TASK_ASSIGN","jobId":"j1","attemptId":"a1","attemptNumber":1,"taskType":"SLEEP","payload":{"durationMillis":5}}`},
@@ -224,6 +231,9 @@ var specFields = map[protocol.Type][]string{
 	protocol.TypeWorkerList:       {"workers"},
 	protocol.TypeCancelJob:        {"jobId"},
 	protocol.TypeJobCancel:        {"cancelled", "job"},
+	// Native extensions, in no spec.
+	protocol.TypeListTaskTypes: {},
+	protocol.TypeTaskTypeList:  {"taskTypes"},
 }
 
 var snapshotFields = []string{"jobId", "taskType", "state", "attempts", "maxAttempts", "workerId",
@@ -461,7 +471,7 @@ func TestDecodeAccepts(t *testing.T) {
 			&protocol.TaskResult{WorkerID: "w", JobID: "j", AttemptID: "a", Success: true}},
 		{"TaskTypesEmpty",
 			`{"type":"WORKER_REGISTER","workerId":"w","capacity":1,"taskTypes":[]}`,
-			&protocol.WorkerRegister{WorkerID: "w", Capacity: 1, TaskTypes: []string{}}},
+			&protocol.WorkerRegister{WorkerID: "w", Capacity: 1, TaskTypes: []protocol.TaskTypeDecl{}}},
 		{"SnapshotOptionalFieldsAbsent",
 			`{"type":"JOB_STATUS","job":{"jobId":"j","taskType":"SLEEP","state":"QUEUED","attempts":0,"maxAttempts":3,"createdAtMillis":1,"updatedAtMillis":2,"priority":"HIGH"}}`,
 			&protocol.JobStatus{Job: protocol.Job{JobID: "j", TaskType: "SLEEP", State: protocol.StateQueued, MaxAttempts: 3, CreatedAtMillis: 1, UpdatedAtMillis: 2, Priority: protocol.PriorityHigh}}},

@@ -128,3 +128,9 @@ var (
 )
 
 func textField(f fields) (string, *PayloadError) { return f.stringField("text", MaxTextChars) }
+
+// Lookup returns the validator of task type name.
+func (s *Set) Lookup(name string) (Validator, bool) {
+	v, ok := s.types[name]
+	return v, ok
+}

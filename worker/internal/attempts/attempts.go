@@ -202,6 +202,7 @@ func Result(workerID string, m *protocol.TaskAssign, o Outcome) *protocol.TaskRe
 	} else {
 		text := o.Err.Error()
 		res.Error = &text
+		res.Permanent = errors.Is(o.Err, tasks.ErrPermanent)
 	}
 	return res
 }
