@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -39,7 +41,8 @@ drives that running system instead (its workers must be running) and waits until
 
 Example:
    jobbus bench --jobs 20000 --workers 4 --worker-capacity 64
-   jobbus bench --transport tcp`,
+   jobbus bench --transport tcp
+   jobbus bench --custom          # the cost of a custom task type against the built-in`,
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "jobs", Value: 20000, Usage: "jobs to run", EnvVars: env("bench-jobs")},
 			&cli.IntFlag{Name: "workers", Value: 4, Usage: "in-process workers", EnvVars: env("bench-workers")},
@@ -47,6 +50,7 @@ Example:
 			&cli.IntFlag{Name: "submitters", Value: 64, Usage: "concurrent submitting clients", EnvVars: env("bench-submitters")},
 			&cli.StringFlag{Name: "transport", Value: "native", Usage: "native (NATS) or tcp (the bridge's ports) for clients and workers", EnvVars: env("bench-transport")},
 			&cli.BoolFlag{Name: "metrics", Usage: "in-process system: collect Prometheus metrics and scrape them every second, as serve does", EnvVars: env("bench-metrics")},
+			&cli.BoolFlag{Name: "custom", Usage: "submit " + benchCustomType + " jobs (SHA256's work as a task type the workers declare, with a JSON Schema) instead of SHA256; native transport only", EnvVars: env("bench-custom")},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the run to this file (go tool pprof)", EnvVars: env("bench-cpuprofile")},
 		},
 		Action: bench,
@@ -68,6 +72,13 @@ func bench(c *cli.Context) error {
 	if n < 1 || submitters < 1 {
 		return usageError("--jobs and --submitters must be at least 1")
 	}
+	taskType := "SHA256"
+	if c.Bool("custom") {
+		if transport != "native" {
+			return usageError("--custom needs --transport native: the in-process TCP workers run the built-ins only")
+		}
+		taskType = benchCustomType
+	}
 	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	sys, err := benchTarget(ctx, c, transport)
@@ -76,12 +87,12 @@ func bench(c *cli.Context) error {
 	}
 	defer sys.close()
 	out := c.App.Writer
-	fmt.Fprintf(out, "bench: %d SHA256 jobs, %d submitters, transport %s\n", n, submitters, transport)
+	fmt.Fprintf(out, "bench: %d %s jobs, %d submitters, transport %s\n", n, taskType, submitters, transport)
 	stopProfile, err := startProfile(c.String("cpuprofile"))
 	if err != nil {
 		return exitErr(err)
 	}
-	res, err := runBench(ctx, sys.clients, n, progressTo(c.App.ErrWriter, n))
+	res, err := runBench(ctx, sys.clients, taskType, n, progressTo(c.App.ErrWriter, n))
 	stopProfile()
 	if err != nil {
 		return exitErr(err)
@@ -238,6 +249,10 @@ func benchWorker(url string, br *bridge.Bridge, capacity int, reg *metrics.Regis
 		if err != nil {
 			return nil, err
 		}
+		if err := worker.HandleJSON(w, benchCustomType, benchSHA256); err != nil {
+			_ = w.Close()
+			return nil, err
+		}
 		if reg != nil {
 			reg.AddBus("worker", w.BusStats)
 		}
@@ -257,7 +272,7 @@ type benchResult struct {
 
 // runBench submits n jobs over the clients, one submitter each, then waits until no
 // job is active.
-func runBench(ctx context.Context, clients []*client.Client, n int, progress func(done int)) (benchResult, error) {
+func runBench(ctx context.Context, clients []*client.Client, taskType string, n int, progress func(done int)) (benchResult, error) {
 	var next, done atomic.Int64
 	lat := make([][]time.Duration, len(clients))
 	errs := make(chan error, len(clients))
@@ -269,7 +284,7 @@ func runBench(ctx context.Context, clients []*client.Client, n int, progress fun
 			defer wg.Done()
 			for next.Add(1) <= int64(n) {
 				t0 := time.Now()
-				if _, err := cl.Submit(ctx, "SHA256", map[string]string{"text": "jobbus"}); err != nil {
+				if _, err := cl.Submit(ctx, taskType, map[string]string{"text": "jobbus"}); err != nil {
 					errs <- err
 					return
 				}
@@ -359,4 +374,18 @@ func startProfile(path string) (stop func(), err error) {
 		return nil, fmt.Errorf("cpu profile: %w", err)
 	}
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// benchCustomType is SHA256's work as a task type of the workers' own: its payload is
+// checked against a JSON Schema derived from benchArgs, decoded by HandleJSON, and its
+// jobs routed by type, so --custom measures what a custom type costs beyond a built-in.
+const benchCustomType = "BENCH_SHA256"
+
+type benchArgs struct {
+	Text string `json:"text" jsonschema:"maxLength=200000"`
+}
+
+func benchSHA256(_ context.Context, _ int, a benchArgs) (string, error) {
+	sum := sha256.Sum256([]byte(a.Text))
+	return hex.EncodeToString(sum[:]), nil
 }

@@ -38,6 +38,7 @@ var globalsOf = map[string][]string{
 	"cancel":      slices.Concat(natsGlobals, connectGlobal),
 	"jobs":        slices.Concat(natsGlobals, connectGlobal),
 	"workers":     slices.Concat(natsGlobals, connectGlobal),
+	"types":       slices.Concat(natsGlobals, connectGlobal),
 	"watch":       slices.Concat(natsGlobals, connectGlobal),
 }
 

@@ -25,6 +25,7 @@ func clientCommands() []*cli.Command {
 		cancelCommand(),
 		jobsCommand(),
 		workersCommand(),
+		typesCommand(),
 		watchCommand(),
 	}
 }
@@ -279,7 +280,8 @@ func workersCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "workers",
 		Usage: "list the live workers",
-		Description: `Lists the workers the coordinator hears from, with their running tasks and capacity.
+		Description: `Lists the workers the coordinator hears from, with their running tasks, capacity and
+the task types they serve (TYPES; "built-ins" for the five of PROTOCOL.md).
 
 Example:
    jobbus workers --json`,
@@ -297,7 +299,7 @@ Example:
 			if err != nil {
 				return exitErr(err)
 			}
-			return newPrinter(c.App.Writer, c.Bool("json")).workers(ws)
+			return newPrinter(c.App.Writer, c.Bool("json")).workersServing(ws, serversOf(c.Context, s.cl))
 		},
 	}
 }

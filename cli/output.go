@@ -142,7 +142,31 @@ func (p *printer) job(j protocol.Job) error {
 }
 
 // workers writes workers as a table, or as JSON lines.
-func (p *printer) workers(ws []protocol.Worker) error {
+func (p *printer) workers(ws []protocol.Worker) error { return p.workersServing(ws, nil) }
+
+// builtinTypes are the five built-ins, as a worker serving them all lists them.
+var builtinTypes = strings.Join(taskNames(), ",")
+
+// workersServing prints the workers; with serving (each worker's task types, from the
+// catalogue), the table has a TYPES column. --json keeps the spec's snapshot fields:
+// `jobbus types --json` lists each type's workers.
+func (p *printer) workersServing(ws []protocol.Worker, serving map[string][]string) error {
+	types := func(id string) string {
+		t := strings.Join(serving[id], ",")
+		if t == builtinTypes {
+			return "built-ins"
+		}
+		return strings.Replace(t, builtinTypes, "built-ins", 1)
+	}
+	if serving != nil && !p.json {
+		tw := tabwriter.NewWriter(p.w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "WORKER	ACTIVE	CAPACITY	LAST HEARTBEAT	TYPES")
+		now := p.now()
+		for _, w := range ws {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", w.WorkerID, w.ActiveTasks, w.Capacity, ago(now, w.LastHeartbeatMillis), orNone(types(w.WorkerID)))
+		}
+		return tw.Flush()
+	}
 	if p.json {
 		for _, w := range ws {
 			if err := p.jsonLine(w); err != nil {
@@ -172,6 +196,13 @@ func outcome(j protocol.Job) string {
 		return *j.Result
 	}
 	return "-"
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func orDash(s *string) string {

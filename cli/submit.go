@@ -46,17 +46,20 @@ func submitCommand() *cli.Command {
 		Name:      "submit",
 		Usage:     "submit a job",
 		ArgsUsage: "TASK",
-		Description: `Submits a job of TASK (SLEEP, WORD_COUNT, SHA256, PRIME_COUNT or FAIL, any case, word-count
-for WORD_COUNT) and prints
-its id. The payload comes from the task's flag (SLEEP --milliseconds, WORD_COUNT and SHA256
---text, PRIME_COUNT --limit, FAIL --fail-until-attempt) or whole from --payload.
+		Description: `Submits a job of TASK and prints its id. TASK is a built-in (SLEEP, WORD_COUNT, SHA256,
+PRIME_COUNT or FAIL, any case, word-count for WORD_COUNT) or a task type a worker declared
+(jobbus types lists them; text-reverse finds TEXT_REVERSE). The payload comes from the
+task's flag (SLEEP --milliseconds, WORD_COUNT and SHA256 --text, PRIME_COUNT --limit, FAIL
+--fail-until-attempt) or whole from --payload, which any task type takes; the coordinator
+checks it against the type's JSON Schema.
 An overloaded coordinator's rejection exits 3 (after --submit-retries retries).
 With --wait it blocks until the job ends and exits 0 if it COMPLETED, 1 otherwise.
 
 Examples:
    jobbus submit sha256 --text hello
    jobbus submit SLEEP --milliseconds 1500 --priority high --wait
-   jobbus submit PRIME_COUNT --payload '{"limit":1000000}' --submit-retries 5 --json`,
+   jobbus submit PRIME_COUNT --payload '{"limit":1000000}' --submit-retries 5 --json
+   jobbus submit TEXT_REVERSE --payload '{"text":"hello"}' --wait`,
 		Flags: []cli.Flag{
 			&cli.Int64Flag{Name: "milliseconds", Usage: "SLEEP: durationMillis, 0..600000", EnvVars: submitEnv("milliseconds")},
 			&cli.StringFlag{Name: "text", Usage: "WORD_COUNT, SHA256: the text", EnvVars: submitEnv("text")},
@@ -100,11 +103,16 @@ func submit(c *cli.Context) error {
 		return exitErr(err)
 	}
 	defer s.Close()
+	task = resolveTaskType(c.Context, s.cl, pos[0])
 	id, err := s.cl.Submit(c.Context, task, payload, opts...)
 	if err != nil {
 		var se *client.ServerError
 		if errors.As(err, &se) && strings.HasPrefix(se.Message, protocol.UnknownTaskType("").Message) {
-			err = fmt.Errorf("%w (built-in tasks: %s)", err, strings.Join(taskNames(), ", "))
+			hint := "built-in tasks: " + strings.Join(taskNames(), ", ")
+			if others := knownTypes(c.Context, s.cl); len(others) > 0 {
+				hint += "; declared by workers: " + strings.Join(others, ", ")
+			}
+			err = fmt.Errorf("%w (%s)", err, hint)
 		}
 		return exitErr(fmt.Errorf("submit %s: %w", task, err))
 	}
