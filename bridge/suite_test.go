@@ -12,3 +12,10 @@ func TestJobLifecycle(t *testing.T) {
 	t.Parallel()
 	suite.RunLifecycle(t, suite.TCP)
 }
+
+// TestFunctions runs the functions suite with clients and test-driven workers on the
+// bridge's TCP ports (the workers declare their types with taskTypes).
+func TestFunctions(t *testing.T) {
+	t.Parallel()
+	suite.RunFunctions(t, suite.TCP)
+}

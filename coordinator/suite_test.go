@@ -16,3 +16,14 @@ func TestJobLifecycle(t *testing.T) {
 		})
 	}
 }
+
+// TestFunctions runs the functions suite (task types of the workers' own) over the
+// native transport and the two mixes; the bridge's suite runs it over TCP alone.
+func TestFunctions(t *testing.T) {
+	for _, tr := range []suite.Transport{suite.Native, suite.TCPClientNativeWorkers, suite.NativeClientTCPWorkers} {
+		t.Run(tr.Name, func(t *testing.T) {
+			t.Parallel()
+			suite.RunFunctions(t, tr)
+		})
+	}
+}

@@ -158,10 +158,24 @@ func (s *System) StartBridge(t testing.TB, mods ...func(*bridge.Config)) *bridge
 // otherwise. StartNativeWorker does not wait for the coordinator to list the worker.
 func (s *System) StartNativeWorker(t testing.TB, opts ...worker.Option) (w *worker.Worker, stop func()) {
 	t.Helper()
+	return s.StartFunctionWorker(t, nil, opts...)
+}
+
+// StartFunctionWorker is StartNativeWorker with handle called on the worker before it
+// runs, to register the task types of its own (worker.Handle, worker.HandleJSON).
+func (s *System) StartFunctionWorker(t testing.TB, handle func(*worker.Worker) error, opts ...worker.Option) (w *worker.Worker, stop func()) {
+	t.Helper()
 	nc := s.connect(t)
 	w, err := worker.New(nc, append([]worker.Option{worker.WithHeartbeat(workerHeartbeat), worker.WithLogger(nil)}, opts...)...)
 	if err != nil {
 		t.Fatalf("jobbustest: new worker: %v", err)
+	}
+	if handle != nil {
+		if err := handle(w); err != nil {
+			_ = w.Close()
+			nc.Close()
+			t.Fatalf("jobbustest: worker handlers: %v", err)
+		}
 	}
 	stopRun := Go(t, w.Run)
 	stop = sync.OnceFunc(func() {

@@ -131,6 +131,9 @@ func (s *System) Eventually(what string, cond func() bool) {
 type Peer interface {
 	ID() string
 	Register(capacity int)
+	// RegisterServing registers as a worker of the given task types (the taskTypes
+	// extension of WORKER_REGISTER), declaring those given as declarations.
+	RegisterServing(capacity int, types ...protocol.TaskTypeDecl)
 	Heartbeat() error
 	Disconnect()
 	Assignments() <-chan protocol.TaskAssign
@@ -278,8 +281,17 @@ func (m *BusPeer) Cancellations() <-chan protocol.TaskCancel { return m.cancels 
 
 func (m *BusPeer) Register(capacity int) {
 	m.s.t.Helper()
-	_, err := bus.Ask[protocol.WorkerRegistered](context.Background(), m.node, coordinatorAddr, protocol.PathRegister,
-		&protocol.WorkerRegister{WorkerID: m.id, Capacity: capacity})
+	m.register(&protocol.WorkerRegister{WorkerID: m.id, Capacity: capacity})
+}
+
+func (m *BusPeer) RegisterServing(capacity int, types ...protocol.TaskTypeDecl) {
+	m.s.t.Helper()
+	m.register(&protocol.WorkerRegister{WorkerID: m.id, Capacity: capacity, TaskTypes: append([]protocol.TaskTypeDecl{}, types...)})
+}
+
+func (m *BusPeer) register(reg *protocol.WorkerRegister) {
+	m.s.t.Helper()
+	_, err := bus.Ask[protocol.WorkerRegistered](context.Background(), m.node, coordinatorAddr, protocol.PathRegister, reg)
 	Must(m.s.t, err)
 }
 

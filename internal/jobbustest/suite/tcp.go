@@ -55,6 +55,23 @@ func (p *tcpPeer) Register(capacity int) {
 	p.s.t.Helper()
 	conn := specpeer.Dial(p.s.t, p.s.Bridge.WorkerAddr().String())
 	conn.Register(p.id, capacity)
+	p.serve(conn)
+}
+
+// RegisterServing registers with the taskTypes extension, as a worker in any language
+// may.
+func (p *tcpPeer) RegisterServing(capacity int, types ...protocol.TaskTypeDecl) {
+	p.s.t.Helper()
+	conn := specpeer.Dial(p.s.t, p.s.Bridge.WorkerAddr().String())
+	conn.MustSend(&protocol.WorkerRegister{WorkerID: p.id, Capacity: capacity, TaskTypes: append([]protocol.TaskTypeDecl{}, types...)})
+	if m, ok := conn.MustRecv().(*protocol.WorkerRegistered); !ok || m.WorkerID != p.id {
+		p.s.t.Fatalf("register %s serving %v: answered %+v", p.id, protocol.Names(types), m)
+	}
+	p.serve(conn)
+}
+
+// serve makes conn the peer's connection and forwards what it receives.
+func (p *tcpPeer) serve(conn *specpeer.Peer) {
 	p.mu.Lock()
 	old := p.conn
 	p.conn = conn
