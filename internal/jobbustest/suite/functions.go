@@ -297,7 +297,7 @@ func testConcurrencyLimit(t *testing.T, tr Transport) {
 	for range jobs {
 		ids = append(ids, s.Submit("LIMITED", RawJSON(`{}`)))
 	}
-	s.StartWorker(2) // the transport's worker of the built-ins
+	s.StartWorker(2)   // the transport's worker of the built-ins
 	for i := range 5 { // other types go past the limited queue, on the free slots
 		id := s.Submit("SHA256", Text(fmt.Sprint(i)))
 		if j := s.Wait(id); j.State != protocol.StateCompleted {
