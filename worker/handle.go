@@ -110,7 +110,9 @@ func SchemaFor[A any]() (json.RawMessage, error) {
 	if s.Type != "object" {
 		return nil, fmt.Errorf("payload type %T is not a struct", *new(A))
 	}
-	s.Version = "" // the coordinator's default draft (2020-12) either way
+	// The coordinator's default draft (2020-12) either way; and no $id, which would name
+	// the Go package, not the task type.
+	s.Version, s.ID = "", ""
 	return json.Marshal(s)
 }
 

@@ -241,6 +241,7 @@ type setupConfig struct {
 	dropResults   int
 	shared        bool // build the worker with New on a connection of the test's
 	opts          []worker.Option
+	handle        func(*worker.Worker) error // task types of its own, before Run
 }
 
 func startServer(t *testing.T) *embeddednats.Server {
@@ -286,6 +287,9 @@ func setup(t *testing.T, sc setupConfig) *fixture {
 		t.Fatalf("new worker: %v", err)
 	}
 	t.Cleanup(func() { must(t, f.w.Close()) })
+	if sc.handle != nil {
+		must(t, sc.handle(f.w))
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	f.stop, f.done = cancel, make(chan error, 1)
 	go func() { f.done <- f.w.Run(ctx) }()

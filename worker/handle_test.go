@@ -1,0 +1,145 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/worker"
+	"github.com/jobbus/jobbus/worker/tasks"
+)
+
+type reverseArgs struct {
+	Text  string   `json:"text" jsonschema:"maxLength=10000"`
+	Times int      `json:"times,omitempty" jsonschema:"minimum=1"`
+	Tags  []string `json:"tags,omitempty"`
+}
+
+func reverse(_ context.Context, _ int, a reverseArgs) (string, error) {
+	r := []rune(a.Text)
+	slices.Reverse(r)
+	return string(r), nil
+}
+
+func TestSchemaFor(t *testing.T) {
+	t.Parallel()
+	got, err := worker.SchemaFor[reverseArgs]()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = `{"properties":{"text":{"type":"string","maxLength":10000},"times":{"type":"integer","minimum":1},` +
+		`"tags":{"items":{"type":"string"},"type":"array"}},"type":"object","required":["text"]}`
+	if string(got) != want {
+		t.Fatalf("schema\n got %s\nwant %s", got, want)
+	}
+	if _, err := worker.SchemaFor[string](); err == nil {
+		t.Fatal("a string payload type was accepted: payloads are JSON objects")
+	}
+}
+
+func TestHandleRefuses(t *testing.T) {
+	t.Parallel()
+	ok := func(context.Context, int, json.RawMessage) (string, error) { return "", nil }
+	cases := []struct {
+		name string
+		do   func(w *worker.Worker) error
+		want error
+	}{
+		{"NilHandler", func(w *worker.Worker) error { return w.Handle("X", nil) }, worker.ErrBadHandler},
+		{"BadName", func(w *worker.Worker) error { return w.Handle("a b", ok) }, worker.ErrBadHandler},
+		{"NegativeConcurrency", func(w *worker.Worker) error { return w.Handle("X", ok, worker.Concurrency(-1)) }, worker.ErrBadHandler},
+		{"NotAStruct", func(w *worker.Worker) error {
+			return worker.HandleJSON(w, "X", func(context.Context, int, []int) (string, error) { return "", nil })
+		}, worker.ErrBadHandler},
+		{"Twice", func(w *worker.Worker) error { _ = w.Handle("X", ok); return w.Handle("X", ok) }, tasks.ErrDuplicateTask},
+		{"BuiltinName", func(w *worker.Worker) error { return w.Handle(tasks.TypeSleep, ok) }, tasks.ErrDuplicateTask},
+	}
+	url := startServer(t).ClientURL()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			w, err := worker.Connect(context.Background(), url, worker.WithLogger(nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			err = tc.do(w)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestHandleAfterRunIsRefused(t *testing.T) {
+	t.Parallel()
+	f := setup(t, setupConfig{})
+	f.waitRegistered(t, 1)
+	err := f.w.Handle("LATE", func(context.Context, int, json.RawMessage) (string, error) { return "", nil })
+	if !errors.Is(err, worker.ErrBadHandler) {
+		t.Fatalf("Handle after Run: %v", err)
+	}
+}
+
+// TestHandlersDeclareAndRun: a worker with handlers declares its types when it
+// registers, runs their assignments, and reports a permanent failure as one.
+func TestHandlersDeclareAndRun(t *testing.T) {
+	t.Parallel()
+	f := setup(t, setupConfig{opts: []worker.Option{worker.WithTasks(tasks.NewRegistry())}, handle: func(w *worker.Worker) error {
+		return errors.Join(
+			worker.HandleJSON(w, "TEXT_REVERSE", reverse, worker.MaxAttempts(2), worker.Timeout(1500*time.Millisecond), worker.Concurrency(3)),
+			w.Handle("CHARGE", func(_ context.Context, attempt int, payload json.RawMessage) (string, error) {
+				if strings.Contains(string(payload), "declined") {
+					return "", fmt.Errorf("charge: %w", worker.ErrPermanent)
+				}
+				return "", worker.Permanent(fmt.Errorf("attempt %d: card expired", attempt))
+			}, worker.Schema(json.RawMessage(`{"type":"object"}`))),
+		)
+	}})
+	f.waitRegistered(t, 1)
+	reg := f.coord.registered()[0]
+	want := []protocol.TaskTypeDecl{
+		{Name: "CHARGE", Schema: json.RawMessage(`{"type":"object"}`), Declared: true},
+		{Name: "TEXT_REVERSE", Declared: true, Options: protocol.TaskTypeOptions{MaxAttempts: 2, TimeoutMillis: 1500, Concurrency: 3}},
+	}
+	if len(reg.TaskTypes) != len(want) {
+		t.Fatalf("declared %+v", reg.TaskTypes)
+	}
+	for i, d := range reg.TaskTypes {
+		if d.Name != want[i].Name || !d.Declared || d.Options != want[i].Options || len(d.Schema) == 0 {
+			t.Errorf("declaration %d = %+v, want %+v", i, d, want[i])
+		}
+	}
+	if !strings.Contains(string(reg.TaskTypes[1].Schema), `"maxLength":10000`) {
+		t.Errorf("TEXT_REVERSE schema %s, want the one derived from its struct", reg.TaskTypes[1].Schema)
+	}
+
+	id := f.w.ID()
+	for _, tc := range []struct {
+		job, taskType, payload string
+		success, permanent     bool
+		text                   string
+	}{
+		{"j1", "TEXT_REVERSE", `{"text":"abc 👋"}`, true, false, "👋 cba"},
+		{"j2", "TEXT_REVERSE", `{"text":5}`, false, true, "decode payload: json: cannot unmarshal number into Go struct field reverseArgs.text of type string"},
+		{"j3", "CHARGE", `{"card":"declined"}`, false, true, "charge: permanent failure"},
+		{"j4", "CHARGE", `{}`, false, true, "attempt 1: card expired"},
+		{"j5", tasks.TypeSHA256, `{"text":""}`, false, false, "unknown task type 'SHA256' (known: CHARGE, TEXT_REVERSE)"},
+	} {
+		f.coord.assign(t, id, tc.job, "a1", tc.taskType, tc.payload)
+		r := f.coord.result(t, tc.job, "a1")
+		text := r.Result
+		if !tc.success {
+			text = r.Error
+		}
+		if r.Success != tc.success || r.Permanent != tc.permanent || text == nil || *text != tc.text {
+			t.Errorf("%s %s: result %+v (text %q), want success %v permanent %v %q", tc.job, tc.taskType, r, deref(text), tc.success, tc.permanent, tc.text)
+		}
+	}
+}
