@@ -1,0 +1,70 @@
+package coordinator
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"testing"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/bus/protocol/tasktype"
+)
+
+// benchCatalogue holds one custom type as the worker of `jobbus bench --custom`
+// declares it, for comparing its validation with a built-in's.
+func benchCatalogue(tb testing.TB) *catalogue {
+	tb.Helper()
+	cat := newCatalogue(tasktype.Builtins(), slog.New(slog.DiscardHandler))
+	raw := json.RawMessage(`{"properties":{"text":{"type":"string","maxLength":200000}},"type":"object","required":["text"]}`)
+	schema, err := compileSchema("BENCH_SHA256", raw)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cat.types["BENCH_SHA256"] = &catalogued{rec: protocol.TaskTypeRecord{Name: "BENCH_SHA256", Schema: raw}, schema: schema}
+	return cat
+}
+
+func TestCatalogueValidate(t *testing.T) {
+	t.Parallel()
+	cat := benchCatalogue(t)
+	for _, tc := range []struct {
+		taskType, payload, want string // want: "" valid, "unknown", or the PayloadError's text
+	}{
+		{"BENCH_SHA256", `{"text":"a"}`, ""},
+		{"BENCH_SHA256", ` {"text":"a","extra":[1]} `, ""},
+		{"BENCH_SHA256", `{}`, "missing property 'text'"},
+		{"BENCH_SHA256", `{"text":null}`, "at '/text': got null, want string"},
+		{"BENCH_SHA256", `{"text":"a"} trailing`, "Payload must be a JSON object"},
+		{"BENCH_SHA256", ``, "Payload must be a JSON object"},
+		{"SHA256", `{"text":5}`, "Field 'text' must be a string"},
+		{"NOPE", `{}`, "unknown"},
+	} {
+		err := cat.validate(tc.taskType, json.RawMessage(tc.payload))
+		var pe *tasktype.PayloadError
+		switch {
+		case tc.want == "" && err != nil, tc.want == "unknown" && !errors.Is(err, tasktype.ErrUnknown):
+			t.Errorf("%s %s: %v, want %q", tc.taskType, tc.payload, err, tc.want)
+		case tc.want != "" && tc.want != "unknown" && (!errors.As(err, &pe) || pe.Message != tc.want):
+			t.Errorf("%s %s: %v, want %q", tc.taskType, tc.payload, err, tc.want)
+		}
+	}
+}
+
+// BenchmarkValidate compares the validation of a submission of a built-in type with
+// that of a custom type checked against its JSON Schema, as bench submits them.
+//
+//	go test -run '^$' -bench Validate -benchmem ./coordinator/
+func BenchmarkValidate(b *testing.B) {
+	cat := benchCatalogue(b)
+	payload := json.RawMessage(`{"text":"jobbus"}`)
+	for _, taskType := range []string{"SHA256", "BENCH_SHA256"} {
+		b.Run(taskType, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := cat.validate(taskType, payload); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
