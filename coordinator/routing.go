@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
 )
 
@@ -88,6 +89,17 @@ func (c *Coordinator) workerTypes(req *protocol.WorkerRegister) map[string]bool 
 func (c *Coordinator) declare(req *protocol.WorkerRegister) error {
 	if req.TaskTypes == nil {
 		return nil
+	}
+	// A fenced coordinator declares nothing (the catalogue's writes are not fenced by
+	// the term themselves: this narrows the window to a leader deposed mid-declaration).
+	c.mu.Lock()
+	var refused error
+	if c.fenced != nil {
+		refused = bus.WithCode(bus.CodeUnavailable, c.refuse())
+	}
+	c.unlock()
+	if refused != nil {
+		return refused
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
