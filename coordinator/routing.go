@@ -90,12 +90,16 @@ func (c *Coordinator) declare(req *protocol.WorkerRegister) error {
 	if req.TaskTypes == nil {
 		return nil
 	}
-	// A fenced coordinator declares nothing (the catalogue's writes are not fenced by
-	// the term themselves: this narrows the window to a leader deposed mid-declaration).
+	// A fenced coordinator, or one not certainly holding its lease, declares nothing
+	// (the catalogue's writes are not fenced by the term themselves: this narrows the
+	// window to a leader deposed mid-declaration).
 	c.mu.Lock()
 	var refused error
-	if c.fenced != nil {
+	switch {
+	case c.fenced != nil:
 		refused = bus.WithCode(bus.CodeUnavailable, c.refuse())
+	case !c.lease.held():
+		refused = leaseLapsed()
 	}
 	c.unlock()
 	if refused != nil {
