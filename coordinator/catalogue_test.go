@@ -68,3 +68,23 @@ func BenchmarkValidate(b *testing.B) {
 		})
 	}
 }
+
+// FuzzCatalogueValidate feeds a custom type's schema validation what a SUBMIT_JOB may
+// carry: it never panics, and answers nil or a *PayloadError, never anything else.
+func FuzzCatalogueValidate(f *testing.F) {
+	for _, seed := range []string{`{"text":"a"}`, `{}`, `{"text":5}`, `[]`, `null`, ``, `{"text":"a"} x`,
+		`{"text":"\u0000"}`, `{"text":1e400}`, `{"a":{"a":{"a":[[[[[]]]]]}}}`, `{"text":"a","text":7}`} {
+		f.Add([]byte(seed))
+	}
+	cat := benchCatalogue(f)
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		err := cat.validate("BENCH_SHA256", payload)
+		var pe *tasktype.PayloadError
+		if err != nil && !errors.As(err, &pe) {
+			t.Fatalf("validate(%q) = %v, want nil or a *PayloadError", payload, err)
+		}
+		if err == nil && !json.Valid(payload) {
+			t.Fatalf("validate accepted invalid JSON %q", payload)
+		}
+	})
+}
