@@ -139,7 +139,7 @@ func serveBridgeConn(ctx context.Context, c *cli.Context, nc *nats.Conn, log *sl
 		return nc, func() {}
 	}
 	target.opts = append(target.opts, bridgeNATSOptions()...)
-	own, err := dial(ctx, c, target)
+	own, err := dial(ctx, c, log, target)
 	if err != nil {
 		log.Warn("bridge: a NATS connection of its own failed; sharing serve's", "err", err)
 		return nc, func() {}
@@ -177,7 +177,7 @@ Example:
 			ctx, cancel := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 			defer cancel()
 			target.opts = append(target.opts, bridgeNATSOptions()...)
-			nc, err := dial(ctx, c, target)
+			nc, err := dial(ctx, c, log, target)
 			if err != nil {
 				return err
 			}

@@ -35,7 +35,7 @@ Example:
 			}
 			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			nc, err := dial(ctx, c, target)
+			nc, err := dial(ctx, c, log, target)
 			if err != nil {
 				return err
 			}

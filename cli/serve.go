@@ -41,7 +41,8 @@ func coordinatorFlags() []cli.Flag {
 		&cli.IntFlag{Name: "max-active-jobs", Value: d.MaxActiveJobs, Usage: "QUEUED + RETRY_WAIT + RUNNING jobs beyond which submissions are rejected", EnvVars: env("max-active-jobs")},
 		millisFlag("aging-step-millis", d.AgingStep, "a queued job gains one priority level per step waited"),
 		&cli.DurationFlag{Name: "retention", Value: d.Retention, Usage: "how long a COMPLETED, FAILED or CANCELLED job, and its idempotency key, are kept after it ended (Go duration: 24h, 90s); 0 keeps them forever. Active jobs never expire", EnvVars: env("retention")},
-		&cli.IntFlag{Name: "replicas", Value: d.Replicas, Usage: "replicas of the KV buckets (3 in a cluster)", EnvVars: env("replicas")},
+		&cli.IntFlag{Name: "replicas", Value: d.Replicas, Usage: "replicas of the KV buckets it creates: 0 is 3 in a cluster (or its size, if smaller), 1 on a lone server, and keeps what exists. Another count than an existing bucket's is refused without --reconfigure-buckets", EnvVars: env("replicas")},
+		&cli.BoolFlag{Name: "reconfigure-buckets", Usage: "change existing buckets to --replicas (JetStream moves their data)", EnvVars: env("reconfigure-buckets")},
 		millisFlag("leader-lease-millis", d.LeaderLease, "a standby coordinator takes over within this long of the leader's loss"),
 		&cli.StringFlag{Name: "coordinator-id", Usage: "this coordinator's name in the leader lease: restarted after a crash, it takes its lease back at once. Unique to one process at a time; serve keeps one in --data-dir (default: random per process)", EnvVars: env("coordinator-id")},
 	}
@@ -59,6 +60,7 @@ func coordinatorConfig(c *cli.Context, log *slog.Logger) coordinator.Config {
 	cfg.AgingStep = millis(c, "aging-step-millis")
 	cfg.Retention = c.Duration("retention")
 	cfg.Replicas = c.Int("replicas")
+	cfg.ReconfigureBuckets = c.Bool("reconfigure-buckets")
 	cfg.LeaderLease = millis(c, "leader-lease-millis")
 	cfg.ID = c.String("coordinator-id")
 	cfg.Logger = log
@@ -91,7 +93,7 @@ and --workers local native workers. With the global --nats URL it joins that ser
 
 Example:
    jobbus serve --workers 2`,
-		Flags:  append(append(flags, coordinatorFlags()...), bridgeFlags()...),
+		Flags:  append(append(append(flags, serveClusterFlags()...), coordinatorFlags()...), bridgeFlags()...),
 		Action: serve,
 	}
 }
@@ -216,12 +218,13 @@ func connectOrEmbed(ctx context.Context, c *cli.Context, log *slog.Logger) (*nat
 		return nil, nil, err
 	}
 	if target.url != "" {
-		for _, f := range []string{"data-dir", "nats-listen", "nats-http-listen", "nats-system-password", "nats-log-level", "nats-max-store", "nats-user", "nats-password", "nats-token", "nats-config"} {
+		for _, f := range []string{"data-dir", "nats-listen", "nats-http-listen", "nats-system-password", "nats-log-level", "nats-max-store", "nats-user", "nats-password", "nats-token", "nats-config",
+			"server-name", "cluster-listen", "routes", "leafnode-remote", "leafnode-listen"} {
 			if c.IsSet(f) && givenOnCommandLine(c, f) {
 				return nil, nil, usageError("--%s configures the embedded NATS server, which serve does not start when it joins %s", f, target.where())
 			}
 		}
-		nc, err := dial(ctx, c, target)
+		nc, err := dial(ctx, c, log, target)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -231,11 +234,15 @@ func connectOrEmbed(ctx context.Context, c *cli.Context, log *slog.Logger) (*nat
 	if err != nil {
 		return nil, nil, err
 	}
-	opts := []embeddednats.Option{
+	opts, err := embedClusterOptions(c) // serve_cluster.go
+	if err != nil {
+		return nil, nil, err
+	}
+	opts = append(opts,
 		embeddednats.WithListen(c.String("nats-listen")),
 		embeddednats.WithStoreDir(c.String("data-dir")),
 		embeddednats.WithLogger(natsLog),
-	}
+	)
 	if hp := c.String("nats-http-listen"); hp != "" {
 		opts = append(opts, embeddednats.WithHTTPListen(hp))
 	}
@@ -283,9 +290,13 @@ func connectOrEmbed(ctx context.Context, c *cli.Context, log *slog.Logger) (*nat
 
 // dial connects a service (serve on --nats, coordinator, bridge) to target and checks
 // that it offers JetStream.
-func dial(ctx context.Context, c *cli.Context, target natsConn) (*nats.Conn, error) {
+// It waits for NATS and its JetStream to answer (a service started with its cluster),
+// then keeps reconnecting, to any server of the cluster, for as long as it runs.
+func dial(ctx context.Context, c *cli.Context, log *slog.Logger, target natsConn) (*nats.Conn, error) {
 	return embeddednats.Dial(ctx, target.url,
 		embeddednats.WithName("jobbus "+c.Command.Name),
+		embeddednats.WithWait(log),
+		embeddednats.WithNATSOptions(embeddednats.ServiceOptions()...),
 		embeddednats.WithNATSOptions(target.opts...))
 }
 
@@ -338,7 +349,7 @@ Example:
 			}
 			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			nc, err := dial(ctx, c, target)
+			nc, err := dial(ctx, c, log, target)
 			if err != nil {
 				return err
 			}

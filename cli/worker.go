@@ -8,6 +8,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/jobbus/jobbus/bus"
+	"github.com/jobbus/jobbus/embeddednats"
 	"github.com/jobbus/jobbus/worker"
 	"github.com/jobbus/jobbus/worker/tcpworker"
 )
@@ -96,7 +97,7 @@ func nativeWorkerRunner(ctx context.Context, c *cli.Context, log *slog.Logger) (
 	if err != nil {
 		return nil, nil, err
 	}
-	opts = append(opts, worker.WithBusOptions(bus.WithNATSOptions(target.opts...)))
+	opts = append(opts, worker.WithBusOptions(bus.WithNATSOptions(append(embeddednats.ServiceOptions(), target.opts...)...)))
 	w, err := worker.Connect(ctx, target.url, opts...)
 	if err != nil {
 		return nil, nil, err

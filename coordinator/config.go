@@ -31,8 +31,13 @@ type Config struct {
 	// idempotency key, are kept after it ended; 0 keeps them forever. Active jobs never
 	// expire. JetStream removes them itself (a per-message TTL on the finishing write).
 	Retention time.Duration
-	// Replicas of the KV buckets: 1 embedded, 3 in a cluster.
+	// Replicas of the KV buckets a coordinator creates: 0 means 3 in a cluster (or the
+	// cluster's size, if smaller) and 1 on a lone server, and keeps an existing bucket's
+	// count. A count that differs from an existing bucket's is refused
+	// (ErrReplicasDiffer) unless ReconfigureBuckets (buckets.go).
 	Replicas int
+	// ReconfigureBuckets lets Replicas change the replica count of existing buckets.
+	ReconfigureBuckets bool
 	// SyncAlways says the server syncs every write to disk (serve --sync always):
 	// writes then go as atomic batches, so that one sync covers many (group commit),
 	// as they do with Replicas > 1.
@@ -76,7 +81,7 @@ func DefaultConfig() Config {
 		MaxActiveJobs:    10000,
 		AgingStep:        time.Minute,
 		Retention:        24 * time.Hour,
-		Replicas:         1,
+		Replicas:         0,
 		Writers:          32,
 		LeaderLease:      2 * time.Second,
 	}
@@ -110,8 +115,8 @@ func (c Config) Validate() error {
 	if c.MaxActiveJobs < 1 {
 		errs = append(errs, fmt.Errorf("max active jobs must be at least 1, got %d", c.MaxActiveJobs))
 	}
-	if c.Replicas < 1 || c.Replicas > 5 {
-		errs = append(errs, fmt.Errorf("replicas must be in 1..5, got %d", c.Replicas))
+	if c.Replicas < 0 || c.Replicas > 5 {
+		errs = append(errs, fmt.Errorf("replicas must be 0 (3 in a cluster, else 1) or in 1..5, got %d", c.Replicas))
 	}
 	if c.Writers < 1 {
 		errs = append(errs, fmt.Errorf("writers must be at least 1, got %d", c.Writers))

@@ -114,7 +114,7 @@ func (c *Coordinator) Start(ctx context.Context) error {
 		return fmt.Errorf("coordinator: jetstream: %w", err)
 	}
 	c.js = js
-	if c.jobsKV, err = openBuckets(ctx, js, c.cfg.Replicas); err != nil {
+	if c.jobsKV, err = openBuckets(ctx, c.nc, js, &c.cfg); err != nil {
 		return fmt.Errorf("coordinator: %w", err)
 	}
 	if c.ckpt, err = openCheckpoints(ctx, js, c.cfg.Replicas); err != nil {

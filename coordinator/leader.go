@@ -32,13 +32,17 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, onLead func(*Coordinato
 		return fmt.Errorf("coordinator: jetstream: %w", err)
 	}
 	// Expiry leaves a marker, which a standby's watch sees at once (campaign).
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	// OpenBucket (buckets.go) waits for the cluster and checks the replica count.
+	kv, err := OpenBucket(ctx, nc, js, cfg, jetstream.KeyValueConfig{
 		Bucket: protocol.LeaderBucket, Description: "jobbus coordinator leader lease",
-		History: 1, TTL: cfg.LeaderLease, Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
+		History: 1, TTL: cfg.LeaderLease, Storage: jetstream.FileStorage,
 		LimitMarkerTTL: max(cfg.LeaderLease, time.Second), // JetStream's least
 	})
 	if err != nil {
-		return fmt.Errorf("coordinator: open bucket %s: %w", protocol.LeaderBucket, err)
+		if ctx.Err() != nil {
+			return nil // stopped while waiting for the cluster
+		}
+		return fmt.Errorf("coordinator: %w", err)
 	}
 	if cfg.ID == "" {
 		cfg.ID = newID()

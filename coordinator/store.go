@@ -37,19 +37,21 @@ func bindingKey(key string) string {
 const markerTTL = 5 * time.Second
 
 // openBuckets opens the jobs bucket, whose stream takes atomic batches (group commit,
-// batch.go).
-func openBuckets(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.KeyValue, error) {
+// batch.go). OpenBucket (buckets.go) waits for the cluster and checks the replica count;
+// c.Replicas becomes the bucket's (0 picks one: buckets.go).
+func openBuckets(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c *Config) (jetstream.KeyValue, error) {
 	// LimitMarkerTTL turns on per-message TTLs, which retention uses.
-	jobs, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	jobs, err := OpenBucket(ctx, nc, js, *c, jetstream.KeyValueConfig{
 		Bucket: protocol.JobsBucket, Description: "jobbus job records, idempotency keys and leadership term",
-		History: 1, Storage: jetstream.FileStorage, Replicas: replicas, LimitMarkerTTL: markerTTL})
+		History: 1, Storage: jetstream.FileStorage, LimitMarkerTTL: markerTTL})
 	if err != nil {
-		return nil, fmt.Errorf("open bucket %s: %w", protocol.JobsBucket, err)
+		return nil, err
 	}
 	stream, err := js.Stream(ctx, jobsStream)
 	if err != nil {
 		return nil, fmt.Errorf("open bucket %s: %w", protocol.JobsBucket, err)
 	}
+	c.Replicas = stream.CachedInfo().Config.Replicas
 	if cfg := stream.CachedInfo().Config; !cfg.AllowAtomicPublish {
 		cfg.AllowAtomicPublish = true
 		if _, err := js.UpdateStream(ctx, cfg); err != nil {

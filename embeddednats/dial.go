@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jobbus/jobbus/internal/startup"
 )
 
 // DialOption configures Dial.
@@ -17,6 +20,17 @@ type DialOption func(*dialConfig)
 
 type dialConfig struct {
 	opts []nats.Option
+	wait bool
+	log  *slog.Logger
+}
+
+// WithWait makes Dial wait, with backoff, until a server answers and its JetStream
+// does, logging to log what it waits for, instead of failing at the first refusal: a
+// service started together with its cluster (or before it) waits for the cluster. ctx
+// still bounds the wait. Authentication failures and a server without JetStream fail
+// at once.
+func WithWait(log *slog.Logger) DialOption {
+	return func(c *dialConfig) { c.wait, c.log = true, log }
 }
 
 // WithUserInfo authenticates with a user name and password.
@@ -57,13 +71,34 @@ func Dial(ctx context.Context, url string, opts ...DialOption) (*nats.Conn, erro
 		return nil, fmt.Errorf("embeddednats: dial %s: %w", redact(url), err)
 	}
 	var cfg dialConfig
-	if dl, ok := ctx.Deadline(); ok {
-		cfg.opts = append(cfg.opts, nats.Timeout(time.Until(dl)))
-	}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	nc, err := nats.Connect(url, cfg.opts...)
+	if !cfg.wait {
+		return dialOnce(ctx, url, cfg.opts)
+	}
+	var nc *nats.Conn
+	err := startup.Wait(ctx, cfg.log, "NATS with JetStream at "+redact(url), func(ctx context.Context) error {
+		var err error
+		nc, err = dialOnce(ctx, url, cfg.opts)
+		var hint *hintError
+		if errors.As(err, &hint) || errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) ||
+			errors.Is(err, nats.ErrAuthRevoked) || errors.Is(err, nats.ErrNkeysNotSupported) {
+			return startup.Permanent(err)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return nc, nil
+}
+
+func dialOnce(ctx context.Context, url string, opts []nats.Option) (*nats.Conn, error) {
+	if dl, ok := ctx.Deadline(); ok {
+		opts = append([]nats.Option{nats.Timeout(time.Until(dl))}, opts...)
+	}
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("embeddednats: connect %s: %w (is a nats-server running there?)", redact(url), err)
 	}
@@ -111,4 +146,17 @@ func redact(urls string) string {
 		}
 	}
 	return strings.Join(parts, ",")
+}
+
+// ServiceOptions are the nats.go options of a long-running service (coordinator,
+// bridge, worker): reconnect forever, to any server of the cluster, and find a server
+// that stopped answering (frozen, or cut off) within about PingInterval *
+// (MaxPingsOut + 1) instead of nats.go's default of 2 minutes * 2, so a service moves to
+// another server of the cluster in seconds.
+func ServiceOptions() []nats.Option {
+	return []nats.Option{
+		nats.MaxReconnects(-1),
+		nats.PingInterval(PingInterval),
+		nats.MaxPingsOutstanding(MaxPingsOut),
+	}
 }

@@ -104,7 +104,7 @@ func runServer(ctx context.Context, sopts *server.Options, cfg *config) (*server
 		}
 		return fail(fmt.Errorf("embeddednats: server not ready for connections after %s (raise the ready timeout)", wait))
 	}
-	if !ns.JetStreamEnabled() {
+	if !cfg.noJetStream && !ns.JetStreamEnabled() {
 		return fail(errors.New("embeddednats: start server: JetStream did not start"))
 	}
 	return ns, nil
@@ -180,7 +180,9 @@ func (c *config) serverOptions() (*server.Options, error) {
 		ServerName:             c.serverName,
 		Host:                   host,
 		Port:                   port,
-		JetStream:              true,
+		JetStream:              !c.noJetStream,
+		PingInterval:           c.pingInterval,
+		MaxPingsOut:            c.maxPingsOut,
 		StoreDir:               c.storeDir,
 		JetStreamMaxMemory:     c.maxMem,
 		JetStreamMaxStore:      c.maxStore,
@@ -232,6 +234,13 @@ func (c *config) clusterOptions(o *server.Options) error {
 }
 
 func (c *config) leafOptions(o *server.Options) error {
+	if c.leafListen != "" {
+		host, port, err := parseHostPort(c.leafListen)
+		if err != nil {
+			return fmt.Errorf("embeddednats: leaf-node listen address: %w", err)
+		}
+		o.LeafNode.Host, o.LeafNode.Port = host, port
+	}
 	for _, r := range c.leafRemotes {
 		u, err := url.Parse(r)
 		if err != nil || u.Host == "" {

@@ -34,6 +34,10 @@ type config struct {
 	password     string
 	token        string
 	configFile   string
+	pingInterval time.Duration
+	maxPingsOut  int
+	leafListen   string
+	noJetStream  bool
 }
 
 type clusterConfig struct {
@@ -130,4 +134,37 @@ func WithHTTPListen(hostport string) Option {
 // as without this option. Off by default; the password must not be empty.
 func WithSystemUser(user, password string) Option {
 	return func(c *config) { c.sysUser, c.sysPassword = user, password }
+}
+
+// Recommended ping settings (WithPing, ServiceOptions): a peer that stops answering (a
+// SIGSTOPped or frozen process, a cut link) is dropped within about
+// PingInterval * (MaxPingsOut + 1), about 6 s, instead of nats-server's default of 2
+// minutes * 2; its subscriptions (a paused coordinator's queue subscriptions among them)
+// go with it, so requests stop going where nobody answers. A PING costs a few bytes per
+// connection per interval.
+const (
+	PingInterval = 2 * time.Second
+	MaxPingsOut  = 2
+)
+
+// WithPing sets how often the server pings each client, route and leaf connection
+// that has been silent, and after how many unanswered pings it closes it (nats-server's
+// ping_interval and ping_max). Zero values keep nats-server's defaults (2 minutes, 2);
+// PingInterval and MaxPingsOut are what serve uses.
+func WithPing(interval time.Duration, maxOut int) Option {
+	return func(c *config) { c.pingInterval, c.maxPingsOut = interval, maxOut }
+}
+
+// WithLeafListen accepts leaf-node connections at "host:port" (port 7422 by convention):
+// an edge server started WithLeafRemote dials it, from behind NAT if need be. Off by
+// default.
+func WithLeafListen(hostport string) Option {
+	return func(c *config) { c.leafListen = hostport }
+}
+
+// WithoutJetStream runs the server without JetStream of its own: a leaf node whose
+// clients use the JetStream of the cluster it dials (WithLeafRemote), so the edge keeps
+// no state and the hub's buckets are the only ones.
+func WithoutJetStream() Option {
+	return func(c *config) { c.noJetStream = true }
 }

@@ -1,0 +1,163 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jobbus/jobbus/internal/startup"
+)
+
+// ErrReplicasDiffer means a bucket exists with another replica count than the one asked
+// for: changing it moves data between servers, so it is done only when asked
+// (Config.ReconfigureBuckets, --reconfigure-buckets).
+var ErrReplicasDiffer = errors.New("bucket exists with another replica count")
+
+// DefaultClusterReplicas is the replica count of a bucket created in a cluster when
+// Config.Replicas is 0 (or the cluster's size, if smaller).
+const DefaultClusterReplicas = 3
+
+// JetStream API error codes that no wait cures (nats-server's errors.json).
+const (
+	errCodeReplicasNotSupported = 10074 // replicas > 1 not supported in non-clustered mode
+	errCodeInvalidConfig        = 10052 // stream configuration invalid
+	errCodeNoPeers              = 10005 // no suitable peers for placement
+	errCodeInsufficient         = 10023 // insufficient resources
+)
+
+// OpenBucket opens the KV bucket kvc describes, creating it if missing, and waits (with
+// backoff, logging what it waits for) while JetStream does not answer: a coordinator
+// started together with its cluster waits for the cluster instead of exiting.
+//
+// kvc.Replicas is ignored; the count is cfg.Replicas, or when that is 0 the count of an
+// existing bucket, else DefaultClusterReplicas in a cluster (the cluster's size if
+// smaller) and 1 on a lone server. An existing bucket keeps its replica count: asked for
+// another one it is refused with ErrReplicasDiffer unless cfg.ReconfigureBuckets. Its
+// other settings (TTL, markers, description) are brought up to date, as before.
+func OpenBucket(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config, kvc jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	log := cfg.Logger
+	var kv jetstream.KeyValue
+	err := startup.Wait(ctx, log, "JetStream bucket "+kvc.Bucket, func(ctx context.Context) error {
+		var err error
+		kv, err = openBucketOnce(ctx, nc, js, cfg, kvc)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open bucket %s: %w", kvc.Bucket, err)
+	}
+	return kv, nil
+}
+
+func openBucketOnce(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config, kvc jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	s, err := js.Stream(ctx, "KV_"+kvc.Bucket)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return createBucket(ctx, nc, js, cfg, kvc)
+	case err != nil:
+		return nil, classify(err)
+	}
+	have := s.CachedInfo().Config.Replicas
+	kvc.Replicas = have
+	switch want := cfg.Replicas; {
+	case want == 0 || want == have:
+		if want == 0 {
+			if def := autoReplicas(nc); have < def {
+				cfg.Logger.Warn("bucket has fewer replicas than the cluster could give it; a lost server may lose it (change with --replicas N --reconfigure-buckets)",
+					"bucket", kvc.Bucket, "replicas", have, "cluster_default", def)
+			}
+		}
+	case cfg.ReconfigureBuckets:
+		cfg.Logger.Warn("changing the bucket's replica count (--reconfigure-buckets)", "bucket", kvc.Bucket, "from", have, "to", want)
+		kvc.Replicas = want
+	default:
+		return nil, startup.Permanent(fmt.Errorf("%w: %s has %d replicas, this coordinator asks for %d "+
+			"(start it with --replicas %d, or 0 to keep what exists; or give --reconfigure-buckets to change the bucket)",
+			ErrReplicasDiffer, kvc.Bucket, have, want, have))
+	}
+	kv, err := js.UpdateKeyValue(ctx, kvc)
+	if err != nil {
+		return nil, classify(fmt.Errorf("update settings: %w", err))
+	}
+	return kv, nil
+}
+
+// createBucket creates a missing bucket. With no replica count given, a cluster gets
+// DefaultClusterReplicas; where the cluster cannot place that many (it is smaller),
+// as many as it has servers.
+func createBucket(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config, kvc jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kvc.Replicas = cfg.Replicas
+	auto := kvc.Replicas == 0
+	if auto {
+		kvc.Replicas = autoReplicas(nc)
+	}
+	kv, err := js.CreateKeyValue(ctx, kvc)
+	if auto && kvc.Replicas > 1 && (isAPIError(err, errCodeNoPeers) || isAPIError(err, errCodeInsufficient)) {
+		if n := clusterSize(nc); n < kvc.Replicas {
+			cfg.Logger.Info("cluster smaller than the default replica count", "bucket", kvc.Bucket, "servers", n, "replicas", n)
+			kvc.Replicas = n
+			kv, err = js.CreateKeyValue(ctx, kvc)
+		}
+	}
+	if err != nil {
+		// A bucket another coordinator created meanwhile is checked on the next try.
+		return nil, classify(fmt.Errorf("create with %d replicas: %w", kvc.Replicas, err))
+	}
+	cfg.Logger.Info("bucket created", "bucket", kvc.Bucket, "replicas", kvc.Replicas)
+	return kv, nil
+}
+
+// autoReplicas is the replica count of a bucket created without one: 1 on a lone
+// server, DefaultClusterReplicas in a cluster.
+func autoReplicas(nc *nats.Conn) int {
+	if nc == nil || nc.ConnectedClusterName() == "" {
+		return 1
+	}
+	return DefaultClusterReplicas
+}
+
+// clusterSize counts the servers of the connected cluster that clients may reach: the
+// connected one and those the cluster advertised (INFO connect_urls). A cluster that
+// hides its URLs (no_advertise) counts as DefaultClusterReplicas.
+func clusterSize(nc *nats.Conn) int {
+	if nc == nil || nc.ConnectedClusterName() == "" {
+		return 1
+	}
+	hosts := map[string]bool{}
+	if u, err := url.Parse(nc.ConnectedUrl()); err == nil {
+		hosts[u.Host] = true
+	}
+	for _, s := range nc.DiscoveredServers() {
+		s = strings.TrimPrefix(strings.TrimPrefix(s, "nats://"), "tls://")
+		hosts[s] = true
+	}
+	if len(hosts) < 2 {
+		return DefaultClusterReplicas
+	}
+	return len(hosts)
+}
+
+// classify marks the errors no wait cures as permanent; the rest (timeouts, no
+// responders, a cluster still electing its leaders) are waited out.
+func classify(err error) error {
+	switch {
+	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount),
+		errors.Is(err, jetstream.ErrInvalidBucketName), errors.Is(err, nats.ErrConnectionClosed),
+		isAPIError(err, errCodeReplicasNotSupported), isAPIError(err, errCodeInvalidConfig):
+		return startup.Permanent(err)
+	}
+	return err
+}
+
+func isAPIError(err error, code jetstream.ErrorCode) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == code
+}

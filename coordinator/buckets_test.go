@@ -1,0 +1,177 @@
+package coordinator_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jobbus/jobbus/coordinator"
+	"github.com/jobbus/jobbus/embeddednats"
+	"github.com/jobbus/jobbus/internal/jobbustest"
+)
+
+func openBucket(ctx context.Context, t *testing.T, nc *nats.Conn, name string, mod func(*coordinator.Config)) (jetstream.KeyValue, error) {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := coordinator.DefaultConfig()
+	if mod != nil {
+		mod(&cfg)
+	}
+	return coordinator.OpenBucket(ctx, nc, js, cfg, jetstream.KeyValueConfig{Bucket: name, History: 1})
+}
+
+func replicas(t *testing.T, kv jetstream.KeyValue) int {
+	t.Helper()
+	st, err := kv.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.Replicas
+}
+
+func TestOpenBucketOnALoneServer(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t)
+	nc := dialServer(t, srv.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	t.Run("DefaultIsOneReplica", func(t *testing.T) {
+		kv, err := openBucket(ctx, t, nc, "LONE", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := replicas(t, kv); got != 1 {
+			t.Fatalf("replicas = %d, want 1", got)
+		}
+	})
+	t.Run("ThreeIsRefusedAtOnce", func(t *testing.T) {
+		// A lone server cannot replicate: waiting would never help.
+		_, err := openBucket(ctx, t, nc, "LONE3", func(c *coordinator.Config) { c.Replicas = 3 })
+		if err == nil || ctx.Err() != nil {
+			t.Fatalf("OpenBucket(R3 on a lone server) = %v, want an immediate error", err)
+		}
+	})
+}
+
+func TestOpenBucketInACluster(t *testing.T) {
+	t.Parallel()
+	nodes := jobbustest.StartCluster(t, 3)
+	nc := dialServer(t, nodes[0].ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// The cluster has just formed: OpenBucket waits for its JetStream meta leader.
+	kv, err := openBucket(ctx, t, nc, "JOBS", nil)
+	if err != nil {
+		t.Fatalf("OpenBucket: %v", err)
+	}
+	if got := replicas(t, kv); got != 3 {
+		t.Fatalf("default replicas in a cluster of 3 = %d, want 3", got)
+	}
+
+	tests := []struct {
+		name        string
+		replicas    int
+		reconfigure bool
+		wantErr     error
+		want        int
+	}{
+		{name: "SameCountIsAccepted", replicas: 3, want: 3},
+		{name: "AnotherCountIsRefused", replicas: 1, wantErr: coordinator.ErrReplicasDiffer, want: 3},
+		{name: "DefaultKeepsWhatExists", replicas: 0, want: 3},
+		{name: "ReconfigureChangesIt", replicas: 1, reconfigure: true, want: 1},
+		{name: "DefaultKeepsTheChangedCount", replicas: 0, want: 1},
+	}
+	for _, tt := range tests { // in order: each case starts from the bucket the last left
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := openBucket(ctx, t, nc, "JOBS", func(c *coordinator.Config) {
+				c.Replicas, c.ReconfigureBuckets = tt.replicas, tt.reconfigure
+			})
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("OpenBucket(--replicas %d) = %v, want %v", tt.replicas, err, tt.wantErr)
+			}
+			if err != nil && ctx.Err() != nil {
+				t.Fatal("the refusal waited for the context instead of coming at once")
+			}
+			kv, err := jetstream.New(nc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := kv.KeyValue(ctx, "JOBS")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := replicas(t, b); got != tt.want {
+				t.Fatalf("replicas after = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestOpenBucketWaitsForTheServer(t *testing.T) {
+	t.Parallel()
+	port := jobbustest.FreePorts(t, 1)[0]
+	url := "nats://127.0.0.1:" + itoa(port)
+	// A coordinator started before its NATS server: the connection retries, and so
+	// does the bucket.
+	nc, err := nats.Connect(url, nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	type result struct {
+		kv  jetstream.KeyValue
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		kv, err := openBucket(ctx, t, nc, "LATE", nil)
+		done <- result{kv, err}
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("OpenBucket returned before any server ran: %v", r.err)
+	case <-time.After(300 * time.Millisecond): // long enough to have failed without retries
+	}
+	startServer(t, embeddednats.WithListen("127.0.0.1:"+itoa(port)))
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("OpenBucket after the server started: %v", r.err)
+	}
+	if got := replicas(t, r.kv); got != 1 {
+		t.Fatalf("replicas = %d, want 1", got)
+	}
+}
+
+func startServer(t *testing.T, opts ...embeddednats.Option) *embeddednats.Server {
+	t.Helper()
+	all := append([]embeddednats.Option{embeddednats.WithListen("127.0.0.1:-1"), embeddednats.WithStoreDir(t.TempDir())}, opts...)
+	srv, err := embeddednats.Start(context.Background(), all...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	return srv
+}
+
+func dialServer(t *testing.T, url string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
