@@ -40,6 +40,7 @@ var globalsOf = map[string][]string{
 	"workers":     slices.Concat(natsGlobals, connectGlobal),
 	"types":       slices.Concat(natsGlobals, connectGlobal),
 	"watch":       slices.Concat(natsGlobals, connectGlobal),
+	"cluster":     natsGlobals,
 }
 
 // globalFlags are the flags every command takes, before or after its name. Each call

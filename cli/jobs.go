@@ -27,6 +27,7 @@ func clientCommands() []*cli.Command {
 		workersCommand(),
 		typesCommand(),
 		watchCommand(),
+		clusterCommand(),
 	}
 }
 

@@ -278,7 +278,9 @@ func connectOrEmbed(ctx context.Context, c *cli.Context, log *slog.Logger) (*nat
 		return nil, nil, fmt.Errorf("connect to embedded NATS: %w", err)
 	}
 	log.Info("embedded NATS started", "url", srv.ClientURL(), "data_dir", c.String("data-dir"))
+	stopInfo := answerServerInfo(nc, srv, log) // serve_cluster.go: for jobbus cluster
 	return nc, func() {
+		stopInfo()
 		nc.Close()
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

@@ -1,13 +1,19 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strings"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/urfave/cli/v2"
 
+	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/embeddednats"
 )
 
@@ -95,4 +101,51 @@ func splitList(values []string) []string {
 		}
 	}
 	return out
+}
+
+// answerServerInfo answers `jobbus cluster` for the embedded server srv on nc: its
+// name, routes, leaf nodes and, on the JetStream meta leader, every peer's currency.
+func answerServerInfo(nc *nats.Conn, srv *embeddednats.Server, log *slog.Logger) (stop func()) {
+	sub, err := nc.Subscribe(protocol.ServersSubject, func(m *nats.Msg) {
+		data, err := json.Marshal(serverInfo(srv))
+		if err == nil {
+			_ = m.Respond(data)
+		}
+	})
+	if err != nil {
+		log.Warn("server presence off: jobbus cluster will not list this server", "err", err)
+		return func() {}
+	}
+	return func() { _ = sub.Unsubscribe() }
+}
+
+func serverInfo(srv *embeddednats.Server) protocol.Server {
+	ns := srv.NATS()
+	info := protocol.Server{Name: ns.Name(), Cluster: ns.ClusterName(), URL: srv.ClientURL(), JetStream: ns.JetStreamEnabled()}
+	if rz, err := ns.Routez(nil); err == nil {
+		for _, r := range rz.Routes {
+			if r.RemoteName != "" && !slices.Contains(info.Routes, r.RemoteName) {
+				info.Routes = append(info.Routes, r.RemoteName)
+			}
+		}
+		slices.Sort(info.Routes)
+	}
+	if lz, err := ns.Leafz(nil); err == nil {
+		for _, l := range lz.Leafs {
+			if !slices.Contains(info.Leafnodes, l.Name) {
+				info.Leafnodes = append(info.Leafnodes, l.Name)
+			}
+		}
+		slices.Sort(info.Leafnodes)
+	}
+	if info.JetStream {
+		if jz, err := ns.Jsz(&server.JSzOptions{}); err == nil && jz.Meta != nil {
+			info.MetaLeader = jz.Meta.Leader
+			for _, p := range jz.Meta.Replicas {
+				info.Peers = append(info.Peers, protocol.Peer{Name: p.Name, Current: p.Current, Offline: p.Offline,
+					ActiveMillis: p.Active.Milliseconds(), Lag: p.Lag})
+			}
+		}
+	}
+	return info
 }

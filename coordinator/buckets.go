@@ -83,11 +83,25 @@ func openBucketOnce(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 			"(start it with --replicas %d, or 0 to keep what exists; or give --reconfigure-buckets to change the bucket)",
 			ErrReplicasDiffer, kvc.Bucket, have, want, have))
 	}
+	if !differs(s.CachedInfo().Config, kvc) {
+		// No update to wait for: a cluster still catching up after a restart answers
+		// a read long before it commits a change.
+		kv, err := js.KeyValue(ctx, kvc.Bucket)
+		return kv, classify(err)
+	}
 	kv, err := js.UpdateKeyValue(ctx, kvc)
 	if err != nil {
 		return nil, classify(fmt.Errorf("update settings: %w", err))
 	}
 	return kv, nil
+}
+
+// differs reports whether the settings jobbus gives a bucket differ from its stream's.
+func differs(sc jetstream.StreamConfig, kvc jetstream.KeyValueConfig) bool {
+	history := max(int64(kvc.History), 1)
+	return sc.Description != kvc.Description || sc.MaxMsgsPerSubject != history || sc.MaxAge != kvc.TTL ||
+		sc.Storage != kvc.Storage || sc.Replicas != kvc.Replicas || sc.SubjectDeleteMarkerTTL != kvc.LimitMarkerTTL ||
+		sc.AllowMsgTTL != (kvc.LimitMarkerTTL > 0)
 }
 
 // createBucket creates a missing bucket. With no replica count given, a cluster gets

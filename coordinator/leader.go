@@ -47,13 +47,17 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, onLead func(*Coordinato
 	if cfg.ID == "" {
 		cfg.ID = newID()
 	}
+	p := startPresence(nc, cfg.ID, cfg.Logger) // presence.go: for jobbus cluster
+	defer p.close()
 	for {
 		l, err := campaign(ctx, kv, cfg.ID, cfg.LeaderLease/3, cfg.Logger)
 		if err != nil {
 			return nil // ctx ended while standing by
 		}
 		cfg.Logger.Info("leading", "coordinator", cfg.ID)
+		p.set(protocol.CoordinatorLeading)
 		err = lead(ctx, nc, kv, cfg, l, onLead)
+		p.set(protocol.CoordinatorStandby)
 		if err != nil {
 			cfg.Logger.Error("lost leadership", "coordinator", cfg.ID, "err", err)
 		}
