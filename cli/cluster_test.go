@@ -1,0 +1,234 @@
+package cli_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/cli"
+	"github.com/jobbus/jobbus/client"
+	"github.com/jobbus/jobbus/internal/testkit"
+)
+
+// serveCluster is three `jobbus serve` processes forming one cluster on loopback.
+type serveCluster struct {
+	t     *testing.T
+	dirs  []string
+	urls  []string
+	args  [][]string
+	procs []*proc
+}
+
+func startServeCluster(t *testing.T, extra ...string) *serveCluster {
+	t.Helper()
+	ports := freePorts(t, 6)
+	sc := &serveCluster{t: t}
+	var routes []string
+	for i := range 3 {
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[3+i]))
+	}
+	for i := range 3 {
+		dir := filepath.Join(t.TempDir(), "node"+strconv.Itoa(i))
+		sc.dirs = append(sc.dirs, dir)
+		sc.urls = append(sc.urls, fmt.Sprintf("nats://127.0.0.1:%d", ports[i]))
+		sc.args = append(sc.args, append([]string{"serve", "--data-dir", dir,
+			"--nats-listen", fmt.Sprintf("127.0.0.1:%d", ports[i]),
+			"--cluster-listen", fmt.Sprintf("127.0.0.1:%d", ports[3+i]), "--routes", strings.Join(routes, ","),
+			"--server-name", "n" + strconv.Itoa(i),
+			"--worker-port", "-1", "--client-port", "-1", "--http-listen", "-", "--workers", "1"}, extra...))
+	}
+	for i := range 3 {
+		sc.procs = append(sc.procs, startProc(t, nil, sc.args[i]...))
+	}
+	return sc
+}
+
+// restart starts node i again on its store and ports.
+func (sc *serveCluster) restart(i int) {
+	sc.procs[i] = startProc(sc.t, nil, sc.args[i]...)
+}
+
+// dial connects to node i, waiting for it.
+func (sc *serveCluster) dial(i int) *nats.Conn {
+	sc.t.Helper()
+	nc, err := nats.Connect(sc.urls[i], nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		sc.t.Fatal(err)
+	}
+	sc.t.Cleanup(nc.Close)
+	return nc
+}
+
+// healthy waits until want coordinators answer (one leading), every server answers
+// and every bucket has 3 current replicas; it returns the status seen.
+func healthy(t *testing.T, nc *nats.Conn, want int) client.ClusterStatus {
+	t.Helper()
+	var st client.ClusterStatus
+	testkit.Wait(t, 90*time.Second, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var err error
+		if st, err = client.ReadClusterStatus(ctx, nc, 300*time.Millisecond); err != nil {
+			return err
+		}
+		leading := 0
+		for _, c := range st.Coordinators {
+			if c.State == protocol.CoordinatorLeading {
+				leading++
+			}
+		}
+		if len(st.Coordinators) != want || leading != 1 {
+			return fmt.Errorf("coordinators %+v, want %d with one leading", st.Coordinators, want)
+		}
+		if len(st.Servers) != 3 {
+			return fmt.Errorf("servers %+v, want 3", st.Servers)
+		}
+		for _, b := range st.Buckets {
+			current := 0
+			for _, p := range b.Peers {
+				if p.Current {
+					current++
+				}
+			}
+			if b.Replicas != 3 || b.Leader == "" || current != 2 {
+				return fmt.Errorf("bucket %+v, want 3 replicas, a leader and two current peers", b)
+			}
+		}
+		return nil
+	})
+	return st
+}
+
+// TestServeCluster: three serve nodes started together form one cluster with R3
+// buckets, one leading coordinator and two standbys; a coordinator started before the
+// cluster waits for it; a coordinator asking for another replica count is refused; and
+// `jobbus cluster` shows it all.
+func TestServeCluster(t *testing.T) {
+	t.Parallel()
+	sc := startServeCluster(t)
+	// Started before the cluster answers: it waits (and says so) instead of exiting.
+	early := startProc(t, nil, "--nats", sc.urls[2], "coordinator")
+	nc := sc.dial(0)
+	st := healthy(t, nc, 4)
+	if !strings.Contains(early.stderr.String(), "waiting for") {
+		t.Errorf("the early coordinator did not say what it waited for:\n%s", early.stderr)
+	}
+	if st.Cluster != "jobbus" || len(st.URLs) != 3 {
+		t.Errorf("cluster %q, urls %v; want jobbus and 3 URLs", st.Cluster, st.URLs)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl := client.New(sc.dial(1))
+	id, err := cl.Submit(ctx, "SHA256", map[string]string{"text": "hello"})
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	if j, err := cl.Wait(ctx, id); err != nil || j.State != protocol.StateCompleted {
+		t.Fatalf("wait: %+v, %v; want COMPLETED", j, err)
+	}
+
+	t.Run("MixedReplicasRefused", func(t *testing.T) {
+		p := startProc(t, nil, "--nats", sc.urls[1], "coordinator", "--replicas", "1")
+		if code := p.wait(); code != cli.ExitError || !strings.Contains(p.stderr.String(), "bucket exists with another replica count") {
+			t.Fatalf("exit %d, want 1 refusing the replica count:\n%s", code, p.stderr)
+		}
+	})
+	t.Run("ClusterCommand", func(t *testing.T) {
+		code, out, errs := cliRun([]string{"--nats", sc.urls[0]}, "cluster")
+		if code != cli.ExitOK {
+			t.Fatalf("exit %d: %s", code, errs)
+		}
+		for _, want := range []string{"cluster jobbus", "n0", "n1", "n2", "meta leader",
+			"JOBS           3", "JOB_KEYS       3", "JOBBUS_LEADER  3", "leading", "standby", "LEASE  held by coordinator-"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("jobbus cluster lacks %q:\n%s", want, out)
+			}
+		}
+		code, out, errs = cliRun([]string{"--nats", sc.urls[0]}, "cluster", "--json")
+		if code != cli.ExitOK || !strings.Contains(out, `"state":"leading"`) {
+			t.Fatalf("exit %d, --json:\n%s%s", code, out, errs)
+		}
+	})
+}
+
+// TestServeClusterFailover (long: JOBBUS_LONG_TESTS=1, `task test-cluster`) SIGKILLs
+// the node whose coordinator leads, five times, under a trickle of submissions, and
+// measures from the kill to the first accepted submission and to its completion; no
+// accepted job is lost.
+func TestServeClusterFailover(t *testing.T) {
+	if os.Getenv("JOBBUS_LONG_TESTS") == "" {
+		t.Skip("long: set JOBBUS_LONG_TESTS=1 (task test-cluster)")
+	}
+	sc := startServeCluster(t)
+	ncs := []*nats.Conn{sc.dial(0), sc.dial(1), sc.dial(2)}
+	var accepted []string
+	var toSubmit, toComplete []time.Duration
+	for trial := range 5 {
+		st := healthy(t, ncs[0], 3)
+		leader := slices.IndexFunc(sc.procs, func(p *proc) bool {
+			return p.cmd.Process.Pid == st.Coordinators[0].PID
+		})
+		if leader < 0 {
+			t.Fatalf("no serve process runs the leading coordinator %+v", st.Coordinators[0])
+		}
+		cl := client.New(ncs[(leader+1)%3], client.WithTimeout(time.Second))
+		killed := time.Now()
+		sc.procs[leader].signal(syscall.SIGKILL)
+		var id string
+		for id == "" {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			got, err := cl.Submit(ctx, "SHA256", map[string]string{"text": "failover " + strconv.Itoa(trial)})
+			cancel()
+			if err == nil {
+				id = got
+			} else if time.Since(killed) > 60*time.Second {
+				t.Fatalf("no submission accepted within 60 s of the kill: %v", err)
+			}
+		}
+		submitted := time.Since(killed)
+		accepted = append(accepted, id)
+		testkit.Wait(t, 60*time.Second, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			j, err := cl.Status(ctx, id)
+			if err == nil && j.State != protocol.StateCompleted {
+				err = fmt.Errorf("job %s is %s", id, j.State)
+			}
+			return err
+		})
+		completed := time.Since(killed)
+		toSubmit, toComplete = append(toSubmit, submitted), append(toComplete, completed)
+		t.Logf("trial %d: killed n%d; first accepted submit after %v, its completion after %v", trial+1, leader, submitted.Round(time.Millisecond), completed.Round(time.Millisecond))
+		<-sc.procs[leader].done
+		sc.restart(leader)
+	}
+	t.Logf("leader SIGKILL, 3 serve nodes, median of 5: first accepted submit %v, first completion %v",
+		median(toSubmit).Round(time.Millisecond), median(toComplete).Round(time.Millisecond))
+	healthy(t, ncs[0], 3)
+	cl := client.New(ncs[0])
+	for _, id := range accepted {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		j, err := cl.Status(ctx, id)
+		cancel()
+		if err != nil || j.State != protocol.StateCompleted {
+			t.Errorf("accepted job %s: %+v, %v; want COMPLETED", id, j, err)
+		}
+	}
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
