@@ -135,7 +135,7 @@ func (b *Bridge) request(subject string, payload []byte, log *slog.Logger) ([]by
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, b.cfg.RequestTimeout)
 	defer cancel()
-	msg, err := b.requestServed(ctx, subject, payload)
+	msg, err := b.requestRetryingReads(ctx, subject, payload) // readretry.go
 	if err != nil {
 		log.Debug("request failed", "subject", subject, "err", err)
 		return nil, b.unavailable(subject, err)

@@ -117,7 +117,7 @@ func (n natsTransport) RoundTrip(ctx context.Context, t protocol.Type, body []by
 	if !ok {
 		return nil, fmt.Errorf("%s is not a client request", t)
 	}
-	msg, err := n.nc.RequestWithContext(ctx, e.Subject(), body)
+	msg, err := request(ctx, n.nc, t, e.Subject(), body) // readretry.go
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, fmt.Errorf("%w on %s (is `jobbus serve` running?)", ErrNoCoordinator, n.nc.ConnectedUrlRedacted())
