@@ -232,3 +232,57 @@ func median(ds []time.Duration) time.Duration {
 	slices.Sort(s)
 	return s[len(s)/2]
 }
+
+// TestServeLeafNode: an edge serve that dials out to a hub serve as a leaf node runs
+// no coordinator and no JetStream of its own; its local worker runs the jobs the hub's
+// coordinator assigns, and its bridge serves spec clients at the edge.
+func TestServeLeafNode(t *testing.T) {
+	t.Parallel()
+	ports := freePorts(t, 4)
+	hubURL := fmt.Sprintf("nats://127.0.0.1:%d", ports[0])
+	startProc(t, nil, "serve", "--data-dir", filepath.Join(t.TempDir(), "hub"), "--nats-listen", hubURL[len("nats://"):],
+		"--leafnode-listen", fmt.Sprintf("127.0.0.1:%d", ports[1]),
+		"--worker-port", "-1", "--client-port", "-1", "--http-listen", "-").logged("coordinator serving")
+	edge := startProc(t, nil, "serve", "--data-dir", filepath.Join(t.TempDir(), "edge"),
+		"--nats-listen", fmt.Sprintf("127.0.0.1:%d", ports[2]),
+		"--leafnode-remote", fmt.Sprintf("nats-leaf://127.0.0.1:%d", ports[1]),
+		"--worker-port", "-1", "--client-port", strconv.Itoa(ports[3]), "--http-listen", "-", "--workers", "1")
+	edge.logged("leaf node: no coordinator here")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// The edge's spec client port reaches the hub's coordinator over the leaf connection.
+	tcp, err := client.DialTCP(ctx, fmt.Sprintf("127.0.0.1:%d", ports[3]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcp.Close()
+	var ws []protocol.Worker
+	testkit.Wait(t, 30*time.Second, func() error {
+		ws, err = tcp.Workers(ctx)
+		if err == nil && len(ws) != 1 {
+			err = fmt.Errorf("workers %+v, want the edge's one", ws)
+		}
+		return err
+	})
+	hub := client.New(sc0(t, hubURL))
+	id, err := hub.Submit(ctx, "WORD_COUNT", map[string]string{"text": "a b c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := hub.Wait(ctx, id)
+	// The edge's worker is the only one anywhere.
+	if err != nil || j.State != protocol.StateCompleted || j.Result == nil || *j.Result != "3" {
+		t.Fatalf("job %+v, %v; want COMPLETED (3) by the edge's worker %s", j, err, ws[0].WorkerID)
+	}
+}
+
+func sc0(t *testing.T, url string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}

@@ -141,7 +141,11 @@ func serveUntil(ctx context.Context, c *cli.Context, log *slog.Logger, cfg coord
 	}
 	defer stopHTTP()
 	cfg.Observer = reg.Coordinator()
-	coordDone := runCoordinator(ctx, nc, cfg, reg.Coordinator().OnLead)
+	run := runCoordinator
+	if isLeaf(c) { // serve_cluster.go: the hub's coordinators serve a leaf node
+		run = noCoordinator(log)
+	}
+	coordDone := run(ctx, nc, cfg, reg.Coordinator().OnLead)
 	bnc, closeBNC := serveBridgeConn(ctx, c, nc, log)
 	defer closeBNC()
 	stopBridge, err := startBridge(ctx, c, bnc, log, reg.AddBridge)

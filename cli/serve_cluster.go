@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/coordinator"
 	"github.com/jobbus/jobbus/embeddednats"
 )
 
@@ -148,4 +150,22 @@ func serverInfo(srv *embeddednats.Server) protocol.Server {
 		}
 	}
 	return info
+}
+
+// isLeaf reports whether serve's embedded server is a leaf node (--leafnode-remote).
+func isLeaf(c *cli.Context) bool { return len(splitList(c.StringSlice("leafnode-remote"))) > 0 }
+
+// noCoordinator stands in for runCoordinator on a leaf node: the state and its
+// coordinators are the hub's, reached over the leaf connection; the channel yields nil
+// when ctx ends.
+func noCoordinator(log *slog.Logger) func(context.Context, *nats.Conn, coordinator.Config, func(*coordinator.Coordinator)) <-chan error {
+	return func(ctx context.Context, _ *nats.Conn, _ coordinator.Config, _ func(*coordinator.Coordinator)) <-chan error {
+		log.Info("leaf node: no coordinator here; the hub's serve this site's workers and clients")
+		done := make(chan error, 1)
+		go func() {
+			<-ctx.Done()
+			done <- nil
+		}()
+		return done
+	}
 }
