@@ -1,0 +1,88 @@
+// Package natsreq sends a read-only NATS request again when it goes unanswered, and
+// takes the first reply to any of its sends. NATS hands a request to one member of a
+// queue group; a member that is frozen (SIGSTOP, a stalled VM) keeps its subscription
+// until its server drops it, so the next send may reach one that answers. Every send
+// shares one reply subject, so a slow answer to an early send still counts: a resend
+// never makes a slow reply arrive later. Only for requests that change nothing.
+package natsreq
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// DefaultFirstTry is how long the first send waits before the request is sent again;
+// each later wait doubles. A healthy responder answers in milliseconds.
+const DefaultFirstTry = time.Second
+
+// Options shape Resend.
+type Options struct {
+	// FirstTry is how long the first send waits for a reply; 0 means DefaultFirstTry.
+	FirstTry time.Duration
+	// WaitForResponders waits out "no responders" (with backoff, sending again) until
+	// ctx ends, as a bridge holds a request while no coordinator serves. Without it,
+	// "no responders" is returned at once unless a send already went unanswered (then
+	// the responder that took it may be on its way out, and its successor on its way in).
+	WaitForResponders bool
+}
+
+// Resend sends body to subject and returns the first reply to any send, until ctx ends.
+// It returns nats.ErrNoResponders when nobody serves subject (see
+// Options.WaitForResponders), and ctx's error when sends went unanswered.
+func Resend(ctx context.Context, nc *nats.Conn, subject string, body []byte, opts Options) (*nats.Msg, error) {
+	try := opts.FirstTry
+	if try <= 0 {
+		try = DefaultFirstTry
+	}
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	send := func() error { return nc.PublishMsg(&nats.Msg{Subject: subject, Reply: inbox, Data: body}) }
+	if err := send(); err != nil {
+		return nil, err
+	}
+	unanswered := false
+	next := time.Now().Add(try)
+	for pause := 10 * time.Millisecond; ; {
+		wctx, cancel := context.WithDeadline(ctx, next)
+		m, err := sub.NextMsgWithContext(wctx)
+		cancel()
+		switch {
+		case err == nil && !noResponders(m):
+			return m, nil
+		case err == nil, errors.Is(err, nats.ErrNoResponders): // nobody serves subject right now
+			if !opts.WaitForResponders && !unanswered {
+				return nil, nats.ErrNoResponders
+			}
+			t := time.NewTimer(pause)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, nats.ErrNoResponders
+			case <-t.C:
+			}
+			pause = min(2*pause, 250*time.Millisecond)
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case !errors.Is(err, context.DeadlineExceeded):
+			return nil, err // the connection closed, say
+		default: // this send went unanswered
+			unanswered, try = true, 2*try
+		}
+		if err := send(); err != nil {
+			return nil, err
+		}
+		next = time.Now().Add(try)
+	}
+}
+
+// noResponders reports whether m is the server's "503 no responders" status.
+func noResponders(m *nats.Msg) bool {
+	return len(m.Data) == 0 && m.Header.Get("Status") == "503"
+}

@@ -1,0 +1,141 @@
+package natsreq_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
+
+	"github.com/jobbus/jobbus/embeddednats"
+	"github.com/jobbus/jobbus/internal/natsreq"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func connect(t *testing.T) *nats.Conn {
+	t.Helper()
+	srv, err := embeddednats.Start(context.Background(), embeddednats.WithListen("127.0.0.1:-1"), embeddednats.WithStoreDir(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+func answer(t *testing.T, nc *nats.Conn, queue string, delay time.Duration) *nats.Subscription {
+	t.Helper()
+	sub, err := nc.QueueSubscribe("svc", queue, func(m *nats.Msg) {
+		time.Sleep(delay)
+		_ = m.Respond([]byte("ok"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return sub
+}
+
+// frozen is a queue member that takes requests and never answers, as a SIGSTOPped
+// process does until its server drops it.
+func frozen(t *testing.T, nc *nats.Conn) *nats.Subscription {
+	t.Helper()
+	sub, err := nc.QueueSubscribeSync("svc", "q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return sub
+}
+
+func TestResend(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	opts := natsreq.Options{FirstTry: 50 * time.Millisecond}
+
+	t.Run("NoRespondersAtOnce", func(t *testing.T) {
+		nc := connect(t)
+
+		_, err := natsreq.Resend(ctx, nc, "svc", nil, opts)
+		if !errors.Is(err, nats.ErrNoResponders) {
+			t.Fatalf("err = %v, want ErrNoResponders", err)
+		}
+	})
+	t.Run("FrozenMemberIsGoneAround", func(t *testing.T) {
+		nc := connect(t)
+		frozen(t, nc)
+		answer(t, nc, "q", 0)
+		for i := range 20 {
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			m, err := natsreq.Resend(rctx, nc, "svc", nil, opts)
+			cancel()
+			if err != nil || string(m.Data) != "ok" {
+				t.Fatalf("request %d: %v, %v", i, m, err)
+			}
+		}
+	})
+	t.Run("SlowReplyToAnEarlierSendCounts", func(t *testing.T) {
+		nc := connect(t)
+		var calls atomic.Int32
+		sub, err := nc.Subscribe("svc", func(m *nats.Msg) {
+			if calls.Add(1) == 1 {
+				time.Sleep(120 * time.Millisecond) // past the first try: a resend follows
+			}
+			_ = m.Respond([]byte("ok"))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Unsubscribe()
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if m, err := natsreq.Resend(rctx, nc, "svc", nil, opts); err != nil || string(m.Data) != "ok" {
+			t.Fatalf("%v, %v", m, err)
+		}
+	})
+	t.Run("FrozenDroppedThenSuccessorServes", func(t *testing.T) {
+		nc := connect(t)
+		f := frozen(t, nc)
+		go func() {
+			time.Sleep(100 * time.Millisecond)
+			_ = f.Unsubscribe() // its server dropped it: nobody serves for a moment
+			time.Sleep(200 * time.Millisecond)
+			answer(t, nc, "q", 0)
+		}()
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if m, err := natsreq.Resend(rctx, nc, "svc", nil, opts); err != nil || string(m.Data) != "ok" {
+			t.Fatalf("%v, %v", m, err)
+		}
+	})
+	t.Run("UnansweredUntilTheDeadline", func(t *testing.T) {
+		nc := connect(t)
+		frozen(t, nc)
+		rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		if _, err := natsreq.Resend(rctx, nc, "svc", nil, opts); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err = %v, want the deadline", err)
+		}
+	})
+	t.Run("WaitsForResponders", func(t *testing.T) {
+		nc := connect(t)
+		go func() {
+			time.Sleep(100 * time.Millisecond)
+			answer(t, nc, "q", 0)
+		}()
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		m, err := natsreq.Resend(rctx, nc, "svc", nil, natsreq.Options{FirstTry: 50 * time.Millisecond, WaitForResponders: true})
+		if err != nil || string(m.Data) != "ok" {
+			t.Fatalf("%v, %v", m, err)
+		}
+	})
+}
