@@ -130,4 +130,3 @@ func bridgeConfigOn(requestTimeout time.Duration) bridge.Config {
 	cfg.RequestTimeout = requestTimeout
 	return cfg
 }
-
