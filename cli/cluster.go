@@ -105,6 +105,9 @@ func writeCluster(w io.Writer, st client.ClusterStatus, now time.Time) error {
 	default:
 		fmt.Fprintf(tw, "\nLEASE\theld by %s, renewed %s\n", l.Holder, ago(now, l.Renewed.UnixMilli()))
 	}
+	if st.Term != "" {
+		fmt.Fprintf(tw, "TERM\t%s\n", st.Term)
+	}
 	return tw.Flush()
 }
 

@@ -150,7 +150,7 @@ func TestServeCluster(t *testing.T) {
 			t.Fatalf("exit %d: %s", code, errs)
 		}
 		for _, want := range []string{"cluster jobbus", "n0", "n1", "n2", "meta leader",
-			"JOBS           3", "JOB_KEYS       3", "JOBBUS_LEADER  3", "leading", "standby", "LEASE  held by coordinator-"} {
+			"JOBS           3", "JOBBUS_LEADER  3", "TERM", "leading", "standby", "LEASE  held by coordinator-"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("jobbus cluster lacks %q:\n%s", want, out)
 			}

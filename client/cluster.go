@@ -34,6 +34,9 @@ type ClusterStatus struct {
 	Buckets []BucketStatus `json:"buckets"`
 	// Lease is the leader lease; nil when no coordinator holds it.
 	Lease *Lease `json:"lease,omitempty"`
+	// Term is the leadership term in JOBS (protocol.TermKey): its number and the
+	// coordinator that claimed it, which fences every create of the term.
+	Term string `json:"term,omitempty"`
 	// Coordinators are the coordinator processes that answered, leaders first.
 	Coordinators []protocol.Coordinator `json:"coordinators"`
 }
@@ -82,10 +85,15 @@ func ReadClusterStatus(ctx context.Context, nc *nats.Conn, wait time.Duration) (
 	if err != nil {
 		return st, fmt.Errorf("cluster status: %w", err)
 	}
-	for _, b := range []string{protocol.LeaderBucket, protocol.JobsBucket, protocol.KeysBucket} {
+	for _, b := range []string{protocol.LeaderBucket, protocol.JobsBucket} {
 		st.Buckets = append(st.Buckets, bucketStatus(ctx, js, b))
 	}
 	st.Lease = readLease(ctx, js)
+	if kv, err := js.KeyValue(ctx, protocol.JobsBucket); err == nil {
+		if e, err := kv.Get(ctx, protocol.TermKey); err == nil {
+			st.Term = string(e.Value())
+		}
+	}
 
 	st.Servers = <-servers
 	slices.SortFunc(st.Servers, func(a, b protocol.Server) int { return cmp.Compare(a.Name, b.Name) })
