@@ -10,7 +10,7 @@ import (
 )
 
 // requestRetryingReads forwards a request as requestServed does. A read-only one
-// (status, list, workers) that goes unanswered for a second is sent again, the wait
+// (status, list, workers) that goes unanswered for 2 s is sent again, the wait
 // doubling within RequestTimeout, and the first reply to any send counts
 // (internal/natsreq): a frozen coordinator keeps its queue subscription until its
 // server drops it, and the next send may reach the one that serves.

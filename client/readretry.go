@@ -10,7 +10,7 @@ import (
 )
 
 // request sends a client API request over NATS. A read-only one (protocol.ReadOnly:
-// status, list, workers) that goes unanswered for a second is sent again, the wait
+// status, list, workers) that goes unanswered for 2 s is sent again, the wait
 // doubling, and the first reply to any send counts (internal/natsreq): a frozen
 // coordinator (SIGSTOP, a stalled VM) keeps its queue subscription until its server drops
 // it, and the next send may reach the one that serves. Submissions and cancels are sent

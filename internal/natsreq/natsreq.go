@@ -15,8 +15,10 @@ import (
 )
 
 // DefaultFirstTry is how long the first send waits before the request is sent again;
-// each later wait doubles. A healthy responder answers in milliseconds.
-const DefaultFirstTry = time.Second
+// each later wait doubles. A healthy responder answers in milliseconds; a loaded one
+// asked for a large list may take seconds, and every resend makes it build the answer
+// again, so the first wait is not shorter. Within a 5 s request that is one resend.
+const DefaultFirstTry = 2 * time.Second
 
 // Options shape Resend.
 type Options struct {
