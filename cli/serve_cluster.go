@@ -39,14 +39,14 @@ func embedClusterOptions(c *cli.Context) ([]embeddednats.Option, error) {
 	routes := splitList(c.StringSlice("routes"))
 	leaves := splitList(c.StringSlice("leafnode-remote"))
 	name := c.String("server-name")
-	if len(routes) > 0 || len(leaves) > 0 || c.String("leafnode-listen") != "" {
-		if name == "" {
-			n, err := defaultServerName(c.String("nats-listen"))
-			if err != nil {
-				return nil, err
-			}
-			name = n
+	if name == "" {
+		// A lone server on a random port keeps nats-server's own id as its name.
+		n, err := defaultServerName(c.String("nats-listen"))
+		clustered := len(routes) > 0 || len(leaves) > 0 || c.String("leafnode-listen") != ""
+		if err != nil && clustered {
+			return nil, err
 		}
+		name = n
 	}
 	if name != "" {
 		opts = append(opts, embeddednats.WithServerName(name))
