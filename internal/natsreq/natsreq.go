@@ -49,7 +49,9 @@ func Resend(ctx context.Context, nc *nats.Conn, subject string, body []byte, opt
 	if err := send(); err != nil {
 		return nil, err
 	}
-	unanswered := false
+	// nobody: the last word was "no responders", so a request still unanswered when
+	// ctx ends most likely found nobody again.
+	unanswered, nobody := false, false
 	next := time.Now().Add(try)
 	for pause := 10 * time.Millisecond; ; {
 		wctx, cancel := context.WithDeadline(ctx, next)
@@ -59,6 +61,7 @@ func Resend(ctx context.Context, nc *nats.Conn, subject string, body []byte, opt
 		case err == nil && !noResponders(m):
 			return m, nil
 		case err == nil, errors.Is(err, nats.ErrNoResponders): // nobody serves subject right now
+			nobody = true
 			if !opts.WaitForResponders && !unanswered {
 				return nil, nats.ErrNoResponders
 			}
@@ -70,12 +73,14 @@ func Resend(ctx context.Context, nc *nats.Conn, subject string, body []byte, opt
 			case <-t.C:
 			}
 			pause = min(2*pause, 250*time.Millisecond)
+		case ctx.Err() != nil && nobody:
+			return nil, nats.ErrNoResponders
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
 		case !errors.Is(err, context.DeadlineExceeded):
 			return nil, err // the connection closed, say
 		default: // this send went unanswered
-			unanswered, try = true, 2*try
+			unanswered, nobody, try = true, false, 2*try
 		}
 		if err := send(); err != nil {
 			return nil, err

@@ -125,6 +125,15 @@ func TestResend(t *testing.T) {
 			t.Fatalf("err = %v, want the deadline", err)
 		}
 	})
+	t.Run("NobodyUntilTheDeadlineIsNoResponders", func(t *testing.T) {
+		nc := connect(t)
+		rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		_, err := natsreq.Resend(rctx, nc, "svc", nil, natsreq.Options{FirstTry: 50 * time.Millisecond, WaitForResponders: true})
+		if !errors.Is(err, nats.ErrNoResponders) {
+			t.Fatalf("err = %v, want ErrNoResponders (nobody served while it waited)", err)
+		}
+	})
 	t.Run("WaitsForResponders", func(t *testing.T) {
 		nc := connect(t)
 		go func() {
