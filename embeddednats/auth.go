@@ -107,7 +107,17 @@ func (c *config) fileOptions(o *server.Options) (*server.Options, error) {
 		fo.StoreDir = o.StoreDir
 	}
 	c.storeDir = fo.StoreDir // the lock follows the store
-	fo.JetStream = true
+	fo.JetStream = o.JetStream // always, but on a leaf node (WithoutJetStream)
+	// Pings, a cluster and leaf nodes the file leaves out come from the options.
+	if fo.PingInterval == 0 && fo.MaxPingsOut == 0 {
+		fo.PingInterval, fo.MaxPingsOut = o.PingInterval, o.MaxPingsOut
+	}
+	if fo.Cluster.Port == 0 && len(fo.Routes) == 0 {
+		fo.Cluster, fo.Routes = o.Cluster, o.Routes
+	}
+	if fo.LeafNode.Port == 0 && len(fo.LeafNode.Remotes) == 0 {
+		fo.LeafNode = o.LeafNode
+	}
 	if fo.JetStreamMaxStore == 0 {
 		fo.JetStreamMaxStore = o.JetStreamMaxStore
 	}
