@@ -39,8 +39,17 @@ func Resend(ctx context.Context, nc *nats.Conn, subject string, body []byte, opt
 	if try <= 0 {
 		try = DefaultFirstTry
 	}
+	// An asynchronous subscription into a small channel: a synchronous one allocates a
+	// channel of nats.go's SubChanLen (64k entries, 512 KiB) per request, which 2,000
+	// requests at once turn into a gigabyte.
 	inbox := nc.NewInbox()
-	sub, err := nc.SubscribeSync(inbox)
+	replies := make(chan *nats.Msg, 4)
+	sub, err := nc.Subscribe(inbox, func(m *nats.Msg) {
+		select {
+		case replies <- m:
+		default: // a reply is waiting already: one is enough
+		}
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -55,12 +64,18 @@ func Resend(ctx context.Context, nc *nats.Conn, subject string, body []byte, opt
 	next := time.Now().Add(try)
 	for pause := 10 * time.Millisecond; ; {
 		wctx, cancel := context.WithDeadline(ctx, next)
-		m, err := sub.NextMsgWithContext(wctx)
+		var m *nats.Msg
+		select {
+		case m = <-replies:
+			err = nil
+		case <-wctx.Done():
+			err = wctx.Err()
+		}
 		cancel()
 		switch {
 		case err == nil && !noResponders(m):
 			return m, nil
-		case err == nil, errors.Is(err, nats.ErrNoResponders): // nobody serves subject right now
+		case err == nil: // nobody serves subject right now
 			nobody = true
 			if !opts.WaitForResponders && !unanswered {
 				return nil, nats.ErrNoResponders
