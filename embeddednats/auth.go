@@ -106,7 +106,7 @@ func (c *config) fileOptions(o *server.Options) (*server.Options, error) {
 	if fo.StoreDir == "" {
 		fo.StoreDir = o.StoreDir
 	}
-	c.storeDir = fo.StoreDir // the lock follows the store
+	c.storeDir = fo.StoreDir   // the lock follows the store
 	fo.JetStream = o.JetStream // always, but on a leaf node (WithoutJetStream)
 	// Pings, a cluster and leaf nodes the file leaves out come from the options.
 	if fo.PingInterval == 0 && fo.MaxPingsOut == 0 {
