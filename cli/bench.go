@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -32,23 +33,35 @@ import (
 func benchCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "bench",
-		Usage: "measure end-to-end throughput: submit trivial jobs, wait until all are done",
+		Usage: "measure end-to-end throughput and latency: submit trivial jobs, wait until all are done",
 		Description: `Without --nats or --connect it builds a whole system in-process in a temporary
 store (embedded NATS, coordinator, bridge for --transport tcp, and --workers workers of
 --worker-capacity), submits --jobs SHA256 jobs from --submitters concurrent clients over
---transport, and reports jobs/s and the submit latency. With the global --nats or --connect it
-drives that running system instead (its workers must be running) and waits until it is idle.
+--transport, and reports jobs/s from the first submission to the last completion, the
+steady rate counted from the first start, the percentiles of submit -> start and
+submit -> completed under that load, and the CPU time per job. --idle N then runs N
+jobs one at a time (after 10 unmeasured) for the latency of an idle system. With the
+global --nats or --connect it drives that running system instead (its workers must be
+running; start times and CPU are then not seen) and waits until it is idle.
+
+--json prints one object {"system","settings","metrics"}, the shape of the River and
+Asynq benchmark files, so that their summarize tool reads jobbus's runs too.
 
 Example:
    jobbus bench --jobs 20000 --workers 4 --worker-capacity 64
-   jobbus bench --transport tcp
+   jobbus bench --jobs 20000 --submitters 16 --workers 1 --worker-capacity 64 --idle 200
+   jobbus bench --transport tcp --sync always
    jobbus bench --custom          # the cost of a custom task type against the built-in`,
 		Flags: []cli.Flag{
-			&cli.IntFlag{Name: "jobs", Value: 20000, Usage: "jobs to run", EnvVars: env("bench-jobs")},
+			&cli.IntFlag{Name: "jobs", Value: 20000, Usage: "jobs to run under load (0: only the --idle run)", EnvVars: env("bench-jobs")},
 			&cli.IntFlag{Name: "workers", Value: 4, Usage: "in-process workers", EnvVars: env("bench-workers")},
 			&cli.IntFlag{Name: "worker-capacity", Value: 64, Usage: "capacity of each worker", EnvVars: env("bench-worker-capacity")},
 			&cli.IntFlag{Name: "submitters", Value: 64, Usage: "concurrent submitting clients", EnvVars: env("bench-submitters")},
 			&cli.StringFlag{Name: "transport", Value: "native", Usage: "native (NATS) or tcp (the bridge's ports) for clients and workers", EnvVars: env("bench-transport")},
+			&cli.StringFlag{Name: "sync", Value: "default", Usage: "in-process system: " + syncFlagUsage, EnvVars: env("bench-sync")},
+			&cli.IntFlag{Name: "warmup", Usage: "unmeasured jobs run first, as the peers' benchmarks do (640)", EnvVars: env("bench-warmup")},
+			&cli.IntFlag{Name: "idle", Usage: "afterwards, run this many jobs one at a time for the idle latency", EnvVars: env("bench-idle")},
+			&cli.BoolFlag{Name: "json", Usage: "print the results as one JSON object", EnvVars: env("bench-json")},
 			&cli.BoolFlag{Name: "metrics", Usage: "in-process system: collect Prometheus metrics and scrape them every second, as serve does", EnvVars: env("bench-metrics")},
 			&cli.BoolFlag{Name: "custom", Usage: "submit " + benchCustomType + " jobs (SHA256's work as a task type the workers declare, with a JSON Schema) instead of SHA256; native transport only", EnvVars: env("bench-custom")},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the run to this file (go tool pprof)", EnvVars: env("bench-cpuprofile")},
@@ -61,18 +74,38 @@ Example:
 type benchSystem struct {
 	clients []*client.Client
 	close   func()
+	// nc, when set, reaches the system's NATS: the idle run watches completions on it.
+	nc *nats.Conn
+	// probe sees the in-process workers start jobs; nil for a system bench did not build.
+	probe *startProbe
+	// taskType is what bench submits: SHA256, or benchCustomType with --custom.
+	taskType string
 }
+
+// idleWarmup is the number of unmeasured jobs before the idle run, as the peers' have.
+const idleWarmup = 10
 
 func bench(c *cli.Context) error {
 	transport := c.String("transport")
 	if transport != "native" && transport != "tcp" {
 		return usageError("--transport must be native or tcp, got %q", transport)
 	}
-	n, submitters := c.Int("jobs"), c.Int("submitters")
-	if n < 1 || submitters < 1 {
-		return usageError("--jobs and --submitters must be at least 1")
+	n, submitters, warmup, idle := c.Int("jobs"), c.Int("submitters"), c.Int("warmup"), c.Int("idle")
+	if n < 0 || submitters < 1 || warmup < 0 || idle < 0 {
+		return usageError("--jobs, --warmup and --idle must be at least 0, --submitters at least 1")
 	}
-	taskType := "SHA256"
+	if n == 0 && idle == 0 {
+		return usageError("nothing to measure: give --jobs or --idle")
+	}
+	syncOpts, err := syncOptions(c.String("sync"))
+	if err != nil {
+		return err
+	}
+	external := global(c, "connect") != "" || global(c, "nats") != "" || global(c, "context") != ""
+	if external && syncOpts != nil {
+		return usageError("--sync applies to the system bench builds; give it to the serve that runs yours")
+	}
+	taskType := benchTask
 	if c.Bool("custom") {
 		if transport != "native" {
 			return usageError("--custom needs --transport native: the in-process TCP workers run the built-ins only")
@@ -81,30 +114,70 @@ func bench(c *cli.Context) error {
 	}
 	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	sys, err := benchTarget(ctx, c, transport)
+	probeJobs := 0
+	if !external {
+		probeJobs = warmup + n + idleWarmup + idle
+	}
+	sys, err := benchTarget(ctx, c, transport, syncOpts, probeJobs)
 	if err != nil {
 		return exitErr(err)
 	}
 	defer sys.close()
+	sys.taskType = taskType
 	out := c.App.Writer
-	fmt.Fprintf(out, "bench: %d %s jobs, %d submitters, transport %s\n", n, taskType, submitters, transport)
+	asJSON := c.Bool("json")
+	if !asJSON {
+		fmt.Fprintf(out, "bench: %d %s jobs, %d submitters, transport %s, sync %s\n", n, taskType, submitters, transport, c.String("sync"))
+	}
+	next := 0 // the number of the next job, for the probe
+	if warmup > 0 {
+		if _, err := runBench(ctx, sys, warmup, next, func(int) {}); err != nil {
+			return exitErr(fmt.Errorf("warm-up: %w", err))
+		}
+		next += warmup
+	}
 	stopProfile, err := startProfile(c.String("cpuprofile"))
 	if err != nil {
 		return exitErr(err)
 	}
-	res, err := runBench(ctx, sys.clients, taskType, n, progressTo(c.App.ErrWriter, n))
-	stopProfile()
-	if err != nil {
-		return exitErr(err)
+	var run *benchResult
+	if n > 0 {
+		progress := func(int) {}
+		if !asJSON {
+			progress = progressTo(c.App.ErrWriter, n)
+		}
+		res, err := runBench(ctx, sys, n, next, progress)
+		if err != nil {
+			stopProfile()
+			return exitErr(err)
+		}
+		run = &res
+		next += n
 	}
-	fmt.Fprintf(out, "%d jobs in %v: %.0f jobs/s (all submitted after %v)\n", n, res.total.Round(time.Millisecond),
-		float64(n)/res.total.Seconds(), res.submitted.Round(time.Millisecond))
-	fmt.Fprintf(out, "submit latency p50 %v, p99 %v\n", res.p50.Round(time.Microsecond), res.p99.Round(time.Microsecond))
+	stopProfile()
+	var idleRes *idleResult
+	if idle > 0 {
+		res, err := runIdle(ctx, sys, idle, next)
+		if err != nil {
+			return exitErr(err)
+		}
+		idleRes = &res
+	}
+	rep := newBenchReport(map[string]string{
+		"transport": transport, "sync": c.String("sync"), "jobs": strconv.Itoa(n),
+		"submitters": strconv.Itoa(submitters), "workers": strconv.Itoa(c.Int("workers")),
+		"worker_capacity": strconv.Itoa(c.Int("worker-capacity")), "warmup": strconv.Itoa(warmup),
+		"idle": strconv.Itoa(idle), "in_process": strconv.FormatBool(!external), "task_type": taskType,
+	}, run, idleRes)
+	if asJSON {
+		return rep.writeJSON(out)
+	}
+	rep.writeText(out, !external)
 	return nil
 }
 
 // benchTarget connects to the system named by --nats or --connect, or builds one.
-func benchTarget(ctx context.Context, c *cli.Context, transport string) (*benchSystem, error) {
+func benchTarget(ctx context.Context, c *cli.Context, transport string, syncOpts []embeddednats.Option, probeJobs int) (*benchSystem, error) {
 	submitters := c.Int("submitters")
 	if addr := global(c, "connect"); addr != "" {
 		return dialClients(ctx, submitters, func() (*client.Client, error) { return client.DialTCP(ctx, addr) })
@@ -125,13 +198,14 @@ func benchTarget(ctx context.Context, c *cli.Context, transport string) (*benchS
 		}
 		closeClients := sys.close
 		sys.close = func() { closeClients(); nc.Close() }
+		sys.nc = nc
 		return sys, nil
 	}
 	var reg *metrics.Registry
 	if c.Bool("metrics") {
 		reg = metrics.New()
 	}
-	return inProcessSystem(ctx, transport, submitters, c.Int("workers"), c.Int("worker-capacity"), reg)
+	return inProcessSystem(ctx, transport, submitters, c.Int("workers"), c.Int("worker-capacity"), reg, syncOpts, newStartProbe(probeJobs))
 }
 
 func dialClients(ctx context.Context, n int, dial func() (*client.Client, error)) (*benchSystem, error) {
@@ -153,8 +227,10 @@ func dialClients(ctx context.Context, n int, dial func() (*client.Client, error)
 }
 
 // inProcessSystem starts embedded NATS, a coordinator, the bridge for tcp, and workers
-// in a temporary store that is removed afterwards.
-func inProcessSystem(ctx context.Context, transport string, submitters, workers, capacity int, reg *metrics.Registry) (*benchSystem, error) {
+// in a temporary store that is removed afterwards. The workers report their starts to
+// probe.
+func inProcessSystem(ctx context.Context, transport string, submitters, workers, capacity int, reg *metrics.Registry,
+	syncOpts []embeddednats.Option, probe *startProbe) (*benchSystem, error) {
 	dir, err := os.MkdirTemp("", "jobbus-bench-")
 	if err != nil {
 		return nil, err
@@ -167,7 +243,7 @@ func inProcessSystem(ctx context.Context, transport string, submitters, workers,
 		_ = os.RemoveAll(dir)
 	}
 	fail := func(err error) (*benchSystem, error) { cleanup(); return nil, err }
-	srv, err := embeddednats.Start(ctx, embeddednats.WithListen("127.0.0.1:-1"), embeddednats.WithStoreDir(dir))
+	srv, err := embeddednats.Start(ctx, append([]embeddednats.Option{embeddednats.WithListen("127.0.0.1:-1"), embeddednats.WithStoreDir(dir)}, syncOpts...)...)
 	if err != nil {
 		return fail(err)
 	}
@@ -216,7 +292,7 @@ func inProcessSystem(ctx context.Context, transport string, submitters, workers,
 	// that both transports pay for their sockets.
 	url := srv.ClientURL()
 	for range workers {
-		run, err := benchWorker(url, br, capacity, reg)
+		run, err := benchWorker(url, br, capacity, reg, probe)
 		if err != nil {
 			return fail(err)
 		}
@@ -238,18 +314,20 @@ func inProcessSystem(ctx context.Context, transport string, submitters, workers,
 	}
 	cleanups = append(cleanups, sys.close)
 	sys.close = cleanup
+	sys.nc, sys.probe = cnc, probe
 	return sys, nil
 }
 
-// benchWorker builds one worker: native with its own connection to url, or a spec TCP
-// worker on the bridge.
-func benchWorker(url string, br *bridge.Bridge, capacity int, reg *metrics.Registry) (func(context.Context), error) {
+// benchWorker builds one worker running ts: native with its own connection to url, or a
+// spec TCP worker on the bridge.
+func benchWorker(url string, br *bridge.Bridge, capacity int, reg *metrics.Registry, probe *startProbe) (func(context.Context), error) {
+	ts := probe.tasks()
 	if br == nil {
-		w, err := worker.Connect(context.Background(), url, worker.WithCapacity(capacity), worker.WithLogger(nil))
+		w, err := worker.Connect(context.Background(), url, worker.WithCapacity(capacity), worker.WithLogger(nil), worker.WithTasks(ts))
 		if err != nil {
 			return nil, err
 		}
-		if err := worker.HandleJSON(w, benchCustomType, benchSHA256); err != nil {
+		if err := worker.HandleJSON(w, benchCustomType, probe.custom); err != nil {
 			_ = w.Close()
 			return nil, err
 		}
@@ -258,37 +336,41 @@ func benchWorker(url string, br *bridge.Bridge, capacity int, reg *metrics.Regis
 		}
 		return func(ctx context.Context) { _ = w.Run(ctx); _ = w.Close() }, nil
 	}
-	w, err := tcpworker.New(br.WorkerAddr().String(), tcpworker.WithCapacity(capacity), tcpworker.WithLogger(nil))
+	w, err := tcpworker.New(br.WorkerAddr().String(), tcpworker.WithCapacity(capacity), tcpworker.WithLogger(nil), tcpworker.WithTasks(ts))
 	if err != nil {
 		return nil, err
 	}
 	return func(ctx context.Context) { _ = w.Run(ctx) }, nil
 }
 
-type benchResult struct {
-	submitted, total time.Duration
-	p50, p99         time.Duration
-}
-
-// runBench submits n jobs over the clients, one submitter each, then waits until no
-// job is active.
-func runBench(ctx context.Context, clients []*client.Client, taskType string, n int, progress func(done int)) (benchResult, error) {
+// runBench submits n jobs, numbered from first, over the clients, one submitter each,
+// waits until no job is active, and then reads when each completed.
+func runBench(ctx context.Context, sys *benchSystem, n, first int, progress func(done int)) (benchResult, error) {
+	clients := sys.clients
 	var next, done atomic.Int64
-	lat := make([][]time.Duration, len(clients))
+	submitAt := make([]time.Time, n)
+	ids := make([]string, n)
+	ack := make([]time.Duration, n)
 	errs := make(chan error, len(clients))
+	cpu0, cpuOK := processCPU()
 	start := time.Now()
 	var wg sync.WaitGroup
-	for i, cl := range clients {
+	for _, cl := range clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for next.Add(1) <= int64(n) {
+			for {
+				k := int(next.Add(1)) - 1
+				if k >= n {
+					return
+				}
 				t0 := time.Now()
-				if _, err := cl.Submit(ctx, taskType, map[string]string{"text": "jobbus"}); err != nil {
+				id, err := cl.Submit(ctx, sys.taskType, benchPayload(first+k))
+				if err != nil {
 					errs <- err
 					return
 				}
-				lat[i] = append(lat[i], time.Since(t0))
+				submitAt[k], ids[k], ack[k] = t0, id, time.Since(t0)
 				progress(int(done.Add(1)))
 			}
 		}()
@@ -298,15 +380,69 @@ func runBench(ctx context.Context, clients []*client.Client, taskType string, n 
 	if err := <-errs; err != nil {
 		return benchResult{}, fmt.Errorf("submit: %w", err)
 	}
-	res := benchResult{submitted: time.Since(start)}
+	res := benchResult{jobs: n, submitted: time.Since(start), submit: newDist(ack)}
 	if err := waitIdle(ctx, clients[0]); err != nil {
 		return res, err
 	}
-	res.total = time.Since(start)
-	all := slices.Concat(lat...)
-	slices.Sort(all)
-	res.p50, res.p99 = all[len(all)/2], all[len(all)*99/100]
+	cpu1, _ := processCPU()
+	res.cpu, res.cpuOK, res.cpuWall = cpu1-cpu0, cpuOK, time.Since(start)
+	doneAt, err := completedAt(ctx, clients[0], ids)
+	if err != nil {
+		return res, err
+	}
+	var starts, completes []time.Duration
+	var lastDone time.Time
+	for k, id := range ids {
+		if t := sys.probe.started(first + k); !t.IsZero() {
+			starts = append(starts, t.Sub(submitAt[k]))
+			if d := t.Sub(start); res.firstStart == 0 || d < res.firstStart {
+				res.firstStart = d
+			}
+		}
+		if t, ok := doneAt[id]; ok {
+			completes = append(completes, max(t.Sub(submitAt[k]), 0))
+			if t.After(lastDone) {
+				lastDone = t
+			}
+		}
+	}
+	if len(completes) < n {
+		return res, fmt.Errorf("only %d of the %d jobs completed", len(completes), n)
+	}
+	// The last completion as the coordinator stored it, rather than when the polling
+	// above noticed, so the rate does not depend on the polling interval.
+	res.lastDone = max(lastDone.Sub(start), time.Millisecond)
+	res.total = res.lastDone
+	res.start, res.complete = newDist(starts), newDist(completes)
 	return res, nil
+}
+
+// completedAt reads when each of the jobs ids completed, by the coordinator's clock
+// (its updatedAtMillis), from the newest COMPLETED jobs until all are found.
+func completedAt(ctx context.Context, cl *client.Client, ids []string) (map[string]time.Time, error) {
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
+	at := make(map[string]time.Time, len(ids))
+	state := protocol.StateCompleted
+	req := protocol.ListJobs{State: &state, Limit: 1000}
+	for len(at) < len(want) {
+		page, err := cl.List(ctx, req)
+		if err != nil {
+			return nil, fmt.Errorf("list the completed jobs: %w", err)
+		}
+		for _, j := range page.Jobs {
+			if want[j.JobID] {
+				at[j.JobID] = time.UnixMilli(j.UpdatedAtMillis)
+			}
+		}
+		if page.NextCursor == "" {
+			break
+		}
+		req.Cursor = page.NextCursor
+	}
+	return at, nil
 }
 
 // waitIdle polls until no job is QUEUED, RUNNING or in RETRY_WAIT.

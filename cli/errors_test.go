@@ -50,6 +50,11 @@ func TestUsageErrorsInOneLine(t *testing.T) {
 		{"CoordinatorMaxAttempts", []string{"--nats", "nats://127.0.0.1:1"}, []string{"coordinator", "--max-attempts", "-1"}, "max attempts must be at least 1, got -1"},
 		{"ServeMaxAttempts", nil, []string{"serve", "--max-attempts", "-1", "--data-dir", "/nonexistent/jobbus-test"}, "max attempts must be at least 1, got -1"},
 		{"NegativeGrace", nil, []string{"worker", "--shutdown-grace", "-1s"}, "--shutdown-grace must be 0 or more"},
+		{"ServeBadSync", nil, []string{"serve", "--sync", "sometimes", "--data-dir", "/nonexistent/jobbus-test"}, `--sync must be default, always or a positive interval (1s, 100ms), got "sometimes"`},
+		{"SyncWithNATS", nats, []string{"serve", "--sync", "always"}, "--sync configures the embedded NATS server"},
+		{"BenchBadSync", nil, []string{"bench", "--sync", "0s"}, `--sync must be default, always or a positive interval (1s, 100ms), got "0s"`},
+		{"BenchSyncOnExternal", []string{"--connect", "127.0.0.1:1"}, []string{"bench", "--sync", "always"}, "--sync applies to the system bench builds"},
+		{"BenchNothing", nil, []string{"bench", "--jobs", "0"}, "nothing to measure: give --jobs or --idle"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

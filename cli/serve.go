@@ -83,6 +83,7 @@ func serveCommand() *cli.Command {
 		&cli.StringFlag{Name: "nats-token", Usage: "the embedded NATS server requires this token of every client (instead of a user)", EnvVars: env("nats-token")},
 		&cli.StringFlag{Name: "nats-config", Usage: "a nats-server configuration file for the embedded server (accounts, users and permissions, nkeys, JWT resolver, TLS): what it sets wins over the --nats-* flags; see docs/nats-server.conf", EnvVars: env("nats-config")},
 		&cli.StringFlag{Name: "nats-max-store", Usage: "cap the embedded server's JetStream file storage (e.g. 512M, 10G); at the cap, submissions are refused with an ERROR that says so, and running jobs go on (default: the server's, 75% of the disk's free space)", EnvVars: env("nats-max-store")},
+		&cli.StringFlag{Name: "sync", Value: "default", Usage: syncFlagUsage, EnvVars: env("sync")},
 		&cli.StringFlag{Name: "nats-log-level", Value: "warn", Usage: "the embedded NATS server's own log lines at this level and above (debug, info, warn, error): --log-level debug stays jobbus's", EnvVars: env("nats-log-level")},
 	}
 	return &cli.Command{
@@ -223,7 +224,7 @@ func connectOrEmbed(ctx context.Context, c *cli.Context, log *slog.Logger) (*nat
 	}
 	if target.url != "" {
 		for _, f := range []string{"data-dir", "nats-listen", "nats-http-listen", "nats-system-password", "nats-log-level", "nats-max-store", "nats-user", "nats-password", "nats-token", "nats-config",
-			"server-name", "cluster-listen", "routes", "leafnode-remote", "leafnode-listen"} {
+			"server-name", "cluster-listen", "routes", "leafnode-remote", "leafnode-listen", "sync"} {
 			if c.IsSet(f) && givenOnCommandLine(c, f) {
 				return nil, nil, usageError("--%s configures the embedded NATS server, which serve does not start when it joins %s", f, target.where())
 			}
@@ -247,6 +248,11 @@ func connectOrEmbed(ctx context.Context, c *cli.Context, log *slog.Logger) (*nat
 		embeddednats.WithStoreDir(c.String("data-dir")),
 		embeddednats.WithLogger(natsLog),
 	)
+	syncOpts, err := syncOptions(c.String("sync"))
+	if err != nil {
+		return nil, nil, err
+	}
+	opts = append(opts, syncOpts...)
 	if hp := c.String("nats-http-listen"); hp != "" {
 		opts = append(opts, embeddednats.WithHTTPListen(hp))
 	}

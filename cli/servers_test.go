@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -254,12 +255,48 @@ func TestBench(t *testing.T) {
 				t.Fatalf("bench exited %d\nstdout: %s\nstderr: %s", code, r.out, r.errs)
 			}
 			out := r.out.String()
-			if !strings.Contains(out, "bench: 300 SHA256 jobs, 4 submitters, transport "+transport) ||
-				!jobsPerSecond.MatchString(out) || !strings.Contains(out, "submit latency p50 ") {
+			for _, want := range []string{"bench: 300 SHA256 jobs, 4 submitters, transport " + transport + ", sync default",
+				"steady rate ", "submit latency p50 ", "submit -> start     p50 ", "submit -> completed p50 "} {
+				if !strings.Contains(out, want) {
+					t.Errorf("bench output lacks %q:\n%s", want, out)
+				}
+			}
+			if !jobsPerSecond.MatchString(out) {
 				t.Errorf("bench output:\n%s", out)
 			}
 		})
 	}
+	// The issue's figures in one JSON object: fsync on every write, percentiles under
+	// load, the idle run, CPU per job.
+	t.Run("JSONIdleSyncAlways", func(t *testing.T) {
+		t.Parallel()
+		r := start(t, nil, "bench", "--jobs", "200", "--warmup", "20", "--idle", "5", "--sync", "always", "--json",
+			"--workers", "1", "--worker-capacity", "8", "--submitters", "4", "--transport", "tcp")
+		if code := r.wait(t); code != cli.ExitOK {
+			t.Fatalf("bench exited %d\nstdout: %s\nstderr: %s", code, r.out, r.errs)
+		}
+		var doc struct {
+			System   string             `json:"system"`
+			Settings map[string]string  `json:"settings"`
+			Metrics  map[string]float64 `json:"metrics"`
+		}
+		if err := json.Unmarshal([]byte(r.out.String()), &doc); err != nil {
+			t.Fatalf("not one JSON object: %v\n%s", err, r.out)
+		}
+		if doc.System != "jobbus" || doc.Settings["sync"] != "always" || doc.Settings["transport"] != "tcp" || doc.Settings["jobs"] != "200" {
+			t.Errorf("system %q, settings %v", doc.System, doc.Settings)
+		}
+		for _, k := range []string{"e2e.jobs_per_s", "e2e.jobs_per_s_after_first_start", "e2e.first_start_ms",
+			"e2e.start.p50_ms", "e2e.start.p90_ms", "e2e.start.p99_ms", "e2e.start.max_ms", "e2e.complete.p99_ms",
+			"e2e.enqueue_ack.p50_ms", "latency.start.p50_ms", "latency.complete.p50_ms", "latency.complete.p99_ms", "e2e.cpu_ms_per_job"} {
+			if v, ok := doc.Metrics[k]; !ok || v <= 0 {
+				t.Errorf("metric %s = %v (present %v)", k, v, ok)
+			}
+		}
+		if p50, p99 := doc.Metrics["latency.complete.p50_ms"], doc.Metrics["latency.complete.p99_ms"]; p50 > p99 {
+			t.Errorf("idle p50 %v above p99 %v", p50, p99)
+		}
+	})
 	t.Run("BogusTransport", func(t *testing.T) {
 		t.Parallel()
 		code, _, errs := cliRun(nil, "bench", "--transport", "bogus")

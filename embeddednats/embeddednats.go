@@ -188,6 +188,7 @@ func (c *config) serverOptions() (*server.Options, error) {
 		JetStreamMaxStore:      c.maxStore,
 		JetStreamDomain:        c.jsDomain,
 		SyncAlways:             c.syncAlways,
+		SyncInterval:           c.syncInterval,
 		NoLog:                  true, // the adapter set in runServer logs instead
 		NoSigs:                 true, // signals belong to the host process
 		DisableJetStreamBanner: true,

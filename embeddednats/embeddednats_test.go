@@ -575,3 +575,32 @@ func BenchmarkStartShutdown(b *testing.B) {
 		}
 	}
 }
+
+// TestSyncOptions: WithSyncAlways and WithSyncInterval reach JetStream's configuration
+// (serve --sync); without them the server keeps its own default, 2 minutes.
+func TestSyncOptions(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name     string
+		opts     []embeddednats.Option
+		always   bool
+		interval time.Duration
+	}{
+		{"Default", nil, false, 2 * time.Minute},
+		{"Always", []embeddednats.Option{embeddednats.WithSyncAlways(true)}, true, 2 * time.Minute},
+		{"Interval", []embeddednats.Option{embeddednats.WithSyncInterval(time.Second)}, false, time.Second},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := start(t, t.TempDir(), tc.opts...)
+			cfg := srv.NATS().JetStreamConfig()
+			if cfg == nil {
+				t.Fatal("JetStream is off")
+			}
+			if cfg.SyncAlways != tc.always || cfg.SyncInterval != tc.interval {
+				t.Errorf("SyncAlways %v, SyncInterval %v; want %v, %v", cfg.SyncAlways, cfg.SyncInterval, tc.always, tc.interval)
+			}
+		})
+	}
+}

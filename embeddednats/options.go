@@ -25,6 +25,7 @@ type config struct {
 	maxMem       int64
 	maxStore     int64
 	syncAlways   bool
+	syncInterval time.Duration
 	logger       *slog.Logger
 	readyTimeout time.Duration
 	httpListen   string
@@ -106,6 +107,12 @@ func WithJetStreamLimits(maxMem, maxStore int64) Option {
 // WithSyncAlways makes JetStream fsync every write instead of on an interval.
 func WithSyncAlways(on bool) Option {
 	return func(c *config) { c.syncAlways = on }
+}
+
+// WithSyncInterval sets how often JetStream fsyncs its files when not on every write
+// (nats-server's default is 2 minutes); 0 keeps the server's default.
+func WithSyncInterval(d time.Duration) Option {
+	return func(c *config) { c.syncInterval = d }
 }
 
 // WithLogger routes the server's log lines to l: notices and debug lines at
