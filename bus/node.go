@@ -50,6 +50,10 @@ type Node struct {
 	// slots bounds running handlers: a handler holds a slot while it runs, and Close
 	// waits for all of them by taking every slot.
 	slots chan struct{}
+	// handoff passes a message to an idle handler goroutine (see dispatch); pool
+	// counts those goroutines, running or idle, so that Close can wait for them.
+	handoff chan handlerCall
+	pool    sync.WaitGroup
 
 	// inbox is the prefix of the node's reply subjects; mux receives every answer.
 	inbox string
@@ -145,6 +149,7 @@ func newNode(nc *nats.Conn, self Address, cfg config, own bool) (*Node, error) {
 		nc: nc, own: own, self: self, from: self.String(), cfg: cfg,
 		log:       cfg.logger.With("node", self.String()),
 		slots:     make(chan struct{}, cfg.maxInFlight),
+		handoff:   make(chan handlerCall),
 		inbox:     nc.NewInbox(),
 		pending:   make(map[uint64]*pendingAsk),
 		handlers:  make(map[string][]*nats.Subscription),
@@ -257,6 +262,7 @@ func (n *Node) close() error {
 	for range cap(n.slots) { // wait for running handlers
 		n.slots <- struct{}{}
 	}
+	n.pool.Wait() // and for the idle ones, which leave when n.ctx ends
 	errs = append(errs, unsubscribe(n.mux))
 	if n.own {
 		n.nc.Close() // flushes
