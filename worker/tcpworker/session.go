@@ -1,6 +1,7 @@
 package tcpworker
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -31,12 +32,22 @@ type session struct {
 	ctx  context.Context
 	stop context.CancelCauseFunc
 
-	wmu sync.Mutex     // serialises frames on conn
-	wg  sync.WaitGroup // the heartbeat loop
+	// wmu serialises frames on conn: they are gathered in bw and written by the flush
+	// loop, woken by dirty, so that results finishing together leave in one write.
+	wmu     sync.Mutex
+	bw      *bufio.Writer
+	scratch []byte // a frame being built, under wmu
+	dirty   chan struct{}
+
+	wg sync.WaitGroup // the heartbeat and flush loops
 }
 
+// writeBufSize is the write buffer: a few hundred results of a trivial task.
+const writeBufSize = 64 << 10
+
 func newSession(w *Worker, conn net.Conn) *session {
-	return &session{w: w, conn: conn, r: frame.NewReader(conn), log: w.log}
+	return &session{w: w, conn: conn, r: frame.NewReader(conn), log: w.log,
+		bw: bufio.NewWriterSize(conn, writeBufSize), dirty: make(chan struct{}, 1)}
 }
 
 // run registers and serves the connection until it breaks, the coordinator breaks the
@@ -58,8 +69,9 @@ func (s *session) run(parent context.Context) (registered bool, err error) {
 		return false, err
 	}
 	s.log.Info("worker registered", "capacity", s.w.cfg.Capacity)
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go s.heartbeat()
+	go s.flushLoop()
 	return true, s.serve()
 }
 
@@ -68,6 +80,9 @@ func (s *session) run(parent context.Context) (registered bool, err error) {
 func (s *session) register() error {
 	msg := &protocol.WorkerRegister{WorkerID: s.w.cfg.ID, Capacity: s.w.cfg.Capacity}
 	if err := s.send(msg); err != nil {
+		return err
+	}
+	if err := s.flush(); err != nil {
 		return err
 	}
 	_ = s.conn.SetReadDeadline(time.Now().Add(s.w.cfg.dialTimeout))
@@ -152,27 +167,37 @@ func (s *session) assign(m *protocol.TaskAssign) error {
 // finished reports an attempt's outcome, unless the connection it came on has ended:
 // the coordinator has then revoked the lease and would reject the result.
 func (s *session) finished(m *protocol.TaskAssign, o attempts.Outcome) {
-	log := s.log.With("job", m.JobID, "attempt", m.AttemptID)
+	// The job's attributes are added per line: log.With would allocate for every
+	// result to log debug lines.
 	if s.ctx.Err() != nil {
-		log.Debug("attempt interrupted: result dropped", "cause", context.Cause(s.ctx))
+		s.log.Debug("attempt interrupted: result dropped", "job", m.JobID, "attempt", m.AttemptID, "cause", context.Cause(s.ctx))
 		return
 	}
-	res := s.result(m, o)
-	log.Debug("attempt finished", "success", res.Success, "err", o.Err)
-	if err := s.send(res); err != nil {
-		log.Debug("result not sent", "err", err)
+	res, data, err := s.result(m, o)
+	if err == nil {
+		s.log.Debug("attempt finished", "job", m.JobID, "attempt", m.AttemptID, "success", res.Success, "err", o.Err)
+		err = s.queue(data)
+	}
+	if err != nil {
+		s.log.Debug("result not sent", "job", m.JobID, "attempt", m.AttemptID, "err", err)
 	}
 }
 
-// result is the TASK_RESULT of an attempt, echoing its lease. A result too large for
-// one frame becomes a failure, so the coordinator still learns the attempt ended.
-func (s *session) result(m *protocol.TaskAssign, o attempts.Outcome) *protocol.TaskResult {
+// result is the TASK_RESULT of an attempt, echoing its lease, and its encoding. A
+// result too large for one frame becomes a failure, so the coordinator still learns
+// the attempt ended.
+func (s *session) result(m *protocol.TaskAssign, o attempts.Outcome) (*protocol.TaskResult, []byte, error) {
 	res := attempts.Result(s.w.cfg.ID, m, o)
-	if data, encErr := protocol.Encode(res); encErr == nil && len(data) <= frame.MaxSize {
-		return res
+	if data, err := protocol.Encode(res); err == nil && len(data) <= frame.MaxSize {
+		return res, data, nil
 	}
 	text := fmt.Sprintf("result too large: %d bytes (a frame holds at most %d)", len(o.Result), frame.MaxSize)
-	return &protocol.TaskResult{WorkerID: s.w.cfg.ID, JobID: m.JobID, AttemptID: m.AttemptID, Error: &text}
+	res = &protocol.TaskResult{WorkerID: s.w.cfg.ID, JobID: m.JobID, AttemptID: m.AttemptID, Error: &text}
+	data, err := protocol.Encode(res)
+	if err != nil {
+		return nil, nil, fmt.Errorf("encode %s: %w", res.MessageType(), err)
+	}
+	return res, data, nil
 }
 
 // heartbeat tells the coordinator the worker is alive, every interval, until the
@@ -194,20 +219,73 @@ func (s *session) heartbeat() {
 	}
 }
 
-// send writes one frame, whole, under the write lock. A failed write ends the session:
-// the stream can no longer be trusted.
+// send encodes m and queues it (see queue).
 func (s *session) send(m protocol.Message) error {
 	data, err := protocol.Encode(m)
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", m.MessageType(), err)
 	}
+	return s.queue(data)
+}
+
+// queue adds the frame carrying payload to the write buffer, whole, under the write
+// lock, and wakes the flush loop. Frames queued while a write is in progress leave
+// together in the next one, which saves a system call per result under load and costs
+// an idle worker only the wake-up. A failed write ends the session: the stream can no
+// longer be trusted.
+func (s *session) queue(payload []byte) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	buf, err := frame.Append(s.scratch[:0], payload)
+	if err != nil {
+		return fmt.Errorf("send: %w", err)
+	}
+	if cap(buf) <= writeBufSize {
+		s.scratch = buf
+	}
+	if s.bw.Available() < len(buf) {
+		// bufio writes what does not fit itself, here: give that write its deadline.
+		_ = s.conn.SetWriteDeadline(time.Now().Add(s.w.cfg.dialTimeout))
+	}
+	if _, err := s.bw.Write(buf); err != nil {
+		err = fmt.Errorf("send: %w", err)
+		s.stop(err)
+		return err
+	}
+	select {
+	case s.dirty <- struct{}{}:
+	default: // a flush is due already
+	}
+	return nil
+}
+
+// flush writes what the buffer holds, within the write timeout.
+func (s *session) flush() error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.bw.Buffered() == 0 {
+		return nil
+	}
 	_ = s.conn.SetWriteDeadline(time.Now().Add(s.w.cfg.dialTimeout))
-	if err := frame.Write(s.conn, data); err != nil {
-		err = fmt.Errorf("send %s: %w", m.MessageType(), err)
+	if err := s.bw.Flush(); err != nil {
+		err = fmt.Errorf("send: %w", err)
 		s.stop(err)
 		return err
 	}
 	return nil
+}
+
+// flushLoop writes the queued frames whenever there are some, until the session ends.
+func (s *session) flushLoop() {
+	defer s.wg.Done()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-s.dirty:
+			if s.flush() != nil {
+				return
+			}
+		}
+	}
 }
