@@ -65,6 +65,7 @@ func (b *Bridge) serveClient(c net.Conn, release func()) {
 	log := b.log.With("port", "client", "remote", c.RemoteAddr().String())
 	log.Debug("client connected")
 	r := frame.NewReader(c)
+	var wbuf []byte // the reply frame, reused: one reply at a time
 	for {
 		payload, err := readFrame(c, r, b.cfg.FrameStallTimeout)
 		if err != nil {
@@ -86,7 +87,7 @@ func (b *Bridge) serveClient(c net.Conn, release func()) {
 		if e != nil {
 			reply = encodeError(e)
 		}
-		if err := writeFrame(c, reply, b.cfg.WriteTimeout); err != nil {
+		if wbuf, err = writeFrameBuf(c, wbuf, reply, b.cfg.WriteTimeout); err != nil {
 			log.Info("client dropped: write failed", "err", err)
 			return
 		}

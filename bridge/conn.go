@@ -66,6 +66,26 @@ func writeFrame(c net.Conn, payload []byte, timeout time.Duration) error {
 	return frame.Write(c, payload)
 }
 
+// writeFrameBuf is writeFrame building the frame in buf, which it returns for the
+// next frame (unless it grew beyond batchBytes), so a connection's replies cost no
+// allocation.
+func writeFrameBuf(c net.Conn, buf, payload []byte, timeout time.Duration) ([]byte, error) {
+	out, err := frame.Append(buf[:0], payload)
+	if err != nil {
+		return buf, err
+	}
+	if cap(out) <= batchBytes {
+		buf = out
+	}
+	if err := c.SetWriteDeadline(time.Now().Add(timeout)); err != nil {
+		return buf, err
+	}
+	if _, err := c.Write(out); err != nil {
+		return buf, fmt.Errorf("frame: write: %w", err)
+	}
+	return buf, nil
+}
+
 // lingerMax bounds how long a closing connection is drained.
 const lingerMax = 500 * time.Millisecond
 

@@ -324,15 +324,16 @@ func (s *workerSession) result(res *protocol.TaskResult, size int) bool {
 func (s *workerSession) deliver(res *protocol.TaskResult, size int) {
 	defer s.b.wg.Done()
 	defer s.results.release(size)
-	log := s.log.With("job", res.JobID, "attempt", res.AttemptID)
 	ctx, cancel := context.WithTimeout(s.b.ctx, s.b.cfg.ResultRetryFor)
 	defer cancel()
 	ack, tries, err := workerproto.Deliver(ctx, s.node, res, s.b.cfg.RequestTimeout, workerproto.NewBackoff(resultRetryBase, resultRetryMax))
+	// The job's attributes are added per line, not with log.With per result: that
+	// would cost an allocation for every result to log a debug line.
 	if err != nil {
-		log.Warn("result abandoned", "err", err, "tries", tries)
+		s.log.Warn("result abandoned", "job", res.JobID, "attempt", res.AttemptID, "err", err, "tries", tries)
 		return
 	}
-	log.Debug("result delivered", "accepted", ack.Accepted, "tries", tries)
+	s.log.Debug("result delivered", "job", res.JobID, "attempt", res.AttemptID, "accepted", ack.Accepted, "tries", tries)
 }
 
 // leave ends the session's life as the worker: it stops serving the worker's bus

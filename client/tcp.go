@@ -58,8 +58,12 @@ type tcpTransport struct {
 // reqMu uses.
 type tcpConn struct {
 	net.Conn
-	r *frame.Reader
+	r    *frame.Reader
+	wbuf []byte // the request frame, reused
 }
+
+// maxKeptBuf bounds the request buffer a connection keeps between requests.
+const maxKeptBuf = 64 << 10
 
 // RoundTrip sends body as one frame and returns the next frame the bridge sends back.
 func (t *tcpTransport) RoundTrip(ctx context.Context, typ protocol.Type, body []byte) ([]byte, error) {
@@ -67,8 +71,8 @@ func (t *tcpTransport) RoundTrip(ctx context.Context, typ protocol.Type, body []
 		return nil, fmt.Errorf("%s is not a client request", typ)
 	}
 	// Checked first, so a body too large to send never costs the connection.
-	out, err := frame.Append(nil, body)
-	if err != nil {
+	if len(body) == 0 || len(body) > frame.MaxSize {
+		_, err := frame.Append(nil, body) // refuses it before copying, and says why
 		return nil, fmt.Errorf("%s: %w", typ, err)
 	}
 	t.reqMu.Lock()
@@ -76,6 +80,10 @@ func (t *tcpTransport) RoundTrip(ctx context.Context, typ protocol.Type, body []
 	conn, err := t.current(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", typ, err)
+	}
+	out, _ := frame.Append(conn.wbuf[:0], body)
+	if cap(out) <= maxKeptBuf {
+		conn.wbuf = out
 	}
 	reply, err := t.exchange(ctx, conn, out)
 	if err != nil {
