@@ -131,7 +131,7 @@ func bench(c *cli.Context) error {
 	}
 	next := 0 // the number of the next job, for the probe
 	if warmup > 0 {
-		if _, err := runBench(ctx, sys, warmup, next, func(int) {}); err != nil {
+		if _, err := runBench(ctx, sys, warmup, next, func(int) {}, func() {}); err != nil {
 			return exitErr(fmt.Errorf("warm-up: %w", err))
 		}
 		next += warmup
@@ -146,7 +146,7 @@ func bench(c *cli.Context) error {
 		if !asJSON {
 			progress = progressTo(c.App.ErrWriter, n)
 		}
-		res, err := runBench(ctx, sys, n, next, progress)
+		res, err := runBench(ctx, sys, n, next, progress, stopProfile)
 		if err != nil {
 			stopProfile()
 			return exitErr(err)
@@ -344,8 +344,9 @@ func benchWorker(url string, br *bridge.Bridge, capacity int, reg *metrics.Regis
 }
 
 // runBench submits n jobs, numbered from first, over the clients, one submitter each,
-// waits until no job is active, and then reads when each completed.
-func runBench(ctx context.Context, sys *benchSystem, n, first int, progress func(done int)) (benchResult, error) {
+// waits until no job is active, calls measured (the CPU profile stops there), and then
+// reads when each job completed.
+func runBench(ctx context.Context, sys *benchSystem, n, first int, progress func(done int), measured func()) (benchResult, error) {
 	clients := sys.clients
 	var next, done atomic.Int64
 	submitAt := make([]time.Time, n)
@@ -386,6 +387,7 @@ func runBench(ctx context.Context, sys *benchSystem, n, first int, progress func
 	}
 	cpu1, _ := processCPU()
 	res.cpu, res.cpuOK, res.cpuWall = cpu1-cpu0, cpuOK, time.Since(start)
+	measured()
 	doneAt, err := completedAt(ctx, clients[0], ids)
 	if err != nil {
 		return res, err
@@ -496,7 +498,8 @@ func bar(n int, r rune) string {
 	return string(b)
 }
 
-// startProfile starts a CPU profile into path, if one is asked for.
+// startProfile starts a CPU profile into path, if one is asked for; stop may be called
+// more than once.
 func startProfile(path string) (stop func(), err error) {
 	if path == "" {
 		return func() {}, nil
@@ -509,7 +512,8 @@ func startProfile(path string) (stop func(), err error) {
 		f.Close()
 		return nil, fmt.Errorf("cpu profile: %w", err)
 	}
-	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+	var once sync.Once
+	return func() { once.Do(func() { pprof.StopCPUProfile(); f.Close() }) }, nil
 }
 
 // benchCustomType is SHA256's work as a task type of the workers' own: its payload is
