@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -353,6 +354,8 @@ func runBench(ctx context.Context, sys *benchSystem, n, first int, progress func
 	ids := make([]string, n)
 	ack := make([]time.Duration, n)
 	errs := make(chan error, len(clients))
+	var mem0, mem1 runtime.MemStats
+	runtime.ReadMemStats(&mem0)
 	cpu0, cpuOK := processCPU()
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -388,6 +391,8 @@ func runBench(ctx context.Context, sys *benchSystem, n, first int, progress func
 	cpu1, _ := processCPU()
 	res.cpu, res.cpuOK, res.cpuWall = cpu1-cpu0, cpuOK, time.Since(start)
 	measured()
+	runtime.ReadMemStats(&mem1)
+	res.allocs, res.allocBytes = mem1.Mallocs-mem0.Mallocs, mem1.TotalAlloc-mem0.TotalAlloc
 	doneAt, err := completedAt(ctx, clients[0], ids)
 	if err != nil {
 		return res, err

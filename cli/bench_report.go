@@ -69,6 +69,9 @@ type benchResult struct {
 	cpu        time.Duration // CPU time of this process over the run
 	cpuWall    time.Duration // the run's wall time, until it was seen to be idle
 	cpuOK      bool
+	// allocs and allocBytes are this process's heap allocations over the run: unlike
+	// time, they hardly depend on what else the machine runs.
+	allocs, allocBytes uint64
 }
 
 // steady is the rate counted from the first start, as the peers' benchmarks report it.
@@ -116,6 +119,8 @@ func newBenchReport(settings map[string]string, run *benchResult, idle *idleResu
 		r.submit.put(m, "e2e.enqueue_ack")
 		r.start.put(m, "e2e.start")
 		r.complete.put(m, "e2e.complete")
+		m["e2e.allocs_per_job"] = float64(r.allocs) / float64(r.jobs)
+		m["e2e.alloc_bytes_per_job"] = float64(r.allocBytes) / float64(r.jobs)
 		if r.cpuOK {
 			m["e2e.cpu_ms_per_job"] = fracMillis(r.cpu) / float64(r.jobs)
 			m["e2e.cpu_self_cores"] = r.cpu.Seconds() / r.cpuWall.Seconds()
@@ -154,6 +159,7 @@ func (rep *benchReport) writeText(w io.Writer, inProcess bool) {
 			}
 			fmt.Fprintf(w, "CPU %.2f s, %.3f ms per job, %.2f cores (%s)\n", r.cpu.Seconds(), fracMillis(r.cpu)/float64(r.jobs), r.cpu.Seconds()/r.cpuWall.Seconds(), whose)
 		}
+		fmt.Fprintf(w, "heap allocations per job: %.0f, %.1f KiB\n", float64(r.allocs)/float64(r.jobs), float64(r.allocBytes)/float64(r.jobs)/1024)
 	}
 	if i := rep.idle; i != nil {
 		fmt.Fprintf(w, "idle, %d jobs one at a time:\n", i.jobs)
