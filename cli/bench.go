@@ -66,6 +66,7 @@ Example:
 			&cli.BoolFlag{Name: "metrics", Usage: "in-process system: collect Prometheus metrics and scrape them every second, as serve does", EnvVars: env("bench-metrics")},
 			&cli.BoolFlag{Name: "custom", Usage: "submit " + benchCustomType + " jobs (SHA256's work as a task type the workers declare, with a JSON Schema) instead of SHA256; native transport only", EnvVars: env("bench-custom")},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the run to this file (go tool pprof)", EnvVars: env("bench-cpuprofile")},
+			&cli.StringFlag{Name: "memprofile", Usage: "write a profile of the run's heap allocations to this file (go tool pprof -sample_index alloc_space)", EnvVars: env("bench-memprofile")},
 		},
 		Action: bench,
 	}
@@ -137,7 +138,7 @@ func bench(c *cli.Context) error {
 		}
 		next += warmup
 	}
-	stopProfile, err := startProfile(c.String("cpuprofile"))
+	stopProfile, err := startProfile(c.String("cpuprofile"), c.String("memprofile"))
 	if err != nil {
 		return exitErr(err)
 	}
@@ -503,22 +504,42 @@ func bar(n int, r rune) string {
 	return string(b)
 }
 
-// startProfile starts a CPU profile into path, if one is asked for; stop may be called
-// more than once.
-func startProfile(path string) (stop func(), err error) {
-	if path == "" {
-		return func() {}, nil
+// startProfile starts a CPU profile into cpuPath, and counts heap allocations from now
+// for memPath, if asked for; stop writes them, and may be called more than once.
+func startProfile(cpuPath, memPath string) (stop func(), err error) {
+	var stops []func() error
+	if memPath != "" {
+		f, err := os.Create(memPath)
+		if err != nil {
+			return nil, fmt.Errorf("memory profile: %w", err)
+		}
+		// Sampled finer than the default from here on; the profile also holds what was
+		// allocated before (start-up, the warm-up), which the run's jobs outweigh.
+		runtime.MemProfileRate = 64 << 10
+		stops = append(stops, func() error {
+			defer f.Close()
+			return pprof.Lookup("allocs").WriteTo(f, 0)
+		})
 	}
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, fmt.Errorf("cpu profile: %w", err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("cpu profile: %w", err)
+	if cpuPath != "" {
+		f, err := os.Create(cpuPath)
+		if err != nil {
+			return nil, fmt.Errorf("cpu profile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("cpu profile: %w", err)
+		}
+		stops = append(stops, func() error { pprof.StopCPUProfile(); return f.Close() })
 	}
 	var once sync.Once
-	return func() { once.Do(func() { pprof.StopCPUProfile(); f.Close() }) }, nil
+	return func() {
+		once.Do(func() {
+			for _, stop := range stops {
+				_ = stop()
+			}
+		})
+	}, nil
 }
 
 // benchCustomType is SHA256's work as a task type of the workers' own: its payload is

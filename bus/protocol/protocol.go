@@ -151,13 +151,22 @@ func leadingType(data []byte) (Type, bool) {
 	if end >= len(data) || data[end] != '"' {
 		return "", false
 	}
-	t := Type(data[i+1 : end])
-	_, known := newMessage[t]
+	t, known := typeNames[string(data[i+1:end])] // indexing with string(bytes) allocates nothing
 	// A second "type" key would win in encoding/json (the last of duplicate keys
 	// counts): leave such a message to the slow path, so that a message has the same
 	// type whatever its key order, as any JSON parser in front of jobbus sees it.
 	return t, known && !bytes.Contains(data[end:], []byte(key))
 }
+
+// typeNames maps each known type's name to its Type, so that reading a message's type
+// returns the interned value instead of allocating a string per message.
+var typeNames = func() map[string]Type {
+	m := make(map[string]Type, len(newMessage))
+	for t := range newMessage {
+		m[string(t)] = t
+	}
+	return m
+}()
 
 func skipSpace(data []byte, i int) int {
 	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
