@@ -36,6 +36,7 @@ var columns = []column{
 	{"idle p99 ms", "latency.complete.p99_ms", "%.2f"},
 	{"load submit -> completed p99 ms", "e2e.complete.p99_ms", "%.0f"},
 	{"CPU ms/job", "e2e.cpu_ms_per_job", "%.3f"},
+	{"heap allocs/job", "e2e.allocs_per_job", "%.0f"},
 }
 
 // row is one configuration's runs.
