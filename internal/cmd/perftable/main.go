@@ -42,6 +42,7 @@ var columns = []column{
 // row is one configuration's runs.
 type row struct {
 	label string
+	order string // sorts the rows: the peers first, then jobbus's shapes, native before TCP, default fsync first
 	runs  []doc
 }
 
@@ -77,7 +78,7 @@ func load(dirs []string) ([]*row, error) {
 			l := label(dc)
 			r := byLabel[l]
 			if r == nil {
-				r = &row{label: l}
+				r = &row{label: l, order: order(dc)}
 				byLabel[l] = r
 				rows = append(rows, r)
 			}
@@ -88,7 +89,21 @@ func load(dirs []string) ([]*row, error) {
 			return nil, err
 		}
 	}
+	slices.SortStableFunc(rows, func(a, b *row) int { return strings.Compare(a.order, b.order) })
 	return rows, nil
+}
+
+// order is a row's sort key.
+func order(d doc) string {
+	s := d.Settings
+	if d.System != "jobbus" {
+		return "0 " + d.System + " " + s["redis_appendonly"]
+	}
+	sync := "0"
+	if s["sync"] != "" && s["sync"] != "default" {
+		sync = "1 " + s["sync"]
+	}
+	return fmt.Sprintf("1 %08s %s %s", s["submitters"], sync, s["transport"])
 }
 
 // label names a configuration: jobbus's from its bench settings, a peer's by its system.
@@ -171,13 +186,16 @@ func printRatios(w io.Writer, rows []*row) {
 		}
 		fmt.Fprintf(w, "- %s: %.2f (%s / %s)\n", name, rate(a, ma)/rate(b, mb), a.label, b.label)
 	}
-	const e2e, steady = "e2e.jobs_per_s", "e2e.jobs_per_s_after_first_start"
+	const e2e, steady, cpu = "e2e.jobs_per_s", "e2e.jobs_per_s_after_first_start", "e2e.cpu_ms_per_job"
 	for _, r := range rows {
 		if !strings.HasPrefix(r.label, "jobbus native") {
 			continue
 		}
 		tcp := find(func(l string) bool { return l == strings.Replace(r.label, "jobbus native", "jobbus tcp", 1) })
 		ratio("TCP / native, jobs/s", tcp, r, e2e, e2e)
+		// On a machine shared with other work the rates mostly measure the others; CPU
+		// time per job does not, and its inverse is the rate a saturated machine reaches.
+		ratio("TCP / native, by CPU per job (native's / TCP's)", r, tcp, cpu, cpu)
 		if !strings.Contains(r.label, "--sync") {
 			always := find(func(l string) bool { return l == r.label+", --sync always" })
 			ratio("--sync always / default, jobs/s", always, r, e2e, e2e)
