@@ -207,7 +207,7 @@ func benchTarget(ctx context.Context, c *cli.Context, transport string, syncOpts
 	if c.Bool("metrics") {
 		reg = metrics.New()
 	}
-	return inProcessSystem(ctx, transport, submitters, c.Int("workers"), c.Int("worker-capacity"), reg, syncOpts, newStartProbe(probeJobs))
+	return inProcessSystem(ctx, transport, submitters, c.Int("workers"), c.Int("worker-capacity"), reg, syncOpts, c.String("sync") == "always", newStartProbe(probeJobs))
 }
 
 func dialClients(ctx context.Context, n int, dial func() (*client.Client, error)) (*benchSystem, error) {
@@ -230,9 +230,9 @@ func dialClients(ctx context.Context, n int, dial func() (*client.Client, error)
 
 // inProcessSystem starts embedded NATS, a coordinator, the bridge for tcp, and workers
 // in a temporary store that is removed afterwards. The workers report their starts to
-// probe.
+// probe; syncAlways tells the coordinator that the server fsyncs every write.
 func inProcessSystem(ctx context.Context, transport string, submitters, workers, capacity int, reg *metrics.Registry,
-	syncOpts []embeddednats.Option, probe *startProbe) (*benchSystem, error) {
+	syncOpts []embeddednats.Option, syncAlways bool, probe *startProbe) (*benchSystem, error) {
 	dir, err := os.MkdirTemp("", "jobbus-bench-")
 	if err != nil {
 		return nil, err
@@ -257,6 +257,7 @@ func inProcessSystem(ctx context.Context, transport string, submitters, workers,
 	cleanups = append(cleanups, nc.Close)
 	cfg := coordinator.DefaultConfig()
 	cfg.MaxActiveJobs = 1 << 30
+	cfg.SyncAlways = syncAlways
 	if reg != nil {
 		cfg.Observer = reg.Coordinator()
 	}

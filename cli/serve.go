@@ -109,6 +109,7 @@ func serve(c *cli.Context) error {
 		return err
 	}
 	cfg := coordinatorConfig(c, log)
+	cfg.SyncAlways = c.String("sync") == "always" // the embedded server's: group commit pays then
 	if err := cfg.Validate(); err != nil {
 		return usageError("%v", err)
 	}
