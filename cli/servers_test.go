@@ -270,7 +270,7 @@ func TestBench(t *testing.T) {
 	// load, the idle run, CPU per job.
 	t.Run("JSONIdleSyncAlways", func(t *testing.T) {
 		t.Parallel()
-		r := start(t, nil, "bench", "--jobs", "200", "--warmup", "20", "--idle", "5", "--sync", "always", "--json",
+		r := start(t, nil, "bench", "--jobs", "40", "--warmup", "5", "--idle", "3", "--sync", "always", "--json",
 			"--workers", "1", "--worker-capacity", "8", "--submitters", "4", "--transport", "tcp")
 		if code := r.wait(t); code != cli.ExitOK {
 			t.Fatalf("bench exited %d\nstdout: %s\nstderr: %s", code, r.out, r.errs)
@@ -283,7 +283,7 @@ func TestBench(t *testing.T) {
 		if err := json.Unmarshal([]byte(r.out.String()), &doc); err != nil {
 			t.Fatalf("not one JSON object: %v\n%s", err, r.out)
 		}
-		if doc.System != "jobbus" || doc.Settings["sync"] != "always" || doc.Settings["transport"] != "tcp" || doc.Settings["jobs"] != "200" {
+		if doc.System != "jobbus" || doc.Settings["sync"] != "always" || doc.Settings["transport"] != "tcp" || doc.Settings["jobs"] != "40" {
 			t.Errorf("system %q, settings %v", doc.System, doc.Settings)
 		}
 		for _, k := range []string{"e2e.jobs_per_s", "e2e.jobs_per_s_after_first_start", "e2e.first_start_ms",

@@ -212,7 +212,9 @@ func (s *session) heartbeat() {
 		case <-s.ctx.Done():
 			return
 		case <-t.C:
-			if err := s.send(hb); err != nil {
+			// Written at once, not by the flush loop: a beat must not wait for another
+			// goroutine to be scheduled on a busy machine.
+			if err := s.send(hb); err != nil || s.flush() != nil {
 				return
 			}
 		}
