@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -211,7 +212,17 @@ func (s *system) checkHostile(t *testing.T, h hostile) {
 		}
 	}
 	if h.closes {
-		if more := p.ExpectClosed(); len(more) > 0 {
+		more := p.ExpectClosed()
+		if h.registered {
+			// A registered peer is a worker with a free slot: while the healthy one is
+			// busy, the coordinator may assign it a job before the bridge gives up on
+			// its input. Only anything else is wrong.
+			more = slices.DeleteFunc(more, func(b []byte) bool {
+				t, err := protocol.PeekType(b)
+				return err == nil && t == protocol.TypeTaskAssign
+			})
+		}
+		if len(more) > 0 {
 			t.Fatalf("frames after %v: %q", frames, more)
 		}
 		return
