@@ -188,11 +188,14 @@ func (c *Coordinator) drainWrites(limit time.Duration) {
 	}
 }
 
-// committers is how many batches may be in flight at once. In a cluster only one:
-// JetStream refuses a batch whose fence is checked while another's is being
-// replicated.
+// committers is how many writes, or batches, may be in flight at once. When batching,
+// one: then a batch carries everything that waited for the one before (group commit),
+// and in a cluster JetStream refuses a batch that checks the term while another's
+// check is being replicated. On a single server syncing every write, 1 committer made
+// 1,880 jobs/s where 4 made 670 and 32 made 260 (bench --jobs 2000 --submitters 16
+// --workers 1 --worker-capacity 64 --sync always): each batch costs an fsync.
 func (c *Coordinator) committers() int {
-	if c.cfg.Replicas > 1 {
+	if c.batching() {
 		return 1
 	}
 	return c.cfg.Writers
