@@ -150,10 +150,11 @@ func TestHeartbeatsAtTheInterval(t *testing.T) {
 	p := newPeer(t)
 	startWorker(t, p.addr(), tcpworker.WithID("worker-hb"), tcpworker.WithHeartbeat(interval))
 	pc := p.accept()
-	pc.register()
 	// The worker starts its ticker only once it has the acknowledgement, so the n-th
-	// beat cannot arrive sooner than n intervals after the acknowledgement was sent.
+	// beat cannot arrive sooner than n intervals after the acknowledgement was sent:
+	// taken before register sends it, as the time after it returns may be later.
 	acked := time.Now()
+	pc.register()
 	for i := 1; i <= beats; i++ {
 		r := pc.next()
 		hb, ok := r.m.(*protocol.Heartbeat)
