@@ -16,6 +16,7 @@ import (
 	"github.com/jobbus/jobbus/cli"
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/coordinator"
+	"github.com/jobbus/jobbus/internal/testkit"
 )
 
 // forEachTransport runs test against a fresh system over every transport.
@@ -445,10 +446,10 @@ func TestCompletion(t *testing.T) {
 
 // runWatch runs watch until stop is called, returning its output as it grows. It holds
 // appMu only until the command's action starts (see appMu).
-func runWatch(t *testing.T, global []string, args ...string) (out *syncBuffer, stop func() error) {
+func runWatch(t *testing.T, global []string, args ...string) (out *testkit.Buffer, stop func() error) {
 	t.Helper()
-	out = &syncBuffer{}
-	errs := &syncBuffer{}
+	out = &testkit.Buffer{}
+	errs := &testkit.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	appMu.Lock()

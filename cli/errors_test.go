@@ -6,10 +6,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/jobbus/jobbus/cli"
+	"github.com/jobbus/jobbus/internal/testkit"
 )
 
 // TestUsageErrorsInOneLine: a mistake on the command line exits 2 (never 3, the code
@@ -131,16 +131,7 @@ func TestGlobalFromEnvironmentNotRefused(t *testing.T) {
 }
 
 // screen is a terminal's stand-in: stdout and stderr end up on it, in order.
-type screen struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *screen) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
+type screen struct{ testkit.Buffer }
 
 func (s *screen) IsTerminal() bool { return true }
 
@@ -153,7 +144,7 @@ func TestWaitSpinnerClearedBeforeResult(t *testing.T) {
 	appMu.Lock()
 	code := cli.Run([]string{"jobbus", "--nats", s.url, "submit", "sleep", "--milliseconds", "200", "--wait"}, &scr, &scr)
 	appMu.Unlock()
-	got := scr.buf.String()
+	got := scr.String()
 	if code != cli.ExitOK {
 		t.Fatalf("exit %d\n%q", code, got)
 	}

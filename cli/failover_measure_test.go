@@ -25,13 +25,7 @@ func TestMeasureFailover(t *testing.T) {
 	var toSubmit, toComplete []time.Duration
 	for trial := range trials {
 		s := startNATS(t)
-		coordinator := func() *proc {
-			return startProc(t, nil, "--nats", s.url, "coordinator", "--http-listen", "-")
-		}
-		leader := coordinator()
-		leader.logged(`msg="coordinator serving"`)
-		standby := coordinator()
-		standby.logged(`msg="standing by`)
+		leader, standby := s.leaderAndStandby()
 		s.StartNativeWorker(t, worker.WithCapacity(4))
 		cl := client.New(s.NC)
 		if _, err := cl.Submit(context.Background(), "SHA256", map[string]string{"text": "warm"}); err != nil {

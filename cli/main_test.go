@@ -181,21 +181,3 @@ func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	testkit.Eventually(t, 15*time.Second, what, cond)
 }
-
-// syncBuffer is a bytes.Buffer that a command may write while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}

@@ -22,14 +22,7 @@ import (
 func TestPausedLeaderLosesNothing(t *testing.T) {
 	t.Parallel()
 	s := startNATS(t)
-	coordinator := func() *proc {
-		return startProc(t, nil, "--nats", s.url, "coordinator", "--leader-lease-millis", "600",
-			"--heartbeat-timeout-millis", "3000", "--http-listen", "-")
-	}
-	leader := coordinator()
-	leader.logged(`msg="coordinator serving"`)
-	standby := coordinator()
-	standby.logged(`msg="standing by`)
+	leader, standby := s.leaderAndStandby("--leader-lease-millis", "600", "--heartbeat-timeout-millis", "3000")
 	s.StartNativeWorker(t, worker.WithCapacity(16))
 
 	cl := client.New(s.NC)
@@ -82,4 +75,18 @@ func TestPausedLeaderLosesNothing(t *testing.T) {
 		})
 	}
 	t.Logf("%d submissions accepted and completed, %d refused or unanswered around the pause", len(accepted), refused)
+}
+
+// leaderAndStandby runs two `jobbus coordinator` processes with args on s, and returns
+// them once the first leads and the second stands by.
+func (s *system) leaderAndStandby(args ...string) (leader, standby *proc) {
+	s.t.Helper()
+	coordinator := func() *proc {
+		return startProc(s.t, nil, append([]string{"--nats", s.url, "coordinator", "--http-listen", "-"}, args...)...)
+	}
+	leader = coordinator()
+	leader.logged(`msg="coordinator serving"`)
+	standby = coordinator()
+	standby.logged(`msg="standing by`)
+	return leader, standby
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/coordinator"
+	"github.com/jobbus/jobbus/internal/testkit"
 )
 
 // binVersion is the version the test binary is built with, through the linker flag
@@ -50,8 +51,8 @@ func buildBinary() (cleanup func()) {
 type proc struct {
 	t      *testing.T
 	cmd    *exec.Cmd
-	stdout *syncBuffer
-	stderr *syncBuffer
+	stdout *testkit.Buffer
+	stderr *testkit.Buffer
 	done   chan struct{}
 	code   int
 }
@@ -61,7 +62,7 @@ func startProc(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(jobbusBin, args...)
 	cmd.Env = append(os.Environ(), env...)
-	p := &proc{t: t, cmd: cmd, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{t: t, cmd: cmd, stdout: &testkit.Buffer{}, stderr: &testkit.Buffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.stdout, p.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start jobbus: %v", err)

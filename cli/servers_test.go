@@ -25,6 +25,7 @@ import (
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/coordinator"
 	"github.com/jobbus/jobbus/internal/jobbustest"
+	"github.com/jobbus/jobbus/internal/testkit"
 	"github.com/jobbus/jobbus/worker/tcpworker"
 )
 
@@ -35,7 +36,7 @@ const exitLimit = 20 * time.Second
 // cancels its context. Every long-running command (serve, bridge, worker, bench)
 // stops on its context as on SIGINT, so cancelling it is the in-process Ctrl-C.
 type running struct {
-	out, errs *syncBuffer
+	out, errs *testkit.Buffer
 	cancel    context.CancelFunc
 	done      chan struct{}
 	code      int
@@ -45,7 +46,7 @@ type running struct {
 // the command's action starts (see appMu), so the test may run other commands meanwhile.
 func start(t *testing.T, global []string, command string, args ...string) *running {
 	t.Helper()
-	r := &running{out: &syncBuffer{}, errs: &syncBuffer{}, done: make(chan struct{})}
+	r := &running{out: &testkit.Buffer{}, errs: &testkit.Buffer{}, done: make(chan struct{})}
 	var ctx context.Context
 	ctx, r.cancel = context.WithCancel(context.Background())
 	appMu.Lock()

@@ -83,11 +83,7 @@ func (c *Coordinator) finalCheckpoint() {
 
 // checkpoint writes the index as of the stream's current last sequence.
 func (c *Coordinator) checkpoint(ctx context.Context) error {
-	stream, err := c.js.Stream(ctx, jobsStream)
-	if err != nil {
-		return err
-	}
-	info, err := stream.Info(ctx)
+	info, err := c.stream.Info(ctx)
 	if err != nil {
 		return err
 	}

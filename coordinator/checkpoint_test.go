@@ -1,36 +1,16 @@
 package coordinator
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/embeddednats"
+	"github.com/jobbus/jobbus/internal/testkit"
 )
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) take() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := s.b.String()
-	s.b.Reset()
-	return out
-}
 
 // TestRestartFromCheckpoint: a restart reads the checkpoint of the last term and what
 // was written after it, and knows every job and idempotency key as a full read would:
@@ -45,7 +25,7 @@ func TestRestartFromCheckpoint(t *testing.T) {
 	nc, err := srv.Connect()
 	must(t, err)
 	t.Cleanup(nc.Close)
-	logs := &syncBuf{}
+	logs := &testkit.Buffer{}
 	cfg := DefaultConfig()
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	start := func(cfg Config) *Coordinator {
@@ -97,10 +77,10 @@ func TestRestartFromCheckpoint(t *testing.T) {
 	cancel(a)
 	b := submit("b")
 	must(t, c1.Close()) // a graceful stop writes the checkpoint
-	logs.take()
+	logs.Take()
 
 	c2 := start(cfg)
-	if !strings.Contains(logs.take(), "recovering from a checkpoint") {
+	if !strings.Contains(logs.Take(), "recovering from a checkpoint") {
 		t.Fatal("the checkpoint written at the stop was not used")
 	}
 	expect("after a stop", map[string]protocol.State{a: protocol.StateCancelled, b: protocol.StateQueued}, map[string]string{"a": a, "b": b})
@@ -116,7 +96,7 @@ func TestRestartFromCheckpoint(t *testing.T) {
 	must(t, c2.Close())
 
 	start(cfg)
-	if !strings.Contains(logs.take(), "recovering from a checkpoint") {
+	if !strings.Contains(logs.Take(), "recovering from a checkpoint") {
 		t.Fatal("the checkpoint of the term before was not used")
 	}
 	want := map[string]protocol.State{a: protocol.StateCancelled, b: protocol.StateCancelled, d: protocol.StateCancelled, e: protocol.StateQueued}
@@ -126,7 +106,7 @@ func TestRestartFromCheckpoint(t *testing.T) {
 	full := cfg
 	full.fullRecovery = true // as Run sets after a fence
 	start(full)
-	if strings.Contains(logs.take(), "recovering from a checkpoint") {
+	if strings.Contains(logs.Take(), "recovering from a checkpoint") {
 		t.Fatal("a checkpoint was used after a fence")
 	}
 	expect("without the checkpoint", want, keys)

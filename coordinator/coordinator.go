@@ -37,6 +37,7 @@ type Coordinator struct {
 
 	js       jetstream.JetStream
 	jobsKV   jetstream.KeyValue
+	stream   jetstream.Stream // the jobs bucket's
 	svc      micro.Service
 	ckpt     jetstream.ObjectStore // checkpoints of the job index (checkpoint.go)
 	runCtx   context.Context       // ends when the coordinator stops
@@ -114,7 +115,7 @@ func (c *Coordinator) Start(ctx context.Context) error {
 		return fmt.Errorf("coordinator: jetstream: %w", err)
 	}
 	c.js = js
-	if c.jobsKV, err = openBuckets(ctx, c.nc, js, &c.cfg); err != nil {
+	if c.jobsKV, c.stream, err = openBuckets(ctx, c.nc, js, &c.cfg); err != nil {
 		return fmt.Errorf("coordinator: %w", err)
 	}
 	if c.ckpt, err = openCheckpoints(ctx, js, c.cfg.Replicas); err != nil {

@@ -1,7 +1,6 @@
 package coordinator_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/coordinator"
 	"github.com/jobbus/jobbus/internal/jobbustest/suite"
+	"github.com/jobbus/jobbus/internal/testkit"
 	"github.com/jobbus/jobbus/worker"
 )
 
@@ -233,32 +233,14 @@ func TestLeaderKeepsALeaseWhoseRenewalAckWasLost(t *testing.T) {
 	s.Eventually("leadership given up", func() bool { return strings.Contains(logs.String(), "lease lost to another coordinator") })
 }
 
-// lockedBuffer is a bytes.Buffer safe for a logger and a test to share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // leading starts a campaigning coordinator with a 3 s lease (renewed every second: slow
 // enough for a loaded machine), logging into logs, and waits until it leads.
-func leading(t *testing.T) (s *system, logs *lockedBuffer, leaders <-chan *coordinator.Coordinator) {
+func leading(t *testing.T) (s *system, logs *testkit.Buffer, leaders <-chan *coordinator.Coordinator) {
 	s = setup(t)
 	_ = s.Coordinator.Close()
 	cfg := s.Config
 	cfg.LeaderLease = 3 * time.Second
-	logs = new(lockedBuffer)
+	logs = new(testkit.Buffer)
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	leaders = campaign(t, s, cfg)
 	recv(t, "the first leader", leaders)
@@ -268,11 +250,7 @@ func leading(t *testing.T) (s *system, logs *lockedBuffer, leaders <-chan *coord
 // campaign runs coordinator.Run with cfg until the test ends, and returns the
 // coordinators it leads with, in turn.
 func campaign(t *testing.T, s *system, cfg coordinator.Config) <-chan *coordinator.Coordinator {
-	ctx, cancel := context.WithCancel(context.Background())
-	leaders := make(chan *coordinator.Coordinator, 4)
-	done := make(chan error, 1)
-	go func() { done <- coordinator.Run(ctx, s.NC, cfg, func(c *coordinator.Coordinator) { leaders <- c }) }()
-	t.Cleanup(func() { cancel(); <-done })
+	leaders, _ := stoppableCampaign(t, s, cfg)
 	return leaders
 }
 
@@ -376,7 +354,7 @@ func TestWorkersFollowANewLeaderAtOnce(t *testing.T) {
 	}
 }
 
-// stoppableCampaign is campaign with a stop of its own.
+// stoppableCampaign is campaign with a stop of its own, also called when the test ends.
 func stoppableCampaign(t *testing.T, s *system, cfg coordinator.Config) (<-chan *coordinator.Coordinator, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	leaders := make(chan *coordinator.Coordinator, 4)

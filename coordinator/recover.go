@@ -129,11 +129,7 @@ func (c *Coordinator) loadIndex(ctx context.Context) (heads []head, lastSeq uint
 // replay brings a checkpoint's heads up to date with the records and bindings written
 // after sequence at.
 func (c *Coordinator) replay(ctx context.Context, at uint64, heads []head) ([]head, uint64, []storedBinding, error) {
-	stream, err := c.js.Stream(ctx, jobsStream)
-	if err != nil {
-		return nil, 0, nil, err
-	}
-	info, err := stream.Info(ctx)
+	info, err := c.stream.Info(ctx)
 	if err != nil {
 		return nil, 0, nil, err
 	}
@@ -146,7 +142,7 @@ func (c *Coordinator) replay(ctx context.Context, at uint64, heads []head) ([]he
 	changed := make(map[string]*head) // nil: removed
 	after := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: at + 1,
 		HeadersOnly: true, FilterSubjects: []string{recordsFilter}}
-	err = consume(ctx, stream, after, func(msg jetstream.Msg, meta *jetstream.MsgMetadata) {
+	err = consume(ctx, c.stream, after, func(msg jetstream.Msg, meta *jetstream.MsgMetadata) {
 		id := strings.TrimPrefix(msg.Subject(), jobsSubjects)
 		if h, ok := readHead(id, msg.Headers(), meta); ok {
 			changed[id] = &h
@@ -159,7 +155,7 @@ func (c *Coordinator) replay(ctx context.Context, at uint64, heads []head) ([]he
 	}
 	bound := make(map[string][]byte) // nil: removed
 	after.HeadersOnly, after.FilterSubjects = false, []string{jobsSubjects + protocol.KeyPrefix + ">"}
-	err = consume(ctx, stream, after, func(msg jetstream.Msg, _ *jetstream.MsgMetadata) {
+	err = consume(ctx, c.stream, after, func(msg jetstream.Msg, _ *jetstream.MsgMetadata) {
 		key := strings.TrimPrefix(msg.Subject(), jobsSubjects)
 		if removal(msg.Headers()) {
 			bound[key] = nil
@@ -210,11 +206,7 @@ type head struct {
 // that delivers headers only, the last message of each key), and the stream's last
 // sequence.
 func (c *Coordinator) loadHeads(ctx context.Context) ([]head, uint64, error) {
-	stream, err := c.js.Stream(ctx, "KV_"+protocol.JobsBucket)
-	if err != nil {
-		return nil, 0, err
-	}
-	info, err := stream.Info(ctx)
+	info, err := c.stream.Info(ctx)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -224,7 +216,7 @@ func (c *Coordinator) loadHeads(ctx context.Context) ([]head, uint64, error) {
 	var heads []head
 	last := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
 		HeadersOnly: true, FilterSubjects: []string{recordsFilter}}
-	err = consume(ctx, stream, last, func(msg jetstream.Msg, meta *jetstream.MsgMetadata) {
+	err = consume(ctx, c.stream, last, func(msg jetstream.Msg, meta *jetstream.MsgMetadata) {
 		id := strings.TrimPrefix(msg.Subject(), jobsSubjects)
 		if h, ok := readHead(strings.Clone(id), msg.Headers(), meta); ok {
 			heads = append(heads, h)
@@ -402,13 +394,9 @@ func (c *Coordinator) restoreFinished(h head) {
 // the bindings stored beside the records, keeping the records as the truth: a binding
 // whose job is gone or unknown is left alone, free to be written over.
 func (c *Coordinator) repairBindings(ctx context.Context, finished func() map[string]uint64) error {
-	stream, err := c.js.Stream(ctx, jobsStream)
-	if err != nil {
-		return fmt.Errorf("load bindings: %w", err)
-	}
 	last := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
 		FilterSubjects: []string{jobsSubjects + protocol.KeyPrefix + ">"}}
-	err = consume(ctx, stream, last, func(msg jetstream.Msg, _ *jetstream.MsgMetadata) {
+	err := consume(ctx, c.stream, last, func(msg jetstream.Msg, _ *jetstream.MsgMetadata) {
 		if removal(msg.Headers()) {
 			return
 		}

@@ -37,28 +37,28 @@ func bindingKey(key string) string {
 const markerTTL = 5 * time.Second
 
 // openBuckets opens the jobs bucket, whose stream takes atomic batches (group commit,
-// batch.go). OpenBucket (buckets.go) waits for the cluster and checks the replica count;
+// batch.go), and returns its stream too, which recovery and checkpoints read. OpenBucket (buckets.go) waits for the cluster and checks the replica count;
 // c.Replicas becomes the bucket's (0 picks one: buckets.go).
-func openBuckets(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c *Config) (jetstream.KeyValue, error) {
+func openBuckets(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c *Config) (jetstream.KeyValue, jetstream.Stream, error) {
 	// LimitMarkerTTL turns on per-message TTLs, which retention uses.
 	jobs, err := OpenBucket(ctx, nc, js, *c, jetstream.KeyValueConfig{
 		Bucket: protocol.JobsBucket, Description: "jobbus job records, idempotency keys and leadership term",
 		History: 1, Storage: jetstream.FileStorage, LimitMarkerTTL: markerTTL})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	stream, err := js.Stream(ctx, jobsStream)
 	if err != nil {
-		return nil, fmt.Errorf("open bucket %s: %w", protocol.JobsBucket, err)
+		return nil, nil, fmt.Errorf("open bucket %s: %w", protocol.JobsBucket, err)
 	}
 	c.Replicas = stream.CachedInfo().Config.Replicas
 	if cfg := stream.CachedInfo().Config; !cfg.AllowAtomicPublish {
 		cfg.AllowAtomicPublish = true
 		if _, err := js.UpdateStream(ctx, cfg); err != nil {
-			return nil, fmt.Errorf("bucket %s: allow atomic batches: %w", protocol.JobsBucket, err)
+			return nil, nil, fmt.Errorf("bucket %s: allow atomic batches: %w", protocol.JobsBucket, err)
 		}
 	}
-	return jobs, nil
+	return jobs, stream, nil
 }
 
 const (
