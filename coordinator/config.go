@@ -42,8 +42,10 @@ type Config struct {
 	// writes then go as atomic batches, so that one sync covers many (group commit),
 	// as they do with Replicas > 1.
 	SyncAlways bool
-	// Writers is how many batches of KV writes may be in flight at once (one in a
-	// cluster); each carries every change waiting when it starts (group commit).
+	// Writers is how many writes may be in flight at once on a single server that
+	// does not sync each write (pipeline.go). When writes are batched (a cluster,
+	// SyncAlways), one batch is: it carries every change that waited for the one
+	// before (group commit).
 	Writers int
 	// ID names this coordinator in the leader lease. A coordinator that finds the lease
 	// held under its own ID (it crashed, and restarted before the lease ran out) takes
@@ -82,7 +84,7 @@ func DefaultConfig() Config {
 		AgingStep:        time.Minute,
 		Retention:        24 * time.Hour,
 		Replicas:         0,
-		Writers:          32,
+		Writers:          256,
 		LeaderLease:      2 * time.Second,
 	}
 }

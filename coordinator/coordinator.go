@@ -129,9 +129,14 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
-	for range c.committers() {
-		c.goRun(func() { c.committer(runCtx) })
+	var p *pipeline
+	if !c.batching() {
+		if p, err = c.startPipeline(runCtx); err != nil {
+			cancel()
+			return fmt.Errorf("coordinator: %w", err)
+		}
 	}
+	c.goRun(func() { c.committer(runCtx, p) })
 	if err := c.recover(ctx); err != nil {
 		c.Close()
 		return fmt.Errorf("coordinator: recover: %w", err)
@@ -187,19 +192,6 @@ func (c *Coordinator) drainWrites(limit time.Duration) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-}
-
-// committers is how many writes, or batches, may be in flight at once. When batching,
-// one: then a batch carries everything that waited for the one before (group commit),
-// and in a cluster JetStream refuses a batch that checks the term while another's
-// check is being replicated. On a single server syncing every write, 1 committer made
-// 1,880 jobs/s where 4 made 670 and 32 made 260 (bench --jobs 2000 --submitters 16
-// --workers 1 --worker-capacity 64 --sync always): each batch costs an fsync.
-func (c *Coordinator) committers() int {
-	if c.batching() {
-		return 1
-	}
-	return c.cfg.Writers
 }
 
 func (c *Coordinator) goRun(fn func()) {

@@ -113,24 +113,25 @@ const maxBatchJobs = 256
 // batching reports whether writes go as atomic batches (group commit): where each
 // write costs a replication round or an fsync, so that one covers many. A single
 // server's atomic batch stages on disk, which costs more than it saves unless every
-// write is synced.
+// write is synced. Batches go one at a time: then each carries everything that waited
+// for the one before, and in a cluster JetStream refuses a batch that checks the term
+// while another's check is being replicated. On a single server syncing every write,
+// one batch in flight made 1,880 jobs/s where 4 made 670 and 32 made 260 (bench --jobs
+// 2000 --submitters 16 --workers 1 --worker-capacity 64 --sync always).
 func (c *Coordinator) batching() bool {
 	return c.cfg.Replicas > 1 || c.cfg.SyncAlways
 }
 
-// committer persists dirty jobs until ctx ends; when batching, as many as are waiting
-// in one atomic batch: group commit, so that under load one round trip (and with
-// SyncAlways one fsync) covers many transitions. Changes made while a job is in flight are coalesced
-// into its next write, so a job has at most one write in flight and each is a CAS on the
-// revision the previous one returned.
-func (c *Coordinator) committer(ctx context.Context) {
+// committer persists dirty jobs until ctx ends. When batching, as many as are waiting
+// go in one atomic batch: group commit, so that under load one round trip (and with
+// SyncAlways one fsync) covers many transitions. Otherwise each goes on its own
+// through p, which does not wait for one before sending the next. Changes made while a
+// job is in flight are coalesced into its next write, so a job has at most one write
+// in flight and each is a CAS on the revision the previous one returned.
+func (c *Coordinator) committer(ctx context.Context, p *pipeline) {
 	for {
-		n := 1
-		if c.batching() {
-			n = maxBatchJobs
-		}
 		c.mu.Lock()
-		ws, err := c.takeDirty(n)
+		ws, err := c.takeDirty(maxBatchJobs)
 		c.unlock()
 		for _, e := range err {
 			c.fail(e.j, e.err)
@@ -143,7 +144,18 @@ func (c *Coordinator) committer(ctx context.Context) {
 				continue
 			}
 		}
-		c.commit(ctx, ws)
+		if p == nil {
+			c.commit(ctx, ws)
+			continue
+		}
+		for i, w := range ws {
+			if !p.send(w) {
+				for _, w := range ws[i+1:] {
+					c.fail(w.j, ctx.Err())
+				}
+				return
+			}
+		}
 	}
 }
 

@@ -1,0 +1,203 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// A pipeline writes jobs to the JOBS stream without waiting for one acknowledgement
+// before sending the next write: where writes are not batched (a single server that
+// does not sync each write), a round trip per write in a pool of goroutines cost
+// a context, a timer and a goroutine switch per write. Each job still has at most one
+// write in flight (committer), so writes of different jobs may land in any order and
+// each remains a CAS on the revision its predecessor returned. Acknowledgements come
+// to one subscription, whose callback settles the write: a success is recorded at
+// once; a failure goes to commit, which retries it the way a single write is retried.
+type pipeline struct {
+	c      *Coordinator
+	ctx    context.Context // the committers' context
+	prefix string          // reply subjects are prefix + the write's number
+	slots  chan struct{}   // one per write in flight
+	sub    *nats.Subscription
+
+	mu     sync.Mutex
+	next   uint64
+	flying map[uint64]*flight
+}
+
+// flight is one job's write in flight: its messages are sent one after the other,
+// each once the one before it is stored (a binding before the record that ends the
+// job, as messages orders them).
+type flight struct {
+	w     pendingWrite
+	msgs  []*nats.Msg // what is left to send, the one in flight first
+	start time.Time
+	sent  time.Time // when msgs[0] went
+}
+
+// writeTimeout is how long a write may go unacknowledged before it counts as failed
+// (its outcome unknown: commit retries it, and a CAS that finds it landed fences).
+const writeTimeout = 5 * time.Second
+
+// startPipeline subscribes to the acknowledgements. Writes may be in flight up to
+// the coordinator's Writers.
+func (c *Coordinator) startPipeline(ctx context.Context) (*pipeline, error) {
+	p := &pipeline{
+		c: c, ctx: ctx, prefix: c.nc.NewRespInbox() + ".",
+		slots:  make(chan struct{}, c.cfg.Writers),
+		flying: make(map[uint64]*flight),
+	}
+	sub, err := c.nc.Subscribe(p.prefix+"*", p.acknowledged)
+	if err != nil {
+		return nil, fmt.Errorf("write acknowledgements: %w", err)
+	}
+	// Acknowledgements must never be dropped as a slow consumer's: the slots bound
+	// how many can be pending.
+	_ = sub.SetPendingLimits(-1, -1)
+	p.sub = sub
+	c.goRun(p.expire)
+	return p, nil
+}
+
+// send starts w's write, once a slot is free. It returns false when ctx ended first.
+func (p *pipeline) send(w pendingWrite) bool {
+	select {
+	case p.slots <- struct{}{}:
+	case <-p.ctx.Done():
+		p.c.fail(w.j, p.ctx.Err())
+		return false
+	}
+	f := &flight{w: w, msgs: p.c.messages(&w), start: time.Now()}
+	p.mu.Lock()
+	p.next++
+	id := p.next
+	p.flying[id] = f
+	p.mu.Unlock()
+	p.publish(id, f)
+	return true
+}
+
+// publish sends f's next message; a failure to send settles the write.
+func (p *pipeline) publish(id uint64, f *flight) {
+	p.mu.Lock()
+	f.sent = time.Now()
+	p.mu.Unlock()
+	m := f.msgs[0]
+	m.Reply = p.prefix + strconv.FormatUint(id, 36)
+	if err := p.c.nc.PublishMsg(m); err != nil {
+		if p.take(id) != nil {
+			p.settle(f, 0, err)
+		}
+	}
+}
+
+// take removes write id from the flights, if it is still there.
+func (p *pipeline) take(id uint64) *flight {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f := p.flying[id]
+	delete(p.flying, id)
+	return f
+}
+
+// pubAck is JetStream's acknowledgement of one stored message.
+type pubAck struct {
+	Error *jetstream.APIError `json:"error,omitempty"`
+	Seq   uint64              `json:"seq"`
+}
+
+// acknowledged is the subscription's callback: it runs one acknowledgement at a time.
+func (p *pipeline) acknowledged(m *nats.Msg) {
+	id, err := strconv.ParseUint(m.Subject[len(p.prefix):], 36, 64)
+	if err != nil {
+		return
+	}
+	var ack pubAck
+	switch {
+	case len(m.Data) == 0: // a status message: no stream answered
+		err = jetstream.ErrNoStreamResponse
+	case json.Unmarshal(m.Data, &ack) != nil:
+		err = fmt.Errorf("bad acknowledgement %q", m.Data)
+	case ack.Error != nil:
+		err = ack.Error
+	case p.sendNext(id):
+		return
+	}
+	if f := p.take(id); f != nil { // else expired meanwhile: commit has retried it
+		p.settle(f, ack.Seq, err)
+	}
+}
+
+// sendNext sends the next message of write id, if it has one left.
+func (p *pipeline) sendNext(id uint64) bool {
+	p.mu.Lock()
+	f := p.flying[id]
+	more := f != nil && len(f.msgs) > 1
+	if more {
+		f.msgs = f.msgs[1:]
+	}
+	p.mu.Unlock()
+	if more {
+		p.publish(id, f)
+	}
+	return more
+}
+
+// settle ends f's flight: a stored record is written; a failure goes to commit,
+// which classifies it (fenced, store full, permanent) and retries what it can.
+func (p *pipeline) settle(f *flight, rev uint64, err error) {
+	<-p.slots
+	c := p.c
+	c.noteStored(f.w.j, f.start, err)
+	switch {
+	case err == nil:
+		c.written(f.w.j, rev, f.w.version)
+	case errors.Is(err, nats.ErrConnectionClosed) || p.ctx.Err() != nil:
+		c.fail(f.w.j, err)
+	default:
+		c.goRun(func() { c.commit(p.ctx, []pendingWrite{f.w}) })
+	}
+}
+
+// expire fails writes whose acknowledgement is overdue, and every write left in flight
+// when the committers stop.
+func (p *pipeline) expire() {
+	tick := time.NewTicker(writeTimeout / 5)
+	defer tick.Stop()
+	for {
+		select {
+		case <-p.ctx.Done():
+			_ = p.sub.Unsubscribe()
+			for _, f := range p.overdue(time.Time{}) {
+				p.settle(f, 0, p.ctx.Err())
+			}
+			return
+		case now := <-tick.C:
+			for _, f := range p.overdue(now.Add(-writeTimeout)) {
+				p.settle(f, 0, fmt.Errorf("%w: no acknowledgement within %v", context.DeadlineExceeded, writeTimeout))
+			}
+		}
+	}
+}
+
+// overdue takes the flights whose message went before cutoff; all of them for zero.
+func (p *pipeline) overdue(cutoff time.Time) []*flight {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var late []*flight
+	for id, f := range p.flying {
+		if cutoff.IsZero() || f.sent.Before(cutoff) {
+			late = append(late, f)
+			delete(p.flying, id)
+		}
+	}
+	return late
+}
