@@ -60,6 +60,7 @@ Example:
 			&cli.IntFlag{Name: "submitters", Value: 64, Usage: "concurrent submitting clients", EnvVars: env("bench-submitters")},
 			&cli.StringFlag{Name: "transport", Value: "native", Usage: "native (NATS) or tcp (the bridge's ports) for clients and workers", EnvVars: env("bench-transport")},
 			&cli.StringFlag{Name: "sync", Value: "default", Usage: "in-process system: " + syncFlagUsage, EnvVars: env("bench-sync")},
+			&cli.StringFlag{Name: "data-dir", Usage: "in-process system: run on this store, kept afterwards, instead of a temporary one (with a store filled by go run ./internal/cmd/fillstore: throughput with that many jobs retained)", EnvVars: env("bench-data-dir")},
 			&cli.IntFlag{Name: "warmup", Usage: "unmeasured jobs run first, as the peers' benchmarks do (640)", EnvVars: env("bench-warmup")},
 			&cli.IntFlag{Name: "idle", Usage: "afterwards, run this many jobs one at a time for the idle latency", EnvVars: env("bench-idle")},
 			&cli.BoolFlag{Name: "json", Usage: "print the results as one JSON object", EnvVars: env("bench-json")},
@@ -82,6 +83,8 @@ type benchSystem struct {
 	probe *startProbe
 	// taskType is what bench submits: SHA256, or benchCustomType with --custom.
 	taskType string
+	// kept is how many jobs the store held when the in-process system started.
+	kept int
 }
 
 // idleWarmup is the number of unmeasured jobs before the idle run, as the peers' have.
@@ -130,6 +133,9 @@ func bench(c *cli.Context) error {
 	asJSON := c.Bool("json")
 	if !asJSON {
 		fmt.Fprintf(out, "bench: %d %s jobs, %d submitters, transport %s, sync %s\n", n, taskType, submitters, transport, c.String("sync"))
+		if dir := c.String("data-dir"); dir != "" {
+			fmt.Fprintf(out, "bench: store %s held %d jobs at start\n", dir, sys.kept)
+		}
 	}
 	next := 0 // the number of the next job, for the probe
 	if warmup > 0 {
@@ -170,6 +176,7 @@ func bench(c *cli.Context) error {
 		"submitters": strconv.Itoa(submitters), "workers": strconv.Itoa(c.Int("workers")),
 		"worker_capacity": strconv.Itoa(c.Int("worker-capacity")), "warmup": strconv.Itoa(warmup),
 		"idle": strconv.Itoa(idle), "in_process": strconv.FormatBool(!external), "task_type": taskType,
+		"kept_at_start": strconv.Itoa(sys.kept),
 	}, run, idleRes)
 	if asJSON {
 		return rep.writeJSON(out)
@@ -207,7 +214,7 @@ func benchTarget(ctx context.Context, c *cli.Context, transport string, syncOpts
 	if c.Bool("metrics") {
 		reg = metrics.New()
 	}
-	return inProcessSystem(ctx, transport, submitters, c.Int("workers"), c.Int("worker-capacity"), reg, syncOpts, c.String("sync") == "always", newStartProbe(probeJobs))
+	return inProcessSystem(ctx, c.String("data-dir"), transport, submitters, c.Int("workers"), c.Int("worker-capacity"), reg, syncOpts, c.String("sync") == "always", newStartProbe(probeJobs))
 }
 
 func dialClients(ctx context.Context, n int, dial func() (*client.Client, error)) (*benchSystem, error) {
@@ -229,20 +236,24 @@ func dialClients(ctx context.Context, n int, dial func() (*client.Client, error)
 }
 
 // inProcessSystem starts embedded NATS, a coordinator, the bridge for tcp, and workers
-// in a temporary store that is removed afterwards. The workers report their starts to
-// probe; syncAlways tells the coordinator that the server fsyncs every write.
-func inProcessSystem(ctx context.Context, transport string, submitters, workers, capacity int, reg *metrics.Registry,
+// in store dir, or without one in a temporary store that is removed afterwards. The
+// workers report their starts to probe; syncAlways tells the coordinator that the
+// server fsyncs every write.
+func inProcessSystem(ctx context.Context, dir, transport string, submitters, workers, capacity int, reg *metrics.Registry,
 	syncOpts []embeddednats.Option, syncAlways bool, probe *startProbe) (*benchSystem, error) {
-	dir, err := os.MkdirTemp("", "jobbus-bench-")
-	if err != nil {
-		return nil, err
-	}
 	var cleanups []func()
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "jobbus-bench-")
+		if err != nil {
+			return nil, err
+		}
+		dir = tmp
+		cleanups = append(cleanups, func() { _ = os.RemoveAll(tmp) })
+	}
 	cleanup := func() {
 		for _, f := range slices.Backward(cleanups) {
 			f()
 		}
-		_ = os.RemoveAll(dir)
 	}
 	fail := func(err error) (*benchSystem, error) { cleanup(); return nil, err }
 	srv, err := embeddednats.Start(ctx, append([]embeddednats.Option{embeddednats.WithListen("127.0.0.1:-1"), embeddednats.WithStoreDir(dir)}, syncOpts...)...)
@@ -318,6 +329,9 @@ func inProcessSystem(ctx context.Context, transport string, submitters, workers,
 	cleanups = append(cleanups, sys.close)
 	sys.close = cleanup
 	sys.nc, sys.probe = cnc, probe
+	for _, n := range coord.Stats().Jobs {
+		sys.kept += n
+	}
 	return sys, nil
 }
 

@@ -298,6 +298,20 @@ func TestBench(t *testing.T) {
 			t.Errorf("idle p50 %v above p99 %v", p50, p99)
 		}
 	})
+	// A store of its own, kept: the second run starts with the first one's jobs.
+	t.Run("DataDir", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		for i, want := range []string{"held 0 jobs at start", "held 35 jobs at start"} {
+			r := start(t, nil, "bench", "--data-dir", dir, "--jobs", "30", "--warmup", "5", "--workers", "1", "--worker-capacity", "4", "--submitters", "2")
+			if code := r.wait(t); code != cli.ExitOK {
+				t.Fatalf("run %d: bench exited %d\nstdout: %s\nstderr: %s", i+1, code, r.out, r.errs)
+			}
+			if out := r.out.String(); !strings.Contains(out, "bench: store "+dir+" "+want) {
+				t.Errorf("run %d: bench output lacks %q:\n%s", i+1, want, out)
+			}
+		}
+	})
 	t.Run("BogusTransport", func(t *testing.T) {
 		t.Parallel()
 		code, _, errs := cliRun(nil, "bench", "--transport", "bogus")
