@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // fields is a decoded payload object: field name to raw JSON value.
@@ -17,15 +19,95 @@ func payloadErrorf(format string, args ...any) *PayloadError {
 }
 
 // parseObject decodes payload, which must be a JSON object. A missing payload,
-// null, any other JSON value or malformed JSON is rejected alike.
+// null, any other JSON value or malformed JSON is rejected alike. It reads what
+// json.Unmarshal into a fields map would (FuzzParseObject holds it to that), without
+// its reflection and copies: every job's payload passes here on the coordinator and
+// on the worker.
 func parseObject(payload json.RawMessage) (fields, *PayloadError) {
 	trimmed := bytes.TrimLeft(payload, " \t\r\n")
-	var f fields
 	// Unmarshal accepts null into a map, so the opening brace is checked first.
-	if len(trimmed) == 0 || trimmed[0] != '{' || json.Unmarshal(trimmed, &f) != nil {
+	if len(trimmed) == 0 || trimmed[0] != '{' || !json.Valid(trimmed) {
 		return nil, &PayloadError{Message: "Payload must be a JSON object"}
 	}
-	return f, nil
+	return scanObject(trimmed), nil
+}
+
+// scanObject reads the members of b, a valid JSON object: a later duplicate key
+// wins, as with json.Unmarshal. The values are slices of b.
+func scanObject(b []byte) fields {
+	f := make(fields, 4)
+	i := 1
+	for {
+		i = skipSpace(b, i)
+		switch b[i] {
+		case '}':
+			return f
+		case ',':
+			i = skipSpace(b, i+1)
+		}
+		end := stringEnd(b, i)
+		key := b[i:end]
+		i = skipSpace(b, skipSpace(b, end)+1) // past the colon
+		vend := valueEnd(b, i)
+		f[unquoteKey(key)] = json.RawMessage(b[i:vend:vend])
+		i = vend
+	}
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n') {
+		i++
+	}
+	return i
+}
+
+// stringEnd is the index just past the string that starts at b[i].
+func stringEnd(b []byte, i int) int {
+	for i++; b[i] != '"'; i++ {
+		if b[i] == '\\' {
+			i++
+		}
+	}
+	return i + 1
+}
+
+// valueEnd is the index just past the value that starts at b[i].
+func valueEnd(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return stringEnd(b, i)
+	case '{', '[':
+		depth := 0
+		for ; ; i++ {
+			switch b[i] {
+			case '"':
+				i = stringEnd(b, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+		}
+	}
+	for i < len(b) && strings.IndexByte(",}] \t\r\n", b[i]) < 0 {
+		i++
+	}
+	return i
+}
+
+// unquoteKey decodes a member name; one with escapes, or bytes beyond ASCII (which
+// json.Unmarshal checks and may replace), takes json.Unmarshal's own path.
+func unquoteKey(q []byte) string {
+	for _, c := range q {
+		if c == '\\' || c >= utf8.RuneSelf {
+			var s string
+			_ = json.Unmarshal(q, &s)
+			return s
+		}
+	}
+	return string(q[1 : len(q)-1])
 }
 
 // intField reads an integer field within [lo, hi]. Only JSON integer literals
