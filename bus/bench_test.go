@@ -88,3 +88,24 @@ func BenchmarkAskTyped(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAskRole is a worker's ask to "any coordinator" (register, heartbeat, result):
+// the role-wide subject and its queue group, the worker protocol's hot path.
+func BenchmarkAskRole(b *testing.B) {
+	s := startServer(b, -1)
+	c := connect(b, s.url, coordinator("c1"))
+	w := connect(b, s.url, worker("worker-1a2b3c4d"))
+	echo := func(_ context.Context, r *bus.Request) (any, error) { return r.Data, nil }
+	if err := c.Handle("bench", echo, bus.OnlyRole()); err != nil {
+		b.Fatal(err)
+	}
+	to := bus.Address{Role: bus.RoleCoordinator}
+	ctx := context.Background()
+	b.SetBytes(int64(len(benchPayload)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := bus.Ask[json.RawMessage](ctx, w, to, "bench", benchPayload); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
