@@ -159,31 +159,75 @@ const (
 	subjectPresence = "jobbus.presence."
 )
 
-// subject gives the subject that reaches a with path: the node's direct subject, or the
-// role-wide one when a is any node of its role.
-func subject(a Address, path string) string {
-	if a.ID == "" {
-		return roleSubject(a.Role, path)
-	}
-	return directSubject(a, path)
+// anySender stands for the sender's two tokens in a handler's subscription: it serves
+// every sender, and reads which one sent a message from the subject (sender).
+const anySender = "*.*"
+
+// senderTokens is how a node names itself in the subjects it sends to:
+// "<role>.<idtoken>". The sender is part of the subject, not a header, so that NATS
+// publish permissions vouch for it: a user allowed only
+// "jobbus.role.coordinator.worker.edge-1.>" can speak only as worker edge-1.
+func senderTokens(a Address) string {
+	return string(a.Role) + "." + idToken(a.ID)
 }
 
-// directSubject is "jobbus.node.<role>.<idtoken>.<path>".
-func directSubject(a Address, path string) string {
-	tok := idToken(a.ID)
-	var buf [128]byte
-	b := append(buf[:0], subjectNode...)
-	b = append(b, a.Role...)
+// subject gives the subject that reaches to with path, sent by from (senderTokens, or
+// anySender to subscribe): the node's direct subject
+// "jobbus.node.<role>.<idtoken>.<from>.<path>", or the role-wide one
+// "jobbus.role.<role>.<from>.<path>" (served in queue group "<role>") when to is any
+// node of its role. It is built on every message, so into a stack buffer that only a
+// long id or path outgrows: the string is its one allocation.
+func subject(to Address, from, path string) string {
+	var buf [160]byte
+	var b []byte
+	if to.ID == "" {
+		b = append(buf[:0], subjectRole...)
+		b = append(b, to.Role...)
+	} else {
+		b = append(buf[:0], subjectNode...)
+		b = append(b, to.Role...)
+		b = append(b, '.')
+		b = appendIDToken(b, to.ID)
+	}
 	b = append(b, '.')
-	b = append(b, tok...)
+	b = append(b, from...)
 	b = append(b, '.')
 	b = append(b, path...)
 	return string(b)
 }
 
-// roleSubject is "jobbus.role.<role>.<path>", served in queue group "<role>".
-func roleSubject(r Role, path string) string {
-	return subjectRole + string(r) + "." + path
+// appendIDToken appends idToken(id) to b.
+func appendIDToken(b []byte, id string) []byte {
+	if isPlain(id) {
+		return append(b, id...)
+	}
+	b = append(b, encodedPrefix...)
+	return base64.RawURLEncoding.AppendEncode(b, []byte(id))
+}
+
+// sender reads who sent a message that arrived on subj for path: the two tokens before
+// the path (see subject). It accepts only what senderTokens writes, so a peer cannot
+// name one sender in two ways.
+func sender(subj, path string) (Address, error) {
+	end := len(subj) - len(path) - 1
+	if end <= 0 || subj[end] != '.' || subj[end+1:] != path {
+		return Address{}, fmt.Errorf("%w: subject %q does not end with path %q", ErrInvalidAddress, subj, path)
+	}
+	rest := subj[:end]
+	i := strings.LastIndexByte(rest, '.')
+	j := strings.LastIndexByte(rest[:max(i, 0)], '.')
+	if i < 0 || j < 0 {
+		return Address{}, fmt.Errorf("%w: subject %q names no sender", ErrInvalidAddress, subj)
+	}
+	role, token := rest[j+1:i], rest[i+1:]
+	if !isPlain(role) {
+		return Address{}, fmt.Errorf("%w: sender role %q must be [A-Za-z0-9_-]", ErrInvalidAddress, role)
+	}
+	id, err := parseIDToken(token)
+	if err != nil {
+		return Address{}, fmt.Errorf("%w: sender in %q: %w", ErrInvalidAddress, subj, err)
+	}
+	return Address{Role: Role(role), ID: id}, nil
 }
 
 // presenceSubject is "jobbus.presence.<role>.<idtoken>".

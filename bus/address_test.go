@@ -2,6 +2,7 @@ package bus_test
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"strings"
 	"testing"
@@ -89,20 +90,29 @@ func TestParseAddressRejects(t *testing.T) {
 	}
 }
 
-// TestSubjects pins the subjects on the wire, seen by plain NATS subscribers.
+// TestSubjects pins the subjects on the wire, seen by plain NATS subscribers: the
+// addressee, then the sender, then the path.
 func TestSubjects(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, -1)
 	raw := dial(t, s.url)
 	c := connect(t, s.url, coordinator("c1"))
+	odd := connect(t, s.url, worker("a.b"))
+	longID := strings.Repeat("ü", bus.MaxIDLen/2) // MaxIDLen bytes, none plain
+	long := connect(t, s.url, worker(longID))
+	longToken := "~" + base64.RawURLEncoding.EncodeToString([]byte(longID))
 	tests := []struct {
 		name    string
+		from    *bus.Node
 		to      bus.Address
 		subject string
 	}{
-		{"Direct", worker("w1"), "jobbus.node.worker.w1.task.assign"},
-		{"DirectUnsafeID", worker("w.1 ü"), "jobbus.node.worker.~dy4xIMO8.task.assign"},
-		{"RoleWide", anyOf(bus.RoleCoordinator), "jobbus.role.coordinator.task.assign"},
+		{"Direct", c, worker("w1"), "jobbus.node.worker.w1.coordinator.c1.task.assign"},
+		{"DirectUnsafeID", c, worker("w.1 ü"), "jobbus.node.worker.~dy4xIMO8.coordinator.c1.task.assign"},
+		{"RoleWide", c, anyOf(bus.RoleCoordinator), "jobbus.role.coordinator.coordinator.c1.task.assign"},
+		{"FromUnsafeID", odd, anyOf(bus.RoleCoordinator), "jobbus.role.coordinator.worker.~YS5i.task.assign"},
+		{"LongestIDs", long, worker(longID),
+			"jobbus.node.worker." + longToken + ".worker." + longToken + ".task.assign"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -114,16 +124,15 @@ func TestSubjects(t *testing.T) {
 			if err := raw.Flush(); err != nil {
 				t.Fatal(err)
 			}
-			if err := c.Tell(context.Background(), tt.to, "task.assign", map[string]int{"n": 1}); err != nil {
+			if err := tt.from.Tell(context.Background(), tt.to, "task.assign", map[string]int{"n": 1}); err != nil {
 				t.Fatal(err)
 			}
 			m, err := sub.NextMsg(10 * time.Second)
 			if err != nil {
 				t.Fatalf("nothing on %s: %v", tt.subject, err)
 			}
-			checkHeaders(t, m, map[string]string{
-				bus.HeaderKind: "TELL", bus.HeaderPath: "task.assign", bus.HeaderFrom: "coordinator/c1",
-			})
+			// The subject names the sender; a header would only be one more claim.
+			checkHeaders(t, m, map[string]string{bus.HeaderKind: "TELL", bus.HeaderPath: "task.assign", bus.HeaderFrom: ""})
 			if string(m.Data) != `{"n":1}` {
 				t.Fatalf("payload %q", m.Data)
 			}

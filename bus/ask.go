@@ -34,7 +34,7 @@ func (n *Node) Tell(ctx context.Context, to Address, path string, msg any) error
 	if err != nil {
 		return fmt.Errorf("tell %s %s: encode: %w", to, path, err)
 	}
-	if err := n.publish(subject(to, path), "", KindTell, "", path, data); err != nil {
+	if err := n.publish(subject(to, n.sendAs, path), "", KindTell, "", path, data); err != nil {
 		return fmt.Errorf("tell %s %s: %w", to, path, err)
 	}
 	return nil
@@ -111,7 +111,7 @@ func (n *Node) sendAsk(ctx context.Context, to Address, path string, req any, st
 		return nil, err
 	}
 	reply := n.replySubject(id)
-	if err := n.publish(subject(to, path), reply, KindAsk, reply[len(n.inbox)+1:], path, data); err != nil {
+	if err := n.publish(subject(to, n.sendAs, path), reply, KindAsk, reply[len(n.inbox)+1:], path, data); err != nil {
 		n.abandon(id, p)
 		n.pendPool.Put(p)
 		return nil, err

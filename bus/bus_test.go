@@ -144,6 +144,13 @@ func TestHandlerErrorComesBackAsRemoteError(t *testing.T) {
 	must(t, w.Handle("forgets", func(context.Context, *bus.Request) (any, error) {
 		return nil, bus.Errorf(bus.CodeNotFound, "unknown worker %s", "w9")
 	}))
+	must(t, w.Handle("refuses", func(context.Context, *bus.Request) (any, error) {
+		err := bus.Errorf(bus.CodeForbidden, "worker %s may not speak for %s", "w1", "w2")
+		if !errors.Is(err, bus.CodeForbidden) || errors.Is(err, bus.CodeBadRequest) {
+			t.Errorf("the handler's coded error %v is not CodeForbidden to errors.Is", err)
+		}
+		return nil, fmt.Errorf("wrapped: %w", err)
+	}))
 	must(t, w.Handle("panics", func(context.Context, *bus.Request) (any, error) {
 		panic("kaboom")
 	}))
@@ -157,6 +164,7 @@ func TestHandlerErrorComesBackAsRemoteError(t *testing.T) {
 	}{
 		{"Error", "fails", nil, "Unknown job: j-42", bus.CodeInternal},
 		{"CodedError", "forgets", nil, "unknown worker w9", bus.CodeNotFound},
+		{"Forbidden", "refuses", nil, "wrapped: worker w1 may not speak for w2", bus.CodeForbidden},
 		{"Panic", "panics", nil, "handler panics panicked: kaboom", bus.CodeInternal},
 		{"UndecodableRequest", "typed", "not a number", "decode typed request", bus.CodeBadRequest},
 	}
@@ -173,7 +181,7 @@ func TestHandlerErrorComesBackAsRemoteError(t *testing.T) {
 			if re.Code != tt.code || !errors.Is(err, tt.code) {
 				t.Fatalf("code %d, want %d", re.Code, tt.code)
 			}
-			for _, other := range []bus.Code{bus.CodeBadRequest, bus.CodeNotFound, bus.CodeInternal, bus.CodeUnavailable} {
+			for _, other := range []bus.Code{bus.CodeBadRequest, bus.CodeForbidden, bus.CodeNotFound, bus.CodeInternal, bus.CodeUnavailable} {
 				if other != tt.code && errors.Is(err, other) {
 					t.Fatalf("errors.Is(err, %d) holds for code %d", other, tt.code)
 				}
@@ -184,10 +192,10 @@ func TestHandlerErrorComesBackAsRemoteError(t *testing.T) {
 		t.Fatalf("typed ask = %d, %v", got, err)
 	}
 	st := w.Stats()
-	if st.HandlerPanics != 1 || st.HandlerErrors < 4 {
-		t.Fatalf("stats: %d panics, %d errors; want 1 and >= 4", st.HandlerPanics, st.HandlerErrors)
+	if st.HandlerPanics != 1 || st.HandlerErrors < 5 {
+		t.Fatalf("stats: %d panics, %d errors; want 1 and >= 5", st.HandlerPanics, st.HandlerErrors)
 	}
-	if cs := c.Stats(); cs.Asks.RemoteError != 4 || cs.Asks.OK != 1 {
+	if cs := c.Stats(); cs.Asks.RemoteError != 5 || cs.Asks.OK != 1 {
 		t.Fatalf("asker stats %+v", cs.Asks)
 	}
 }
@@ -560,14 +568,14 @@ func TestHandlersRunConcurrentlyWithinABound(t *testing.T) {
 }
 
 // TestPlainNATSClients: a handler also serves requests without the Mu envelope, such as
-// `nats req` sends.
+// `nats req` sends; the subject names the sender.
 func TestPlainNATSClients(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, -1)
 	nc := dial(t, s.url)
 	c := connect(t, s.url, coordinator("c1"))
 	must(t, bus.Handle(c, "api.status", func(_ context.Context, from bus.Address, req map[string]string) (map[string]string, error) {
-		if from != (bus.Address{}) {
+		if from != (bus.Address{Role: bus.RoleClient, ID: "cli-1"}) {
 			return nil, fmt.Errorf("from %v", from)
 		}
 		if req["jobId"] == "" {
@@ -575,19 +583,47 @@ func TestPlainNATSClients(t *testing.T) {
 		}
 		return map[string]string{"jobId": req["jobId"], "state": "QUEUED"}, nil
 	}, bus.AsRole()))
-	m, err := nc.Request("jobbus.role.coordinator.api.status", []byte(`{"jobId":"j1"}`), 10*time.Second)
+	m, err := nc.Request("jobbus.role.coordinator.client.cli-1.api.status", []byte(`{"jobId":"j1"}`), 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if string(m.Data) != `{"jobId":"j1","state":"QUEUED"}` || m.Header.Get(bus.HeaderKind) != "RESPONSE" {
 		t.Fatalf("answer %q %v", m.Data, m.Header)
 	}
-	m, err = nc.Request("jobbus.node.coordinator.c1.api.status", []byte(`{}`), 10*time.Second)
+	m, err = nc.Request("jobbus.node.coordinator.c1.client.cli-1.api.status", []byte(`{}`), 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if string(m.Data) != "Unknown job: " || m.Header.Get(bus.HeaderKind) != "ERROR" {
 		t.Fatalf("error answer %q %v", m.Data, m.Header)
+	}
+}
+
+// TestSenderIsTheSubjects: a handler learns who sent a message from its subject, which
+// NATS permissions control, and never from a Jobbus-From header, which anyone may write.
+func TestSenderIsTheSubjects(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, -1)
+	nc := dial(t, s.url)
+	c := connect(t, s.url, coordinator("c1"))
+	whoAmI(t, c, "who", bus.AsRole())
+	for _, subj := range []string{
+		"jobbus.role.coordinator.worker.edge-2.who",
+		"jobbus.node.coordinator.c1.worker.edge-2.who",
+	} {
+		t.Run(subj, func(t *testing.T) {
+			ans, err := nc.RequestMsg(natsMsg(subj, bus.HeaderFrom, "worker/edge-1"), 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got echo
+			if err := json.Unmarshal(ans.Data, &got); err != nil {
+				t.Fatalf("answer %q: %v", ans.Data, err)
+			}
+			if got.From != "worker/edge-2" {
+				t.Fatalf("handler saw sender %q, want worker/edge-2 (the subject's), not the header's", got.From)
+			}
+		})
 	}
 }
 
@@ -599,14 +635,18 @@ func TestMalformedEnvelope(t *testing.T) {
 	w := connect(t, s.url, worker("w1"))
 	var called atomic.Int64
 	must(t, w.Handle("p", func(context.Context, *bus.Request) (any, error) { called.Add(1); return nil, nil }))
-	tests := []struct{ name, key, value string }{
-		{"BadFrom", bus.HeaderFrom, "worker/a.b"},
-		{"UnknownKind", bus.HeaderKind, "GOSSIP"},
-		{"WrongKind", bus.HeaderKind, "RESPONSE"},
+	tests := []struct{ name, sender, key, value string }{
+		{"UnknownKind", "worker.w2", bus.HeaderKind, "GOSSIP"},
+		{"WrongKind", "worker.w2", bus.HeaderKind, "RESPONSE"},
+		{"SenderRoleNotPlain", "~d29ya2Vy.w2", bus.HeaderKind, "ASK"},
+		{"SenderIDNotAToken", "worker.a~b", bus.HeaderKind, "ASK"},
+		{"SenderIDEmptyEncoding", "worker.~", bus.HeaderKind, "ASK"},
+		{"SenderIDNotCanonical", "worker.~dzI", bus.HeaderKind, "ASK"}, // "w2", which is plain
+		{"SenderIDBadBase64", "worker.~d", bus.HeaderKind, "ASK"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m := natsMsg("jobbus.node.worker.w1.p", tt.key, tt.value)
+			m := natsMsg("jobbus.node.worker.w1."+tt.sender+".p", tt.key, tt.value)
 			ans, err := nc.RequestMsg(m, 10*time.Second)
 			if err != nil {
 				t.Fatal(err)

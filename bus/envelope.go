@@ -25,7 +25,10 @@ const (
 	HeaderKind      = "Jobbus-Kind"
 	HeaderRequestID = "Jobbus-Request-Id"
 	HeaderPath      = "Jobbus-Path"
-	HeaderFrom      = "Jobbus-From"
+	// HeaderFrom names the sender of a heartbeat or goodbye ("role/idtoken"), which
+	// presence checks against the presence subject. Tells and asks carry their sender in
+	// the subject instead (Request.From).
+	HeaderFrom = "Jobbus-From"
 	// HeaderPresence is "leave" on the goodbye a node sends when it closes.
 	HeaderPresence = "Jobbus-Presence"
 )
@@ -35,11 +38,13 @@ const presenceLeave = "leave"
 
 // Request is a message delivered to a handler.
 type Request struct {
-	From Address // the sender; zero when the sender sent no Jobbus-From (e.g. the nats CLI)
-	Path string  // the path it was sent to
-	Kind Kind    // KindTell or KindAsk
-	ID   string  // the request id of an ask
-	Data []byte  // the payload, usually JSON
+	// From is the sender, as the subject names it: the publisher was allowed (by NATS
+	// permissions, where there are any) to publish as it.
+	From Address
+	Path string // the path it was sent to
+	Kind Kind   // KindTell or KindAsk
+	ID   string // the request id of an ask
+	Data []byte // the payload, usually JSON
 }
 
 // Decode unmarshals the payload into v (see Ask for the rules).
@@ -101,13 +106,11 @@ func parseRequest(m *nats.Msg, path string) (*Request, error) {
 	default:
 		return req, fmt.Errorf("unknown %s %q", HeaderKind, k)
 	}
-	if f := first(h[HeaderFrom]); f != "" {
-		from, err := ParseAddress(f)
-		if err != nil {
-			return req, fmt.Errorf("bad %s: %w", HeaderFrom, err)
-		}
-		req.From = from
+	from, err := sender(m.Subject, path)
+	if err != nil {
+		return req, err
 	}
+	req.From = from
 	return req, nil
 }
 

@@ -39,6 +39,9 @@ type Code int
 const (
 	// CodeBadRequest: the request is wrong; asking again will not help.
 	CodeBadRequest Code = 400
+	// CodeForbidden: the sender may not do what it asks (a worker speaking for another
+	// worker, say); asking again will not help.
+	CodeForbidden Code = 403
 	// CodeNotFound: the handler does not know what the request names (a worker it has
 	// forgotten, say); the asker must first tell it again.
 	CodeNotFound Code = 404
@@ -62,6 +65,13 @@ type codedError struct {
 
 func (e *codedError) Error() string { return e.err.Error() }
 func (e *codedError) Unwrap() error { return e.err }
+
+// Is makes errors.Is(err, code) true for the code err answers with, on the handler's
+// side as on the asker's (RemoteError.Is).
+func (e *codedError) Is(target error) bool {
+	c, ok := target.(Code)
+	return ok && c == e.code
+}
 
 // WithCode makes err, returned by a handler, answer with code.
 func WithCode(code Code, err error) error { return &codedError{code: code, err: err} }

@@ -47,14 +47,14 @@ func (n *Node) subscribe(path string, fn HandlerFunc, hc handleConfig) error {
 	cb := func(m *nats.Msg) { n.dispatch(path, fn, m) }
 	var subs []*nats.Subscription
 	if hc.direct {
-		s, err := n.nc.Subscribe(directSubject(n.self, path), cb)
+		s, err := n.nc.Subscribe(subject(n.self, anySender, path), cb)
 		if err != nil {
 			return fmt.Errorf("handle %s: %w", path, err)
 		}
 		subs = append(subs, s)
 	}
 	if hc.role {
-		s, err := n.nc.QueueSubscribe(roleSubject(n.self.Role, path), string(n.self.Role), cb)
+		s, err := n.nc.QueueSubscribe(subject(Address{Role: n.self.Role}, anySender, path), string(n.self.Role), cb)
 		if err != nil {
 			_ = unsubscribe(subs...)
 			return fmt.Errorf("handle %s as role: %w", path, err)

@@ -9,15 +9,21 @@
 //
 // Subjects:
 //
-//	jobbus.node.<role>.<idtoken>.<path>   one node's handler for path
-//	jobbus.role.<role>.<path>             any node of role (queue group "<role>")
-//	jobbus.presence.<role>.<idtoken>      heartbeats and goodbyes
+//	jobbus.node.<role>.<idtoken>.<from-role>.<from-idtoken>.<path>   one node's handler for path
+//	jobbus.role.<role>.<from-role>.<from-idtoken>.<path>             any node of role (queue group "<role>")
+//	jobbus.presence.<role>.<idtoken>                                 heartbeats and goodbyes
 //
 // An id token is the id itself when it is plain ([A-Za-z0-9_-]), otherwise "~" and the
 // id in unpadded base64url, so any id a TCP worker chooses stays one safe token.
 //
-// The Mu envelope travels in headers (Jobbus-Kind, Jobbus-Request-Id, Jobbus-Path,
-// Jobbus-From); the payload is the message's JSON. Asks use NATS request-reply through
+// The sender (from-role, from-idtoken) is part of every subject a node sends to, and
+// handlers subscribe with wildcards in its place and read it from the subject
+// (Request.From). So NATS publish permissions decide who may speak as whom: a user
+// allowed to publish only to "jobbus.role.coordinator.worker.edge-1.>" can ask the
+// coordinators only as worker edge-1, whatever its payloads say.
+//
+// The Mu envelope travels in headers (Jobbus-Kind, Jobbus-Request-Id, Jobbus-Path;
+// Jobbus-From on presence messages); the payload is the message's JSON. Asks use NATS request-reply through
 // one reply subscription per node, so an ask to a node that is not there fails at once
 // (NATS no-responders) with ErrNoPeer.
 package bus
@@ -40,9 +46,11 @@ type Node struct {
 	nc   *nats.Conn
 	own  bool // Close closes nc
 	self Address
-	from string // self.String(), the Jobbus-From of everything it sends
-	cfg  config
-	log  *slog.Logger
+	from string // self.String(), the Jobbus-From of its heartbeats and goodbyes
+	// sendAs is senderTokens(self), which names the node in every subject it sends to.
+	sendAs string
+	cfg    config
+	log    *slog.Logger
 
 	// ctx is given to handlers and ends when Close starts.
 	ctx    context.Context
@@ -146,7 +154,7 @@ func validSelf(self Address) error {
 
 func newNode(nc *nats.Conn, self Address, cfg config, own bool) (*Node, error) {
 	n := &Node{
-		nc: nc, own: own, self: self, from: self.String(), cfg: cfg,
+		nc: nc, own: own, self: self, from: self.String(), sendAs: senderTokens(self), cfg: cfg,
 		log:       cfg.logger.With("node", self.String()),
 		slots:     make(chan struct{}, cfg.maxInFlight),
 		handoff:   make(chan handlerCall),
@@ -284,10 +292,11 @@ func unsubscribe(subs ...*nats.Subscription) error {
 	return errors.Join(errs...)
 }
 
-// publish sends an envelope from the node, counting it. Errors are the bus's sentinels
-// where they apply.
+// publish sends an envelope, counting it. The subject names the sender; a presence
+// message names it in the Jobbus-From header too. Errors are the bus's sentinels where
+// they apply.
 func (n *Node) publish(subj, reply string, k Kind, id, path string, data []byte) error {
-	return n.publishFrom(subj, reply, k, id, path, n.from, data)
+	return n.publishFrom(subj, reply, k, id, path, "", data)
 }
 
 func (n *Node) publishFrom(subj, reply string, k Kind, id, path, from string, data []byte) error {

@@ -21,7 +21,7 @@ func (n *Node) heartbeatLoop() {
 	subj := presenceSubject(n.self)
 	for {
 		if n.nc.IsConnected() {
-			if err := n.publish(subj, "", KindHeartbeat, "", "", nil); err != nil {
+			if err := n.publishFrom(subj, "", KindHeartbeat, "", "", n.from, nil); err != nil {
 				n.log.Debug("bus heartbeat not sent", "err", err)
 			}
 		}
