@@ -61,7 +61,10 @@ func (c *Coordinator) serve() error {
 
 func (c *Coordinator) handleWorkers() error {
 	role := bus.AsRole()
-	if err := bus.Handle(c.node, protocol.PathRegister, func(_ context.Context, _ bus.Address, req protocol.WorkerRegister) (*protocol.WorkerRegistered, error) {
+	if err := bus.Handle(c.node, protocol.PathRegister, func(_ context.Context, from bus.Address, req protocol.WorkerRegister) (*protocol.WorkerRegistered, error) {
+		if err := speaksFor(from, req.WorkerID); err != nil {
+			return nil, err
+		}
 		if !c.lease.held() {
 			return nil, leaseLapsed()
 		}
@@ -69,7 +72,10 @@ func (c *Coordinator) handleWorkers() error {
 	}, role); err != nil {
 		return fmt.Errorf("handle %s: %w", protocol.PathRegister, err)
 	}
-	if err := bus.Handle(c.node, protocol.PathHeartbeat, func(_ context.Context, _ bus.Address, req protocol.Heartbeat) (*protocol.Heartbeat, error) {
+	if err := bus.Handle(c.node, protocol.PathHeartbeat, func(_ context.Context, from bus.Address, req protocol.Heartbeat) (*protocol.Heartbeat, error) {
+		if err := speaksFor(from, req.WorkerID); err != nil {
+			return nil, err
+		}
 		if !c.lease.held() {
 			return nil, leaseLapsed()
 		}
@@ -77,7 +83,10 @@ func (c *Coordinator) handleWorkers() error {
 	}, role); err != nil {
 		return fmt.Errorf("handle %s: %w", protocol.PathHeartbeat, err)
 	}
-	if err := bus.Handle(c.node, protocol.PathDrain, func(_ context.Context, _ bus.Address, req protocol.Drain) (protocol.DrainAck, error) {
+	if err := bus.Handle(c.node, protocol.PathDrain, func(_ context.Context, from bus.Address, req protocol.Drain) (protocol.DrainAck, error) {
+		if err := speaksFor(from, req.WorkerID); err != nil {
+			return protocol.DrainAck{}, err
+		}
 		if !c.lease.held() {
 			return protocol.DrainAck{}, leaseLapsed()
 		}
@@ -85,13 +94,19 @@ func (c *Coordinator) handleWorkers() error {
 	}, role); err != nil {
 		return fmt.Errorf("handle %s: %w", protocol.PathDrain, err)
 	}
-	if err := bus.Handle(c.node, protocol.PathDisconnect, func(_ context.Context, _ bus.Address, req protocol.Disconnect) (struct{}, error) {
+	if err := bus.Handle(c.node, protocol.PathDisconnect, func(_ context.Context, from bus.Address, req protocol.Disconnect) (struct{}, error) {
+		if err := speaksFor(from, req.WorkerID); err != nil {
+			return struct{}{}, err
+		}
 		c.disconnect(&req)
 		return struct{}{}, nil
 	}, role); err != nil {
 		return fmt.Errorf("handle %s: %w", protocol.PathDisconnect, err)
 	}
-	err := bus.Handle(c.node, protocol.PathResult, func(ctx context.Context, _ bus.Address, req protocol.TaskResult) (protocol.ResultAck, error) {
+	err := bus.Handle(c.node, protocol.PathResult, func(ctx context.Context, from bus.Address, req protocol.TaskResult) (protocol.ResultAck, error) {
+		if err := speaksFor(from, req.WorkerID); err != nil {
+			return protocol.ResultAck{}, err
+		}
 		type answer struct {
 			ack protocol.ResultAck
 			err error
@@ -106,7 +121,10 @@ func (c *Coordinator) handleWorkers() error {
 		c.result(&req, func(ack protocol.ResultAck, err error) { done <- answer{ack, err} })
 		select {
 		case a := <-done:
-			if a.err != nil { // not durable: offer it again, here or to the next leader
+			switch {
+			case errors.Is(a.err, bus.CodeForbidden): // another worker's attempt
+				return a.ack, a.err
+			case a.err != nil: // not durable: offer it again, here or to the next leader
 				return a.ack, bus.WithCode(bus.CodeUnavailable, a.err)
 			}
 			if !c.lease.held() {

@@ -217,6 +217,10 @@ func (c *Coordinator) result(res *protocol.TaskResult, reply func(protocol.Resul
 		delete(w.running, res.JobID)
 	}
 	j := c.jobs[res.JobID]
+	if err := assignedTo(j, res); err != nil {
+		c.later(func() error { reply(protocol.ResultAck{JobID: res.JobID, Accepted: false}, err); return nil }, nil)
+		return
+	}
 	if j == nil || j.rec.State != protocol.StateRunning || j.rec.AttemptID != res.AttemptID || c.fenced != nil {
 		c.log.Debug("stale result ignored", "job", res.JobID, "attempt", res.AttemptID, "worker", res.WorkerID)
 		c.later(func() error { reply(protocol.ResultAck{JobID: res.JobID, Accepted: false}, nil); return nil }, nil)

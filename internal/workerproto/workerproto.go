@@ -21,11 +21,13 @@ import (
 var Coordinator = bus.Address{Role: bus.RoleCoordinator}
 
 // Final reports whether err, the outcome of an ask to the coordinator, ends the
-// matter: an answer, a refusal of the request itself (bus.CodeBadRequest), or a closed
-// node. Anything else (no coordinator, no answer, a coordinator that cannot serve now)
-// is worth asking again.
+// matter: an answer, a refusal of the request itself (bus.CodeBadRequest) or of the
+// sender (bus.CodeForbidden: it spoke for another worker, or reported another's
+// attempt), or a closed node. Anything else (no coordinator, no answer, a coordinator
+// that cannot serve now) is worth asking again.
 func Final(err error) bool {
-	return err == nil || errors.Is(err, bus.CodeBadRequest) || errors.Is(err, bus.ErrClosed)
+	return err == nil || errors.Is(err, bus.CodeBadRequest) || errors.Is(err, bus.CodeForbidden) ||
+		errors.Is(err, bus.ErrClosed)
 }
 
 // Register asks the coordinator once to register the worker.
