@@ -153,10 +153,12 @@ func TestExampleConfigRoles(t *testing.T) {
 		{"edge-1", "subscribe", "_INBOX.>"}, // everyone else's replies
 		{"edge-1", "publish", "jobbus.api.submit"},
 		{"edge-1", "publish", "jobbus.presence.worker.edge-2"},
-		{"submitter", "publish", "jobbus.role.coordinator.worker.register"},
+		{"edge-1", "publish", "jobbus.role.coordinator.worker.edge-2.task.result"}, // speaking as another worker
+		{"worker", "publish", "jobbus.role.coordinator.client.c1.worker.register"}, // as anything but a worker
+		{"submitter", "publish", "jobbus.role.coordinator.worker.w1.worker.register"},
 		{"submitter", "subscribe", "jobbus.node.worker.>"},
 		{"submitter", "subscribe", "jobbus.api.>"}, // posing as the coordinator
-		{"reader", "publish", "jobbus.role.coordinator.task.result"},
+		{"reader", "publish", "jobbus.role.coordinator.worker.w1.task.result"},
 	} {
 		t.Run(tc.user+"/"+tc.action+"/"+tc.subject, func(t *testing.T) {
 			errs := make(chan error, 4)
