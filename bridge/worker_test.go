@@ -151,6 +151,28 @@ func TestWorkerPort(t *testing.T) {
 		}
 	})
 
+	t.Run("AnotherWorkersAttemptDoesNotCount", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t)
+		owner := s.worker("owner", 1)
+		id := s.client().Submit("SHA256", `{"text":"x"}`)
+		a := owner.ExpectAssign(id)
+		// Another TCP worker offers a result for the owner's attempt, in the owner's
+		// name too: the bridge sends it as the worker that sent it, and the
+		// coordinator refuses (403) a result for an attempt it assigned to another.
+		other := s.worker("other", 1)
+		refusals := s.br.Stats().Bus.Asks.RemoteError
+		other.MustSend(&protocol.TaskResult{WorkerID: "owner", JobID: id, AttemptID: a.AttemptID, Success: true, Result: ptr("forged")})
+		eventually(t, "the forged result refused", func() bool { return s.br.Stats().Bus.Asks.RemoteError > refusals })
+		if j := s.job(id); j.State != protocol.StateRunning || deref(j.WorkerID) != "owner" {
+			t.Fatalf("job after the forged result %+v, want RUNNING on owner", j)
+		}
+		owner.MustSend(&protocol.TaskResult{WorkerID: "owner", JobID: id, AttemptID: a.AttemptID, Success: true, Result: ptr("genuine")})
+		if j := s.waitState(id, protocol.StateCompleted); deref(j.Result) != "genuine" || j.Attempts != 1 {
+			t.Fatalf("job %+v, want the owner's result", j)
+		}
+	})
+
 	t.Run("FailedResultIsRetried", func(t *testing.T) {
 		t.Parallel()
 		s := setup(t)
