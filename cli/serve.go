@@ -124,10 +124,11 @@ func serve(c *cli.Context) error {
 func serveUntil(ctx context.Context, c *cli.Context, log *slog.Logger, cfg coordinator.Config, local *drainGroup) error {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
-	nc, shutdown, err := connectOrEmbed(ctx, c, log)
+	nc, shutdown, storeFault, err := connectOrEmbed(ctx, c, log)
 	if err != nil {
 		return err
 	}
+	cfg.StoreFault = storeFault
 	defer shutdown()
 	if cfg.ID == "" && global(c, "nats") == "" && global(c, "context") == "" {
 		// The embedded store is locked to this process, so an identity kept in it is
@@ -217,41 +218,43 @@ func runCoordinator(ctx context.Context, nc *nats.Conn, cfg coordinator.Config, 
 	return done
 }
 
-// connectOrEmbed joins --nats, or starts the embedded server and connects in-process.
-func connectOrEmbed(ctx context.Context, c *cli.Context, log *slog.Logger) (*nats.Conn, func(), error) {
+// connectOrEmbed joins --nats, or starts the embedded server and connects in-process;
+// then it also returns what reports the embedded store's failure (storeguard.go).
+func connectOrEmbed(ctx context.Context, c *cli.Context, log *slog.Logger) (*nats.Conn, func(), func() error, error) {
 	target, err := natsTarget(c, true)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if target.url != "" {
 		for _, f := range []string{"data-dir", "nats-listen", "nats-http-listen", "nats-system-password", "nats-log-level", "nats-max-store", "nats-user", "nats-password", "nats-token", "nats-config",
 			"server-name", "cluster-listen", "routes", "leafnode-remote", "leafnode-listen", "sync"} {
 			if c.IsSet(f) && givenOnCommandLine(c, f) {
-				return nil, nil, usageError("--%s configures the embedded NATS server, which serve does not start when it joins %s", f, target.where())
+				return nil, nil, nil, usageError("--%s configures the embedded NATS server, which serve does not start when it joins %s", f, target.where())
 			}
 		}
 		nc, err := dial(ctx, c, log, target)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
-		return nc, nc.Close, nil
+		return nc, nc.Close, nil, nil
 	}
 	natsLog, err := loggerAt(c, "nats-log-level", c.String("nats-log-level"))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	opts, err := embedClusterOptions(c) // serve_cluster.go
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	opts = append(opts,
 		embeddednats.WithListen(c.String("nats-listen")),
 		embeddednats.WithStoreDir(c.String("data-dir")),
 		embeddednats.WithLogger(natsLog),
+		embeddednats.WithStoreGuard(embeddednats.DefaultStoreCheck, embeddednats.DefaultStoreProbe),
 	)
 	syncOpts, err := syncOptions(c.String("sync"))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	opts = append(opts, syncOpts...)
 	if hp := c.String("nats-http-listen"); hp != "" {
@@ -259,25 +262,25 @@ func connectOrEmbed(ctx context.Context, c *cli.Context, log *slog.Logger) (*nat
 	}
 	maxStore, err := parseSize(c.String("nats-max-store"))
 	if err != nil {
-		return nil, nil, usageError("--nats-max-store: %v", err)
+		return nil, nil, nil, usageError("--nats-max-store: %v", err)
 	}
 	if maxStore > 0 {
 		opts = append(opts, embeddednats.WithJetStreamLimits(0, maxStore))
 	}
 	auth, connAuth, err := embeddedAuth(c)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	opts = append(opts, auth...)
 	if c.String("nats-system-password") == "" && givenOnCommandLine(c, "nats-system-user") {
-		return nil, nil, usageError("--nats-system-user needs --nats-system-password (or JOBBUS_NATS_SYSTEM_PASSWORD)")
+		return nil, nil, nil, usageError("--nats-system-user needs --nats-system-password (or JOBBUS_NATS_SYSTEM_PASSWORD)")
 	}
 	if pw := c.String("nats-system-password"); pw != "" {
 		opts = append(opts, embeddednats.WithSystemUser(c.String("nats-system-user"), pw))
 	}
 	srv, err := embeddednats.Start(ctx, opts...)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if u := srv.MonitorURL(); u != "" {
 		log.Info("NATS monitoring", "url", u)
@@ -286,7 +289,7 @@ func connectOrEmbed(ctx context.Context, c *cli.Context, log *slog.Logger) (*nat
 	nc, err := srv.Connect(append([]nats.Option{nats.Name("jobbus serve")}, connAuth...)...)
 	if err != nil {
 		_ = srv.Shutdown(context.Background())
-		return nil, nil, fmt.Errorf("connect to embedded NATS: %w", err)
+		return nil, nil, nil, fmt.Errorf("connect to embedded NATS: %w", err)
 	}
 	log.Info("embedded NATS started", "url", srv.ClientURL(), "data_dir", c.String("data-dir"))
 	stopInfo := answerServerInfo(nc, srv, log) // serve_cluster.go: for jobbus cluster
@@ -298,7 +301,7 @@ func connectOrEmbed(ctx context.Context, c *cli.Context, log *slog.Logger) (*nat
 		if err := srv.Shutdown(sctx); err != nil {
 			log.Warn("embedded NATS shutdown", "err", err)
 		}
-	}, nil
+	}, srv.StoreFault, nil
 }
 
 // dial connects a service (serve on --nats, coordinator, bridge) to target and checks

@@ -69,6 +69,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Observer sees submissions, state changes and writes, for metrics; nil: none.
 	Observer Observer
+	// StoreFault, if set, reports a failure of the disk under JetStream that its server
+	// knows of (serve's embedded server: a full disk, a read-only file system), nil
+	// while the store takes writes. While it reports one, submissions are refused at
+	// once with an ERROR that names it; accepted jobs wait for the store (storage.go).
+	StoreFault func() error
 }
 
 // DefaultConfig returns the defaults of DESIGN.md.

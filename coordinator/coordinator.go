@@ -104,6 +104,7 @@ func New(nc *nats.Conn, cfg Config) (*Coordinator, error) {
 		lease:    leaseClock{base: time.Now()},
 		fencedCh: make(chan struct{}),
 		wake:     make(chan struct{}, 1),
+		storage:  storeHealth{fault: cfg.StoreFault},
 	}, nil
 }
 

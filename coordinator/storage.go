@@ -1,11 +1,15 @@
 package coordinator
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
+	"syscall"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jobbus/jobbus/bus/protocol"
@@ -35,10 +39,15 @@ func StoreFull(err error) bool {
 	return false
 }
 
-// storeHealth remembers whether the last job write found the store full. Writes set
-// and clear it from the writer goroutines, without c.mu.
+// storeHealth remembers whether the store takes job writes: whether the last job write
+// found it full (JetStream's limit), what Config.StoreFault says, and whether writes go
+// unanswered while JetStream answers (stalled). Writes set and clear it from the
+// writer goroutines, without c.mu.
 type storeHealth struct {
-	full atomic.Pointer[string] // JetStream's words, while full
+	full    atomic.Pointer[string] // JetStream's words, while full
+	fault   func() error           // Config.StoreFault; nil: none
+	stalled atomic.Pointer[error]  // set by storeFailure, cleared by a write that succeeds
+	said    atomic.Int64           // when storeFailure last logged, Unix nanoseconds
 }
 
 // noteWrite records the outcome of one job write.
@@ -46,6 +55,7 @@ func (h *storeHealth) noteWrite(err error) {
 	switch {
 	case err == nil:
 		h.full.Store(nil)
+		h.stalled.Store(nil)
 	case StoreFull(err):
 		var apiErr *jetstream.APIError
 		errors.As(err, &apiErr)
@@ -54,15 +64,31 @@ func (h *storeHealth) noteWrite(err error) {
 	}
 }
 
-// refusal is the ERROR a submission gets at once while the store is full, nil
-// otherwise. A job already being written keeps being retried (running jobs are not
+// failing returns the store's failure other than JetStream's limit, nil if none is
+// known.
+func (h *storeHealth) failing() error {
+	if h.fault != nil {
+		if err := h.fault(); err != nil {
+			return err
+		}
+	}
+	if p := h.stalled.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// refusal is the ERROR a submission gets at once while the store is full or failing,
+// nil otherwise. A job already being written keeps being retried (running jobs are not
 // lost), so the first write that succeeds again, when space returns, lifts it.
 func (h *storeHealth) refusal() *protocol.Error {
-	desc := h.full.Load()
-	if desc == nil {
-		return nil
+	if desc := h.full.Load(); desc != nil {
+		return storeFullError(*desc)
 	}
-	return storeFullError(*desc)
+	if err := h.failing(); err != nil {
+		return storeFaultError(err)
+	}
+	return nil
 }
 
 func storeFullError(desc string) *protocol.Error {
@@ -71,11 +97,80 @@ func storeFullError(desc string) *protocol.Error {
 		"or the limit raised (jobbus serve --nats-max-store, or the NATS server's max_file_store)"}
 }
 
+// errStoreStalled: a job write got no answer while JetStream answered: what nats-server
+// does once a write to a stream's files failed (a full disk, a read-only file system).
+var errStoreStalled = errors.New("the NATS server's store takes no writes: a job write got no answer while JetStream answers, " +
+	"so its disk is likely full or read-only. nats-server writes to that stream again only after it restarts: " +
+	"free space (or make the disk writable), then restart the NATS server")
+
+// storeFaultError is the ERROR of a submission refused, or not stored, because the
+// store cannot be written.
+func storeFaultError(err error) *protocol.Error {
+	var what, until string
+	switch {
+	case errors.Is(err, syscall.ENOSPC):
+		what, until = "the job store is full", "space is freed on its disk"
+	case errors.Is(err, syscall.EROFS):
+		what, until = "the job store is read-only", "its file system is writable again"
+	case errors.Is(err, errStoreStalled):
+		what, until = "the job store takes no writes", "the NATS server writes again"
+	default:
+		what, until = "the job store cannot be written", "it can be written again"
+	}
+	return &protocol.Error{Message: "job not stored: " + what + " (" + err.Error() +
+		"); jobs already accepted are kept and go on, new ones are refused until " + until}
+}
+
+// storeFailure returns what a failed job write says about the store: err itself when
+// JetStream refused it for want of room, the store's known failure (Config.StoreFault,
+// or writes stalled), nil when the store is not the cause. A write that timed out
+// while the jobs stream still answers is the sign of a stream nats-server stopped
+// writing (filestore's write error): the store is then marked stalled until a write
+// succeeds, and the operator told what to do, every 30 s while it lasts.
+func (c *Coordinator) storeFailure(ctx context.Context, err error) error {
+	if StoreFull(err) {
+		return err
+	}
+	f := c.storage.failing()
+	if f == nil && timedOut(err) {
+		ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, ierr := c.stream.Info(ictx)
+		cancel()
+		if ierr == nil { // JetStream is there; only writes go unanswered
+			f = fmt.Errorf("%w (%v)", errStoreStalled, err)
+			c.storage.stalled.Store(&f)
+		}
+	}
+	if f == nil {
+		return nil
+	}
+	f = &storeFault{f}
+	if now := time.Now().UnixNano(); now-c.storage.said.Load() >= int64(30*time.Second) {
+		c.storage.said.Store(now)
+		c.log.Error("job store cannot be written: new submissions are refused; accepted jobs are kept in memory and written when it recovers",
+			"err", f)
+	}
+	return f
+}
+
+// storeFault marks an error as the store's failure, for notStored.
+type storeFault struct{ error }
+
+func (f *storeFault) Unwrap() error { return f.error }
+
+// timedOut reports a request that got no answer in time.
+func timedOut(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)
+}
+
 // notStored is the ERROR of a submission whose record could not be written.
 func notStored(id string, err error) *protocol.Error {
 	var apiErr *jetstream.APIError
 	if StoreFull(err) && errors.As(err, &apiErr) {
 		return storeFullError(apiErr.Description)
+	}
+	if f := (*storeFault)(nil); errors.As(err, &f) {
+		return storeFaultError(f.error)
 	}
 	return &protocol.Error{Message: fmt.Sprintf("job %s was not stored: %v", id, err)}
 }

@@ -222,11 +222,11 @@ func (c *Coordinator) commit(ctx context.Context, ws []pendingWrite) {
 			}
 			return
 		}
-		if StoreFull(err) {
+		if ferr := c.storeFailure(ctx, err); ferr != nil {
 			// A job not yet stored is given up, so its submitter hears "store full"
 			// now rather than JOB_SUBMITTED much later, or never; accepted jobs wait
-			// for room.
-			if ws = c.dropCreates(ws, err); len(ws) == 0 {
+			// for room (storage.go).
+			if ws = c.dropCreates(ws, ferr); len(ws) == 0 {
 				return
 			}
 		}

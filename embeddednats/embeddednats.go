@@ -33,6 +33,7 @@ type Server struct {
 	// authenticated: clients must give credentials (auth.go).
 	authenticated bool
 	listenHost    string
+	guard         *storeGuard // nil unless WithStoreGuard
 
 	shutdownOnce sync.Once
 	done         chan struct{} // closed when shutdown and unlock finished
@@ -71,7 +72,8 @@ func Start(ctx context.Context, opts ...Option) (*Server, error) {
 		_ = lock.release()
 		return nil, err
 	}
-	return &Server{ns: ns, lock: lock, done: make(chan struct{}), authenticated: auth, listenHost: host}, nil
+	guard := startStoreGuard(ns, sopts, &cfg, globalJS)
+	return &Server{ns: ns, lock: lock, done: make(chan struct{}), authenticated: auth, listenHost: host, guard: guard}, nil
 }
 
 // runServer creates and starts the server and waits until it is ready.
@@ -152,6 +154,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.shutdownOnce.Do(func() {
 		go func() {
 			defer close(s.done)
+			if s.guard != nil {
+				s.guard.close()
+			}
 			s.ns.Shutdown()
 			s.ns.WaitForShutdown()
 			if err := s.lock.release(); err != nil {

@@ -39,6 +39,8 @@ type config struct {
 	maxPingsOut  int
 	leafListen   string
 	noJetStream  bool
+	storeCheck   time.Duration // storeguard.go; 0: no guard
+	storeProbe   int64
 }
 
 type clusterConfig struct {
