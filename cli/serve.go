@@ -278,7 +278,7 @@ func connectOrEmbed(ctx context.Context, c *cli.Context, log *slog.Logger) (*nat
 	if pw := c.String("nats-system-password"); pw != "" {
 		opts = append(opts, embeddednats.WithSystemUser(c.String("nats-system-user"), pw))
 	}
-	srv, err := embeddednats.Start(ctx, opts...)
+	srv, err := startEmbedded(ctx, log, opts) // serve_store.go
 	if err != nil {
 		return nil, nil, nil, err
 	}

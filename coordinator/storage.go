@@ -47,21 +47,38 @@ type storeHealth struct {
 	full    atomic.Pointer[string] // JetStream's words, while full
 	fault   func() error           // Config.StoreFault; nil: none
 	stalled atomic.Pointer[error]  // set by storeFailure, cleared by a write that succeeds
+	since   atomic.Int64           // when full or stalled was last set, or probed: Unix nanoseconds
 	said    atomic.Int64           // when storeFailure last logged, Unix nanoseconds
 }
+
+// storeProbeEvery is how often, while the store is full or stalled, one submission is
+// let through to try the store: without it, a coordinator with no accepted job left to
+// write would refuse for ever, since only a write that succeeds lifts the refusal.
+const storeProbeEvery = time.Second
 
 // noteWrite records the outcome of one job write.
 func (h *storeHealth) noteWrite(err error) {
 	switch {
 	case err == nil:
-		h.full.Store(nil)
-		h.stalled.Store(nil)
+		if h.full.Load() != nil {
+			h.full.Store(nil)
+		}
+		if h.stalled.Load() != nil {
+			h.stalled.Store(nil)
+		}
 	case StoreFull(err):
 		var apiErr *jetstream.APIError
 		errors.As(err, &apiErr)
 		desc := apiErr.Description
 		h.full.Store(&desc)
+		h.since.Store(time.Now().UnixNano())
 	}
+}
+
+// stall marks the store stalled with err.
+func (h *storeHealth) stall(err error) {
+	h.stalled.Store(&err)
+	h.since.Store(time.Now().UnixNano())
 }
 
 // failing returns the store's failure other than JetStream's limit, nil if none is
@@ -80,15 +97,30 @@ func (h *storeHealth) failing() error {
 
 // refusal is the ERROR a submission gets at once while the store is full or failing,
 // nil otherwise. A job already being written keeps being retried (running jobs are not
-// lost), so the first write that succeeds again, when space returns, lifts it.
+// lost), so the first write that succeeds again, when space returns, lifts it; and
+// every storeProbeEvery one submission goes through to try (what Config.StoreFault
+// reports needs no such try: its source watches the store).
 func (h *storeHealth) refusal() *protocol.Error {
-	if desc := h.full.Load(); desc != nil {
+	if h.fault != nil {
+		if err := h.fault(); err != nil {
+			return storeFaultError(err)
+		}
+	}
+	desc, stalled := h.full.Load(), h.stalled.Load()
+	if desc == nil && stalled == nil || h.probeDue() {
+		return nil
+	}
+	if desc != nil {
 		return storeFullError(*desc)
 	}
-	if err := h.failing(); err != nil {
-		return storeFaultError(err)
-	}
-	return nil
+	return storeFaultError(*stalled)
+}
+
+// probeDue reports, to one caller at a time, that the store has not been tried for
+// storeProbeEvery.
+func (h *storeHealth) probeDue() bool {
+	last, now := h.since.Load(), time.Now().UnixNano()
+	return now-last >= int64(storeProbeEvery) && h.since.CompareAndSwap(last, now)
 }
 
 func storeFullError(desc string) *protocol.Error {
@@ -99,26 +131,29 @@ func storeFullError(desc string) *protocol.Error {
 
 // errStoreStalled: a job write got no answer while JetStream answered: what nats-server
 // does once a write to a stream's files failed (a full disk, a read-only file system).
-var errStoreStalled = errors.New("the NATS server's store takes no writes: a job write got no answer while JetStream answers, " +
-	"so its disk is likely full or read-only. nats-server writes to that stream again only after it restarts: " +
-	"free space (or make the disk writable), then restart the NATS server")
+var errStoreStalled = errors.New("a job write got no answer while the NATS server's JetStream answers: its disk is likely full or read-only")
 
 // storeFaultError is the ERROR of a submission refused, or not stored, because the
 // store cannot be written.
 func storeFaultError(err error) *protocol.Error {
-	var what, until string
-	switch {
-	case errors.Is(err, syscall.ENOSPC):
-		what, until = "the job store is full", "space is freed on its disk"
-	case errors.Is(err, syscall.EROFS):
-		what, until = "the job store is read-only", "its file system is writable again"
-	case errors.Is(err, errStoreStalled):
-		what, until = "the job store takes no writes", "the NATS server writes again"
-	default:
-		what, until = "the job store cannot be written", "it can be written again"
-	}
+	what, until := storeFaultWords(err)
 	return &protocol.Error{Message: "job not stored: " + what + " (" + err.Error() +
 		"); jobs already accepted are kept and go on, new ones are refused until " + until}
+}
+
+// storeFaultWords says what is wrong with the store, and until when submissions are
+// refused.
+func storeFaultWords(err error) (what, until string) {
+	switch {
+	case errors.Is(err, syscall.ENOSPC):
+		return "the job store is full", "space is freed on its disk"
+	case errors.Is(err, syscall.EROFS):
+		return "the job store is read-only", "its file system is writable again"
+	case errors.Is(err, errStoreStalled):
+		return "the job store takes no writes", "the NATS server writes again: free space or make its disk writable, " +
+			"then restart it (nats-server does not write to a stream whose disk write failed until it restarts)"
+	}
+	return "the job store cannot be written", "it can be written again"
 }
 
 // storeFailure returns what a failed job write says about the store: err itself when
@@ -132,14 +167,9 @@ func (c *Coordinator) storeFailure(ctx context.Context, err error) error {
 		return err
 	}
 	f := c.storage.failing()
-	if f == nil && timedOut(err) {
-		ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_, ierr := c.stream.Info(ictx)
-		cancel()
-		if ierr == nil { // JetStream is there; only writes go unanswered
-			f = fmt.Errorf("%w (%v)", errStoreStalled, err)
-			c.storage.stalled.Store(&f)
-		}
+	if f == nil && c.writesStalled(ctx, err) {
+		f = errStoreStalled
+		c.storage.stall(f)
 	}
 	if f == nil {
 		return nil
@@ -147,10 +177,32 @@ func (c *Coordinator) storeFailure(ctx context.Context, err error) error {
 	f = &storeFault{f}
 	if now := time.Now().UnixNano(); now-c.storage.said.Load() >= int64(30*time.Second) {
 		c.storage.said.Store(now)
-		c.log.Error("job store cannot be written: new submissions are refused; accepted jobs are kept in memory and written when it recovers",
+		what, until := storeFaultWords(f)
+		c.log.Error(what+": accepted jobs are kept in memory and written when it recovers; new submissions are refused until "+until,
 			"err", f)
 	}
 	return f
+}
+
+// writesStalled reports a write that timed out while JetStream answers: the jobs
+// stream's information comes back.
+func (c *Coordinator) writesStalled(ctx context.Context, err error) bool {
+	if !timedOut(err) || c.stream == nil {
+		return false
+	}
+	ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, ierr := c.stream.Info(ictx)
+	return ierr == nil
+}
+
+// leaseWriteFailed notes a lease renewal that failed with err: one that timed out
+// while JetStream answers stalls the store as a job write would, so that the answer of
+// a coordinator whose lease lapsed names the cause (notLeader).
+func (c *Coordinator) leaseWriteFailed(ctx context.Context, err error) {
+	if c.storage.failing() == nil && c.writesStalled(ctx, err) {
+		c.storage.stall(errStoreStalled)
+	}
 }
 
 // storeFault marks an error as the store's failure, for notStored.

@@ -4,9 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jobbus/jobbus/bus/protocol"
 )
 
 func TestStoreFullErrors(t *testing.T) {
@@ -46,6 +51,80 @@ func TestStoreFullErrors(t *testing.T) {
 	h.noteWrite(errors.New("timeout")) // not about room: the state stands
 	if h.refusal() == nil {
 		t.Fatal("a timeout lifted the refusal")
+	}
+	h.noteWrite(nil)
+	if h.refusal() != nil {
+		t.Fatal("refusal after a write succeeded")
+	}
+}
+
+// TestStoreFaultWords: a store that cannot be written, as serve's embedded server
+// reports it (a full disk, a read-only file system) or as a coordinator infers it
+// (writes unanswered), is named in the ERROR a submission gets, with when it ends.
+func TestStoreFaultWords(t *testing.T) {
+	t.Parallel()
+	const nats = "JetStream stream '$G > KV_JOBS' write error: write /s/1.blk: "
+	for _, tc := range []struct {
+		name string
+		err  error
+		want []string
+	}{
+		{"full disk", fmt.Errorf("%s%w", nats, syscall.ENOSPC),
+			[]string{"job not stored: the job store is full (", "no space left on device", "until space is freed on its disk"}},
+		{"read-only", fmt.Errorf("%s%w", nats, syscall.EROFS),
+			[]string{"job not stored: the job store is read-only (", "read-only file system", "until its file system is writable again"}},
+		{"stalled", errStoreStalled,
+			[]string{"job not stored: the job store takes no writes (", "disk is likely full or read-only", "restart"}},
+		{"other", errors.New("input/output error"),
+			[]string{"job not stored: the job store cannot be written (input/output error)"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, e := range []*protocol.Error{storeFaultError(tc.err), notStored("j1", &storeFault{tc.err})} {
+				for _, w := range tc.want {
+					if !strings.Contains(e.Message, w) {
+						t.Errorf("%q does not say %q", e.Message, w)
+					}
+				}
+				if !strings.Contains(e.Message, "jobs already accepted are kept") {
+					t.Errorf("%q does not say that accepted jobs are kept", e.Message)
+				}
+			}
+		})
+	}
+
+	// A fault reported by the store's watcher refuses until it clears.
+	var fault atomic.Pointer[error]
+	h := storeHealth{fault: func() error {
+		if p := fault.Load(); p != nil {
+			return *p
+		}
+		return nil
+	}}
+	if h.refusal() != nil {
+		t.Fatal("refusal with no fault")
+	}
+	ro := fmt.Errorf("%s%w", nats, syscall.EROFS)
+	fault.Store(&ro)
+	if e := h.refusal(); e == nil || !strings.Contains(e.Message, "read-only") {
+		t.Fatalf("refusal with the store read-only: %+v", e)
+	}
+	fault.Store(nil)
+	if h.refusal() != nil {
+		t.Fatal("refusal after the fault cleared")
+	}
+
+	// Stalled writes refuse, but let one submission through every storeProbeEvery
+	// to try the store; a write that succeeds lifts the refusal.
+	h.stall(errStoreStalled)
+	if h.refusal() == nil {
+		t.Fatal("no refusal while stalled")
+	}
+	h.since.Store(time.Now().Add(-storeProbeEvery).UnixNano())
+	if h.refusal() != nil {
+		t.Fatal("no submission let through to try the store after storeProbeEvery")
+	}
+	if h.refusal() == nil {
+		t.Fatal("a second submission let through in the same second")
 	}
 	h.noteWrite(nil)
 	if h.refusal() != nil {

@@ -22,10 +22,16 @@ type dirLock struct{ f *os.File }
 
 func lockDir(dir string) (*dirLock, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
+		if e := storeUnwritable(dir, err); e != nil {
+			return nil, e
+		}
 		return nil, fmt.Errorf("embeddednats: create store directory %s: %w", dir, err)
 	}
 	f, err := os.OpenFile(filepath.Join(dir, lockFileName), os.O_RDWR|os.O_CREATE, 0o640)
 	if err != nil {
+		if e := storeUnwritable(dir, err); e != nil {
+			return nil, e
+		}
 		return nil, fmt.Errorf("embeddednats: open store lock: %w", err)
 	}
 	if err := lockFile(f); err != nil {

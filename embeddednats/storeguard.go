@@ -193,6 +193,20 @@ func (e *storeError) Unwrap() []error {
 	return []error{e.kind, e.errno}
 }
 
+// storeUnwritable words err, met creating the store directory or its lock, when the
+// disk is read-only or full (ErrStoreReadOnly, ErrStoreFull); nil for anything else.
+func storeUnwritable(dir string, err error) error {
+	switch {
+	case errors.Is(err, syscall.EROFS):
+		return &hintError{msg: fmt.Sprintf("embeddednats: the store directory %s is on a read-only file system (make it writable: mount -o remount,rw)", dir),
+			sentinel: ErrStoreReadOnly, cause: err}
+	case errors.Is(err, syscall.ENOSPC):
+		return &hintError{msg: fmt.Sprintf("embeddednats: the disk of the store directory %s is full (free space on it)", dir),
+			sentinel: ErrStoreFull, cause: err}
+	}
+	return nil
+}
+
 // probeWrite writes, syncs and removes a file of g.probe bytes in the store's
 // directory: it succeeds once the disk has that much room and takes writes.
 func (g *storeGuard) probeWrite() error {
