@@ -284,3 +284,83 @@ func TestCoordinatorFullDiskExternalNATS(t *testing.T) {
 func alive(cmd *exec.Cmd) bool {
 	return cmd.Process.Signal(syscall.Signal(0)) == nil
 }
+
+// ext4 mounts a fresh ext4 file system of size bytes, on a loop device, for the test,
+// with errors=remount-ro: the kernel makes it read-only at the first error, as it does
+// a real disk that fails. It returns the mount point and the image, or skips.
+func ext4(t *testing.T, size int64) (dir, image string) {
+	t.Helper()
+	base := t.TempDir()
+	image, dir = filepath.Join(base, "disk.img"), filepath.Join(base, "disk")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(image, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(image, size); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mkfs.ext4", "-q", "-F", image).CombinedOutput(); err != nil {
+		t.Skipf("the forced read-only test needs mkfs.ext4: %v: %s", err, out)
+	}
+	if out, err := exec.Command("mount", "-o", "loop,errors=remount-ro", image, dir).CombinedOutput(); err != nil {
+		t.Skipf("the forced read-only test mounts an ext4 image on a loop device, which is not permitted here (run it as root): %v: %s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			t.Logf("umount %s: %v: %s; detaching it", dir, err, out)
+			_ = exec.Command("umount", "-l", dir).Run()
+		}
+	})
+	return dir, image
+}
+
+// TestServeForcedReadOnly: the kernel turns serve's store read-only under it (ext4's
+// reaction to a disk error, made with its trigger_fs_error knob). Submissions are
+// refused with an ERROR that says the store is read-only, never JOB_SUBMITTED. Such a
+// file system stays read-only until it is unmounted and checked, which needs serve
+// stopped: after serve is killed, the disk repaired and serve started again, every job
+// that got JOB_SUBMITTED, the one running when the disk failed included, completes.
+func TestServeForcedReadOnly(t *testing.T) {
+	t.Parallel()
+	disk, image := ext4(t, 32<<20)
+	out, err := exec.Command("findmnt", "-n", "-o", "SOURCE", disk).Output()
+	if err != nil {
+		t.Skipf("findmnt: %v", err)
+	}
+	trigger := filepath.Join("/sys/fs/ext4", filepath.Base(strings.TrimSpace(string(out))), "trigger_fs_error")
+	if _, err := os.Stat(trigger); err != nil {
+		t.Skipf("this kernel's ext4 has no trigger_fs_error: %v", err)
+	}
+	data := filepath.Join(disk, "data")
+	// --sync always: the kernel drops what was written but not yet synced when it
+	// aborts the file system's journal, so without it jobs acknowledged in the last
+	// moments before the error are gone after the repair (this test saw all of them go).
+	args := []string{"--workers", "1", "--heartbeat-timeout-millis", "1500", "--sweep-interval-millis", "50",
+		"--retry-base-delay-millis", "50", "--sync", "always"}
+	p, url := serveProc(t, data, args...)
+	r := newStoreFaultRun(t, url)
+	r.running(1500)
+
+	if err := os.WriteFile(trigger, []byte("1"), 0o200); err != nil {
+		t.Fatal(err)
+	}
+	r.refused("the job store is read-only", "read-only file system")
+	p.logged(`JetStream's store failed`)
+
+	// A disk that failed: the process is killed (stopping gracefully would wait for
+	// the running job's result, which cannot be stored), the disk repaired.
+	p.signal(syscall.SIGKILL)
+	p.wait()
+	for _, cmd := range [][]string{{"umount", disk}, {"e2fsck", "-fy", image}, {"mount", "-o", "loop,errors=remount-ro", image, disk}} {
+		out, err := exec.Command(cmd[0], cmd[1:]...).CombinedOutput()
+		var exit *exec.ExitError
+		if err != nil && !(cmd[0] == "e2fsck" && errors.As(err, &exit) && exit.ExitCode() <= 1) { // 1: errors corrected
+			t.Fatalf("%s: %v: %s", strings.Join(cmd, " "), err, out)
+		}
+	}
+	_, url = serveProc(t, data, args...)
+	r.allCompleted(url)
+	t.Logf("%d jobs got JOB_SUBMITTED; all completed after the repair", len(r.accepted))
+}
