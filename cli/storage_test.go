@@ -125,8 +125,13 @@ func (r *storeFaultRun) running(ms int) string {
 func (r *storeFaultRun) refused(want ...string) string {
 	r.t.Helper()
 	var last string
+	start, tries := time.Now(), 0
+	var took time.Duration
 	eventually(r.t, fmt.Sprintf("a submission refused with %q", want), func() bool {
+		tries++
+		at := time.Now()
 		_, err := r.submit(1)
+		took = time.Since(at)
 		if err == nil {
 			return false
 		}
@@ -138,7 +143,8 @@ func (r *storeFaultRun) refused(want ...string) string {
 		}
 		return true
 	})
-	r.t.Logf("refused: %s", last)
+	r.t.Logf("refused after %v (%d submissions; the last answered in %v): %s", time.Since(start).Round(time.Millisecond),
+		tries, took.Round(time.Millisecond), last)
 	return last
 }
 

@@ -163,7 +163,11 @@ func (p *pipeline) settle(f *flight, rev uint64, err error) {
 	case errors.Is(err, nats.ErrConnectionClosed) || p.ctx.Err() != nil:
 		c.fail(f.w.j, err)
 	default:
-		c.goRun(func() { c.commit(p.ctx, []pendingWrite{f.w}) })
+		c.goRun(func() {
+			if !c.gaveUpCreate(p.ctx, f.w, err) { // storage.go
+				c.commit(p.ctx, []pendingWrite{f.w})
+			}
+		})
 	}
 }
 

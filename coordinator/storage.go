@@ -184,6 +184,22 @@ func (c *Coordinator) storeFailure(ctx context.Context, err error) error {
 	return f
 }
 
+// gaveUpCreate gives up w, a create that failed with err, when err says the store
+// cannot take it (storeFailure), so that its submitter hears why now instead of after
+// another write's timeout; it reports whether it did.
+func (c *Coordinator) gaveUpCreate(ctx context.Context, w pendingWrite, err error) bool {
+	if w.rev != 0 {
+		return false
+	}
+	ferr := c.storeFailure(ctx, err)
+	if ferr == nil {
+		return false
+	}
+	c.fail(w.j, ferr)
+	c.dropUnstored(w.j)
+	return true
+}
+
 // writesStalled reports a write that timed out while JetStream answers: the jobs
 // stream's information comes back.
 func (c *Coordinator) writesStalled(ctx context.Context, err error) bool {
