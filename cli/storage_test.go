@@ -230,6 +230,7 @@ func TestServeWaitsForWritableStore(t *testing.T) {
 	p.logged(`msg="cannot start on this store; waiting until it takes writes" err=".*read-only file system`)
 	remount(t, disk, "rw")
 	url := p.logged(`msg="embedded NATS started" url=(\S+)`)[1]
+	p.logged(`msg="coordinator serving"`)
 	r := newStoreFaultRun(t, url)
 	if _, err := r.submit(1); err != nil {
 		t.Fatal(err)

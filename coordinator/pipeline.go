@@ -185,8 +185,12 @@ func (p *pipeline) expire() {
 			}
 			return
 		case now := <-tick.C:
-			for _, f := range p.overdue(now.Add(-writeTimeout)) {
-				p.settle(f, 0, fmt.Errorf("%w: no acknowledgement within %v", context.DeadlineExceeded, writeTimeout))
+			wait := writeTimeout
+			if p.c.storage.failing() != nil { // storage.go: no acknowledgement is coming
+				wait = writeTimeout / 5
+			}
+			for _, f := range p.overdue(now.Add(-wait)) {
+				p.settle(f, 0, fmt.Errorf("%w: no acknowledgement within %v", context.DeadlineExceeded, wait))
 			}
 		}
 	}

@@ -175,6 +175,7 @@ func (c *Coordinator) storeFailure(ctx context.Context, err error) error {
 		return nil
 	}
 	f = &storeFault{f}
+	c.refuseWaitingCreates(f)
 	if now := time.Now().UnixNano(); now-c.storage.said.Load() >= int64(30*time.Second) {
 		c.storage.said.Store(now)
 		what, until := storeFaultWords(f)
@@ -182,6 +183,29 @@ func (c *Coordinator) storeFailure(ctx context.Context, err error) error {
 			"err", f)
 	}
 	return f
+}
+
+// refuseWaitingCreates gives up, with err, the jobs waiting for their first write:
+// behind a write that keeps failing (a batching committer retries one batch until it
+// lands; the pipeline's slots fill up) their submitters would otherwise hear nothing.
+func (c *Coordinator) refuseWaitingCreates(err error) {
+	c.mu.Lock()
+	var gone []*job
+	kept := c.dirty[:0]
+	for _, j := range c.dirty {
+		if j.rev == 0 {
+			gone = append(gone, j)
+		} else {
+			kept = append(kept, j)
+		}
+	}
+	clear(c.dirty[len(kept):])
+	c.dirty = kept
+	c.unlock()
+	for _, j := range gone {
+		c.fail(j, err)
+		c.dropUnstored(j)
+	}
 }
 
 // gaveUpCreate gives up w, a create that failed with err, when err says the store
