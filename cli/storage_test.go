@@ -175,6 +175,9 @@ func (r *storeFaultRun) allCompleted(url string) {
 		if j.Result == nil || !strings.HasPrefix(*j.Result, "slept ") {
 			r.t.Errorf("job %s: %+v", id, j)
 		}
+		if id == r.accepted[0] {
+			r.t.Logf("the job running when the fault hit: COMPLETED after %d attempt(s)", j.Attempts)
+		}
 	}
 }
 
