@@ -82,7 +82,7 @@ func serveCommand() *cli.Command {
 		&cli.StringFlag{Name: "nats-password", Usage: "the password of --nats-user", EnvVars: env("nats-password")},
 		&cli.StringFlag{Name: "nats-token", Usage: "the embedded NATS server requires this token of every client (instead of a user)", EnvVars: env("nats-token")},
 		&cli.StringFlag{Name: "nats-config", Usage: "a nats-server configuration file for the embedded server (accounts, users and permissions, nkeys, JWT resolver, TLS): what it sets wins over the --nats-* flags; see docs/nats-server.conf", EnvVars: env("nats-config")},
-		&cli.StringFlag{Name: "nats-max-store", Usage: "cap the embedded server's JetStream file storage (e.g. 512M, 10G); at the cap, submissions are refused with an ERROR that says so, and running jobs go on (default: the server's, 75% of the disk's free space)", EnvVars: env("nats-max-store")},
+		&cli.StringFlag{Name: "nats-max-store", Usage: "cap the embedded server's JetStream file storage (e.g. 512M, 10G); at the cap, submissions are refused with an ERROR that says so, and running jobs go on (default: the server's, 75% of the disk's free space; should the disk fill up first, serve refuses the same way and restarts JetStream by itself once the disk has room)", EnvVars: env("nats-max-store")},
 		&cli.StringFlag{Name: "sync", Value: "default", Usage: syncFlagUsage, EnvVars: env("sync")},
 		&cli.StringFlag{Name: "nats-log-level", Value: "warn", Usage: "the embedded NATS server's own log lines at this level and above (debug, info, warn, error): --log-level debug stays jobbus's", EnvVars: env("nats-log-level")},
 	}
@@ -124,11 +124,11 @@ func serve(c *cli.Context) error {
 func serveUntil(ctx context.Context, c *cli.Context, log *slog.Logger, cfg coordinator.Config, local *drainGroup) error {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
-	nc, shutdown, storeFault, err := connectOrEmbed(ctx, c, log)
+	// The embedded server's store guard tells the coordinator of a failed disk.
+	nc, shutdown, err := connectOrEmbed(ctx, c, log, func(srv *embeddednats.Server) { cfg.StoreFault = srv.StoreFault })
 	if err != nil {
 		return err
 	}
-	cfg.StoreFault = storeFault
 	defer shutdown()
 	if cfg.ID == "" && global(c, "nats") == "" && global(c, "context") == "" {
 		// The embedded store is locked to this process, so an identity kept in it is
@@ -218,33 +218,33 @@ func runCoordinator(ctx context.Context, nc *nats.Conn, cfg coordinator.Config, 
 	return done
 }
 
-// connectOrEmbed joins --nats, or starts the embedded server and connects in-process;
-// then it also returns what reports the embedded store's failure (storeguard.go).
-func connectOrEmbed(ctx context.Context, c *cli.Context, log *slog.Logger) (*nats.Conn, func(), func() error, error) {
+// connectOrEmbed joins --nats, or starts the embedded server, hands it to embedded, and
+// connects in-process.
+func connectOrEmbed(ctx context.Context, c *cli.Context, log *slog.Logger, embedded func(*embeddednats.Server)) (*nats.Conn, func(), error) {
 	target, err := natsTarget(c, true)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	if target.url != "" {
 		for _, f := range []string{"data-dir", "nats-listen", "nats-http-listen", "nats-system-password", "nats-log-level", "nats-max-store", "nats-user", "nats-password", "nats-token", "nats-config",
 			"server-name", "cluster-listen", "routes", "leafnode-remote", "leafnode-listen", "sync"} {
 			if c.IsSet(f) && givenOnCommandLine(c, f) {
-				return nil, nil, nil, usageError("--%s configures the embedded NATS server, which serve does not start when it joins %s", f, target.where())
+				return nil, nil, usageError("--%s configures the embedded NATS server, which serve does not start when it joins %s", f, target.where())
 			}
 		}
 		nc, err := dial(ctx, c, log, target)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, err
 		}
-		return nc, nc.Close, nil, nil
+		return nc, nc.Close, nil
 	}
 	natsLog, err := loggerAt(c, "nats-log-level", c.String("nats-log-level"))
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	opts, err := embedClusterOptions(c) // serve_cluster.go
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	opts = append(opts,
 		embeddednats.WithListen(c.String("nats-listen")),
@@ -254,7 +254,7 @@ func connectOrEmbed(ctx context.Context, c *cli.Context, log *slog.Logger) (*nat
 	)
 	syncOpts, err := syncOptions(c.String("sync"))
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	opts = append(opts, syncOpts...)
 	if hp := c.String("nats-http-listen"); hp != "" {
@@ -262,26 +262,27 @@ func connectOrEmbed(ctx context.Context, c *cli.Context, log *slog.Logger) (*nat
 	}
 	maxStore, err := parseSize(c.String("nats-max-store"))
 	if err != nil {
-		return nil, nil, nil, usageError("--nats-max-store: %v", err)
+		return nil, nil, usageError("--nats-max-store: %v", err)
 	}
 	if maxStore > 0 {
 		opts = append(opts, embeddednats.WithJetStreamLimits(0, maxStore))
 	}
 	auth, connAuth, err := embeddedAuth(c)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	opts = append(opts, auth...)
 	if c.String("nats-system-password") == "" && givenOnCommandLine(c, "nats-system-user") {
-		return nil, nil, nil, usageError("--nats-system-user needs --nats-system-password (or JOBBUS_NATS_SYSTEM_PASSWORD)")
+		return nil, nil, usageError("--nats-system-user needs --nats-system-password (or JOBBUS_NATS_SYSTEM_PASSWORD)")
 	}
 	if pw := c.String("nats-system-password"); pw != "" {
 		opts = append(opts, embeddednats.WithSystemUser(c.String("nats-system-user"), pw))
 	}
 	srv, err := startEmbedded(ctx, log, opts) // serve_store.go
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
+	embedded(srv)
 	if u := srv.MonitorURL(); u != "" {
 		log.Info("NATS monitoring", "url", u)
 	}
@@ -289,7 +290,7 @@ func connectOrEmbed(ctx context.Context, c *cli.Context, log *slog.Logger) (*nat
 	nc, err := srv.Connect(append([]nats.Option{nats.Name("jobbus serve")}, connAuth...)...)
 	if err != nil {
 		_ = srv.Shutdown(context.Background())
-		return nil, nil, nil, fmt.Errorf("connect to embedded NATS: %w", err)
+		return nil, nil, fmt.Errorf("connect to embedded NATS: %w", err)
 	}
 	log.Info("embedded NATS started", "url", srv.ClientURL(), "data_dir", c.String("data-dir"))
 	stopInfo := answerServerInfo(nc, srv, log) // serve_cluster.go: for jobbus cluster
@@ -301,7 +302,7 @@ func connectOrEmbed(ctx context.Context, c *cli.Context, log *slog.Logger) (*nat
 		if err := srv.Shutdown(sctx); err != nil {
 			log.Warn("embedded NATS shutdown", "err", err)
 		}
-	}, srv.StoreFault, nil
+	}, nil
 }
 
 // dial connects a service (serve on --nats, coordinator, bridge) to target and checks

@@ -204,7 +204,7 @@ func TestServeFullDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	took := r.acceptedAgain()
-	p.logged(`restarting JetStream`)
+	p.logged(`restarted JetStream`)
 	t.Logf("accepted again %v after the ballast was deleted; %d jobs got JOB_SUBMITTED", took.Round(time.Millisecond), len(r.accepted))
 	r.allCompleted(url)
 

@@ -123,14 +123,14 @@ func (g *storeGuard) run(ctx context.Context) {
 		err := g.check()
 		if err == nil {
 			if g.fault() != nil {
-				g.log.Warn("JetStream's store takes writes again; submissions are accepted again")
+				g.log.Warn("JetStream's store takes writes again")
 				g.cur.Store(nil)
 			}
 			continue
 		}
 		if g.fault() == nil {
-			g.log.Error("JetStream's store failed: jobs already accepted are kept (in memory, written when the store recovers); new submissions are refused. "+
-				"Free space on the disk, or make it writable again: JetStream restarts by itself once a test write succeeds",
+			g.log.Error("JetStream's store failed: the stream takes no writes until JetStream restarts, which it does by itself "+
+				"once a test write next to the store succeeds. Free space on the disk, or make it writable again",
 				"err", err, "dir", g.dir)
 			lastSaid = time.Now()
 		}
@@ -142,10 +142,14 @@ func (g *storeGuard) run(ctx context.Context) {
 			}
 			continue
 		}
-		g.log.Warn("the store's disk takes writes again: restarting JetStream to reopen its streams", "was", err)
 		if rerr := g.restart(); rerr != nil {
-			g.log.Error("JetStream did not restart; trying again", "err", rerr)
+			if time.Since(lastSaid) >= 30*time.Second {
+				g.log.Error("the store's disk takes writes again, but JetStream did not restart; trying again", "err", rerr)
+				lastSaid = time.Now()
+			}
+			continue
 		}
+		g.log.Warn("the store's disk takes writes again: restarted JetStream, which reopened its streams", "was", err)
 	}
 }
 
@@ -236,6 +240,9 @@ func (zeros) Read(p []byte) (int, error) {
 // errors, and on again, which recovers the streams from their files: what a
 // configuration reload that re-enables JetStream does.
 func (g *storeGuard) restart() error {
+	if g.ns.JetStreamIsClustered() { // from a configuration file: the cluster's call
+		return errors.New("JetStream is clustered here: restart this server once its disk takes writes")
+	}
 	if err := g.ns.ShutdownJetStream(); err != nil {
 		return fmt.Errorf("stop JetStream: %w", err)
 	}
