@@ -62,6 +62,12 @@ type workerSession struct {
 	lastBeat atomic.Int64
 
 	results inflight // results being delivered; they outlive the connection
+
+	// held is what the worker holds as far as the bridge knows: the assignments it
+	// forwarded, until their results are delivered or their cancels forwarded. Its
+	// heartbeats and registrations report it, so the coordinator finds assignments and
+	// cancels lost while the bridge's NATS connection was down (protocol/held.go).
+	held *workerproto.Holdings
 }
 
 func (b *Bridge) serveWorker(c net.Conn, release func()) {
@@ -76,6 +82,7 @@ func (b *Bridge) serveWorker(c net.Conn, release func()) {
 		registered: make(chan struct{}),
 		released:   make(chan struct{}),
 		ctx:        ctx, cancel: cancel,
+		held:       workerproto.NewHoldings(),
 	}
 	s.log.Debug("worker connected")
 	reg := s.awaitRegister()
@@ -131,6 +138,10 @@ func (s *workerSession) awaitRegister() *protocol.WorkerRegister {
 	// A spec worker sends no task-type list and runs the five built-ins; a worker that
 	// sends one (the native extension, in any language) serves and declares what it
 	// lists, as a native worker does. The coordinator checks it.
+	//
+	// What a worker holds is the bridge's to report, from what it forwarded: a new
+	// connection holds nothing the coordinator could keep.
+	reg.Held = nil
 	return reg
 }
 
@@ -185,7 +196,9 @@ func (s *workerSession) register() bool {
 		s.out.finish(encodeError(s.askError(protocol.PathRegister, err)))
 		return false
 	}
-	data, err := protocol.Encode(ans)
+	s.held.Marked(ans.Mark)
+	// The spec's WORKER_REGISTERED carries the worker id only.
+	data, err := protocol.Encode(&protocol.WorkerRegistered{WorkerID: ans.WorkerID})
 	if err != nil || !s.out.send(data) {
 		return false
 	}
@@ -231,6 +244,12 @@ func (s *workerSession) relay(want protocol.Type) bus.HandlerFunc {
 			s.log.Warn("dropping a bad message from the coordinator", "path", req.Path, "err", err)
 			return nil, nil
 		}
+		ref := heldRef(msg)
+		if want == protocol.TypeTaskAssign {
+			// Held from its arrival, before the wait: a heartbeat meanwhile must not
+			// report it missing (and the worker may answer it as soon as it is sent).
+			s.held.Add(ref)
+		}
 		select {
 		case <-s.registered:
 		case <-s.ctx.Done():
@@ -241,8 +260,24 @@ func (s *workerSession) relay(want protocol.Type) bus.HandlerFunc {
 		if s.out.send(data) {
 			s.log.Debug("frame queued", "type", want)
 		}
+		if want == protocol.TypeTaskCancel {
+			// The lease is revoked: whether the worker stops or not, nothing it holds
+			// under it counts any more.
+			s.held.Remove(ref)
+		}
 		return nil, nil
 	}
+}
+
+// heldRef names the attempt of a TASK_ASSIGN or TASK_CANCEL.
+func heldRef(msg protocol.Message) protocol.AttemptRef {
+	switch m := msg.(type) {
+	case *protocol.TaskAssign:
+		return protocol.AttemptRef{JobID: m.JobID, AttemptID: m.AttemptID}
+	case *protocol.TaskCancel:
+		return protocol.AttemptRef{JobID: m.JobID, AttemptID: m.AttemptID}
+	}
+	return protocol.AttemptRef{}
 }
 
 // loop reads the registered worker's frames until the connection ends or breaks the
@@ -290,13 +325,22 @@ func (s *workerSession) heartbeat() {
 		defer s.beating.Store(false)
 		ctx, cancel := context.WithTimeout(s.ctx, s.b.cfg.RequestTimeout)
 		defer cancel()
-		switch beat, err := workerproto.Heartbeat(ctx, s.node, s.reg.WorkerID); beat {
+		switch beat, mark, err := workerproto.Heartbeat(ctx, s.node, &protocol.Heartbeat{WorkerID: s.reg.WorkerID, Held: s.held.Report()}); beat {
+		case workerproto.Alive:
+			s.held.Marked(mark)
 		case workerproto.Forgotten:
 			s.log.Info("coordinator does not know the worker; registering again", "err", err)
 			rctx, rcancel := context.WithTimeout(s.ctx, s.b.cfg.RequestTimeout)
 			defer rcancel()
-			if _, err := workerproto.Register(rctx, s.node, &s.reg); err != nil {
+			// What the worker still runs is reported: the coordinator keeps the leases
+			// it still has, and cancels the rest at the next heartbeat.
+			reg := s.reg
+			reg.Held = s.held.Report()
+			s.held.Reset()
+			if ans, err := workerproto.Register(rctx, s.node, &reg); err != nil {
 				s.log.Warn("registering again failed", "err", err)
+			} else {
+				s.held.Marked(ans.Mark)
 			}
 		case workerproto.Unanswered:
 			s.log.Debug("heartbeat not answered", "err", err)
@@ -324,6 +368,7 @@ func (s *workerSession) result(res *protocol.TaskResult, size int) bool {
 func (s *workerSession) deliver(res *protocol.TaskResult, size int) {
 	defer s.b.wg.Done()
 	defer s.results.release(size)
+	defer s.held.Remove(protocol.AttemptRef{JobID: res.JobID, AttemptID: res.AttemptID})
 	ctx, cancel := context.WithTimeout(s.b.ctx, s.b.cfg.ResultRetryFor)
 	defer cancel()
 	ack, tries, err := workerproto.Deliver(ctx, s.node, res, s.b.cfg.RequestTimeout, workerproto.NewBackoff(resultRetryBase, resultRetryMax))

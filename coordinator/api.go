@@ -68,18 +68,22 @@ func (c *Coordinator) handleWorkers() error {
 		if !c.lease.held() {
 			return nil, leaseLapsed()
 		}
-		return c.register(&req)
+		ans, err := c.register(&req)
+		c.flushed() // the mark in the answer counts only assignments sent before it
+		return ans, err
 	}, role); err != nil {
 		return fmt.Errorf("handle %s: %w", protocol.PathRegister, err)
 	}
-	if err := bus.Handle(c.node, protocol.PathHeartbeat, func(_ context.Context, from bus.Address, req protocol.Heartbeat) (*protocol.Heartbeat, error) {
+	if err := bus.Handle(c.node, protocol.PathHeartbeat, func(_ context.Context, from bus.Address, req protocol.Heartbeat) (protocol.HeartbeatAck, error) {
 		if err := speaksFor(from, req.WorkerID); err != nil {
-			return nil, err
+			return protocol.HeartbeatAck{}, err
 		}
 		if !c.lease.held() {
-			return nil, leaseLapsed()
+			return protocol.HeartbeatAck{}, leaseLapsed()
 		}
-		return &req, c.heartbeat(&req)
+		ack, err := c.heartbeat(&req)
+		c.flushed() // the mark in the answer counts only assignments sent before it
+		return ack, err
 	}, role); err != nil {
 		return fmt.Errorf("handle %s: %w", protocol.PathHeartbeat, err)
 	}

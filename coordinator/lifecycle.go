@@ -192,7 +192,8 @@ func (c *Coordinator) assign(j *job, w *worker) {
 	j.rec.WorkerID = w.id
 	j.rec.RetryAt = 0
 	c.leaseStarted(j, now)
-	w.running[j.rec.JobID] = j.rec.AttemptID
+	w.seq++
+	w.running[j.rec.JobID] = assignment{attempt: j.rec.AttemptID, seq: w.seq}
 	heap.Push(&c.deadlines, j)
 	c.markDirty(j, nil)
 	c.log.Debug("job assigned", "job", j.rec.JobID, "attempt", j.rec.Attempts, "worker", w.id)
@@ -213,7 +214,7 @@ func (c *Coordinator) assign(j *job, w *worker) {
 func (c *Coordinator) result(res *protocol.TaskResult, reply func(protocol.ResultAck, error)) {
 	c.mu.Lock()
 	defer c.unlock()
-	if w := c.workers[res.WorkerID]; w != nil && w.running[res.JobID] == res.AttemptID {
+	if w := c.workers[res.WorkerID]; w != nil && w.running[res.JobID].attempt == res.AttemptID {
 		delete(w.running, res.JobID)
 	}
 	j := c.jobs[res.JobID]
@@ -251,7 +252,7 @@ func (c *Coordinator) result(res *protocol.TaskResult, reply func(protocol.Resul
 // releaseLease ends j's current attempt: its worker's slot is freed and the lease id
 // forgotten, so any later result for it is stale.
 func (c *Coordinator) releaseLease(j *job) {
-	if w := c.workers[j.rec.WorkerID]; w != nil && w.running[j.rec.JobID] == j.rec.AttemptID {
+	if w := c.workers[j.rec.WorkerID]; w != nil && w.running[j.rec.JobID].attempt == j.rec.AttemptID {
 		delete(w.running, j.rec.JobID)
 	}
 	c.deadlines.remove(j)

@@ -15,8 +15,12 @@ type worker struct {
 	id        string
 	capacity  int
 	taskTypes map[string]bool // what it serves (routing.go)
-	running   map[string]string
+	running   map[string]assignment // by job id (reconcile.go)
 	lastSeen  time.Time
+	// session names this registration, seq counts the assignments sent to it: a
+	// worker's report is judged against them (reconcile.go).
+	session string
+	seq     uint64
 	draining  bool // it finishes what it runs and takes nothing more
 }
 
@@ -31,7 +35,8 @@ func (w *worker) runs(taskType string) bool {
 	return w.taskTypes[taskType]
 }
 
-// register adds a worker, superseding a live one with the same id.
+// register adds a worker, superseding a live one with the same id. The attempts of the
+// live one that the registration reports it holds are kept (reconcile.go).
 func (c *Coordinator) register(req *protocol.WorkerRegister) (*protocol.WorkerRegistered, error) {
 	if perr := req.Validate(); perr != nil {
 		return nil, bus.WithCode(bus.CodeBadRequest, perr)
@@ -44,27 +49,34 @@ func (c *Coordinator) register(req *protocol.WorkerRegister) (*protocol.WorkerRe
 	if c.fenced != nil {
 		return nil, bus.WithCode(bus.CodeUnavailable, c.refuse())
 	}
+	kept := make(map[string]assignment)
 	if old := c.workers[req.WorkerID]; old != nil {
+		kept = c.handOver(old, req.Held)
 		c.loseWorker(old, "worker re-registered")
 	}
-	w := &worker{id: req.WorkerID, capacity: req.Capacity, running: make(map[string]string), lastSeen: c.now(),
-		taskTypes: c.workerTypes(req)}
+	w := &worker{id: req.WorkerID, capacity: req.Capacity, running: kept, lastSeen: c.now(),
+		taskTypes: c.workerTypes(req), session: newID()}
 	c.workers[w.id] = w
-	c.log.Info("worker registered", "worker", w.id, "capacity", w.capacity)
+	c.log.Info("worker registered", "worker", w.id, "capacity", w.capacity, "kept", len(kept))
 	c.schedule()
-	return &protocol.WorkerRegistered{WorkerID: w.id}, nil
+	return &protocol.WorkerRegistered{WorkerID: w.id, Mark: w.mark(), Kept: keptRefs(kept)}, nil
 }
 
-// heartbeat refreshes a worker; an unknown worker is told so, and registers again.
-func (c *Coordinator) heartbeat(hb *protocol.Heartbeat) error {
+// heartbeat refreshes a worker, reconciles what it reports it holds (reconcile.go),
+// and answers where its assignments stand; an unknown worker is told so, and registers
+// again.
+func (c *Coordinator) heartbeat(hb *protocol.Heartbeat) (protocol.HeartbeatAck, error) {
 	c.mu.Lock()
 	defer c.unlock()
 	w := c.workers[hb.WorkerID]
 	if w == nil {
-		return bus.Errorf(bus.CodeNotFound, "unknown worker %s: register again", hb.WorkerID)
+		return protocol.HeartbeatAck{}, bus.Errorf(bus.CodeNotFound, "unknown worker %s: register again", hb.WorkerID)
 	}
 	w.lastSeen = c.now()
-	return nil
+	if hb.Held != nil && c.fenced == nil {
+		c.reconcile(w, hb.Held)
+	}
+	return protocol.HeartbeatAck{Mark: w.mark()}, nil
 }
 
 // drain stops assigning to a worker that is shutting down; its running attempts go on.
@@ -105,9 +117,9 @@ func (c *Coordinator) loseWorker(w *worker, cause string) {
 	}
 	delete(c.workers, w.id)
 	c.log.Info("worker lost", "worker", w.id, "cause", cause, "running", len(w.running))
-	for jobID, attempt := range w.running {
+	for jobID, a := range w.running {
 		j := c.jobs[jobID]
-		if j == nil || j.rec.State != protocol.StateRunning || j.rec.AttemptID != attempt {
+		if j == nil || j.rec.State != protocol.StateRunning || j.rec.AttemptID != a.attempt {
 			continue
 		}
 		j.rec.WorkerID, j.rec.AttemptID = "", ""

@@ -15,7 +15,7 @@ import (
 // Causes of an attempt's cancellation besides the coordinator's (attempts.ErrCancelled);
 // the text of errAbandoned becomes the error of its result.
 var (
-	errAbandoned = errors.New("attempt abandoned: the worker registered again")
+	errAbandoned = errors.New("attempt abandoned: the worker registered again and the coordinator did not keep it")
 	errShutdown  = errors.New("worker shutting down")
 )
 
@@ -26,12 +26,18 @@ func (w *Worker) onAssign(_ context.Context, _ bus.Address, m protocol.TaskAssig
 	if m.JobID == "" || m.AttemptID == "" {
 		return struct{}{}, fmt.Errorf("assignment without jobId or attemptId")
 	}
+	ref := protocol.AttemptRef{JobID: m.JobID, AttemptID: m.AttemptID}
+	added := w.held.Add(ref) // before it starts: it may finish at once
 	w.inflight.add()
 	if !w.attempts.Start(context.Background(), &m, func(o attempts.Outcome) {
 		defer w.inflight.done()
+		defer w.held.Remove(ref) // its result is acknowledged, or given up
 		w.finished(&m, o)
 	}) {
 		w.inflight.done()
+		if added {
+			w.held.Remove(ref)
+		}
 	}
 	return struct{}{}, nil
 }

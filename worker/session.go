@@ -12,14 +12,15 @@ import (
 	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/internal/workerproto"
+	"github.com/jobbus/jobbus/worker/internal/attempts"
 )
 
 // serve registers, then heartbeats until ctx ends, registering again whenever the
-// coordinator has forgotten the worker or the connection came back. Only a closed node
-// is an error.
+// coordinator has forgotten the worker. A connection that came back heartbeats at
+// once: the worker's report (protocol/held.go) settles the tells that may have been
+// lost meanwhile, and its attempts go on. Only a closed node is an error.
 func (w *Worker) serve(ctx context.Context, reconnected <-chan nats.Status) error {
-	epoch, err := w.register(ctx, "start")
-	if err != nil {
+	if err := w.register(ctx, "start"); err != nil {
 		return err
 	}
 	tick := time.NewTicker(w.cfg.Heartbeat)
@@ -31,39 +32,39 @@ func (w *Worker) serve(ctx context.Context, reconnected <-chan nats.Status) erro
 		defer func() { _ = sub.Unsubscribe() }()
 	}
 	for {
-		var reason string
+		var (
+			reason string
+			err    error
+		)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-reconnected:
-			if w.reconnects() == epoch {
-				continue // the connection we registered on
+			tick.Reset(w.cfg.Heartbeat)
+			if reason, err = w.beat(ctx); err != nil {
+				return err
 			}
-			reason = "connection re-established"
 		case <-leader:
 			tick.Reset(w.cfg.Heartbeat)
-			if reason, err = w.beat(ctx, epoch); err != nil {
+			if reason, err = w.beat(ctx); err != nil {
 				return err
 			}
 		case <-tick.C:
-			if reason, err = w.beat(ctx, epoch); err != nil {
+			if reason, err = w.beat(ctx); err != nil {
 				return err
 			}
 		}
 		if reason == "" {
 			continue
 		}
-		if epoch, err = w.register(ctx, reason); err != nil {
+		if err = w.register(ctx, reason); err != nil {
 			return err
 		}
 	}
 }
 
 // beat heartbeats, and says why the worker must register again, if it must.
-func (w *Worker) beat(ctx context.Context, epoch uint64) (reason string, err error) {
-	if w.reconnects() != epoch {
-		return "connection re-established", nil
-	}
+func (w *Worker) beat(ctx context.Context) (reason string, err error) {
 	forgotten, err := w.heartbeat(ctx)
 	switch {
 	case err != nil:
@@ -77,39 +78,40 @@ func (w *Worker) beat(ctx context.Context, epoch uint64) (reason string, err err
 	return "", nil
 }
 
-// reconnects counts the times the connection came back; it changes exactly when the
-// subscriptions, and any tells sent meanwhile, may have been missed.
-func (w *Worker) reconnects() uint64 { return w.node.Conn().Stats().Reconnects }
-
 // waitingGrace is how long registration may go unanswered before the worker says it
 // is waiting: a worker started beside its coordinator (serve, a compose file) is
 // usually answered well within it, and should not look like trouble.
 const waitingGrace = time.Second
 
-// register asks the coordinator to register the worker until it answers, and returns
-// the connection epoch it registered on. Attempts assigned under an earlier
-// registration are cancelled: registering again ended their leases. It returns nil
-// early when ctx ends.
-func (w *Worker) register(ctx context.Context, reason string) (epoch uint64, err error) {
-	msg := &protocol.WorkerRegister{WorkerID: w.cfg.ID, Capacity: w.cfg.Capacity, TaskTypes: w.cfg.Registry.Declarations()}
+// register asks the coordinator to register the worker until it answers, reporting
+// what the worker holds. Attempts assigned under an earlier registration that the
+// coordinator did not keep are cancelled: the new registration ended their leases. It
+// returns nil early when ctx ends.
+func (w *Worker) register(ctx context.Context, reason string) error {
 	b := workerproto.NewBackoff(w.cfg.retryBase, w.cfg.retryMax)
 	start, said := time.Now(), false
 	for try := 1; ; try++ {
-		epoch = w.reconnects()
 		session := w.attempts.NextGeneration() // attempts assigned from now on belong to it
-		_, err := workerproto.Register(ctx, w.node, msg)
+		msg := &protocol.WorkerRegister{WorkerID: w.cfg.ID, Capacity: w.cfg.Capacity,
+			TaskTypes: w.cfg.Registry.Declarations(), Held: w.held.Report()}
+		ans, err := workerproto.Register(ctx, w.node, msg)
 		switch {
 		case err == nil:
+			// The new registration's mark starts its numbering; one from a coordinator
+			// that does not reconcile is none.
+			w.held.Reset()
+			w.held.Marked(ans.Mark)
+			kept := w.attempts.Keep(session, leases(ans.Kept))
 			n := w.attempts.CancelBefore(session, errAbandoned)
-			w.log.Info("registered with the coordinator", "capacity", w.cfg.Capacity, "reason", reason, "abandoned", n)
+			w.log.Info("registered with the coordinator", "capacity", w.cfg.Capacity, "reason", reason, "kept", kept, "abandoned", n)
 			// The coordinator sees a fresh worker: a drain must be said again.
 			w.drainSent.Store(false)
 			_, _ = w.sendDrain(ctx)
-			return epoch, nil
+			return nil
 		case ctx.Err() != nil:
-			return epoch, nil
+			return nil
 		case workerproto.Final(err):
-			return epoch, fmt.Errorf("worker: register: %w", err)
+			return fmt.Errorf("worker: register: %w", err)
 		case errors.Is(err, bus.ErrRemote):
 			w.log.Warn("worker registration refused; retrying", "err", err)
 		case !said && time.Since(start) >= waitingGrace && errors.Is(err, bus.ErrDisconnected):
@@ -123,7 +125,7 @@ func (w *Worker) register(ctx context.Context, reason string) (epoch uint64, err
 			w.log.Debug("worker registration not answered; retrying", "err", err, "try", try)
 		}
 		if !workerproto.Sleep(ctx, b.Delay()) {
-			return epoch, nil
+			return nil
 		}
 	}
 }
@@ -143,9 +145,10 @@ func (w *Worker) heartbeat(ctx context.Context) (forgotten bool, err error) {
 	// A beat not answered before the next is due is superseded by the next.
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.Heartbeat)
 	defer cancel()
-	beat, err := workerproto.Heartbeat(ctx, w.node, w.cfg.ID)
+	beat, mark, err := workerproto.Heartbeat(ctx, w.node, &protocol.Heartbeat{WorkerID: w.cfg.ID, Held: w.held.Report()})
 	switch {
 	case beat == workerproto.Alive:
+		w.held.Marked(mark)
 		return false, nil
 	case beat == workerproto.Forgotten:
 		w.log.Info("heartbeat refused; registering again", "err", err)
@@ -156,4 +159,13 @@ func (w *Worker) heartbeat(ctx context.Context) (forgotten bool, err error) {
 		w.log.Debug("heartbeat not answered", "err", err)
 		return false, nil
 	}
+}
+
+// leases are the attempts.Lease of refs.
+func leases(refs []protocol.AttemptRef) []attempts.Lease {
+	out := make([]attempts.Lease, len(refs))
+	for i, r := range refs {
+		out[i] = attempts.Lease{JobID: r.JobID, AttemptID: r.AttemptID}
+	}
+	return out
 }

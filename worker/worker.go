@@ -6,11 +6,15 @@
 // A worker only dials out, to NATS: the coordinator reaches it on its own bus address
 // (role worker, its id), through the worker's own connection.
 //
-// Registering again, when the coordinator has forgotten the worker or when the
-// connection came back (assignments sent meanwhile are lost), ends the coordinator's
-// leases of the attempts running here; the worker therefore cancels them, and their
-// results arrive as stale. A cancel only touches the attempt whose job and attempt id
-// it names, never a newer attempt of the same job.
+// Every heartbeat reports the attempts the worker holds (protocol/held.go), so a
+// connection that comes back costs nothing: the worker heartbeats, its attempts go on
+// and their results count, an assignment lost meanwhile is queued again by the
+// coordinator at once (without spending an attempt), and an attempt whose cancel was
+// lost is cancelled again. The worker registers again only when the coordinator has
+// forgotten it; the coordinator then keeps the leases of the attempts the worker
+// reports, and the worker cancels the others (their results would be stale). A cancel
+// only touches the attempt whose job and attempt id it names, never a newer attempt of
+// the same job.
 //
 //	w, err := worker.Connect(ctx, "nats://127.0.0.1:4222", worker.WithCapacity(8))
 //	...
@@ -31,6 +35,7 @@ import (
 
 	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/internal/workerproto"
 	"github.com/jobbus/jobbus/worker/internal/attempts"
 )
 
@@ -59,6 +64,8 @@ type Worker struct {
 	// attempts are the attempts executing now; each generation of it is a
 	// registration, and Run's shutdown ends them with errShutdown.
 	attempts *attempts.Set
+	// held is what heartbeats and registrations report the worker holds.
+	held *workerproto.Holdings
 
 	// sendCtx bounds result deliveries; it ends when the shutdown grace runs out.
 	sendCtx  context.Context
@@ -107,6 +114,7 @@ func newWorker(cfg config, node *bus.Node) *Worker {
 		log:      log,
 		attempts: attempts.New(cfg.Registry, cfg.Capacity, log),
 		inflight: newInflight(),
+		held:     workerproto.NewHoldings(),
 	}
 	w.sendCtx, w.stopSend = context.WithCancel(context.Background())
 	return w
@@ -120,7 +128,7 @@ func (w *Worker) Running() int { return w.attempts.Len() }
 
 // Run serves the coordinator until ctx ends: it registers (retrying until the
 // coordinator answers), heartbeats, registers again when the coordinator has forgotten
-// it or the connection was lost, and runs what it is assigned.
+// it, and runs what it is assigned.
 //
 // When ctx ends, Run stops taking work, cancels the running attempts, keeps delivering
 // the results of attempts that had finished for up to the shutdown timeout, tells the
@@ -134,8 +142,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.stopAccepting()
 		return err
 	}
-	// A connection that came back may have missed assignments: registering again makes
-	// the coordinator retry them at once instead of at their execution deadline.
+	// A connection that came back may have missed assignments or cancels: a heartbeat
+	// at once reports what the worker holds, and the coordinator settles them.
 	nc := w.node.Conn()
 	reconnected := nc.StatusChanged(nats.CONNECTED)
 	err := w.serve(ctx, reconnected)

@@ -31,7 +31,7 @@ const (
 	sleep30s  = `{"durationMillis":30000}`
 	// Text of the worker's cancellation causes, as reported in results.
 	cancelledText = "attempt cancelled by the coordinator"
-	abandonedText = "attempt abandoned: the worker registered again"
+	abandonedText = "attempt abandoned: the worker registered again and the coordinator did not keep it"
 )
 
 // fakeCoordinator plays the coordinator's side of the worker protocol and records
@@ -43,6 +43,7 @@ type fakeCoordinator struct {
 	registrations []protocol.WorkerRegister
 	beats         []time.Time
 	beatIDs       []string
+	helds         []*protocol.Held // what each heartbeat reported
 	results       []protocol.TaskResult // acknowledged ones
 	resultAsks    int
 	disconnects   []protocol.Disconnect
@@ -89,6 +90,7 @@ func (c *fakeCoordinator) onHeartbeat(_ context.Context, _ bus.Address, hb proto
 	}
 	c.beats = append(c.beats, time.Now())
 	c.beatIDs = append(c.beatIDs, hb.WorkerID)
+	c.helds = append(c.helds, hb.Held)
 	return hb, nil
 }
 
@@ -549,7 +551,12 @@ func TestReregistersWhenForgotten(t *testing.T) {
 	f.coord.forgotten = true
 	f.coord.mu.Unlock()
 	f.waitRegistered(t, 2)
-	// Registering again ended the old session's leases: the attempt is given up.
+	// The registration reported what the worker holds.
+	if h := f.coord.registered()[1].Held; h == nil || !slices.Contains(h.Attempts, protocol.AttemptRef{JobID: "job-f", AttemptID: "att-f"}) {
+		t.Errorf("registering again reported %+v, want att-f held", h)
+	}
+	// The coordinator kept nothing: the new registration ended the old session's
+	// leases, and the attempt is given up.
 	if r := f.coord.result(t, "job-f", "att-f"); r.Success || deref(r.Error) != abandonedText {
 		t.Errorf("attempt of the forgotten session reported %+v (error %q)", r, deref(r.Error))
 	}
@@ -562,14 +569,37 @@ func TestReregistersWhenForgotten(t *testing.T) {
 	}
 }
 
-func TestReregistersAfterReconnect(t *testing.T) {
+// TestHeartbeatsAfterReconnect: a connection that came back costs the worker's
+// attempts nothing. It heartbeats, reporting what it holds, instead of registering
+// again; the attempt that ran across the reconnect goes on and its result is
+// delivered.
+func TestHeartbeatsAfterReconnect(t *testing.T) {
 	t.Parallel()
 	f := setup(t, setupConfig{shared: true})
 	f.waitRegistered(t, 1)
+	f.coord.assign(t, f.w.ID(), "job-across", "att-across", tasks.TypeSleep, `{"durationMillis":400}`)
+	testkit.Eventually(t, 10*time.Second, "attempt running", func() bool { return f.w.Running() == 1 })
+	beats := f.coord.beatCount()
 	cid, err := f.nc.GetClientID()
 	must(t, err)
 	must(t, f.srv.NATS().DisconnectClientByID(cid))
-	f.waitRegistered(t, 2)
+	across := protocol.AttemptRef{JobID: "job-across", AttemptID: "att-across"}
+	testkit.Eventually(t, 10*time.Second, "a heartbeat after the reconnect reporting the attempt", func() bool {
+		f.coord.mu.Lock()
+		defer f.coord.mu.Unlock()
+		for _, h := range f.coord.helds[min(beats, len(f.coord.helds)):] {
+			if h != nil && slices.Contains(h.Attempts, across) {
+				return true
+			}
+		}
+		return false
+	})
+	if r := f.coord.result(t, "job-across", "att-across"); !r.Success || deref(r.Result) != "slept 400 ms" {
+		t.Errorf("attempt across the reconnect reported %+v (error %q)", r, deref(r.Error))
+	}
+	if n := len(f.coord.registered()); n != 1 {
+		t.Errorf("%d registrations, want 1: a reconnect needs none", n)
+	}
 	// The worker's subscriptions came back with the connection.
 	f.coord.assign(t, f.w.ID(), "job-rc", "att-rc", tasks.TypeSHA256, `{"text":""}`)
 	want := "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"

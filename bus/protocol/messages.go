@@ -109,16 +109,26 @@ type WorkerRegister struct {
 	// built-ins), each a name or a declaration (TaskTypeDecl). Spec peers never send it.
 	// omitzero, not omitempty: an empty list must not turn into "absent".
 	TaskTypes []TaskTypeDecl `json:"taskTypes,omitzero"`
+	// Held is a native extension (held.go): what a worker registering again still
+	// holds, so that the coordinator keeps those attempts instead of failing them.
+	Held *Held `json:"held,omitempty"`
 }
 
 // WorkerRegistered acknowledges a registration.
 type WorkerRegistered struct {
 	WorkerID string `json:"workerId"`
+	// Mark and Kept are native extensions (held.go), never sent to a spec peer: where
+	// the new registration's assignments start, and which attempts of those the
+	// registration reported it kept (the worker abandons the others).
+	Mark *Mark        `json:"mark,omitempty"`
+	Kept []AttemptRef `json:"kept,omitempty"`
 }
 
 // Heartbeat keeps a worker alive.
 type Heartbeat struct {
 	WorkerID string `json:"workerId"`
+	// Held is a native extension (held.go); a spec peer's frame has only workerId.
+	Held *Held `json:"held,omitempty"`
 }
 
 // TaskAssign hands an attempt to a worker; AttemptID is the lease.

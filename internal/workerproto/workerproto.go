@@ -53,17 +53,19 @@ const (
 	Unanswered
 )
 
-// Heartbeat asks the coordinator to refresh the worker. err is set only with
-// Unanswered, saying why.
-func Heartbeat(ctx context.Context, node *bus.Node, workerID string) (Beat, error) {
-	_, err := bus.Ask[json.RawMessage](ctx, node, Coordinator, protocol.PathHeartbeat, &protocol.Heartbeat{WorkerID: workerID})
+// Heartbeat asks the coordinator to refresh the worker, reporting what it holds if
+// hb.Held is set (protocol/held.go). With Alive, mark is where the coordinator's
+// assignments to the worker stand (nil from a coordinator that does not reconcile).
+// err is set only with Unanswered, saying why.
+func Heartbeat(ctx context.Context, node *bus.Node, hb *protocol.Heartbeat) (beat Beat, mark *protocol.Mark, err error) {
+	ack, err := bus.Ask[protocol.HeartbeatAck](ctx, node, Coordinator, protocol.PathHeartbeat, hb)
 	switch {
 	case err == nil:
-		return Alive, nil
+		return Alive, ack.Mark, nil
 	case errors.Is(err, bus.CodeNotFound):
-		return Forgotten, err
+		return Forgotten, nil, err
 	}
-	return Unanswered, err
+	return Unanswered, nil, err
 }
 
 // Deliver offers a result to the coordinator until it answers finally (the answer

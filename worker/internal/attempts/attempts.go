@@ -206,3 +206,19 @@ func Result(workerID string, m *protocol.TaskAssign, o Outcome) *protocol.TaskRe
 	}
 	return res
 }
+
+// Keep moves the running attempts with the given leases into generation gen, so that
+// a CancelBefore(gen) spares them: a new registration kept their leases. It returns
+// how many it moved.
+func (s *Set) Keep(gen uint64, leases []Lease) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, l := range leases {
+		if a := s.running[l]; a != nil && a.gen < gen {
+			a.gen = gen
+			n++
+		}
+	}
+	return n
+}

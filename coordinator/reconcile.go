@@ -1,0 +1,153 @@
+package coordinator
+
+import (
+	"context"
+	"sort"
+
+	"github.com/jobbus/jobbus/bus"
+	"github.com/jobbus/jobbus/bus/protocol"
+)
+
+// Reconciliation (protocol/held.go): a worker reports, with its heartbeats and
+// registrations, the attempts it holds and the last Mark it received; the coordinator
+// compares them with the leases it gave the worker. Tells lost while a connection was
+// down are found this way within two heartbeats, instead of at an attempt's execution
+// deadline, and a worker whose connection came back keeps its attempts: it heartbeats
+// rather than registering again.
+
+// assignment is a lease given to a worker: its attempt id, and its number among the
+// assignments to the worker's registration (0: one kept from an earlier registration,
+// which the worker reported it holds).
+type assignment struct {
+	attempt string
+	seq     uint64
+}
+
+// mark is where w's assignments stand: every one numbered up to it has been decided,
+// and is sent before an answer carrying the mark (see flushed).
+func (w *worker) mark() *protocol.Mark { return &protocol.Mark{Session: w.session, Seq: w.seq} }
+
+// flushed returns once every message decided before it was called has been handed to
+// NATS. The goroutine releasing c.mu sends what was decided under it while holding
+// sendMu (outbox.go), so taking sendMu waits for those sends. A mark answered after
+// flushed leaves the coordinator's connection after the assignments it counts, and
+// NATS delivers them to the worker in that order.
+func (c *Coordinator) flushed() {
+	c.sendMu.Lock()
+	//lint:ignore SA2001 the lock is the wait: it is taken once the sends decided earlier are done
+	c.sendMu.Unlock()
+}
+
+// reconcile compares what w reports it holds with the leases it has here. Called with
+// c.mu held.
+//
+//   - A lease numbered up to the report's mark that the worker does not hold was never
+//     delivered: the worker heard a later answer of this coordinator, and NATS delivers
+//     in order, so the assignment was lost. The job goes back to the queue at once
+//     (undelivered). An assignment after the mark may still be on its way and is left
+//     alone; so is everything when the mark is of another registration.
+//   - An attempt the worker holds under no lease here (cancelled, or lost and assigned
+//     again, while a TASK_CANCEL could not reach it; or finished, its result not yet
+//     acknowledged) gets a TASK_CANCEL: a running one stops, a finished one ignores it.
+//     Its result, if it comes, is stale as before.
+func (c *Coordinator) reconcile(w *worker, h *protocol.Held) {
+	holds := make(map[string]bool, len(h.Attempts))
+	for _, a := range h.Attempts {
+		holds[a.AttemptID] = true
+	}
+	requeued := 0
+	if h.Session == w.session {
+		for jobID, a := range w.running {
+			if a.seq <= h.Seq && !holds[a.attempt] {
+				c.undelivered(w, jobID, a)
+				requeued++
+			}
+		}
+	}
+	for _, a := range h.Attempts {
+		if w.running[a.JobID].attempt == a.AttemptID {
+			continue
+		}
+		c.log.Debug("worker holds an attempt under no lease; cancelling it", "worker", w.id, "job", a.JobID, "attempt", a.AttemptID)
+		m := &protocol.TaskCancel{JobID: a.JobID, AttemptID: a.AttemptID}
+		to := bus.Address{Role: bus.RoleWorker, ID: w.id}
+		c.later(func() error {
+			_ = c.node.Tell(context.Background(), to, protocol.PathCancel, m)
+			return nil
+		}, nil)
+	}
+	if requeued > 0 {
+		c.log.Info("assignments never delivered; jobs queued again", "worker", w.id, "jobs", requeued)
+		c.schedule()
+	}
+}
+
+// undelivered ends the lease of an assignment that never reached w and queues its job
+// again, without counting the attempt. Called with c.mu held.
+//
+// Why the attempt does not count: an attempt is spent when it ran, or may have run
+// (a worker lost with it, a restart while it ran: its outcome is unknown, and
+// PROTOCOL.md's retry budget bounds how often a task runs). This one certainly did
+// not run: the worker never received it. Counting it would let a transport fault fail
+// a job on its final attempt without its task ever running, and would shift the
+// attemptNumber the task sees (FAIL counts executions by it). So the job is QUEUED
+// again at once, keeping its place (submission sequence), its attempts as before the
+// assignment, and its last error.
+func (c *Coordinator) undelivered(w *worker, jobID string, a assignment) {
+	delete(w.running, jobID)
+	j := c.jobs[jobID]
+	if j == nil || j.rec.State != protocol.StateRunning || j.rec.AttemptID != a.attempt {
+		return
+	}
+	c.log.Debug("assignment never delivered; job queued again", "job", jobID, "attempt", a.attempt, "worker", w.id)
+	c.deadlines.remove(j)
+	c.leaseEnded(j)
+	j.rec.WorkerID, j.rec.AttemptID = "", ""
+	j.rec.Attempts--
+	j.rec.State = protocol.StateQueued
+	j.rec.RetryAt = 0
+	c.markDirty(j, nil)
+	c.ready.push(j)
+}
+
+// handOver settles the leases of old, a registration being superseded by one that
+// reported h (nil: it reported nothing), before old is lost. It returns the leases the
+// new registration keeps: those it holds. Keeping them is sound because only a worker
+// that received an assignment knows its attempt id, and a result counts only under
+// it: a different process registering under the same id knows none, reports none, and
+// old's attempts are lost as before. Assignments up to h's mark that the worker does
+// not hold were never delivered, and are queued again without counting. Called with
+// c.mu held.
+func (c *Coordinator) handOver(old *worker, h *protocol.Held) map[string]assignment {
+	kept := make(map[string]assignment)
+	if h == nil {
+		return kept
+	}
+	holds := make(map[string]bool, len(h.Attempts))
+	for _, a := range h.Attempts {
+		holds[a.AttemptID] = true
+	}
+	for jobID, a := range old.running {
+		switch {
+		case holds[a.attempt]:
+			kept[jobID] = assignment{attempt: a.attempt} // delivered before the new registration's first
+			delete(old.running, jobID)
+		case h.Session == old.session && a.seq <= h.Seq:
+			c.undelivered(old, jobID, a)
+		}
+	}
+	return kept
+}
+
+// keptRefs lists kept leases, sorted by job id.
+func keptRefs(kept map[string]assignment) []protocol.AttemptRef {
+	if len(kept) == 0 {
+		return nil
+	}
+	out := make([]protocol.AttemptRef, 0, len(kept))
+	for jobID, a := range kept {
+		out = append(out, protocol.AttemptRef{JobID: jobID, AttemptID: a.attempt})
+	}
+	sort.Slice(out, func(i, k int) bool { return out[i].JobID < out[k].JobID })
+	return out
+}

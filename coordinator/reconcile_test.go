@@ -1,0 +1,260 @@
+package coordinator_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jobbus/jobbus/bus"
+	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/client"
+	"github.com/jobbus/jobbus/coordinator"
+	"github.com/jobbus/jobbus/internal/jobbustest/suite"
+)
+
+// rawWorker is a worker made of a NATS connection of its own and a bus node, whose
+// every message the test writes: it can drop an assignment, report what it likes, and
+// register again.
+type rawWorker struct {
+	t       testing.TB
+	id      string
+	node    *bus.Node
+	assigns chan protocol.TaskAssign
+	cancels chan protocol.TaskCancel
+}
+
+func newRawWorker(t testing.TB, s *system, id string) *rawWorker {
+	t.Helper()
+	nc, err := s.Server.Connect()
+	must(t, err)
+	t.Cleanup(nc.Close)
+	node, err := bus.New(nc, bus.Address{Role: bus.RoleWorker, ID: id}, bus.WithLogger(nil))
+	must(t, err)
+	t.Cleanup(func() { _ = node.Close() })
+	w := &rawWorker{t: t, id: id, node: node, assigns: make(chan protocol.TaskAssign, 16), cancels: make(chan protocol.TaskCancel, 16)}
+	must(t, bus.Handle(node, protocol.PathAssign, func(_ context.Context, _ bus.Address, a protocol.TaskAssign) (struct{}, error) {
+		w.assigns <- a
+		return struct{}{}, nil
+	}))
+	must(t, bus.Handle(node, protocol.PathCancel, func(_ context.Context, _ bus.Address, c protocol.TaskCancel) (struct{}, error) {
+		w.cancels <- c
+		return struct{}{}, nil
+	}))
+	return w
+}
+
+func (w *rawWorker) register(held *protocol.Held) protocol.WorkerRegistered {
+	w.t.Helper()
+	ans, err := bus.Ask[protocol.WorkerRegistered](context.Background(), w.node, coordinatorAddr, protocol.PathRegister,
+		&protocol.WorkerRegister{WorkerID: w.id, Capacity: 1, Held: held})
+	must(w.t, err)
+	if ans.Mark == nil {
+		w.t.Fatal("registration answered without a mark")
+	}
+	return ans
+}
+
+func (w *rawWorker) heartbeat(held *protocol.Held) protocol.Mark {
+	w.t.Helper()
+	ack, err := bus.Ask[protocol.HeartbeatAck](context.Background(), w.node, coordinatorAddr, protocol.PathHeartbeat,
+		&protocol.Heartbeat{WorkerID: w.id, Held: held})
+	must(w.t, err)
+	if ack.Mark == nil {
+		w.t.Fatal("heartbeat answered without a mark")
+	}
+	return *ack.Mark
+}
+
+func (w *rawWorker) nextAssign() protocol.TaskAssign {
+	w.t.Helper()
+	select {
+	case a := <-w.assigns:
+		return a
+	case <-time.After(10 * time.Second):
+		w.t.Fatal("no assignment within 10s")
+		return protocol.TaskAssign{}
+	}
+}
+
+func (w *rawWorker) report(a protocol.TaskAssign, result string) protocol.ResultAck {
+	w.t.Helper()
+	ack, err := bus.Ask[protocol.ResultAck](context.Background(), w.node, coordinatorAddr, protocol.PathResult,
+		suite.Result(w.id, a, true, result))
+	must(w.t, err)
+	return ack
+}
+
+func ref(a protocol.TaskAssign) protocol.AttemptRef {
+	return protocol.AttemptRef{JobID: a.JobID, AttemptID: a.AttemptID}
+}
+
+// reconcileSystem is a system whose workers are lost only when the test says so, and
+// whose execution deadline is far: anything that moves a job here is reconciliation.
+func reconcileSystem(t *testing.T) *system {
+	return setup(t, func(c *coordinator.Config) {
+		c.HeartbeatTimeout = time.Hour
+		c.TaskTimeout = time.Hour
+	})
+}
+
+// TestLostAssignmentQueuedAgain is a TASK_ASSIGN lost on its way (a worker that drops
+// it stands in for an outage): the worker's heartbeats find it long before its
+// execution deadline (an hour), the job runs again without spending an attempt, and
+// it completes on its first counted attempt. An assignment after the mark a report
+// carries is left alone: it may still be on its way.
+func TestLostAssignmentQueuedAgain(t *testing.T) {
+	t.Parallel()
+	s := reconcileSystem(t)
+	w := newRawWorker(t, s, "dropper")
+	reg := w.register(nil)
+	id := s.Submit("SHA256", text("x"), client.MaxAttempts(1))
+	dropped := w.nextAssign() // and dropped: never run
+
+	// The first report's mark is the registration's, from before the assignment: it
+	// judges nothing, and the job stays RUNNING under its lease.
+	mark := w.heartbeat(&protocol.Held{Mark: *reg.Mark, Attempts: []protocol.AttemptRef{}})
+	if j := s.Status(id); j.State != protocol.StateRunning || j.Attempts != 1 {
+		t.Fatalf("after a report that cannot judge the assignment: job %+v", j)
+	}
+	if mark.Seq <= reg.Mark.Seq {
+		t.Fatalf("heartbeat mark %+v does not count the assignment (registration %+v)", mark, *reg.Mark)
+	}
+	// The next report carries the mark that counts it, and holds nothing.
+	w.heartbeat(&protocol.Held{Mark: mark, Attempts: []protocol.AttemptRef{}})
+	again := w.nextAssign()
+	if again.AttemptID == dropped.AttemptID || again.AttemptNumber != 1 {
+		t.Fatalf("assigned again as %+v after %+v: want a new lease, still attempt 1", again, dropped)
+	}
+	if ack := w.report(dropped, "stale"); ack.Accepted {
+		t.Error("a result under the dropped lease was accepted")
+	}
+	if ack := w.report(again, "done"); !ack.Accepted {
+		t.Fatal("the result of the new lease was not accepted")
+	}
+	j := s.Wait(id)
+	if j.State != protocol.StateCompleted || j.Attempts != 1 || deref(j.Result) != "done" || j.Error != nil {
+		t.Fatalf("job %+v result %q error %q: want COMPLETED on its one attempt", j, deref(j.Result), deref(j.Error))
+	}
+}
+
+// TestReconcile is the coordinator's side of reconciliation, case by case: a worker
+// registered and assigned one job, then reporting (by heartbeat, or by registering
+// again) what it holds under some mark. want is where the job's lease ends up.
+func TestReconcile(t *testing.T) {
+	type outcome int
+	const (
+		kept     outcome = iota // the same lease goes on; its result counts
+		requeued                // a new lease, attempt not counted
+		spent                   // lost with the worker: attempt counted
+	)
+	cases := []struct {
+		name     string
+		register bool // report by registering again, not by heartbeat
+		held     func(a protocol.TaskAssign, m protocol.Mark) *protocol.Held
+		want     outcome
+	}{
+		{"HeartbeatHolding", false, func(a protocol.TaskAssign, m protocol.Mark) *protocol.Held {
+			return &protocol.Held{Mark: m, Attempts: []protocol.AttemptRef{ref(a)}}
+		}, kept},
+		{"HeartbeatMissingUnderMark", false, func(_ protocol.TaskAssign, m protocol.Mark) *protocol.Held {
+			return &protocol.Held{Mark: m}
+		}, requeued},
+		{"HeartbeatMissingBeforeMark", false, func(_ protocol.TaskAssign, m protocol.Mark) *protocol.Held {
+			m.Seq-- // the assignment may still be on its way
+			return &protocol.Held{Mark: m}
+		}, kept},
+		{"HeartbeatMissingOtherSession", false, func(_ protocol.TaskAssign, m protocol.Mark) *protocol.Held {
+			return &protocol.Held{Mark: protocol.Mark{Session: "another", Seq: m.Seq + 100}}
+		}, kept},
+		{"HeartbeatWithoutReport", false, func(protocol.TaskAssign, protocol.Mark) *protocol.Held { return nil }, kept},
+		{"RegisterHolding", true, func(a protocol.TaskAssign, m protocol.Mark) *protocol.Held {
+			return &protocol.Held{Mark: m, Attempts: []protocol.AttemptRef{ref(a)}}
+		}, kept},
+		{"RegisterHoldingOtherSession", true, func(a protocol.TaskAssign, _ protocol.Mark) *protocol.Held {
+			// A process that knows the attempt id holds the attempt, whatever its mark.
+			return &protocol.Held{Attempts: []protocol.AttemptRef{ref(a)}}
+		}, kept},
+		{"RegisterMissingUnderMark", true, func(_ protocol.TaskAssign, m protocol.Mark) *protocol.Held {
+			return &protocol.Held{Mark: m}
+		}, requeued},
+		{"RegisterMissingOtherSession", true, func(protocol.TaskAssign, protocol.Mark) *protocol.Held {
+			return &protocol.Held{} // a new process: holds nothing, knows no mark
+		}, spent},
+		{"RegisterWithoutReport", true, func(protocol.TaskAssign, protocol.Mark) *protocol.Held { return nil }, spent},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := reconcileSystem(t)
+			w := newRawWorker(t, s, "w1")
+			w.register(nil)
+			id := s.Submit("SHA256", text("x"), client.MaxAttempts(2))
+			a := w.nextAssign()
+			mark := w.heartbeat(&protocol.Held{Attempts: []protocol.AttemptRef{ref(a)}}) // counts a
+			held := tc.held(a, mark)
+			if tc.register {
+				ans := w.register(held)
+				wantKept := tc.want == kept
+				if got := len(ans.Kept) == 1 && ans.Kept[0] == ref(a); got != wantKept {
+					t.Errorf("registration kept %+v, want the attempt kept: %v", ans.Kept, wantKept)
+				}
+			} else {
+				w.heartbeat(held)
+			}
+			switch tc.want {
+			case kept:
+				if ack := w.report(a, "done"); !ack.Accepted {
+					t.Fatal("the kept lease's result was not accepted")
+				}
+				if j := s.Wait(id); j.State != protocol.StateCompleted || j.Attempts != 1 {
+					t.Fatalf("job %+v, want COMPLETED on attempt 1", j)
+				}
+			case requeued:
+				again := w.nextAssign()
+				if again.AttemptID == a.AttemptID || again.AttemptNumber != 1 {
+					t.Fatalf("assigned again as %+v after %+v: want a new lease, attempt 1 again", again, a)
+				}
+				if j := s.Status(id); j.Attempts != 1 || j.Error != nil {
+					t.Fatalf("job %+v error %q: an undelivered assignment counts no attempt and is no error", j, deref(j.Error))
+				}
+			case spent:
+				again := w.nextAssign() // after the retry delay
+				if again.AttemptNumber != 2 {
+					t.Fatalf("assigned again as %+v, want attempt 2", again)
+				}
+				if j := s.Status(id); deref(j.Error) != "worker w1 lost (worker re-registered)" {
+					t.Fatalf("job %+v error %q", j, deref(j.Error))
+				}
+			}
+		})
+	}
+}
+
+// TestUnleasedAttemptCancelled: an attempt the worker reports under no lease here (its
+// TASK_CANCEL was lost, say) is cancelled again; the lease the worker holds is not.
+func TestUnleasedAttemptCancelled(t *testing.T) {
+	t.Parallel()
+	s := reconcileSystem(t)
+	w := newRawWorker(t, s, "w1")
+	reg := w.register(nil)
+	s.Submit("SHA256", text("x"))
+	a := w.nextAssign()
+	revoked := protocol.AttemptRef{JobID: "job-cancelled-meanwhile", AttemptID: "attempt-revoked"}
+	w.heartbeat(&protocol.Held{Mark: *reg.Mark, Attempts: []protocol.AttemptRef{ref(a), revoked}})
+	select {
+	case c := <-w.cancels:
+		if c.JobID != revoked.JobID || c.AttemptID != revoked.AttemptID {
+			t.Fatalf("cancelled %+v, want %+v only", c, revoked)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no TASK_CANCEL for the attempt under no lease")
+	}
+	if ack := w.report(a, "done"); !ack.Accepted {
+		t.Fatal("the leased attempt's result was not accepted")
+	}
+	select {
+	case c := <-w.cancels:
+		t.Fatalf("unexpected cancel %+v", c)
+	default:
+	}
+}

@@ -1,0 +1,83 @@
+package workerproto
+
+import (
+	"sort"
+	"sync"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+)
+
+// Holdings is what a worker reports it holds (protocol/held.go): every attempt
+// assigned to it until the coordinator has acknowledged its result (or the worker gave
+// up delivering it, or the coordinator revoked it), and the last mark the coordinator
+// answered. The native worker keeps one; so does the bridge, for each TCP worker, from
+// the assignments it forwarded. Its methods are safe for concurrent use; the zero
+// value is not usable: call NewHoldings.
+type Holdings struct {
+	mu       sync.Mutex
+	attempts map[protocol.AttemptRef]struct{}
+	// mark is the last mark received; ripe is what mark was at the last Report, and
+	// what the next one reports (see Report).
+	mark, ripe protocol.Mark
+}
+
+// NewHoldings returns empty Holdings.
+func NewHoldings() *Holdings {
+	return &Holdings{attempts: make(map[protocol.AttemptRef]struct{})}
+}
+
+// Add records an attempt, reporting false if it was held already.
+func (h *Holdings) Add(a protocol.AttemptRef) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.attempts[a]; ok {
+		return false
+	}
+	h.attempts[a] = struct{}{}
+	return true
+}
+
+// Remove forgets an attempt.
+func (h *Holdings) Remove(a protocol.AttemptRef) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.attempts, a)
+}
+
+// Marked records the mark of a coordinator's answer. A coordinator that does not
+// reconcile answers none (nil), which changes nothing.
+func (h *Holdings) Marked(m *protocol.Mark) {
+	if m == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.mark = *m
+}
+
+// Reset starts a new registration's numbering: the zero mark, until its answer
+// gives one.
+func (h *Holdings) Reset() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.mark, h.ripe = protocol.Mark{}, protocol.Mark{}
+}
+
+// Report is what the worker holds now, under the mark it had received by the previous
+// Report. NATS delivers the assignments a mark counts before the answer that carries
+// it, but hands them to concurrent handlers (and the bridge's wait until their worker
+// is registered): a mark is reported only once a whole heartbeat has gone by since it
+// arrived, so every assignment it counts that arrived at all has been recorded, however
+// the handlers were scheduled. Lost ones are thus found at the second heartbeat after
+// the answer.
+func (h *Holdings) Report() *protocol.Held {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := &protocol.Held{Mark: h.ripe, Attempts: make([]protocol.AttemptRef, 0, len(h.attempts))}
+	h.ripe = h.mark
+	for a := range h.attempts {
+		out.Attempts = append(out.Attempts, a)
+	}
+	sort.Slice(out.Attempts, func(i, k int) bool { return out.Attempts[i].JobID < out.Attempts[k].JobID })
+	return out
+}
