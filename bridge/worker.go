@@ -82,7 +82,7 @@ func (b *Bridge) serveWorker(c net.Conn, release func()) {
 		registered: make(chan struct{}),
 		released:   make(chan struct{}),
 		ctx:        ctx, cancel: cancel,
-		held:       workerproto.NewHoldings(),
+		held: workerproto.NewHoldings(),
 	}
 	s.log.Debug("worker connected")
 	reg := s.awaitRegister()

@@ -14,14 +14,14 @@ import (
 type worker struct {
 	id        string
 	capacity  int
-	taskTypes map[string]bool // what it serves (routing.go)
+	taskTypes map[string]bool       // what it serves (routing.go)
 	running   map[string]assignment // by job id (reconcile.go)
 	lastSeen  time.Time
 	// session names this registration, seq counts the assignments sent to it: a
 	// worker's report is judged against them (reconcile.go).
-	session string
-	seq     uint64
-	draining  bool // it finishes what it runs and takes nothing more
+	session  string
+	seq      uint64
+	draining bool // it finishes what it runs and takes nothing more
 }
 
 func (w *worker) free() int {

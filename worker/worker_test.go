@@ -43,7 +43,7 @@ type fakeCoordinator struct {
 	registrations []protocol.WorkerRegister
 	beats         []time.Time
 	beatIDs       []string
-	helds         []*protocol.Held // what each heartbeat reported
+	helds         []*protocol.Held      // what each heartbeat reported
 	results       []protocol.TaskResult // acknowledged ones
 	resultAsks    int
 	disconnects   []protocol.Disconnect
