@@ -1,0 +1,98 @@
+package cli_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/client"
+	"github.com/jobbus/jobbus/internal/testkit"
+)
+
+// TestNATSOutageCostsNoAttempts is issue 9's "a short outage must not cost attempts"
+// with real processes: a native worker runs jobs that have one attempt each and
+// outlast the outage; the external nats-server is SIGKILLed for several heartbeat
+// timeouts and comes back on the same store. Every job completes on its one attempt:
+// the worker's connection came back, it heartbeated instead of registering again, and
+// its attempts went on.
+//
+// Timings: the coordinator's lease clock pauses the sweeper once the lease may have
+// lapsed, which is up to lease - margin (0.8 s here) after its last renewal; the
+// heartbeat timeout (1.5 s) outlasts that, so the coordinator never counts the
+// outage as the worker's silence. The outage (4 s) is more than two heartbeat timeouts
+// and four leases: with one coordinator, nobody else can take the lease meanwhile.
+func TestNATSOutageCostsNoAttempts(t *testing.T) {
+	t.Parallel()
+	const jobs, sleepMillis = 4, 10_000
+	port := freePorts(t, 1)[0]
+	dir := t.TempDir()
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	server := natsServer(t, port, dir)
+	var nc *nats.Conn
+	eventually(t, "nats-server up", func() bool {
+		var err error
+		nc, err = nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+		return err == nil
+	})
+	t.Cleanup(nc.Close)
+	coord := startProc(t, nil, "--nats", url, "coordinator", "--http-listen", "-",
+		"--leader-lease-millis", "1000", "--heartbeat-timeout-millis", "1500", "--sweep-interval-millis", "50")
+	coord.logged(`msg="coordinator serving"`)
+	wp := startProc(t, nil, "--nats", url, "worker", "--id", "w1", "--capacity", fmt.Sprint(jobs), "--heartbeat-interval-millis", "100")
+	cl := client.New(nc)
+	eventually(t, "worker listed", func() bool {
+		ws, err := cl.Workers(context.Background())
+		return err == nil && len(ws) == 1
+	})
+	ids := make([]string, jobs)
+	for i := range ids {
+		id, err := cl.Submit(context.Background(), "SLEEP", json.RawMessage(fmt.Sprintf(`{"durationMillis":%d}`, sleepMillis)), client.MaxAttempts(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = id
+	}
+	for _, id := range ids {
+		eventually(t, "job "+id+" running", func() bool {
+			j, err := cl.Status(context.Background(), id)
+			return err == nil && j.State == protocol.StateRunning
+		})
+	}
+
+	if err := server.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(4 * time.Second) // the outage itself, not a wait for anything
+	natsServer(t, port, dir)
+
+	for _, id := range ids {
+		var j protocol.Job
+		testkit.Eventually(t, 30*time.Second, "job "+id+" finished", func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			var err error
+			j, err = cl.Status(ctx, id)
+			return err == nil && j.State.Terminal()
+		})
+		if j.State != protocol.StateCompleted || j.Attempts != 1 || j.Error != nil {
+			t.Errorf("job %s: %s after %d attempts, error %q: want COMPLETED on its one attempt", id, j.State, j.Attempts, deref(j.Error))
+		}
+	}
+	if m := regexp.MustCompile(`abandoned=[1-9]`).FindString(wp.stderr.String()); m != "" {
+		t.Errorf("the worker abandoned attempts (%s)", m)
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
