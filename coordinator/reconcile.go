@@ -11,7 +11,7 @@ import (
 // Reconciliation (protocol/held.go): a worker reports, with its heartbeats and
 // registrations, the attempts it holds and the last Mark it received; the coordinator
 // compares them with the leases it gave the worker. Tells lost while a connection was
-// down are found this way within two heartbeats, instead of at an attempt's execution
+// down are found this way within a few heartbeats, instead of at an attempt's execution
 // deadline, and a worker whose connection came back keeps its attempts: it heartbeats
 // rather than registering again.
 
