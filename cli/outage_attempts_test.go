@@ -23,13 +23,29 @@ import (
 // the worker's connection came back, it heartbeated instead of registering again, and
 // its attempts went on.
 //
-// Timings: the coordinator's lease clock pauses the sweeper once the lease may have
-// lapsed, which is up to lease - margin (0.8 s here) after its last renewal; the
-// heartbeat timeout (1.5 s) outlasts that, so the coordinator never counts the
-// outage as the worker's silence. The outage (4 s) is more than two heartbeat timeouts
-// and four leases: with one coordinator, nobody else can take the lease meanwhile.
+// The outage (4 s) is more than two heartbeat timeouts and two leases: with one
+// coordinator, nobody else can take the lease meanwhile. The coordinator must not
+// count the outage as the workers' silence, in two regimes: a heartbeat timeout longer
+// than what is left of the lease when NATS goes (the lease clock pauses the sweeper
+// before any worker could time out), and one shorter (the sweeper sees its own
+// connection down, and gives grace when it returns).
 func TestNATSOutageCostsNoAttempts(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name                       string
+		leaseMillis, timeoutMillis int
+	}{
+		{"TimeoutBeyondLease", 1000, 1500},
+		{"TimeoutWithinLease", 2000, 800},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			testOutageCostsNoAttempts(t, tc.leaseMillis, tc.timeoutMillis)
+		})
+	}
+}
+
+func testOutageCostsNoAttempts(t *testing.T, leaseMillis, timeoutMillis int) {
 	const jobs, sleepMillis = 4, 10_000
 	port := freePorts(t, 1)[0]
 	dir := t.TempDir()
@@ -43,7 +59,7 @@ func TestNATSOutageCostsNoAttempts(t *testing.T) {
 	})
 	t.Cleanup(nc.Close)
 	coord := startProc(t, nil, "--nats", url, "coordinator", "--http-listen", "-",
-		"--leader-lease-millis", "1000", "--heartbeat-timeout-millis", "1500", "--sweep-interval-millis", "50")
+		"--leader-lease-millis", fmt.Sprint(leaseMillis), "--heartbeat-timeout-millis", fmt.Sprint(timeoutMillis), "--sweep-interval-millis", "50")
 	coord.logged(`msg="coordinator serving"`)
 	wp := startProc(t, nil, "--nats", url, "worker", "--id", "w1", "--capacity", fmt.Sprint(jobs), "--heartbeat-interval-millis", "100")
 	cl := client.New(nc)

@@ -73,6 +73,7 @@ type Coordinator struct {
 	sendMu sync.Mutex // held while sending the outbox, so messages leave in order
 
 	lease leaseClock // whether the leader lease is certainly held (leaseclock.go)
+	off   offline    // the sweeper's view of the connection (offline.go); guarded by mu
 
 	fencedCh chan struct{} // closed with fenced set
 	wake     chan struct{}

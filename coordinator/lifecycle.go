@@ -374,9 +374,11 @@ func (c *Coordinator) sweep() {
 		c.retryOrFail(j, fmt.Sprintf("execution deadline exceeded (%d ms) on worker %s", j.timeout.Milliseconds(), w))
 		c.markDirty(j, nil)
 	}
-	for _, w := range c.workers {
-		if now.Sub(w.lastSeen) > c.cfg.HeartbeatTimeout {
-			c.loseWorker(w, "heartbeat timeout")
+	if !c.cutOff(now) {
+		for _, w := range c.workers {
+			if now.Sub(w.lastSeen) > c.cfg.HeartbeatTimeout {
+				c.loseWorker(w, "heartbeat timeout")
+			}
 		}
 	}
 	c.schedule()
