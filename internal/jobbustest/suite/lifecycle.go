@@ -107,7 +107,7 @@ func testJobsSpreadOverWorkers(t *testing.T, tr Transport) {
 	})
 	for _, id := range ids {
 		if j := s.Wait(id); j.State != protocol.StateCompleted || j.Attempts != 1 {
-			t.Fatalf("job %+v, want COMPLETED on attempt 1", j)
+			t.Fatalf("job %+v error %q, want COMPLETED on attempt 1", j, Deref(j.Error))
 		}
 	}
 }
@@ -205,7 +205,7 @@ func testStaleResults(t *testing.T, tr Transport) {
 		s.Accept(m, a, true, "one")
 		s.Reject(m, a, false, "two")
 		if j := s.Status(id); j.State != protocol.StateCompleted || Deref(j.Result) != "one" || j.Error != nil {
-			t.Fatalf("job %+v", j)
+			t.Fatalf("job %+v error %q", j, Deref(j.Error))
 		}
 	})
 	t.Run("MidRetry", func(t *testing.T) {
