@@ -35,7 +35,7 @@ func TestBridgeReportsWhatTCPWorkersHold(t *testing.T) {
 	}
 	w := s.worker("tcp-held", 2) // checks WORKER_REGISTERED byte for byte
 	// reported beats until one from tcp-held whose attempts satisfy ok.
-	reported := func(what string, ok func([]protocol.AttemptRef) bool) {
+	reported := func(what string, ok func([]protocol.HeldAttempt) bool) {
 		t.Helper()
 		deadline := time.After(waitFor)
 		tick := time.NewTicker(20 * time.Millisecond) // a beat while one is in flight adds none
@@ -64,7 +64,9 @@ func TestBridgeReportsWhatTCPWorkersHold(t *testing.T) {
 	}
 	a := w.ExpectAssign(cancelled)
 	held := protocol.AttemptRef{JobID: a.JobID, AttemptID: a.AttemptID}
-	reported("the forwarded assignment", func(as []protocol.AttemptRef) bool { return slices.Equal(as, []protocol.AttemptRef{held}) })
+	reported("the forwarded assignment", func(as []protocol.HeldAttempt) bool {
+		return slices.Equal(as, []protocol.HeldAttempt{{AttemptRef: held}})
+	})
 
 	if _, _, err := s.native.Cancel(context.Background(), cancelled); err != nil {
 		t.Fatal(err)
@@ -72,7 +74,7 @@ func TestBridgeReportsWhatTCPWorkersHold(t *testing.T) {
 	if c, ok := w.MustRecv().(*protocol.TaskCancel); !ok || c.AttemptID != a.AttemptID {
 		t.Fatalf("got %+v, want the TASK_CANCEL of %s", c, a.AttemptID)
 	}
-	reported("nothing once the cancel is forwarded", func(as []protocol.AttemptRef) bool { return len(as) == 0 })
+	reported("nothing once the cancel is forwarded", func(as []protocol.HeldAttempt) bool { return len(as) == 0 })
 
 	done, err := s.native.Submit(context.Background(), "SHA256", json.RawMessage(`{"text":"x"}`))
 	if err != nil {
@@ -99,5 +101,5 @@ func TestBridgeReportsWhatTCPWorkersHold(t *testing.T) {
 	ok := "done"
 	w.MustSend(&protocol.TaskResult{WorkerID: "tcp-held", JobID: b.JobID, AttemptID: b.AttemptID, Success: true, Result: &ok})
 	s.waitState(done, protocol.StateCompleted)
-	reported("nothing once the result is delivered", func(as []protocol.AttemptRef) bool { return len(as) == 0 })
+	reported("nothing once the result is delivered", func(as []protocol.HeldAttempt) bool { return len(as) == 0 })
 }

@@ -356,6 +356,7 @@ func (s *workerSession) result(res *protocol.TaskResult, size int) bool {
 		return false
 	}
 	res.WorkerID = s.reg.WorkerID
+	s.held.Finished(protocol.AttemptRef{JobID: res.JobID, AttemptID: res.AttemptID})
 	s.b.wg.Add(1)
 	go s.deliver(res, size)
 	return true

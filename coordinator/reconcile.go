@@ -46,10 +46,10 @@ func (c *Coordinator) flushed() {
 //     in order, so the assignment was lost. The job goes back to the queue at once
 //     (undelivered). An assignment after the mark may still be on its way and is left
 //     alone; so is everything when the mark is of another registration.
-//   - An attempt the worker holds under no lease here (cancelled, or lost and assigned
-//     again, while a TASK_CANCEL could not reach it; or finished, its result not yet
-//     acknowledged) gets a TASK_CANCEL: a running one stops, a finished one ignores it.
-//     Its result, if it comes, is stale as before.
+//   - An attempt the worker runs under no lease here (cancelled, or lost and assigned
+//     again, while a TASK_CANCEL could not reach it) gets a TASK_CANCEL again. Its
+//     result, if it comes, is stale as before. One the worker reports done (its result
+//     on its way) needs none.
 func (c *Coordinator) reconcile(w *worker, h *protocol.Held) {
 	holds := make(map[string]bool, len(h.Attempts))
 	for _, a := range h.Attempts {
@@ -65,7 +65,7 @@ func (c *Coordinator) reconcile(w *worker, h *protocol.Held) {
 		}
 	}
 	for _, a := range h.Attempts {
-		if w.running[a.JobID].attempt == a.AttemptID {
+		if a.Done || w.running[a.JobID].attempt == a.AttemptID {
 			continue
 		}
 		c.log.Debug("worker holds an attempt under no lease; cancelling it", "worker", w.id, "job", a.JobID, "attempt", a.AttemptID)

@@ -88,6 +88,15 @@ func ref(a protocol.TaskAssign) protocol.AttemptRef {
 	return protocol.AttemptRef{JobID: a.JobID, AttemptID: a.AttemptID}
 }
 
+// holding lists attempts held and running.
+func holding(refs ...protocol.AttemptRef) []protocol.HeldAttempt {
+	out := make([]protocol.HeldAttempt, len(refs))
+	for i, r := range refs {
+		out[i] = protocol.HeldAttempt{AttemptRef: r}
+	}
+	return out
+}
+
 // reconcileSystem is a system whose workers are lost only when the test says so, and
 // whose execution deadline is far: anything that moves a job here is reconciliation.
 func reconcileSystem(t *testing.T) *system {
@@ -112,7 +121,7 @@ func TestLostAssignmentQueuedAgain(t *testing.T) {
 
 	// The first report's mark is the registration's, from before the assignment: it
 	// judges nothing, and the job stays RUNNING under its lease.
-	mark := w.heartbeat(&protocol.Held{Mark: *reg.Mark, Attempts: []protocol.AttemptRef{}})
+	mark := w.heartbeat(&protocol.Held{Mark: *reg.Mark, Attempts: holding()})
 	if j := s.Status(id); j.State != protocol.StateRunning || j.Attempts != 1 {
 		t.Fatalf("after a report that cannot judge the assignment: job %+v", j)
 	}
@@ -120,7 +129,7 @@ func TestLostAssignmentQueuedAgain(t *testing.T) {
 		t.Fatalf("heartbeat mark %+v does not count the assignment (registration %+v)", mark, *reg.Mark)
 	}
 	// The next report carries the mark that counts it, and holds nothing.
-	w.heartbeat(&protocol.Held{Mark: mark, Attempts: []protocol.AttemptRef{}})
+	w.heartbeat(&protocol.Held{Mark: mark, Attempts: holding()})
 	again := w.nextAssign()
 	if again.AttemptID == dropped.AttemptID || again.AttemptNumber != 1 {
 		t.Fatalf("assigned again as %+v after %+v: want a new lease, still attempt 1", again, dropped)
@@ -154,7 +163,7 @@ func TestReconcile(t *testing.T) {
 		want     outcome
 	}{
 		{"HeartbeatHolding", false, func(a protocol.TaskAssign, m protocol.Mark) *protocol.Held {
-			return &protocol.Held{Mark: m, Attempts: []protocol.AttemptRef{ref(a)}}
+			return &protocol.Held{Mark: m, Attempts: holding(ref(a))}
 		}, kept},
 		{"HeartbeatMissingUnderMark", false, func(_ protocol.TaskAssign, m protocol.Mark) *protocol.Held {
 			return &protocol.Held{Mark: m}
@@ -168,11 +177,11 @@ func TestReconcile(t *testing.T) {
 		}, kept},
 		{"HeartbeatWithoutReport", false, func(protocol.TaskAssign, protocol.Mark) *protocol.Held { return nil }, kept},
 		{"RegisterHolding", true, func(a protocol.TaskAssign, m protocol.Mark) *protocol.Held {
-			return &protocol.Held{Mark: m, Attempts: []protocol.AttemptRef{ref(a)}}
+			return &protocol.Held{Mark: m, Attempts: holding(ref(a))}
 		}, kept},
 		{"RegisterHoldingOtherSession", true, func(a protocol.TaskAssign, _ protocol.Mark) *protocol.Held {
 			// A process that knows the attempt id holds the attempt, whatever its mark.
-			return &protocol.Held{Attempts: []protocol.AttemptRef{ref(a)}}
+			return &protocol.Held{Attempts: holding(ref(a))}
 		}, kept},
 		{"RegisterMissingUnderMark", true, func(_ protocol.TaskAssign, m protocol.Mark) *protocol.Held {
 			return &protocol.Held{Mark: m}
@@ -190,7 +199,7 @@ func TestReconcile(t *testing.T) {
 			w.register(nil)
 			id := s.Submit("SHA256", text("x"), client.MaxAttempts(2))
 			a := w.nextAssign()
-			mark := w.heartbeat(&protocol.Held{Attempts: []protocol.AttemptRef{ref(a)}}) // counts a
+			mark := w.heartbeat(&protocol.Held{Attempts: holding(ref(a))}) // counts a
 			held := tc.held(a, mark)
 			if tc.register {
 				ans := w.register(held)
@@ -230,8 +239,9 @@ func TestReconcile(t *testing.T) {
 	}
 }
 
-// TestUnleasedAttemptCancelled: an attempt the worker reports under no lease here (its
-// TASK_CANCEL was lost, say) is cancelled again; the lease the worker holds is not.
+// TestUnleasedAttemptCancelled: an attempt the worker runs under no lease here (its
+// TASK_CANCEL was lost, say) is cancelled again; the lease the worker holds is not, nor
+// is an attempt it reports done (its result on its way, settled here already).
 func TestUnleasedAttemptCancelled(t *testing.T) {
 	t.Parallel()
 	s := reconcileSystem(t)
@@ -240,7 +250,8 @@ func TestUnleasedAttemptCancelled(t *testing.T) {
 	s.Submit("SHA256", text("x"))
 	a := w.nextAssign()
 	revoked := protocol.AttemptRef{JobID: "job-cancelled-meanwhile", AttemptID: "attempt-revoked"}
-	w.heartbeat(&protocol.Held{Mark: *reg.Mark, Attempts: []protocol.AttemptRef{ref(a), revoked}})
+	finished := protocol.HeldAttempt{AttemptRef: protocol.AttemptRef{JobID: "job-finished", AttemptID: "attempt-done"}, Done: true}
+	w.heartbeat(&protocol.Held{Mark: *reg.Mark, Attempts: append(holding(ref(a), revoked), finished)})
 	select {
 	case c := <-w.cancels:
 		if c.JobID != revoked.JobID || c.AttemptID != revoked.AttemptID {

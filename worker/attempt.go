@@ -32,6 +32,7 @@ func (w *Worker) onAssign(_ context.Context, _ bus.Address, m protocol.TaskAssig
 	if !w.attempts.Start(context.Background(), &m, func(o attempts.Outcome) {
 		defer w.inflight.done()
 		defer w.held.Remove(ref) // its result is acknowledged, or given up
+		w.held.Finished(ref)
 		w.finished(&m, o)
 	}) {
 		w.inflight.done()

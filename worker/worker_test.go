@@ -552,7 +552,7 @@ func TestReregistersWhenForgotten(t *testing.T) {
 	f.coord.mu.Unlock()
 	f.waitRegistered(t, 2)
 	// The registration reported what the worker holds.
-	if h := f.coord.registered()[1].Held; h == nil || !slices.Contains(h.Attempts, protocol.AttemptRef{JobID: "job-f", AttemptID: "att-f"}) {
+	if h := f.coord.registered()[1].Held; h == nil || !slices.Contains(h.Attempts, protocol.HeldAttempt{AttemptRef: protocol.AttemptRef{JobID: "job-f", AttemptID: "att-f"}}) {
 		t.Errorf("registering again reported %+v, want att-f held", h)
 	}
 	// The coordinator kept nothing: the new registration ended the old session's
@@ -583,7 +583,7 @@ func TestHeartbeatsAfterReconnect(t *testing.T) {
 	cid, err := f.nc.GetClientID()
 	must(t, err)
 	must(t, f.srv.NATS().DisconnectClientByID(cid))
-	across := protocol.AttemptRef{JobID: "job-across", AttemptID: "att-across"}
+	across := protocol.HeldAttempt{AttemptRef: protocol.AttemptRef{JobID: "job-across", AttemptID: "att-across"}}
 	testkit.Eventually(t, 10*time.Second, "a heartbeat after the reconnect reporting the attempt", func() bool {
 		f.coord.mu.Lock()
 		defer f.coord.mu.Unlock()

@@ -23,6 +23,13 @@ type AttemptRef struct {
 	AttemptID string `json:"attemptId"`
 }
 
+// HeldAttempt is an attempt a worker holds. Done says it has finished and its result is
+// on its way: it needs no TASK_CANCEL, even once the coordinator has settled it.
+type HeldAttempt struct {
+	AttemptRef
+	Done bool `json:"done,omitempty"`
+}
+
 // Mark is how far the coordinator's assignments to one registration of a worker go:
 // the registration (Session, chosen by the coordinator) and the number of assignments
 // sent to it (Seq).
@@ -37,7 +44,7 @@ type Mark struct {
 // registration (the zero Mark if none).
 type Held struct {
 	Mark
-	Attempts []AttemptRef `json:"attempts"`
+	Attempts []HeldAttempt `json:"attempts"`
 }
 
 // HeartbeatAck answers a native heartbeat. Mark is where the coordinator's assignments

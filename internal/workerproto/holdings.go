@@ -15,7 +15,7 @@ import (
 // value is not usable: call NewHoldings.
 type Holdings struct {
 	mu       sync.Mutex
-	attempts map[protocol.AttemptRef]struct{}
+	attempts map[protocol.AttemptRef]bool // done: finished, its result on its way
 	// mark is the last mark received; ripe is what mark was at the last Report, and
 	// what the next one reports (see Report).
 	mark, ripe protocol.Mark
@@ -23,7 +23,7 @@ type Holdings struct {
 
 // NewHoldings returns empty Holdings.
 func NewHoldings() *Holdings {
-	return &Holdings{attempts: make(map[protocol.AttemptRef]struct{})}
+	return &Holdings{attempts: make(map[protocol.AttemptRef]bool)}
 }
 
 // Add records an attempt, reporting false if it was held already.
@@ -33,8 +33,17 @@ func (h *Holdings) Add(a protocol.AttemptRef) bool {
 	if _, ok := h.attempts[a]; ok {
 		return false
 	}
-	h.attempts[a] = struct{}{}
+	h.attempts[a] = false
 	return true
+}
+
+// Finished notes that a held attempt has finished: its result is on its way.
+func (h *Holdings) Finished(a protocol.AttemptRef) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.attempts[a]; ok {
+		h.attempts[a] = true
+	}
 }
 
 // Remove forgets an attempt.
@@ -73,10 +82,10 @@ func (h *Holdings) Reset() {
 func (h *Holdings) Report() *protocol.Held {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := &protocol.Held{Mark: h.ripe, Attempts: make([]protocol.AttemptRef, 0, len(h.attempts))}
+	out := &protocol.Held{Mark: h.ripe, Attempts: make([]protocol.HeldAttempt, 0, len(h.attempts))}
 	h.ripe = h.mark
-	for a := range h.attempts {
-		out.Attempts = append(out.Attempts, a)
+	for a, done := range h.attempts {
+		out.Attempts = append(out.Attempts, protocol.HeldAttempt{AttemptRef: a, Done: done})
 	}
 	sort.Slice(out.Attempts, func(i, k int) bool { return out.Attempts[i].JobID < out.Attempts[k].JobID })
 	return out

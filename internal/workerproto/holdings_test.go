@@ -22,18 +22,19 @@ func TestHoldingsReport(t *testing.T) {
 		name     string
 		do       func()
 		mark     protocol.Mark
-		attempts []protocol.AttemptRef
+		attempts []protocol.HeldAttempt
 	}{
-		{"Empty", func() {}, protocol.Mark{}, []protocol.AttemptRef{}},
+		{"Empty", func() {}, protocol.Mark{}, []protocol.HeldAttempt{}},
 		{"AddedAndMarked", func() {
 			if !h.Add(b) || !h.Add(a) || h.Add(a) {
 				t.Error("Add reports a new attempt true, a held one false")
 			}
 			h.Marked(m1)
-		}, protocol.Mark{}, []protocol.AttemptRef{a, b}}, // m1 arrived since the last report: not yet
-		{"MarkRipened", func() { h.Marked(m2) }, *m1, []protocol.AttemptRef{a, b}},
-		{"NilMarkChangesNothing", func() { h.Marked(nil); h.Remove(b) }, *m2, []protocol.AttemptRef{a}},
-		{"ResetForgetsMarks", func() { h.Reset() }, protocol.Mark{}, []protocol.AttemptRef{a}},
+		}, protocol.Mark{}, []protocol.HeldAttempt{{AttemptRef: a}, {AttemptRef: b}}}, // m1 arrived since the last report: not yet
+		{"MarkRipened", func() { h.Marked(m2) }, *m1, []protocol.HeldAttempt{{AttemptRef: a}, {AttemptRef: b}}},
+		{"Finished", func() { h.Finished(b); h.Finished(protocol.AttemptRef{JobID: "not-held"}) }, *m2, []protocol.HeldAttempt{{AttemptRef: a}, {AttemptRef: b, Done: true}}},
+		{"NilMarkChangesNothing", func() { h.Marked(nil); h.Remove(b) }, *m2, []protocol.HeldAttempt{{AttemptRef: a}}},
+		{"ResetForgetsMarks", func() { h.Reset() }, protocol.Mark{}, []protocol.HeldAttempt{{AttemptRef: a}}},
 	}
 	for _, s := range steps {
 		s.do()
