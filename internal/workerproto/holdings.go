@@ -16,8 +16,8 @@ import (
 type Holdings struct {
 	mu       sync.Mutex
 	attempts map[protocol.AttemptRef]bool // done: finished, its result on its way
-	// mark is the last mark received; ripe is what mark was at the last Report, and
-	// what the next one reports (see Report).
+	// mark is the last mark received; ripe the one before it, which is what a report
+	// carries (see Report).
 	mark, ripe protocol.Mark
 }
 
@@ -53,15 +53,15 @@ func (h *Holdings) Remove(a protocol.AttemptRef) {
 	delete(h.attempts, a)
 }
 
-// Marked records the mark of a coordinator's answer. A coordinator that does not
-// reconcile answers none (nil), which changes nothing.
+// Marked records the mark of a coordinator's answer; the mark it replaces ripens. A
+// coordinator that does not reconcile answers none (nil), which changes nothing.
 func (h *Holdings) Marked(m *protocol.Mark) {
 	if m == nil {
 		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.mark = *m
+	h.ripe, h.mark = h.mark, *m
 }
 
 // Reset starts a new registration's numbering: the zero mark, until its answer
@@ -72,18 +72,17 @@ func (h *Holdings) Reset() {
 	h.mark, h.ripe = protocol.Mark{}, protocol.Mark{}
 }
 
-// Report is what the worker holds now, under the mark it had received by the previous
-// Report. NATS delivers the assignments a mark counts before the answer that carries
-// it, but hands them to concurrent handlers (and the bridge's wait until their worker
-// is registered): a mark is reported only once a whole heartbeat has gone by since it
-// arrived, so every assignment it counts that arrived at all has been recorded, however
-// the handlers were scheduled. Lost ones are thus found at the second heartbeat after
-// the answer.
+// Report is what the worker holds now, under the ripe mark: the one before the last
+// received. NATS delivers the assignments a mark counts before the answer that carries
+// it, but hands them to concurrent handlers (and the bridge's handlers wait until their
+// worker is registered): a mark is reported only once a later answer has arrived, a
+// whole round trip to the coordinator after it, so every assignment it counts that
+// arrived at all has been recorded, however the handlers were scheduled. Lost ones are
+// found at the second heartbeat after the answer that counted them.
 func (h *Holdings) Report() *protocol.Held {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	out := &protocol.Held{Mark: h.ripe, Attempts: make([]protocol.HeldAttempt, 0, len(h.attempts))}
-	h.ripe = h.mark
 	for a, done := range h.attempts {
 		out.Attempts = append(out.Attempts, protocol.HeldAttempt{AttemptRef: a, Done: done})
 	}

@@ -9,8 +9,8 @@ import (
 )
 
 // TestHoldingsReport: a report holds what was added and not removed, sorted by job,
-// and carries the mark received before the previous report, so that a mark is reported
-// only once a whole heartbeat has gone by since it arrived.
+// and carries the mark received before the last one, so that a mark is reported only
+// once a later answer has arrived.
 func TestHoldingsReport(t *testing.T) {
 	t.Parallel()
 	a := protocol.AttemptRef{JobID: "job-a", AttemptID: "1"}
@@ -30,10 +30,12 @@ func TestHoldingsReport(t *testing.T) {
 				t.Error("Add reports a new attempt true, a held one false")
 			}
 			h.Marked(m1)
-		}, protocol.Mark{}, []protocol.HeldAttempt{{AttemptRef: a}, {AttemptRef: b}}}, // m1 arrived since the last report: not yet
+		}, protocol.Mark{}, []protocol.HeldAttempt{{AttemptRef: a}, {AttemptRef: b}}}, // m1 is the last: not yet
+		{"ReportsDoNotRipen", func() { h.Report() }, protocol.Mark{}, []protocol.HeldAttempt{{AttemptRef: a}, {AttemptRef: b}}},
 		{"MarkRipened", func() { h.Marked(m2) }, *m1, []protocol.HeldAttempt{{AttemptRef: a}, {AttemptRef: b}}},
-		{"Finished", func() { h.Finished(b); h.Finished(protocol.AttemptRef{JobID: "not-held"}) }, *m2, []protocol.HeldAttempt{{AttemptRef: a}, {AttemptRef: b, Done: true}}},
-		{"NilMarkChangesNothing", func() { h.Marked(nil); h.Remove(b) }, *m2, []protocol.HeldAttempt{{AttemptRef: a}}},
+		{"Finished", func() { h.Finished(b); h.Finished(protocol.AttemptRef{JobID: "not-held"}) }, *m1, []protocol.HeldAttempt{{AttemptRef: a}, {AttemptRef: b, Done: true}}},
+		{"NilMarkChangesNothing", func() { h.Marked(nil); h.Remove(b) }, *m1, []protocol.HeldAttempt{{AttemptRef: a}}},
+		{"NextMarkRipens", func() { h.Marked(m2) }, *m2, []protocol.HeldAttempt{{AttemptRef: a}}},
 		{"ResetForgetsMarks", func() { h.Reset() }, protocol.Mark{}, []protocol.HeldAttempt{{AttemptRef: a}}},
 	}
 	for _, s := range steps {
