@@ -28,26 +28,31 @@ import (
 // count the outage as the workers' silence, in two regimes: a heartbeat timeout longer
 // than what is left of the lease when NATS goes (the lease clock pauses the sweeper
 // before any worker could time out), and one shorter (the sweeper sees its own
-// connection down, and gives grace when it returns).
+// connection down, and gives grace when it returns). A spec TCP worker behind
+// `jobbus bridge` keeps its attempts the same way: the bridge never registered again on
+// a reconnect, and its heartbeats for the worker resume.
 func TestNATSOutageCostsNoAttempts(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name                       string
 		leaseMillis, timeoutMillis int
+		tcp                        bool
 	}{
-		{"TimeoutBeyondLease", 1000, 1500},
-		{"TimeoutWithinLease", 2000, 800},
+		{"TimeoutBeyondLease", 1000, 1500, false},
+		{"TimeoutWithinLease", 2000, 800, false},
+		{"TCPWorkerBehindBridge", 2000, 800, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			testOutageCostsNoAttempts(t, tc.leaseMillis, tc.timeoutMillis)
+			testOutageCostsNoAttempts(t, tc.leaseMillis, tc.timeoutMillis, tc.tcp)
 		})
 	}
 }
 
-func testOutageCostsNoAttempts(t *testing.T, leaseMillis, timeoutMillis int) {
+func testOutageCostsNoAttempts(t *testing.T, leaseMillis, timeoutMillis int, tcp bool) {
 	const jobs, sleepMillis = 4, 10_000
-	port := freePorts(t, 1)[0]
+	ports := freePorts(t, 3)
+	port := ports[0]
 	dir := t.TempDir()
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	server := natsServer(t, port, dir)
@@ -61,7 +66,14 @@ func testOutageCostsNoAttempts(t *testing.T, leaseMillis, timeoutMillis int) {
 	coord := startProc(t, nil, "--nats", url, "coordinator", "--http-listen", "-",
 		"--leader-lease-millis", fmt.Sprint(leaseMillis), "--heartbeat-timeout-millis", fmt.Sprint(timeoutMillis), "--sweep-interval-millis", "50")
 	coord.logged(`msg="coordinator serving"`)
-	wp := startProc(t, nil, "--nats", url, "worker", "--id", "w1", "--capacity", fmt.Sprint(jobs), "--heartbeat-interval-millis", "100")
+	workerArgs := []string{"worker", "--id", "w1", "--capacity", fmt.Sprint(jobs), "--heartbeat-interval-millis", "100"}
+	if tcp {
+		startProc(t, nil, "--nats", url, "bridge", "--worker-port", fmt.Sprint(ports[1]), "--client-port", fmt.Sprint(ports[2]))
+		workerArgs = append(workerArgs, "--connect", hostPort(ports[1]), "--reconnect-delay-millis", "50")
+	} else {
+		workerArgs = append([]string{"--nats", url}, workerArgs...)
+	}
+	wp := startProc(t, nil, workerArgs...)
 	cl := client.New(nc)
 	eventually(t, "worker listed", func() bool {
 		ws, err := cl.Workers(context.Background())
