@@ -12,9 +12,9 @@ import (
 	"github.com/jobbus/jobbus/bus/protocol"
 )
 
-// heartbeatSubject is where workers' heartbeats reach any coordinator (bus's role
-// subject); a plain subscription sees a copy of each.
-const heartbeatSubject = "jobbus.role.coordinator." + protocol.PathHeartbeat
+// heartbeatSubject is where worker tcp-held's heartbeats reach any coordinator (bus's
+// role subject, naming the sender); a plain subscription sees a copy of each.
+const heartbeatSubject = "jobbus.role.coordinator.worker.tcp-held." + protocol.PathHeartbeat
 
 // TestBridgeReportsWhatTCPWorkersHold: the bridge's heartbeats for a TCP worker carry
 // the attempts it forwarded to it, from the TASK_ASSIGN until the result is delivered
