@@ -141,7 +141,7 @@ func (s *workerSession) awaitRegister() *protocol.WorkerRegister {
 	//
 	// What a worker holds is the bridge's to report, from what it forwarded: a new
 	// connection holds nothing the coordinator could keep.
-	reg.Held = nil
+	reg.Held, reg.Instance = nil, ""
 	return reg
 }
 

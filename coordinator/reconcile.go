@@ -110,16 +110,26 @@ func (c *Coordinator) undelivered(w *worker, jobID string, a assignment) {
 	c.ready.push(j)
 }
 
-// handOver settles the leases of old, a registration being superseded by one that
-// reported h (nil: it reported nothing), before old is lost. It returns the leases the
-// new registration keeps: those it holds. Keeping them is sound because only a worker
-// that received an assignment knows its attempt id, and a result counts only under
-// it: a different process registering under the same id knows none, reports none, and
-// old's attempts are lost as before. Assignments up to h's mark that the worker does
-// not hold were never delivered, and are queued again without counting. Called with
-// c.mu held.
-func (c *Coordinator) handOver(old *worker, h *protocol.Held) map[string]assignment {
+// handOver settles the leases of old, a registration being superseded by req, before
+// old is lost, and returns the leases the new registration keeps (numbered 0: sent
+// before its first assignment, so judged by its first mark).
+//
+//   - Those req reports it holds. Keeping them is sound because only a worker that
+//     received an assignment knows its attempt id, and a result counts only under it: a
+//     different process registering under the same id knows none, reports none.
+//   - From the same worker process (req.Instance, a random name it gives each of its
+//     registrations), all of them: it registered again although the coordinator knew
+//     it (the answer to its registration was lost, say), and reports everything it
+//     holds, so one it does not hold is lost or still on its way. Its reports under the
+//     new registration tell which, race-free: the answer that starts it leaves after
+//     every assignment of old.
+//   - From another process, or one that reports nothing, none: old's attempts are lost
+//     with the worker, as before.
+//
+// Called with c.mu held.
+func (c *Coordinator) handOver(old *worker, req *protocol.WorkerRegister) map[string]assignment {
 	kept := make(map[string]assignment)
+	h := req.Held
 	if h == nil {
 		return kept
 	}
@@ -127,26 +137,33 @@ func (c *Coordinator) handOver(old *worker, h *protocol.Held) map[string]assignm
 	for _, a := range h.Attempts {
 		holds[a.AttemptID] = true
 	}
+	same := req.Instance != "" && req.Instance == old.instance
 	for jobID, a := range old.running {
-		switch {
-		case holds[a.attempt]:
-			kept[jobID] = assignment{attempt: a.attempt} // delivered before the new registration's first
+		if holds[a.attempt] || same {
+			kept[jobID] = assignment{attempt: a.attempt}
 			delete(old.running, jobID)
-		case h.Session == old.session && a.seq <= h.Seq:
-			c.undelivered(old, jobID, a)
 		}
 	}
 	return kept
 }
 
-// keptRefs lists kept leases, sorted by job id.
-func keptRefs(kept map[string]assignment) []protocol.AttemptRef {
+// keptRefs lists the kept leases the registration reported it holds, sorted by job id.
+func keptRefs(kept map[string]assignment, h *protocol.Held) []protocol.AttemptRef {
+	if h == nil {
+		return nil
+	}
+	holds := make(map[string]bool, len(h.Attempts))
+	for _, a := range h.Attempts {
+		holds[a.AttemptID] = true
+	}
 	if len(kept) == 0 {
 		return nil
 	}
 	out := make([]protocol.AttemptRef, 0, len(kept))
 	for jobID, a := range kept {
-		out = append(out, protocol.AttemptRef{JobID: jobID, AttemptID: a.attempt})
+		if holds[a.attempt] {
+			out = append(out, protocol.AttemptRef{JobID: jobID, AttemptID: a.attempt})
+		}
 	}
 	sort.Slice(out, func(i, k int) bool { return out[i].JobID < out[k].JobID })
 	return out

@@ -43,10 +43,10 @@ func newRawWorker(t testing.TB, s *system, id string) *rawWorker {
 	return w
 }
 
-func (w *rawWorker) register(held *protocol.Held) protocol.WorkerRegistered {
+func (w *rawWorker) register(instance string, held *protocol.Held) protocol.WorkerRegistered {
 	w.t.Helper()
 	ans, err := bus.Ask[protocol.WorkerRegistered](context.Background(), w.node, coordinatorAddr, protocol.PathRegister,
-		&protocol.WorkerRegister{WorkerID: w.id, Capacity: 1, Held: held})
+		&protocol.WorkerRegister{WorkerID: w.id, Capacity: 1, Held: held, Instance: instance})
 	must(w.t, err)
 	if ans.Mark == nil {
 		w.t.Fatal("registration answered without a mark")
@@ -115,7 +115,7 @@ func TestLostAssignmentQueuedAgain(t *testing.T) {
 	t.Parallel()
 	s := reconcileSystem(t)
 	w := newRawWorker(t, s, "dropper")
-	reg := w.register(nil)
+	reg := w.register("", nil)
 	id := s.Submit("SHA256", text("x"), client.MaxAttempts(1))
 	dropped := w.nextAssign() // and dropped: never run
 
@@ -147,8 +147,9 @@ func TestLostAssignmentQueuedAgain(t *testing.T) {
 }
 
 // TestReconcile is the coordinator's side of reconciliation, case by case: a worker
-// registered and assigned one job, then reporting (by heartbeat, or by registering
-// again) what it holds under some mark. want is where the job's lease ends up.
+// (process "p1") registered and assigned one job, then reporting (by heartbeat, or by
+// registering again as some process) what it holds under some mark. want is where the
+// job's lease ends up.
 func TestReconcile(t *testing.T) {
 	type outcome int
 	const (
@@ -156,59 +157,62 @@ func TestReconcile(t *testing.T) {
 		requeued                // a new lease, attempt not counted
 		spent                   // lost with the worker: attempt counted
 	)
+	holdingIt := func(a protocol.TaskAssign, m protocol.Mark) *protocol.Held {
+		return &protocol.Held{Mark: m, Attempts: holding(ref(a))}
+	}
+	missingIt := func(_ protocol.TaskAssign, m protocol.Mark) *protocol.Held { return &protocol.Held{Mark: m} }
 	cases := []struct {
 		name     string
-		register bool // report by registering again, not by heartbeat
+		register string // register again as this process ("-": report by heartbeat)
 		held     func(a protocol.TaskAssign, m protocol.Mark) *protocol.Held
 		want     outcome
 	}{
-		{"HeartbeatHolding", false, func(a protocol.TaskAssign, m protocol.Mark) *protocol.Held {
-			return &protocol.Held{Mark: m, Attempts: holding(ref(a))}
-		}, kept},
-		{"HeartbeatMissingUnderMark", false, func(_ protocol.TaskAssign, m protocol.Mark) *protocol.Held {
-			return &protocol.Held{Mark: m}
-		}, requeued},
-		{"HeartbeatMissingBeforeMark", false, func(_ protocol.TaskAssign, m protocol.Mark) *protocol.Held {
+		{"HeartbeatHolding", "-", holdingIt, kept},
+		{"HeartbeatMissingUnderMark", "-", missingIt, requeued},
+		{"HeartbeatMissingBeforeMark", "-", func(_ protocol.TaskAssign, m protocol.Mark) *protocol.Held {
 			m.Seq-- // the assignment may still be on its way
 			return &protocol.Held{Mark: m}
 		}, kept},
-		{"HeartbeatMissingOtherSession", false, func(_ protocol.TaskAssign, m protocol.Mark) *protocol.Held {
+		{"HeartbeatMissingOtherSession", "-", func(_ protocol.TaskAssign, m protocol.Mark) *protocol.Held {
 			return &protocol.Held{Mark: protocol.Mark{Session: "another", Seq: m.Seq + 100}}
 		}, kept},
-		{"HeartbeatWithoutReport", false, func(protocol.TaskAssign, protocol.Mark) *protocol.Held { return nil }, kept},
-		{"RegisterHolding", true, func(a protocol.TaskAssign, m protocol.Mark) *protocol.Held {
-			return &protocol.Held{Mark: m, Attempts: holding(ref(a))}
-		}, kept},
-		{"RegisterHoldingOtherSession", true, func(a protocol.TaskAssign, _ protocol.Mark) *protocol.Held {
+		{"HeartbeatWithoutReport", "-", func(protocol.TaskAssign, protocol.Mark) *protocol.Held { return nil }, kept},
+		{"RegisterHolding", "p1", holdingIt, kept},
+		{"RegisterHoldingAsAnotherProcess", "p2", func(a protocol.TaskAssign, _ protocol.Mark) *protocol.Held {
 			// A process that knows the attempt id holds the attempt, whatever its mark.
 			return &protocol.Held{Attempts: holding(ref(a))}
 		}, kept},
-		{"RegisterMissingUnderMark", true, func(_ protocol.TaskAssign, m protocol.Mark) *protocol.Held {
-			return &protocol.Held{Mark: m}
+		{"RegisterMissingSameProcess", "p1", func(protocol.TaskAssign, protocol.Mark) *protocol.Held {
+			return &protocol.Held{} // the answer to its registration was lost: it knows no mark
 		}, requeued},
-		{"RegisterMissingOtherSession", true, func(protocol.TaskAssign, protocol.Mark) *protocol.Held {
-			return &protocol.Held{} // a new process: holds nothing, knows no mark
-		}, spent},
-		{"RegisterWithoutReport", true, func(protocol.TaskAssign, protocol.Mark) *protocol.Held { return nil }, spent},
+		{"RegisterMissingAnotherProcess", "p2", missingIt, spent},
+		{"RegisterMissingNoProcessName", "", missingIt, spent},
+		{"RegisterWithoutReport", "p1", func(protocol.TaskAssign, protocol.Mark) *protocol.Held { return nil }, spent},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s := reconcileSystem(t)
 			w := newRawWorker(t, s, "w1")
-			w.register(nil)
+			w.register("p1", nil)
 			id := s.Submit("SHA256", text("x"), client.MaxAttempts(2))
 			a := w.nextAssign()
 			mark := w.heartbeat(&protocol.Held{Attempts: holding(ref(a))}) // counts a
 			held := tc.held(a, mark)
-			if tc.register {
-				ans := w.register(held)
-				wantKept := tc.want == kept
-				if got := len(ans.Kept) == 1 && ans.Kept[0] == ref(a); got != wantKept {
-					t.Errorf("registration kept %+v, want the attempt kept: %v", ans.Kept, wantKept)
-				}
-			} else {
+			if tc.register == "-" {
 				w.heartbeat(held)
+			} else {
+				ans := w.register(tc.register, held)
+				holds := held != nil && len(held.Attempts) == 1
+				if got := len(ans.Kept) == 1 && ans.Kept[0] == ref(a); got != (tc.want == kept && holds) {
+					t.Errorf("registration answered kept %+v", ans.Kept)
+				}
+				// Under the new registration, the worker reports what it holds.
+				after := &protocol.Held{Mark: *ans.Mark, Attempts: holding()}
+				if holds {
+					after.Attempts = held.Attempts
+				}
+				w.heartbeat(after)
 			}
 			switch tc.want {
 			case kept:
@@ -246,7 +250,7 @@ func TestUnleasedAttemptCancelled(t *testing.T) {
 	t.Parallel()
 	s := reconcileSystem(t)
 	w := newRawWorker(t, s, "w1")
-	reg := w.register(nil)
+	reg := w.register("", nil)
 	s.Submit("SHA256", text("x"))
 	a := w.nextAssign()
 	revoked := protocol.AttemptRef{JobID: "job-cancelled-meanwhile", AttemptID: "attempt-revoked"}

@@ -21,7 +21,8 @@ type worker struct {
 	// worker's report is judged against them (reconcile.go).
 	session  string
 	seq      uint64
-	draining bool // it finishes what it runs and takes nothing more
+	instance string // the worker process's own name, if it says one (WorkerRegister.Instance)
+	draining bool   // it finishes what it runs and takes nothing more
 }
 
 func (w *worker) free() int {
@@ -51,15 +52,15 @@ func (c *Coordinator) register(req *protocol.WorkerRegister) (*protocol.WorkerRe
 	}
 	kept := make(map[string]assignment)
 	if old := c.workers[req.WorkerID]; old != nil {
-		kept = c.handOver(old, req.Held)
+		kept = c.handOver(old, req)
 		c.loseWorker(old, "worker re-registered")
 	}
 	w := &worker{id: req.WorkerID, capacity: req.Capacity, running: kept, lastSeen: c.now(),
-		taskTypes: c.workerTypes(req), session: newID()}
+		taskTypes: c.workerTypes(req), session: newID(), instance: req.Instance}
 	c.workers[w.id] = w
 	c.log.Info("worker registered", "worker", w.id, "capacity", w.capacity, "kept", len(kept))
 	c.schedule()
-	return &protocol.WorkerRegistered{WorkerID: w.id, Mark: w.mark(), Kept: keptRefs(kept)}, nil
+	return &protocol.WorkerRegistered{WorkerID: w.id, Mark: w.mark(), Kept: keptRefs(kept, req.Held)}, nil
 }
 
 // heartbeat refreshes a worker, reconciles what it reports it holds (reconcile.go),

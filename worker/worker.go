@@ -24,6 +24,8 @@ package worker
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -66,6 +68,9 @@ type Worker struct {
 	attempts *attempts.Set
 	// held is what heartbeats and registrations report the worker holds.
 	held *workerproto.Holdings
+	// instance names this Worker in each of its registrations, so the coordinator
+	// knows a registration again from the same process (protocol.WorkerRegister).
+	instance string
 
 	// sendCtx bounds result deliveries; it ends when the shutdown grace runs out.
 	sendCtx  context.Context
@@ -115,6 +120,7 @@ func newWorker(cfg config, node *bus.Node) *Worker {
 		attempts: attempts.New(cfg.Registry, cfg.Capacity, log),
 		inflight: newInflight(),
 		held:     workerproto.NewHoldings(),
+		instance: newInstance(),
 	}
 	w.sendCtx, w.stopSend = context.WithCancel(context.Background())
 	return w
@@ -213,4 +219,11 @@ func (w *Worker) Close() error {
 		w.closeErr = w.node.Close()
 	})
 	return w.closeErr
+}
+
+// newInstance is a random name for a Worker: 16 hex digits.
+func newInstance() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
 }

@@ -112,6 +112,9 @@ type WorkerRegister struct {
 	// Held is a native extension (held.go): what a worker registering again still
 	// holds, so that the coordinator keeps those attempts instead of failing them.
 	Held *Held `json:"held,omitempty"`
+	// Instance is a native extension (held.go): a random name of the worker process,
+	// the same for each of its registrations.
+	Instance string `json:"instance,omitempty"`
 }
 
 // WorkerRegistered acknowledges a registration.
