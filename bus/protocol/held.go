@@ -15,7 +15,14 @@ package protocol
 // connection's messages in order, so a worker that received the answer carrying
 // number n has received every assignment up to n that reached it at all: one it does
 // not hold was lost, however the timings fall. An assignment after n may still be on
-// its way, and is never judged by that mark.
+// its way, and is never judged by that mark. (The worker reports a mark only once the
+// next answer has arrived, so that the assignments before it have been handled, not
+// only received: workerproto.Holdings.)
+//
+// Registering again under a live worker id ends the old registration. The attempts the
+// new one reports it holds keep their leases; when it comes from the same worker
+// process (WorkerRegister.Instance), so do the others, which its reports under the new
+// registration then settle.
 
 // AttemptRef names an attempt: its job, and its attempt id (the lease).
 type AttemptRef struct {
@@ -40,8 +47,8 @@ type Mark struct {
 
 // Held is a worker's report of what it holds: every attempt assigned to it whose
 // result the coordinator has not yet acknowledged (running, or its result on its way),
-// and the last Mark it received, in the answer to an earlier heartbeat or
-// registration (the zero Mark if none).
+// and a Mark it received in the answer to an earlier heartbeat or registration (the
+// zero Mark if none).
 type Held struct {
 	Mark
 	Attempts []HeldAttempt `json:"attempts"`
