@@ -188,9 +188,7 @@ func (s *workerSession) register() bool {
 			return false
 		}
 	}
-	ctx, cancel := context.WithTimeout(s.ctx, s.b.cfg.RequestTimeout)
-	ans, err := workerproto.Register(ctx, s.node, &s.reg)
-	cancel()
+	ans, err := s.registerServed()
 	if err != nil {
 		s.log.Info("registration failed; closing", "err", err)
 		s.out.finish(encodeError(s.askError(protocol.PathRegister, err)))
@@ -205,6 +203,35 @@ func (s *workerSession) register() bool {
 	close(s.registered)
 	s.log.Debug("worker registered", "capacity", s.reg.Capacity) // the coordinator logs it at info
 	return true
+}
+
+// registerServed asks the coordinator to register the worker, and asks again while no
+// coordinator serves registrations (one is starting, as beside jobbus serve, or failing
+// over) until the request timeout: an ask nobody received cannot have been acted on.
+// The spec's worker gives up on an ERROR to its registration, so answering at once
+// would end a worker started a moment before its coordinator.
+func (s *workerSession) registerServed() (*protocol.WorkerRegistered, error) {
+	ctx, cancel := context.WithTimeout(s.ctx, s.b.cfg.RequestTimeout)
+	defer cancel()
+	var unserved error
+	for delay := 10 * time.Millisecond; ; delay = min(2*delay, 250*time.Millisecond) {
+		ans, err := workerproto.Register(ctx, s.node, &s.reg)
+		switch {
+		case errors.Is(err, bus.ErrNoPeer):
+			unserved = err
+		case err != nil && unserved != nil && ctx.Err() != nil:
+			return nil, unserved // the time ran out while asking again
+		default:
+			return ans, err
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, unserved
+		case <-t.C:
+		}
+	}
 }
 
 // askError is the ERROR a worker gets when an ask on its behalf failed: the

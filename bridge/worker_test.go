@@ -275,9 +275,21 @@ func TestWorkerPort(t *testing.T) {
 		}
 	})
 
-	t.Run("NoCoordinator", func(t *testing.T) {
+	t.Run("RegistrationWaitsForACoordinator", func(t *testing.T) {
 		t.Parallel()
 		s := setup(t, noCoordinator())
+		p := dial(t, s.br.WorkerAddr())
+		p.MustSend(&protocol.WorkerRegister{WorkerID: "early", Capacity: 1})
+		s.StartCoordinator(t) // while the registration waits
+		if _, ok := p.MustRecv().(*protocol.WorkerRegistered); !ok {
+			t.Fatal("a worker registering before the coordinator started was not registered")
+		}
+		eventually(t, "worker early listed", func() bool { return s.hasWorker("early") })
+	})
+
+	t.Run("NoCoordinator", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t, noCoordinator(), withBridge(func(c *bridgeConfig) { c.RequestTimeout = 200 * time.Millisecond }))
 		p := dial(t, s.br.WorkerAddr())
 		p.MustSend(&protocol.WorkerRegister{WorkerID: "lonely", Capacity: 1})
 		p.ExpectErrorThenClosed("coordinator unavailable: no coordinator is serving worker.register")

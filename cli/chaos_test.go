@@ -90,8 +90,9 @@ func startChaos(t *testing.T) *chaos {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			// A registration refused (serve starting: no coordinator yet) ends Run,
-			// as the spec's worker gives up on an ERROR; a new worker tries again.
+			// A registration refused ends Run, as the spec's worker gives up on an
+			// ERROR (the bridge waits its request timeout for a coordinator first,
+			// which a slow restart under -race may exceed); a new worker tries again.
 			for ctx.Err() == nil {
 				w, err := tcpworker.New(hostPort(c.workerPort), tcpworker.WithID("tcp-"+strconv.Itoa(i)),
 					tcpworker.WithCapacity(c.workerCapacity), tcpworker.WithHeartbeat(200*time.Millisecond),
