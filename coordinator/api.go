@@ -60,89 +60,81 @@ func (c *Coordinator) serve() error {
 }
 
 func (c *Coordinator) handleWorkers() error {
-	role := bus.AsRole()
-	if err := bus.Handle(c.node, protocol.PathRegister, func(_ context.Context, from bus.Address, req protocol.WorkerRegister) (*protocol.WorkerRegistered, error) {
-		if err := speaksFor(from, req.WorkerID); err != nil {
-			return nil, err
+	return errors.Join(
+		handleWorker(c, protocol.PathRegister, true, func(_ context.Context, req *protocol.WorkerRegister) (*protocol.WorkerRegistered, error) {
+			ans, err := c.register(req)
+			c.flushed() // the mark in the answer counts only assignments sent before it
+			return ans, err
+		}),
+		handleWorker(c, protocol.PathHeartbeat, true, func(_ context.Context, req *protocol.Heartbeat) (protocol.HeartbeatAck, error) {
+			ack, err := c.heartbeat(req)
+			c.flushed() // the mark in the answer counts only assignments sent before it
+			return ack, err
+		}),
+		handleWorker(c, protocol.PathDrain, true, func(_ context.Context, req *protocol.Drain) (protocol.DrainAck, error) {
+			return c.drain(req)
+		}),
+		// A goodbye needs no lease: it only forgets the worker.
+		handleWorker(c, protocol.PathDisconnect, false, func(_ context.Context, req *protocol.Disconnect) (struct{}, error) {
+			c.disconnect(req)
+			return struct{}{}, nil
+		}),
+		// A result for an attempt this coordinator does not know may be for one granted
+		// by a newer leader: it is refused (503, not final: the worker offers it again)
+		// unless this one certainly leads, and so knows every attempt.
+		handleWorker(c, protocol.PathResult, true, c.resultDurable),
+	)
+}
+
+// workerRequest is a request of the worker protocol: it names its worker.
+type workerRequest[T any] interface {
+	*T
+	Worker() string
+}
+
+// handleWorker serves path of the worker protocol with fn, for requests from the
+// worker they name only (identity.go) and, with leased, only while this coordinator
+// certainly holds the lease (leaseclock.go).
+func handleWorker[Req any, PR workerRequest[Req], Resp any](c *Coordinator, path string, leased bool, fn func(context.Context, *Req) (Resp, error)) error {
+	err := bus.Handle(c.node, path, func(ctx context.Context, from bus.Address, req Req) (Resp, error) {
+		var none Resp
+		if err := speaksFor(from, PR(&req).Worker()); err != nil {
+			return none, err
 		}
-		if !c.lease.held() {
-			return nil, leaseLapsed()
+		if leased && !c.lease.held() {
+			return none, leaseLapsed()
 		}
-		ans, err := c.register(&req)
-		c.flushed() // the mark in the answer counts only assignments sent before it
-		return ans, err
-	}, role); err != nil {
-		return fmt.Errorf("handle %s: %w", protocol.PathRegister, err)
+		return fn(ctx, &req)
+	}, bus.AsRole())
+	if err != nil {
+		return fmt.Errorf("handle %s: %w", path, err)
 	}
-	if err := bus.Handle(c.node, protocol.PathHeartbeat, func(_ context.Context, from bus.Address, req protocol.Heartbeat) (protocol.HeartbeatAck, error) {
-		if err := speaksFor(from, req.WorkerID); err != nil {
-			return protocol.HeartbeatAck{}, err
-		}
-		if !c.lease.held() {
-			return protocol.HeartbeatAck{}, leaseLapsed()
-		}
-		ack, err := c.heartbeat(&req)
-		c.flushed() // the mark in the answer counts only assignments sent before it
-		return ack, err
-	}, role); err != nil {
-		return fmt.Errorf("handle %s: %w", protocol.PathHeartbeat, err)
+	return nil
+}
+
+// resultDurable applies a worker's result and answers once its outcome is durable.
+func (c *Coordinator) resultDurable(ctx context.Context, req *protocol.TaskResult) (protocol.ResultAck, error) {
+	type answer struct {
+		ack protocol.ResultAck
+		err error
 	}
-	if err := bus.Handle(c.node, protocol.PathDrain, func(_ context.Context, from bus.Address, req protocol.Drain) (protocol.DrainAck, error) {
-		if err := speaksFor(from, req.WorkerID); err != nil {
-			return protocol.DrainAck{}, err
+	done := make(chan answer, 1)
+	c.result(req, func(ack protocol.ResultAck, err error) { done <- answer{ack, err} })
+	select {
+	case a := <-done:
+		switch {
+		case errors.Is(a.err, bus.CodeForbidden): // another worker's attempt
+			return a.ack, a.err
+		case a.err != nil: // not durable: offer it again, here or to the next leader
+			return a.ack, bus.WithCode(bus.CodeUnavailable, a.err)
 		}
-		if !c.lease.held() {
-			return protocol.DrainAck{}, leaseLapsed()
-		}
-		return c.drain(&req)
-	}, role); err != nil {
-		return fmt.Errorf("handle %s: %w", protocol.PathDrain, err)
-	}
-	if err := bus.Handle(c.node, protocol.PathDisconnect, func(_ context.Context, from bus.Address, req protocol.Disconnect) (struct{}, error) {
-		if err := speaksFor(from, req.WorkerID); err != nil {
-			return struct{}{}, err
-		}
-		c.disconnect(&req)
-		return struct{}{}, nil
-	}, role); err != nil {
-		return fmt.Errorf("handle %s: %w", protocol.PathDisconnect, err)
-	}
-	err := bus.Handle(c.node, protocol.PathResult, func(ctx context.Context, from bus.Address, req protocol.TaskResult) (protocol.ResultAck, error) {
-		if err := speaksFor(from, req.WorkerID); err != nil {
-			return protocol.ResultAck{}, err
-		}
-		type answer struct {
-			ack protocol.ResultAck
-			err error
-		}
-		// A result for an attempt this coordinator does not know may be for one
-		// granted by a newer leader: it is refused (503, not final: the worker offers
-		// it again) unless this one certainly leads, and so knows every attempt.
 		if !c.lease.held() {
 			return protocol.ResultAck{}, leaseLapsed()
 		}
-		done := make(chan answer, 1)
-		c.result(&req, func(ack protocol.ResultAck, err error) { done <- answer{ack, err} })
-		select {
-		case a := <-done:
-			switch {
-			case errors.Is(a.err, bus.CodeForbidden): // another worker's attempt
-				return a.ack, a.err
-			case a.err != nil: // not durable: offer it again, here or to the next leader
-				return a.ack, bus.WithCode(bus.CodeUnavailable, a.err)
-			}
-			if !c.lease.held() {
-				return protocol.ResultAck{}, leaseLapsed()
-			}
-			return a.ack, nil
-		case <-ctx.Done():
-			return protocol.ResultAck{}, bus.WithCode(bus.CodeUnavailable, ctx.Err())
-		}
-	}, role)
-	if err != nil {
-		return fmt.Errorf("handle %s: %w", protocol.PathResult, err)
+		return a.ack, nil
+	case <-ctx.Done():
+		return protocol.ResultAck{}, bus.WithCode(bus.CodeUnavailable, ctx.Err())
 	}
-	return nil
 }
 
 // endpoint is the handler of the endpoint for request type want: it serves that type

@@ -435,3 +435,19 @@ func nilIfNull(raw json.RawMessage) json.RawMessage {
 	}
 	return raw
 }
+
+// Worker names the worker a request of the worker protocol speaks for; the
+// coordinator takes it only from that worker.
+func (m *WorkerRegister) Worker() string { return m.WorkerID }
+
+// Worker names the worker the heartbeat is for.
+func (m *Heartbeat) Worker() string { return m.WorkerID }
+
+// Worker names the worker that drains.
+func (m *Drain) Worker() string { return m.WorkerID }
+
+// Worker names the worker that leaves.
+func (m *Disconnect) Worker() string { return m.WorkerID }
+
+// Worker names the worker that reports the result.
+func (m *TaskResult) Worker() string { return m.WorkerID }
