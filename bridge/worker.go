@@ -397,9 +397,9 @@ func (s *workerSession) deliver(res *protocol.TaskResult, size int) {
 	defer s.b.wg.Done()
 	defer s.results.release(size)
 	defer s.held.Remove(protocol.AttemptRef{JobID: res.JobID, AttemptID: res.AttemptID})
-	ctx, cancel := context.WithTimeout(s.b.ctx, s.b.cfg.ResultRetryFor)
-	defer cancel()
-	ack, tries, err := workerproto.Deliver(ctx, s.node, res, s.b.cfg.RequestTimeout, workerproto.NewBackoff(resultRetryBase, resultRetryMax))
+	// Each offer waits the node's ask timeout, RequestTimeout.
+	until := time.Now().Add(s.b.cfg.ResultRetryFor)
+	ack, tries, err := workerproto.Deliver(s.b.ctx, s.node, res, until, workerproto.NewBackoff(resultRetryBase, resultRetryMax))
 	// The job's attributes are added per line, not with log.With per result: that
 	// would cost an allocation for every result to log a debug line.
 	if err != nil {

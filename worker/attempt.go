@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
@@ -67,7 +68,7 @@ func (w *Worker) finished(m *protocol.TaskAssign, o attempts.Outcome) {
 // its answer comes once the outcome is durable, so a result survives a coordinator
 // restart or failover.
 func (w *Worker) report(log *slog.Logger, res *protocol.TaskResult) {
-	ack, tries, err := workerproto.Deliver(w.sendCtx, w.node, res, 0, workerproto.NewBackoff(w.cfg.retryBase, w.cfg.retryMax))
+	ack, tries, err := workerproto.Deliver(w.sendCtx, w.node, res, time.Time{}, workerproto.NewBackoff(w.cfg.retryBase, w.cfg.retryMax))
 	switch {
 	case err == nil:
 		log.Debug("result acknowledged", "accepted", ack.Accepted, "tries", tries)

@@ -70,20 +70,20 @@ func Heartbeat(ctx context.Context, node *bus.Node, hb *protocol.Heartbeat) (bea
 
 // Deliver offers a result to the coordinator until it answers finally (the answer
 // comes once the outcome is durable, so a result outlives a coordinator restart or
-// failover), ctx ends, or the node closes. Each offer waits at most try (0: the
-// node's ask timeout); between offers it waits per b.
-func Deliver(ctx context.Context, node *bus.Node, res *protocol.TaskResult, try time.Duration, b Backoff) (ack protocol.ResultAck, tries int, err error) {
+// failover), ctx ends, the node closes, or (unless zero) the time is past until. Each
+// offer waits at most the node's ask timeout; between offers it waits per b. It makes
+// no context of its own: every result passes here.
+func Deliver(ctx context.Context, node *bus.Node, res *protocol.TaskResult, until time.Time, b Backoff) (ack protocol.ResultAck, tries int, err error) {
 	for tries = 1; ; tries++ {
-		actx, cancel := ctx, context.CancelFunc(func() {})
-		if try > 0 {
-			actx, cancel = context.WithTimeout(ctx, try)
-		}
-		ack, err = bus.Ask[protocol.ResultAck](actx, node, Coordinator, protocol.PathResult, res)
-		cancel()
+		ack, err = bus.Ask[protocol.ResultAck](ctx, node, Coordinator, protocol.PathResult, res)
 		if Final(err) {
 			return ack, tries, err
 		}
-		if !Sleep(ctx, b.Delay()) {
+		delay := b.Delay()
+		if !until.IsZero() && time.Now().Add(delay).After(until) {
+			return ack, tries, err
+		}
+		if !Sleep(ctx, delay) {
 			return ack, tries, err
 		}
 	}
