@@ -196,8 +196,10 @@ type Bridge struct {
 	ports   []*port
 	conns   map[net.Conn]struct{}
 
-	wg        sync.WaitGroup // accept loops and sessions
+	wg        sync.WaitGroup // accept loops, sessions and result deliveries
 	closeOnce sync.Once
+	// deliveries runs result deliveries (workerSession.deliver).
+	deliveries *reusing
 
 	stats counters // for Stats
 }
@@ -216,13 +218,15 @@ func New(nc *nats.Conn, cfg Config) (*Bridge, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Bridge{
+	b := &Bridge{
 		nc: nc, cfg: cfg, log: log,
 		ctx: ctx, cancel: cancel,
 		requests: make(chan struct{}, cfg.MaxInFlight),
 		workers:  registry{live: make(map[string]*workerSession)},
 		conns:    make(map[net.Conn]struct{}),
-	}, nil
+	}
+	b.deliveries = newReusing(ctx, &b.wg)
+	return b, nil
 }
 
 // Start listens on the configured ports and serves them until Close. It returns once

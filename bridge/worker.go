@@ -384,8 +384,7 @@ func (s *workerSession) result(res *protocol.TaskResult, size int) bool {
 	}
 	res.WorkerID = s.reg.WorkerID
 	s.held.Finished(protocol.AttemptRef{JobID: res.JobID, AttemptID: res.AttemptID})
-	s.b.wg.Add(1)
-	go s.deliver(res, size)
+	s.b.deliveries.run(func() { s.deliver(res, size) })
 	return true
 }
 
@@ -394,7 +393,6 @@ func (s *workerSession) result(res *protocol.TaskResult, size int) bool {
 // connection closed; Close abandons it. A stale result is answered too, and changes
 // nothing.
 func (s *workerSession) deliver(res *protocol.TaskResult, size int) {
-	defer s.b.wg.Done()
 	defer s.results.release(size)
 	defer s.held.Remove(protocol.AttemptRef{JobID: res.JobID, AttemptID: res.AttemptID})
 	// Each offer waits the node's ask timeout, RequestTimeout.
