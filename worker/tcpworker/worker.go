@@ -80,6 +80,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	if !w.started.CompareAndSwap(false, true) {
 		return ErrStarted
 	}
+	defer func() {
+		// Each session waited for its attempts; this ends their goroutines too.
+		w.attempts.Shutdown(context.Canceled)
+		w.attempts.Wait()
+	}()
 	for try := 1; ; try++ {
 		registered, err := w.session(ctx)
 		switch {
