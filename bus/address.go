@@ -95,6 +95,9 @@ func idToken(id string) string {
 // exactly one token and two tokens never name the same node.
 func parseIDToken(token string) (string, error) {
 	if isPlain(token) {
+		if len(token) > MaxIDLen {
+			return "", fmt.Errorf("id of %d bytes exceeds %d", len(token), MaxIDLen)
+		}
 		return token, nil
 	}
 	enc, ok := strings.CutPrefix(token, encodedPrefix)
