@@ -368,6 +368,14 @@ func (c *Coordinator) dropUnstored(j *job) {
 		c.active--
 	}
 	c.ready.forget(j)
+	if j.rec.State == protocol.StateRunning { // assigned at once; its assignment never went
+		if w := c.workers[j.rec.WorkerID]; w != nil && w.running[j.rec.JobID].attempt == j.rec.AttemptID {
+			delete(w.running, j.rec.JobID)
+		}
+		c.deadlines.remove(j)
+		c.leaseEnded(j)
+		c.schedule()
+	}
 }
 
 func takeWaiters(j *job, version uint64) []waiter {
