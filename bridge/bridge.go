@@ -70,6 +70,7 @@ import (
 	"time"
 
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/internal/reuse"
 	"github.com/nats-io/nats.go"
 )
 
@@ -198,8 +199,8 @@ type Bridge struct {
 
 	wg        sync.WaitGroup // accept loops, sessions and result deliveries
 	closeOnce sync.Once
-	// deliveries runs result deliveries (workerSession.deliver).
-	deliveries *reusing
+	// deliveries runs result deliveries (workerSession.deliver) on reused goroutines.
+	deliveries *reuse.Pool
 
 	stats counters // for Stats
 }
@@ -225,7 +226,7 @@ func New(nc *nats.Conn, cfg Config) (*Bridge, error) {
 		workers:  registry{live: make(map[string]*workerSession)},
 		conns:    make(map[net.Conn]struct{}),
 	}
-	b.deliveries = newReusing(ctx, &b.wg)
+	b.deliveries = reuse.New(ctx.Done(), &b.wg)
 	return b, nil
 }
 

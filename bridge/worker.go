@@ -384,7 +384,7 @@ func (s *workerSession) result(res *protocol.TaskResult, size int) bool {
 	}
 	res.WorkerID = s.reg.WorkerID
 	s.held.Finished(protocol.AttemptRef{JobID: res.JobID, AttemptID: res.AttemptID})
-	s.b.deliveries.run(func() { s.deliver(res, size) })
+	s.b.deliveries.Go(func() { s.deliver(res, size) })
 	return true
 }
 

@@ -14,9 +14,9 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sync"
-	"time"
 
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/internal/reuse"
 	"github.com/jobbus/jobbus/worker/tasks"
 )
 
@@ -61,19 +61,22 @@ type Set struct {
 	// wg counts the attempts; Add happens only under mu while not closed, so Wait
 	// after Shutdown cannot race with it.
 	wg sync.WaitGroup
-	// pool counts the goroutines attempts run on (spawn); handoff gives an attempt to
-	// an idle one, and quit, closed by Shutdown, ends the idle ones.
-	pool    sync.WaitGroup
-	handoff chan func()
-	quit    chan struct{}
+	// goroutines runs the attempts on reused goroutines (a fresh one's stack grew,
+	// by copying, as an attempt's JSON deepened it: 3.7% of a native bench's CPU);
+	// pool counts them, and quit, closed by Shutdown, ends the idle ones.
+	goroutines *reuse.Pool
+	pool       sync.WaitGroup
+	quit       chan struct{}
 }
 
 // New returns an empty Set that runs tasks from registry. capacity is what the worker
 // announced: the coordinator counts free slots itself, so an attempt beyond it still
 // runs, with a warning on log.
 func New(registry *tasks.Registry, capacity int, log *slog.Logger) *Set {
-	return &Set{registry: registry, capacity: capacity, log: log, running: make(map[Lease]*attempt),
-		handoff: make(chan func()), quit: make(chan struct{})}
+	s := &Set{registry: registry, capacity: capacity, log: log, running: make(map[Lease]*attempt),
+		quit: make(chan struct{})}
+	s.goroutines = reuse.New(s.quit, &s.pool)
+	return s
 }
 
 // Start runs the attempt m in a goroutine of its own, under a context derived from
@@ -99,40 +102,8 @@ func (s *Set) Start(parent context.Context, m *protocol.TaskAssign, done func(Ou
 	a := &attempt{lease: l, gen: s.gen, cancel: cancel}
 	s.running[l] = a
 	s.wg.Add(1)
-	s.spawn(func() { s.execute(ctx, a, m, done) })
+	s.goroutines.Go(func() { s.execute(ctx, a, m, done) })
 	return true
-}
-
-// reuseIdle is how long an attempt's goroutine waits for the next attempt.
-const reuseIdle = time.Second
-
-// spawn runs fn on an idle goroutine if one waits, else on a new one. Goroutines are
-// reused because a fresh one's stack grows, by copying, as an attempt's JSON deepens
-// it: 3.7% of a native bench's CPU. Called with s.mu held, while not closed.
-func (s *Set) spawn(fn func()) {
-	select {
-	case s.handoff <- fn:
-	default:
-		s.pool.Add(1)
-		go s.reuse(fn)
-	}
-}
-
-func (s *Set) reuse(fn func()) {
-	defer s.pool.Done()
-	idle := time.NewTimer(reuseIdle)
-	defer idle.Stop()
-	for {
-		fn()
-		idle.Reset(reuseIdle)
-		select {
-		case fn = <-s.handoff:
-		case <-idle.C:
-			return
-		case <-s.quit:
-			return
-		}
-	}
 }
 
 // execute runs an attempt, forgets it, and hands its outcome to done.
