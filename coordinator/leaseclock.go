@@ -73,11 +73,8 @@ func (c *Coordinator) RenewedLease(sent time.Time, lease time.Duration) {
 	c.lease.extend(sent, lease)
 	if c.lease.lapsed.Swap(false) {
 		c.mu.Lock()
-		now := c.now()
-		for _, w := range c.workers {
-			w.lastSeen = now
-		}
+		c.graceWorkers(c.now())
 		c.unlock()
-		c.log.Info("lease renewed after it lapsed; workers get a heartbeat timeout of grace")
+		c.log.Info("lease renewed after it lapsed; workers get a heartbeat timeout of grace", "and", reconnectAllowance)
 	}
 }

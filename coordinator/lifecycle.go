@@ -407,7 +407,7 @@ func (c *Coordinator) sweep() {
 	}
 	if !c.cutOff(now) {
 		for _, w := range c.workers {
-			if now.Sub(w.lastSeen) > c.cfg.HeartbeatTimeout {
+			if now.Sub(w.lastSeen) > c.cfg.HeartbeatTimeout && now.After(w.graceUntil) {
 				c.loseWorker(w, "heartbeat timeout")
 			}
 		}

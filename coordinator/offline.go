@@ -1,6 +1,27 @@
 package coordinator
 
-import "time"
+import (
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// reconnectAllowance is how much longer than a heartbeat timeout workers get after an
+// outage of the coordinator's own: a worker's (or the bridge's) connection comes back
+// on its own schedule, up to nats.go's reconnect wait (2 s, plus jitter) after the
+// coordinator's did, and only then can its heartbeats arrive. With a heartbeat timeout
+// shorter than that, a grace of one timeout lost a TCP worker behind a bridge whose
+// connection came back 0.8 s too late (failed in CI).
+const reconnectAllowance = nats.DefaultReconnectWait + time.Second
+
+// graceWorkers gives every worker a heartbeat timeout, and the reconnect allowance, of
+// grace from now: their silence was this coordinator's. Called with c.mu held.
+func (c *Coordinator) graceWorkers(now time.Time) {
+	until := now.Add(c.cfg.HeartbeatTimeout + reconnectAllowance)
+	for _, w := range c.workers {
+		w.graceUntil = until
+	}
+}
 
 // offline is what the sweeper knows of the coordinator's own NATS connection: whether
 // it was down at the last sweep, and how often it had reconnected. Guarded by
@@ -25,10 +46,8 @@ func (c *Coordinator) cutOff(now time.Time) bool {
 	}
 	r := c.nc.Stats().Reconnects
 	if c.off.seen && (c.off.down || r != c.off.reconnects) {
-		for _, w := range c.workers {
-			w.lastSeen = now
-		}
-		c.log.Info("NATS connection back; workers get a heartbeat timeout of grace")
+		c.graceWorkers(now)
+		c.log.Info("NATS connection back; workers get a heartbeat timeout of grace", "and", reconnectAllowance)
 	}
 	c.off = offline{seen: true, reconnects: r}
 	return false

@@ -17,6 +17,9 @@ type worker struct {
 	taskTypes map[string]bool       // what it serves (routing.go)
 	running   map[string]assignment // by job id (reconcile.go)
 	lastSeen  time.Time
+	// graceUntil: until then its silence is not counted, after an outage of the
+	// coordinator's own (offline.go).
+	graceUntil time.Time
 	// session names this registration, seq counts the assignments sent to it: a
 	// worker's report is judged against them (reconcile.go).
 	session  string
