@@ -27,7 +27,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, testkit.IgnoreJetStreamAckWatcher())
 }
 
 // waitFor bounds every wait of the tests: generous, since the machine is shared.

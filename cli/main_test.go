@@ -20,7 +20,7 @@ import (
 
 func TestMain(m *testing.M) {
 	cleanup := buildBinary() // for the tests that run jobbus as a process of its own
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { cleanup() }))
+	goleak.VerifyTestMain(m, testkit.IgnoreJetStreamAckWatcher(), goleak.Cleanup(func(int) { cleanup() }))
 }
 
 // system is what the CLI talks to: an in-process jobbus system with (unless noWorker)

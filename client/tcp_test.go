@@ -17,9 +17,10 @@ import (
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/bus/protocol/frame"
 	"github.com/jobbus/jobbus/client"
+	"github.com/jobbus/jobbus/internal/testkit"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.IgnoreJetStreamAckWatcher()) }
 
 // waitLimit bounds every wait of these tests; generous, since the machine is noisy.
 const waitLimit = 10 * time.Second

@@ -8,10 +8,11 @@ import (
 	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/coordinator"
 	"github.com/jobbus/jobbus/internal/jobbustest/suite"
+	"github.com/jobbus/jobbus/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { removeBinary() }))
+	goleak.VerifyTestMain(m, testkit.IgnoreJetStreamAckWatcher(), goleak.Cleanup(func(int) { removeBinary() }))
 }
 
 // The coordinator's own tests drive the lifecycle suite's system (internal/jobbustest/suite)

@@ -23,7 +23,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, testkit.IgnoreJetStreamAckWatcher())
 }
 
 // start runs a server on a random loopback port with the given store dir

@@ -24,7 +24,7 @@ import (
 	"github.com/jobbus/jobbus/worker/tasks"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.IgnoreJetStreamAckWatcher()) }
 
 const (
 	heartbeat = 20 * time.Millisecond

@@ -19,7 +19,7 @@ import (
 	"github.com/jobbus/jobbus/internal/testkit"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.IgnoreJetStreamAckWatcher()) }
 
 const waitFor = 10 * time.Second
 

@@ -25,7 +25,7 @@ import (
 	"github.com/jobbus/jobbus/worker"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.IgnoreJetStreamAckWatcher()) }
 
 const waitFor = 10 * time.Second
 

@@ -12,9 +12,10 @@ import (
 
 	"github.com/jobbus/jobbus/embeddednats"
 	"github.com/jobbus/jobbus/internal/natsreq"
+	"github.com/jobbus/jobbus/internal/testkit"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.IgnoreJetStreamAckWatcher()) }
 
 func connect(t *testing.T) *nats.Conn {
 	t.Helper()

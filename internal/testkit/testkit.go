@@ -7,6 +7,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 // Wait polls check, backing off from 1 ms to 50 ms, until it returns nil, and fails the
@@ -38,4 +40,15 @@ func Eventually(t testing.TB, limit time.Duration, what string, cond func() bool
 		}
 		return notYet
 	})
+}
+
+// IgnoreJetStreamAckWatcher is the goleak option for one goroutine of nats.go's
+// jetstream package: the watcher its first asynchronous publish (an object store Put,
+// as the coordinator's checkpoint at Close) starts, which ends only on the
+// connection's CLOSED event. When that publish races the connection's Close, the
+// watcher subscribes after CLOSED was sent and waits for ever (nats.go v1.55,
+// jetstream/publish.go newAsyncReply); the connection itself is gone, and a leaked
+// connection would still show in its read and flush goroutines, which goleak checks.
+func IgnoreJetStreamAckWatcher() goleak.Option {
+	return goleak.IgnoreTopFunction("github.com/nats-io/nats.go/jetstream.(*jetStream).resetPendingAcksOnReconnect")
 }
