@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/internal/testkit"
@@ -56,13 +54,7 @@ func testOutageCostsNoAttempts(t *testing.T, leaseMillis, timeoutMillis int, tcp
 	dir := t.TempDir()
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	server := natsServer(t, port, dir)
-	var nc *nats.Conn
-	eventually(t, "nats-server up", func() bool {
-		var err error
-		nc, err = nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-		return err == nil
-	})
-	t.Cleanup(nc.Close)
+	nc := reconnecting(t, url)
 	coord := startProc(t, nil, "--nats", url, "coordinator", "--http-listen", "-",
 		"--leader-lease-millis", fmt.Sprint(leaseMillis), "--heartbeat-timeout-millis", fmt.Sprint(timeoutMillis), "--sweep-interval-millis", "50")
 	coord.logged(`msg="coordinator serving"`)

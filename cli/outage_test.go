@@ -25,7 +25,8 @@ var (
 )
 
 // natsServer runs an external nats-server with JetStream on port and store dir, built
-// once from the module's own nats-server dependency.
+// once from the module's own nats-server dependency; it returns once the server
+// accepts connections.
 func natsServer(t *testing.T, port int, dir string) *exec.Cmd {
 	t.Helper()
 	natsServerOnce.Do(func() {
@@ -45,7 +46,27 @@ func natsServer(t *testing.T, port int, dir string) *exec.Cmd {
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
+	url := "nats://" + hostPort(port)
+	eventually(t, "nats-server up", func() bool {
+		nc, err := nats.Connect(url)
+		if err == nil {
+			nc.Close()
+		}
+		return err == nil
+	})
 	return cmd
+}
+
+// reconnecting connects to url with a connection that rides out a nats-server's
+// outage, reconnecting every 50 ms; the test's end closes it.
+func reconnecting(t *testing.T, url string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
 }
 
 // TestCoordinatorSurvivesNATSOutage is issue 9's outage scenario with real processes:
@@ -59,13 +80,7 @@ func TestCoordinatorSurvivesNATSOutage(t *testing.T) {
 	dir := t.TempDir()
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	server := natsServer(t, port, dir)
-	var nc *nats.Conn
-	eventually(t, "nats-server up", func() bool {
-		var err error
-		nc, err = nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-		return err == nil
-	})
-	t.Cleanup(nc.Close)
+	nc := reconnecting(t, url)
 	coord := startProc(t, nil, "--nats", url, "coordinator", "--http-listen", "-")
 	coord.logged(`msg="coordinator serving"`)
 	startProc(t, nil, "--nats", url, "worker", "--heartbeat-interval-millis", "200")

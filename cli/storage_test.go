@@ -255,13 +255,6 @@ func TestCoordinatorFullDiskExternalNATS(t *testing.T) {
 	port := freePorts(t, 1)[0]
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	server := natsServer(t, port, store)
-	eventually(t, "nats-server up", func() bool {
-		nc, err := nats.Connect(url)
-		if err == nil {
-			nc.Close()
-		}
-		return err == nil
-	})
 	coord := startProc(t, nil, "--nats", url, "coordinator", "--http-listen", "-", "--heartbeat-timeout-millis", "1500", "--sweep-interval-millis", "50")
 	coord.logged(`msg="coordinator serving"`)
 	startProc(t, nil, "--nats", url, "worker", "--heartbeat-interval-millis", "200")
