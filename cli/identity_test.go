@@ -13,7 +13,6 @@ import (
 	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/cli"
-	"github.com/jobbus/jobbus/coordinator"
 	"github.com/jobbus/jobbus/internal/jobbustest"
 	"github.com/jobbus/jobbus/internal/jobbustest/suite"
 	"github.com/jobbus/jobbus/worker"
@@ -30,14 +29,7 @@ func TestExampleConfigWorkerIdentity(t *testing.T) {
 	t.Parallel()
 	url := configServer(t)
 	ctx := context.Background()
-	coordNC, err := nats.Connect(userURL(url, "coordinator"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(coordNC.Close)
-	cfg := jobbustest.FastCoordinatorConfig()
-	cfg.HeartbeatTimeout = 5 * time.Second
-	jobbustest.Go(t, func(ctx context.Context) error { return coordinator.Run(ctx, coordNC, cfg, nil) })
+	runConfigCoordinator(t, url)
 
 	edgeInbox := nats.CustomInboxPrefix("_INBOX_edge-1")
 	w, err := worker.Connect(ctx, userURL(url, "edge-1"), worker.WithID("edge-1"),

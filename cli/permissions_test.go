@@ -47,6 +47,21 @@ func userURL(url, user string) string {
 	return strings.Replace(url, "nats://", "nats://"+user+":change-me-"+user+"@", 1)
 }
 
+// runConfigCoordinator runs a coordinator under the coordinator user of the example
+// config on url (configServer) until the test ends; workers are lost after 5 s of
+// silence, for a loaded machine.
+func runConfigCoordinator(t *testing.T, url string) {
+	t.Helper()
+	nc, err := nats.Connect(userURL(url, "coordinator"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	cfg := jobbustest.FastCoordinatorConfig()
+	cfg.HeartbeatTimeout = 5 * time.Second
+	jobbustest.Go(t, func(ctx context.Context) error { return coordinator.Run(ctx, nc, cfg, nil) })
+}
+
 // TestExampleConfigPermissions: with docs/nats-server.conf, the coordinator and a
 // worker run under their own users, the submitter submits and cancels, and the reader
 // reads status, lists and workers but is refused, by NATS, a submission and a cancel.
@@ -55,14 +70,7 @@ func TestExampleConfigPermissions(t *testing.T) {
 	url := configServer(t)
 	ctx := context.Background()
 
-	coordNC, err := nats.Connect(userURL(url, "coordinator"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(coordNC.Close)
-	cfg := jobbustest.FastCoordinatorConfig()
-	cfg.HeartbeatTimeout = 5 * time.Second
-	jobbustest.Go(t, func(ctx context.Context) error { return coordinator.Run(ctx, coordNC, cfg, nil) })
+	runConfigCoordinator(t, url)
 
 	w, err := worker.Connect(ctx, userURL(url, "worker"), worker.WithHeartbeat(100*time.Millisecond), worker.WithLogger(nil))
 	if err != nil {
@@ -117,14 +125,7 @@ func TestExampleConfigRoles(t *testing.T) {
 	t.Parallel()
 	url := configServer(t)
 	ctx := context.Background()
-	coordNC, err := nats.Connect(userURL(url, "coordinator"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(coordNC.Close)
-	cfg := jobbustest.FastCoordinatorConfig()
-	cfg.HeartbeatTimeout = 5 * time.Second
-	jobbustest.Go(t, func(ctx context.Context) error { return coordinator.Run(ctx, coordNC, cfg, nil) })
+	runConfigCoordinator(t, url)
 
 	w, err := worker.Connect(ctx, userURL(url, "edge-1"), worker.WithID("edge-1"),
 		worker.WithBusOptions(bus.WithNATSOptions(nats.CustomInboxPrefix("_INBOX_edge-1"))),
