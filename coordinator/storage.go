@@ -203,8 +203,7 @@ func (c *Coordinator) refuseWaitingCreates(err error) {
 	c.dirty = kept
 	c.unlock()
 	for _, j := range gone {
-		c.fail(j, err)
-		c.dropUnstored(j)
+		c.giveUp(j, err)
 	}
 }
 
@@ -219,8 +218,7 @@ func (c *Coordinator) gaveUpCreate(ctx context.Context, w pendingWrite, err erro
 	if ferr == nil {
 		return false
 	}
-	c.fail(w.j, ferr)
-	c.dropUnstored(w.j)
+	c.giveUp(w.j, ferr)
 	return true
 }
 

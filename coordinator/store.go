@@ -210,8 +210,7 @@ func (c *Coordinator) commit(ctx context.Context, ws []pendingWrite) {
 			return
 		case permanent(err):
 			c.log.Error("job write impossible; giving up on it", "job", ws[0].id, "err", err)
-			c.fail(ws[0].j, err)
-			c.dropUnstored(ws[0].j)
+			c.giveUp(ws[0].j, err)
 			return
 		case errors.Is(err, ErrFenced) || ctx.Err() != nil:
 			for _, w := range ws {
@@ -250,8 +249,7 @@ func (c *Coordinator) dropCreates(ws []pendingWrite, err error) []pendingWrite {
 			kept = append(kept, w)
 			continue
 		}
-		c.fail(w.j, err)
-		c.dropUnstored(w.j)
+		c.giveUp(w.j, err)
 	}
 	return kept
 }
@@ -349,6 +347,13 @@ func (c *Coordinator) fail(j *job, err error) {
 	for _, w := range done {
 		w.fn(err)
 	}
+}
+
+// giveUp ends j's waiters with err and, if j was never stored, removes it as if it had
+// not been submitted.
+func (c *Coordinator) giveUp(j *job, err error) {
+	c.fail(j, err)
+	c.dropUnstored(j)
 }
 
 // dropUnstored removes a job that was never stored, as if it had not been submitted:
