@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -149,26 +148,14 @@ func (b *Bridge) request(subject string, payload []byte, log *slog.Logger) ([]by
 // cannot have been acted on, so sending it again is safe; one that went unanswered is
 // not sent again.
 func (b *Bridge) requestServed(ctx context.Context, subject string, payload []byte) (*nats.Msg, error) {
-	for delay, tries := 10*time.Millisecond, 0; ; delay, tries = min(2*delay, 250*time.Millisecond), tries+1 {
-		if tries > 0 && !b.nc.IsConnected() {
+	first := true
+	return untilServed(ctx, func(err error) bool { return errors.Is(err, nats.ErrNoResponders) }, func() (*nats.Msg, error) {
+		if !first && !b.nc.IsConnected() {
 			return nil, nats.ErrConnectionReconnecting
 		}
-		msg, err := b.nc.RequestWithContext(ctx, subject, payload)
-		if err != nil && tries > 0 && ctx.Err() != nil {
-			// The time ran out while asking again: still no coordinator serving.
-			return nil, nats.ErrNoResponders
-		}
-		if !errors.Is(err, nats.ErrNoResponders) {
-			return msg, err
-		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, err
-		case <-t.C:
-		}
-	}
+		first = false
+		return b.nc.RequestWithContext(ctx, subject, payload)
+	})
 }
 
 // checkReply vets a reply body before it is written as a frame unchanged.

@@ -213,25 +213,9 @@ func (s *workerSession) register() bool {
 func (s *workerSession) registerServed() (*protocol.WorkerRegistered, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, s.b.cfg.RequestTimeout)
 	defer cancel()
-	var unserved error
-	for delay := 10 * time.Millisecond; ; delay = min(2*delay, 250*time.Millisecond) {
-		ans, err := workerproto.Register(ctx, s.node, &s.reg)
-		switch {
-		case errors.Is(err, bus.ErrNoPeer):
-			unserved = err
-		case err != nil && unserved != nil && ctx.Err() != nil:
-			return nil, unserved // the time ran out while asking again
-		default:
-			return ans, err
-		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, unserved
-		case <-t.C:
-		}
-	}
+	return untilServed(ctx, func(err error) bool { return errors.Is(err, bus.ErrNoPeer) }, func() (*protocol.WorkerRegistered, error) {
+		return workerproto.Register(ctx, s.node, &s.reg)
+	})
 }
 
 // askError is the ERROR a worker gets when an ask on its behalf failed: the
