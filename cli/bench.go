@@ -102,12 +102,12 @@ func bench(c *cli.Context) error {
 	if n == 0 && idle == 0 {
 		return usageError("nothing to measure: give --jobs or --idle")
 	}
-	syncOpts, err := syncOptions(c.String("sync"))
+	syncOpts, err := syncOptions(c.String("sync"), true) // the bench's server is lone
 	if err != nil {
 		return err
 	}
 	external := global(c, "connect") != "" || global(c, "nats") != "" || global(c, "context") != ""
-	if external && syncOpts != nil {
+	if external && c.String("sync") != "default" {
 		return usageError("--sync applies to the system bench builds; give it to the serve that runs yours")
 	}
 	taskType := benchTask
@@ -237,8 +237,8 @@ func dialClients(ctx context.Context, n int, dial func() (*client.Client, error)
 
 // inProcessSystem starts embedded NATS, a coordinator, the bridge for tcp, and workers
 // in store dir, or without one in a temporary store that is removed afterwards. The
-// workers report their starts to probe; syncAlways tells the coordinator that the
-// server fsyncs every write.
+// workers report their starts to probe; syncAlways makes the coordinator fsync every
+// job write, a group at a time, before anything depends on it.
 func inProcessSystem(ctx context.Context, dir, transport string, submitters, workers, capacity int, reg *metrics.Registry,
 	syncOpts []embeddednats.Option, syncAlways bool, probe *startProbe) (*benchSystem, error) {
 	var cleanups []func()
@@ -268,7 +268,9 @@ func inProcessSystem(ctx context.Context, dir, transport string, submitters, wor
 	cleanups = append(cleanups, nc.Close)
 	cfg := coordinator.DefaultConfig()
 	cfg.MaxActiveJobs = 1 << 30
-	cfg.SyncAlways = syncAlways
+	if syncAlways {
+		cfg.SyncJobs = jobsSync(srv, nc)
+	}
 	if reg != nil {
 		cfg.Observer = reg.Coordinator()
 	}

@@ -109,7 +109,9 @@ func serve(c *cli.Context) error {
 		return err
 	}
 	cfg := coordinatorConfig(c, log)
-	cfg.SyncAlways = c.String("sync") == "always" // the embedded server's: group commit pays then
+	// --sync always: a cluster syncs each write, and group commit is its atomic
+	// batches; a lone server's coordinator syncs groups of writes itself (serveUntil).
+	cfg.SyncAlways = c.String("sync") == "always" && !lone(c)
 	if err := cfg.Validate(); err != nil {
 		return usageError("%v", err)
 	}
@@ -125,9 +127,13 @@ func serveUntil(ctx context.Context, c *cli.Context, log *slog.Logger, cfg coord
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	// The embedded server's store guard tells the coordinator of a failed disk.
-	nc, shutdown, err := connectOrEmbed(ctx, c, log, func(srv *embeddednats.Server) { cfg.StoreFault = srv.StoreFault })
+	var srv *embeddednats.Server
+	nc, shutdown, err := connectOrEmbed(ctx, c, log, func(s *embeddednats.Server) { srv, cfg.StoreFault = s, s.StoreFault })
 	if err != nil {
 		return err
+	}
+	if srv != nil && c.String("sync") == "always" && lone(c) {
+		cfg.SyncJobs = jobsSync(srv, nc)
 	}
 	defer shutdown()
 	if cfg.ID == "" && global(c, "nats") == "" && global(c, "context") == "" {
@@ -252,7 +258,7 @@ func connectOrEmbed(ctx context.Context, c *cli.Context, log *slog.Logger, embed
 		embeddednats.WithLogger(natsLog),
 		embeddednats.WithStoreGuard(embeddednats.DefaultStoreCheck, embeddednats.DefaultStoreProbe),
 	)
-	syncOpts, err := syncOptions(c.String("sync"))
+	syncOpts, err := syncOptions(c.String("sync"), lone(c))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -155,6 +155,9 @@ func serverInfo(srv *embeddednats.Server) protocol.Server {
 // isLeaf reports whether serve's embedded server is a leaf node (--leafnode-remote).
 func isLeaf(c *cli.Context) bool { return len(splitList(c.StringSlice("leafnode-remote"))) > 0 }
 
+// lone reports an embedded server in no cluster: its JetStream streams have one replica.
+func lone(c *cli.Context) bool { return len(splitList(c.StringSlice("routes"))) == 0 && !isLeaf(c) }
+
 // noCoordinator stands in for runCoordinator on a leaf node: the state and its
 // coordinators are the hub's, reached over the leaf connection; the channel yields nil
 // when ctx ends.

@@ -127,6 +127,11 @@ func (r *storeFaultRun) refused(want ...string) string {
 	var last string
 	start, tries := time.Now(), 0
 	var took time.Duration
+	defer func() {
+		if r.t.Failed() {
+			r.t.Logf("the last of %d submissions was answered in %v: %s", tries, took.Round(time.Millisecond), last)
+		}
+	}()
 	eventually(r.t, fmt.Sprintf("a submission refused with %q", want), func() bool {
 		tries++
 		at := time.Now()

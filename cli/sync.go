@@ -3,19 +3,28 @@ package cli
 import (
 	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/embeddednats"
 )
 
 // syncFlagUsage documents --sync on serve and bench.
-const syncFlagUsage = "when the embedded NATS server fsyncs JetStream writes: default (every 2 minutes, NATS's default), " +
-	"always (every write before it is acknowledged: survives power loss, costs throughput), or an interval (1s, 100ms)"
+const syncFlagUsage = "when JetStream writes are fsynced: default (every 2 minutes, NATS's default), " +
+	"always (every job write before anything depends on it: survives power loss; a lone server syncs writes " +
+	"in groups, a cluster syncs each one), or an interval for the embedded server (1s, 100ms)"
 
-// syncOptions maps --sync onto the embedded server's options.
-func syncOptions(flag string) ([]embeddednats.Option, error) {
+// syncOptions maps --sync onto the embedded server's options. A lone server does not
+// sync each write for --sync always: the coordinator syncs the jobs stream itself, a
+// group of writes at a time (jobsSync).
+func syncOptions(flag string, lone bool) ([]embeddednats.Option, error) {
 	switch flag {
 	case "", "default":
 		return nil, nil
 	case "always":
+		if lone {
+			return nil, nil
+		}
 		return []embeddednats.Option{embeddednats.WithSyncAlways(true)}, nil
 	}
 	d, err := time.ParseDuration(flag)
@@ -23,4 +32,11 @@ func syncOptions(flag string) ([]embeddednats.Option, error) {
 		return nil, usageError("--sync must be default, always or a positive interval (1s, 100ms), got %q", flag)
 	}
 	return []embeddednats.Option{embeddednats.WithSyncInterval(d)}, nil
+}
+
+// jobsSync is the coordinator's group commit for --sync always on a lone embedded
+// server (coordinator.Config.SyncJobs): it fsyncs the jobs stream's files, which nc's
+// account holds on srv.
+func jobsSync(srv *embeddednats.Server, nc *nats.Conn) func() error {
+	return srv.StreamSync(nc, "KV_"+protocol.JobsBucket).Sync
 }

@@ -15,12 +15,34 @@ import (
 	"github.com/jobbus/jobbus/coordinator"
 )
 
-// TestGroupCommit runs jobs with writes in atomic batches (as with --sync always or
-// replicas): many submissions at once, with and without idempotency keys, all
-// complete, and after a restart every key still names its job.
+// TestGroupCommit runs jobs with group commit, both ways: writes in atomic batches (as
+// with replicas, or a server that syncs each write) and writes synced a group at a
+// time by the coordinator (serve --sync always on a lone server). Many submissions at
+// once, with and without idempotency keys, all complete, and after a restart every key
+// still names its job.
 func TestGroupCommit(t *testing.T) {
 	t.Parallel()
-	s := setup(t, func(c *coordinator.Config) { c.SyncAlways = true })
+	for _, tc := range []struct {
+		name string
+		mod  func(*coordinator.Config, *syncedJobs)
+	}{
+		{"AtomicBatches", func(c *coordinator.Config, _ *syncedJobs) { c.SyncAlways = true }},
+		{"CoordinatorSyncs", func(c *coordinator.Config, y *syncedJobs) { c.SyncJobs = y.sync }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var y syncedJobs
+			s := setup(t, func(c *coordinator.Config) { tc.mod(c, &y) })
+			y.start(s)
+			groupCommit(t, s)
+			if tc.name == "CoordinatorSyncs" && y.calls.Load() == 0 {
+				t.Fatal("no sync was called")
+			}
+		})
+	}
+}
+
+func groupCommit(t *testing.T, s *system) {
 	ctx := context.Background()
 	s.StartWorker(4)
 	const n = 120

@@ -38,14 +38,20 @@ type Config struct {
 	Replicas int
 	// ReconfigureBuckets lets Replicas change the replica count of existing buckets.
 	ReconfigureBuckets bool
-	// SyncAlways says the server syncs every write to disk (serve --sync always):
-	// writes then go as atomic batches, so that one sync covers many (group commit),
-	// as they do with Replicas > 1.
+	// SyncAlways says the server syncs every write to disk (a server configured with
+	// sync_interval: always): writes then go as atomic batches, so that one sync covers
+	// many (group commit), as they do with Replicas > 1.
 	SyncAlways bool
+	// SyncJobs, when set, makes every job write JetStream has acknowledged durable
+	// (embeddednats.StreamSync on the jobs stream: serve --sync always). A write is
+	// recorded, and answered for, only after a SyncJobs call that began after its
+	// acknowledgement; writes acknowledged during one call share the next (group
+	// commit, durable.go). Its server must not sync each write itself.
+	SyncJobs func() error
 	// Writers is how many writes may be in flight at once on a single server that
-	// does not sync each write (pipeline.go). When writes are batched (a cluster,
-	// SyncAlways), one batch is: it carries every change that waited for the one
-	// before (group commit).
+	// does not sync each write (pipeline.go), SyncJobs or not. When writes are
+	// batched (a cluster, SyncAlways), one batch is: it carries every change that
+	// waited for the one before (group commit).
 	Writers int
 	// ID names this coordinator in the leader lease. A coordinator that finds the lease
 	// held under its own ID (it crashed, and restarted before the lease ran out) takes

@@ -83,6 +83,7 @@ type Coordinator struct {
 
 	// storage: whether the store had room at the last job write (storage.go).
 	storage storeHealth
+	durable *groupSync // nil unless Config.SyncJobs: writes are then recorded once synced
 }
 
 // New builds a coordinator on an existing NATS connection, which it does not own.
@@ -106,6 +107,7 @@ func New(nc *nats.Conn, cfg Config) (*Coordinator, error) {
 		fencedCh: make(chan struct{}),
 		wake:     make(chan struct{}, 1),
 		storage:  storeHealth{fault: cfg.StoreFault},
+		durable:  newGroupSync(cfg.SyncJobs),
 	}, nil
 }
 
@@ -139,6 +141,9 @@ func (c *Coordinator) Start(ctx context.Context) error {
 		}
 	}
 	c.goRun(func() { c.committer(runCtx, p) })
+	if c.durable != nil {
+		c.goRun(func() { c.syncer(runCtx) })
+	}
 	if err := c.recover(ctx); err != nil {
 		c.Close()
 		return fmt.Errorf("coordinator: recover: %w", err)

@@ -159,7 +159,7 @@ func (p *pipeline) settle(f *flight, rev uint64, err error) {
 	c.noteStored(f.w.j, f.start, err)
 	switch {
 	case err == nil:
-		c.written(f.w.j, rev, f.w.version)
+		c.stored(f.w.j, rev, f.w.version)
 	case errors.Is(err, nats.ErrConnectionClosed) || p.ctx.Err() != nil:
 		c.fail(f.w.j, err)
 	default:

@@ -47,8 +47,10 @@ type storeHealth struct {
 	full    atomic.Pointer[string] // JetStream's words, while full
 	fault   func() error           // Config.StoreFault; nil: none
 	stalled atomic.Pointer[error]  // set by storeFailure, cleared by a write that succeeds
-	since   atomic.Int64           // when full or stalled was last set, or probed: Unix nanoseconds
-	said    atomic.Int64           // when storeFailure last logged, Unix nanoseconds
+	// unsynced is Config.SyncJobs's failure, until a sync succeeds (durable.go).
+	unsynced atomic.Pointer[error]
+	since    atomic.Int64 // when full or stalled was last set, or probed: Unix nanoseconds
+	said     atomic.Int64 // when storeFailure last logged, Unix nanoseconds
 }
 
 // storeProbeEvery is how often, while the store is full or stalled, one submission is
@@ -81,6 +83,13 @@ func (h *storeHealth) stall(err error) {
 	h.since.Store(time.Now().UnixNano())
 }
 
+// synced notes a sync that succeeded.
+func (h *storeHealth) synced() {
+	if h.unsynced.Load() != nil {
+		h.unsynced.Store(nil)
+	}
+}
+
 // failing returns the store's failure other than JetStream's limit, nil if none is
 // known.
 func (h *storeHealth) failing() error {
@@ -88,6 +97,9 @@ func (h *storeHealth) failing() error {
 		if err := h.fault(); err != nil {
 			return err
 		}
+	}
+	if p := h.unsynced.Load(); p != nil {
+		return *p
 	}
 	if p := h.stalled.Load(); p != nil {
 		return *p
@@ -105,6 +117,9 @@ func (h *storeHealth) refusal() *protocol.Error {
 		if err := h.fault(); err != nil {
 			return storeFaultError(err)
 		}
+	}
+	if p := h.unsynced.Load(); p != nil {
+		return storeFaultError(*p) // no probe: a submission let through would wait for the sync
 	}
 	desc, stalled := h.full.Load(), h.stalled.Load()
 	if desc == nil && stalled == nil || h.probeDue() {

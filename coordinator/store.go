@@ -199,7 +199,7 @@ func (c *Coordinator) commit(ctx context.Context, ws []pendingWrite) {
 		switch {
 		case err == nil:
 			for i, w := range ws {
-				c.written(w.j, revs[i], w.version)
+				c.stored(w.j, revs[i], w.version)
 			}
 			return
 		case permanent(err) && len(ws) > 1:

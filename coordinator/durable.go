@@ -1,0 +1,114 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// ErrNotDurable means job writes JetStream stored could not be made durable
+// (Config.SyncJobs failed): they wait, unanswered, and submissions are refused with
+// the cause until a sync succeeds.
+var ErrNotDurable = errors.New("coordinator: job writes not made durable")
+
+// A groupSync holds writes JetStream has acknowledged until Config.SyncJobs has made
+// them durable, and only then records them (written), which answers their waiters and
+// lets each job's next write go. Writes acknowledged while one sync runs wait for the
+// next: under load one fsync covers many writes (group commit), while a lone write
+// waits for one fsync only.
+type groupSync struct {
+	sync func() error
+	wake chan struct{}
+
+	mu    sync.Mutex
+	acked []ackedWrite
+}
+
+// ackedWrite is a write JetStream stored, awaiting durability.
+type ackedWrite struct {
+	j            *job
+	rev, version uint64
+}
+
+func newGroupSync(sync func() error) *groupSync {
+	if sync == nil {
+		return nil
+	}
+	return &groupSync{sync: sync, wake: make(chan struct{}, 1)}
+}
+
+// stored records a write JetStream acknowledged at revision rev: at once, or once it
+// is durable when the coordinator syncs the store itself.
+func (c *Coordinator) stored(j *job, rev, version uint64) {
+	g := c.durable
+	if g == nil {
+		c.written(j, rev, version)
+		return
+	}
+	g.mu.Lock()
+	g.acked = append(g.acked, ackedWrite{j, rev, version})
+	g.mu.Unlock()
+	select {
+	case g.wake <- struct{}{}:
+	default:
+	}
+}
+
+// syncer makes acknowledged writes durable, a group at a time, until ctx ends; writes
+// still waiting then fail with ctx's error.
+func (c *Coordinator) syncer(ctx context.Context) {
+	g := c.durable
+	for {
+		select {
+		case <-ctx.Done():
+			c.failAll(g.take(), ctx.Err())
+			return
+		case <-g.wake:
+		}
+		ws := g.take()
+		if len(ws) == 0 {
+			continue
+		}
+		for err := g.sync(); err != nil; err = g.sync() {
+			// Never answered for: the writes wait, the store counts as failing (new
+			// submissions are refused with the cause), and the sync is tried again.
+			c.notDurable(err)
+			select {
+			case <-ctx.Done():
+				c.failAll(append(ws, g.take()...), ctx.Err())
+				return
+			case <-time.After(storeProbeEvery):
+			}
+			ws = append(ws, g.take()...)
+		}
+		c.storage.synced()
+		for _, w := range ws {
+			c.written(w.j, w.rev, w.version)
+		}
+	}
+}
+
+func (c *Coordinator) failAll(ws []ackedWrite, err error) {
+	for _, w := range ws {
+		c.fail(w.j, err)
+	}
+}
+
+// take removes the writes waiting for a sync.
+func (g *groupSync) take() []ackedWrite {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ws := g.acked
+	g.acked = nil
+	return ws
+}
+
+// notDurable notes a failed sync: the store is failing with err until a sync succeeds.
+func (c *Coordinator) notDurable(err error) {
+	err = fmt.Errorf("%w: %w", ErrNotDurable, err)
+	if c.storage.unsynced.Swap(&err) == nil {
+		c.log.Error("job writes not made durable: they wait, and new submissions are refused, until the store syncs again", "err", err)
+	}
+}
