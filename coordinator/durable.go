@@ -57,9 +57,20 @@ func (c *Coordinator) stored(j *job, rev, version uint64) {
 }
 
 // syncer makes acknowledged writes durable, a group at a time, until ctx ends; writes
-// still waiting then fail with ctx's error.
+// still waiting then fail with ctx's error. Another goroutine records each group
+// synced (written: answering its waiters, queueing its jobs' next writes) while the
+// next fsync runs, so that the fsyncs follow one another as closely as the disk allows.
 func (c *Coordinator) syncer(ctx context.Context) {
 	g := c.durable
+	synced := make(chan []ackedWrite, 4)
+	defer close(synced)
+	c.goRun(func() {
+		for ws := range synced {
+			for _, w := range ws {
+				c.written(w.j, w.rev, w.version)
+			}
+		}
+	})
 	for {
 		select {
 		case <-ctx.Done():
@@ -84,9 +95,7 @@ func (c *Coordinator) syncer(ctx context.Context) {
 			ws = append(ws, g.take()...)
 		}
 		c.storage.synced()
-		for _, w := range ws {
-			c.written(w.j, w.rev, w.version)
-		}
+		synced <- ws
 	}
 }
 
