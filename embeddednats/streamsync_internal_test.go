@@ -12,15 +12,24 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// syncServer starts a lone server in a temporary store.
-func syncServer(t *testing.T, opts ...Option) *Server {
+// syncServer starts a lone server in a temporary store, and connects to it with dial.
+func syncServer(t *testing.T, opts []Option, dial ...nats.Option) (*Server, *nats.Conn, jetstream.JetStream) {
 	t.Helper()
 	srv, err := Start(context.Background(), append([]Option{WithListen("127.0.0.1:-1"), WithStoreDir(t.TempDir())}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-	return srv
+	nc, err := srv.Connect(dial...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, nc, js
 }
 
 // newestBlock is the highest block index in dir.
@@ -57,16 +66,7 @@ func TestStreamSyncCoversEveryBlock(t *testing.T) {
 		{"NamedAccount", []Option{WithConfigFile(conf)}, []nats.Option{nats.UserInfo("a", "pw")}, "TEAM"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := syncServer(t, tc.opts...)
-			nc, err := srv.Connect(tc.dial...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer nc.Close()
-			js, err := jetstream.New(nc)
-			if err != nil {
-				t.Fatal(err)
-			}
+			srv, nc, js := syncServer(t, tc.opts, tc.dial...)
 			ctx := context.Background()
 			// A small MaxBytes makes small blocks (nats-server sizes them to a quarter, at least 32 KB).
 			cfg := jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, MaxBytes: 100 << 10, Discard: jetstream.DiscardOld}
@@ -116,16 +116,7 @@ func TestStreamSyncCoversEveryBlock(t *testing.T) {
 
 // TestStreamSyncRefuses: a stream Sync cannot cover is an error that names why.
 func TestStreamSyncRefuses(t *testing.T) {
-	srv := syncServer(t)
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, nc, js := syncServer(t, nil)
 	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "M", Subjects: []string{"m"}, Storage: jetstream.MemoryStorage}); err != nil {
 		t.Fatal(err)
 	}
