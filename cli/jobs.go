@@ -287,29 +287,27 @@ the task types they serve (TYPES; "built-ins" for the five of PROTOCOL.md).
 Example:
    jobbus workers --json`,
 		Flags: []cli.Flag{jsonFlag()},
-		Action: func(c *cli.Context) error {
-			if _, err := args(c); err != nil {
-				return err
-			}
-			s, err := connect(c, false)
-			if err != nil {
-				return exitErr(err)
-			}
-			defer s.Close()
+		Action: inSession(nil, func(c *cli.Context, s *session, _ []string) error {
 			ws, err := s.cl.Workers(c.Context)
 			if err != nil {
 				return exitErr(err)
 			}
 			return newPrinter(c.App.Writer, c.Bool("json")).workersServing(ws, serversOf(c.Context, s.cl))
-		},
+		}),
 	}
 }
 
 // onJob is the action of a command on one job: it takes the ID argument, connects,
 // and runs do with the session, which it closes after.
 func onJob(do func(c *cli.Context, s *session, id string) error) cli.ActionFunc {
+	return inSession([]string{"ID"}, func(c *cli.Context, s *session, pos []string) error { return do(c, s, pos[0]) })
+}
+
+// inSession is the action of a command that takes the arguments named: it connects,
+// and runs do with the session, which it closes after, and the arguments.
+func inSession(names []string, do func(c *cli.Context, s *session, pos []string) error) cli.ActionFunc {
 	return func(c *cli.Context) error {
-		pos, err := args(c, "ID")
+		pos, err := args(c, names...)
 		if err != nil {
 			return err
 		}
@@ -318,6 +316,6 @@ func onJob(do func(c *cli.Context, s *session, id string) error) cli.ActionFunc 
 			return exitErr(err)
 		}
 		defer s.Close()
-		return do(c, s, pos[0])
+		return do(c, s, pos)
 	}
 }

@@ -30,21 +30,13 @@ Example:
    jobbus types --json`,
 		Flags: []cli.Flag{jsonFlag(),
 			&cli.BoolFlag{Name: "schema", Usage: "also print each type's JSON Schema", EnvVars: env("types-schema")}},
-		Action: func(c *cli.Context) error {
-			if _, err := args(c); err != nil {
-				return err
-			}
-			s, err := connect(c, false)
-			if err != nil {
-				return exitErr(err)
-			}
-			defer s.Close()
+		Action: inSession(nil, func(c *cli.Context, s *session, _ []string) error {
 			types, err := s.cl.TaskTypes(c.Context)
 			if err != nil {
 				return exitErr(err)
 			}
 			return newPrinter(c.App.Writer, c.Bool("json")).taskTypes(types, c.Bool("schema"))
-		},
+		}),
 	}
 }
 

@@ -283,7 +283,7 @@ func (c *Coordinator) readSnapshot(id string) (protocol.Job, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	e, err := c.jobsKV.Get(ctx, id)
+	data, err := c.readRecord(ctx, id)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted), errors.Is(err, jetstream.ErrInvalidKey):
 		return protocol.Job{}, errUnknownJob
@@ -291,7 +291,7 @@ func (c *Coordinator) readSnapshot(id string) (protocol.Job, error) {
 		return protocol.Job{}, &protocol.Error{Message: fmt.Sprintf("read job %s: %v", id, err)}
 	}
 	var r protocol.Record
-	if err := json.Unmarshal(e.Value(), &r); err != nil {
+	if err := json.Unmarshal(data, &r); err != nil {
 		return protocol.Job{}, &protocol.Error{Message: fmt.Sprintf("read job %s: %v", id, err)}
 	}
 	c.mu.Lock()

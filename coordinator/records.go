@@ -1,0 +1,62 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+)
+
+// readRecord reads the record stored last under key id. A KV get is a direct get,
+// which any replica of a replicated stream answers: one that has not yet applied the
+// latest write answers with an older record or none, so a job that had just finished
+// (and left memory) was "Unknown job" to its waiting client. In a cluster the record is
+// read from the stream's leader instead, which has every write it acknowledged.
+func (c *Coordinator) readRecord(ctx context.Context, id string) ([]byte, error) {
+	if c.stream == nil || c.stream.CachedInfo().Config.Replicas <= 1 {
+		e, err := c.jobsKV.Get(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		return e.Value(), nil
+	}
+	req, err := json.Marshal(struct {
+		LastBySubject string `json:"last_by_subj"`
+	}{"$KV." + protocol.JobsBucket + "." + id})
+	if err != nil {
+		return nil, err
+	}
+	m, err := c.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+c.stream.CachedInfo().Config.Name, req)
+	if err != nil {
+		return nil, err
+	}
+	var resp struct {
+		Error   *jetstream.APIError `json:"error"`
+		Message *struct {
+			Header []byte `json:"hdrs"`
+			Data   []byte `json:"data"`
+		} `json:"message"`
+	}
+	switch err := json.Unmarshal(m.Data, &resp); {
+	case err != nil:
+		return nil, fmt.Errorf("read %s: %w", id, err)
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return nil, jetstream.ErrKeyNotFound
+	case resp.Error != nil:
+		return nil, resp.Error
+	case resp.Message == nil:
+		return nil, fmt.Errorf("read %s: no message in %q", id, m.Data)
+	}
+	if len(resp.Message.Header) > 0 {
+		// A delete or purge marker, or JetStream's marker of an expired record.
+		h, err := nats.DecodeHeadersMsg(resp.Message.Header)
+		if op := h.Get("KV-Operation"); err == nil && (op == "DEL" || op == "PURGE" || h.Get("Nats-Marker-Reason") != "") {
+			return nil, jetstream.ErrKeyDeleted
+		}
+	}
+	return resp.Message.Data, nil
+}
