@@ -134,6 +134,7 @@ func serveUntil(ctx context.Context, c *cli.Context, log *slog.Logger, cfg coord
 	}
 	if srv != nil && c.String("sync") == "always" && lone(c) {
 		cfg.SyncJobs = jobsSync(srv, nc)
+		log.Info("--sync always: every job write is fsynced before anything depends on it, writes acknowledged together in one fsync")
 	}
 	defer shutdown()
 	if cfg.ID == "" && global(c, "nats") == "" && global(c, "context") == "" {
