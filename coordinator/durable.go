@@ -82,7 +82,7 @@ func (c *Coordinator) syncer(ctx context.Context) {
 		if len(ws) == 0 {
 			continue
 		}
-		for err := g.sync(); err != nil; err = g.sync() {
+		for err := c.syncGroup(len(ws)); err != nil; err = c.syncGroup(len(ws)) {
 			// Never answered for: the writes wait, the store counts as failing (new
 			// submissions are refused with the cause), and the sync is tried again.
 			c.notDurable(err)
@@ -97,6 +97,19 @@ func (c *Coordinator) syncer(ctx context.Context) {
 		c.storage.synced()
 		synced <- ws
 	}
+}
+
+// syncGroup makes a group of n writes durable, and tells the observer.
+func (c *Coordinator) syncGroup(n int) error {
+	start := time.Now()
+	err := c.durable.sync()
+	if obs := c.cfg.Observer; obs != nil {
+		if err != nil {
+			n = 0
+		}
+		obs.Synced(time.Since(start), n, err)
+	}
+	return err
 }
 
 func (c *Coordinator) failAll(ws []ackedWrite, err error) {

@@ -48,6 +48,9 @@ type Observer interface {
 	// for the write that stored the job's final state, writes then being how many
 	// writes this coordinator spent on the job.
 	Stored(took time.Duration, err error, terminal bool, writes int)
+	// Synced is called after each fsync of the jobs stream (Config.SyncJobs), with how
+	// long it took and how many job writes it made durable (0 when it failed).
+	Synced(took time.Duration, writes int, err error)
 }
 
 // Stats is a snapshot of what a coordinator holds.

@@ -161,6 +161,7 @@ type fullObserver struct{ full atomic.Bool }
 func (o *fullObserver) Submitted(coordinator.SubmitOutcome) {}
 func (o *fullObserver) JobChanged(coordinator.JobChange)    {}
 func (o *fullObserver) DeadlineExpired(string)              {}
+func (o *fullObserver) Synced(time.Duration, int, error)    {}
 func (o *fullObserver) Stored(_ time.Duration, err error, _ bool, _ int) {
 	if coordinator.StoreFull(err) {
 		o.full.Store(true)

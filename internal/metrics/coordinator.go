@@ -27,6 +27,9 @@ type Coordinator struct {
 	writeLat    prometheus.Histogram
 	writeErrs   prometheus.Counter
 	writesPer   prometheus.Histogram
+	syncLat     prometheus.Histogram
+	syncWrites  prometheus.Histogram
+	syncErrs    prometheus.Counter
 	leads       prometheus.Counter
 
 	// byType caches the series of each task type: the hot path then costs a map read.
@@ -76,6 +79,14 @@ func (r *Registry) Coordinator() *Coordinator {
 		writesPer: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "kv_writes_per_job",
 			Help:    "KV writes a coordinator spent on a job, observed when its final state is stored.",
 			Buckets: []float64{1, 2, 3, 4, 5, 6, 8, 10, 15, 20}}),
+		syncLat: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "store_sync_duration_seconds",
+			Help:    "Latency of the coordinator's fsyncs of the job store (serve --sync always on a lone server).",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}}),
+		syncWrites: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "store_sync_writes",
+			Help:    "Job writes one fsync of the job store made durable (group commit).",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512}}),
+		syncErrs: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "store_sync_errors_total",
+			Help: "Fsyncs of the job store that failed: job writes wait, and submissions are refused, until one succeeds."}),
 		leads: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "leader_changes_total",
 			Help: "Times a coordinator of this process took the lead."}),
 	}
@@ -85,7 +96,8 @@ func (r *Registry) Coordinator() *Coordinator {
 		m.outcome[o] = m.submissions.WithLabelValues(string(o))
 	}
 	r.reg.MustRegister(m.submissions, m.assigned, m.completed, m.failed, m.retried, m.cancelled, m.deadlines,
-		m.startLat, m.doneLat, m.writeLat, m.writeErrs, m.writesPer, m.leads, &coordinatorCollector{m})
+		m.startLat, m.doneLat, m.writeLat, m.writeErrs, m.writesPer, m.syncLat, m.syncWrites, m.syncErrs, m.leads,
+		&coordinatorCollector{m})
 	r.AddBus("coordinator", m.busStats)
 	r.coord = m
 	return m
@@ -159,6 +171,16 @@ func (m *Coordinator) Stored(took time.Duration, err error, terminal bool, write
 	if terminal {
 		m.writesPer.Observe(float64(writes))
 	}
+}
+
+// Synced implements coordinator.Observer.
+func (m *Coordinator) Synced(took time.Duration, writes int, err error) {
+	if err != nil {
+		m.syncErrs.Inc()
+		return
+	}
+	m.syncLat.Observe(took.Seconds())
+	m.syncWrites.Observe(float64(writes))
 }
 
 // OnLead is coordinator.Run's onLead: it counts a leader change and reads c at

@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/coordinator"
+	"github.com/jobbus/jobbus/embeddednats"
 	"github.com/jobbus/jobbus/internal/jobbustest"
 	"github.com/jobbus/jobbus/internal/metrics"
 	"github.com/jobbus/jobbus/internal/testkit"
@@ -399,4 +402,47 @@ func TestBusStatsAddUp(t *testing.T) {
 	if a.AskLatency[0].Count != 2 {
 		t.Error("Add changed its argument")
 	}
+}
+
+// TestStoreSyncs: the coordinator's fsyncs of the job store (serve --sync always on a
+// lone server) are counted: how long they took, how many job writes each made
+// durable, and the ones that failed.
+func TestStoreSyncs(t *testing.T) {
+	t.Parallel()
+	var (
+		y    atomic.Pointer[embeddednats.StreamSync]
+		fail atomic.Bool
+	)
+	s := start(t, func(c *coordinator.Config) {
+		c.SyncJobs = func() error { // the server exists once start returns; jobs come later
+			if fail.Load() {
+				return errors.New("disk on fire")
+			}
+			return y.Load().Sync()
+		}
+	})
+	y.Store(s.Server.StreamSync(s.NC, "KV_"+protocol.JobsBucket))
+	s.worker(t)
+	const jobs = 5
+	for i := range jobs {
+		id, err := s.cl.Submit(context.Background(), "SHA256", map[string]string{"text": strconv.Itoa(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.wait(t, id, protocol.StateCompleted)
+	}
+	m := scrape(t, s.url)
+	syncs, writes := m["jobbus_store_sync_duration_seconds_count"], m["jobbus_store_sync_writes_sum"]
+	if syncs < 1 || syncs > writes || writes < 2*jobs {
+		t.Fatalf("%v syncs made %v writes durable; want at least one, and at least %d writes (two a job)", syncs, writes, 2*jobs)
+	}
+
+	fail.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, _ = s.cl.Submit(ctx, "SHA256", map[string]string{"text": "unsynced"})
+	testkit.Eventually(t, waitFor, "a failed sync counted", func() bool {
+		return scrape(t, s.url)["jobbus_store_sync_errors_total"] >= 1
+	})
+	fail.Store(false) // the waiting write is synced, so the coordinator stops cleanly
 }
