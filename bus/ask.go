@@ -54,8 +54,8 @@ func (n *Node) checkSend(ctx context.Context, to Address, path string) error {
 }
 
 // Ask sends req to path at to and waits for the answer, decoded into R: JSON, except
-// that a []byte or json.RawMessage R receives the payload itself, and an empty answer
-// leaves R's zero value. The wait ends with ctx, or after the node's ask timeout when
+// that a []byte or json.RawMessage R receives the payload itself, a *R that is a
+// Decoder decodes it itself, and an empty answer leaves R's zero value. The wait ends with ctx, or after the node's ask timeout when
 // ctx has no deadline.
 //
 // Errors: a *RemoteError (errors.Is ErrRemote) when the handler failed; ErrNoPeer at

@@ -72,6 +72,13 @@ func marshal(v any) ([]byte, error) {
 	}
 }
 
+// Decoder is a message type that decodes a whole payload itself, with exactly
+// json.Unmarshal's outcome (the same fields set, the same errors) but faster, as the
+// protocol's hot messages do: decode uses it instead of json.Unmarshal.
+type Decoder interface {
+	DecodeJSON(data []byte) error
+}
+
 // decode reverses marshal. An empty payload leaves v as it is; *[]byte and
 // *json.RawMessage receive the payload itself (NATS hands every message its own copy).
 func decode(data []byte, v any) error {
@@ -83,6 +90,8 @@ func decode(data []byte, v any) error {
 		*p = data
 	case *json.RawMessage:
 		*p = data
+	case Decoder:
+		return p.DecodeJSON(data)
 	default:
 		return json.Unmarshal(data, v)
 	}

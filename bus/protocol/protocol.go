@@ -116,11 +116,19 @@ func Decode(data []byte) (Message, error) {
 		return nil, err
 	}
 	m := newMessage[t]()
-	if err := json.Unmarshal(data, m); err != nil {
+	if err := unmarshal(data, m); err != nil {
 		return nil, fmt.Errorf("%w: %s: %s", ErrMalformed, t, describe(err))
 	}
 	normalize(m)
 	return m, nil
+}
+
+// unmarshal is json.Unmarshal, through a hot message's own decoder (hotcodec.go).
+func unmarshal(data []byte, m Message) error {
+	if d, ok := m.(interface{ DecodeJSON([]byte) error }); ok {
+		return d.DecodeJSON(data)
+	}
+	return json.Unmarshal(data, m)
 }
 
 // leadingType reads the type of a message whose first member is "type" with a known
