@@ -54,27 +54,40 @@ func (w *Worker) onCancel(_ context.Context, _ bus.Address, m protocol.TaskCance
 // finished reports an attempt's outcome. An attempt cut short by the worker's shutdown
 // reports nothing: the worker's goodbye tells the coordinator instead.
 func (w *Worker) finished(m *protocol.TaskAssign, o attempts.Outcome) {
-	log := w.log.With("job", m.JobID, "attempt", m.AttemptID)
 	if errors.Is(o.Err, errShutdown) {
-		log.Debug("attempt stopped by shutdown")
+		w.attemptLog(m).Debug("attempt stopped by shutdown")
 		return
 	}
 	res := attempts.Result(w.cfg.ID, m, o)
-	log.Debug("attempt finished", "success", res.Success, "err", o.Err)
-	w.report(log, res)
+	if w.debug() {
+		w.attemptLog(m).Debug("attempt finished", "success", res.Success, "err", o.Err)
+	}
+	w.report(m, res)
 }
+
+// attemptLog is the worker's logger for one attempt. It is built only to log: every
+// attempt passes here, and a logger with attributes costs allocations.
+func (w *Worker) attemptLog(m *protocol.TaskAssign) *slog.Logger {
+	return w.log.With("job", m.JobID, "attempt", m.AttemptID)
+}
+
+// debug reports whether debug lines are logged, so that an attempt's path does not
+// build them (and box their arguments) for nothing.
+func (w *Worker) debug() bool { return w.log.Enabled(context.Background(), slog.LevelDebug) }
 
 // report delivers a result until the coordinator answers finally (workerproto.Deliver):
 // its answer comes once the outcome is durable, so a result survives a coordinator
 // restart or failover.
-func (w *Worker) report(log *slog.Logger, res *protocol.TaskResult) {
+func (w *Worker) report(m *protocol.TaskAssign, res *protocol.TaskResult) {
 	ack, tries, err := workerproto.Deliver(w.sendCtx, w.node, res, time.Time{}, workerproto.NewBackoff(w.cfg.retryBase, w.cfg.retryMax))
 	switch {
 	case err == nil:
-		log.Debug("result acknowledged", "accepted", ack.Accepted, "tries", tries)
+		if w.debug() {
+			w.attemptLog(m).Debug("result acknowledged", "accepted", ack.Accepted, "tries", tries)
+		}
 	case errors.Is(err, bus.ErrRemote):
-		log.Warn("result refused by the coordinator", "err", err, "tries", tries)
+		w.attemptLog(m).Warn("result refused by the coordinator", "err", err, "tries", tries)
 	default:
-		log.Warn("result not delivered", "err", err, "tries", tries)
+		w.attemptLog(m).Warn("result not delivered", "err", err, "tries", tries)
 	}
 }
