@@ -43,3 +43,24 @@ func BenchmarkParseObject(b *testing.B) {
 		}
 	})
 }
+
+// FuzzPlainString holds plainString to json.Unmarshal for every JSON string it reads.
+func FuzzPlainString(f *testing.F) {
+	for _, s := range []string{`""`, `"text"`, `"a\"b"`, `"\u00e9"`, "\"\xc3\xa9\"", "\"\xff\"", "\"\xed\xa0\x80\""} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		raw = bytes.TrimSpace(raw) // as stringField reads it
+		if len(raw) == 0 || raw[0] != '"' || !json.Valid(raw) {
+			return
+		}
+		got, ok := plainString(raw)
+		var want string
+		if err := json.Unmarshal(raw, &want); err != nil {
+			t.Fatalf("json.Unmarshal(%q): %v", raw, err)
+		}
+		if ok && got != want {
+			t.Fatalf("plainString(%q) = %q, json.Unmarshal reads %q", raw, got, want)
+		}
+	})
+}

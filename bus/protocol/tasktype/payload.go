@@ -110,6 +110,26 @@ func unquoteKey(q []byte) string {
 	return string(q[1 : len(q)-1])
 }
 
+// plainString reads raw, a valid JSON string (parseObject checked the payload), when
+// it is its own text: no escapes, valid UTF-8 (json.Unmarshal replaces invalid bytes).
+// Every job's text passes here; json.Unmarshal reads the others.
+func plainString(raw []byte) (string, bool) {
+	q := raw[1 : len(raw)-1]
+	ascii := true
+	for _, c := range q {
+		if c == '\\' {
+			return "", false
+		}
+		if c >= utf8.RuneSelf {
+			ascii = false
+		}
+	}
+	if !ascii && !utf8.Valid(q) {
+		return "", false
+	}
+	return string(q), true
+}
+
 // intField reads an integer field within [lo, hi]. Only JSON integer literals
 // count: 1.0, 1e3 and values beyond int64 are rejected, as the reference does.
 func (f fields) intField(name string, lo, hi int64) (int64, *PayloadError) {
@@ -131,8 +151,11 @@ func (f fields) intField(name string, lo, hi int64) (int64, *PayloadError) {
 // stringField reads a string field of at most maxChars characters.
 func (f fields) stringField(name string, maxChars int) (string, *PayloadError) {
 	raw := bytes.TrimSpace(f[name])
-	var s string
-	if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
+	if len(raw) == 0 || raw[0] != '"' {
+		return "", payloadErrorf("Field '%s' must be a string", name)
+	}
+	s, ok := plainString(raw)
+	if !ok && json.Unmarshal(raw, &s) != nil {
 		return "", payloadErrorf("Field '%s' must be a string", name)
 	}
 	if utf16Len(s) > maxChars {
