@@ -296,7 +296,7 @@ func (c *Coordinator) readSnapshot(id string) (protocol.Job, error) {
 	}
 	c.mu.Lock()
 	kept := c.index.find(r.Seq)
-	known := kept != nil && kept.id == id
+	known := kept != nil && c.index.hasID(kept, id)
 	c.unlock()
 	if !known {
 		return protocol.Job{}, errUnknownJob
@@ -395,10 +395,10 @@ func (c *Coordinator) pick(from uint64, state protocol.State, limit int) (picked
 	least := 0
 	for i := c.index.below(from) - 1; i >= 0; i-- {
 		e := &c.index.entries[i]
-		if e.id == "" {
+		if !e.live() {
 			continue
 		}
-		st := e.state
+		st := e.state()
 		if e.j != nil {
 			st = e.j.rec.State
 		}
@@ -415,7 +415,8 @@ func (c *Coordinator) pick(from uint64, state protocol.State, limit int) (picked
 		case e.snap != nil:
 			p.snap = *e.snap
 		default:
-			p.id, p.snap = e.id, protocol.Job{JobID: e.id, State: st}
+			id := c.index.id(e)
+			p.id, p.snap = id, protocol.Job{JobID: id, State: st}
 		}
 		least += minSnapshotSize(&p.snap)
 		picked = append(picked, p)

@@ -105,26 +105,40 @@ func (c *Coordinator) checkpoint(ctx context.Context) error {
 }
 
 // heads copies the index: finished jobs whole, active ones (state "") to be read.
-// Called with c.mu held.
+// The ids are written into one string, which they slice: a million small strings would
+// cost a million allocations while c.mu is held. Called with c.mu held.
 func (c *Coordinator) heads() []head {
 	exp := make(map[uint64]int64, len(c.expiring)-c.expHead)
 	for _, x := range c.expiring[c.expHead:] {
 		exp[x.seq] = x.at
 	}
-	hs := make([]head, 0, len(c.index.entries)-c.index.holes)
+	n := len(c.index.entries) - c.index.holes
+	hs := make([]head, 0, n)
+	ids := make([]byte, 0, 36*n)
+	ends := make([]int, 0, n)
 	for i := range c.index.entries {
 		e := &c.index.entries[i]
-		switch {
-		case e.id == "":
-		case e.j != nil:
-			hs = append(hs, head{id: e.id, seq: e.seq})
-		default:
-			h := head{id: e.id, seq: e.seq, state: e.state, expires: exp[e.seq]}
-			if d, ok := c.doneKeys[e.key]; ok && e.key != "" && d.jobID == e.id {
-				h.key, h.fingerprint = e.key, d.fingerprint
-			}
-			hs = append(hs, h)
+		if !e.live() {
+			continue
 		}
+		ids = c.index.appendID(ids, e)
+		ends = append(ends, len(ids))
+		if e.j != nil {
+			hs = append(hs, head{seq: e.seq})
+			continue
+		}
+		h := head{seq: e.seq, state: e.state(), expires: exp[e.seq]}
+		if k := c.index.key(e); k != "" {
+			if d, ok := c.doneKeys[k]; ok && c.index.hasID(e, d.jobID) {
+				h.key, h.fingerprint = k, d.fingerprint
+			}
+		}
+		hs = append(hs, h)
+	}
+	all, start := string(ids), 0
+	for i := range hs {
+		hs[i].id = all[start:ends[i]]
+		start = ends[i]
 	}
 	return hs
 }

@@ -158,7 +158,7 @@ func (c *Coordinator) newJob(req *protocol.SubmitJob, maxAttempts int, prio prot
 		Fingerprint:    fp,
 	}}
 	c.jobs[j.rec.JobID] = j
-	c.index.add(entry{seq: j.rec.Seq, id: j.rec.JobID, state: j.rec.State, j: j})
+	c.index.add(j.rec.Seq, j.rec.JobID, j.rec.State, "", j)
 	if key != "" {
 		c.keys[key] = j
 	}

@@ -70,8 +70,8 @@ func (c *Coordinator) Stats() Stats {
 		switch e := &c.index.entries[i]; {
 		case e.j != nil:
 			s.Jobs[e.j.rec.State]++
-		case e.id != "":
-			s.Jobs[e.state]++
+		case e.live():
+			s.Jobs[e.state()]++
 		}
 	}
 	node, fenced := c.node, c.fenced

@@ -338,7 +338,7 @@ func (c *Coordinator) restore(r protocol.Record, rev uint64) {
 	}
 	j := &job{rec: r, rev: rev, seen: r.State}
 	c.jobs[r.JobID] = j
-	c.index.add(entry{seq: r.Seq, id: r.JobID, state: r.State, j: j})
+	c.index.add(r.Seq, r.JobID, r.State, "", j)
 	if r.IdempotencyKey != "" {
 		c.keys[r.IdempotencyKey] = j
 	}
@@ -381,7 +381,7 @@ func (c *Coordinator) restoreFinished(h head) {
 	if expires > 0 && expires <= c.now().UnixMilli() {
 		return // its retention ended: JetStream removes the record on its own
 	}
-	c.index.add(entry{seq: h.seq, id: h.id, state: h.state, key: h.key})
+	c.index.add(h.seq, h.id, h.state, h.key, nil)
 	if h.key != "" {
 		c.doneKeys[h.key] = doneKey{jobID: h.id, fingerprint: h.fingerprint}
 	}
@@ -421,11 +421,11 @@ func (c *Coordinator) keepBinding(k string, value []byte, finished map[string]ui
 		return c.jobs[b.JobID] != nil // an active job's key comes with its record
 	}
 	e := c.index.find(seq)
-	if e == nil || e.id != b.JobID {
+	if e == nil || !c.index.hasID(e, b.JobID) {
 		return false
 	}
-	e.key = string(raw)
-	c.doneKeys[e.key] = doneKey{jobID: b.JobID, fingerprint: b.Fingerprint}
+	c.index.setKey(e, string(raw))
+	c.doneKeys[string(raw)] = doneKey{jobID: b.JobID, fingerprint: b.Fingerprint}
 	return true
 }
 

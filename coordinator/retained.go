@@ -15,14 +15,82 @@ import (
 // when the job's retention ends, as its record does in KV.
 
 // entry is one job in submission order: an active one (j set), or a finished one whose
-// record is durable (j nil).
+// record is durable (j nil). A million finished jobs are a million entries, which the
+// garbage collector walks on every cycle: an entry holds its id in 16 bytes rather
+// than as a string, its state as a code, its rare parts (a long id that is no UUID, an
+// idempotency key) in jobIndex's maps, so that a finished job's entry has no pointer
+// the collector must follow (its j and snap are nil).
 type entry struct {
 	seq   uint64
-	id    string // "" once removed
-	state protocol.State
-	key   string        // a finished job's idempotency key
+	id    [16]byte      // the job id: see idn
+	idn   byte          // 0: id is a canonical UUID's bytes (uuid); 1-16: the id, this long; oddID
+	code  byte          // the state's checkpoint code (codeState); 0 once removed
+	keyed bool          // a finished job's idempotency key is in jobIndex.keys
 	j     *job          // while active, or until its final record is durable
 	snap  *protocol.Job // of one of the recentFinished last jobs to finish
+}
+
+// oddID is the idn of an id longer than 16 bytes that is no canonical UUID: it is in
+// jobIndex.odd.
+const oddID = 255
+
+// live reports whether the entry holds a job (removed ones leave a hole).
+func (e *entry) live() bool { return e.code != 0 }
+
+// state is the job's state as the entry knows it: a finished job's; an active job's
+// is its record's.
+func (e *entry) state() protocol.State { return codeState[e.code] }
+
+func (e *entry) setState(st protocol.State) { e.code = stateCode[st] }
+
+// uuid is a job id in the canonical form newID writes (36 characters: lower-case hex
+// digits and four dashes), as 16 bytes.
+type uuid [16]byte
+
+// parseUUID reads id when it is in exactly the form String writes back.
+func parseUUID(id string) (u uuid, ok bool) {
+	if len(id) != 36 || id[8] != '-' || id[13] != '-' || id[18] != '-' || id[23] != '-' {
+		return u, false
+	}
+	for k, i := range uuidDigits {
+		hi, ok1 := fromHex(id[i])
+		lo, ok2 := fromHex(id[i+1])
+		if !ok1 || !ok2 {
+			return u, false
+		}
+		u[k] = hi<<4 | lo
+	}
+	return u, true
+}
+
+// uuidDigits are where each byte's two hex digits start in a canonical UUID.
+var uuidDigits = [16]int{0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34}
+
+func fromHex(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
+}
+
+// appendTo appends the id's canonical form.
+func (u uuid) appendTo(b []byte) []byte {
+	const hex = "0123456789abcdef"
+	for i, c := range u {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			b = append(b, '-')
+		}
+		b = append(b, hex[c>>4], hex[c&0xF])
+	}
+	return b
+}
+
+func (u uuid) String() string {
+	var buf [36]byte
+	return string(u.appendTo(buf[:0]))
 }
 
 // recentFinished is how many of the last finished jobs keep their snapshot in memory:
@@ -34,11 +102,85 @@ const recentFinished = 4096
 type jobIndex struct {
 	entries []entry
 	holes   int
+	odd     map[uint64]string // the oddID ids, by sequence
+	keys    map[uint64]string // finished jobs' idempotency keys, by sequence
 }
 
 // add appends a job with a sequence above all others (a new submission), or, during
-// recovery, anywhere (sort follows).
-func (x *jobIndex) add(e entry) { x.entries = append(x.entries, e) }
+// recovery, anywhere (sort follows). key is a finished job's idempotency key.
+func (x *jobIndex) add(seq uint64, id string, st protocol.State, key string, j *job) {
+	e := entry{seq: seq, j: j}
+	e.setState(st)
+	if u, ok := parseUUID(id); ok {
+		e.id = u
+	} else if len(id) <= len(e.id) {
+		e.idn = byte(copy(e.id[:], id))
+	} else {
+		e.idn = oddID
+		if x.odd == nil {
+			x.odd = make(map[uint64]string)
+		}
+		x.odd[seq] = id
+	}
+	x.entries = append(x.entries, e)
+	x.setKey(&x.entries[len(x.entries)-1], key)
+}
+
+// id is the entry's job id.
+func (x *jobIndex) id(e *entry) string {
+	switch e.idn {
+	case 0:
+		return uuid(e.id).String()
+	case oddID:
+		return x.odd[e.seq]
+	}
+	return string(e.id[:e.idn])
+}
+
+// appendID appends the entry's job id to b.
+func (x *jobIndex) appendID(b []byte, e *entry) []byte {
+	switch e.idn {
+	case 0:
+		return uuid(e.id).appendTo(b)
+	case oddID:
+		return append(b, x.odd[e.seq]...)
+	}
+	return append(b, e.id[:e.idn]...)
+}
+
+// hasID reports whether the entry is of job id, without making its id a string.
+func (x *jobIndex) hasID(e *entry, id string) bool {
+	switch e.idn {
+	case 0:
+		u, ok := parseUUID(id)
+		return ok && u == e.id
+	case oddID:
+		return x.odd[e.seq] == id
+	}
+	return string(e.id[:e.idn]) == id
+}
+
+// key is a finished job's idempotency key, "" if it has none.
+func (x *jobIndex) key(e *entry) string {
+	if !e.keyed {
+		return ""
+	}
+	return x.keys[e.seq]
+}
+
+// setKey sets a finished job's idempotency key ("": none).
+func (x *jobIndex) setKey(e *entry, k string) {
+	switch {
+	case k != "":
+		if x.keys == nil {
+			x.keys = make(map[uint64]string)
+		}
+		x.keys[e.seq], e.keyed = k, true
+	case e.keyed:
+		delete(x.keys, e.seq)
+		e.keyed = false
+	}
+}
 
 // sort orders the entries by sequence, once recovery has added them.
 func (x *jobIndex) sort() {
@@ -48,7 +190,7 @@ func (x *jobIndex) sort() {
 // find returns the live entry of seq, or nil.
 func (x *jobIndex) find(seq uint64) *entry {
 	i := sort.Search(len(x.entries), func(i int) bool { return x.entries[i].seq >= seq })
-	if i < len(x.entries) && x.entries[i].seq == seq && x.entries[i].id != "" {
+	if i < len(x.entries) && x.entries[i].seq == seq && x.entries[i].live() {
 		return &x.entries[i]
 	}
 	return nil
@@ -66,10 +208,14 @@ func (x *jobIndex) remove(seq uint64) {
 	if e == nil {
 		return
 	}
+	if e.idn == oddID {
+		delete(x.odd, seq)
+	}
+	x.setKey(e, "")
 	*e = entry{seq: seq}
 	x.holes++
 	if x.holes > 1024 && x.holes > len(x.entries)/2 {
-		x.entries = slices.DeleteFunc(x.entries, func(e entry) bool { return e.id == "" })
+		x.entries = slices.DeleteFunc(x.entries, func(e entry) bool { return !e.live() })
 		x.holes = 0
 	}
 }
@@ -92,7 +238,9 @@ func (c *Coordinator) retire(j *job) {
 	delete(c.jobs, r.JobID)
 	if e := c.index.find(r.Seq); e != nil && e.j == j {
 		snap := j.snapshot()
-		e.j, e.state, e.key, e.snap = nil, r.State, r.IdempotencyKey, &snap
+		e.j, e.snap = nil, &snap
+		e.setState(r.State)
+		c.index.setKey(e, r.IdempotencyKey)
 		c.remember(r.Seq)
 	}
 	if k := r.IdempotencyKey; k != "" {
@@ -141,8 +289,10 @@ func (c *Coordinator) expire(now time.Time) {
 		c.expiring[c.expHead] = expiring{}
 		c.expHead++
 		if e := c.index.find(x.seq); e != nil && e.j == nil {
-			if d, ok := c.doneKeys[e.key]; ok && e.key != "" && d.jobID == e.id {
-				delete(c.doneKeys, e.key)
+			if k := c.index.key(e); k != "" {
+				if d, ok := c.doneKeys[k]; ok && c.index.hasID(e, d.jobID) {
+					delete(c.doneKeys, k)
+				}
 			}
 			c.index.remove(x.seq)
 		}
