@@ -85,9 +85,10 @@ func errText(err error) string {
 	return fmt.Sprintf("%T %q", err, err)
 }
 
-// FuzzHotEncode holds each hot message's MarshalJSON to encoding/json's encoding
-// (marshalSlow): the same bytes, the same error, for whatever json.Unmarshal reads
-// from the input, and with the input itself as payload and as strings.
+// FuzzHotEncode holds each hot message's MarshalJSON, and Record's AppendJSON, to
+// encoding/json's encoding (marshalSlow, json.Marshal): the same bytes, the same
+// error, for whatever json.Unmarshal reads from the input, and with the input itself
+// as payload and as strings.
 // Seeds here and in testdata/fuzz/FuzzHotEncode.
 func FuzzHotEncode(f *testing.F) {
 	for _, s := range hotSeeds {
@@ -104,6 +105,26 @@ func FuzzHotEncode(f *testing.F) {
 			TaskResult{WorkerID: s, Result: &s, Error: &s, Permanent: len(s)%2 == 0},
 			SubmitJob{TaskType: s, Payload: data, MaxAttempts: len(s), IdempotencyKey: &s, Priority: &p},
 			JobSubmitted{JobID: s},
+		}
+		res := "r"
+		recs := []Record{{JobID: s, TaskType: "t", Payload: data, State: State(s), Attempts: len(s), Seq: uint64(len(s)) << 40,
+			Result: &res, CreatedAt: -1, IdempotencyKey: s, Fingerprint: s}, {WorkerID: s, Error: &s, EndedAt: 1, RetryAt: 2}}
+		var rec Record
+		if json.Unmarshal(data, &rec) == nil {
+			recs = append(recs, rec)
+		}
+		for _, r := range recs {
+			got, gerr := r.AppendJSON([]byte("x"))
+			want, werr := json.Marshal(r)
+			if werr == nil {
+				want = append([]byte("x"), want...)
+			}
+			if gerr != nil {
+				got = nil
+			}
+			if errText(gerr) != errText(werr) || !bytes.Equal(got, want) {
+				t.Fatalf("%#v:\nAppendJSON %s %s\njson.Marshal %s %s", r, got, errText(gerr), want, errText(werr))
+			}
 		}
 		var ta TaskAssign
 		if json.Unmarshal(data, &ta) == nil {
@@ -201,4 +222,30 @@ func BenchmarkHotEncode(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkRecord sets Record's AppendJSON against json.Marshal(&rec), the
+// coordinator's call today.
+func BenchmarkRecord(b *testing.B) {
+	res := `{"sha256":"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}`
+	rec := Record{JobID: "7f3c2a9e-5b1d-4c8e-9a0f-1e2d3c4b5a69", TaskType: "SHA256",
+		Payload: json.RawMessage(`{"text":"job 12345 of the benchmark, a hundred bytes of text or so to hash, as bench submits"}`),
+		State:   StateCompleted, Attempts: 1, MaxAttempts: 3, Priority: PriorityNormal, Seq: 12345, Result: &res,
+		CreatedAt: 1764547200000, UpdatedAt: 1764547200005, EndedAt: 1764547200005}
+	b.Run("AppendJSON", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := rec.AppendJSON(nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("json.Marshal", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := json.Marshal(&rec); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
