@@ -109,7 +109,10 @@ func (s *Set) Start(parent context.Context, m *protocol.TaskAssign, done func(Ou
 // execute runs an attempt, forgets it, and hands its outcome to done.
 func (s *Set) execute(ctx context.Context, a *attempt, m *protocol.TaskAssign, done func(Outcome)) {
 	defer s.wg.Done()
-	s.log.Debug("attempt started", "job", m.JobID, "attempt", m.AttemptID, "task", m.TaskType, "number", m.AttemptNumber)
+	// Guarded: the arguments of every attempt's line would be boxed even with debug off.
+	if s.log.Enabled(ctx, slog.LevelDebug) {
+		s.log.Debug("attempt started", "job", m.JobID, "attempt", m.AttemptID, "task", m.TaskType, "number", m.AttemptNumber)
+	}
 	out, err := s.runTask(ctx, m)
 	if err != nil && ctx.Err() != nil {
 		err = context.Cause(ctx)
