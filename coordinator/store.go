@@ -3,7 +3,6 @@ package coordinator
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -270,7 +269,7 @@ type pendingWrite struct {
 
 // pendingWrite encodes j's record. Called with c.mu held.
 func (c *Coordinator) pendingWrite(j *job) (pendingWrite, error) {
-	data, err := json.Marshal(&j.rec)
+	data, err := j.rec.AppendJSON(nil)
 	return pendingWrite{
 		j: j, id: j.rec.JobID, key: j.rec.IdempotencyKey, data: data,
 		rev: j.rev, version: j.version, seq: j.rec.Seq, state: j.rec.State,
