@@ -238,24 +238,16 @@ func (s *workerSession) askError(path string, err error) *protocol.Error {
 }
 
 // relay is the handler of task.assign or task.cancel: the coordinator's message
-// becomes a frame, re-encoded so that only a well-formed message of the expected type
-// reaches the worker. A frame that cannot be queued drops the connection, which
+// becomes a frame, as Encode writes it (relayed), so that only a well-formed message of
+// the expected type reaches the worker. A frame that cannot be queued drops the connection, which
 // reports the worker lost.
 func (s *workerSession) relay(want protocol.Type) bus.HandlerFunc {
 	return func(ctx context.Context, req *bus.Request) (any, error) {
-		msg, err := protocol.Decode(req.Data)
-		if err == nil && msg.MessageType() != want {
-			err = fmt.Errorf("got %s", msg.MessageType())
-		}
-		var data []byte
-		if err == nil {
-			data, err = protocol.Encode(msg)
-		}
+		data, ref, err := relayed(want, req.Data)
 		if err != nil {
 			s.log.Warn("dropping a bad message from the coordinator", "path", req.Path, "err", err)
 			return nil, nil
 		}
-		ref := heldRef(msg)
 		if want == protocol.TypeTaskAssign {
 			// Held from its arrival, before the wait: a heartbeat meanwhile must not
 			// report it missing (and the worker may answer it as soon as it is sent).
@@ -278,6 +270,29 @@ func (s *workerSession) relay(want protocol.Type) bus.HandlerFunc {
 		}
 		return nil, nil
 	}
+}
+
+// relayed is the frame a message of type want from the coordinator becomes, and the
+// attempt it names. A TASK_ASSIGN as the coordinator encodes it is forwarded as it is:
+// decoding and encoding it again would write the same bytes (see
+// protocol.ParseCanonicalTaskAssign), at a cost paid once per job.
+func relayed(want protocol.Type, data []byte) ([]byte, protocol.AttemptRef, error) {
+	if want == protocol.TypeTaskAssign {
+		if m, ok := protocol.ParseCanonicalTaskAssign(data); ok {
+			return data, protocol.AttemptRef{JobID: m.JobID, AttemptID: m.AttemptID}, nil
+		}
+	}
+	msg, err := protocol.Decode(data)
+	if err == nil && msg.MessageType() != want {
+		err = fmt.Errorf("got %s", msg.MessageType())
+	}
+	if err == nil {
+		data, err = protocol.Encode(msg)
+	}
+	if err != nil {
+		return nil, protocol.AttemptRef{}, err
+	}
+	return data, heldRef(msg), nil
 }
 
 // heldRef names the attempt of a TASK_ASSIGN or TASK_CANCEL.
