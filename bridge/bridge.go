@@ -23,6 +23,10 @@
 //
 // Client port: an undecodable frame (bad length, non-JSON, unknown type, wrong field
 // types) gets a best-effort ERROR "Malformed request: ..." and the connection closes.
+// (A client request whose type is readable goes to the coordinator undecoded, since
+// the coordinator decodes it anyway; the bridge decodes it itself only when the answer
+// is not the coordinator's answer to a request it decoded, and closes as above if it
+// is malformed, whatever the answer was.)
 // A well-formed message that is not a client request (say HEARTBEAT) gets ERROR
 // "Unexpected message type ... on the client port" and the connection stays open, as
 // an invalid payload's ERROR (from the coordinator) does: the peer speaks the framing

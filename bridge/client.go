@@ -56,6 +56,21 @@ func classifyClient(payload []byte) (verdict, string, *protocol.Error) {
 	return forward, e.Subject(), nil
 }
 
+// peekClient is classifyClient reading only the type: a client request is forwarded
+// to its endpoint undecoded, since the coordinator decodes it anyway and its answer
+// says whether it could (serveClient). Anything else is classified in full.
+func peekClient(payload []byte) (verdict, string, *protocol.Error) {
+	t, err := protocol.PeekType(payload)
+	if err != nil {
+		// Decode's own error: it reads the type with PeekType first.
+		return reject, "", protocol.MalformedRequest(err)
+	}
+	if e, ok := protocol.EndpointFor(t); ok {
+		return forward, e.Subject(), nil
+	}
+	return classifyClient(payload)
+}
+
 // serveClient runs one client-port connection: read a request, forward it, write the
 // reply, and only then read the next one. Waiting for the write keeps one request and
 // one reply per connection in memory; a client that pipelines more waits in TCP.
@@ -74,11 +89,22 @@ func (b *Bridge) serveClient(c net.Conn, release func()) {
 			})
 			return
 		}
-		v, subject, e := classifyClient(payload)
+		v, subject, e := peekClient(payload)
 		var reply []byte
+		if v == forward {
+			var decoded bool
+			reply, decoded, e = b.request(subject, payload, log)
+			if !decoded {
+				// The coordinator did not vouch for the payload: it refused it (maybe as
+				// malformed), or did not answer. Judge it here, as classifyClient always
+				// did before forwarding, so that a malformed frame gets the same ERROR
+				// and closes the connection whatever the coordinator could say.
+				if cv, _, ce := classifyClient(payload); cv == reject {
+					v, reply, e = reject, nil, ce
+				}
+			}
+		}
 		switch v {
-		case forward:
-			reply, e = b.request(subject, payload, log)
 		case reject:
 			b.stats.malformed("client")
 			log.Info("malformed request; closing", "err", e.Message)
@@ -118,12 +144,14 @@ func (b *Bridge) readFailed(log *slog.Logger, err error, port string, last func(
 }
 
 // request forwards a payload to the coordinator's API and returns the reply body, or
-// the ERROR to answer instead.
-func (b *Bridge) request(subject string, payload []byte, log *slog.Logger) ([]byte, *protocol.Error) {
+// the ERROR to answer instead. decoded reports that the reply is the coordinator's
+// answer to the request it decoded: the coordinator flags every ERROR it answers (with
+// micro's error header), and it answers anything else only to a request it decoded.
+func (b *Bridge) request(subject string, payload []byte, log *slog.Logger) (reply []byte, decoded bool, e *protocol.Error) {
 	select {
 	case b.requests <- struct{}{}:
 	case <-b.ctx.Done():
-		return nil, errShuttingDown()
+		return nil, false, errShuttingDown()
 	}
 	defer func() { <-b.requests }()
 	if e := b.connDown(); e != nil {
@@ -131,16 +159,17 @@ func (b *Bridge) request(subject string, payload []byte, log *slog.Logger) ([]by
 		// coordinator, and a request buffered by the connection would be sent after
 		// the client already got its ERROR.
 		log.Debug("request refused: NATS connection down", "subject", subject)
-		return nil, e
+		return nil, false, e
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, b.cfg.RequestTimeout)
 	defer cancel()
 	msg, err := b.requestRetryingReads(ctx, subject, payload) // readretry.go
 	if err != nil {
 		log.Debug("request failed", "subject", subject, "err", err)
-		return nil, b.unavailable(subject, err)
+		return nil, false, b.unavailable(subject, err)
 	}
-	return checkReply(msg, log)
+	reply, e = checkReply(msg, log)
+	return reply, e == nil && msg.Header.Get(micro.ErrorHeader) == "", e
 }
 
 // requestServed sends a request, and sends it again while no coordinator serves its

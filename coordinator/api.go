@@ -139,7 +139,8 @@ func (c *Coordinator) resultDurable(ctx context.Context, req *protocol.TaskResul
 
 // endpoint is the handler of the endpoint for request type want: it serves that type
 // only, so that NATS permissions per subject mean what the subjects say. An ERROR
-// reply carries micro's error headers, so a caller can branch on the code; one given
+// reply carries micro's error headers, so a caller can branch on the code (and a reply
+// without them says the request decoded: the bridge relies on it, bridge/client.go); one given
 // while the handler runs also counts in `nats micro stats`. A reply that comes later,
 // from a writer once the outcome is durable, is published on the reply subject.
 func (c *Coordinator) endpoint(want protocol.Type) micro.Handler {
