@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -315,6 +316,19 @@ func (s *workerSession) loop() {
 			s.b.readFailed(s.log, err, "worker", s.out.finish)
 			return
 		}
+		if res, ok := protocol.ParseCanonicalTaskResult(payload); ok {
+			// A result as Encode writes it, the one message per job a worker sends:
+			// read without encoding/json and, when it names the registered worker as it
+			// should, forwarded as it is (see result).
+			var encoded []byte
+			if res.WorkerID == s.reg.WorkerID {
+				encoded = payload
+			}
+			if !s.result(&res, encoded, len(payload)) {
+				return
+			}
+			continue
+		}
 		msg, err := protocol.Decode(payload)
 		if err != nil {
 			s.b.stats.malformed("worker")
@@ -327,7 +341,7 @@ func (s *workerSession) loop() {
 			s.lastBeat.Store(time.Now().UnixNano())
 			s.heartbeat()
 		case *protocol.TaskResult:
-			if !s.result(m, len(payload)) {
+			if !s.result(m, nil, len(payload)) {
 				return
 			}
 		default:
@@ -375,15 +389,20 @@ func (s *workerSession) heartbeat() {
 }
 
 // result starts delivering a TASK_RESULT of size bytes, as this worker whatever
-// workerId it carries. While too many results are in delivery it waits, not reading
-// the connection; it reports false when the session ends meanwhile.
-func (s *workerSession) result(res *protocol.TaskResult, size int) bool {
+// workerId it carries. encoded, when not nil, is res as protocol.Encode writes it
+// with this worker's id (a frame's payload, which the next read overwrites): it is sent
+// as it is rather than encoded again. While too many results are in delivery it waits,
+// not reading the connection; it reports false when the session ends meanwhile.
+func (s *workerSession) result(res *protocol.TaskResult, encoded []byte, size int) bool {
 	if !s.results.acquire(s.ctx, size, maxPendingResults, maxPendingResultBytes) {
 		return false
 	}
 	res.WorkerID = s.reg.WorkerID
+	if encoded != nil {
+		encoded = bytes.Clone(encoded)
+	}
 	s.held.Finished(protocol.AttemptRef{JobID: res.JobID, AttemptID: res.AttemptID})
-	s.b.deliveries.Go(func() { s.deliver(res, size) })
+	s.b.deliveries.Go(func() { s.deliver(res, encoded, size) })
 	return true
 }
 
@@ -391,12 +410,20 @@ func (s *workerSession) result(res *protocol.TaskResult, size int) bool {
 // comes once the outcome is durable), for up to ResultRetryFor, and even after the
 // connection closed; Close abandons it. A stale result is answered too, and changes
 // nothing.
-func (s *workerSession) deliver(res *protocol.TaskResult, size int) {
+func (s *workerSession) deliver(res *protocol.TaskResult, encoded []byte, size int) {
 	defer s.results.release(size)
 	defer s.held.Remove(protocol.AttemptRef{JobID: res.JobID, AttemptID: res.AttemptID})
 	// Each offer waits the node's ask timeout, RequestTimeout.
 	until := time.Now().Add(s.b.cfg.ResultRetryFor)
-	ack, tries, err := workerproto.Deliver(s.b.ctx, s.node, res, until, workerproto.NewBackoff(resultRetryBase, resultRetryMax))
+	backoff := workerproto.NewBackoff(resultRetryBase, resultRetryMax)
+	var ack protocol.ResultAck
+	var tries int
+	var err error
+	if encoded != nil {
+		ack, tries, err = workerproto.DeliverEncoded(s.b.ctx, s.node, encoded, until, backoff)
+	} else {
+		ack, tries, err = workerproto.Deliver(s.b.ctx, s.node, res, until, backoff)
+	}
 	// The job's attributes are added per line, not with log.With per result: that
 	// would cost an allocation for every result to log a debug line.
 	if err != nil {

@@ -74,6 +74,18 @@ func Heartbeat(ctx context.Context, node *bus.Node, hb *protocol.Heartbeat) (bea
 // offer waits at most the node's ask timeout; between offers it waits per b. It makes
 // no context of its own: every result passes here.
 func Deliver(ctx context.Context, node *bus.Node, res *protocol.TaskResult, until time.Time, b Backoff) (ack protocol.ResultAck, tries int, err error) {
+	return deliver(ctx, node, res, until, b)
+}
+
+// DeliverEncoded is Deliver for a TASK_RESULT already encoded, as protocol.Encode
+// writes it: the bridge forwards a TCP worker's result this way, without encoding it
+// again.
+func DeliverEncoded(ctx context.Context, node *bus.Node, res json.RawMessage, until time.Time, b Backoff) (ack protocol.ResultAck, tries int, err error) {
+	return deliver(ctx, node, res, until, b)
+}
+
+// deliver is Deliver for res, a *protocol.TaskResult or its encoding.
+func deliver(ctx context.Context, node *bus.Node, res any, until time.Time, b Backoff) (ack protocol.ResultAck, tries int, err error) {
 	for tries = 1; ; tries++ {
 		ack, err = bus.Ask[protocol.ResultAck](ctx, node, Coordinator, protocol.PathResult, res)
 		if Final(err) {
