@@ -2,6 +2,7 @@ package tcpworker
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -134,6 +135,12 @@ func (s *session) readErr(err error) error {
 
 // handle acts on one frame. A frame the worker port does not allow ends the session.
 func (s *session) handle(p []byte) error {
+	if m, ok := protocol.ParseCanonicalTaskAssign(p); ok {
+		// An assignment as Encode writes it, the frame every job brings: read without
+		// encoding/json. Its payload is a slice of p, which the next read overwrites.
+		m.Payload = bytes.Clone(m.Payload)
+		return s.assign(&m)
+	}
 	m, err := protocol.Decode(p)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrProtocol, err)
