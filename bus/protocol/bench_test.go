@@ -33,3 +33,36 @@ func BenchmarkEncodeTaskAssign(b *testing.B) {
 		}
 	}
 }
+
+// The worker port's hot messages as the bridge reads them: Decode, and the canonical
+// parsers that skip it for bytes as Encode writes them (canonical.go).
+var (
+	benchAssign = []byte(`{"type":"TASK_ASSIGN","jobId":"7f3c2a9e-5b1d-4c8e-9a0f-1e2d3c4b5a69","attemptId":"0b8e6f4d-2c3a-4e1f-8d7c-6b5a49382716","attemptNumber":1,"taskType":"SHA256","payload":{"data":"the quick brown fox jumps over the lazy dog","iterations":1}}`)
+	benchResult = []byte(`{"type":"TASK_RESULT","workerId":"worker-1","jobId":"7f3c2a9e-5b1d-4c8e-9a0f-1e2d3c4b5a69","attemptId":"0b8e6f4d-2c3a-4e1f-8d7c-6b5a49382716","success":true,"result":"05c6e08f1d9fdafa03147fcb8f82f124c76d2f70e3d989dc8aadb5e7d7450bec","error":null}`)
+)
+
+func BenchmarkWorkerPortDecode(b *testing.B) {
+	for _, m := range []struct {
+		name string
+		data []byte
+	}{{"assign", benchAssign}, {"result", benchResult}} {
+		b.Run(m.name+"/Decode", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := protocol.Decode(m.data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(m.name+"/ParseCanonical", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_, ok1 := protocol.ParseCanonicalTaskAssign(m.data)
+				_, ok2 := protocol.ParseCanonicalTaskResult(m.data)
+				if !ok1 && !ok2 {
+					b.Fatal("not canonical")
+				}
+			}
+		})
+	}
+}
