@@ -65,11 +65,21 @@ func peekClient(payload []byte) (verdict, string, *protocol.Error) {
 		// Decode's own error: it reads the type with PeekType first.
 		return reject, "", protocol.MalformedRequest(err)
 	}
-	if e, ok := protocol.EndpointFor(t); ok {
-		return forward, e.Subject(), nil
+	if subject, ok := endpointSubjects[t]; ok {
+		return forward, subject, nil
 	}
 	return classifyClient(payload)
 }
+
+// endpointSubjects maps each client request type to its endpoint's subject, which
+// Endpoint.Subject would build afresh for every request.
+var endpointSubjects = func() map[protocol.Type]string {
+	m := make(map[protocol.Type]string, len(protocol.Endpoints))
+	for _, e := range protocol.Endpoints {
+		m[e.Request] = e.Subject()
+	}
+	return m
+}()
 
 // serveClient runs one client-port connection: read a request, forward it, write the
 // reply, and only then read the next one. Waiting for the write keeps one request and
