@@ -93,6 +93,57 @@ func TestParseCanonicalTaskResult(t *testing.T) {
 	}
 }
 
+func TestParseCanonicalResultAck(t *testing.T) {
+	tests := []struct {
+		data string
+		ok   bool
+	}{
+		{`{"jobId":"j-1","accepted":true}`, true},
+		{`{"jobId":"j-1","accepted":false}`, true},
+		{`{"jobId":"j-1","accepted":true} `, false},
+		{`{"accepted":true,"jobId":"j-1"}`, false},
+		{`{"jobId":"j\u002d1","accepted":true}`, false},
+		{`{"jobId":"j-1","accepted":1}`, false},
+		{`{"jobId":"j-1"}`, false},
+	}
+	for _, tt := range tests {
+		if _, ok := protocol.ParseCanonicalResultAck([]byte(tt.data)); ok != tt.ok {
+			t.Errorf("ParseCanonicalResultAck(%s) ok = %v, want %v", tt.data, ok, tt.ok)
+		}
+		checkCanonical(t, []byte(tt.data))
+	}
+}
+
+// FuzzAppendCanonicalTaskResult checks that the appender writes what Encode writes,
+// whenever it writes anything.
+func FuzzAppendCanonicalTaskResult(f *testing.F) {
+	f.Add("w", "j", "a", true, "r", false, "", false)
+	f.Add("w", "j", "a", false, "", true, "boom <b>", true)
+	f.Add("w\"", "j", "a", true, "\u2028", true, "é", false)
+	f.Fuzz(func(t *testing.T, worker, job, attempt string, success bool, result string, hasResult bool, errText string, permanent bool) {
+		m := &protocol.TaskResult{WorkerID: worker, JobID: job, AttemptID: attempt, Success: success, Permanent: permanent}
+		if hasResult {
+			m.Result = &result
+		} else {
+			m.Error = &errText
+		}
+		want, err := protocol.Encode(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prefix := []byte("prefix")
+		got, ok := protocol.AppendCanonicalTaskResult(prefix, m)
+		switch {
+		case !ok && string(got) != "prefix":
+			t.Fatalf("declined %+v but appended %q", m, got[len(prefix):])
+		case ok && !bytes.Equal(got[len(prefix):], want):
+			t.Fatalf("wrote %q, Encode writes %q", got[len(prefix):], want)
+		case ok:
+			checkCanonical(t, want) // and the parser reads it back
+		}
+	})
+}
+
 // FuzzParseCanonical checks the promise of the canonical parsers on arbitrary bytes:
 // whatever they accept, Decode accepts as the same message, and Encode writes back
 // byte for byte.
@@ -103,6 +154,8 @@ func FuzzParseCanonical(f *testing.F) {
 		`{"type":"TASK_ASSIGN","jobId":"j","attemptId":"a","attemptNumber":1,"taskType":"T","payload":["\u003c",{"k":"v\"w"}]}`,
 		`{"type":"TASK_RESULT","workerId":"w","jobId":"j","attemptId":"a","success":true,"result":"r","error":null}`,
 		`{"type":"TASK_RESULT","workerId":"w","jobId":"j","attemptId":"a","success":false,"result":null,"error":"e","permanent":true}`,
+		`{"jobId":"j","accepted":true}`,
+		`{"jobId":"j","accepted":false}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -134,5 +187,15 @@ func checkCanonical(t *testing.T, data []byte) {
 	}
 	if m, ok := protocol.ParseCanonicalTaskResult(data); ok {
 		check(&m)
+	}
+	if ack, ok := protocol.ParseCanonicalResultAck(data); ok {
+		var want protocol.ResultAck
+		if err := json.Unmarshal(data, &want); err != nil || ack != want {
+			t.Fatalf("read %q as %+v; json.Unmarshal reads %+v (%v)", data, ack, want, err)
+		}
+		again, err := json.Marshal(ack)
+		if err != nil || !bytes.Equal(again, data) {
+			t.Fatalf("accepted %q, which encoding/json writes as %q (%v)", data, again, err)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jobbus/jobbus/bus"
@@ -74,20 +75,37 @@ func Heartbeat(ctx context.Context, node *bus.Node, hb *protocol.Heartbeat) (bea
 // offer waits at most the node's ask timeout; between offers it waits per b. It makes
 // no context of its own: every result passes here.
 func Deliver(ctx context.Context, node *bus.Node, res *protocol.TaskResult, until time.Time, b Backoff) (ack protocol.ResultAck, tries int, err error) {
-	return deliver(ctx, node, res, until, b)
+	return deliver(ctx, until, b, func() (protocol.ResultAck, error) {
+		return bus.Ask[protocol.ResultAck](ctx, node, Coordinator, protocol.PathResult, res)
+	})
 }
 
 // DeliverEncoded is Deliver for a TASK_RESULT already encoded, as protocol.Encode
 // writes it: the bridge forwards a TCP worker's result this way, without encoding it
-// again.
+// again, and reads the answer without encoding/json when it can
+// (protocol.ParseCanonicalResultAck).
 func DeliverEncoded(ctx context.Context, node *bus.Node, res json.RawMessage, until time.Time, b Backoff) (ack protocol.ResultAck, tries int, err error) {
-	return deliver(ctx, node, res, until, b)
+	return deliver(ctx, until, b, func() (protocol.ResultAck, error) {
+		var ack protocol.ResultAck
+		data, err := bus.Ask[json.RawMessage](ctx, node, Coordinator, protocol.PathResult, res)
+		if err != nil || len(data) == 0 { // an empty answer is the zero ack, as bus.Ask reads it
+			return ack, err
+		}
+		if ack, ok := protocol.ParseCanonicalResultAck(data); ok {
+			return ack, nil
+		}
+		if err := json.Unmarshal(data, &ack); err != nil {
+			// As bus.Ask words it: not final, so the result is offered again.
+			return ack, fmt.Errorf("ask %s %s: decode answer: %w", Coordinator, protocol.PathResult, err)
+		}
+		return ack, nil
+	})
 }
 
-// deliver is Deliver for res, a *protocol.TaskResult or its encoding.
-func deliver(ctx context.Context, node *bus.Node, res any, until time.Time, b Backoff) (ack protocol.ResultAck, tries int, err error) {
+// deliver offers a result with ask until it answers finally (see Deliver).
+func deliver(ctx context.Context, until time.Time, b Backoff, ask func() (protocol.ResultAck, error)) (ack protocol.ResultAck, tries int, err error) {
 	for tries = 1; ; tries++ {
-		ack, err = bus.Ask[protocol.ResultAck](ctx, node, Coordinator, protocol.PathResult, res)
+		ack, err = ask()
 		if Final(err) {
 			return ack, tries, err
 		}
