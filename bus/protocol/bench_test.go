@@ -87,24 +87,3 @@ func BenchmarkResultAckDecode(b *testing.B) {
 		}
 	})
 }
-
-func BenchmarkEncodeTaskResult(b *testing.B) {
-	digest := "05c6e08f1d9fdafa03147fcb8f82f124c76d2f70e3d989dc8aadb5e7d7450bec"
-	m := &protocol.TaskResult{WorkerID: "worker-1", JobID: "7f3c2a9e-5b1d-4c8e-9a0f-1e2d3c4b5a69", AttemptID: "0b8e6f4d-2c3a-4e1f-8d7c-6b5a49382716", Success: true, Result: &digest}
-	b.Run("Encode", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			if _, err := protocol.Encode(m); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("AppendCanonical", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			if _, ok := protocol.AppendCanonicalTaskResult(nil, m); !ok {
-				b.Fatal("not plain")
-			}
-		}
-	})
-}

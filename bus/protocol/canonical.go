@@ -2,8 +2,6 @@ package protocol
 
 import (
 	"encoding/json"
-	"slices"
-	"strconv"
 )
 
 // The hot messages of the worker port, TASK_ASSIGN and TASK_RESULT, cross the bridge
@@ -100,65 +98,6 @@ func ParseCanonicalResultAck(data []byte) (ack ResultAck, ok bool) {
 		return ack, false
 	}
 	return ack, s.lit("}") && s.i == len(data)
-}
-
-// AppendCanonicalTaskResult appends m to dst as Encode writes it, without
-// encoding/json, when every string of m is plain printable ASCII that needs no
-// escaping (as ids and hex digests are). ok is false otherwise, and dst is returned
-// unchanged: Encode must write m.
-func AppendCanonicalTaskResult(dst []byte, m *TaskResult) (out []byte, ok bool) {
-	const fixed = len(`{"type":"TASK_RESULT","workerId":"","jobId":"","attemptId":"","success":false,"result":"","error":"","permanent":true}`)
-	n := fixed + len(m.WorkerID) + len(m.JobID) + len(m.AttemptID)
-	for _, v := range []*string{m.Result, m.Error} {
-		if v != nil {
-			n += len(*v)
-		}
-	}
-	out = append(slices.Grow(dst, n), `{"type":"TASK_RESULT","workerId":`...)
-	if out, ok = appendPlain(out, m.WorkerID); !ok {
-		return dst, false
-	}
-	out = append(out, `,"jobId":`...)
-	if out, ok = appendPlain(out, m.JobID); !ok {
-		return dst, false
-	}
-	out = append(out, `,"attemptId":`...)
-	if out, ok = appendPlain(out, m.AttemptID); !ok {
-		return dst, false
-	}
-	out = append(out, `,"success":`...)
-	out = strconv.AppendBool(out, m.Success)
-	out = append(out, `,"result":`...)
-	if out, ok = appendPlainOrNull(out, m.Result); !ok {
-		return dst, false
-	}
-	out = append(out, `,"error":`...)
-	if out, ok = appendPlainOrNull(out, m.Error); !ok {
-		return dst, false
-	}
-	if m.Permanent {
-		out = append(out, `,"permanent":true`...)
-	}
-	return append(out, '}'), true
-}
-
-// appendPlain appends v quoted when it is a plain string (canonScan.str reads it back).
-func appendPlain(dst []byte, v string) ([]byte, bool) {
-	for i := 0; i < len(v); i++ {
-		if !plainByte(v[i]) {
-			return dst, false
-		}
-	}
-	dst = append(dst, '"')
-	dst = append(dst, v...)
-	return append(dst, '"'), true
-}
-
-func appendPlainOrNull(dst []byte, v *string) ([]byte, bool) {
-	if v == nil {
-		return append(dst, "null"...), true
-	}
-	return appendPlain(dst, *v)
 }
 
 // plainByte reports whether encoding/json writes c in a string as it is.

@@ -114,36 +114,6 @@ func TestParseCanonicalResultAck(t *testing.T) {
 	}
 }
 
-// FuzzAppendCanonicalTaskResult checks that the appender writes what Encode writes,
-// whenever it writes anything.
-func FuzzAppendCanonicalTaskResult(f *testing.F) {
-	f.Add("w", "j", "a", true, "r", false, "", false)
-	f.Add("w", "j", "a", false, "", true, "boom <b>", true)
-	f.Add("w\"", "j", "a", true, "\u2028", true, "é", false)
-	f.Fuzz(func(t *testing.T, worker, job, attempt string, success bool, result string, hasResult bool, errText string, permanent bool) {
-		m := &protocol.TaskResult{WorkerID: worker, JobID: job, AttemptID: attempt, Success: success, Permanent: permanent}
-		if hasResult {
-			m.Result = &result
-		} else {
-			m.Error = &errText
-		}
-		want, err := protocol.Encode(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		prefix := []byte("prefix")
-		got, ok := protocol.AppendCanonicalTaskResult(prefix, m)
-		switch {
-		case !ok && string(got) != "prefix":
-			t.Fatalf("declined %+v but appended %q", m, got[len(prefix):])
-		case ok && !bytes.Equal(got[len(prefix):], want):
-			t.Fatalf("wrote %q, Encode writes %q", got[len(prefix):], want)
-		case ok:
-			checkCanonical(t, want) // and the parser reads it back
-		}
-	})
-}
-
 // FuzzParseCanonical checks the promise of the canonical parsers on arbitrary bytes:
 // whatever they accept, Decode accepts as the same message, and Encode writes back
 // byte for byte.

@@ -195,10 +195,6 @@ func (s *session) finished(m *protocol.TaskAssign, o attempts.Outcome) {
 // the attempt ended.
 func (s *session) result(m *protocol.TaskAssign, o attempts.Outcome) (*protocol.TaskResult, []byte, error) {
 	res := attempts.Result(s.w.cfg.ID, m, o)
-	// The result of every job: written without encoding/json when its strings allow.
-	if data, ok := protocol.AppendCanonicalTaskResult(nil, res); ok && len(data) <= frame.MaxSize {
-		return res, data, nil
-	}
 	if data, err := protocol.Encode(res); err == nil && len(data) <= frame.MaxSize {
 		return res, data, nil
 	}
