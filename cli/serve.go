@@ -111,7 +111,7 @@ func serve(c *cli.Context) error {
 	cfg := coordinatorConfig(c, log)
 	// --sync always: a cluster syncs each write, and group commit is its atomic
 	// batches; a lone server's coordinator syncs groups of writes itself (serveUntil).
-	cfg.SyncAlways = c.String("sync") == "always" && !lone(c)
+	cfg.SyncAlways = c.String("sync") == "always" && !coordinatorSyncs(c)
 	if err := cfg.Validate(); err != nil {
 		return usageError("%v", err)
 	}
@@ -132,7 +132,7 @@ func serveUntil(ctx context.Context, c *cli.Context, log *slog.Logger, cfg coord
 	if err != nil {
 		return err
 	}
-	if srv != nil && c.String("sync") == "always" && lone(c) {
+	if srv != nil && coordinatorSyncs(c) {
 		cfg.SyncJobs = jobsSync(srv, nc)
 		log.Info("--sync always: every job write is fsynced before anything depends on it, writes acknowledged together in one fsync")
 	}

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/urfave/cli/v2"
 
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/embeddednats"
@@ -33,6 +34,11 @@ func syncOptions(flag string, lone bool) ([]embeddednats.Option, error) {
 	}
 	return []embeddednats.Option{embeddednats.WithSyncInterval(d)}, nil
 }
+
+// coordinatorSyncs reports whether --sync always is the coordinator's group fsync
+// (jobsSync), which it is on a lone embedded server; a cluster's server syncs each
+// write itself.
+func coordinatorSyncs(c *cli.Context) bool { return c.String("sync") == "always" && lone(c) }
 
 // jobsSync is the coordinator's group commit for --sync always on a lone embedded
 // server (coordinator.Config.SyncJobs): it fsyncs the jobs stream's files, which nc's

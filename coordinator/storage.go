@@ -93,6 +93,18 @@ func (h *storeHealth) synced() {
 // failing returns the store's failure other than JetStream's limit, nil if none is
 // known.
 func (h *storeHealth) failing() error {
+	if err := h.watched(); err != nil {
+		return err
+	}
+	if p := h.stalled.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// watched returns the failure a watcher reports, Config.StoreFault's or a failed
+// sync's, nil if none: no submission need be let through to learn when it ends.
+func (h *storeHealth) watched() error {
 	if h.fault != nil {
 		if err := h.fault(); err != nil {
 			return err
@@ -101,25 +113,17 @@ func (h *storeHealth) failing() error {
 	if p := h.unsynced.Load(); p != nil {
 		return *p
 	}
-	if p := h.stalled.Load(); p != nil {
-		return *p
-	}
 	return nil
 }
 
 // refusal is the ERROR a submission gets at once while the store is full or failing,
 // nil otherwise. A job already being written keeps being retried (running jobs are not
 // lost), so the first write that succeeds again, when space returns, lifts it; and
-// every storeProbeEvery one submission goes through to try (what Config.StoreFault
-// reports needs no such try: its source watches the store).
+// every storeProbeEvery one submission goes through to try (what is watched needs no
+// such try; for a failed sync, one let through would only wait for the next).
 func (h *storeHealth) refusal() *protocol.Error {
-	if h.fault != nil {
-		if err := h.fault(); err != nil {
-			return storeFaultError(err)
-		}
-	}
-	if p := h.unsynced.Load(); p != nil {
-		return storeFaultError(*p) // no probe: a submission let through would wait for the sync
+	if err := h.watched(); err != nil {
+		return storeFaultError(err)
 	}
 	desc, stalled := h.full.Load(), h.stalled.Load()
 	if desc == nil && stalled == nil || h.probeDue() {
