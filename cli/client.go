@@ -5,12 +5,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/urfave/cli/v2"
 
+	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
 )
 
@@ -45,6 +48,10 @@ func connect(c *cli.Context, reconnect bool, opts ...client.Option) (*session, e
 		defer cancel()
 		cl, err := client.DialTCP(ctx, addr, opts...)
 		if err != nil {
+			// The dial's own error, without the client's hint: one hint per message.
+			if op := (*net.OpError)(nil); errors.Is(err, client.ErrNoCoordinator) && errors.As(err, &op) {
+				err = op
+			}
 			return nil, fmt.Errorf("cannot reach the jobbus client port at %s (is `jobbus serve` or `jobbus bridge` running?): %w", addr, err)
 		}
 		return &session{cl: cl, target: addr}, nil
@@ -59,7 +66,9 @@ func connect(c *cli.Context, reconnect bool, opts ...client.Option) (*session, e
 	c.Context = ctx
 	nopts := []nats.Option{nats.Name("jobbus " + c.Command.Name), nats.Timeout(natsDialTimeout),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			if errors.Is(err, nats.ErrPermissionViolation) {
+			// A user who may not ask for coordinators' presence (the client asks when
+			// none serves) is told what the client tells without it.
+			if errors.Is(err, nats.ErrPermissionViolation) && !strings.Contains(err.Error(), `"`+protocol.CoordinatorsSubject+`"`) {
 				refused(err)
 			}
 		})}
@@ -73,7 +82,12 @@ func connect(c *cli.Context, reconnect bool, opts ...client.Option) (*session, e
 		refused(nil)
 		return nil, fmt.Errorf("cannot reach NATS at %s (is `jobbus serve` running?): %w", target.where(), err)
 	}
-	return &session{cl: client.New(nc, opts...), nc: nc, target: nc.ConnectedUrlRedacted(), stop: func() { refused(nil) }}, nil
+	// Said once per command, on stderr, while a request waits for a failover.
+	var once sync.Once
+	notice := client.WithFailoverNotice(func(msg string) {
+		once.Do(func() { fmt.Fprintln(c.App.ErrWriter, "jobbus: "+msg) })
+	})
+	return &session{cl: client.New(nc, append([]client.Option{notice}, opts...)...), nc: nc, target: nc.ConnectedUrlRedacted(), stop: func() { refused(nil) }}, nil
 }
 
 // exitErr maps a client error onto the reference client's exit codes: an overload
@@ -92,7 +106,7 @@ func exitErr(err error) error {
 	msg := err.Error()
 	// The bridge's ERROR when no coordinator answers it.
 	var se *client.ServerError
-	if errors.As(err, &se) && errors.Is(err, client.ErrNoCoordinator) {
+	if errors.As(err, &se) && errors.Is(err, client.ErrNoCoordinator) && !strings.Contains(msg, " running?)") {
 		msg += " (is `jobbus serve` or `jobbus coordinator` running?)"
 	}
 	return cli.Exit(msg, ExitError)

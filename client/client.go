@@ -60,7 +60,8 @@ type Transport interface {
 type Client struct {
 	tr      Transport
 	timeout time.Duration
-	retry   submitRetry // WithSubmitRetries; off by default
+	retry   submitRetry      // WithSubmitRetries; off by default
+	notice  func(msg string) // WithFailoverNotice
 }
 
 // Option configures a Client.
@@ -71,7 +72,9 @@ func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = 
 
 // New returns a client on nc, which it does not own.
 func New(nc *nats.Conn, opts ...Option) *Client {
-	return NewWithTransport(natsTransport{nc}, opts...)
+	c := NewWithTransport(nil, opts...)
+	c.tr = natsTransport{nc: nc, notice: c.notice}
+	return c
 }
 
 // NewWithTransport returns a client on any transport.
@@ -110,15 +113,20 @@ func (c *Client) DoRaw(ctx context.Context, t protocol.Type, body []byte) ([]byt
 }
 
 // natsTransport sends requests to the coordinator's micro service.
-type natsTransport struct{ nc *nats.Conn }
+type natsTransport struct {
+	nc     *nats.Conn
+	notice func(msg string) // WithFailoverNotice
+}
 
 func (n natsTransport) RoundTrip(ctx context.Context, t protocol.Type, body []byte) ([]byte, error) {
 	e, ok := protocol.EndpointFor(t)
 	if !ok {
 		return nil, fmt.Errorf("%s is not a client request", t)
 	}
-	msg, err := request(ctx, n.nc, t, e.Subject(), body) // readretry.go
+	msg, err := n.request(ctx, t, e.Subject(), body) // failover.go
 	switch {
+	case errors.Is(err, ErrNoCoordinator):
+		return nil, err
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, fmt.Errorf("%w on %s (is `jobbus serve` running?)", ErrNoCoordinator, n.nc.ConnectedUrlRedacted())
 	case err != nil && ctx.Err() != nil && context.Cause(ctx) != ctx.Err():

@@ -35,6 +35,12 @@ func (c *Coordinator) serve() error {
 		Name:        protocol.ServiceName,
 		Version:     version.String(),
 		Description: "jobbus job coordinator: client API (PROTOCOL.md client-port JSON)",
+		// Every coordinator subscribed gets every request, not one of a queue group: only
+		// the leader serves, but a deposed one that is paused (SIGSTOP, a stalled VM)
+		// stays subscribed until its server drops it, and in a queue group it would
+		// swallow its share of the requests meant for its successor. Outside a failover
+		// one coordinator is subscribed, and this changes nothing.
+		QueueGroupDisabled: true,
 	})
 	if err != nil {
 		return fmt.Errorf("api service: %w", err)
@@ -147,7 +153,7 @@ func (c *Coordinator) endpoint(want protocol.Type) micro.Handler {
 	return micro.HandlerFunc(func(req micro.Request) {
 		var mu sync.Mutex
 		returned := false
-		c.serveRequest(req.Data(), want, func(m protocol.Message) {
+		c.serveRequest(req.Data(), sentBy(req.Headers()), want, func(m protocol.Message) {
 			mu.Lock()
 			defer mu.Unlock()
 			if !c.lease.held() {
@@ -210,8 +216,18 @@ func errorCode(e *protocol.Error) int {
 	return 400
 }
 
+// request is what a client API request's headers say of it (protocol.HeaderRequestID).
+type request struct {
+	id    string // "": none
+	first bool   // its first send
+}
+
+func sentBy(h micro.Headers) request {
+	return request{id: h.Get(protocol.HeaderRequestID), first: protocol.FirstTry(h.Get(protocol.HeaderRequestTry))}
+}
+
 // serveRequest serves one request body, which must be of type want.
-func (c *Coordinator) serveRequest(data []byte, want protocol.Type, reply func(protocol.Message)) {
+func (c *Coordinator) serveRequest(data []byte, from request, want protocol.Type, reply func(protocol.Message)) {
 	msg, err := protocol.Decode(data)
 	if err != nil {
 		reply(protocol.MalformedRequest(err))
@@ -224,7 +240,7 @@ func (c *Coordinator) serveRequest(data []byte, want protocol.Type, reply func(p
 	}
 	switch m := msg.(type) {
 	case *protocol.SubmitJob:
-		c.submit(m, reply)
+		c.submit(m, from, reply)
 	case *protocol.GetJobStatus:
 		reply(c.status(m.JobID))
 	case *protocol.ListJobs:
@@ -279,30 +295,40 @@ func (c *Coordinator) snapshot(id string) (protocol.Job, error) {
 // coordinator no longer keeps (its retention ended; JetStream's own expiry may lag or
 // lead by a moment) is unknown, so status, lists and idempotency keys agree.
 func (c *Coordinator) readSnapshot(id string) (protocol.Job, error) {
+	r, err := c.readKept(id)
+	if err != nil {
+		return protocol.Job{}, err
+	}
+	return r.Snapshot(), nil
+}
+
+// readKept reads the record of a job this coordinator keeps from KV; the error is
+// errUnknownJob, or a *protocol.Error to answer.
+func (c *Coordinator) readKept(id string) (protocol.Record, error) {
+	var r protocol.Record
 	if !protocol.IsRecordKey(id) {
-		return protocol.Job{}, errUnknownJob
+		return r, errUnknownJob
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	data, err := c.readRecord(ctx, id)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted), errors.Is(err, jetstream.ErrInvalidKey):
-		return protocol.Job{}, errUnknownJob
+		return r, errUnknownJob
 	case err != nil:
-		return protocol.Job{}, &protocol.Error{Message: fmt.Sprintf("read job %s: %v", id, err)}
+		return r, &protocol.Error{Message: fmt.Sprintf("read job %s: %v", id, err)}
 	}
-	var r protocol.Record
 	if err := json.Unmarshal(data, &r); err != nil {
-		return protocol.Job{}, &protocol.Error{Message: fmt.Sprintf("read job %s: %v", id, err)}
+		return r, &protocol.Error{Message: fmt.Sprintf("read job %s: %v", id, err)}
 	}
 	c.mu.Lock()
 	kept := c.index.find(r.Seq)
 	known := kept != nil && c.index.hasID(kept, id)
 	c.unlock()
 	if !known {
-		return protocol.Job{}, errUnknownJob
+		return r, errUnknownJob
 	}
-	return r.Snapshot(), nil
+	return r, nil
 }
 
 // list returns jobs newest first, filtered by state, from the cursor (a sequence number),

@@ -31,8 +31,9 @@ func clip(s *string) *string {
 type replyFunc func(protocol.Message)
 
 // submit validates, deduplicates, admits and stores a new job; reply gets JOB_SUBMITTED
-// only once the job is durable.
-func (c *Coordinator) submit(req *protocol.SubmitJob, reply replyFunc) {
+// only once the job is durable. A submission with a request id (from) creates the job
+// RequestJobID names, once: sent again, it is answered with that job.
+func (c *Coordinator) submit(req *protocol.SubmitJob, from request, reply replyFunc) {
 	if perr := req.CheckSubmission(); perr != nil {
 		c.noteSubmit(SubmitInvalid)
 		reply(perr)
@@ -58,6 +59,22 @@ func (c *Coordinator) submit(req *protocol.SubmitJob, reply replyFunc) {
 			return
 		}
 	}
+	id := newID()
+	var since uint64 // sent again: the last sequence given before its job was looked for
+	if from.id != "" {
+		if e := protocol.CheckRequestID(from.id); e != nil {
+			c.noteSubmit(SubmitInvalid)
+			reply(e)
+			return
+		}
+		id = protocol.RequestJobID(from.id)
+		if !from.first {
+			var answered bool
+			if since, answered = c.findFinished(id, from.id, req, maxAttempts, prio, reply); answered {
+				return
+			}
+		}
+	}
 
 	c.mu.Lock()
 	defer c.unlock()
@@ -65,6 +82,18 @@ func (c *Coordinator) submit(req *protocol.SubmitJob, reply replyFunc) {
 		c.noteSubmit(SubmitFailed)
 		c.replyLater(reply, c.refuse())
 		return
+	}
+	if from.id != "" {
+		if j := c.jobs[id]; j != nil { // an earlier send's job
+			c.noteSubmit(SubmitDuplicate)
+			c.answerRequestRepeat(j, from.id, req, maxAttempts, prio, reply)
+			return
+		}
+		if !from.first && c.index.createdSince(since, id) { // and it finished meanwhile
+			c.noteSubmit(SubmitDuplicate)
+			c.replyLater(reply, &protocol.JobSubmitted{JobID: id})
+			return
+		}
 	}
 	if req.IdempotencyKey != nil {
 		if j := c.keys[key]; j != nil {
@@ -91,7 +120,7 @@ func (c *Coordinator) submit(req *protocol.SubmitJob, reply replyFunc) {
 		c.replyLater(reply, e)
 		return
 	}
-	j := c.newJob(req, maxAttempts, prio, key, fp)
+	j := c.newJob(id, req, maxAttempts, prio, key, fp)
 	defer c.assignAtOnce(j)
 	c.markDirty(j, func(err error) {
 		c.noteSubmit(outcomeOf(err))
@@ -141,12 +170,12 @@ func (c *Coordinator) answerDuplicate(j *job, key, fp string, reply replyFunc) {
 	}})
 }
 
-func (c *Coordinator) newJob(req *protocol.SubmitJob, maxAttempts int, prio protocol.Priority, key, fp string) *job {
+func (c *Coordinator) newJob(id string, req *protocol.SubmitJob, maxAttempts int, prio protocol.Priority, key, fp string) *job {
 	c.seq++
 	now := max(c.now().UnixMilli(), c.lastMilli)
 	c.lastMilli = now
 	j := &job{rec: protocol.Record{
-		JobID:          newID(),
+		JobID:          id,
 		TaskType:       req.TaskType,
 		Payload:        req.Payload,
 		State:          protocol.StateQueued,

@@ -79,3 +79,17 @@ const UnavailablePrefix = "coordinator unavailable: "
 func CoordinatorUnavailable(detail string) *Error {
 	return &Error{Message: UnavailablePrefix + detail}
 }
+
+// CheckRequestID reports whether rid is a usable request id; the error is the wire text.
+func CheckRequestID(rid string) *Error {
+	if rid == "" || len(rid) > MaxRequestID {
+		return &Error{Message: fmt.Sprintf("Request id (header %s) must be 1 to %d bytes, got %d", HeaderRequestID, MaxRequestID, len(rid))}
+	}
+	return nil
+}
+
+// RequestIDReused is the ERROR for a request id sent again with a different
+// submission than the one that created its job.
+func RequestIDReused(rid, jobID string) *Error {
+	return &Error{Message: fmt.Sprintf("Request id '%s' was already used for a different submission (job %s)", rid, jobID)}
+}

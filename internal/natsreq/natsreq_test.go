@@ -3,6 +3,9 @@ package natsreq_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -152,6 +155,123 @@ func TestResend(t *testing.T) {
 		m, err := natsreq.Resend(rctx, nc, "svc", nil, natsreq.Options{FirstTry: 50 * time.Millisecond, WaitForResponders: true})
 		if err != nil || string(m.Data) != "ok" {
 			t.Fatalf("%v, %v", m, err)
+		}
+	})
+}
+
+// refuse answers every request on svc at once with a "not serving" reply, as a
+// coordinator whose lease lapsed does, without a queue group (as the coordinator's API).
+func refuse(t *testing.T, nc *nats.Conn) {
+	t.Helper()
+	sub, err := nc.Subscribe("svc", func(m *nats.Msg) {
+		r := nats.NewMsg(m.Reply)
+		r.Header.Set("Refused", "1")
+		_ = nc.PublishMsg(r)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+}
+
+func refused(m *nats.Msg) bool { return m.Header.Get("Refused") != "" }
+
+func TestResendRidesOutAFailover(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	for _, fresh := range []bool{false, true} {
+		t.Run(fmt.Sprintf("UnservedIsWaitedPast/Fresh=%v", fresh), func(t *testing.T) {
+			// The refusal comes first every time; the answer a little later.
+			nc := connect(t)
+			refuse(t, nc)
+			sub, err := nc.Subscribe("svc", func(m *nats.Msg) {
+				time.Sleep(20 * time.Millisecond)
+				_ = m.Respond([]byte("ok"))
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Unsubscribe()
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			m, err := natsreq.Resend(rctx, nc, "svc", nil, natsreq.Options{FirstTry: time.Second, Fresh: fresh, Unserved: refused})
+			if err != nil || string(m.Data) != "ok" {
+				t.Fatalf("%v, %v", m, err)
+			}
+		})
+	}
+	t.Run("OnlyUnservedReturnsTheLastRefusal", func(t *testing.T) {
+		nc := connect(t)
+		refuse(t, nc)
+		rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		m, err := natsreq.Resend(rctx, nc, "svc", nil, natsreq.Options{Fresh: true, Unserved: refused})
+		if err != nil || !refused(m) {
+			t.Fatalf("%v, %v; want the refusal", m, err)
+		}
+	})
+	t.Run("EverySendCarriesTheHeaderAndItsNumber", func(t *testing.T) {
+		nc := connect(t)
+		var mu sync.Mutex
+		var tries []string
+		sub, err := nc.Subscribe("svc", func(m *nats.Msg) {
+			mu.Lock()
+			defer mu.Unlock()
+			if m.Header.Get("Id") != "r1" {
+				t.Errorf("send without the header: %v", m.Header)
+			}
+			tries = append(tries, m.Header.Get("Try"))
+			if len(tries) == 3 {
+				_ = m.Respond([]byte("ok"))
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Unsubscribe()
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		m, err := natsreq.Resend(rctx, nc, "svc", nil, natsreq.Options{FirstTry: 20 * time.Millisecond, Fresh: true,
+			Header: nats.Header{"Id": []string{"r1"}}, TryHeader: "Try"})
+		if err != nil || string(m.Data) != "ok" {
+			t.Fatalf("%v, %v", m, err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !slices.Equal(tries, []string{"1", "2", "3"}) {
+			t.Fatalf("tries %v, want 1, 2, 3", tries)
+		}
+	})
+	t.Run("NobodyDecides", func(t *testing.T) {
+		nc := connect(t)
+		gone := errors.New("nothing runs")
+		_, err := natsreq.Resend(ctx, nc, "svc", nil, natsreq.Options{Nobody: func(context.Context) error { return gone }})
+		if !errors.Is(err, gone) {
+			t.Fatalf("err = %v, want Nobody's", err)
+		}
+
+		var asked atomic.Int32
+		go func() {
+			time.Sleep(100 * time.Millisecond)
+			answer(t, nc, "q", 0)
+		}()
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		m, err := natsreq.Resend(rctx, nc, "svc", nil, natsreq.Options{Nobody: func(context.Context) error { asked.Add(1); return nil }})
+		if err != nil || string(m.Data) != "ok" || asked.Load() != 1 {
+			t.Fatalf("%v, %v, Nobody asked %d times; want the answer, Nobody asked once", m, err, asked.Load())
+		}
+	})
+	t.Run("NoSendAgainOnceClosed", func(t *testing.T) {
+		nc := connect(t)
+		frozen(t, nc)
+		time.AfterFunc(50*time.Millisecond, nc.Close)
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_, err := natsreq.Resend(rctx, nc, "svc", nil, natsreq.Options{FirstTry: 100 * time.Millisecond, Fresh: true})
+		if !errors.Is(err, nats.ErrConnectionClosed) {
+			t.Fatalf("err = %v, want the connection closed", err)
 		}
 	})
 }

@@ -1,0 +1,110 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/internal/natsreq"
+)
+
+// FailoverNotice is what a request says while it waits for a coordinator to take over
+// (WithFailoverNotice).
+const FailoverNotice = "no coordinator is serving right now (a failover takes about the leader lease); retrying"
+
+// Sends of a submission: the first waits submitFirstTry for its answer, each later one
+// twice as long up to submitMaxTry. A coordinator answers in milliseconds, and a send
+// again costs it a lookup, while a send that reached a frozen leader (SIGSTOP, a
+// stalled VM) is lost: within a 5 s request, a submission is sent three times.
+const (
+	submitFirstTry = time.Second
+	submitMaxTry   = 2 * time.Second
+)
+
+// presenceWait bounds the question whether any coordinator process runs, asked when none
+// serves the API: each answers at once.
+const presenceWait = 500 * time.Millisecond
+
+// WithFailoverNotice has the client call notice with FailoverNotice when a request finds
+// no coordinator serving while a coordinator process runs (a standby about to take over,
+// or a leader still recovering): the request then waits for one to serve, until its
+// deadline, instead of failing at once. At most once per request.
+func WithFailoverNotice(notice func(msg string)) Option {
+	return func(c *Client) { c.notice = notice }
+}
+
+// request sends a client API request over NATS and rides out a failover within ctx:
+//   - a request nobody receives (no responders: the leader died, its successor is not
+//     serving yet) is sent again while a coordinator process runs, and fails at once
+//     while none does (jobbus is not running there);
+//   - an answer that its coordinator is not serving (its leader lease lapsed) is waited
+//     past, and the request sent again, for the coordinator that serves;
+//   - a read-only request (protocol.ReadOnly) that goes unanswered for 2 s is sent again,
+//     the wait doubling, and the first reply to any send counts: a frozen coordinator
+//     keeps its subscription until its server drops it;
+//   - a submission carries a request id (protocol.HeaderRequestID), so it is sent again
+//     when a send goes unanswered for a second too: the coordinator answers each send
+//     with the one job the request created, on whichever coordinator leads by then.
+//
+// A cancel that goes unanswered is not sent again: whether it was acted on is unknown.
+func (n natsTransport) request(ctx context.Context, t protocol.Type, subject string, body []byte) (*nats.Msg, error) {
+	var failover bool
+	opts := natsreq.Options{
+		Unserved: notServing,
+		Nobody: func(ctx context.Context) error {
+			if !n.coordinatorRuns(ctx) {
+				return fmt.Errorf("%w on %s (is `jobbus serve` running?)", ErrNoCoordinator, n.nc.ConnectedUrlRedacted())
+			}
+			failover = true
+			if n.notice != nil {
+				n.notice(FailoverNotice)
+			}
+			return nil
+		},
+	}
+	switch {
+	case t == protocol.TypeSubmitJob:
+		opts.Fresh, opts.FirstTry, opts.MaxTry = true, submitFirstTry, submitMaxTry
+		opts.Header = nats.Header{protocol.HeaderRequestID: []string{protocol.NewRequestID()}}
+		opts.TryHeader = protocol.HeaderRequestTry
+	case !protocol.ReadOnly(t):
+		opts.Fresh, opts.FirstTry = true, untilDeadline(ctx)
+	}
+	msg, err := natsreq.Resend(ctx, n.nc, subject, body, opts)
+	if errors.Is(err, nats.ErrNoResponders) && failover {
+		err = fmt.Errorf("%w on %s: %s, but none took over in time", ErrNoCoordinator, n.nc.ConnectedUrlRedacted(), noticeWithoutRetrying)
+	}
+	return msg, err
+}
+
+var noticeWithoutRetrying = FailoverNotice[:len(FailoverNotice)-len("; retrying")]
+
+// untilDeadline is a first try that outlasts ctx: the request is never sent again for
+// going unanswered.
+func untilDeadline(ctx context.Context) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		return time.Until(d) + time.Second
+	}
+	return 1 << 62
+}
+
+// notServing reports an ERROR reply of a coordinator that does not serve now (micro's
+// code 503: its lease lapsed, or it cannot tell yet whether a request was acted on),
+// which another coordinator may serve.
+func notServing(m *nats.Msg) bool {
+	return m.Header.Get(micro.ErrorCodeHeader) == "503"
+}
+
+// coordinatorRuns reports whether a coordinator process answers presence
+// (protocol.CoordinatorsSubject): a standby, or a leader that is not serving yet.
+func (n natsTransport) coordinatorRuns(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, presenceWait)
+	defer cancel()
+	_, err := n.nc.RequestWithContext(ctx, protocol.CoordinatorsSubject, nil)
+	return err == nil
+}
