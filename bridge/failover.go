@@ -11,14 +11,16 @@ import (
 	"github.com/jobbus/jobbus/internal/natsreq"
 )
 
-// Sends of a submission, as the Go client's (client/failover.go): the first waits a
-// second for its answer, each later one twice as long up to two.
-const (
-	submitFirstTry = time.Second
-	submitMaxTry   = 2 * time.Second
-)
+// A submission, a status or the workers that go unanswered are sent again every
+// submitTry, as the Go client does (client/failover.go).
+const submitTry = time.Second
 
-var submitSubject = func() string { e, _ := protocol.EndpointFor(protocol.TypeSubmitJob); return e.Subject() }()
+var submitSubject, statusSubject, workersSubject = subjectOf(protocol.TypeSubmitJob), subjectOf(protocol.TypeGetJobStatus), subjectOf(protocol.TypeListWorkers)
+
+func subjectOf(t protocol.Type) string {
+	e, _ := protocol.EndpointFor(t)
+	return e.Subject()
+}
 
 // requestRetrying forwards a request within ctx, riding out a failover, so that the
 // TCP client hears one reply, only later (PROTOCOL.md: one reply per request):
@@ -26,19 +28,23 @@ var submitSubject = func() string { e, _ := protocol.EndpointFor(protocol.TypeSu
 //     request is sent again; a request nobody received cannot have been acted on;
 //   - an answer that its coordinator is not serving (its leader lease lapsed) is waited
 //     past, and the request sent again, for the coordinator that serves;
-//   - a read-only request (status, list, workers) that goes unanswered for 2 s is sent
-//     again, the wait doubling, and the first reply to any send counts: a frozen
-//     coordinator keeps its subscription until its server drops it;
+//   - a read-only request (status, list, workers) that goes unanswered is sent again,
+//     and the first reply to any send counts: a frozen coordinator keeps its
+//     subscription until its server drops it. A status or the workers are sent every
+//     second; a list, which may take a while to build, after 2 s, then 4;
 //   - a submission gets a request id of its own (protocol.HeaderRequestID), so it is
-//     sent again when a send goes unanswered for a second too: the coordinator answers
+//     sent again every second it goes unanswered too: the coordinator answers
 //     every send with the one job the request created.
 //
 // A cancel that goes unanswered is not sent again: whether it was acted on is unknown.
 func (b *Bridge) requestRetrying(ctx context.Context, subject string, payload []byte) (*nats.Msg, error) {
 	opts := natsreq.Options{WaitForResponders: true, Unserved: notServing}
 	switch {
+	case subject == statusSubject || subject == workersSubject:
+		// Answered from memory: sent again as soon as a submission.
+		opts.FirstTry, opts.MaxTry = submitTry, submitTry
 	case subject == submitSubject:
-		opts.Fresh, opts.FirstTry, opts.MaxTry = true, submitFirstTry, submitMaxTry
+		opts.Fresh, opts.FirstTry, opts.MaxTry = true, submitTry, submitTry
 		opts.Header = nats.Header{protocol.HeaderRequestID: []string{protocol.NewRequestID()}}
 		opts.TryHeader = protocol.HeaderRequestTry
 	case !protocol.ReadOnlySubject(subject):

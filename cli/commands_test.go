@@ -340,8 +340,8 @@ func TestNoCoordinator(t *testing.T) {
 	s := startNATS(t)
 	for _, args := range [][]string{{"status", "x"}, {"submit", "SLEEP", "--milliseconds", "1"}, {"workers"}, {"jobs"}, {"watch"}} {
 		code, _, errs := cliRun([]string{"--nats", s.url}, args...)
-		if code != cli.ExitError || !strings.Contains(errs, "is `jobbus serve` running?") {
-			t.Errorf("%v: exit %d, stderr %q", args, code, errs)
+		if code != cli.ExitError || strings.Count(errs, "running?") != 1 || !strings.Contains(errs, "is `jobbus serve` running?") {
+			t.Errorf("%v: exit %d, stderr %q; want the hint once", args, code, errs)
 		}
 	}
 	code, _, errs := cliRun([]string{"--nats", s.url}, "status", "x")
@@ -371,7 +371,7 @@ func TestNoCoordinatorOverTCP(t *testing.T) {
 	s.startBridge()
 	global := tcpTransport.flags(s)
 	code, _, errs := cliRun(global, "status", "x")
-	if code != cli.ExitError || !strings.Contains(errs, "coordinator unavailable") || !strings.Contains(errs, "is `jobbus serve` or `jobbus coordinator` running?") {
+	if code != cli.ExitError || !strings.Contains(errs, "coordinator unavailable") || !strings.Contains(errs, "is `jobbus serve` or `jobbus coordinator` running?") || strings.Count(errs, "running?") != 1 {
 		t.Errorf("bridge without coordinator: exit %d, stderr %q", code, errs)
 	}
 
@@ -383,7 +383,7 @@ func TestNoCoordinatorOverTCP(t *testing.T) {
 	addr := ln.Addr().String()
 	_ = ln.Close()
 	code, _, errs = cliRun([]string{"--connect", addr}, "jobs")
-	if code != cli.ExitError || !strings.Contains(errs, "cannot reach the jobbus client port at "+addr+" (is `jobbus serve` or `jobbus bridge` running?)") {
+	if code != cli.ExitError || !strings.Contains(errs, "cannot reach the jobbus client port at "+addr+" (is `jobbus serve` or `jobbus bridge` running?)") || strings.Count(errs, "running?") != 1 {
 		t.Errorf("dead port: exit %d, stderr %q", code, errs)
 	}
 }

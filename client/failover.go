@@ -17,14 +17,12 @@ import (
 // (WithFailoverNotice).
 const FailoverNotice = "no coordinator is serving right now (a failover takes about the leader lease); retrying"
 
-// Sends of a submission: the first waits submitFirstTry for its answer, each later one
-// twice as long up to submitMaxTry. A coordinator answers in milliseconds, and a send
-// again costs it a lookup, while a send that reached a frozen leader (SIGSTOP, a
-// stalled VM) is lost: within a 5 s request, a submission is sent three times.
-const (
-	submitFirstTry = time.Second
-	submitMaxTry   = 2 * time.Second
-)
+// A submission that goes unanswered for submitTry is sent again, every submitTry. A
+// coordinator answers in milliseconds, and a send again costs it a lookup (and no more
+// than one a second per request while it is slow), whereas a send that reached a frozen
+// leader (SIGSTOP, a stalled VM) is lost: within a 5 s request, a submission that
+// finds its leader paused reaches the one that takes over within a second of it.
+const submitTry = time.Second
 
 // presenceWait bounds the question whether any coordinator process runs, asked when none
 // serves the API: each answers at once.
@@ -44,12 +42,13 @@ func WithFailoverNotice(notice func(msg string)) Option {
 //     while none does (jobbus is not running there);
 //   - an answer that its coordinator is not serving (its leader lease lapsed) is waited
 //     past, and the request sent again, for the coordinator that serves;
-//   - a read-only request (protocol.ReadOnly) that goes unanswered for 2 s is sent again,
-//     the wait doubling, and the first reply to any send counts: a frozen coordinator
-//     keeps its subscription until its server drops it;
+//   - a read-only request (protocol.ReadOnly) that goes unanswered is sent again, and
+//     the first reply to any send counts: a frozen coordinator keeps its subscription
+//     until its server drops it. A status or the workers, answered from memory, are
+//     sent every second; a list, which may take a while to build, after 2 s, then 4;
 //   - a submission carries a request id (protocol.HeaderRequestID), so it is sent again
-//     when a send goes unanswered for a second too: the coordinator answers each send
-//     with the one job the request created, on whichever coordinator leads by then.
+//     every second it goes unanswered too: the coordinator answers each send with the
+//     one job the request created, on whichever coordinator leads by then.
 //
 // A cancel that goes unanswered is not sent again: whether it was acted on is unknown.
 func (n natsTransport) request(ctx context.Context, t protocol.Type, subject string, body []byte) (*nats.Msg, error) {
@@ -69,9 +68,12 @@ func (n natsTransport) request(ctx context.Context, t protocol.Type, subject str
 	}
 	switch {
 	case t == protocol.TypeSubmitJob:
-		opts.Fresh, opts.FirstTry, opts.MaxTry = true, submitFirstTry, submitMaxTry
+		opts.Fresh, opts.FirstTry, opts.MaxTry = true, submitTry, submitTry
 		opts.Header = nats.Header{protocol.HeaderRequestID: []string{protocol.NewRequestID()}}
 		opts.TryHeader = protocol.HeaderRequestTry
+	case t == protocol.TypeGetJobStatus || t == protocol.TypeListWorkers:
+		// Answered from memory: sent again as soon as a submission.
+		opts.FirstTry, opts.MaxTry = submitTry, submitTry
 	case !protocol.ReadOnly(t):
 		opts.Fresh, opts.FirstTry = true, untilDeadline(ctx)
 	}
