@@ -20,6 +20,7 @@ import (
 	"github.com/jobbus/jobbus/bridge"
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
+	"github.com/jobbus/jobbus/internal/jobbustest"
 	"github.com/jobbus/jobbus/worker"
 )
 
@@ -182,30 +183,62 @@ func checkStoredOnce(t *testing.T, nc *nats.Conn, subs []request, also int) {
 
 // TestPausedLeaderHoldsNothingHostage is issue 21's SIGSTOP scenario: the leading
 // coordinator is paused (lease 2 s) for longer than a failover takes, under native
-// submissions and reads and TCP submissions through a bridge, on a NATS server that
-// keeps the paused process's subscriptions for minutes. Every request sent after the
-// standby took over is answered, none twice, and each submission is stored once. The
-// short variant pauses 4 s; the long one (JOBBUS_LONG_TESTS=1) 8 s, as the issue did.
+// submissions and reads and TCP submissions through a bridge, on NATS servers that keep
+// the paused process's subscriptions for minutes. Every request sent after the standby
+// took over is answered, none twice, and each submission is stored once. The short
+// variant pauses 4 s on one server; the long one (JOBBUS_LONG_TESTS=1) 8 s, as the
+// issue did, on one server and on a cluster of three with the buckets replicated three
+// times, each coordinator on a server of its own.
 func TestPausedLeaderHoldsNothingHostage(t *testing.T) {
 	t.Parallel()
 	pause := 4 * time.Second
 	if longTests() {
 		pause = 8 * time.Second
 	}
-	s := startNATS(t)
-	leader, standby := s.leaderAndStandby("--leader-lease-millis", "2000")
-	s.StartNativeWorker(t, worker.WithCapacity(16))
-	br := s.StartBridge(t, func(c *bridge.Config) { c.WorkerListen = "" })
-	native := client.New(s.NC)
+	t.Run("OneServer", func(t *testing.T) {
+		t.Parallel()
+		s := startNATS(t)
+		testPausedLeader(t, s.System, pause, []string{s.url, s.url})
+	})
+	if !longTests() {
+		return
+	}
+	t.Run("ThreeServers", func(t *testing.T) {
+		t.Parallel()
+		nodes := jobbustest.StartCluster(t, 3)
+		nc, err := nodes[2].Connect()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		testPausedLeader(t, &jobbustest.System{Server: nodes[2], NC: nc}, pause,
+			[]string{nodes[0].ClientURL(), nodes[1].ClientURL()}, "--replicas", "3")
+	})
+}
+
+// testPausedLeader runs the SIGSTOP scenario on sys, the leader connected to urls[0]
+// and the standby to urls[1], both run with args; clients and the worker use sys.
+func testPausedLeader(t *testing.T, sys *jobbustest.System, pause time.Duration, urls []string, args ...string) {
+	coordinator := func(url string) *proc {
+		return startProc(t, nil, append([]string{"--nats", url, "coordinator", "--http-listen", "-", "--leader-lease-millis", "2000"}, args...)...)
+	}
+	leader := coordinator(urls[0])
+	leader.logged(`msg="coordinator serving"`)
+	standby := coordinator(urls[1])
+	standby.logged(`msg="standing by`)
+	sys.StartNativeWorker(t, worker.WithCapacity(16))
+	br := sys.StartBridge(t, func(c *bridge.Config) { c.WorkerListen = "" })
+	native := client.New(sys.NC)
 	tcp, err := client.DialTCP(context.Background(), br.ClientAddr().String(), client.WithTimeout(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = tcp.Close() })
-	warm, err := native.Submit(context.Background(), "SHA256", map[string]string{"text": "warm"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	var warm string
+	eventually(t, "a first job submitted", func() bool {
+		warm, err = native.Submit(context.Background(), "SHA256", map[string]string{"text": "warm"})
+		return err == nil
+	})
 
 	var log requestLog
 	stop := make(chan struct{})
@@ -281,7 +314,7 @@ func TestPausedLeaderHoldsNothingHostage(t *testing.T) {
 			subs = append(subs, r)
 		}
 	}
-	checkStoredOnce(t, s.NC, subs, 1)
+	checkStoredOnce(t, sys.NC, subs, 1)
 }
 
 // TestCLISubmitLoopAcrossFailovers is issue 21's CLI loop: `jobbus submit` processes,
