@@ -220,6 +220,10 @@ func errorCode(e *protocol.Error) int {
 type request struct {
 	id    string // "": none
 	first bool   // its first send
+	// looked: the job of a send again was looked for among the finished ones, and not
+	// found, when the last sequence given was since (request.go).
+	looked bool
+	since  uint64
 }
 
 func sentBy(h micro.Headers) request {

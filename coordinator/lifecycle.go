@@ -60,7 +60,6 @@ func (c *Coordinator) submit(req *protocol.SubmitJob, from request, reply replyF
 		}
 	}
 	id := newID()
-	var since uint64 // sent again: the last sequence given before its job was looked for
 	if from.id != "" {
 		if e := protocol.CheckRequestID(from.id); e != nil {
 			c.noteSubmit(SubmitInvalid)
@@ -68,11 +67,16 @@ func (c *Coordinator) submit(req *protocol.SubmitJob, from request, reply replyF
 			return
 		}
 		id = protocol.RequestJobID(from.id)
-		if !from.first {
-			var answered bool
-			if since, answered = c.findFinished(id, from.id, req, maxAttempts, prio, reply); answered {
-				return
-			}
+		if !from.first && !from.looked {
+			// Sent again: its job may have finished, so KV is read (request.go), off the
+			// handler's goroutine, which serves the next request meanwhile.
+			c.goRun(func() {
+				since, answered := c.findFinished(id, from.id, req, maxAttempts, prio, reply)
+				if !answered {
+					c.submit(req, request{id: from.id, looked: true, since: since}, reply)
+				}
+			})
+			return
 		}
 	}
 
@@ -89,7 +93,7 @@ func (c *Coordinator) submit(req *protocol.SubmitJob, from request, reply replyF
 			c.answerRequestRepeat(j, from.id, req, maxAttempts, prio, reply)
 			return
 		}
-		if !from.first && c.index.createdSince(since, id) { // and it finished meanwhile
+		if from.looked && c.index.createdSince(from.since, id) { // and it finished meanwhile
 			c.noteSubmit(SubmitDuplicate)
 			c.replyLater(reply, &protocol.JobSubmitted{JobID: id})
 			return
