@@ -73,7 +73,7 @@ func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = 
 // New returns a client on nc, which it does not own.
 func New(nc *nats.Conn, opts ...Option) *Client {
 	c := NewWithTransport(nil, opts...)
-	c.tr = natsTransport{nc: nc, notice: c.notice}
+	c.tr = &natsTransport{nc: nc, notice: c.notice}
 	return c
 }
 
@@ -118,7 +118,7 @@ type natsTransport struct {
 	notice func(msg string) // WithFailoverNotice
 }
 
-func (n natsTransport) RoundTrip(ctx context.Context, t protocol.Type, body []byte) ([]byte, error) {
+func (n *natsTransport) RoundTrip(ctx context.Context, t protocol.Type, body []byte) ([]byte, error) {
 	e, ok := protocol.EndpointFor(t)
 	if !ok {
 		return nil, fmt.Errorf("%s is not a client request", t)
@@ -138,7 +138,7 @@ func (n natsTransport) RoundTrip(ctx context.Context, t protocol.Type, body []by
 	return msg.Data, nil
 }
 
-func (natsTransport) Close() error { return nil }
+func (*natsTransport) Close() error { return nil }
 
 // SubmitOption sets an optional field of a submission.
 type SubmitOption func(*protocol.SubmitJob)

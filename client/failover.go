@@ -51,25 +51,12 @@ func WithFailoverNotice(notice func(msg string)) Option {
 //     one job the request created, on whichever coordinator leads by then.
 //
 // A cancel that goes unanswered is not sent again: whether it was acted on is unknown.
-func (n natsTransport) request(ctx context.Context, t protocol.Type, subject string, body []byte) (*nats.Msg, error) {
-	var failover bool
-	opts := natsreq.Options{
-		Unserved: notServing,
-		Nobody: func(ctx context.Context) error {
-			if !n.coordinatorRuns(ctx) {
-				return fmt.Errorf("%w on %s (is `jobbus serve` running?)", ErrNoCoordinator, n.nc.ConnectedUrlRedacted())
-			}
-			failover = true
-			if n.notice != nil {
-				n.notice(FailoverNotice)
-			}
-			return nil
-		},
-	}
+func (n *natsTransport) request(ctx context.Context, t protocol.Type, subject string, body []byte) (*nats.Msg, error) {
+	opts := natsreq.Options{Unserved: notServing, Nobody: n.nobody}
 	switch {
 	case t == protocol.TypeSubmitJob:
 		opts.Fresh, opts.FirstTry, opts.MaxTry = true, submitTry, submitTry
-		opts.Header = nats.Header{protocol.HeaderRequestID: []string{protocol.NewRequestID()}}
+		opts.Header = nats.Header{protocol.HeaderRequestID: {protocol.NewRequestID()}, protocol.HeaderRequestTry: firstTry}
 		opts.TryHeader = protocol.HeaderRequestTry
 	case t == protocol.TypeGetJobStatus || t == protocol.TypeListWorkers:
 		// Answered from memory: sent again as soon as a submission.
@@ -78,10 +65,27 @@ func (n natsTransport) request(ctx context.Context, t protocol.Type, subject str
 		opts.Fresh, opts.FirstTry = true, untilDeadline(ctx)
 	}
 	msg, err := natsreq.Resend(ctx, n.nc, subject, body, opts)
-	if errors.Is(err, nats.ErrNoResponders) && failover {
+	if errors.Is(err, nats.ErrNoResponders) {
+		// nobody found a coordinator process, or the request was taken and then nobody
+		// served: either way a failover that did not end in time.
 		err = fmt.Errorf("%w on %s: %s, but none took over in time", ErrNoCoordinator, n.nc.ConnectedUrlRedacted(), noticeWithoutRetrying)
 	}
 	return msg, err
+}
+
+// firstTry is the HeaderRequestTry of a first send, shared by every request.
+var firstTry = []string{protocol.TryValue(1)}
+
+// nobody decides, when no coordinator serves, whether to wait for one: while a
+// coordinator process runs (a failover), not otherwise.
+func (n *natsTransport) nobody(ctx context.Context) error {
+	if !n.coordinatorRuns(ctx) {
+		return fmt.Errorf("%w on %s (is `jobbus serve` running?)", ErrNoCoordinator, n.nc.ConnectedUrlRedacted())
+	}
+	if n.notice != nil {
+		n.notice(FailoverNotice)
+	}
+	return nil
 }
 
 var noticeWithoutRetrying = FailoverNotice[:len(FailoverNotice)-len("; retrying")]
@@ -104,7 +108,7 @@ func notServing(m *nats.Msg) bool {
 
 // coordinatorRuns reports whether a coordinator process answers presence
 // (protocol.CoordinatorsSubject): a standby, or a leader that is not serving yet.
-func (n natsTransport) coordinatorRuns(ctx context.Context) bool {
+func (n *natsTransport) coordinatorRuns(ctx context.Context) bool {
 	ctx, cancel := context.WithTimeout(ctx, presenceWait)
 	defer cancel()
 	_, err := n.nc.RequestWithContext(ctx, protocol.CoordinatorsSubject, nil)

@@ -87,7 +87,7 @@ func (c *Client) Watch(ctx context.Context, opts ...WatchOption) (<-chan JobEven
 		run func(context.Context, chan<- JobEvent)
 		err error
 	)
-	if n, ok := c.tr.(natsTransport); ok {
+	if n, ok := c.tr.(*natsTransport); ok {
 		run, err = watchBucket(ctx, n.nc)
 	} else {
 		run, err = c.pollJobs(ctx, o.interval)

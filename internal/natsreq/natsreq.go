@@ -38,7 +38,8 @@ type Options struct {
 	// reply to any send instead.
 	Fresh bool
 	// Header goes with every send, and TryHeader, if set, names a header that carries
-	// the send's number from 1.
+	// the send's number from 1 (a Header that holds TryHeader 1 already goes with the
+	// first send as it is, uncopied).
 	Header    nats.Header
 	TryHeader string
 	// WaitForResponders waits out "no responders" (with backoff, sending again) until
@@ -61,181 +62,199 @@ type Options struct {
 // Options.WaitForResponders and Nobody), the last unserved reply if that was the last
 // word, and ctx's error when sends went unanswered.
 func Resend(ctx context.Context, nc *nats.Conn, subject string, body []byte, opts Options) (*nats.Msg, error) {
-	try := opts.FirstTry
+	r := resend{nc: nc, subject: subject, body: body, opts: &opts, x: exchange{nc: nc}}
+	defer r.x.close()
+	return r.run(ctx)
+}
+
+// The last word on a request, which is what a request that ctx ends says.
+const (
+	unanswered = iota + 1 // ctx's error
+	nobody                // nats.ErrNoResponders
+	unserved              // the last refusal
+)
+
+// resend is one call of Resend.
+type resend struct {
+	nc      *nats.Conn
+	subject string
+	body    []byte
+	opts    *Options
+	x       exchange
+	sends   int
+	last    int
+	refusal *nats.Msg
+}
+
+func (r *resend) run(ctx context.Context) (*nats.Msg, error) {
+	try := r.opts.FirstTry
 	if try <= 0 {
 		try = DefaultFirstTry
 	}
-	var x exchange = &fresh{nc: nc}
-	var sh *shared
-	defer func() {
-		if sh != nil {
-			sh.close()
-		}
-	}()
-	sends := 0
-	send := func() error {
-		// Never into nats.go's reconnect buffer: what it holds goes out once the
-		// connection is back, after this request has failed.
-		switch {
-		case sends > 0 && nc.IsClosed():
-			return nats.ErrConnectionClosed
-		case sends > 0 && !nc.IsConnected():
-			return nats.ErrConnectionReconnecting
-		}
-		if sh == nil && (sends > 0 || !opts.Fresh) {
-			var err error
-			if sh, err = newShared(nc); err != nil {
-				return err
-			}
-			x = sh
-		}
-		sends++
-		m := &nats.Msg{Subject: subject, Data: body, Header: opts.header(sends)}
-		return x.send(m)
-	}
-	if err := send(); err != nil {
+	if err := r.send(); err != nil {
 		return nil, err
 	}
-	// last is the last word on the request, which is what a request that ctx ends says:
-	// unanswered (ctx's error), nobody serving (ErrNoResponders), or unserved.
-	const (
-		unanswered = iota + 1
-		nobody
-		unserved
-	)
-	last, waitOut := 0, opts.WaitForResponders
-	var refusal *nats.Msg
-	final := func() (*nats.Msg, error) {
-		switch last {
-		case nobody:
-			return nil, nats.ErrNoResponders
-		case unserved:
-			return refusal, nil
-		}
-		return nil, ctx.Err()
-	}
+	waitOut := r.opts.WaitForResponders
 	next := time.Now().Add(try)
 	for pause := 10 * time.Millisecond; ; {
-		m, err := x.wait(ctx, next)
+		m, err := r.x.wait(ctx, next)
 		switch {
-		case err == nil && (opts.Unserved == nil || !opts.Unserved(m)):
+		case err == nil && (r.opts.Unserved == nil || !r.opts.Unserved(m)):
 			return m, nil
 		case err == nil || errors.Is(err, nats.ErrNoResponders): // nobody serves right now
 			if err == nil {
-				last, refusal = unserved, m
+				r.last, r.refusal = unserved, m
 			} else {
 				if !waitOut {
-					if opts.Nobody == nil {
+					if r.opts.Nobody == nil {
 						return nil, nats.ErrNoResponders
 					}
-					if err := opts.Nobody(ctx); err != nil {
+					if err := r.opts.Nobody(ctx); err != nil {
 						return nil, err
 					}
 					waitOut = true
 				}
-				last = nobody
+				r.last = nobody
 			}
 			t := time.NewTimer(pause)
 			select {
 			case <-ctx.Done():
 				t.Stop()
-				return final()
+				return r.final(ctx)
 			case <-t.C:
 			}
 			pause = min(2*pause, 250*time.Millisecond)
 		case ctx.Err() != nil:
-			return final()
+			return r.final(ctx)
 		case !errors.Is(err, context.DeadlineExceeded):
 			return nil, err // the connection closed, say
 		default: // this send went unanswered: its responder may be on its way out, and
 			// its successor on its way in
-			last, waitOut, try = unanswered, true, 2*try
-			if opts.MaxTry > 0 {
-				try = min(try, opts.MaxTry)
+			r.last, waitOut, try = unanswered, true, 2*try
+			if r.opts.MaxTry > 0 {
+				try = min(try, r.opts.MaxTry)
 			}
 		}
-		if err := send(); err != nil {
+		if err := r.send(); err != nil {
 			return nil, err
 		}
 		next = time.Now().Add(try)
 	}
 }
 
-// header is the header of send n.
+// final is what the request says once ctx ended: its last word.
+func (r *resend) final(ctx context.Context) (*nats.Msg, error) {
+	switch r.last {
+	case nobody:
+		return nil, nats.ErrNoResponders
+	case unserved:
+		return r.refusal, nil
+	}
+	return nil, ctx.Err()
+}
+
+// send sends the request once more.
+func (r *resend) send() error {
+	if r.sends > 0 {
+		// Never into nats.go's reconnect buffer: what it holds goes out once the
+		// connection is back, after this request has failed.
+		switch {
+		case r.nc.IsClosed():
+			return nats.ErrConnectionClosed
+		case !r.nc.IsConnected():
+			return nats.ErrConnectionReconnecting
+		}
+	}
+	if r.sends > 0 || !r.opts.Fresh {
+		if err := r.x.share(); err != nil {
+			return err
+		}
+	}
+	r.sends++
+	return r.x.send(&nats.Msg{Subject: r.subject, Data: r.body, Header: r.opts.header(r.sends)})
+}
+
+// header is the header of send n: Header with TryHeader set to n, Header itself when it
+// says so already (the first send's, at no cost).
 func (o *Options) header(n int) nats.Header {
-	if o.Header == nil && o.TryHeader == "" {
-		return nil
+	v := strconv.Itoa(n)
+	if o.TryHeader == "" || o.Header.Get(o.TryHeader) == v {
+		return o.Header
 	}
 	h := make(nats.Header, len(o.Header)+1)
 	for k, v := range o.Header {
 		h[k] = v
 	}
-	if o.TryHeader != "" {
-		h.Set(o.TryHeader, strconv.Itoa(n))
-	}
+	h.Set(o.TryHeader, v)
 	return h
 }
 
-// An exchange sends a request and waits for its reply.
-type exchange interface {
-	send(m *nats.Msg) error
-	// wait returns a reply, nats.ErrNoResponders when nobody took the request, or the
-	// error of a wait that ended at until or with ctx.
-	wait(ctx context.Context, until time.Time) (*nats.Msg, error)
-}
-
-// fresh sends each request through the connection's reply subscription, during wait.
-type fresh struct {
-	nc *nats.Conn
-	m  *nats.Msg
-}
-
-func (f *fresh) send(m *nats.Msg) error { f.m = m; return nil }
-
-func (f *fresh) wait(ctx context.Context, until time.Time) (*nats.Msg, error) {
-	wctx, cancel := context.WithDeadline(ctx, until)
-	defer cancel()
-	return f.nc.RequestMsgWithContext(wctx, f.m)
-}
-
-// shared sends every request with one reply subject, so a reply to any send counts.
-type shared struct {
+// An exchange sends a request and waits for its reply: through the connection's one
+// reply subscription (as nc.Request), the request sent during wait, until share gives
+// it a reply subscription of its own that every later send shares, so that a reply to
+// any of them counts. An asynchronous subscription into a small channel: a synchronous
+// one allocates a channel of nats.go's SubChanLen (64k entries, 512 KiB) per request,
+// which 2,000 requests at once turn into a gigabyte.
+type exchange struct {
 	nc      *nats.Conn
+	m       *nats.Msg // the request to send during wait, when not shared
 	inbox   string
 	replies chan *nats.Msg
 	sub     *nats.Subscription
 }
 
-// newShared subscribes to a reply subject. An asynchronous subscription into a small
-// channel: a synchronous one allocates a channel of nats.go's SubChanLen (64k entries,
-// 512 KiB) per request, which 2,000 requests at once turn into a gigabyte.
-func newShared(nc *nats.Conn) (*shared, error) {
-	s := &shared{nc: nc, inbox: nc.NewInbox(), replies: make(chan *nats.Msg, 8)}
-	sub, err := nc.Subscribe(s.inbox, func(m *nats.Msg) {
+// share subscribes to a reply subject of the exchange's own, once.
+func (x *exchange) share() error {
+	if x.sub != nil {
+		return nil
+	}
+	inbox, replies := x.nc.NewInbox(), make(chan *nats.Msg, 8)
+	sub, err := x.nc.Subscribe(inbox, func(m *nats.Msg) {
 		select {
-		case s.replies <- m:
+		case replies <- m:
 		default: // replies are waiting already: one is enough
 		}
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	s.sub = sub
-	return s, nil
+	x.inbox, x.replies, x.sub = inbox, replies, sub
+	return nil
 }
 
-func (s *shared) close() { _ = s.sub.Unsubscribe() }
-
-func (s *shared) send(m *nats.Msg) error {
-	m.Reply = s.inbox
-	return s.nc.PublishMsg(m)
+func (x *exchange) close() {
+	if x.sub != nil {
+		_ = x.sub.Unsubscribe()
+	}
 }
 
-func (s *shared) wait(ctx context.Context, until time.Time) (*nats.Msg, error) {
+func (x *exchange) send(m *nats.Msg) error {
+	if x.sub == nil {
+		x.m = m
+		return nil
+	}
+	x.m = nil
+	m.Reply = x.inbox
+	return x.nc.PublishMsg(m)
+}
+
+// wait returns a reply, nats.ErrNoResponders when nobody took the request, or the error
+// of a wait that ended at until or with ctx.
+func (x *exchange) wait(ctx context.Context, until time.Time) (*nats.Msg, error) {
+	if x.m != nil {
+		m := x.m
+		x.m = nil
+		if d, ok := ctx.Deadline(); ok && !d.After(until) {
+			return x.nc.RequestMsgWithContext(ctx, m)
+		}
+		wctx, cancel := context.WithDeadline(ctx, until)
+		defer cancel()
+		return x.nc.RequestMsgWithContext(wctx, m)
+	}
 	wctx, cancel := context.WithDeadline(ctx, until)
 	defer cancel()
 	select {
-	case m := <-s.replies:
+	case m := <-x.replies:
 		if noResponders(m) {
 			return nil, nats.ErrNoResponders
 		}

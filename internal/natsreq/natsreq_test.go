@@ -211,38 +211,39 @@ func TestResendRidesOutAFailover(t *testing.T) {
 			t.Fatalf("%v, %v; want the refusal", m, err)
 		}
 	})
-	t.Run("EverySendCarriesTheHeaderAndItsNumber", func(t *testing.T) {
-		nc := connect(t)
-		var mu sync.Mutex
-		var tries []string
-		sub, err := nc.Subscribe("svc", func(m *nats.Msg) {
+	for _, h := range []nats.Header{{"Id": {"r1"}, "Try": {"1"}}, {"Id": {"r1"}}} {
+		t.Run(fmt.Sprintf("EverySendCarriesTheHeaderAndItsNumber/%d", len(h)), func(t *testing.T) {
+			nc := connect(t)
+			var mu sync.Mutex
+			var tries []string
+			sub, err := nc.Subscribe("svc", func(m *nats.Msg) {
+				mu.Lock()
+				defer mu.Unlock()
+				if m.Header.Get("Id") != "r1" {
+					t.Errorf("send without the header: %v", m.Header)
+				}
+				tries = append(tries, m.Header.Get("Try"))
+				if len(tries) == 3 {
+					_ = m.Respond([]byte("ok"))
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Unsubscribe()
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			m, err := natsreq.Resend(rctx, nc, "svc", nil, natsreq.Options{FirstTry: 20 * time.Millisecond, Fresh: true, Header: h, TryHeader: "Try"})
+			if err != nil || string(m.Data) != "ok" {
+				t.Fatalf("%v, %v", m, err)
+			}
 			mu.Lock()
 			defer mu.Unlock()
-			if m.Header.Get("Id") != "r1" {
-				t.Errorf("send without the header: %v", m.Header)
-			}
-			tries = append(tries, m.Header.Get("Try"))
-			if len(tries) == 3 {
-				_ = m.Respond([]byte("ok"))
+			if !slices.Equal(tries, []string{"1", "2", "3"}) {
+				t.Fatalf("tries %v, want 1, 2, 3", tries)
 			}
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer sub.Unsubscribe()
-		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		m, err := natsreq.Resend(rctx, nc, "svc", nil, natsreq.Options{FirstTry: 20 * time.Millisecond, Fresh: true,
-			Header: nats.Header{"Id": []string{"r1"}}, TryHeader: "Try"})
-		if err != nil || string(m.Data) != "ok" {
-			t.Fatalf("%v, %v", m, err)
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if !slices.Equal(tries, []string{"1", "2", "3"}) {
-			t.Fatalf("tries %v, want 1, 2, 3", tries)
-		}
-	})
+	}
 	t.Run("NobodyDecides", func(t *testing.T) {
 		nc := connect(t)
 		gone := errors.New("nothing runs")
