@@ -59,8 +59,10 @@ func (c *Coordinator) submit(req *protocol.SubmitJob, from request, reply replyF
 			return
 		}
 	}
-	id := newID()
-	if from.id != "" {
+	var id string
+	if from.id == "" {
+		id = newID()
+	} else {
 		if e := protocol.CheckRequestID(from.id); e != nil {
 			c.noteSubmit(SubmitInvalid)
 			reply(e)
