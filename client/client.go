@@ -73,7 +73,9 @@ func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = 
 // New returns a client on nc, which it does not own.
 func New(nc *nats.Conn, opts ...Option) *Client {
 	c := NewWithTransport(nil, opts...)
-	c.tr = &natsTransport{nc: nc, notice: c.notice}
+	n := &natsTransport{nc: nc, notice: c.notice}
+	n.nobodyFn = n.nobody
+	c.tr = n
 	return c
 }
 
@@ -105,6 +107,9 @@ func (c *Client) Do(ctx context.Context, req protocol.Message) (protocol.Message
 // DoRaw sends a request body of type t and returns the raw reply body.
 func (c *Client) DoRaw(ctx context.Context, t protocol.Type, body []byte) ([]byte, error) {
 	if _, has := ctx.Deadline(); !has {
+		if n, ok := c.tr.(*natsTransport); ok { // bounds it without a context of its own
+			return n.roundTrip(ctx, t, body, c.timeout)
+		}
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
@@ -114,16 +119,22 @@ func (c *Client) DoRaw(ctx context.Context, t protocol.Type, body []byte) ([]byt
 
 // natsTransport sends requests to the coordinator's micro service.
 type natsTransport struct {
-	nc     *nats.Conn
-	notice func(msg string) // WithFailoverNotice
+	nc       *nats.Conn
+	notice   func(msg string)                // WithFailoverNotice
+	nobodyFn func(ctx context.Context) error // nobody, made once
 }
 
 func (n *natsTransport) RoundTrip(ctx context.Context, t protocol.Type, body []byte) ([]byte, error) {
+	return n.roundTrip(ctx, t, body, 0)
+}
+
+// roundTrip is RoundTrip within d when ctx has no deadline (0: none).
+func (n *natsTransport) roundTrip(ctx context.Context, t protocol.Type, body []byte, d time.Duration) ([]byte, error) {
 	e, ok := protocol.EndpointFor(t)
 	if !ok {
 		return nil, fmt.Errorf("%s is not a client request", t)
 	}
-	msg, err := n.request(ctx, t, e.Subject(), body) // failover.go
+	msg, err := n.request(ctx, t, e.Subject(), body, d) // failover.go
 	switch {
 	case errors.Is(err, ErrNoCoordinator):
 		return nil, err

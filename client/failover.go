@@ -51,8 +51,8 @@ func WithFailoverNotice(notice func(msg string)) Option {
 //     one job the request created, on whichever coordinator leads by then.
 //
 // A cancel that goes unanswered is not sent again: whether it was acted on is unknown.
-func (n *natsTransport) request(ctx context.Context, t protocol.Type, subject string, body []byte) (*nats.Msg, error) {
-	opts := natsreq.Options{Unserved: notServing, Nobody: n.nobody}
+func (n *natsTransport) request(ctx context.Context, t protocol.Type, subject string, body []byte, within time.Duration) (*nats.Msg, error) {
+	opts := natsreq.Options{Within: within, Unserved: notServing, Nobody: n.nobodyFn}
 	switch {
 	case t == protocol.TypeSubmitJob:
 		opts.Fresh, opts.FirstTry, opts.MaxTry = true, submitTry, submitTry
@@ -62,7 +62,7 @@ func (n *natsTransport) request(ctx context.Context, t protocol.Type, subject st
 		// Answered from memory: sent again as soon as a submission.
 		opts.FirstTry, opts.MaxTry = submitTry, submitTry
 	case !protocol.ReadOnly(t):
-		opts.Fresh, opts.FirstTry = true, untilDeadline(ctx)
+		opts.Fresh, opts.FirstTry = true, untilDeadline(ctx, within)
 	}
 	msg, err := natsreq.Resend(ctx, n.nc, subject, body, opts)
 	if errors.Is(err, nats.ErrNoResponders) {
@@ -92,9 +92,12 @@ var noticeWithoutRetrying = FailoverNotice[:len(FailoverNotice)-len("; retrying"
 
 // untilDeadline is a first try that outlasts ctx: the request is never sent again for
 // going unanswered.
-func untilDeadline(ctx context.Context) time.Duration {
+func untilDeadline(ctx context.Context, within time.Duration) time.Duration {
 	if d, ok := ctx.Deadline(); ok {
 		return time.Until(d) + time.Second
+	}
+	if within > 0 {
+		return within + time.Second
 	}
 	return 1 << 62
 }

@@ -28,6 +28,9 @@ type Options struct {
 	// FirstTry is how long the first send waits for a reply; 0 means DefaultFirstTry.
 	// Each later wait doubles, up to MaxTry if it is set.
 	FirstTry, MaxTry time.Duration
+	// Within bounds the whole request, from the call, when ctx has no deadline: as
+	// context.WithTimeout would, without a context of its own besides each send's.
+	Within time.Duration
 	// Fresh sends the first send through the connection's one reply subscription, as
 	// nc.Request does, and only a send again through a subscription of the call's own
 	// that every later send shares: a request answered at once (nearly all) then costs
@@ -62,7 +65,7 @@ type Options struct {
 // Options.WaitForResponders and Nobody), the last unserved reply if that was the last
 // word, and ctx's error when sends went unanswered.
 func Resend(ctx context.Context, nc *nats.Conn, subject string, body []byte, opts Options) (*nats.Msg, error) {
-	r := resend{nc: nc, subject: subject, body: body, opts: &opts, x: exchange{nc: nc}}
+	r := resend{nc: nc, subject: subject, body: body, opts: opts, x: exchange{nc: nc}}
 	defer r.x.close()
 	return r.run(ctx)
 }
@@ -79,11 +82,12 @@ type resend struct {
 	nc      *nats.Conn
 	subject string
 	body    []byte
-	opts    *Options
+	opts    Options
 	x       exchange
 	sends   int
 	last    int
 	refusal *nats.Msg
+	end     time.Time // Options.Within's end; zero: ctx's
 }
 
 func (r *resend) run(ctx context.Context) (*nats.Msg, error) {
@@ -91,13 +95,20 @@ func (r *resend) run(ctx context.Context) (*nats.Msg, error) {
 	if try <= 0 {
 		try = DefaultFirstTry
 	}
+	if _, has := ctx.Deadline(); !has && r.opts.Within > 0 {
+		r.end = time.Now().Add(r.opts.Within)
+	}
 	if err := r.send(); err != nil {
 		return nil, err
 	}
 	waitOut := r.opts.WaitForResponders
 	next := time.Now().Add(try)
 	for pause := 10 * time.Millisecond; ; {
-		m, err := r.x.wait(ctx, next)
+		until := next
+		if !r.end.IsZero() && r.end.Before(until) {
+			until = r.end
+		}
+		m, err := r.x.wait(ctx, until)
 		switch {
 		case err == nil && (r.opts.Unserved == nil || !r.opts.Unserved(m)):
 			return m, nil
@@ -116,15 +127,22 @@ func (r *resend) run(ctx context.Context) (*nats.Msg, error) {
 				}
 				r.last = nobody
 			}
-			t := time.NewTimer(pause)
+			wait := pause
+			if !r.end.IsZero() {
+				wait = min(wait, time.Until(r.end))
+			}
+			t := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
 				t.Stop()
 				return r.final(ctx)
 			case <-t.C:
 			}
+			if r.over() {
+				return r.final(ctx)
+			}
 			pause = min(2*pause, 250*time.Millisecond)
-		case ctx.Err() != nil:
+		case ctx.Err() != nil || r.over():
 			return r.final(ctx)
 		case !errors.Is(err, context.DeadlineExceeded):
 			return nil, err // the connection closed, say
@@ -142,7 +160,10 @@ func (r *resend) run(ctx context.Context) (*nats.Msg, error) {
 	}
 }
 
-// final is what the request says once ctx ended: its last word.
+// over reports that the request's time (Options.Within) is up.
+func (r *resend) over() bool { return !r.end.IsZero() && !time.Now().Before(r.end) }
+
+// final is what the request says once its time is up: its last word.
 func (r *resend) final(ctx context.Context) (*nats.Msg, error) {
 	switch r.last {
 	case nobody:
@@ -150,7 +171,10 @@ func (r *resend) final(ctx context.Context) (*nats.Msg, error) {
 	case unserved:
 		return r.refusal, nil
 	}
-	return nil, ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return nil, context.DeadlineExceeded
 }
 
 // send sends the request once more.

@@ -135,6 +135,15 @@ func TestResend(t *testing.T) {
 			t.Fatalf("err = %v, want the deadline", err)
 		}
 	})
+	t.Run("UnansweredWithin", func(t *testing.T) {
+		nc := connect(t)
+		frozen(t, nc)
+		start := time.Now()
+		_, err := natsreq.Resend(ctx, nc, "svc", nil, natsreq.Options{FirstTry: 50 * time.Millisecond, Within: 300 * time.Millisecond})
+		if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 10*time.Second {
+			t.Fatalf("err = %v after %v, want the deadline Within set", err, time.Since(start))
+		}
+	})
 	t.Run("NobodyUntilTheDeadlineIsNoResponders", func(t *testing.T) {
 		nc := connect(t)
 		rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
