@@ -591,9 +591,10 @@ func testRestart(t *testing.T, tr Transport) {
 	t.Run("RunningAttemptGoesOn", func(t *testing.T) {
 		// A real worker runs a job's only attempt across a restart of the
 		// coordinator: it reports the attempt when it registers again, keeps it, and
-		// its result counts.
+		// its result counts. (A heartbeat timeout of seconds: a worker lost on a
+		// loaded machine would lose the attempt too.)
 		t.Parallel()
-		s := Setup(t, tr)
+		s := Setup(t, tr, func(c *coordinator.Config) { c.HeartbeatTimeout = 5 * time.Second })
 		s.StartWorker(2)
 		id := s.Submit("SLEEP", map[string]int{"durationMillis": 1000}, client.MaxAttempts(1))
 		s.WaitState(id, protocol.StateRunning)
@@ -604,7 +605,7 @@ func testRestart(t *testing.T, tr Transport) {
 	})
 	t.Run("RunningJobRunsAgain", func(t *testing.T) {
 		t.Parallel()
-		s := Setup(t, tr)
+		s := Setup(t, tr, silentWorkersStay)
 		m := s.SilentWorker("gone", 1)
 		id := s.Submit("SHA256", Text("abc"))
 		first := s.NextAssign(m)
@@ -630,7 +631,7 @@ func testRestart(t *testing.T, tr Transport) {
 	})
 	t.Run("FinalAttemptFails", func(t *testing.T) {
 		t.Parallel()
-		s := Setup(t, tr)
+		s := Setup(t, tr, silentWorkersStay)
 		m := s.SilentWorker("gone", 1)
 		id := s.Submit("SHA256", Text("abc"), client.MaxAttempts(1))
 		s.NextAssign(m)
@@ -644,7 +645,7 @@ func testRestart(t *testing.T, tr Transport) {
 		// A result delivered to the new coordinator before its worker registered
 		// again counts: the attempt is still the job's.
 		t.Parallel()
-		s := Setup(t, tr)
+		s := Setup(t, tr, silentWorkersStay)
 		m := s.SilentWorker("w", 1)
 		id := s.Submit("SHA256", Text("abc"), client.MaxAttempts(1))
 		a := s.NextAssign(m)
@@ -704,6 +705,11 @@ func testRestart(t *testing.T, tr Transport) {
 		}
 	})
 }
+
+// silentWorkersStay: a test-driven worker that never heartbeats is not lost while the
+// test runs (on a loaded machine, the fast heartbeat timeout can pass between its
+// registration and the restart).
+func silentWorkersStay(c *coordinator.Config) { c.HeartbeatTimeout = time.Minute }
 
 // runOneByOne registers a one-slot worker and returns the order it is given n jobs in.
 func runOneByOne(s *System, n int) []string {
