@@ -8,6 +8,7 @@ import (
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/coordinator"
+	"github.com/jobbus/jobbus/worker"
 )
 
 // TestClaimAfterRestart is the coordinator's side of claims (recover.go): worker w1 runs
@@ -159,4 +160,30 @@ func cmpOr(d, or time.Duration) time.Duration {
 		return d
 	}
 	return or
+}
+
+// TestFailoverKeepsRunningAttempt: a standby that takes over finds a job RUNNING on
+// its only attempt; the worker, told of the new leader by its announcement (its own
+// heartbeat is an hour away), registers with it, reports the attempt and keeps it,
+// and the job completes on that attempt.
+func TestFailoverKeepsRunningAttempt(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	_ = s.Coordinator.Close()
+	cfg := s.Config
+	cfg.LeaderLease = 600 * time.Millisecond
+	cfg.HeartbeatTimeout = time.Hour
+	first, stopFirst := stoppableCampaign(t, s, cfg)
+	c1 := recv(t, "the first leader", first)
+	s.StartNativeWorker(t, worker.WithCapacity(1), worker.WithHeartbeat(time.Hour))
+	s.Eventually("the worker registered", func() bool { return len(c1.Stats().Workers) == 1 })
+	second, _ := stoppableCampaign(t, s, cfg)
+	id := s.Submit("SLEEP", map[string]int{"durationMillis": 1500}, client.MaxAttempts(1))
+	s.WaitState(id, protocol.StateRunning)
+
+	stopFirst()
+	recv(t, "the standby leading", second)
+	if j := s.Wait(id); j.State != protocol.StateCompleted || j.Attempts != 1 {
+		t.Fatalf("job %+v error %q, want COMPLETED on its one attempt", j, deref(j.Error))
+	}
 }
