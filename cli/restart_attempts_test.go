@@ -189,10 +189,11 @@ func startRecordingWorker(t *testing.T, url, id, record string) *proc {
 
 // TestServeKilledCostsNativeWorkersNoAttempt is issue 21's restart row as a test: jobbus
 // serve is SIGKILLed and started again on its store, again and again, while native
-// worker processes outside it run jobs on their only attempt (max attempts 1). A worker
-// reports what it runs when it registers with the new coordinator, which keeps those
-// attempts: every job completes on attempt 1, none fails, and no job ever runs twice at
-// once (the workers record each execution's start and end). JOBBUS_LONG_TESTS=1 (task
+// worker processes outside it run jobs, half of them on their only attempt (max
+// attempts 1), half with three. A worker reports what it runs when it registers with
+// the new coordinator, which keeps those attempts: every job completes on attempt 1,
+// none fails, and no job ever runs twice at once (the workers record each execution's
+// start and end). JOBBUS_LONG_TESTS=1 (task
 // test-restarts) kills serve more often.
 func TestServeKilledCostsNativeWorkersNoAttempt(t *testing.T) {
 	t.Parallel()
@@ -237,7 +238,9 @@ func TestServeKilledCostsNativeWorkersNoAttempt(t *testing.T) {
 			for k := 0; ctx.Err() == nil; k++ {
 				key := fmt.Sprintf("s%d-%d", i, k)
 				sctx, scancel := context.WithTimeout(ctx, 2*time.Second)
-				id, err := cl.Submit(sctx, "RECORDED", recorded{Key: key, Millis: 300 + rand.IntN(1700)}, client.MaxAttempts(1))
+				// Half on their only attempt, where a lost attempt fails the job; half with
+				// three, where a lost one runs again (beside the first, if that still runs).
+				id, err := cl.Submit(sctx, "RECORDED", recorded{Key: key, Millis: 300 + rand.IntN(1700)}, client.MaxAttempts(1+2*(k%2)))
 				scancel()
 				if err == nil {
 					mu.Lock()
