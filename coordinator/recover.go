@@ -355,7 +355,7 @@ func (c *Coordinator) restore(r protocol.Record, rev uint64) {
 	case protocol.StateRetryWait:
 		c.pushRetry(j)
 	case protocol.StateRunning:
-		j.rec.WorkerID, j.rec.AttemptID = "", ""
+		j.rec.LastWorkerID, j.rec.WorkerID, j.rec.AttemptID = r.WorkerID, "", ""
 		if r.Attempts >= r.MaxAttempts {
 			j.rec.State = protocol.StateFailed
 			j.rec.Error = ptr("coordinator restarted during final attempt; outcome unknown")
