@@ -102,6 +102,9 @@ func bench(c *cli.Context) error {
 	if n == 0 && idle == 0 {
 		return usageError("nothing to measure: give --jobs or --idle")
 	}
+	if err := checkLocalWorkers(c, 1); err != nil {
+		return err
+	}
 	syncOpts, err := syncOptions(c.String("sync"), true) // the bench's server is lone
 	if err != nil {
 		return err

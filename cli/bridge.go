@@ -170,6 +170,9 @@ Example:
 			if cfg.WorkerListen == "" && cfg.ClientListen == "" {
 				return usageError("--worker-port and --client-port are both -1: nothing to serve")
 			}
+			if err := checkFree(servePorts(c, false), ""); err != nil {
+				return err
+			}
 			target, err := natsTarget(c, false)
 			if err != nil {
 				return err

@@ -108,6 +108,9 @@ func serve(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := checkLocalWorkers(c, 0); err != nil {
+		return err
+	}
 	cfg := coordinatorConfig(c, log)
 	// --sync always: a cluster syncs each write, and group commit is its atomic
 	// batches; a lone server's coordinator syncs groups of writes itself (serveUntil).
@@ -239,6 +242,9 @@ func connectOrEmbed(ctx context.Context, c *cli.Context, log *slog.Logger, embed
 				return nil, nil, usageError("--%s configures the embedded NATS server, which serve does not start when it joins %s", f, target.where())
 			}
 		}
+		if err := checkFree(servePorts(c, false), ""); err != nil { // ports.go: every port in use at once
+			return nil, nil, err
+		}
 		nc, err := dial(ctx, c, log, target)
 		if err != nil {
 			return nil, nil, err
@@ -284,6 +290,9 @@ func connectOrEmbed(ctx context.Context, c *cli.Context, log *slog.Logger, embed
 	}
 	if pw := c.String("nats-system-password"); pw != "" {
 		opts = append(opts, embeddednats.WithSystemUser(c.String("nats-system-user"), pw))
+	}
+	if err := checkServeFree(c); err != nil { // ports.go: every port and the store in use, at once
+		return nil, nil, err
 	}
 	srv, err := startEmbedded(ctx, log, opts) // serve_store.go
 	if err != nil {
