@@ -221,7 +221,7 @@ func TestContexts(t *testing.T) {
 	}
 }
 
-// TestEveryFlagHasAVariable: as the README says, every flag of every command is also
+// TestEveryFlagHasAVariable: as docs/operations.md says, every flag of every command is also
 // read from an environment variable, and its help shows which.
 func TestEveryFlagHasAVariable(t *testing.T) {
 	t.Parallel()

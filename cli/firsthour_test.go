@@ -2,7 +2,11 @@ package cli_test
 
 import (
 	"context"
+	"io"
 	"net"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -140,4 +144,33 @@ func freeAddr(t *testing.T) string {
 	addr := l.Addr().String()
 	_ = l.Close()
 	return addr
+}
+
+// TestHelpPointsToDocsThatExist: where a command's help sends the reader to a page of
+// docs/, that page is in the repository; and the services' help sends them somewhere.
+func TestHelpPointsToDocsThatExist(t *testing.T) {
+	t.Parallel()
+	ref := regexp.MustCompile(`docs/[A-Za-z0-9_-]+\.[a-z]+`)
+	app := cli.App(io.Discard, io.Discard)
+	for _, cmd := range app.Commands {
+		if cmd.Name == "help" {
+			continue
+		}
+		code, out, _ := cliRun(nil, cmd.Name, "--help")
+		if code != cli.ExitOK {
+			t.Fatalf("%s --help: exit %d", cmd.Name, code)
+		}
+		pages := ref.FindAllString(out, -1)
+		for _, p := range pages {
+			if _, err := os.Stat(filepath.Join("..", p)); err != nil {
+				t.Errorf("%s --help points to %s: %v", cmd.Name, p, err)
+			}
+		}
+		switch cmd.Name {
+		case "serve", "coordinator", "bridge", "bench", "dashboard", "cluster":
+			if len(pages) == 0 {
+				t.Errorf("%s --help points to no page of docs/:\n%s", cmd.Name, out)
+			}
+		}
+	}
 }
