@@ -102,14 +102,20 @@ func checkFree(addrs []listenAddr, dataDir string) error {
 		strings.Join(what, " and "), strings.Join(busy, "\n")), ExitError)
 }
 
-// checkServeFree is checkFree for serve on its embedded server: that server's
-// addresses and store too, unless a nats-server configuration file sets them.
+// checkServeFree is checkFree for serve's flags: the embedded server's addresses and
+// store too, unless serve joins a NATS server (--nats, --context) or a nats-server
+// configuration file sets them.
 func checkServeFree(c *cli.Context) error {
+	target, err := natsTarget(c, true)
+	if err != nil {
+		return err
+	}
+	embedded := target.url == ""
 	dataDir := ""
-	if c.String("nats-config") == "" {
+	if embedded && c.String("nats-config") == "" {
 		dataDir = c.String("data-dir")
 	}
-	return checkFree(servePorts(c, true), dataDir)
+	return checkFree(servePorts(c, embedded), dataDir)
 }
 
 // isAddrInUse recognises a listen refused because the address is taken (Windows'
