@@ -36,9 +36,11 @@ func subjectOf(t protocol.Type) string {
 //     sent again every second it goes unanswered too: the coordinator answers
 //     every send with the one job the request created.
 //
-// A cancel that goes unanswered is not sent again: whether it was acted on is unknown.
+// A request sent again for going unanswered, or waiting for a coordinator to serve, is
+// sent again at once when a new leader announces itself (protocol.LeaderSubject). A
+// cancel that goes unanswered is not sent again: whether it was acted on is unknown.
 func (b *Bridge) requestRetrying(ctx context.Context, subject string, payload []byte) (*nats.Msg, error) {
-	opts := natsreq.Options{WaitForResponders: true, Unserved: notServing}
+	opts := natsreq.Options{WaitForResponders: true, Unserved: notServing, Wake: protocol.LeaderSubject}
 	switch {
 	case subject == statusSubject || subject == workersSubject:
 		// Answered from memory: sent again as soon as a submission.

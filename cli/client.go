@@ -64,9 +64,11 @@ func connect(c *cli.Context, reconnect bool, opts ...client.Option) (*session, e
 	c.Context = ctx
 	nopts := []nats.Option{nats.Name("jobbus " + c.Command.Name), nats.Timeout(natsDialTimeout),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			// A user who may not ask for coordinators' presence (the client asks when
-			// none serves) is told what the client tells without it.
-			if errors.Is(err, nats.ErrPermissionViolation) && !strings.Contains(err.Error(), `"`+protocol.CoordinatorsSubject+`"`) {
+			// A user who may not ask for coordinators' presence, nor hear a new leader's
+			// announcement (the client asks and listens while a failover may be under
+			// way), is told what the client tells without them.
+			if errors.Is(err, nats.ErrPermissionViolation) && !strings.Contains(err.Error(), `"`+protocol.CoordinatorsSubject+`"`) &&
+				!strings.Contains(err.Error(), `"`+protocol.LeaderSubject+`"`) {
 				refused(err)
 			}
 		})}

@@ -50,9 +50,11 @@ func WithFailoverNotice(notice func(msg string)) Option {
 //     every second it goes unanswered too: the coordinator answers each send with the
 //     one job the request created, on whichever coordinator leads by then.
 //
-// A cancel that goes unanswered is not sent again: whether it was acted on is unknown.
+// A request sent again for going unanswered, or waiting for a coordinator to serve, is
+// sent again at once when a new leader announces itself (protocol.LeaderSubject). A
+// cancel that goes unanswered is not sent again: whether it was acted on is unknown.
 func (n *natsTransport) request(ctx context.Context, t protocol.Type, subject string, body []byte, within time.Duration) (*nats.Msg, error) {
-	opts := natsreq.Options{Within: within, Unserved: notServing, Nobody: n.nobodyFn}
+	opts := natsreq.Options{Within: within, Unserved: notServing, Nobody: n.nobodyFn, Wake: protocol.LeaderSubject}
 	switch {
 	case t == protocol.TypeSubmitJob:
 		opts.Fresh, opts.FirstTry, opts.MaxTry = true, submitTry, submitTry

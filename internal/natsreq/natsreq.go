@@ -58,6 +58,11 @@ type Options struct {
 	// coordinator whose leader lease lapsed): it is waited past like "no responders",
 	// and returned only if nothing better came before ctx ended.
 	Unserved func(*nats.Msg) bool
+	// Wake, if set, is a subject on which a responder announces that it now serves (a
+	// new leader: protocol.LeaderSubject). Once a send went unanswered or unserved, or
+	// found nobody, an announcement sends the request again at once rather than at the
+	// end of its wait. Subscribed to only then, with no goroutine of its own.
+	Wake string
 }
 
 // Resend sends body to subject and returns the first reply that serves it, until ctx
@@ -131,12 +136,15 @@ func (r *resend) run(ctx context.Context) (*nats.Msg, error) {
 			if !r.end.IsZero() {
 				wait = min(wait, time.Until(r.end))
 			}
+			r.listen()
 			t := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
 				t.Stop()
 				return r.final(ctx)
 			case <-t.C:
+			case <-r.x.woken:
+				t.Stop()
 			}
 			if r.over() {
 				return r.final(ctx)
@@ -144,6 +152,8 @@ func (r *resend) run(ctx context.Context) (*nats.Msg, error) {
 			pause = min(2*pause, 250*time.Millisecond)
 		case ctx.Err() != nil || r.over():
 			return r.final(ctx)
+		case errors.Is(err, errWoken): // a new responder: send again now
+			r.last, waitOut = unanswered, true
 		case !errors.Is(err, context.DeadlineExceeded):
 			return nil, err // the connection closed, say
 		default: // this send went unanswered: its responder may be on its way out, and
@@ -152,6 +162,7 @@ func (r *resend) run(ctx context.Context) (*nats.Msg, error) {
 			if r.opts.MaxTry > 0 {
 				try = min(try, r.opts.MaxTry)
 			}
+			r.listen()
 		}
 		if err := r.send(); err != nil {
 			return nil, err
@@ -159,6 +170,20 @@ func (r *resend) run(ctx context.Context) (*nats.Msg, error) {
 		next = time.Now().Add(try)
 	}
 }
+
+// listen subscribes to Options.Wake, once.
+func (r *resend) listen() {
+	if r.opts.Wake == "" || r.x.wake != nil {
+		return
+	}
+	woken := make(chan *nats.Msg, 1)
+	if sub, err := r.nc.ChanSubscribe(r.opts.Wake, woken); err == nil {
+		r.x.wake, r.x.woken = sub, woken
+	}
+}
+
+// errWoken: a wait ended by an announcement on Options.Wake.
+var errWoken = errors.New("a new responder announced itself")
 
 // over reports that the request's time (Options.Within) is up.
 func (r *resend) over() bool { return !r.end.IsZero() && !time.Now().Before(r.end) }
@@ -225,6 +250,8 @@ type exchange struct {
 	inbox   string
 	replies chan *nats.Msg
 	sub     *nats.Subscription
+	wake    *nats.Subscription // to Options.Wake, once listened to
+	woken   chan *nats.Msg     // its announcements; nil (never ready) until then
 }
 
 // share subscribes to a reply subject of the exchange's own, once.
@@ -249,6 +276,9 @@ func (x *exchange) share() error {
 func (x *exchange) close() {
 	if x.sub != nil {
 		_ = x.sub.Unsubscribe()
+	}
+	if x.wake != nil {
+		_ = x.wake.Unsubscribe()
 	}
 }
 
@@ -285,6 +315,8 @@ func (x *exchange) wait(ctx context.Context, until time.Time) (*nats.Msg, error)
 		return m, nil
 	case <-wctx.Done():
 		return nil, wctx.Err()
+	case <-x.woken:
+		return nil, errWoken
 	}
 }
 

@@ -273,6 +273,32 @@ func TestResendRidesOutAFailover(t *testing.T) {
 			t.Fatalf("%v, %v, Nobody asked %d times; want the answer, Nobody asked once", m, err, asked.Load())
 		}
 	})
+	t.Run("AnAnnouncementSendsAgainAtOnce", func(t *testing.T) {
+		// The first send goes to a frozen member; a second send waits 2 s, but a new
+		// responder announces itself after about 1.2 s: the request is answered then.
+		nc := connect(t)
+		frozen(t, nc)
+		time.AfterFunc(1200*time.Millisecond, func() {
+			sub, err := nc.Subscribe("svc", func(m *nats.Msg) { _ = m.Respond([]byte("ok")) })
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { _ = sub.Unsubscribe() })
+			_ = nc.Flush()
+			_ = nc.Publish("svc.leader", nil)
+		})
+		start := time.Now()
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		m, err := natsreq.Resend(rctx, nc, "svc", nil, natsreq.Options{FirstTry: time.Second, Fresh: true, Wake: "svc.leader"})
+		if err != nil || string(m.Data) != "ok" {
+			t.Fatalf("%v, %v", m, err)
+		}
+		// Without the announcement, the third send would go at 3 s.
+		if took := time.Since(start); took > 2800*time.Millisecond {
+			t.Fatalf("answered after %v: the announcement did not send it again", took)
+		}
+	})
 	t.Run("NoSendAgainOnceClosed", func(t *testing.T) {
 		nc := connect(t)
 		frozen(t, nc)
