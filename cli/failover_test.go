@@ -278,6 +278,30 @@ func testPausedLeader(t *testing.T, sys *jobbustest.System, pause time.Duration,
 			return r
 		})
 	}
+	// Probes sent every 50 ms whether or not the last was answered, as an operator's
+	// health check: the loops above wait for each answer, so a request that hangs
+	// holds up their next.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r := request{kind: "probe", id: warm, sent: time.Now()}
+				_, r.err = native.Status(context.Background(), warm)
+				r.done = time.Now()
+				log.add(r)
+			}()
+		}
+	}()
 
 	time.Sleep(time.Second) // requests to the leader before the pause
 	paused := time.Now()
@@ -300,6 +324,12 @@ func testPausedLeader(t *testing.T, sys *jobbustest.System, pause time.Duration,
 	t.Logf("answered: %d/%d before the pause, %d/%d sent during the takeover, %d/%d sent after the takeover while the old leader was paused, %d/%d after it woke",
 		len(before)-len(failed(before)), len(before), len(blind)-len(failed(blind)), len(blind),
 		len(after)-len(failed(after)), len(after), len(woke)-len(failed(woke)), len(woke))
+	probes := func(reqs []request) string {
+		reqs = slices.DeleteFunc(slices.Clone(reqs), func(r request) bool { return r.kind != "probe" })
+		return fmt.Sprintf("%d/%d", len(reqs)-len(failed(reqs)), len(reqs))
+	}
+	t.Logf("probes every 50 ms answered: %s before the pause, %s sent during the takeover, %s sent after the takeover while the old leader was paused, %s after it woke",
+		probes(before), probes(blind), probes(after), probes(woke))
 	t.Logf("latency: before the pause p50 %v max %v; requests in flight during the takeover p50 %v max %v",
 		p50.Round(time.Millisecond), longest.Round(time.Millisecond), fp50.Round(time.Millisecond), flongest.Round(time.Millisecond))
 	for _, r := range failed(append(after, woke...)) {
