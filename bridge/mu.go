@@ -7,7 +7,8 @@ package bridge
 // bus.Address{Role: bus.RoleMu, ID: "host:port"} (the seed's registerWorkerChannel):
 // tells and asks that any bus node sends to that address are written to this
 // connection, and the node's RESPONSE or ERROR (matched by requestId) is the answer.
-// Any frame keeps the connection alive; one that sends nothing for MuIdleTimeout is
+// A HEARTBEAT that carries a requestId (which the seed's never do) gets a RESPONSE once
+// served, whose payload is the node's bus address. Any frame keeps the connection alive; one that sends nothing for MuIdleTimeout is
 // closed. When the connection ends the node is gone: asks waiting for it fail at once
 // (the seed's fail-fast rule) and later ones find no peer. A second connection
 // registering a live address supersedes the first, which is closed.
@@ -177,7 +178,13 @@ func (s *muSession) serve(m *mu.Message) {
 		if m.SenderAddress != nil {
 			if err := s.register(*m.SenderAddress); err != nil {
 				s.complain(m, err.Error())
+				return
 			}
+		}
+		if m.RequestID != "" {
+			// Not in the seed, which answers no HEARTBEAT: one with a requestId gets a
+			// RESPONSE once it is served, so a node knows when the bus can reach it.
+			s.send(&mu.Message{MessageType: mu.TypeResponse, RequestID: m.RequestID, Payload: s.registeredAs()})
 		}
 	case mu.TypeTell:
 		if err := s.tell(m); err != nil {
@@ -229,6 +236,17 @@ func (s *muSession) encode(m *mu.Message) []byte {
 
 // send queues a message for the connection; a full queue drops the connection.
 func (s *muSession) send(m *mu.Message) bool { return s.out.send(s.encode(m)) }
+
+// registeredAs is the payload of a HEARTBEAT's RESPONSE: the bus address of the node
+// ("mu/<idtoken>") as a JSON string, or null before it registered.
+func (s *muSession) registeredAs() json.RawMessage {
+	n := s.registration()
+	if n == nil {
+		return nil
+	}
+	data, _ := json.Marshal(n.node.Self().String())
+	return data
+}
 
 func (s *muSession) registration() *muNode {
 	s.mu.Lock()
