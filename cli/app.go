@@ -63,6 +63,7 @@ func App(stdout, stderr io.Writer) *cli.App {
 			coordinatorCommand(),
 			workerCommand(),
 			bridgeCommand(),
+			muNodeCommand(),
 			dashboardCommand(),
 			benchCommand(),
 			versionCommand(),
