@@ -1,5 +1,6 @@
 // Package bridge serves the two framed TCP ports of PROTOCOL.md in front of a jobbus
-// coordinator that lives on NATS. It forwards; the coordinator decides.
+// coordinator that lives on NATS, and a third for Mu nodes. It forwards; the
+// coordinator decides.
 //
 // The client port (default 7071) is strict request/reply: each frame's payload is sent
 // unchanged to the coordinator's API endpoint for its type (protocol.EndpointFor) and
@@ -18,6 +19,12 @@
 // live worker id supersedes the first, which closes without reporting a loss. This
 // holds within one bridge: one worker id live on two bridges at once is a
 // misconfiguration, as two native workers of one id are.
+//
+// The Mu port (off unless Config.MuListen is set; the seed deploys it on 7700) speaks
+// PowerJob's MuMessage frames (seeds/004, package bus/protocol/mu): a node that
+// registers with a HEARTBEAT carrying its senderAddress becomes the bus node
+// mu/<host:port>, reached through the connection it opened, and routes its TELLs and
+// ASKs by path to any bus node; the client API answers it on jobbus.api.* (mu.go).
 //
 // # Errors on the wire
 //
