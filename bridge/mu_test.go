@@ -61,8 +61,9 @@ func (s *system) nativeNode(id string) *bus.Node {
 
 func muAddr(addr string) bus.Address { return bus.Address{Role: bus.RoleMu, ID: addr} }
 
+// askCtx bounds a test's asks: all of them, so longer than one wait.
 func askCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*waitFor)
 	t.Cleanup(cancel)
 	return ctx
 }
@@ -414,9 +415,10 @@ func TestMuHostileInputs(t *testing.T) {
 	}))
 	s.muNode("127.0.0.1:27030")
 	native := s.nativeNode("prober")
-	ctx := askCtx(t)
 	probe := func() {
 		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
 		got, err := bus.Ask[json.RawMessage](ctx, native, muAddr("127.0.0.1:27030"), "echo", json.RawMessage(`1`))
 		if err != nil || string(got) != "1" {
 			t.Fatalf("the healthy Mu node: %s, %v", got, err)
