@@ -157,6 +157,26 @@ func TestMuAsksBothWays(t *testing.T) {
 			t.Fatalf("mu asking without a destination: %v", err)
 		}
 	})
+	t.Run("AskerTimeoutBounded", func(t *testing.T) {
+		// A native handler that never answers: the Mu node still gets its one ERROR,
+		// within the bridge's request timeout (2s here).
+		release := make(chan struct{})
+		defer close(release)
+		if err := native.Handle("stall", func(context.Context, *bus.Request) (any, error) {
+			<-release
+			return nil, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		_, err := m1.Ask(ctx, "stall@native/n1", nil)
+		if !errors.Is(err, munode.ErrRemote) || !strings.Contains(err.Error(), "timeout") {
+			t.Fatalf("stalled ask: %v", err)
+		}
+		if took := time.Since(start); took > waitFor {
+			t.Fatalf("the ERROR took %v", took)
+		}
+	})
 	t.Run("Tells", func(t *testing.T) {
 		got := make(chan string, 2)
 		if err := native.Handle("note", func(_ context.Context, r *bus.Request) (any, error) {
