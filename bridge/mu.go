@@ -36,6 +36,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jobbus/jobbus/bus"
@@ -48,8 +49,12 @@ import (
 // (bus.WatchPresence of bus.RoleMu), while its connection lives.
 const muPresence = 2 * time.Second
 
-// errMuIdle: a Mu connection sent nothing for MuIdleTimeout.
-var errMuIdle = errors.New("idle")
+var (
+	// errMuIdle: a Mu connection sent nothing for MuIdleTimeout.
+	errMuIdle = errors.New("idle")
+	// errStopped: the session stopped reading (superseded).
+	errStopped = errors.New("stopped")
+)
 
 // muSession is one connection of the Mu port. Its reading goroutine (serveMu) owns
 // reader and is the only one to register; asks from the node run on goroutines of
@@ -67,6 +72,9 @@ type muSession struct {
 
 	mu  sync.Mutex
 	reg *muNode // nil until registered, and again once superseded
+	// superseded is set when a newer connection registered the node's address: the
+	// session stops reading and closes.
+	superseded atomic.Bool
 }
 
 // muNode is a registered Mu node: its bus node and the asks the bus sent it that wait
@@ -145,7 +153,10 @@ func (b *Bridge) serveMu(c net.Conn, release func()) {
 // to write before closing, if any.
 func (s *muSession) loop() []byte {
 	for {
-		payload, err := readFrameWithin(s.conn, s.reader, s.b.cfg.FrameStallTimeout, s.b.cfg.MuIdleTimeout)
+		payload, err := readFrameWithin(s.conn, s.reader, s.b.cfg.FrameStallTimeout, s.b.cfg.MuIdleTimeout, s.superseded.Load)
+		if s.superseded.Load() {
+			return s.encode(&mu.Message{MessageType: mu.TypeError, ErrorMessage: "superseded: another connection registered this address"})
+		}
 		if errors.Is(err, errMuIdle) {
 			s.log.Info("mu node idle; closing", "idle", s.b.cfg.MuIdleTimeout)
 			return s.encode(&mu.Message{MessageType: mu.TypeError,
@@ -284,7 +295,18 @@ func (s *muSession) register(addr mu.Address) error {
 		s.b.muNodes.drop(n)
 		return fmt.Errorf("register %s: %w", key, err)
 	}
-	n.node = node
+	// A connection registering the same address at the same time may have superseded
+	// this one already: then leave found no node to close, and the node is closed here.
+	n.mu.Lock()
+	gone := n.gone
+	if !gone {
+		n.node = node
+	}
+	n.mu.Unlock()
+	if gone {
+		s.b.stats.retire(node)
+		return fmt.Errorf("register %s: superseded by another connection", key)
+	}
 	s.mu.Lock()
 	s.reg = n
 	s.mu.Unlock()
@@ -297,14 +319,15 @@ func (s *muSession) register(addr mu.Address) error {
 // node leaves now (so that the new one is the only node of the address), and the
 // connection closes after an ERROR saying why.
 func (s *muSession) supersede(n *muNode) {
+	s.superseded.Store(true)
 	s.mu.Lock()
 	if s.reg == n {
 		s.reg = nil
 	}
 	s.mu.Unlock()
 	n.leave()
-	s.out.finish(s.encode(&mu.Message{MessageType: mu.TypeError,
-		ErrorMessage: "superseded: another connection registered " + n.key}))
+	// Wake the session's reading, which then stops (readFrameWithin) and closes.
+	_ = s.conn.SetReadDeadline(time.Now())
 }
 
 // leave takes the node off the bus: asks waiting for its answers fail at once, and its
@@ -313,15 +336,15 @@ func (n *muNode) leave() {
 	n.once.Do(func() {
 		n.mu.Lock()
 		n.gone = true
-		pending := n.pending
+		pending, node := n.pending, n.node
 		n.pending = nil
 		n.mu.Unlock()
 		for _, ch := range pending {
 			close(ch)
 		}
 		n.s.b.muNodes.drop(n)
-		if n.node != nil {
-			n.s.b.stats.retire(n.node) // closes it
+		if node != nil {
+			n.s.b.stats.retire(node) // closes it
 		}
 		n.s.log.Info("mu node left", "failed_asks", len(pending))
 	})
@@ -537,8 +560,10 @@ func muRoute(p string) (bus.Address, string, error) {
 
 // readFrameWithin is readFrame for the Mu port: a frame that has begun must complete
 // as on the other ports, and between frames the connection may be silent for idle at
-// most (errMuIdle).
-func readFrameWithin(c net.Conn, r *frame.Reader, stall, idle time.Duration) ([]byte, error) {
+// most (errMuIdle). It returns errStopped once stopped reports true: whoever sets it
+// then sets a read deadline in the past, which wakes the read, and stopped is checked
+// after each deadline is set, so that the wake-up cannot be overwritten unseen.
+func readFrameWithin(c net.Conn, r *frame.Reader, stall, idle time.Duration, stopped func() bool) ([]byte, error) {
 	quiet := time.Now().Add(idle)
 	midFrame := false
 	for {
@@ -549,6 +574,9 @@ func readFrameWithin(c net.Conn, r *frame.Reader, stall, idle time.Duration) ([]
 		if err := c.SetReadDeadline(d); err != nil {
 			return nil, err
 		}
+		if stopped() {
+			return nil, errStopped
+		}
 		p, err := r.Read()
 		if err == nil {
 			return p, nil
@@ -557,6 +585,8 @@ func readFrameWithin(c net.Conn, r *frame.Reader, stall, idle time.Duration) ([]
 			return nil, err
 		}
 		switch {
+		case stopped():
+			return nil, errStopped
 		case !r.Started() && !time.Now().Before(quiet):
 			return nil, errMuIdle
 		case !r.Started():

@@ -342,18 +342,22 @@ func TestMuFailFast(t *testing.T) {
 }
 
 // TestMuSupersede: a second connection registering a live address takes it over; the
-// first is told why and closed.
+// first is told why and closed, and stops being served.
 func TestMuSupersede(t *testing.T) {
 	t.Parallel()
 	s := setup(t, noCoordinator(), withMu(nil))
-	first := s.muNode("127.0.0.1:27020")
+	first := dial(t, s.br.MuAddr())
+	sendMu(t, first, `{"messageType":"HEARTBEAT","requestId":"reg","senderAddress":{"host":"127.0.0.1","port":27020}}`)
+	if a := recvMu(t, first); a.MessageType != mu.TypeResponse || string(a.Payload) != `"mu/~MTI3LjAuMC4xOjI3MDIw"` {
+		t.Fatalf("registration: %+v", a)
+	}
 	second := s.muNode("127.0.0.1:27020")
 	second.Handle("which", func(context.Context, *mu.Message) (json.RawMessage, error) { return json.RawMessage(`"second"`), nil })
-	first.Handle("which", func(context.Context, *mu.Message) (json.RawMessage, error) { return json.RawMessage(`"first"`), nil })
-	select {
-	case <-first.Done():
-	case <-time.After(waitFor):
-		t.Fatal("the superseded connection stays open")
+	if a := recvMu(t, first); a.MessageType != mu.TypeError || !strings.HasPrefix(a.ErrorMessage, "superseded") {
+		t.Fatalf("the first connection got %+v", a)
+	}
+	if more := first.ExpectClosed(); len(more) > 0 {
+		t.Fatalf("frames after the ERROR: %q", more)
 	}
 	native := s.nativeNode("n")
 	got, err := bus.Ask[string](askCtx(t), native, muAddr("127.0.0.1:27020"), "which", nil)
