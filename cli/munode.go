@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -39,11 +38,11 @@ Examples:
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "connect", Value: "127.0.0.1:7700", Usage: "the Mu port to dial, host:port", EnvVars: env("mu-connect")},
 			&cli.StringFlag{Name: "address", Required: true, Usage: "the node's address, host:port (its senderAddress; a bare name has port 0)", EnvVars: env("mu-address")},
-			&cli.StringSliceFlag{Name: "echo", Value: cli.NewStringSlice("echo"), Usage: "a path whose asks are answered with their payload (repeatable)"},
-			&cli.StringFlag{Name: "ask", Usage: "ask this path once, print the answer and exit"},
-			&cli.StringFlag{Name: "payload", Usage: "the JSON payload of --ask"},
-			millisFlag("heartbeat-millis", 5*time.Second, "how often the node sends HEARTBEAT"),
-			millisFlag("timeout-millis", 10*time.Second, "bounds the registration, each write and --ask"),
+			&cli.StringSliceFlag{Name: "echo", Value: cli.NewStringSlice("echo"), Usage: "a path whose asks are answered with their payload (repeatable)", EnvVars: env("mu-echo")},
+			&cli.StringFlag{Name: "ask", Usage: "ask this path once, print the answer and exit", EnvVars: env("mu-ask")},
+			&cli.StringFlag{Name: "payload", Usage: "the JSON payload of --ask", EnvVars: env("mu-payload")},
+			&cli.Int64Flag{Name: "heartbeat-millis", Value: 5000, Usage: "how often the node sends HEARTBEAT", EnvVars: env("mu-heartbeat-millis")},
+			&cli.Int64Flag{Name: "timeout-millis", Value: 10000, Usage: "bounds the registration, each write and --ask", EnvVars: env("mu-timeout-millis")},
 		},
 		Action: runMuNode,
 	}
