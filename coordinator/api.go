@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/jobbus/jobbus/bus"
@@ -284,9 +283,9 @@ func (c *Coordinator) readSnapshot(id string) (protocol.Job, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	data, err := c.readRecord(ctx, id)
+	data, err := c.store.read(ctx, id)
 	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted), errors.Is(err, jetstream.ErrInvalidKey):
+	case errors.Is(err, errNoRecord):
 		return protocol.Job{}, errUnknownJob
 	case err != nil:
 		return protocol.Job{}, &protocol.Error{Message: fmt.Sprintf("read job %s: %v", id, err)}

@@ -53,7 +53,11 @@ func newCatalogue(builtins *tasktype.Set, log *slog.Logger) *catalogue {
 
 // openCatalogue opens the TASK_TYPES bucket and reads every task type in it.
 func (c *Coordinator) openCatalogue(ctx context.Context) error {
-	kv, err := c.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	js, err := jetstream.New(c.nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: protocol.TaskTypesBucket, Description: "jobbus task type catalogue",
 		History: 1, Storage: jetstream.FileStorage, Replicas: c.cfg.Replicas,
 	})

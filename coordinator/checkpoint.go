@@ -68,7 +68,7 @@ func (c *Coordinator) countWrite() {
 // reads little but it. A fenced coordinator writes none: its memory is not the truth.
 func (c *Coordinator) finalCheckpoint() {
 	c.mu.Lock()
-	skip := c.ckpt == nil || c.fenced != nil || c.checkpointing || !c.lease.held()
+	skip := !c.opened || c.fenced != nil || c.checkpointing || !c.lease.held()
 	c.checkpointing = true
 	c.unlock()
 	if skip {
@@ -83,25 +83,16 @@ func (c *Coordinator) finalCheckpoint() {
 
 // checkpoint writes the index as of the stream's current last sequence.
 func (c *Coordinator) checkpoint(ctx context.Context) error {
-	info, err := c.stream.Info(ctx)
-	if err != nil {
-		return err
-	}
-	c.mu.Lock()
-	if c.fenced != nil {
-		c.unlock()
-		return nil
-	}
-	heads := c.heads()
-	c.sinceCheckpoint = 0
-	c.unlock()
-	start := time.Now()
-	data := encodeCheckpoint(c.term, info.State.LastSeq, heads)
-	if _, err := c.ckpt.PutBytes(ctx, checkpointObject, data); err != nil {
-		return err
-	}
-	c.log.Debug("checkpoint written", "jobs", len(heads), "bytes", len(data), "took", time.Since(start))
-	return nil
+	_, err := c.store.checkpoint(ctx, func() []head {
+		c.mu.Lock()
+		defer c.unlock()
+		if c.fenced != nil {
+			return nil
+		}
+		c.sinceCheckpoint = 0
+		return c.heads()
+	})
+	return err
 }
 
 // heads copies the index: finished jobs whole, active ones (state "") to be read.
@@ -141,34 +132,6 @@ func (c *Coordinator) heads() []head {
 		start = ends[i]
 	}
 	return hs
-}
-
-// loadCheckpoint reads the checkpoint written in term, if there is one.
-func (c *Coordinator) loadCheckpoint(ctx context.Context, term uint64) (at uint64, heads []head, ok bool) {
-	if c.cfg.fullRecovery {
-		return 0, nil, false
-	}
-	data, err := c.ckpt.GetBytes(ctx, checkpointObject)
-	if err != nil {
-		if !errors.Is(err, jetstream.ErrObjectNotFound) {
-			c.log.Warn("checkpoint not read; reading every record's headers", "err", err)
-		}
-		return 0, nil, false
-	}
-	written, at, heads, err := decodeCheckpoint(data)
-	switch {
-	case err != nil:
-		c.log.Warn("checkpoint not usable; reading every record's headers", "err", err)
-		return 0, nil, false
-	case written != term:
-		c.log.Info("checkpoint of another term; reading every record's headers", "checkpoint_term", written, "last_term", term)
-		return 0, nil, false
-	}
-	now := time.Now()
-	for i := range heads {
-		heads[i].at = now // retention of a job kept for ever, should it be turned on, counts from now
-	}
-	return at, heads, true
 }
 
 func encodeCheckpoint(term, at uint64, heads []head) []byte {

@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/jobbus/jobbus/bus"
@@ -35,15 +34,11 @@ type Coordinator struct {
 	node *bus.Node
 	nc   *nats.Conn
 
-	js       jetstream.JetStream
-	jobsKV   jetstream.KeyValue
-	stream   jetstream.Stream // the jobs bucket's
-	svc      micro.Service
-	ckpt     jetstream.ObjectStore // checkpoints of the job index (checkpoint.go)
-	runCtx   context.Context       // ends when the coordinator stops
-	prevTerm uint64                // the term before this one, whose checkpoint recovery may use
-	term     uint64                // this coordinator's leadership term (batch.go); set before recovery
-	termSeq  uint64                // the stream sequence of its TermKey write, which every batch checks
+	store  jobStore // every durable write and read of job records (jobstore.go)
+	opened bool     // the store is open and written by this coordinator's committer
+	svc    micro.Service
+	runCtx context.Context // ends when the coordinator stops
+	term   uint64          // this coordinator's leadership term (batch.go); set before recovery
 
 	mu              sync.Mutex
 	jobs            map[string]*job    // active, and finished until their record is durable
@@ -80,10 +75,6 @@ type Coordinator struct {
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	closed   sync.Once
-
-	// storage: whether the store had room at the last job write (storage.go).
-	storage storeHealth
-	durable *groupSync // nil unless Config.SyncJobs: writes are then recorded once synced
 }
 
 // New builds a coordinator on an existing NATS connection, which it does not own.
@@ -92,6 +83,17 @@ func New(nc *nats.Conn, cfg Config) (*Coordinator, error) {
 		return nil, fmt.Errorf("coordinator config: %w", err)
 	}
 	cfg.fill()
+	c := newCoordinator(nc, cfg)
+	var store jobStore = newJetStreamStore(nc, &c.cfg)
+	if cfg.SyncJobs != nil {
+		store = newSyncedStore(store, cfg.SyncJobs, &c.cfg)
+	}
+	c.store = store
+	return c, nil
+}
+
+// newCoordinator builds a coordinator with no store yet: cfg is valid and filled.
+func newCoordinator(nc *nats.Conn, cfg Config) *Coordinator {
 	return &Coordinator{
 		cfg:      cfg,
 		log:      cfg.Logger,
@@ -106,47 +108,15 @@ func New(nc *nats.Conn, cfg Config) (*Coordinator, error) {
 		lease:    leaseClock{base: time.Now()},
 		fencedCh: make(chan struct{}),
 		wake:     make(chan struct{}, 1),
-		storage:  storeHealth{fault: cfg.StoreFault},
-		durable:  newGroupSync(cfg.SyncJobs),
-	}, nil
+	}
 }
 
 // Start opens the buckets, rebuilds state from them, and only then serves workers and
 // clients. It returns once serving; Close stops it.
 func (c *Coordinator) Start(ctx context.Context) error {
-	js, err := jetstream.New(c.nc)
+	runCtx, err := c.open(ctx)
 	if err != nil {
-		return fmt.Errorf("coordinator: jetstream: %w", err)
-	}
-	c.js = js
-	if c.jobsKV, c.stream, err = openBuckets(ctx, c.nc, js, &c.cfg); err != nil {
-		return fmt.Errorf("coordinator: %w", err)
-	}
-	if c.ckpt, err = openCheckpoints(ctx, js, c.cfg.Replicas); err != nil {
-		return fmt.Errorf("coordinator: %w", err)
-	}
-	if err := c.claimTerm(ctx); err != nil {
-		return fmt.Errorf("coordinator: %w", err)
-	}
-	if err := c.openCatalogue(ctx); err != nil {
-		return fmt.Errorf("coordinator: %w", err)
-	}
-	runCtx, cancel := context.WithCancel(context.Background())
-	c.cancel = cancel
-	var p *pipeline
-	if !c.batching() {
-		if p, err = c.startPipeline(runCtx); err != nil {
-			cancel()
-			return fmt.Errorf("coordinator: %w", err)
-		}
-	}
-	c.goRun(func() { c.committer(runCtx, p) })
-	if c.durable != nil {
-		c.goRun(func() { c.syncer(runCtx) })
-	}
-	if err := c.recover(ctx); err != nil {
-		c.Close()
-		return fmt.Errorf("coordinator: recover: %w", err)
+		return err
 	}
 	// What recovery found, read before serving: the first requests change it.
 	c.mu.Lock()
@@ -172,6 +142,34 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	return nil
 }
 
+// open opens the store and the catalogue, starts writing and recovers: everything
+// Start does before it serves. The context it returns ends when the coordinator stops.
+func (c *Coordinator) open(ctx context.Context) (context.Context, error) {
+	if err := c.store.open(ctx); err != nil {
+		return nil, fmt.Errorf("coordinator: %w", err)
+	}
+	_, c.term = c.store.terms()
+	if c.nc != nil {
+		if err := c.openCatalogue(ctx); err != nil {
+			return nil, fmt.Errorf("coordinator: %w", err)
+		}
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	if err := c.store.start(runCtx, c); err != nil {
+		cancel()
+		c.store.wait()
+		return nil, fmt.Errorf("coordinator: %w", err)
+	}
+	c.opened = true
+	c.goRun(func() { c.committer(runCtx) })
+	if err := c.recover(ctx); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("coordinator: recover: %w", err)
+	}
+	return runCtx, nil
+}
+
 // Close stops serving and waits for in-flight writes to end. It is idempotent.
 func (c *Coordinator) Close() error {
 	c.closed.Do(func() {
@@ -182,6 +180,9 @@ func (c *Coordinator) Close() error {
 			c.cancel()
 		}
 		c.wg.Wait()
+		if c.opened {
+			c.store.wait()
+		}
 	})
 	return nil
 }
@@ -210,6 +211,10 @@ func (c *Coordinator) goRun(fn func()) {
 }
 
 func (c *Coordinator) now() time.Time { return c.cfg.Now() }
+
+// Term is this coordinator's leadership term: 1 for the first leader of a store, one
+// more for each after it.
+func (c *Coordinator) Term() uint64 { return c.term }
 
 // Fenced is closed once the coordinator finds that another one wrote the state it
 // believed it owned. It then serves nothing: replace it by one that recovers from KV,

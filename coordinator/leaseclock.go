@@ -53,7 +53,7 @@ var errNotLeader = errors.New("this coordinator's leader lease may have run out 
 // notLeader is the API's answer while the lease is not certainly held: 503, so that
 // callers try again, reaching the leader.
 func (c *Coordinator) notLeader() *protocol.Error {
-	if err := c.storage.failing(); err != nil { // the lease is a write too (storage.go)
+	if err := c.store.health().failing(); err != nil { // the lease is a write too (storage.go)
 		what, until := storeFaultWords(err)
 		return &protocol.Error{Message: ErrNotServing.Error() + ": " + what + " (" + err.Error() +
 			"), so its leader lease cannot be renewed; jobs already accepted are kept, requests are answered again once " + until}

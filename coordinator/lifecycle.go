@@ -86,7 +86,7 @@ func (c *Coordinator) submit(req *protocol.SubmitJob, reply replyFunc) {
 		c.replyLater(reply, protocol.AtCapacity(c.active, c.cfg.MaxActiveJobs))
 		return
 	}
-	if e := c.storage.refusal(); e != nil { // a duplicate above needs no room
+	if e := c.store.health().refusal(); e != nil { // a duplicate above needs no room
 		c.noteSubmit(SubmitFailed)
 		c.replyLater(reply, e)
 		return

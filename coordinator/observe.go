@@ -123,21 +123,6 @@ func (c *Coordinator) noteDeadline(j *job) {
 	}
 }
 
-// noteStored reports a write of j that began at start: a failure at once, a success
-// when written records it (noteWritten), under the lock it takes anyway. Only j's
-// writer calls it, so j.took needs no lock.
-func (c *Coordinator) noteStored(j *job, start time.Time, err error) {
-	c.storage.noteWrite(err)
-	obs := c.cfg.Observer
-	if obs == nil {
-		return
-	}
-	j.took = time.Since(start)
-	if err != nil {
-		obs.Stored(j.took, err, false, 0)
-	}
-}
-
 // noteWritten reports the durable write of j's version. Called with c.mu held.
 func (c *Coordinator) noteWritten(j *job, version uint64) {
 	obs := c.cfg.Observer

@@ -1,23 +1,16 @@
 package coordinator
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"log/slog"
 	"runtime/debug"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jobbus/jobbus/bus/protocol"
 )
@@ -28,20 +21,11 @@ import (
 // with the previous coordinator: it counts, and the job runs again or, if that was its
 // last attempt, fails.
 func (c *Coordinator) recover(ctx context.Context) error {
-	heads, lastSeq, binds, fromCheckpoint, err := c.loadIndex(ctx)
+	ld, err := c.store.load(ctx)
 	if err != nil {
 		return fmt.Errorf("load %s: %w", protocol.JobsBucket, err)
 	}
-	var whole []string // active jobs, and records older than the headers
-	for _, h := range heads {
-		if h.state == "" || h.state.Active() {
-			whole = append(whole, h.id)
-		}
-	}
-	recs, err := c.loadRecords(ctx, whole)
-	if err != nil {
-		return fmt.Errorf("load %s: %w", protocol.JobsBucket, err)
-	}
+	heads, recs, lastSeq, fromCheckpoint := ld.heads, ld.records, ld.lastSeq, ld.fromCheckpoint
 	// id -> sequence of every finished job, for bindings read apart from the jobs;
 	// built only if some are (a million entries take a while).
 	finished := sync.OnceValue(func() map[string]uint64 {
@@ -75,120 +59,26 @@ func (c *Coordinator) recover(ctx context.Context) error {
 	// is this coordinator's term: a new store's first job is 1.
 	c.seq = max(c.seq, lastSeq-1)
 	if fromCheckpoint { // bindings written since the checkpoint
-		for _, b := range binds {
+		for _, b := range ld.binds {
 			c.keepBinding(b.key, b.value, finished())
 		}
 	}
 	c.unlock()
-	if err := c.moveOldBindings(ctx, finished); err != nil {
-		return err
+	keep := func(key string, value []byte) bool {
+		c.mu.Lock()
+		defer c.unlock()
+		return c.keepBinding(key, value, finished())
 	}
-	if !fromCheckpoint {
-		if err := c.repairBindings(ctx, finished); err != nil {
-			return err
-		}
+	if err := c.store.bindings(ctx, !fromCheckpoint, keep); err != nil {
+		return err
 	}
 	// Reading a large store allocates far more than memory then keeps: give it back now
 	// rather than at the runtime's leisure.
 	if len(heads) > 10_000 {
-		heads, recs = nil, nil
+		heads, recs, ld = nil, nil, nil
 		debug.FreeOSMemory()
 	}
 	return nil
-}
-
-// errStaleCheckpoint: so much was written after the checkpoint that reading every
-// record's headers is quicker than replaying.
-var errStaleCheckpoint = errors.New("checkpoint too old to replay")
-
-// storedBinding is an idempotency binding read from the stream: its KV key and value.
-type storedBinding struct {
-	key   string
-	value []byte
-}
-
-// loadIndex reads the heads of every job: from the checkpoint of the last term and what
-// was written after it, when there is one, else from every record's headers.
-func (c *Coordinator) loadIndex(ctx context.Context) (heads []head, lastSeq uint64, binds []storedBinding, fromCheckpoint bool, err error) {
-	if at, ckpt, ok := c.loadCheckpoint(ctx, c.prevTerm); ok {
-		heads, lastSeq, binds, err = c.replay(ctx, at, ckpt)
-		if err == nil {
-			c.log.Info("recovering from a checkpoint", "jobs", len(ckpt), "at", at, "stream_last", lastSeq)
-			return heads, lastSeq, binds, true, nil
-		}
-		level := slog.LevelWarn
-		if errors.Is(err, errStaleCheckpoint) {
-			level = slog.LevelInfo
-		}
-		c.log.Log(ctx, level, "checkpoint not replayed; reading every record's headers", "err", err)
-	}
-	heads, lastSeq, err = c.loadHeads(ctx)
-	return heads, lastSeq, nil, false, err
-}
-
-// replay brings a checkpoint's heads up to date with the records and bindings written
-// after sequence at.
-func (c *Coordinator) replay(ctx context.Context, at uint64, heads []head) ([]head, uint64, []storedBinding, error) {
-	info, err := c.stream.Info(ctx)
-	if err != nil {
-		return nil, 0, nil, err
-	}
-	last := info.State.LastSeq
-	// Reading messages after a sequence costs the server more per message than the
-	// last message of each subject: past a point, reading everything is quicker.
-	if last-at > uint64(len(heads))/2+minCheckpointWrites/10 {
-		return nil, 0, nil, fmt.Errorf("%d writes since the checkpoint of %d jobs: %w", last-at, len(heads), errStaleCheckpoint)
-	}
-	changed := make(map[string]*head) // nil: removed
-	after := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: at + 1,
-		HeadersOnly: true, FilterSubjects: []string{recordsFilter}}
-	err = consume(ctx, c.stream, after, func(msg jetstream.Msg, meta *jetstream.MsgMetadata) {
-		id := strings.TrimPrefix(msg.Subject(), jobsSubjects)
-		if h, ok := readHead(id, msg.Headers(), meta); ok {
-			changed[id] = &h
-		} else {
-			changed[id] = nil
-		}
-	})
-	if err != nil {
-		return nil, 0, nil, err
-	}
-	bound := make(map[string][]byte) // nil: removed
-	after.HeadersOnly, after.FilterSubjects = false, []string{jobsSubjects + protocol.KeyPrefix + ">"}
-	err = consume(ctx, c.stream, after, func(msg jetstream.Msg, _ *jetstream.MsgMetadata) {
-		key := strings.TrimPrefix(msg.Subject(), jobsSubjects)
-		if removal(msg.Headers()) {
-			bound[key] = nil
-		} else {
-			bound[key] = bytes.Clone(msg.Data())
-		}
-	})
-	if err != nil {
-		return nil, 0, nil, err
-	}
-	out := heads[:0]
-	for _, h := range heads {
-		ch, ok := changed[h.id]
-		switch {
-		case !ok:
-			out = append(out, h)
-		case ch != nil:
-			out = append(out, *ch)
-		}
-		delete(changed, h.id)
-	}
-	for _, ch := range changed {
-		if ch != nil {
-			out = append(out, *ch)
-		}
-	}
-	binds := make([]storedBinding, 0, len(bound))
-	for k, v := range bound {
-		if v != nil {
-			binds = append(binds, storedBinding{k, v})
-		}
-	}
-	return out, last, binds, nil
 }
 
 // head is what a record's headers tell: enough to list a finished job.
@@ -200,131 +90,6 @@ type head struct {
 	expires int64          // when the job's retention ends, Unix milliseconds; 0: never
 
 	key, fingerprint string // a finished job's idempotency binding, from a checkpoint
-}
-
-// loadHeads reads the headers of every record in the jobs bucket (an ordered consumer
-// that delivers headers only, the last message of each key), and the stream's last
-// sequence.
-func (c *Coordinator) loadHeads(ctx context.Context) ([]head, uint64, error) {
-	info, err := c.stream.Info(ctx)
-	if err != nil {
-		return nil, 0, err
-	}
-	if info.State.Msgs == 0 {
-		return nil, info.State.LastSeq, nil
-	}
-	var heads []head
-	last := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
-		HeadersOnly: true, FilterSubjects: []string{recordsFilter}}
-	err = consume(ctx, c.stream, last, func(msg jetstream.Msg, meta *jetstream.MsgMetadata) {
-		id := strings.TrimPrefix(msg.Subject(), jobsSubjects)
-		if h, ok := readHead(strings.Clone(id), msg.Headers(), meta); ok {
-			heads = append(heads, h)
-		}
-	})
-	return heads, info.State.LastSeq, err
-}
-
-// removal reports a KV delete or purge, or an expiry marker.
-func removal(h nats.Header) bool {
-	return h.Get("KV-Operation") != "" || h.Get("Nats-Marker-Reason") != ""
-}
-
-// readHead reads a record's headers; false for a removal.
-func readHead(id string, h nats.Header, meta *jetstream.MsgMetadata) (head, bool) {
-	if removal(h) {
-		return head{}, false
-	}
-	seq, _ := strconv.ParseUint(h.Get(protocol.HeaderSeq), 10, 64)
-	st, _ := protocol.ParseState(h.Get(protocol.HeaderState)) // the constant, not a copy per job
-	expires, _ := strconv.ParseInt(h.Get(protocol.HeaderExpires), 10, 64)
-	return head{id: id, seq: seq, state: st, at: meta.Timestamp, expires: expires}, true
-}
-
-// consume hands fn the messages of an ordered consumer of stream with cfg, until none
-// is pending, and deletes the consumer rather than leave it to time out.
-func consume(ctx context.Context, stream jetstream.Stream, cfg jetstream.OrderedConsumerConfig, fn func(jetstream.Msg, *jetstream.MsgMetadata)) error {
-	cons, err := stream.OrderedConsumer(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if ci := cons.CachedInfo(); ci != nil {
-			_ = stream.DeleteConsumer(context.WithoutCancel(ctx), ci.Name)
-		}
-	}()
-	if ci, err := cons.Info(ctx); err != nil || ci.NumPending == 0 {
-		return err
-	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(4096))
-	if err != nil {
-		return err
-	}
-	defer it.Stop()
-	for {
-		msg, err := it.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			return err
-		}
-		meta, err := msg.Metadata()
-		if err != nil {
-			return err
-		}
-		fn(msg, meta)
-		if meta.NumPending == 0 {
-			return nil
-		}
-	}
-}
-
-// stored is a record read whole, with its revision.
-type stored struct {
-	protocol.Record
-	rev uint64
-}
-
-// loadRecords reads the records of ids, a few at a time; one gone meanwhile (it
-// expired) is left out.
-func (c *Coordinator) loadRecords(ctx context.Context, ids []string) ([]stored, error) {
-	var (
-		mu    sync.Mutex
-		out   []stored
-		first error
-		wg    sync.WaitGroup
-		next  = make(chan string)
-	)
-	for range min(8, len(ids)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for id := range next {
-				e, err := c.jobsKV.Get(ctx, id)
-				var r protocol.Record
-				if err == nil {
-					err = json.Unmarshal(e.Value(), &r)
-					if err != nil { // unreadable: skipped, as before
-						c.log.Warn("skipping unreadable job record", "key", id, "err", err)
-						continue
-					}
-				}
-				mu.Lock()
-				switch {
-				case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
-				case err != nil:
-					first = cmp.Or(first, err)
-				default:
-					out = append(out, stored{Record: r, rev: e.Revision()})
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	for _, id := range ids {
-		next <- id
-	}
-	close(next)
-	wg.Wait()
-	return out, first
 }
 
 // restore adds one stored job to memory: a finished one only as its entry, unless its
@@ -390,26 +155,6 @@ func (c *Coordinator) restoreFinished(h head) {
 	}
 }
 
-// repairBindings rebuilds the idempotency bindings of finished jobs (doneKeys) from
-// the bindings stored beside the records, keeping the records as the truth: a binding
-// whose job is gone or unknown is left alone, free to be written over.
-func (c *Coordinator) repairBindings(ctx context.Context, finished func() map[string]uint64) error {
-	last := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
-		FilterSubjects: []string{jobsSubjects + protocol.KeyPrefix + ">"}}
-	err := consume(ctx, c.stream, last, func(msg jetstream.Msg, _ *jetstream.MsgMetadata) {
-		if removal(msg.Headers()) {
-			return
-		}
-		c.mu.Lock()
-		c.keepBinding(strings.TrimPrefix(msg.Subject(), jobsSubjects), msg.Data(), finished())
-		c.unlock()
-	})
-	if err != nil {
-		return fmt.Errorf("load bindings: %w", err)
-	}
-	return nil
-}
-
 // keepBinding remembers the binding stored under k if its job is kept. Called with
 // c.mu held.
 func (c *Coordinator) keepBinding(k string, value []byte, finished map[string]uint64) bool {
@@ -427,75 +172,4 @@ func (c *Coordinator) keepBinding(k string, value []byte, finished map[string]ui
 	c.index.setKey(e, string(raw))
 	c.doneKeys[string(raw)] = doneKey{jobID: b.JobID, fingerprint: b.Fingerprint}
 	return true
-}
-
-// moveOldBindings moves the bindings of kept jobs out of protocol.KeysBucket, where
-// versions before the single jobs stream kept them, into the jobs bucket (fenced
-// batches, as every write), then deletes that bucket.
-func (c *Coordinator) moveOldBindings(ctx context.Context, finished func() map[string]uint64) error {
-	old, err := c.js.KeyValue(ctx, protocol.KeysBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil
-	} else if err != nil {
-		return fmt.Errorf("open old bucket %s: %w", protocol.KeysBucket, err)
-	}
-	entries, err := loadAll(ctx, old, ">")
-	if err != nil {
-		return fmt.Errorf("load old bucket %s: %w", protocol.KeysBucket, err)
-	}
-	var msgs []*nats.Msg
-	flush := func() error {
-		if len(msgs) > 0 {
-			if _, err := c.publishAtomic(ctx, msgs); err != nil {
-				return fmt.Errorf("move bindings from %s: %w", protocol.KeysBucket, err)
-			}
-		}
-		msgs = msgs[:0]
-		return nil
-	}
-	for _, e := range entries {
-		c.mu.Lock()
-		kept := c.keepBinding(e.Key(), e.Value(), finished())
-		c.unlock()
-		if !kept {
-			continue
-		}
-		m := nats.NewMsg(jobsSubjects + e.Key()) // the same encoding
-		m.Data = e.Value()
-		c.termChecked(m)
-		if msgs = append(msgs, m); len(msgs) == 500 {
-			if err := flush(); err != nil {
-				return err
-			}
-		}
-	}
-	if err := flush(); err != nil {
-		return err
-	}
-	c.log.Info("moved idempotency bindings into the jobs bucket", "from", protocol.KeysBucket, "bindings", len(entries))
-	return c.js.DeleteKeyValue(ctx, protocol.KeysBucket)
-}
-
-// loadAll reads every current entry of a bucket whose key matches filter.
-func loadAll(ctx context.Context, kv jetstream.KeyValue, filter string) ([]jetstream.KeyValueEntry, error) {
-	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = w.Stop() }()
-	var out []jetstream.KeyValueEntry
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil, errors.New("watch closed before the initial values were read")
-			}
-			if e == nil {
-				return out, nil
-			}
-			out = append(out, e)
-		}
-	}
 }
