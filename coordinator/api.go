@@ -25,7 +25,7 @@ func (c *Coordinator) serve() error {
 		return fmt.Errorf("bus node: %w", err)
 	}
 	c.mu.Lock()
-	c.node = node
+	c.node, c.link = node, node
 	c.unlock()
 	if err := c.handleWorkers(); err != nil {
 		return err

@@ -70,11 +70,18 @@ type Coordinator struct {
 	lease leaseClock // whether the leader lease is certainly held (leaseclock.go)
 	off   offline    // the sweeper's view of the connection (offline.go); guarded by mu
 
+	link workerLink // what TASK_ASSIGN and TASK_CANCEL go through: node, once serving
+
 	fencedCh chan struct{} // closed with fenced set
 	wake     chan struct{}
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	closed   sync.Once
+}
+
+// workerLink sends to workers: the bus node, or a test's stand-in.
+type workerLink interface {
+	Tell(ctx context.Context, to bus.Address, path string, msg any) error
 }
 
 // New builds a coordinator on an existing NATS connection, which it does not own.

@@ -206,7 +206,7 @@ func (c *Coordinator) assign(j *job, w *worker) {
 		Payload:       j.rec.Payload,
 	}
 	tell := func() error {
-		return c.node.Tell(context.Background(), bus.Address{Role: bus.RoleWorker, ID: w.id}, protocol.PathAssign, m)
+		return c.link.Tell(context.Background(), bus.Address{Role: bus.RoleWorker, ID: w.id}, protocol.PathAssign, m)
 	}
 	if j.rev != 0 {
 		c.later(tell, w)
@@ -299,7 +299,7 @@ func (c *Coordinator) revoke(j *job) {
 	if c.workers[w] != nil {
 		m := &protocol.TaskCancel{JobID: j.rec.JobID, AttemptID: attempt}
 		c.later(func() error {
-			_ = c.node.Tell(context.Background(), bus.Address{Role: bus.RoleWorker, ID: w}, protocol.PathCancel, m)
+			_ = c.link.Tell(context.Background(), bus.Address{Role: bus.RoleWorker, ID: w}, protocol.PathCancel, m)
 			return nil
 		}, nil)
 	}

@@ -40,6 +40,9 @@ type offline struct {
 // shorter than the lease outlasts: this covers the start of an outage. Called with c.mu
 // held.
 func (c *Coordinator) cutOff(now time.Time) bool {
+	if c.nc == nil { // a coordinator of the lifecycle's tests: no connection to lose
+		return false
+	}
 	if !c.nc.IsConnected() {
 		c.off.down = true
 		return true

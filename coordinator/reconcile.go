@@ -72,7 +72,7 @@ func (c *Coordinator) reconcile(w *worker, h *protocol.Held) {
 		m := &protocol.TaskCancel{JobID: a.JobID, AttemptID: a.AttemptID}
 		to := bus.Address{Role: bus.RoleWorker, ID: w.id}
 		c.later(func() error {
-			_ = c.node.Tell(context.Background(), to, protocol.PathCancel, m)
+			_ = c.link.Tell(context.Background(), to, protocol.PathCancel, m)
 			return nil
 		}, nil)
 	}
