@@ -6,7 +6,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -46,81 +48,126 @@ func openCheckpoints(ctx context.Context, js jetstream.JetStream, replicas int) 
 	return store, nil
 }
 
-// countWrite counts a durable write and starts a checkpoint when enough were made
-// since the last. Called with c.mu held.
-func (c *Coordinator) countWrite() {
-	c.sinceCheckpoint++
-	if c.checkpointing || c.runCtx == nil || c.sinceCheckpoint < max(minCheckpointWrites, len(c.index.entries)) {
-		return
-	}
-	c.checkpointing = true
-	c.goRun(func() {
-		if err := c.checkpoint(c.runCtx); err != nil && c.runCtx.Err() == nil {
-			c.log.Warn("checkpoint not written; a restart reads every record's headers", "err", err)
-		}
-		c.mu.Lock()
-		c.checkpointing = false
-		c.unlock()
-	})
+// checkpointer writes checkpoints of the job index through the store: once the
+// durable writes since the last are as many as the jobs kept (at least
+// minCheckpointWrites), and as the coordinator stops. It owns the count, the one
+// checkpoint in flight and its goroutine, under a lock of its own, taken after the
+// scheduler's when both are (count is called with scheduler.mu held).
+type checkpointer struct {
+	store jobStore
+	log   *slog.Logger
+	// copy returns the index as it stands and resets the count, under the scheduler's
+	// lock; nil when the coordinator is fenced, whose memory is not the truth.
+	copy func() []head
+
+	mu      sync.Mutex
+	ctx     context.Context // set once serving: from then on, writes may start checkpoints
+	since   int             // durable writes since the last checkpoint
+	running bool            // a checkpoint is being written
+	wg      sync.WaitGroup
 }
 
-// finalCheckpoint writes a checkpoint as the coordinator stops, so that the next start
-// reads little but it. A fenced coordinator writes none: its memory is not the truth.
-func (c *Coordinator) finalCheckpoint() {
-	c.mu.Lock()
-	skip := !c.opened || c.fenced != nil || c.checkpointing || !c.lease.held()
-	c.checkpointing = true
-	c.unlock()
-	if skip {
+// begin lets writes start checkpoints, until ctx ends.
+func (k *checkpointer) begin(ctx context.Context) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.ctx = ctx
+}
+
+// count counts a durable write and starts a checkpoint when enough were made since
+// the last, kept being the jobs the index holds.
+func (k *checkpointer) count(kept int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.since++
+	if k.running || k.ctx == nil || k.since < max(minCheckpointWrites, kept) {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := c.checkpoint(ctx); err != nil {
-		c.log.Warn("checkpoint not written at stop; the next start reads every record's headers", "err", err)
+	k.running = true
+	ctx := k.ctx
+	k.wg.Add(1)
+	go func() {
+		defer k.wg.Done()
+		if err := k.write(ctx); err != nil && ctx.Err() == nil {
+			k.log.Warn("checkpoint not written; a restart reads every record's headers", "err", err)
+		}
+		k.mu.Lock()
+		k.running = false
+		k.mu.Unlock()
+	}()
+}
+
+// reset starts counting again, as a checkpoint copies the index.
+func (k *checkpointer) reset() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.since = 0
+}
+
+// final writes a checkpoint as the coordinator stops, so that the next start reads
+// little but it, unless ok is false (nothing opened, fenced, or the lease not
+// certainly held) or one is being written. It then waits for the one in flight.
+func (k *checkpointer) final(ok bool) {
+	k.mu.Lock()
+	skip := !ok || k.running
+	k.running = true
+	k.mu.Unlock()
+	if !skip {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := k.write(ctx); err != nil {
+			k.log.Warn("checkpoint not written at stop; the next start reads every record's headers", "err", err)
+		}
 	}
 }
 
-// checkpoint writes the index as of the stream's current last sequence.
-func (c *Coordinator) checkpoint(ctx context.Context) error {
-	_, err := c.store.checkpoint(ctx, func() []head {
-		c.mu.Lock()
-		defer c.unlock()
-		if c.fenced != nil {
-			return nil
-		}
-		c.sinceCheckpoint = 0
-		return c.heads()
-	})
+// wait returns once no checkpoint is being written.
+func (k *checkpointer) wait() { k.wg.Wait() }
+
+// write writes the index as of the store's last write.
+func (k *checkpointer) write(ctx context.Context) error {
+	_, err := k.store.checkpoint(ctx, k.copy)
 	return err
+}
+
+// indexCopy is the checkpointer's copy of the index: nil once fenced. It resets the
+// checkpointer's count under s.mu, so that no write counted after the copy is lost.
+func (s *scheduler) indexCopy() []head {
+	s.mu.Lock()
+	defer s.unlock()
+	if s.fenced != nil {
+		return nil
+	}
+	s.ckpt.reset()
+	return s.heads()
 }
 
 // heads copies the index: finished jobs whole, active ones (state "") to be read.
 // The ids are written into one string, which they slice: a million small strings would
 // cost a million allocations while c.mu is held. Called with c.mu held.
-func (c *Coordinator) heads() []head {
-	exp := make(map[uint64]int64, len(c.expiring)-c.expHead)
-	for _, x := range c.expiring[c.expHead:] {
+func (s *scheduler) heads() []head {
+	exp := make(map[uint64]int64, len(s.expiring)-s.expHead)
+	for _, x := range s.expiring[s.expHead:] {
 		exp[x.seq] = x.at
 	}
-	n := len(c.index.entries) - c.index.holes
+	n := len(s.index.entries) - s.index.holes
 	hs := make([]head, 0, n)
 	ids := make([]byte, 0, 36*n)
 	ends := make([]int, 0, n)
-	for i := range c.index.entries {
-		e := &c.index.entries[i]
+	for i := range s.index.entries {
+		e := &s.index.entries[i]
 		if !e.live() {
 			continue
 		}
-		ids = c.index.appendID(ids, e)
+		ids = s.index.appendID(ids, e)
 		ends = append(ends, len(ids))
 		if e.j != nil {
 			hs = append(hs, head{seq: e.seq})
 			continue
 		}
 		h := head{seq: e.seq, state: e.state(), expires: exp[e.seq]}
-		if k := c.index.key(e); k != "" {
-			if d, ok := c.doneKeys[k]; ok && c.index.hasID(e, d.jobID) {
+		if k := s.index.key(e); k != "" {
+			if d, ok := s.doneKeys[k]; ok && s.index.hasID(e, d.jobID) {
 				h.key, h.fingerprint = k, d.fingerprint
 			}
 		}

@@ -64,32 +64,16 @@ type Stats struct {
 // Stats returns a snapshot of the coordinator's jobs, workers and bus counters. It
 // counts every job it holds: call it at scrape intervals, not per request.
 func (c *Coordinator) Stats() Stats {
-	s := Stats{Jobs: make(map[protocol.State]int, 6), Workers: c.workerList()}
-	c.mu.Lock()
-	for i := range c.index.entries {
-		switch e := &c.index.entries[i]; {
-		case e.j != nil:
-			s.Jobs[e.j.rec.State]++
-		case e.live():
-			s.Jobs[e.state()]++
-		}
-	}
-	node, fenced := c.node, c.fenced
-	c.unlock()
-	if node != nil {
-		s.Bus = node.Stats()
-		select {
-		case <-node.Done():
-		default:
-			s.Serving = fenced == nil
-		}
-	}
+	s := Stats{Workers: c.sched.workerList(), Jobs: c.sched.jobCounts()}
+	var serving bool
+	s.Bus, serving = c.api.stats()
+	s.Serving = serving && c.sched.fencedBy() == nil
 	return s
 }
 
 // noteSubmit reports a submission's outcome. Called with c.mu held, or before taking it.
-func (c *Coordinator) noteSubmit(o SubmitOutcome) {
-	if obs := c.cfg.Observer; obs != nil {
+func (s *scheduler) noteSubmit(o SubmitOutcome) {
+	if obs := s.cfg.Observer; obs != nil {
 		obs.Submitted(o)
 	}
 }
@@ -104,28 +88,28 @@ func outcomeOf(err error) SubmitOutcome {
 // noteChange reports j's state change since it was last reported, if any. Called with
 // c.mu held, from markDirty, which every change goes through, once it has stamped the
 // record's update time: the change's time, to the millisecond the record keeps.
-func (c *Coordinator) noteChange(j *job) {
+func (s *scheduler) noteChange(j *job) {
 	if j.seen == j.rec.State {
 		return
 	}
 	from := j.seen
 	j.seen = j.rec.State
-	if obs := c.cfg.Observer; obs != nil {
+	if obs := s.cfg.Observer; obs != nil {
 		obs.JobChanged(JobChange{TaskType: j.rec.TaskType, From: from, To: j.rec.State, Attempts: j.rec.Attempts,
 			Created: time.UnixMilli(j.rec.CreatedAt), At: time.UnixMilli(j.rec.UpdatedAt)})
 	}
 }
 
 // noteDeadline reports an attempt of j that overran. Called with c.mu held.
-func (c *Coordinator) noteDeadline(j *job) {
-	if obs := c.cfg.Observer; obs != nil {
+func (s *scheduler) noteDeadline(j *job) {
+	if obs := s.cfg.Observer; obs != nil {
 		obs.DeadlineExpired(j.rec.TaskType)
 	}
 }
 
 // noteWritten reports the durable write of j's version. Called with c.mu held.
-func (c *Coordinator) noteWritten(j *job, version uint64) {
-	obs := c.cfg.Observer
+func (s *scheduler) noteWritten(j *job, version uint64) {
+	obs := s.cfg.Observer
 	if obs == nil {
 		return
 	}

@@ -16,9 +16,9 @@ const reconnectAllowance = nats.DefaultReconnectWait + time.Second
 
 // graceWorkers gives every worker a heartbeat timeout, and the reconnect allowance, of
 // grace from now: their silence was this coordinator's. Called with c.mu held.
-func (c *Coordinator) graceWorkers(now time.Time) {
-	until := now.Add(c.cfg.HeartbeatTimeout + reconnectAllowance)
-	for _, w := range c.workers {
+func (s *scheduler) graceWorkers(now time.Time) {
+	until := now.Add(s.cfg.HeartbeatTimeout + reconnectAllowance)
+	for _, w := range s.workers {
 		w.graceUntil = until
 	}
 }
@@ -39,19 +39,19 @@ type offline struct {
 // the sweeper too, but only once the lease may have lapsed, which a heartbeat timeout
 // shorter than the lease outlasts: this covers the start of an outage. Called with c.mu
 // held.
-func (c *Coordinator) cutOff(now time.Time) bool {
-	if c.nc == nil { // a coordinator of the lifecycle's tests: no connection to lose
+func (s *scheduler) cutOff(now time.Time) bool {
+	if s.nc == nil { // a coordinator of the lifecycle's tests: no connection to lose
 		return false
 	}
-	if !c.nc.IsConnected() {
-		c.off.down = true
+	if !s.nc.IsConnected() {
+		s.off.down = true
 		return true
 	}
-	r := c.nc.Stats().Reconnects
-	if c.off.seen && (c.off.down || r != c.off.reconnects) {
-		c.graceWorkers(now)
-		c.log.Info("NATS connection back; workers get a heartbeat timeout of grace", "and", reconnectAllowance)
+	r := s.nc.Stats().Reconnects
+	if s.off.seen && (s.off.down || r != s.off.reconnects) {
+		s.graceWorkers(now)
+		s.log.Info("NATS connection back; workers get a heartbeat timeout of grace", "and", reconnectAllowance)
 	}
-	c.off = offline{seen: true, reconnects: r}
+	s.off = offline{seen: true, reconnects: r}
 	return false
 }

@@ -16,38 +16,38 @@ type outgoing struct {
 }
 
 // later queues a message to send once c.mu is released. Called with c.mu held.
-func (c *Coordinator) later(send func() error, to *worker) {
-	c.outbox = append(c.outbox, outgoing{send: send, to: to})
+func (s *scheduler) later(send func() error, to *worker) {
+	s.outbox = append(s.outbox, outgoing{send: send, to: to})
 }
 
 // replyLater queues a client reply. Called with c.mu held.
-func (c *Coordinator) replyLater(reply replyFunc, m protocol.Message) {
-	c.later(func() error { reply(m); return nil }, nil)
+func (s *scheduler) replyLater(reply replyFunc, m protocol.Message) {
+	s.later(func() error { reply(m); return nil }, nil)
 }
 
 // unlock releases c.mu and sends what was queued while it was held. A worker whose
 // assignment could not be sent is lost, as if its connection had closed.
-func (c *Coordinator) unlock() {
-	out := c.outbox
+func (s *scheduler) unlock() {
+	out := s.outbox
 	if len(out) == 0 {
-		c.mu.Unlock()
+		s.mu.Unlock()
 		return
 	}
-	c.outbox = nil
-	c.sendMu.Lock()
-	c.mu.Unlock()
+	s.outbox = nil
+	s.sendMu.Lock()
+	s.mu.Unlock()
 	var lost []failedSend
 	for _, o := range out {
 		if err := o.send(); err != nil && o.to != nil {
 			lost = append(lost, failedSend{o.to, err})
 		}
 	}
-	c.sendMu.Unlock()
+	s.sendMu.Unlock()
 	for _, f := range lost {
-		c.mu.Lock()
-		c.loseWorker(f.w, "assignment could not be sent: "+f.err.Error())
-		c.schedule()
-		c.unlock()
+		s.mu.Lock()
+		s.loseWorker(f.w, "assignment could not be sent: "+f.err.Error())
+		s.schedule()
+		s.unlock()
 	}
 }
 

@@ -32,10 +32,10 @@ func (w *worker) mark() *protocol.Mark { return &protocol.Mark{Session: w.sessio
 // sendMu (outbox.go), so taking sendMu waits for those sends. A mark answered after
 // flushed leaves the coordinator's connection after the assignments it counts, and
 // NATS delivers them to the worker in that order.
-func (c *Coordinator) flushed() {
-	c.sendMu.Lock()
+func (s *scheduler) flushed() {
+	s.sendMu.Lock()
 	//lint:ignore SA2001 the lock is the wait: it is taken once the sends decided earlier are done
-	c.sendMu.Unlock()
+	s.sendMu.Unlock()
 }
 
 // reconcile compares what w reports it holds with the leases it has here. Called with
@@ -50,7 +50,7 @@ func (c *Coordinator) flushed() {
 //     again, while a TASK_CANCEL could not reach it) gets a TASK_CANCEL again. Its
 //     result, if it comes, is stale as before. One the worker reports done (its result
 //     on its way) needs none.
-func (c *Coordinator) reconcile(w *worker, h *protocol.Held) {
+func (s *scheduler) reconcile(w *worker, h *protocol.Held) {
 	holds := make(map[string]bool, len(h.Attempts))
 	for _, a := range h.Attempts {
 		holds[a.AttemptID] = true
@@ -59,7 +59,7 @@ func (c *Coordinator) reconcile(w *worker, h *protocol.Held) {
 	if h.Session == w.session {
 		for jobID, a := range w.running {
 			if a.seq <= h.Seq && !holds[a.attempt] {
-				c.undelivered(w, jobID, a)
+				s.undelivered(w, jobID, a)
 				requeued++
 			}
 		}
@@ -68,17 +68,17 @@ func (c *Coordinator) reconcile(w *worker, h *protocol.Held) {
 		if a.Done || w.running[a.JobID].attempt == a.AttemptID {
 			continue
 		}
-		c.log.Debug("worker holds an attempt under no lease; cancelling it", "worker", w.id, "job", a.JobID, "attempt", a.AttemptID)
+		s.log.Debug("worker holds an attempt under no lease; cancelling it", "worker", w.id, "job", a.JobID, "attempt", a.AttemptID)
 		m := &protocol.TaskCancel{JobID: a.JobID, AttemptID: a.AttemptID}
 		to := bus.Address{Role: bus.RoleWorker, ID: w.id}
-		c.later(func() error {
-			_ = c.link.Tell(context.Background(), to, protocol.PathCancel, m)
+		s.later(func() error {
+			_ = s.link.Tell(context.Background(), to, protocol.PathCancel, m)
 			return nil
 		}, nil)
 	}
 	if requeued > 0 {
-		c.log.Info("assignments never delivered; jobs queued again", "worker", w.id, "jobs", requeued)
-		c.schedule()
+		s.log.Info("assignments never delivered; jobs queued again", "worker", w.id, "jobs", requeued)
+		s.schedule()
 	}
 }
 
@@ -93,21 +93,21 @@ func (c *Coordinator) reconcile(w *worker, h *protocol.Held) {
 // attemptNumber the task sees (FAIL counts executions by it). So the job is QUEUED
 // again at once, keeping its place (submission sequence), its attempts as before the
 // assignment, and its last error.
-func (c *Coordinator) undelivered(w *worker, jobID string, a assignment) {
+func (s *scheduler) undelivered(w *worker, jobID string, a assignment) {
 	delete(w.running, jobID)
-	j := c.jobs[jobID]
+	j := s.jobs[jobID]
 	if j == nil || j.rec.State != protocol.StateRunning || j.rec.AttemptID != a.attempt {
 		return
 	}
-	c.log.Debug("assignment never delivered; job queued again", "job", jobID, "attempt", a.attempt, "worker", w.id)
-	c.deadlines.remove(j)
-	c.leaseEnded(j)
+	s.log.Debug("assignment never delivered; job queued again", "job", jobID, "attempt", a.attempt, "worker", w.id)
+	s.deadlines.remove(j)
+	s.leaseEnded(j)
 	j.rec.WorkerID, j.rec.AttemptID = "", ""
 	j.rec.Attempts--
 	j.rec.State = protocol.StateQueued
 	j.rec.RetryAt = 0
-	c.markDirty(j, nil)
-	c.ready.push(j)
+	s.markDirty(j, nil)
+	s.ready.push(j)
 }
 
 // handOver settles the leases of old, a registration being superseded by req, before
@@ -127,7 +127,7 @@ func (c *Coordinator) undelivered(w *worker, jobID string, a assignment) {
 //     with the worker, as before.
 //
 // Called with c.mu held.
-func (c *Coordinator) handOver(old *worker, req *protocol.WorkerRegister) map[string]assignment {
+func (s *scheduler) handOver(old *worker, req *protocol.WorkerRegister) map[string]assignment {
 	kept := make(map[string]assignment)
 	h := req.Held
 	if h == nil {

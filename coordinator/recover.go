@@ -20,8 +20,8 @@ import (
 // active jobs only, and the idempotency bindings. A RUNNING job's attempt was lost
 // with the previous coordinator: it counts, and the job runs again or, if that was its
 // last attempt, fails.
-func (c *Coordinator) recover(ctx context.Context) error {
-	ld, err := c.store.load(ctx)
+func (s *scheduler) recover(ctx context.Context) error {
+	ld, err := s.store.load(ctx)
 	if err != nil {
 		return fmt.Errorf("load %s: %w", protocol.JobsBucket, err)
 	}
@@ -42,34 +42,34 @@ func (c *Coordinator) recover(ctx context.Context) error {
 		}
 		return m
 	})
-	c.mu.Lock()
-	c.index.entries = slices.Grow(c.index.entries, len(heads))
+	s.mu.Lock()
+	s.index.entries = slices.Grow(s.index.entries, len(heads))
 	for _, h := range heads {
 		if h.state != "" && h.state.Terminal() {
-			c.restoreFinished(h)
+			s.restoreFinished(h)
 		}
 	}
 	for _, r := range recs {
-		c.restore(r.Record, r.rev)
+		s.restore(r.Record, r.rev)
 	}
-	c.index.sort()
-	slices.SortFunc(c.expiring, func(a, b expiring) int { return cmp.Compare(a.at, b.at) })
+	s.index.sort()
+	slices.SortFunc(s.expiring, func(a, b expiring) int { return cmp.Compare(a.at, b.at) })
 	// Every job took at least one message of the stream, so its last sequence bounds
 	// every job sequence ever given, those of expired jobs included. The last message
 	// is this coordinator's term: a new store's first job is 1.
-	c.seq = max(c.seq, lastSeq-1)
+	s.seq = max(s.seq, lastSeq-1)
 	if fromCheckpoint { // bindings written since the checkpoint
 		for _, b := range ld.binds {
-			c.keepBinding(b.key, b.value, finished())
+			s.keepBinding(b.key, b.value, finished())
 		}
 	}
-	c.unlock()
+	s.unlock()
 	keep := func(key string, value []byte) bool {
-		c.mu.Lock()
-		defer c.unlock()
-		return c.keepBinding(key, value, finished())
+		s.mu.Lock()
+		defer s.unlock()
+		return s.keepBinding(key, value, finished())
 	}
-	if err := c.store.bindings(ctx, !fromCheckpoint, keep); err != nil {
+	if err := s.store.bindings(ctx, !fromCheckpoint, keep); err != nil {
 		return err
 	}
 	// Reading a large store allocates far more than memory then keeps: give it back now
@@ -94,42 +94,42 @@ type head struct {
 
 // restore adds one stored job to memory: a finished one only as its entry, unless its
 // record predates retention and must be written again with a TTL. Called with c.mu held.
-func (c *Coordinator) restore(r protocol.Record, rev uint64) {
-	c.seq = max(c.seq, r.Seq)
-	c.lastMilli = max(c.lastMilli, r.CreatedAt)
-	if r.State.Terminal() && (r.EndedAt != 0 || c.cfg.Retention == 0) {
-		c.restoreFinished(head{seq: r.Seq, id: r.JobID, state: r.State, at: time.UnixMilli(max(r.EndedAt, r.UpdatedAt))})
+func (s *scheduler) restore(r protocol.Record, rev uint64) {
+	s.seq = max(s.seq, r.Seq)
+	s.lastMilli = max(s.lastMilli, r.CreatedAt)
+	if r.State.Terminal() && (r.EndedAt != 0 || s.cfg.Retention == 0) {
+		s.restoreFinished(head{seq: r.Seq, id: r.JobID, state: r.State, at: time.UnixMilli(max(r.EndedAt, r.UpdatedAt))})
 		return
 	}
 	j := &job{rec: r, rev: rev, seen: r.State}
-	c.jobs[r.JobID] = j
-	c.index.add(r.Seq, r.JobID, r.State, "", j)
+	s.jobs[r.JobID] = j
+	s.index.add(r.Seq, r.JobID, r.State, "", j)
 	if r.IdempotencyKey != "" {
-		c.keys[r.IdempotencyKey] = j
+		s.keys[r.IdempotencyKey] = j
 	}
 	if r.State.Terminal() { // written before retention: again, with its TTL
 		j.rec.EndedAt = r.UpdatedAt
 		j.version++
-		c.queueWrite(j)
+		s.queueWrite(j)
 		return
 	}
-	c.active++
+	s.active++
 	switch r.State {
 	case protocol.StateQueued:
-		c.ready.push(j)
+		s.ready.push(j)
 	case protocol.StateRetryWait:
-		c.pushRetry(j)
+		s.pushRetry(j)
 	case protocol.StateRunning:
 		j.rec.WorkerID, j.rec.AttemptID = "", ""
 		if r.Attempts >= r.MaxAttempts {
 			j.rec.State = protocol.StateFailed
 			j.rec.Error = ptr("coordinator restarted during final attempt; outcome unknown")
-			c.active--
+			s.active--
 		} else {
 			j.rec.State = protocol.StateQueued
-			c.ready.push(j)
+			s.ready.push(j)
 		}
-		c.markDirty(j, nil)
+		s.markDirty(j, nil)
 	}
 }
 
@@ -137,39 +137,39 @@ func (c *Coordinator) restore(r protocol.Record, rev uint64) {
 // written at written. A record keeps the retention it was written with (expires, Unix
 // milliseconds; 0 if it has none), as its TTL in JetStream does.
 // Called with c.mu held.
-func (c *Coordinator) restoreFinished(h head) {
-	c.seq = max(c.seq, h.seq)
+func (s *scheduler) restoreFinished(h head) {
+	s.seq = max(s.seq, h.seq)
 	expires := h.expires
-	if expires == 0 && c.cfg.Retention > 0 {
-		expires = h.at.Add(c.cfg.Retention).UnixMilli()
+	if expires == 0 && s.cfg.Retention > 0 {
+		expires = h.at.Add(s.cfg.Retention).UnixMilli()
 	}
-	if expires > 0 && expires <= c.now().UnixMilli() {
+	if expires > 0 && expires <= s.now().UnixMilli() {
 		return // its retention ended: JetStream removes the record on its own
 	}
-	c.index.add(h.seq, h.id, h.state, h.key, nil)
+	s.index.add(h.seq, h.id, h.state, h.key, nil)
 	if h.key != "" {
-		c.doneKeys[h.key] = doneKey{jobID: h.id, fingerprint: h.fingerprint}
+		s.doneKeys[h.key] = doneKey{jobID: h.id, fingerprint: h.fingerprint}
 	}
 	if expires > 0 {
-		c.expiring = append(c.expiring, expiring{at: expires, seq: h.seq})
+		s.expiring = append(s.expiring, expiring{at: expires, seq: h.seq})
 	}
 }
 
 // keepBinding remembers the binding stored under k if its job is kept. Called with
 // c.mu held.
-func (c *Coordinator) keepBinding(k string, value []byte, finished map[string]uint64) bool {
+func (s *scheduler) keepBinding(k string, value []byte, finished map[string]uint64) bool {
 	var b binding
 	_ = json.Unmarshal(value, &b)
 	raw, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(k, protocol.KeyPrefix))
 	seq, ok := finished[b.JobID]
-	if err != nil || !ok || c.jobs[b.JobID] != nil {
-		return c.jobs[b.JobID] != nil // an active job's key comes with its record
+	if err != nil || !ok || s.jobs[b.JobID] != nil {
+		return s.jobs[b.JobID] != nil // an active job's key comes with its record
 	}
-	e := c.index.find(seq)
-	if e == nil || !c.index.hasID(e, b.JobID) {
+	e := s.index.find(seq)
+	if e == nil || !s.index.hasID(e, b.JobID) {
 		return false
 	}
-	c.index.setKey(e, string(raw))
-	c.doneKeys[string(raw)] = doneKey{jobID: b.JobID, fingerprint: b.Fingerprint}
+	s.index.setKey(e, string(raw))
+	s.doneKeys[string(raw)] = doneKey{jobID: b.JobID, fingerprint: b.Fingerprint}
 	return true
 }

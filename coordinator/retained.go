@@ -233,72 +233,72 @@ type expiring struct {
 
 // retire moves a finished job whose record is durable out of memory: only its entry,
 // and its key's binding, stay until its retention ends. Called with c.mu held.
-func (c *Coordinator) retire(j *job) {
+func (s *scheduler) retire(j *job) {
 	r := &j.rec
-	delete(c.jobs, r.JobID)
-	if e := c.index.find(r.Seq); e != nil && e.j == j {
+	delete(s.jobs, r.JobID)
+	if e := s.index.find(r.Seq); e != nil && e.j == j {
 		snap := j.snapshot()
 		e.j, e.snap = nil, &snap
 		e.setState(r.State)
-		c.index.setKey(e, r.IdempotencyKey)
-		c.remember(r.Seq)
+		s.index.setKey(e, r.IdempotencyKey)
+		s.remember(r.Seq)
 	}
 	if k := r.IdempotencyKey; k != "" {
-		if c.keys[k] == j {
-			delete(c.keys, k)
+		if s.keys[k] == j {
+			delete(s.keys, k)
 		}
-		c.doneKeys[k] = doneKey{jobID: r.JobID, fingerprint: r.Fingerprint}
+		s.doneKeys[k] = doneKey{jobID: r.JobID, fingerprint: r.Fingerprint}
 	}
-	c.expireAt(r.Seq, time.UnixMilli(r.EndedAt))
+	s.expireAt(r.Seq, time.UnixMilli(r.EndedAt))
 }
 
 // remember keeps seq among the recently finished jobs whose snapshots stay in memory,
 // forgetting the snapshot of the oldest. Called with c.mu held.
-func (c *Coordinator) remember(seq uint64) {
-	if len(c.recent) < recentFinished {
-		c.recent = append(c.recent, seq)
+func (s *scheduler) remember(seq uint64) {
+	if len(s.recent) < recentFinished {
+		s.recent = append(s.recent, seq)
 		return
 	}
-	if e := c.index.find(c.recent[c.recentNext]); e != nil && e.j == nil {
+	if e := s.index.find(s.recent[s.recentNext]); e != nil && e.j == nil {
 		e.snap = nil
 	}
-	c.recent[c.recentNext] = seq
-	c.recentNext = (c.recentNext + 1) % recentFinished
+	s.recent[s.recentNext] = seq
+	s.recentNext = (s.recentNext + 1) % recentFinished
 }
 
 // expireAt schedules a finished job's removal from memory when its retention ends.
 // Called with c.mu held.
-func (c *Coordinator) expireAt(seq uint64, ended time.Time) {
-	if c.cfg.Retention == 0 {
+func (s *scheduler) expireAt(seq uint64, ended time.Time) {
+	if s.cfg.Retention == 0 {
 		return
 	}
-	at := ended.Add(c.cfg.Retention).UnixMilli()
+	at := ended.Add(s.cfg.Retention).UnixMilli()
 	// Jobs retire in the order they end, so the queue stays sorted; a clock step
 	// back must not break that.
-	if n := len(c.expiring); n > 0 {
-		at = max(at, c.expiring[n-1].at)
+	if n := len(s.expiring); n > 0 {
+		at = max(at, s.expiring[n-1].at)
 	}
-	c.expiring = append(c.expiring, expiring{at: at, seq: seq})
+	s.expiring = append(s.expiring, expiring{at: at, seq: seq})
 }
 
 // expire forgets the finished jobs whose retention has ended: JetStream removes their
 // records by itself. Called with c.mu held.
-func (c *Coordinator) expire(now time.Time) {
-	for c.expHead < len(c.expiring) && c.expiring[c.expHead].at <= now.UnixMilli() {
-		x := c.expiring[c.expHead]
-		c.expiring[c.expHead] = expiring{}
-		c.expHead++
-		if e := c.index.find(x.seq); e != nil && e.j == nil {
-			if k := c.index.key(e); k != "" {
-				if d, ok := c.doneKeys[k]; ok && c.index.hasID(e, d.jobID) {
-					delete(c.doneKeys, k)
+func (s *scheduler) expire(now time.Time) {
+	for s.expHead < len(s.expiring) && s.expiring[s.expHead].at <= now.UnixMilli() {
+		x := s.expiring[s.expHead]
+		s.expiring[s.expHead] = expiring{}
+		s.expHead++
+		if e := s.index.find(x.seq); e != nil && e.j == nil {
+			if k := s.index.key(e); k != "" {
+				if d, ok := s.doneKeys[k]; ok && s.index.hasID(e, d.jobID) {
+					delete(s.doneKeys, k)
 				}
 			}
-			c.index.remove(x.seq)
+			s.index.remove(x.seq)
 		}
 	}
-	if c.expHead > 1024 && c.expHead > len(c.expiring)/2 {
-		c.expiring = slices.Clone(c.expiring[c.expHead:])
-		c.expHead = 0
+	if s.expHead > 1024 && s.expHead > len(s.expiring)/2 {
+		s.expiring = slices.Clone(s.expiring[s.expHead:])
+		s.expHead = 0
 	}
 }

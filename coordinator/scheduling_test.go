@@ -47,6 +47,7 @@ type told struct {
 type memSystem struct {
 	t     *testing.T
 	c     *Coordinator
+	sched *scheduler
 	clock *testClock
 	told  chan told
 }
@@ -78,9 +79,10 @@ func startMem(t *testing.T, b *memBackend, mods ...func(*Config)) *memSystem {
 	}
 	cfg.fill()
 	s := &memSystem{t: t, clock: clock, told: make(chan told, 1024)}
-	s.c = newCoordinator(nil, cfg)
-	s.c.store = newMemStore(b)
-	s.c.link = s
+	s.c = &Coordinator{cfg: cfg}
+	s.c.build(nil, newMemStore(b))
+	s.sched = s.c.sched
+	s.sched.link = s
 	if _, err := s.c.open(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +94,7 @@ func startMem(t *testing.T, b *memBackend, mods ...func(*Config)) *memSystem {
 func (s *memSystem) submit(req *protocol.SubmitJob) protocol.Message {
 	s.t.Helper()
 	got := make(chan protocol.Message, 1)
-	s.c.submit(req, func(m protocol.Message) { got <- m })
+	s.sched.submit(req, func(m protocol.Message) { got <- m })
 	select {
 	case m := <-got:
 		return m
@@ -129,7 +131,7 @@ func (s *memSystem) accepted(req *protocol.SubmitJob) string {
 
 func (s *memSystem) register(id string, capacity int) {
 	s.t.Helper()
-	if _, err := s.c.register(&protocol.WorkerRegister{WorkerID: id, Capacity: capacity}); err != nil {
+	if _, err := s.sched.register(&protocol.WorkerRegister{WorkerID: id, Capacity: capacity}); err != nil {
 		s.t.Fatal(err)
 	}
 }
@@ -173,9 +175,9 @@ func (s *memSystem) settle() {
 	s.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		s.c.mu.Lock()
-		busy := s.c.writes > 0
-		s.c.unlock()
+		s.sched.mu.Lock()
+		busy := s.sched.writes > 0
+		s.sched.mu.Unlock()
 		if !busy {
 			return
 		}
@@ -200,7 +202,7 @@ func (s *memSystem) result(worker string, a *protocol.TaskAssign, success, perma
 		err error
 	}
 	got := make(chan answer, 1)
-	s.c.result(res, func(ack protocol.ResultAck, err error) { got <- answer{ack, err} })
+	s.sched.result(res, func(ack protocol.ResultAck, err error) { got <- answer{ack, err} })
 	select {
 	case a := <-got:
 		return a.ack, a.err
@@ -221,7 +223,7 @@ func (s *memSystem) done(worker string, a *protocol.TaskAssign) {
 func (s *memSystem) status(id string) protocol.Job {
 	s.t.Helper()
 	s.settle()
-	snap, err := s.c.snapshot(id)
+	snap, err := s.sched.snapshot(id)
 	if err != nil {
 		s.t.Fatalf("status of %s: %v", id, err)
 	}
@@ -231,13 +233,13 @@ func (s *memSystem) status(id string) protocol.Job {
 // sweep runs the sweeper once, after moving the clock by d.
 func (s *memSystem) sweep(d time.Duration) {
 	s.clock.advance(d)
-	s.c.sweep()
+	s.sched.sweep()
 }
 
 func (s *memSystem) cancel(id string) protocol.Message {
 	s.t.Helper()
 	got := make(chan protocol.Message, 1)
-	s.c.cancelJob(id, func(m protocol.Message) { got <- m })
+	s.sched.cancelJob(id, func(m protocol.Message) { got <- m })
 	select {
 	case m := <-got:
 		return m

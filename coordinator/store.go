@@ -10,38 +10,38 @@ import (
 
 // markDirty records a change to j and queues it for a committer; fn, if not nil, runs
 // once the change is durable. Called with c.mu held.
-func (c *Coordinator) markDirty(j *job, fn func(error)) {
+func (s *scheduler) markDirty(j *job, fn func(error)) {
 	j.version++
-	j.rec.UpdatedAt = c.now().UnixMilli()
+	j.rec.UpdatedAt = s.now().UnixMilli()
 	if j.rec.State.Terminal() && j.rec.EndedAt == 0 {
 		j.rec.EndedAt = j.rec.UpdatedAt
 	}
-	c.noteChange(j)
+	s.noteChange(j)
 	if fn != nil {
 		j.waiters = append(j.waiters, waiter{version: j.version, fn: fn})
 	}
 	if !j.writing {
-		c.queueWrite(j)
+		s.queueWrite(j)
 	}
 }
 
 // queueWrite hands j to the committers. Called with c.mu held.
-func (c *Coordinator) queueWrite(j *job) {
+func (s *scheduler) queueWrite(j *job) {
 	j.writing = true
-	c.writes++
-	c.dirty = append(c.dirty, j)
-	c.wakeWriter()
+	s.writes++
+	s.dirty = append(s.dirty, j)
+	s.wakeWriter()
 }
 
 // doneWriting releases j from the committers. Called with c.mu held.
-func (c *Coordinator) doneWriting(j *job) {
+func (s *scheduler) doneWriting(j *job) {
 	j.writing = false
-	c.writes--
+	s.writes--
 }
 
-func (c *Coordinator) wakeWriter() {
+func (s *scheduler) wakeWriter() {
 	select {
-	case c.wake <- struct{}{}:
+	case s.wake <- struct{}{}:
 	default:
 	}
 }
@@ -55,23 +55,23 @@ const maxBatchJobs = 256
 // made while a job is in flight are coalesced into its next write, so a job has at
 // most one write in flight and each is a CAS on the revision the previous one
 // returned.
-func (c *Coordinator) committer(ctx context.Context) {
+func (s *scheduler) committer(ctx context.Context) {
 	for {
-		c.mu.Lock()
-		ws, err := c.takeDirty(maxBatchJobs)
-		c.unlock()
+		s.mu.Lock()
+		ws, err := s.takeDirty(maxBatchJobs)
+		s.unlock()
 		for _, e := range err {
-			c.fail(e.j, e.err)
+			s.fail(e.j, e.err)
 		}
 		if len(ws) == 0 {
 			select {
 			case <-ctx.Done():
 				return
-			case <-c.wake:
+			case <-s.wake:
 				continue
 			}
 		}
-		if !c.store.write(ctx, ws) {
+		if !s.store.write(ctx, ws) {
 			return
 		}
 	}
@@ -83,37 +83,37 @@ type encodeError struct {
 }
 
 // takeDirty encodes up to n dirty jobs. Called with c.mu held.
-func (c *Coordinator) takeDirty(n int) ([]pendingWrite, []encodeError) {
-	n = min(n, len(c.dirty))
+func (s *scheduler) takeDirty(n int) ([]pendingWrite, []encodeError) {
+	n = min(n, len(s.dirty))
 	if n == 0 {
 		return nil, nil
 	}
 	ws := make([]pendingWrite, 0, n)
 	var bad []encodeError
-	for _, j := range c.dirty[:n] {
-		w, err := c.pendingWrite(j)
+	for _, j := range s.dirty[:n] {
+		w, err := s.pendingWrite(j)
 		if err != nil {
 			bad = append(bad, encodeError{j, fmt.Errorf("encode job %s: %w", j.rec.JobID, err)})
 			continue
 		}
 		ws = append(ws, w)
 	}
-	clear(c.dirty[:n])
-	c.dirty = c.dirty[n:]
-	if len(c.dirty) > 0 {
-		c.wakeWriter()
+	clear(s.dirty[:n])
+	s.dirty = s.dirty[n:]
+	if len(s.dirty) > 0 {
+		s.wakeWriter()
 	}
 	return ws, bad
 }
 
 // pendingWrite encodes j's record. Called with c.mu held.
-func (c *Coordinator) pendingWrite(j *job) (pendingWrite, error) {
+func (s *scheduler) pendingWrite(j *job) (pendingWrite, error) {
 	data, err := j.rec.AppendJSON(nil)
 	return pendingWrite{
 		j: j, id: j.rec.JobID, key: j.rec.IdempotencyKey, data: data,
 		rev: j.rev, version: j.version, seq: j.rec.Seq, state: j.rec.State,
-		ttl:     c.ttl(j.rec.EndedAt),
-		expires: time.UnixMilli(j.rec.EndedAt).Add(c.cfg.Retention).UnixMilli(),
+		ttl:     s.ttl(j.rec.EndedAt),
+		expires: time.UnixMilli(j.rec.EndedAt).Add(s.cfg.Retention).UnixMilli(),
 		bind:    binding{JobID: j.rec.JobID, Fingerprint: j.rec.Fingerprint},
 	}, err
 }
@@ -126,40 +126,40 @@ const ttlMargin = 2 * time.Second
 
 // ttl is what is left of the retention of a job that ended at endedAt (milliseconds;
 // 0 while active), at least JetStream's smallest TTL; 0 keeps the job for ever.
-func (c *Coordinator) ttl(endedAt int64) time.Duration {
-	if endedAt == 0 || c.cfg.Retention == 0 {
+func (s *scheduler) ttl(endedAt int64) time.Duration {
+	if endedAt == 0 || s.cfg.Retention == 0 {
 		return 0
 	}
-	left := c.cfg.Retention - c.now().Sub(time.UnixMilli(endedAt))
+	left := s.cfg.Retention - s.now().Sub(time.UnixMilli(endedAt))
 	return max((left+time.Second-1).Truncate(time.Second), time.Second) + ttlMargin
 }
 
 // written records a durable write and runs the waiters it satisfied.
-func (c *Coordinator) written(j *job, rev, version uint64) {
-	c.mu.Lock()
+func (s *scheduler) written(j *job, rev, version uint64) {
+	s.mu.Lock()
 	j.rev = rev
-	c.noteWritten(j, version)
-	c.countWrite()
+	s.noteWritten(j, version)
+	s.ckpt.count(len(s.index.entries))
 	done := takeWaiters(j, version)
-	c.doneWriting(j)
+	s.doneWriting(j)
 	if j.version > version { // changed while being written
-		c.queueWrite(j)
-	} else if j.rec.State.Terminal() && c.jobs[j.rec.JobID] == j {
-		c.retire(j)
+		s.queueWrite(j)
+	} else if j.rec.State.Terminal() && s.jobs[j.rec.JobID] == j {
+		s.retire(j)
 	}
-	c.unlock()
+	s.unlock()
 	for _, w := range done {
 		w.fn(nil)
 	}
 }
 
 // fail ends every waiter of j with err.
-func (c *Coordinator) fail(j *job, err error) {
-	c.mu.Lock()
+func (s *scheduler) fail(j *job, err error) {
+	s.mu.Lock()
 	done := j.waiters
 	j.waiters = nil
-	c.doneWriting(j)
-	c.unlock()
+	s.doneWriting(j)
+	s.unlock()
 	for _, w := range done {
 		w.fn(err)
 	}
@@ -167,35 +167,35 @@ func (c *Coordinator) fail(j *job, err error) {
 
 // giveUp ends j's waiters with err and, if j was never stored, removes it as if it had
 // not been submitted.
-func (c *Coordinator) giveUp(j *job, err error) {
-	c.fail(j, err)
-	c.dropUnstored(j)
+func (s *scheduler) giveUp(j *job, err error) {
+	s.fail(j, err)
+	s.dropUnstored(j)
 }
 
 // dropUnstored removes a job that was never stored, as if it had not been submitted:
 // its submitter got an error, not an id.
-func (c *Coordinator) dropUnstored(j *job) {
-	c.mu.Lock()
-	defer c.unlock()
-	if j.rev != 0 || c.jobs[j.rec.JobID] != j {
+func (s *scheduler) dropUnstored(j *job) {
+	s.mu.Lock()
+	defer s.unlock()
+	if j.rev != 0 || s.jobs[j.rec.JobID] != j {
 		return
 	}
-	delete(c.jobs, j.rec.JobID)
-	if k := j.rec.IdempotencyKey; k != "" && c.keys[k] == j {
-		delete(c.keys, k)
+	delete(s.jobs, j.rec.JobID)
+	if k := j.rec.IdempotencyKey; k != "" && s.keys[k] == j {
+		delete(s.keys, k)
 	}
-	c.index.remove(j.rec.Seq)
+	s.index.remove(j.rec.Seq)
 	if j.rec.State.Active() {
-		c.active--
+		s.active--
 	}
-	c.ready.forget(j)
+	s.ready.forget(j)
 	if j.rec.State == protocol.StateRunning { // assigned at once; its assignment never went
-		if w := c.workers[j.rec.WorkerID]; w != nil && w.running[j.rec.JobID].attempt == j.rec.AttemptID {
+		if w := s.workers[j.rec.WorkerID]; w != nil && w.running[j.rec.JobID].attempt == j.rec.AttemptID {
 			delete(w.running, j.rec.JobID)
 		}
-		c.deadlines.remove(j)
-		c.leaseEnded(j)
-		c.schedule()
+		s.deadlines.remove(j)
+		s.leaseEnded(j)
+		s.schedule()
 	}
 }
 
@@ -212,21 +212,21 @@ func takeWaiters(j *job, version uint64) []waiter {
 // refuseWaitingCreates gives up, with err, the jobs waiting for their first write:
 // behind a write that keeps failing (a batching committer retries one batch until it
 // lands; the pipeline's slots fill up) their submitters would otherwise hear nothing.
-func (c *Coordinator) refuseWaitingCreates(err error) {
-	c.mu.Lock()
+func (s *scheduler) refuseWaitingCreates(err error) {
+	s.mu.Lock()
 	var gone []*job
-	kept := c.dirty[:0]
-	for _, j := range c.dirty {
+	kept := s.dirty[:0]
+	for _, j := range s.dirty {
 		if j.rev == 0 {
 			gone = append(gone, j)
 		} else {
 			kept = append(kept, j)
 		}
 	}
-	clear(c.dirty[len(kept):])
-	c.dirty = kept
-	c.unlock()
+	clear(s.dirty[len(kept):])
+	s.dirty = kept
+	s.unlock()
 	for _, j := range gone {
-		c.giveUp(j, err)
+		s.giveUp(j, err)
 	}
 }

@@ -41,44 +41,44 @@ func (w *worker) runs(taskType string) bool {
 
 // register adds a worker, superseding a live one with the same id. The attempts of the
 // live one that the registration reports it holds are kept (reconcile.go).
-func (c *Coordinator) register(req *protocol.WorkerRegister) (*protocol.WorkerRegistered, error) {
+func (s *scheduler) register(req *protocol.WorkerRegister) (*protocol.WorkerRegistered, error) {
 	if perr := req.Validate(); perr != nil {
 		return nil, bus.WithCode(bus.CodeBadRequest, perr)
 	}
-	if err := c.declare(req); err != nil {
+	if err := s.declare(req); err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	defer c.unlock()
-	if c.fenced != nil {
-		return nil, bus.WithCode(bus.CodeUnavailable, c.refuse())
+	s.mu.Lock()
+	defer s.unlock()
+	if s.fenced != nil {
+		return nil, bus.WithCode(bus.CodeUnavailable, s.refuse())
 	}
 	kept := make(map[string]assignment)
-	if old := c.workers[req.WorkerID]; old != nil {
-		kept = c.handOver(old, req)
-		c.loseWorker(old, "worker re-registered")
+	if old := s.workers[req.WorkerID]; old != nil {
+		kept = s.handOver(old, req)
+		s.loseWorker(old, "worker re-registered")
 	}
-	w := &worker{id: req.WorkerID, capacity: req.Capacity, running: kept, lastSeen: c.now(),
-		taskTypes: c.workerTypes(req), session: newID(), instance: req.Instance}
-	c.workers[w.id] = w
-	c.log.Info("worker registered", "worker", w.id, "capacity", w.capacity, "kept", len(kept))
-	c.schedule()
+	w := &worker{id: req.WorkerID, capacity: req.Capacity, running: kept, lastSeen: s.now(),
+		taskTypes: s.workerTypes(req), session: newID(), instance: req.Instance}
+	s.workers[w.id] = w
+	s.log.Info("worker registered", "worker", w.id, "capacity", w.capacity, "kept", len(kept))
+	s.schedule()
 	return &protocol.WorkerRegistered{WorkerID: w.id, Mark: w.mark(), Kept: keptRefs(kept, req.Held)}, nil
 }
 
 // heartbeat refreshes a worker, reconciles what it reports it holds (reconcile.go),
 // and answers where its assignments stand; an unknown worker is told so, and registers
 // again.
-func (c *Coordinator) heartbeat(hb *protocol.Heartbeat) (protocol.HeartbeatAck, error) {
-	c.mu.Lock()
-	defer c.unlock()
-	w := c.workers[hb.WorkerID]
+func (s *scheduler) heartbeat(hb *protocol.Heartbeat) (protocol.HeartbeatAck, error) {
+	s.mu.Lock()
+	defer s.unlock()
+	w := s.workers[hb.WorkerID]
 	if w == nil {
 		return protocol.HeartbeatAck{}, bus.Errorf(bus.CodeNotFound, "unknown worker %s: register again", hb.WorkerID)
 	}
-	w.lastSeen = c.now()
-	if hb.Held != nil && c.fenced == nil {
-		c.reconcile(w, hb.Held)
+	w.lastSeen = s.now()
+	if hb.Held != nil && s.fenced == nil {
+		s.reconcile(w, hb.Held)
 	}
 	return protocol.HeartbeatAck{Mark: w.mark()}, nil
 }
@@ -86,59 +86,59 @@ func (c *Coordinator) heartbeat(hb *protocol.Heartbeat) (protocol.HeartbeatAck, 
 // drain stops assigning to a worker that is shutting down; its running attempts go on.
 // The answer counts them, assignments not yet delivered included, so the worker knows
 // when it is done.
-func (c *Coordinator) drain(d *protocol.Drain) (protocol.DrainAck, error) {
-	c.mu.Lock()
-	defer c.unlock()
-	if c.fenced != nil {
-		return protocol.DrainAck{}, c.refuse()
+func (s *scheduler) drain(d *protocol.Drain) (protocol.DrainAck, error) {
+	s.mu.Lock()
+	defer s.unlock()
+	if s.fenced != nil {
+		return protocol.DrainAck{}, s.refuse()
 	}
-	w := c.workers[d.WorkerID]
+	w := s.workers[d.WorkerID]
 	if w == nil {
 		return protocol.DrainAck{}, bus.Errorf(bus.CodeNotFound, "unknown worker %s: register again", d.WorkerID)
 	}
 	if !w.draining {
 		w.draining = true
-		c.log.Info("worker draining", "worker", w.id, "running", len(w.running))
+		s.log.Info("worker draining", "worker", w.id, "running", len(w.running))
 	}
 	return protocol.DrainAck{Running: len(w.running)}, nil
 }
 
 // disconnect loses a worker whose connection is gone.
-func (c *Coordinator) disconnect(d *protocol.Disconnect) {
-	c.mu.Lock()
-	defer c.unlock()
-	if w := c.workers[d.WorkerID]; w != nil {
-		c.loseWorker(w, d.Cause)
-		c.schedule()
+func (s *scheduler) disconnect(d *protocol.Disconnect) {
+	s.mu.Lock()
+	defer s.unlock()
+	if w := s.workers[d.WorkerID]; w != nil {
+		s.loseWorker(w, d.Cause)
+		s.schedule()
 	}
 }
 
 // loseWorker removes w; each of its running attempts goes to retry-or-fail. Called with
 // c.mu held.
-func (c *Coordinator) loseWorker(w *worker, cause string) {
-	if c.workers[w.id] != w {
+func (s *scheduler) loseWorker(w *worker, cause string) {
+	if s.workers[w.id] != w {
 		return
 	}
-	delete(c.workers, w.id)
-	c.log.Info("worker lost", "worker", w.id, "cause", cause, "running", len(w.running))
+	delete(s.workers, w.id)
+	s.log.Info("worker lost", "worker", w.id, "cause", cause, "running", len(w.running))
 	for jobID, a := range w.running {
-		j := c.jobs[jobID]
+		j := s.jobs[jobID]
 		if j == nil || j.rec.State != protocol.StateRunning || j.rec.AttemptID != a.attempt {
 			continue
 		}
 		j.rec.WorkerID, j.rec.AttemptID = "", ""
-		c.deadlines.remove(j)
-		c.leaseEnded(j)
-		c.retryOrFail(j, fmt.Sprintf("worker %s lost (%s)", w.id, cause))
-		c.markDirty(j, nil)
+		s.deadlines.remove(j)
+		s.leaseEnded(j)
+		s.retryOrFail(j, fmt.Sprintf("worker %s lost (%s)", w.id, cause))
+		s.markDirty(j, nil)
 	}
 	w.running = nil
-	c.unserved(w)
+	s.unserved(w)
 }
 
 // hasFreeWorker reports whether some worker has a free slot for taskType.
-func (c *Coordinator) hasFreeWorker(taskType string) bool {
-	for _, w := range c.workers {
+func (s *scheduler) hasFreeWorker(taskType string) bool {
+	for _, w := range s.workers {
 		if w.free() > 0 && w.runs(taskType) {
 			return true
 		}
@@ -147,9 +147,9 @@ func (c *Coordinator) hasFreeWorker(taskType string) bool {
 }
 
 // pickWorker chooses the worker with the most free slots for taskType, ties by id.
-func (c *Coordinator) pickWorker(taskType string) *worker {
+func (s *scheduler) pickWorker(taskType string) *worker {
 	var best *worker
-	for _, w := range c.workers {
+	for _, w := range s.workers {
 		if w.free() <= 0 || !w.runs(taskType) {
 			continue
 		}
@@ -161,11 +161,11 @@ func (c *Coordinator) pickWorker(taskType string) *worker {
 }
 
 // workerList is the live workers sorted by id.
-func (c *Coordinator) workerList() []protocol.Worker {
-	c.mu.Lock()
-	defer c.unlock()
-	out := make([]protocol.Worker, 0, len(c.workers))
-	for _, w := range c.workers {
+func (s *scheduler) workerList() []protocol.Worker {
+	s.mu.Lock()
+	defer s.unlock()
+	out := make([]protocol.Worker, 0, len(s.workers))
+	for _, w := range s.workers {
 		out = append(out, protocol.Worker{
 			WorkerID:            w.id,
 			Capacity:            w.capacity,
