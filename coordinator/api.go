@@ -28,6 +28,7 @@ type api struct {
 	nc    *nats.Conn
 	log   *slog.Logger
 	sched *scheduler
+	reg   *registry
 	lease *leaseClock
 	store jobStore // whose health names why a lapsed lease cannot be renewed
 
@@ -77,21 +78,21 @@ func (a *api) serve() error {
 func (a *api) handleWorkers() error {
 	return errors.Join(
 		handleWorker(a, protocol.PathRegister, true, func(_ context.Context, req *protocol.WorkerRegister) (*protocol.WorkerRegistered, error) {
-			ans, err := a.sched.register(req)
-			a.sched.flushed() // the mark in the answer counts only assignments sent before it
+			ans, err := a.reg.register(req)
+			a.sched.out.flushed() // the mark in the answer counts only assignments sent before it
 			return ans, err
 		}),
 		handleWorker(a, protocol.PathHeartbeat, true, func(_ context.Context, req *protocol.Heartbeat) (protocol.HeartbeatAck, error) {
-			ack, err := a.sched.heartbeat(req)
-			a.sched.flushed() // the mark in the answer counts only assignments sent before it
+			ack, err := a.reg.heartbeat(req)
+			a.sched.out.flushed() // the mark in the answer counts only assignments sent before it
 			return ack, err
 		}),
 		handleWorker(a, protocol.PathDrain, true, func(_ context.Context, req *protocol.Drain) (protocol.DrainAck, error) {
-			return a.sched.drain(req)
+			return a.reg.drain(req)
 		}),
 		// A goodbye needs no lease: it only forgets the worker.
 		handleWorker(a, protocol.PathDisconnect, false, func(_ context.Context, req *protocol.Disconnect) (struct{}, error) {
-			a.sched.disconnect(req)
+			a.reg.disconnect(req)
 			return struct{}{}, nil
 		}),
 		// A result for an attempt this coordinator does not know may be for one granted
@@ -245,7 +246,7 @@ func (a *api) serveRequest(data []byte, want protocol.Type, reply func(protocol.
 	case *protocol.ListJobs:
 		reply(a.list(m))
 	case *protocol.ListWorkers:
-		reply(&protocol.WorkerList{Workers: a.sched.workerList()})
+		reply(&protocol.WorkerList{Workers: a.reg.workerList()})
 	case *protocol.CancelJob:
 		a.sched.cancelJob(m.JobID, reply)
 	case *protocol.ListTaskTypes:
@@ -311,8 +312,8 @@ func (s *scheduler) readSnapshot(id string) (protocol.Job, error) {
 		return protocol.Job{}, &protocol.Error{Message: fmt.Sprintf("read job %s: %v", id, err)}
 	}
 	s.mu.Lock()
-	kept := s.index.find(r.Seq)
-	known := kept != nil && s.index.hasID(kept, id)
+	kept := s.kept.index.find(r.Seq)
+	known := kept != nil && s.kept.index.hasID(kept, id)
 	s.unlock()
 	if !known {
 		return protocol.Job{}, errUnknownJob
@@ -409,8 +410,8 @@ func (s *scheduler) pick(from uint64, state protocol.State, limit int) (picked [
 		return nil, false, s.refuse()
 	}
 	least := 0
-	for i := s.index.below(from) - 1; i >= 0; i-- {
-		e := &s.index.entries[i]
+	for i := s.kept.index.below(from) - 1; i >= 0; i-- {
+		e := &s.kept.index.entries[i]
 		if !e.live() {
 			continue
 		}
@@ -431,7 +432,7 @@ func (s *scheduler) pick(from uint64, state protocol.State, limit int) (picked [
 		case e.snap != nil:
 			p.snap = *e.snap
 		default:
-			id := s.index.id(e)
+			id := s.kept.index.id(e)
 			p.id, p.snap = id, protocol.Job{JobID: id, State: st}
 		}
 		least += minSnapshotSize(&p.snap)

@@ -28,7 +28,7 @@ import (
 // PROTOCOL.md's (Config.TaskTypes), which no declaration can change.
 //
 // The catalogue has a lock of its own, so that submissions validate against it outside
-// Coordinator.mu; the scheduler reads options under Coordinator.mu, then this lock
+// scheduler.mu; the scheduler reads options under scheduler.mu, then this lock
 // (never the other way round).
 type catalogue struct {
 	builtins *tasktype.Set

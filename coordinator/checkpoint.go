@@ -139,35 +139,35 @@ func (s *scheduler) indexCopy() []head {
 		return nil
 	}
 	s.ckpt.reset()
-	return s.heads()
+	return s.kept.heads()
 }
 
 // heads copies the index: finished jobs whole, active ones (state "") to be read.
 // The ids are written into one string, which they slice: a million small strings would
-// cost a million allocations while c.mu is held. Called with c.mu held.
-func (s *scheduler) heads() []head {
-	exp := make(map[uint64]int64, len(s.expiring)-s.expHead)
-	for _, x := range s.expiring[s.expHead:] {
+// cost a million allocations while the scheduler's mu is held. Called with the scheduler's mu held.
+func (rt *retention) heads() []head {
+	exp := make(map[uint64]int64, len(rt.expiring)-rt.expHead)
+	for _, x := range rt.expiring[rt.expHead:] {
 		exp[x.seq] = x.at
 	}
-	n := len(s.index.entries) - s.index.holes
+	n := len(rt.index.entries) - rt.index.holes
 	hs := make([]head, 0, n)
 	ids := make([]byte, 0, 36*n)
 	ends := make([]int, 0, n)
-	for i := range s.index.entries {
-		e := &s.index.entries[i]
+	for i := range rt.index.entries {
+		e := &rt.index.entries[i]
 		if !e.live() {
 			continue
 		}
-		ids = s.index.appendID(ids, e)
+		ids = rt.index.appendID(ids, e)
 		ends = append(ends, len(ids))
 		if e.j != nil {
 			hs = append(hs, head{seq: e.seq})
 			continue
 		}
 		h := head{seq: e.seq, state: e.state(), expires: exp[e.seq]}
-		if k := s.index.key(e); k != "" {
-			if d, ok := s.doneKeys[k]; ok && s.index.hasID(e, d.jobID) {
+		if k := rt.index.key(e); k != "" {
+			if d, ok := rt.doneKeys[k]; ok && rt.index.hasID(e, d.jobID) {
 				h.key, h.fingerprint = k, d.fingerprint
 			}
 		}

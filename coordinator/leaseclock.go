@@ -72,7 +72,7 @@ func leaseLapsed() error { return bus.WithCode(bus.CodeUnavailable, errNotLeader
 func (c *Coordinator) RenewedLease(sent time.Time, lease time.Duration) {
 	c.lease.extend(sent, lease)
 	if c.lease.lapsed.Swap(false) {
-		c.sched.grace()
+		c.sched.reg.grace()
 		c.log.Info("lease renewed after it lapsed; workers get a heartbeat timeout of grace", "and", reconnectAllowance)
 	}
 }

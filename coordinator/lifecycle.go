@@ -34,18 +34,18 @@ type replyFunc func(protocol.Message)
 // only once the job is durable.
 func (s *scheduler) submit(req *protocol.SubmitJob, reply replyFunc) {
 	if perr := req.CheckSubmission(); perr != nil {
-		s.noteSubmit(SubmitInvalid)
+		s.note.submitted(SubmitInvalid)
 		reply(perr)
 		return
 	}
-	if err := s.validatePayload(req.TaskType, req.Payload); err != nil {
-		s.noteSubmit(SubmitInvalid)
+	if err := s.route.validatePayload(req.TaskType, req.Payload); err != nil {
+		s.note.submitted(SubmitInvalid)
 		reply(validationError(req.TaskType, err))
 		return
 	}
 	maxAttempts := req.MaxAttempts
 	if maxAttempts <= 0 {
-		maxAttempts = s.defaultMaxAttempts(req.TaskType)
+		maxAttempts = s.route.defaultMaxAttempts(req.TaskType)
 	}
 	prio := protocol.OrNormal(req.Priority)
 	var key, fp string
@@ -53,7 +53,7 @@ func (s *scheduler) submit(req *protocol.SubmitJob, reply replyFunc) {
 		key = *req.IdempotencyKey
 		var err error
 		if fp, err = fingerprint(req.TaskType, req.Payload, maxAttempts, prio); err != nil {
-			s.noteSubmit(SubmitInvalid)
+			s.note.submitted(SubmitInvalid)
 			reply(protocol.InvalidPayload(err.Error()))
 			return
 		}
@@ -62,39 +62,39 @@ func (s *scheduler) submit(req *protocol.SubmitJob, reply replyFunc) {
 	s.mu.Lock()
 	defer s.unlock()
 	if s.fenced != nil {
-		s.noteSubmit(SubmitFailed)
-		s.replyLater(reply, s.refuse())
+		s.note.submitted(SubmitFailed)
+		s.out.reply(reply, s.refuse())
 		return
 	}
 	if req.IdempotencyKey != nil {
 		if j := s.keys[key]; j != nil {
-			s.noteSubmit(SubmitDuplicate)
+			s.note.submitted(SubmitDuplicate)
 			s.answerDuplicate(j, key, fp, reply)
 			return
 		}
-		if d, ok := s.doneKeys[key]; ok { // bound to a finished job, durable
+		if d, ok := s.kept.doneKeys[key]; ok { // bound to a finished job, durable
 			if d.fingerprint != fp {
-				s.replyLater(reply, protocol.IdempotencyConflict(key, d.jobID))
+				s.out.reply(reply, protocol.IdempotencyConflict(key, d.jobID))
 			} else {
-				s.replyLater(reply, &protocol.JobSubmitted{JobID: d.jobID})
+				s.out.reply(reply, &protocol.JobSubmitted{JobID: d.jobID})
 			}
 			return
 		}
 	}
 	if s.active >= s.cfg.MaxActiveJobs {
-		s.noteSubmit(SubmitRejected)
-		s.replyLater(reply, protocol.AtCapacity(s.active, s.cfg.MaxActiveJobs))
+		s.note.submitted(SubmitRejected)
+		s.out.reply(reply, protocol.AtCapacity(s.active, s.cfg.MaxActiveJobs))
 		return
 	}
 	if e := s.store.health().refusal(); e != nil { // a duplicate above needs no room
-		s.noteSubmit(SubmitFailed)
-		s.replyLater(reply, e)
+		s.note.submitted(SubmitFailed)
+		s.out.reply(reply, e)
 		return
 	}
 	j := s.newJob(req, maxAttempts, prio, key, fp)
 	defer s.assignAtOnce(j)
 	s.markDirty(j, func(err error) {
-		s.noteSubmit(outcomeOf(err))
+		s.note.submitted(outcomeOf(err))
 		if err != nil {
 			reply(notStored(j.rec.JobID, err))
 			return
@@ -124,12 +124,12 @@ func validationError(taskType string, err error) *protocol.Error {
 // original job id (once that job is durable) for the same request, an ERROR otherwise.
 func (s *scheduler) answerDuplicate(j *job, key, fp string, reply replyFunc) {
 	if j.rec.Fingerprint != fp {
-		s.replyLater(reply, protocol.IdempotencyConflict(key, j.rec.JobID))
+		s.out.reply(reply, protocol.IdempotencyConflict(key, j.rec.JobID))
 		return
 	}
 	answer := &protocol.JobSubmitted{JobID: j.rec.JobID}
 	if j.rev != 0 {
-		s.replyLater(reply, answer)
+		s.out.reply(reply, answer)
 		return
 	}
 	j.waiters = append(j.waiters, waiter{version: 1, fn: func(err error) {
@@ -158,7 +158,7 @@ func (s *scheduler) newJob(req *protocol.SubmitJob, maxAttempts int, prio protoc
 		Fingerprint:    fp,
 	}}
 	s.jobs[j.rec.JobID] = j
-	s.index.add(j.rec.Seq, j.rec.JobID, j.rec.State, "", j)
+	s.kept.index.add(j.rec.Seq, j.rec.JobID, j.rec.State, "", j)
 	if key != "" {
 		s.keys[key] = j
 	}
@@ -167,18 +167,18 @@ func (s *scheduler) newJob(req *protocol.SubmitJob, maxAttempts int, prio protoc
 }
 
 // schedule assigns queued jobs while some worker has a free slot for them. Called with
-// c.mu held.
+// the scheduler's mu held.
 func (s *scheduler) schedule() {
 	if s.fenced != nil || !s.lease.held() {
 		return
 	}
 	for s.ready.size > 0 {
 		now := s.now()
-		j := s.ready.best(now, s.cfg.AgingStep, s.runnable)
+		j := s.ready.best(now, s.cfg.AgingStep, s.route.runnable)
 		if j == nil {
 			return
 		}
-		w := s.pickWorker(j.rec.TaskType)
+		w := s.reg.pickWorker(j.rec.TaskType)
 		s.ready.pop(j)
 		s.assign(j, w)
 	}
@@ -192,7 +192,7 @@ func (s *scheduler) assign(j *job, w *worker) {
 	j.rec.AttemptID = newID()
 	j.rec.WorkerID = w.id
 	j.rec.RetryAt = 0
-	s.leaseStarted(j, now)
+	s.route.leaseStarted(j, now)
 	w.seq++
 	w.running[j.rec.JobID] = assignment{attempt: j.rec.AttemptID, seq: w.seq}
 	heap.Push(&s.deadlines, j)
@@ -209,7 +209,7 @@ func (s *scheduler) assign(j *job, w *worker) {
 		return s.link.Tell(context.Background(), bus.Address{Role: bus.RoleWorker, ID: w.id}, protocol.PathAssign, m)
 	}
 	if j.rev != 0 {
-		s.later(tell, w)
+		s.out.later(tell, w)
 		return
 	}
 	// Not stored yet (assignAtOnce): the assignment rides on the job's first write and
@@ -219,7 +219,7 @@ func (s *scheduler) assign(j *job, w *worker) {
 		s.mu.Lock()
 		defer s.unlock()
 		if err == nil && j.rec.State == protocol.StateRunning && j.rec.AttemptID == attempt {
-			s.later(tell, w)
+			s.out.later(tell, w)
 		}
 	}})
 }
@@ -228,7 +228,7 @@ func (s *scheduler) assign(j *job, w *worker) {
 // before it and a worker has a free slot for it: then one write stores it already
 // RUNNING, where queueing it first cost a write of its own (3 writes a job became 2
 // in the peers' benchmark). Its submitter and its worker both hear once that write is
-// durable. Called with c.mu held.
+// durable. Called with the scheduler's mu held.
 func (s *scheduler) assignAtOnce(j *job) {
 	if s.ready.size > 0 || j.rec.State != protocol.StateQueued || s.jobs[j.rec.JobID] != j {
 		return
@@ -245,17 +245,17 @@ func (s *scheduler) assignAtOnce(j *job) {
 func (s *scheduler) result(res *protocol.TaskResult, reply func(protocol.ResultAck, error)) {
 	s.mu.Lock()
 	defer s.unlock()
-	if w := s.workers[res.WorkerID]; w != nil && w.running[res.JobID].attempt == res.AttemptID {
+	if w := s.reg.workers[res.WorkerID]; w != nil && w.running[res.JobID].attempt == res.AttemptID {
 		delete(w.running, res.JobID)
 	}
 	j := s.jobs[res.JobID]
 	if err := assignedTo(j, res); err != nil {
-		s.later(func() error { reply(protocol.ResultAck{JobID: res.JobID, Accepted: false}, err); return nil }, nil)
+		s.out.later(func() error { reply(protocol.ResultAck{JobID: res.JobID, Accepted: false}, err); return nil }, nil)
 		return
 	}
 	if j == nil || j.rec.State != protocol.StateRunning || j.rec.AttemptID != res.AttemptID || s.fenced != nil {
 		s.log.Debug("stale result ignored", "job", res.JobID, "attempt", res.AttemptID, "worker", res.WorkerID)
-		s.later(func() error { reply(protocol.ResultAck{JobID: res.JobID, Accepted: false}, nil); return nil }, nil)
+		s.out.later(func() error { reply(protocol.ResultAck{JobID: res.JobID, Accepted: false}, nil); return nil }, nil)
 		s.schedule()
 		return
 	}
@@ -283,11 +283,11 @@ func (s *scheduler) result(res *protocol.TaskResult, reply func(protocol.ResultA
 // releaseLease ends j's current attempt: its worker's slot is freed and the lease id
 // forgotten, so any later result for it is stale.
 func (s *scheduler) releaseLease(j *job) {
-	if w := s.workers[j.rec.WorkerID]; w != nil && w.running[j.rec.JobID].attempt == j.rec.AttemptID {
+	if w := s.reg.workers[j.rec.WorkerID]; w != nil && w.running[j.rec.JobID].attempt == j.rec.AttemptID {
 		delete(w.running, j.rec.JobID)
 	}
 	s.deadlines.remove(j)
-	s.leaseEnded(j)
+	s.route.leaseEnded(j)
 	j.rec.WorkerID = ""
 	j.rec.AttemptID = ""
 }
@@ -296,9 +296,9 @@ func (s *scheduler) releaseLease(j *job) {
 func (s *scheduler) revoke(j *job) {
 	w, attempt := j.rec.WorkerID, j.rec.AttemptID
 	s.releaseLease(j)
-	if s.workers[w] != nil {
+	if s.reg.workers[w] != nil {
 		m := &protocol.TaskCancel{JobID: j.rec.JobID, AttemptID: attempt}
-		s.later(func() error {
+		s.out.later(func() error {
 			_ = s.link.Tell(context.Background(), bus.Address{Role: bus.RoleWorker, ID: w}, protocol.PathCancel, m)
 			return nil
 		}, nil)
@@ -331,11 +331,11 @@ func (s *scheduler) cancelJob(id string, reply replyFunc) {
 	}
 	defer s.unlock()
 	if j.rec.State.Terminal() {
-		s.replyLater(reply, &protocol.JobCancel{Cancelled: false, Job: j.snapshot()})
+		s.out.reply(reply, &protocol.JobCancel{Cancelled: false, Job: j.snapshot()})
 		return
 	}
 	if s.fenced != nil {
-		s.replyLater(reply, s.refuse())
+		s.out.reply(reply, s.refuse())
 		return
 	}
 	switch j.rec.State {
@@ -384,7 +384,7 @@ func (s *scheduler) sweep() {
 		return // another may lead; or NATS is cut off, and silence is not the workers'
 	}
 	now := s.now()
-	s.expire(now)
+	s.kept.expire(now)
 	for _, t := range s.retries.due(now) {
 		j := t.j
 		if j.rec.State != protocol.StateRetryWait || itoa(j.rec.Attempts) != t.key {
@@ -400,15 +400,15 @@ func (s *scheduler) sweep() {
 			continue
 		}
 		w := j.rec.WorkerID
-		s.noteDeadline(j)
+		s.note.deadline(j)
 		s.revoke(j)
 		s.retryOrFail(j, fmt.Sprintf("execution deadline exceeded (%d ms) on worker %s", j.timeout.Milliseconds(), w))
 		s.markDirty(j, nil)
 	}
-	if !s.cutOff(now) {
-		for _, w := range s.workers {
+	if !s.reg.cutOff(now) {
+		for _, w := range s.reg.workers {
 			if now.Sub(w.lastSeen) > s.cfg.HeartbeatTimeout && now.After(w.graceUntil) {
-				s.loseWorker(w, "heartbeat timeout")
+				s.reg.loseWorker(w, "heartbeat timeout")
 			}
 		}
 	}

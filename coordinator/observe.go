@@ -64,17 +64,17 @@ type Stats struct {
 // Stats returns a snapshot of the coordinator's jobs, workers and bus counters. It
 // counts every job it holds: call it at scrape intervals, not per request.
 func (c *Coordinator) Stats() Stats {
-	s := Stats{Workers: c.sched.workerList(), Jobs: c.sched.jobCounts()}
+	s := Stats{Workers: c.sched.reg.workerList(), Jobs: c.sched.jobCounts()}
 	var serving bool
 	s.Bus, serving = c.api.stats()
 	s.Serving = serving && c.sched.fencedBy() == nil
 	return s
 }
 
-// noteSubmit reports a submission's outcome. Called with c.mu held, or before taking it.
-func (s *scheduler) noteSubmit(o SubmitOutcome) {
-	if obs := s.cfg.Observer; obs != nil {
-		obs.Submitted(o)
+// submitted reports a submission's outcome. Called with the scheduler's mu held, or before taking it.
+func (o *observer) submitted(outcome SubmitOutcome) {
+	if obs := o.obs; obs != nil {
+		obs.Submitted(outcome)
 	}
 }
 
@@ -85,31 +85,31 @@ func outcomeOf(err error) SubmitOutcome {
 	return SubmitAccepted
 }
 
-// noteChange reports j's state change since it was last reported, if any. Called with
-// c.mu held, from markDirty, which every change goes through, once it has stamped the
+// changed reports j's state change since it was last reported, if any. Called with
+// the scheduler's mu held, from markDirty, which every change goes through, once it has stamped the
 // record's update time: the change's time, to the millisecond the record keeps.
-func (s *scheduler) noteChange(j *job) {
+func (o *observer) changed(j *job) {
 	if j.seen == j.rec.State {
 		return
 	}
 	from := j.seen
 	j.seen = j.rec.State
-	if obs := s.cfg.Observer; obs != nil {
+	if obs := o.obs; obs != nil {
 		obs.JobChanged(JobChange{TaskType: j.rec.TaskType, From: from, To: j.rec.State, Attempts: j.rec.Attempts,
 			Created: time.UnixMilli(j.rec.CreatedAt), At: time.UnixMilli(j.rec.UpdatedAt)})
 	}
 }
 
-// noteDeadline reports an attempt of j that overran. Called with c.mu held.
-func (s *scheduler) noteDeadline(j *job) {
-	if obs := s.cfg.Observer; obs != nil {
+// deadline reports an attempt of j that overran. Called with the scheduler's mu held.
+func (o *observer) deadline(j *job) {
+	if obs := o.obs; obs != nil {
 		obs.DeadlineExpired(j.rec.TaskType)
 	}
 }
 
-// noteWritten reports the durable write of j's version. Called with c.mu held.
-func (s *scheduler) noteWritten(j *job, version uint64) {
-	obs := s.cfg.Observer
+// written reports the durable write of j's version. Called with the scheduler's mu held.
+func (o *observer) written(j *job, version uint64) {
+	obs := o.obs
 	if obs == nil {
 		return
 	}
@@ -120,6 +120,10 @@ func (s *scheduler) noteWritten(j *job, version uint64) {
 	}
 	obs.Stored(j.took, nil, terminal, j.writes)
 }
+
+// observer tells the Config's Observer what the scheduler does, if there is one; each
+// call is made with the scheduler's mu held, which guards the counts it keeps in jobs.
+type observer struct{ obs Observer }
 
 // ErrNoLeader means no coordinator holds the leader lease.
 var ErrNoLeader = errors.New("no coordinator leads")

@@ -15,17 +15,17 @@ import (
 const reconnectAllowance = nats.DefaultReconnectWait + time.Second
 
 // graceWorkers gives every worker a heartbeat timeout, and the reconnect allowance, of
-// grace from now: their silence was this coordinator's. Called with c.mu held.
-func (s *scheduler) graceWorkers(now time.Time) {
-	until := now.Add(s.cfg.HeartbeatTimeout + reconnectAllowance)
-	for _, w := range s.workers {
+// grace from now: their silence was this coordinator's. Called with the scheduler's mu held.
+func (reg *registry) graceWorkers(now time.Time) {
+	until := now.Add(reg.s.cfg.HeartbeatTimeout + reconnectAllowance)
+	for _, w := range reg.workers {
 		w.graceUntil = until
 	}
 }
 
 // offline is what the sweeper knows of the coordinator's own NATS connection: whether
 // it was down at the last sweep, and how often it had reconnected. Guarded by
-// Coordinator.mu.
+// scheduler.mu.
 type offline struct {
 	seen       bool
 	down       bool
@@ -37,21 +37,21 @@ type offline struct {
 // them. Once the connection is back (or came back between sweeps), every worker gets a
 // heartbeat timeout of grace, counted from now. The lease clock (leaseclock.go) pauses
 // the sweeper too, but only once the lease may have lapsed, which a heartbeat timeout
-// shorter than the lease outlasts: this covers the start of an outage. Called with c.mu
-// held.
-func (s *scheduler) cutOff(now time.Time) bool {
-	if s.nc == nil { // a coordinator of the lifecycle's tests: no connection to lose
+// shorter than the lease outlasts: this covers the start of an outage. Called with the
+// scheduler's mu held.
+func (reg *registry) cutOff(now time.Time) bool {
+	if reg.nc == nil { // a coordinator of the lifecycle's tests: no connection to lose
 		return false
 	}
-	if !s.nc.IsConnected() {
-		s.off.down = true
+	if !reg.nc.IsConnected() {
+		reg.off.down = true
 		return true
 	}
-	r := s.nc.Stats().Reconnects
-	if s.off.seen && (s.off.down || r != s.off.reconnects) {
-		s.graceWorkers(now)
-		s.log.Info("NATS connection back; workers get a heartbeat timeout of grace", "and", reconnectAllowance)
+	r := reg.nc.Stats().Reconnects
+	if reg.off.seen && (reg.off.down || r != reg.off.reconnects) {
+		reg.graceWorkers(now)
+		reg.s.log.Info("NATS connection back; workers get a heartbeat timeout of grace", "and", reconnectAllowance)
 	}
-	s.off = offline{seen: true, reconnects: r}
+	reg.off = offline{seen: true, reconnects: r}
 	return false
 }

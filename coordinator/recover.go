@@ -43,31 +43,32 @@ func (s *scheduler) recover(ctx context.Context) error {
 		return m
 	})
 	s.mu.Lock()
-	s.index.entries = slices.Grow(s.index.entries, len(heads))
+	s.kept.index.entries = slices.Grow(s.kept.index.entries, len(heads))
 	for _, h := range heads {
 		if h.state != "" && h.state.Terminal() {
-			s.restoreFinished(h)
+			s.seq = max(s.seq, h.seq)
+			s.kept.restoreFinished(h)
 		}
 	}
 	for _, r := range recs {
 		s.restore(r.Record, r.rev)
 	}
-	s.index.sort()
-	slices.SortFunc(s.expiring, func(a, b expiring) int { return cmp.Compare(a.at, b.at) })
+	s.kept.index.sort()
+	slices.SortFunc(s.kept.expiring, func(a, b expiring) int { return cmp.Compare(a.at, b.at) })
 	// Every job took at least one message of the stream, so its last sequence bounds
 	// every job sequence ever given, those of expired jobs included. The last message
 	// is this coordinator's term: a new store's first job is 1.
 	s.seq = max(s.seq, lastSeq-1)
 	if fromCheckpoint { // bindings written since the checkpoint
 		for _, b := range ld.binds {
-			s.keepBinding(b.key, b.value, finished())
+			s.kept.keepBinding(b.key, b.value, finished())
 		}
 	}
 	s.unlock()
 	keep := func(key string, value []byte) bool {
 		s.mu.Lock()
 		defer s.unlock()
-		return s.keepBinding(key, value, finished())
+		return s.kept.keepBinding(key, value, finished())
 	}
 	if err := s.store.bindings(ctx, !fromCheckpoint, keep); err != nil {
 		return err
@@ -93,24 +94,24 @@ type head struct {
 }
 
 // restore adds one stored job to memory: a finished one only as its entry, unless its
-// record predates retention and must be written again with a TTL. Called with c.mu held.
+// record predates retention and must be written again with a TTL. Called with the scheduler's mu held.
 func (s *scheduler) restore(r protocol.Record, rev uint64) {
 	s.seq = max(s.seq, r.Seq)
 	s.lastMilli = max(s.lastMilli, r.CreatedAt)
 	if r.State.Terminal() && (r.EndedAt != 0 || s.cfg.Retention == 0) {
-		s.restoreFinished(head{seq: r.Seq, id: r.JobID, state: r.State, at: time.UnixMilli(max(r.EndedAt, r.UpdatedAt))})
+		s.kept.restoreFinished(head{seq: r.Seq, id: r.JobID, state: r.State, at: time.UnixMilli(max(r.EndedAt, r.UpdatedAt))})
 		return
 	}
 	j := &job{rec: r, rev: rev, seen: r.State}
 	s.jobs[r.JobID] = j
-	s.index.add(r.Seq, r.JobID, r.State, "", j)
+	s.kept.index.add(r.Seq, r.JobID, r.State, "", j)
 	if r.IdempotencyKey != "" {
 		s.keys[r.IdempotencyKey] = j
 	}
 	if r.State.Terminal() { // written before retention: again, with its TTL
 		j.rec.EndedAt = r.UpdatedAt
 		j.version++
-		s.queueWrite(j)
+		s.wq.queueWrite(j)
 		return
 	}
 	s.active++
@@ -136,40 +137,39 @@ func (s *scheduler) restore(r protocol.Record, rev uint64) {
 // restoreFinished adds a finished job, known by its entry only, whose record was last
 // written at written. A record keeps the retention it was written with (expires, Unix
 // milliseconds; 0 if it has none), as its TTL in JetStream does.
-// Called with c.mu held.
-func (s *scheduler) restoreFinished(h head) {
-	s.seq = max(s.seq, h.seq)
+// Called with the scheduler's mu held.
+func (rt *retention) restoreFinished(h head) {
 	expires := h.expires
-	if expires == 0 && s.cfg.Retention > 0 {
-		expires = h.at.Add(s.cfg.Retention).UnixMilli()
+	if expires == 0 && rt.cfg.Retention > 0 {
+		expires = h.at.Add(rt.cfg.Retention).UnixMilli()
 	}
-	if expires > 0 && expires <= s.now().UnixMilli() {
+	if expires > 0 && expires <= rt.s.now().UnixMilli() {
 		return // its retention ended: JetStream removes the record on its own
 	}
-	s.index.add(h.seq, h.id, h.state, h.key, nil)
+	rt.index.add(h.seq, h.id, h.state, h.key, nil)
 	if h.key != "" {
-		s.doneKeys[h.key] = doneKey{jobID: h.id, fingerprint: h.fingerprint}
+		rt.doneKeys[h.key] = doneKey{jobID: h.id, fingerprint: h.fingerprint}
 	}
 	if expires > 0 {
-		s.expiring = append(s.expiring, expiring{at: expires, seq: h.seq})
+		rt.expiring = append(rt.expiring, expiring{at: expires, seq: h.seq})
 	}
 }
 
 // keepBinding remembers the binding stored under k if its job is kept. Called with
-// c.mu held.
-func (s *scheduler) keepBinding(k string, value []byte, finished map[string]uint64) bool {
+// the scheduler's mu held.
+func (rt *retention) keepBinding(k string, value []byte, finished map[string]uint64) bool {
 	var b binding
 	_ = json.Unmarshal(value, &b)
 	raw, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(k, protocol.KeyPrefix))
 	seq, ok := finished[b.JobID]
-	if err != nil || !ok || s.jobs[b.JobID] != nil {
-		return s.jobs[b.JobID] != nil // an active job's key comes with its record
+	if err != nil || !ok || rt.s.jobs[b.JobID] != nil {
+		return rt.s.jobs[b.JobID] != nil // an active job's key comes with its record
 	}
-	e := s.index.find(seq)
-	if e == nil || !s.index.hasID(e, b.JobID) {
+	e := rt.index.find(seq)
+	if e == nil || !rt.index.hasID(e, b.JobID) {
 		return false
 	}
-	s.index.setKey(e, string(raw))
-	s.doneKeys[string(raw)] = doneKey{jobID: b.JobID, fingerprint: b.Fingerprint}
+	rt.index.setKey(e, string(raw))
+	rt.doneKeys[string(raw)] = doneKey{jobID: b.JobID, fingerprint: b.Fingerprint}
 	return true
 }

@@ -220,6 +220,23 @@ func (x *jobIndex) remove(seq uint64) {
 	}
 }
 
+// retention is every job the coordinator keeps, by sequence (index): an active one by
+// its entry and job, a finished one by its entry alone, with its idempotency key's
+// binding (doneKeys), until its retention ends (expiring, in order from expHead; the
+// sweeper's expire forgets it), and the snapshots of the jobs that finished last
+// (recent). Guarded by the scheduler's mu, like the jobs it indexes.
+type retention struct {
+	s   *scheduler
+	cfg *Config
+
+	index      jobIndex           // every kept job by sequence
+	doneKeys   map[string]doneKey // idempotency keys of finished jobs, until they expire
+	expiring   []expiring         // finished jobs by the end of their retention, from expHead
+	expHead    int
+	recent     []uint64 // sequences of the jobs that finished last
+	recentNext int
+}
+
 // doneKey is the binding of a finished job's idempotency key.
 type doneKey struct {
 	jobID, fingerprint string
@@ -231,74 +248,70 @@ type expiring struct {
 	seq uint64
 }
 
-// retire moves a finished job whose record is durable out of memory: only its entry,
-// and its key's binding, stay until its retention ends. Called with c.mu held.
-func (s *scheduler) retire(j *job) {
+// retire keeps a finished job whose record is durable, and which the scheduler no
+// longer holds, by its entry only, and its key's binding, until its retention ends.
+func (rt *retention) retire(j *job) {
 	r := &j.rec
-	delete(s.jobs, r.JobID)
-	if e := s.index.find(r.Seq); e != nil && e.j == j {
+	if e := rt.index.find(r.Seq); e != nil && e.j == j {
 		snap := j.snapshot()
 		e.j, e.snap = nil, &snap
 		e.setState(r.State)
-		s.index.setKey(e, r.IdempotencyKey)
-		s.remember(r.Seq)
+		rt.index.setKey(e, r.IdempotencyKey)
+		rt.remember(r.Seq)
 	}
 	if k := r.IdempotencyKey; k != "" {
-		if s.keys[k] == j {
-			delete(s.keys, k)
-		}
-		s.doneKeys[k] = doneKey{jobID: r.JobID, fingerprint: r.Fingerprint}
+		rt.doneKeys[k] = doneKey{jobID: r.JobID, fingerprint: r.Fingerprint}
 	}
-	s.expireAt(r.Seq, time.UnixMilli(r.EndedAt))
+	rt.expireAt(r.Seq, time.UnixMilli(r.EndedAt))
 }
 
 // remember keeps seq among the recently finished jobs whose snapshots stay in memory,
-// forgetting the snapshot of the oldest. Called with c.mu held.
-func (s *scheduler) remember(seq uint64) {
-	if len(s.recent) < recentFinished {
-		s.recent = append(s.recent, seq)
+// forgetting the snapshot of the oldest. Called with the scheduler's mu held.
+func (rt *retention) remember(seq uint64) {
+	if len(rt.recent) < recentFinished {
+		rt.recent = append(rt.recent, seq)
 		return
 	}
-	if e := s.index.find(s.recent[s.recentNext]); e != nil && e.j == nil {
+	if e := rt.index.find(rt.recent[rt.recentNext]); e != nil && e.j == nil {
 		e.snap = nil
 	}
-	s.recent[s.recentNext] = seq
-	s.recentNext = (s.recentNext + 1) % recentFinished
+	rt.recent[rt.recentNext] = seq
+	rt.recentNext = (rt.recentNext + 1) % recentFinished
 }
 
 // expireAt schedules a finished job's removal from memory when its retention ends.
-// Called with c.mu held.
-func (s *scheduler) expireAt(seq uint64, ended time.Time) {
-	if s.cfg.Retention == 0 {
+// Called with the scheduler's mu held.
+func (rt *retention) expireAt(seq uint64, ended time.Time) {
+	if rt.cfg.Retention == 0 {
 		return
 	}
-	at := ended.Add(s.cfg.Retention).UnixMilli()
+	at := ended.Add(rt.cfg.Retention).UnixMilli()
 	// Jobs retire in the order they end, so the queue stays sorted; a clock step
 	// back must not break that.
-	if n := len(s.expiring); n > 0 {
-		at = max(at, s.expiring[n-1].at)
+	if n := len(rt.expiring); n > 0 {
+		at = max(at, rt.expiring[n-1].at)
 	}
-	s.expiring = append(s.expiring, expiring{at: at, seq: seq})
+	rt.expiring = append(rt.expiring, expiring{at: at, seq: seq})
 }
 
 // expire forgets the finished jobs whose retention has ended: JetStream removes their
-// records by itself. Called with c.mu held.
-func (s *scheduler) expire(now time.Time) {
-	for s.expHead < len(s.expiring) && s.expiring[s.expHead].at <= now.UnixMilli() {
-		x := s.expiring[s.expHead]
-		s.expiring[s.expHead] = expiring{}
-		s.expHead++
-		if e := s.index.find(x.seq); e != nil && e.j == nil {
-			if k := s.index.key(e); k != "" {
-				if d, ok := s.doneKeys[k]; ok && s.index.hasID(e, d.jobID) {
-					delete(s.doneKeys, k)
+// records by itself. Called with the scheduler's mu held.
+func (rt *retention) expire(now time.Time) {
+	for rt.expHead < len(rt.expiring) && rt.expiring[rt.expHead].at <= now.UnixMilli() {
+		x := rt.expiring[rt.expHead]
+		rt.expiring[rt.expHead] = expiring{}
+		rt.expHead++
+		if e := rt.index.find(x.seq); e != nil && e.j == nil {
+			if k := rt.index.key(e); k != "" {
+				if d, ok := rt.doneKeys[k]; ok && rt.index.hasID(e, d.jobID) {
+					delete(rt.doneKeys, k)
 				}
 			}
-			s.index.remove(x.seq)
+			rt.index.remove(x.seq)
 		}
 	}
-	if s.expHead > 1024 && s.expHead > len(s.expiring)/2 {
-		s.expiring = slices.Clone(s.expiring[s.expHead:])
-		s.expHead = 0
+	if rt.expHead > 1024 && rt.expHead > len(rt.expiring)/2 {
+		rt.expiring = slices.Clone(rt.expiring[rt.expHead:])
+		rt.expHead = 0
 	}
 }

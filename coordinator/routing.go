@@ -12,53 +12,60 @@ import (
 	"github.com/jobbus/jobbus/bus/protocol"
 )
 
-// Routing by task type: a job goes only to a worker that serves its type, and a type at
-// its concurrency limit waits without holding back the jobs of other types (the ready
-// queue skips the types runnable refuses). Guarded by Coordinator.mu, like the rest of
-// scheduling.
+// routing routes jobs by task type: a job goes only to a worker that serves its type,
+// and a type at its concurrency limit waits without holding back the jobs of other
+// types (the ready queue skips the types runnable refuses). It owns the count of
+// RUNNING jobs by type (typeRuns) and reads each type's options from the catalogue;
+// guarded by the scheduler's mu, like the rest of scheduling.
+type routing struct {
+	cfg      *Config
+	cat      *catalogue
+	reg      *registry
+	typeRuns map[string]int
+}
 
 // runnable reports whether a job of taskType can start now: the type is below its
 // concurrency limit and some worker serving it has a free slot.
-func (s *scheduler) runnable(taskType string) bool {
-	if limit := s.cat.options(taskType).Concurrency; limit > 0 && s.typeRuns[taskType] >= limit {
+func (rt *routing) runnable(taskType string) bool {
+	if limit := rt.cat.options(taskType).Concurrency; limit > 0 && rt.typeRuns[taskType] >= limit {
 		return false
 	}
-	return s.hasFreeWorker(taskType)
+	return rt.reg.hasFreeWorker(taskType)
 }
 
 // leaseStarted counts j's new attempt against its type, and fixes the attempt's
 // execution deadline from the type's timeout (else the coordinator's).
-func (s *scheduler) leaseStarted(j *job, now time.Time) {
-	j.timeout = s.cfg.TaskTimeout
-	if ms := s.cat.options(j.rec.TaskType).TimeoutMillis; ms > 0 {
+func (rt *routing) leaseStarted(j *job, now time.Time) {
+	j.timeout = rt.cfg.TaskTimeout
+	if ms := rt.cat.options(j.rec.TaskType).TimeoutMillis; ms > 0 {
 		j.timeout = time.Duration(ms) * time.Millisecond
 	}
 	j.deadline = now.Add(j.timeout)
 	if !j.leased {
 		j.leased = true
-		s.typeRuns[j.rec.TaskType]++
+		rt.typeRuns[j.rec.TaskType]++
 	}
 }
 
 // leaseEnded stops counting j's attempt, however it ended.
-func (s *scheduler) leaseEnded(j *job) {
+func (rt *routing) leaseEnded(j *job) {
 	if !j.leased {
 		return
 	}
 	j.leased = false
-	if n := s.typeRuns[j.rec.TaskType] - 1; n > 0 {
-		s.typeRuns[j.rec.TaskType] = n
+	if n := rt.typeRuns[j.rec.TaskType] - 1; n > 0 {
+		rt.typeRuns[j.rec.TaskType] = n
 	} else {
-		delete(s.typeRuns, j.rec.TaskType)
+		delete(rt.typeRuns, j.rec.TaskType)
 	}
 }
 
 // defaultMaxAttempts is the max attempts of a submission that asked for none.
-func (s *scheduler) defaultMaxAttempts(taskType string) int {
-	if n := s.cat.options(taskType).MaxAttempts; n > 0 {
+func (rt *routing) defaultMaxAttempts(taskType string) int {
+	if n := rt.cat.options(taskType).MaxAttempts; n > 0 {
 		return n
 	}
-	return s.cfg.MaxAttempts
+	return rt.cfg.MaxAttempts
 }
 
 // failPermanently ends a job whose attempt failed with a permanent error: FAILED at
@@ -72,8 +79,8 @@ func (s *scheduler) failPermanently(j *job, cause string) {
 
 // workerTypes is what a registration serves: its list, or the built-ins without one
 // (a spec peer).
-func (s *scheduler) workerTypes(req *protocol.WorkerRegister) map[string]bool {
-	names := s.cfg.TaskTypes.Names()
+func (reg *registry) workerTypes(req *protocol.WorkerRegister) map[string]bool {
+	names := reg.s.cfg.TaskTypes.Names()
 	if req.TaskTypes != nil {
 		names = protocol.Names(req.TaskTypes)
 	}
@@ -86,53 +93,53 @@ func (s *scheduler) workerTypes(req *protocol.WorkerRegister) map[string]bool {
 
 // declare catalogues the task types of a registration before the worker counts as
 // registered.
-func (s *scheduler) declare(req *protocol.WorkerRegister) error {
+func (reg *registry) declare(req *protocol.WorkerRegister) error {
 	if req.TaskTypes == nil {
 		return nil
 	}
 	// A fenced coordinator, or one not certainly holding its lease, declares nothing
 	// (the catalogue's writes are not fenced by the term themselves: this narrows the
 	// window to a leader deposed mid-declaration).
-	s.mu.Lock()
+	reg.s.mu.Lock()
 	var refused error
 	switch {
-	case s.fenced != nil:
-		refused = bus.WithCode(bus.CodeUnavailable, s.refuse())
-	case !s.lease.held():
+	case reg.s.fenced != nil:
+		refused = bus.WithCode(bus.CodeUnavailable, reg.s.refuse())
+	case !reg.s.lease.held():
 		refused = leaseLapsed()
 	}
-	s.unlock()
+	reg.s.unlock()
 	if refused != nil {
 		return refused
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return s.cat.declare(ctx, req.WorkerID, req.TaskTypes, s.now())
+	return reg.s.cat.declare(ctx, req.WorkerID, req.TaskTypes, reg.s.now())
 }
 
 // unserved notes, in the background, when the catalogue's types that w served lost
-// their last worker. Called with c.mu held, after w left c.workers.
-func (s *scheduler) unserved(w *worker) {
+// their last worker. Called with the scheduler's mu held, after w left the registry.
+func (reg *registry) unserved(w *worker) {
 	var gone []string
 	for t := range w.taskTypes {
-		if _, builtin := s.cfg.TaskTypes.Lookup(t); builtin || s.hasWorker(t) {
+		if _, builtin := reg.s.cfg.TaskTypes.Lookup(t); builtin || reg.hasWorker(t) {
 			continue
 		}
 		gone = append(gone, t)
 	}
-	if len(gone) == 0 || s.cat.kv == nil {
+	if len(gone) == 0 || reg.s.cat.kv == nil {
 		return
 	}
-	now := s.now()
-	s.run(func() {
+	now := reg.s.now()
+	reg.s.run(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		s.cat.served(ctx, gone, now)
+		reg.s.cat.served(ctx, gone, now)
 	})
 }
 
-func (s *scheduler) hasWorker(taskType string) bool {
-	for _, w := range s.workers {
+func (reg *registry) hasWorker(taskType string) bool {
+	for _, w := range reg.workers {
 		if w.runs(taskType) {
 			return true
 		}
@@ -161,7 +168,7 @@ func (s *scheduler) taskTypeList() *protocol.TaskTypeList {
 		i := info(name)
 		i.Schema, i.Options, i.LastServedMillis = r.Schema, r.Options, r.LastServedMillis
 	}
-	for _, w := range s.workers {
+	for _, w := range s.reg.workers {
 		for t := range w.taskTypes {
 			i := info(t)
 			i.Workers = append(i.Workers, w.id)
@@ -200,6 +207,6 @@ func (s *scheduler) taskTypeList() *protocol.TaskTypeList {
 }
 
 // validatePayload checks a submission's payload against its task type.
-func (s *scheduler) validatePayload(taskType string, payload json.RawMessage) error {
-	return s.cat.validate(taskType, payload)
+func (rt *routing) validatePayload(taskType string, payload json.RawMessage) error {
+	return rt.cat.validate(taskType, payload)
 }

@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"sync"
 	"time"
-
-	"github.com/nats-io/nats.go"
 )
 
 // scheduler decides what happens to jobs and workers: submissions, admission,
@@ -20,7 +18,6 @@ import (
 type scheduler struct {
 	cfg   *Config // the coordinator's
 	log   *slog.Logger
-	nc    *nats.Conn // the coordinator's connection, whose outages the sweeper sees; nil in tests
 	store jobStore
 	cat   *catalogue
 	lease *leaseClock
@@ -29,49 +26,42 @@ type scheduler struct {
 	// withdraw stops serving, once fenced.
 	withdraw func()
 
-	mu         sync.Mutex
-	jobs       map[string]*job    // active, and finished until their record is durable
-	index      jobIndex           // every kept job by sequence (retained.go)
-	keys       map[string]*job    // idempotency keys of the jobs in jobs
-	doneKeys   map[string]doneKey // idempotency keys of finished jobs, until they expire
-	expiring   []expiring         // finished jobs by the end of their retention, from expHead
-	expHead    int
-	recent     []uint64 // sequences of the jobs that finished last (retained.go)
-	recentNext int
-	workers    map[string]*worker
-	typeRuns   map[string]int // RUNNING jobs by task type (routing.go)
-	ready      *readyQueue
-	retries    timerHeap
-	deadlines  deadlineHeap
-	active     int
-	seq        uint64
-	lastMilli  int64 // createdAt never goes backwards, so sequence order is age order
-	dirty      []*job
-	writes     int // jobs queued for or held by a writer
-	fenced     error
-	outbox     []outgoing // to send once mu is released (outbox.go)
-	link       workerLink // what TASK_ASSIGN and TASK_CANCEL go through: the bus node, once serving
-	off        offline    // the sweeper's view of the connection (offline.go)
-
-	sendMu sync.Mutex // held while sending the outbox, so messages leave in order
+	mu        sync.Mutex
+	jobs      map[string]*job // active, and finished until their record is durable
+	keys      map[string]*job // idempotency keys of the jobs in jobs
+	wq        *writeQueue     // the jobs to write (store.go)
+	note      *observer       // tells Config.Observer (observe.go)
+	kept      *retention      // every kept job by sequence (retained.go)
+	reg       *registry       // the workers (workers.go)
+	route     *routing        // by task type (routing.go)
+	ready     *readyQueue
+	retries   timerHeap
+	deadlines deadlineHeap
+	active    int
+	seq       uint64
+	lastMilli int64 // createdAt never goes backwards, so sequence order is age order
+	fenced    error
+	out       outbox     // messages to send once mu is released (outbox.go)
+	link      workerLink // what TASK_ASSIGN and TASK_CANCEL go through: the bus node, once serving
 
 	fencedCh chan struct{} // closed with fenced set
-	wake     chan struct{} // wakes the committer
 }
 
 func newScheduler(c *Coordinator) *scheduler {
-	return &scheduler{
-		cfg: &c.cfg, log: c.log, nc: c.nc, store: c.store, cat: c.cat, lease: &c.lease, run: c.goRun,
+	s := &scheduler{
+		cfg: &c.cfg, log: c.log, store: c.store, cat: c.cat, lease: &c.lease, run: c.goRun,
 		withdraw: func() { c.api.stop() },
 		jobs:     make(map[string]*job),
 		keys:     make(map[string]*job),
-		doneKeys: make(map[string]doneKey),
-		workers:  make(map[string]*worker),
-		typeRuns: make(map[string]int),
 		ready:    newReadyQueue(),
 		fencedCh: make(chan struct{}),
-		wake:     make(chan struct{}, 1),
 	}
+	s.wq = &writeQueue{s: s, cfg: &c.cfg, wake: make(chan struct{}, 1)}
+	s.note = &observer{obs: c.cfg.Observer}
+	s.kept = &retention{s: s, cfg: &c.cfg, doneKeys: make(map[string]doneKey)}
+	s.reg = &registry{s: s, nc: c.nc, workers: make(map[string]*worker)}
+	s.route = &routing{cfg: &c.cfg, cat: c.cat, reg: s.reg, typeRuns: make(map[string]int)}
+	return s
 }
 
 // sendThrough makes link the way to workers, once serving.
@@ -116,7 +106,7 @@ func (s *scheduler) drainWrites(limit time.Duration) {
 	deadline := time.Now().Add(limit)
 	for time.Now().Before(deadline) {
 		s.mu.Lock()
-		busy := s.writes > 0
+		busy := s.wq.writes > 0
 		s.unlock()
 		if !busy {
 			return
@@ -137,8 +127,8 @@ func (s *scheduler) jobCounts() map[protocol.State]int {
 	n := make(map[protocol.State]int, 6)
 	s.mu.Lock()
 	defer s.unlock()
-	for i := range s.index.entries {
-		switch e := &s.index.entries[i]; {
+	for i := range s.kept.index.entries {
+		switch e := &s.kept.index.entries[i]; {
 		case e.j != nil:
 			n[e.j.rec.State]++
 		case e.live():
@@ -149,8 +139,8 @@ func (s *scheduler) jobCounts() map[protocol.State]int {
 }
 
 // grace gives every worker a heartbeat timeout of grace from now (offline.go).
-func (s *scheduler) grace() {
-	s.mu.Lock()
-	defer s.unlock()
-	s.graceWorkers(s.now())
+func (reg *registry) grace() {
+	reg.s.mu.Lock()
+	defer reg.s.unlock()
+	reg.graceWorkers(reg.s.now())
 }

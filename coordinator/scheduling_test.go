@@ -131,7 +131,7 @@ func (s *memSystem) accepted(req *protocol.SubmitJob) string {
 
 func (s *memSystem) register(id string, capacity int) {
 	s.t.Helper()
-	if _, err := s.sched.register(&protocol.WorkerRegister{WorkerID: id, Capacity: capacity}); err != nil {
+	if _, err := s.sched.reg.register(&protocol.WorkerRegister{WorkerID: id, Capacity: capacity}); err != nil {
 		s.t.Fatal(err)
 	}
 }
@@ -176,7 +176,7 @@ func (s *memSystem) settle() {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		s.sched.mu.Lock()
-		busy := s.sched.writes > 0
+		busy := s.sched.wq.writes > 0
 		s.sched.mu.Unlock()
 		if !busy {
 			return

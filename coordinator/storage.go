@@ -42,7 +42,7 @@ func StoreFull(err error) bool {
 // storeHealth remembers whether the store takes job writes: whether the last job write
 // found it full (JetStream's limit), what Config.StoreFault says, and whether writes go
 // unanswered while JetStream answers (stalled). Writes set and clear it from the
-// writer goroutines, without c.mu.
+// writer goroutines, without the scheduler's mu.
 type storeHealth struct {
 	full    atomic.Pointer[string] // JetStream's words, while full
 	fault   func() error           // Config.StoreFault; nil: none

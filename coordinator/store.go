@@ -9,39 +9,39 @@ import (
 )
 
 // markDirty records a change to j and queues it for a committer; fn, if not nil, runs
-// once the change is durable. Called with c.mu held.
+// once the change is durable. Called with the scheduler's mu held.
 func (s *scheduler) markDirty(j *job, fn func(error)) {
 	j.version++
 	j.rec.UpdatedAt = s.now().UnixMilli()
 	if j.rec.State.Terminal() && j.rec.EndedAt == 0 {
 		j.rec.EndedAt = j.rec.UpdatedAt
 	}
-	s.noteChange(j)
+	s.note.changed(j)
 	if fn != nil {
 		j.waiters = append(j.waiters, waiter{version: j.version, fn: fn})
 	}
 	if !j.writing {
-		s.queueWrite(j)
+		s.wq.queueWrite(j)
 	}
 }
 
-// queueWrite hands j to the committers. Called with c.mu held.
-func (s *scheduler) queueWrite(j *job) {
+// queueWrite hands j to the committers. Called with the scheduler's mu held.
+func (q *writeQueue) queueWrite(j *job) {
 	j.writing = true
-	s.writes++
-	s.dirty = append(s.dirty, j)
-	s.wakeWriter()
+	q.writes++
+	q.dirty = append(q.dirty, j)
+	q.wakeWriter()
 }
 
-// doneWriting releases j from the committers. Called with c.mu held.
-func (s *scheduler) doneWriting(j *job) {
+// doneWriting releases j from the committers. Called with the scheduler's mu held.
+func (q *writeQueue) doneWriting(j *job) {
 	j.writing = false
-	s.writes--
+	q.writes--
 }
 
-func (s *scheduler) wakeWriter() {
+func (q *writeQueue) wakeWriter() {
 	select {
-	case s.wake <- struct{}{}:
+	case q.wake <- struct{}{}:
 	default:
 	}
 }
@@ -58,7 +58,7 @@ const maxBatchJobs = 256
 func (s *scheduler) committer(ctx context.Context) {
 	for {
 		s.mu.Lock()
-		ws, err := s.takeDirty(maxBatchJobs)
+		ws, err := s.wq.takeDirty(maxBatchJobs)
 		s.unlock()
 		for _, e := range err {
 			s.fail(e.j, e.err)
@@ -67,7 +67,7 @@ func (s *scheduler) committer(ctx context.Context) {
 			select {
 			case <-ctx.Done():
 				return
-			case <-s.wake:
+			case <-s.wq.wake:
 				continue
 			}
 		}
@@ -82,38 +82,38 @@ type encodeError struct {
 	err error
 }
 
-// takeDirty encodes up to n dirty jobs. Called with c.mu held.
-func (s *scheduler) takeDirty(n int) ([]pendingWrite, []encodeError) {
-	n = min(n, len(s.dirty))
+// takeDirty encodes up to n dirty jobs. Called with the scheduler's mu held.
+func (q *writeQueue) takeDirty(n int) ([]pendingWrite, []encodeError) {
+	n = min(n, len(q.dirty))
 	if n == 0 {
 		return nil, nil
 	}
 	ws := make([]pendingWrite, 0, n)
 	var bad []encodeError
-	for _, j := range s.dirty[:n] {
-		w, err := s.pendingWrite(j)
+	for _, j := range q.dirty[:n] {
+		w, err := q.pendingWrite(j)
 		if err != nil {
 			bad = append(bad, encodeError{j, fmt.Errorf("encode job %s: %w", j.rec.JobID, err)})
 			continue
 		}
 		ws = append(ws, w)
 	}
-	clear(s.dirty[:n])
-	s.dirty = s.dirty[n:]
-	if len(s.dirty) > 0 {
-		s.wakeWriter()
+	clear(q.dirty[:n])
+	q.dirty = q.dirty[n:]
+	if len(q.dirty) > 0 {
+		q.wakeWriter()
 	}
 	return ws, bad
 }
 
-// pendingWrite encodes j's record. Called with c.mu held.
-func (s *scheduler) pendingWrite(j *job) (pendingWrite, error) {
+// pendingWrite encodes j's record. Called with the scheduler's mu held.
+func (q *writeQueue) pendingWrite(j *job) (pendingWrite, error) {
 	data, err := j.rec.AppendJSON(nil)
 	return pendingWrite{
 		j: j, id: j.rec.JobID, key: j.rec.IdempotencyKey, data: data,
 		rev: j.rev, version: j.version, seq: j.rec.Seq, state: j.rec.State,
-		ttl:     s.ttl(j.rec.EndedAt),
-		expires: time.UnixMilli(j.rec.EndedAt).Add(s.cfg.Retention).UnixMilli(),
+		ttl:     q.ttl(j.rec.EndedAt),
+		expires: time.UnixMilli(j.rec.EndedAt).Add(q.cfg.Retention).UnixMilli(),
 		bind:    binding{JobID: j.rec.JobID, Fingerprint: j.rec.Fingerprint},
 	}, err
 }
@@ -126,11 +126,11 @@ const ttlMargin = 2 * time.Second
 
 // ttl is what is left of the retention of a job that ended at endedAt (milliseconds;
 // 0 while active), at least JetStream's smallest TTL; 0 keeps the job for ever.
-func (s *scheduler) ttl(endedAt int64) time.Duration {
-	if endedAt == 0 || s.cfg.Retention == 0 {
+func (q *writeQueue) ttl(endedAt int64) time.Duration {
+	if endedAt == 0 || q.cfg.Retention == 0 {
 		return 0
 	}
-	left := s.cfg.Retention - s.now().Sub(time.UnixMilli(endedAt))
+	left := q.cfg.Retention - q.s.now().Sub(time.UnixMilli(endedAt))
 	return max((left+time.Second-1).Truncate(time.Second), time.Second) + ttlMargin
 }
 
@@ -138,12 +138,12 @@ func (s *scheduler) ttl(endedAt int64) time.Duration {
 func (s *scheduler) written(j *job, rev, version uint64) {
 	s.mu.Lock()
 	j.rev = rev
-	s.noteWritten(j, version)
-	s.ckpt.count(len(s.index.entries))
+	s.note.written(j, version)
+	s.ckpt.count(len(s.kept.index.entries))
 	done := takeWaiters(j, version)
-	s.doneWriting(j)
+	s.wq.doneWriting(j)
 	if j.version > version { // changed while being written
-		s.queueWrite(j)
+		s.wq.queueWrite(j)
 	} else if j.rec.State.Terminal() && s.jobs[j.rec.JobID] == j {
 		s.retire(j)
 	}
@@ -158,7 +158,7 @@ func (s *scheduler) fail(j *job, err error) {
 	s.mu.Lock()
 	done := j.waiters
 	j.waiters = nil
-	s.doneWriting(j)
+	s.wq.doneWriting(j)
 	s.unlock()
 	for _, w := range done {
 		w.fn(err)
@@ -184,19 +184,59 @@ func (s *scheduler) dropUnstored(j *job) {
 	if k := j.rec.IdempotencyKey; k != "" && s.keys[k] == j {
 		delete(s.keys, k)
 	}
-	s.index.remove(j.rec.Seq)
+	s.kept.index.remove(j.rec.Seq)
 	if j.rec.State.Active() {
 		s.active--
 	}
 	s.ready.forget(j)
 	if j.rec.State == protocol.StateRunning { // assigned at once; its assignment never went
-		if w := s.workers[j.rec.WorkerID]; w != nil && w.running[j.rec.JobID].attempt == j.rec.AttemptID {
+		if w := s.reg.workers[j.rec.WorkerID]; w != nil && w.running[j.rec.JobID].attempt == j.rec.AttemptID {
 			delete(w.running, j.rec.JobID)
 		}
 		s.deadlines.remove(j)
-		s.leaseEnded(j)
+		s.route.leaseEnded(j)
 		s.schedule()
 	}
+}
+
+// retire moves a finished job whose record is durable out of memory: only its entry,
+// and its key's binding, stay until its retention ends. Called with s.mu held.
+func (s *scheduler) retire(j *job) {
+	delete(s.jobs, j.rec.JobID)
+	if k := j.rec.IdempotencyKey; k != "" && s.keys[k] == j {
+		delete(s.keys, k)
+	}
+	s.kept.retire(j)
+}
+
+// takeCreates takes the jobs waiting for their first write out of the queue. Called
+// with the scheduler's mu held.
+func (q *writeQueue) takeCreates() []*job {
+	var gone []*job
+	kept := q.dirty[:0]
+	for _, j := range q.dirty {
+		if j.rev == 0 {
+			gone = append(gone, j)
+		} else {
+			kept = append(kept, j)
+		}
+	}
+	clear(q.dirty[len(kept):])
+	q.dirty = kept
+	return gone
+}
+
+// writeQueue is the jobs whose records changed since their last write, in the order
+// they changed, until the committer takes them (dirty), and how many jobs are queued
+// or being written (writes). Each job is in it at most once (job.writing): changes
+// made while it waits or is written are coalesced into its next write. Guarded by the
+// scheduler's mu, but for wake, which wakes the committer.
+type writeQueue struct {
+	s      *scheduler
+	cfg    *Config
+	dirty  []*job
+	writes int
+	wake   chan struct{}
 }
 
 func takeWaiters(j *job, version uint64) []waiter {
@@ -214,17 +254,7 @@ func takeWaiters(j *job, version uint64) []waiter {
 // lands; the pipeline's slots fill up) their submitters would otherwise hear nothing.
 func (s *scheduler) refuseWaitingCreates(err error) {
 	s.mu.Lock()
-	var gone []*job
-	kept := s.dirty[:0]
-	for _, j := range s.dirty {
-		if j.rev == 0 {
-			gone = append(gone, j)
-		} else {
-			kept = append(kept, j)
-		}
-	}
-	clear(s.dirty[len(kept):])
-	s.dirty = kept
+	gone := s.wq.takeCreates()
 	s.unlock()
 	for _, j := range gone {
 		s.giveUp(j, err)

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"fmt"
+	"github.com/nats-io/nats.go"
 	"sort"
 	"time"
 
@@ -9,8 +10,20 @@ import (
 	"github.com/jobbus/jobbus/bus/protocol"
 )
 
+// registry is the workers the scheduler assigns to: each registration, its capacity
+// and the leases it holds (reconcile.go), and what the sweeper knows of the
+// coordinator's own connection (offline.go). It is guarded by the scheduler's mu, since
+// an assignment changes a job and a worker at once; it changes jobs only through the
+// scheduler (s), whose lock it holds when it does.
+type registry struct {
+	s       *scheduler
+	nc      *nats.Conn // the coordinator's connection, whose outages the sweeper sees; nil in tests
+	workers map[string]*worker
+	off     offline
+}
+
 // worker is a registered worker as the coordinator sees it: it tracks capacity itself,
-// from the leases it handed out. Guarded by Coordinator.mu.
+// from the leases it handed out. Guarded by scheduler.mu.
 type worker struct {
 	id        string
 	capacity  int
@@ -41,44 +54,44 @@ func (w *worker) runs(taskType string) bool {
 
 // register adds a worker, superseding a live one with the same id. The attempts of the
 // live one that the registration reports it holds are kept (reconcile.go).
-func (s *scheduler) register(req *protocol.WorkerRegister) (*protocol.WorkerRegistered, error) {
+func (reg *registry) register(req *protocol.WorkerRegister) (*protocol.WorkerRegistered, error) {
 	if perr := req.Validate(); perr != nil {
 		return nil, bus.WithCode(bus.CodeBadRequest, perr)
 	}
-	if err := s.declare(req); err != nil {
+	if err := reg.declare(req); err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	defer s.unlock()
-	if s.fenced != nil {
-		return nil, bus.WithCode(bus.CodeUnavailable, s.refuse())
+	reg.s.mu.Lock()
+	defer reg.s.unlock()
+	if reg.s.fenced != nil {
+		return nil, bus.WithCode(bus.CodeUnavailable, reg.s.refuse())
 	}
 	kept := make(map[string]assignment)
-	if old := s.workers[req.WorkerID]; old != nil {
-		kept = s.handOver(old, req)
-		s.loseWorker(old, "worker re-registered")
+	if old := reg.workers[req.WorkerID]; old != nil {
+		kept = reg.handOver(old, req)
+		reg.loseWorker(old, "worker re-registered")
 	}
-	w := &worker{id: req.WorkerID, capacity: req.Capacity, running: kept, lastSeen: s.now(),
-		taskTypes: s.workerTypes(req), session: newID(), instance: req.Instance}
-	s.workers[w.id] = w
-	s.log.Info("worker registered", "worker", w.id, "capacity", w.capacity, "kept", len(kept))
-	s.schedule()
+	w := &worker{id: req.WorkerID, capacity: req.Capacity, running: kept, lastSeen: reg.s.now(),
+		taskTypes: reg.workerTypes(req), session: newID(), instance: req.Instance}
+	reg.workers[w.id] = w
+	reg.s.log.Info("worker registered", "worker", w.id, "capacity", w.capacity, "kept", len(kept))
+	reg.s.schedule()
 	return &protocol.WorkerRegistered{WorkerID: w.id, Mark: w.mark(), Kept: keptRefs(kept, req.Held)}, nil
 }
 
 // heartbeat refreshes a worker, reconciles what it reports it holds (reconcile.go),
 // and answers where its assignments stand; an unknown worker is told so, and registers
 // again.
-func (s *scheduler) heartbeat(hb *protocol.Heartbeat) (protocol.HeartbeatAck, error) {
-	s.mu.Lock()
-	defer s.unlock()
-	w := s.workers[hb.WorkerID]
+func (reg *registry) heartbeat(hb *protocol.Heartbeat) (protocol.HeartbeatAck, error) {
+	reg.s.mu.Lock()
+	defer reg.s.unlock()
+	w := reg.workers[hb.WorkerID]
 	if w == nil {
 		return protocol.HeartbeatAck{}, bus.Errorf(bus.CodeNotFound, "unknown worker %s: register again", hb.WorkerID)
 	}
-	w.lastSeen = s.now()
-	if hb.Held != nil && s.fenced == nil {
-		s.reconcile(w, hb.Held)
+	w.lastSeen = reg.s.now()
+	if hb.Held != nil && reg.s.fenced == nil {
+		reg.reconcile(w, hb.Held)
 	}
 	return protocol.HeartbeatAck{Mark: w.mark()}, nil
 }
@@ -86,59 +99,59 @@ func (s *scheduler) heartbeat(hb *protocol.Heartbeat) (protocol.HeartbeatAck, er
 // drain stops assigning to a worker that is shutting down; its running attempts go on.
 // The answer counts them, assignments not yet delivered included, so the worker knows
 // when it is done.
-func (s *scheduler) drain(d *protocol.Drain) (protocol.DrainAck, error) {
-	s.mu.Lock()
-	defer s.unlock()
-	if s.fenced != nil {
-		return protocol.DrainAck{}, s.refuse()
+func (reg *registry) drain(d *protocol.Drain) (protocol.DrainAck, error) {
+	reg.s.mu.Lock()
+	defer reg.s.unlock()
+	if reg.s.fenced != nil {
+		return protocol.DrainAck{}, reg.s.refuse()
 	}
-	w := s.workers[d.WorkerID]
+	w := reg.workers[d.WorkerID]
 	if w == nil {
 		return protocol.DrainAck{}, bus.Errorf(bus.CodeNotFound, "unknown worker %s: register again", d.WorkerID)
 	}
 	if !w.draining {
 		w.draining = true
-		s.log.Info("worker draining", "worker", w.id, "running", len(w.running))
+		reg.s.log.Info("worker draining", "worker", w.id, "running", len(w.running))
 	}
 	return protocol.DrainAck{Running: len(w.running)}, nil
 }
 
 // disconnect loses a worker whose connection is gone.
-func (s *scheduler) disconnect(d *protocol.Disconnect) {
-	s.mu.Lock()
-	defer s.unlock()
-	if w := s.workers[d.WorkerID]; w != nil {
-		s.loseWorker(w, d.Cause)
-		s.schedule()
+func (reg *registry) disconnect(d *protocol.Disconnect) {
+	reg.s.mu.Lock()
+	defer reg.s.unlock()
+	if w := reg.workers[d.WorkerID]; w != nil {
+		reg.loseWorker(w, d.Cause)
+		reg.s.schedule()
 	}
 }
 
 // loseWorker removes w; each of its running attempts goes to retry-or-fail. Called with
-// c.mu held.
-func (s *scheduler) loseWorker(w *worker, cause string) {
-	if s.workers[w.id] != w {
+// the scheduler's mu held.
+func (reg *registry) loseWorker(w *worker, cause string) {
+	if reg.workers[w.id] != w {
 		return
 	}
-	delete(s.workers, w.id)
-	s.log.Info("worker lost", "worker", w.id, "cause", cause, "running", len(w.running))
+	delete(reg.workers, w.id)
+	reg.s.log.Info("worker lost", "worker", w.id, "cause", cause, "running", len(w.running))
 	for jobID, a := range w.running {
-		j := s.jobs[jobID]
+		j := reg.s.jobs[jobID]
 		if j == nil || j.rec.State != protocol.StateRunning || j.rec.AttemptID != a.attempt {
 			continue
 		}
 		j.rec.WorkerID, j.rec.AttemptID = "", ""
-		s.deadlines.remove(j)
-		s.leaseEnded(j)
-		s.retryOrFail(j, fmt.Sprintf("worker %s lost (%s)", w.id, cause))
-		s.markDirty(j, nil)
+		reg.s.deadlines.remove(j)
+		reg.s.route.leaseEnded(j)
+		reg.s.retryOrFail(j, fmt.Sprintf("worker %s lost (%s)", w.id, cause))
+		reg.s.markDirty(j, nil)
 	}
 	w.running = nil
-	s.unserved(w)
+	reg.unserved(w)
 }
 
 // hasFreeWorker reports whether some worker has a free slot for taskType.
-func (s *scheduler) hasFreeWorker(taskType string) bool {
-	for _, w := range s.workers {
+func (reg *registry) hasFreeWorker(taskType string) bool {
+	for _, w := range reg.workers {
 		if w.free() > 0 && w.runs(taskType) {
 			return true
 		}
@@ -147,9 +160,9 @@ func (s *scheduler) hasFreeWorker(taskType string) bool {
 }
 
 // pickWorker chooses the worker with the most free slots for taskType, ties by id.
-func (s *scheduler) pickWorker(taskType string) *worker {
+func (reg *registry) pickWorker(taskType string) *worker {
 	var best *worker
-	for _, w := range s.workers {
+	for _, w := range reg.workers {
 		if w.free() <= 0 || !w.runs(taskType) {
 			continue
 		}
@@ -161,11 +174,11 @@ func (s *scheduler) pickWorker(taskType string) *worker {
 }
 
 // workerList is the live workers sorted by id.
-func (s *scheduler) workerList() []protocol.Worker {
-	s.mu.Lock()
-	defer s.unlock()
-	out := make([]protocol.Worker, 0, len(s.workers))
-	for _, w := range s.workers {
+func (reg *registry) workerList() []protocol.Worker {
+	reg.s.mu.Lock()
+	defer reg.s.unlock()
+	out := make([]protocol.Worker, 0, len(reg.workers))
+	for _, w := range reg.workers {
 		out = append(out, protocol.Worker{
 			WorkerID:            w.id,
 			Capacity:            w.capacity,
