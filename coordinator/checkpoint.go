@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -51,8 +52,9 @@ func openCheckpoints(ctx context.Context, js jetstream.JetStream, replicas int) 
 // checkpointer writes checkpoints of the job index through the store: once the
 // durable writes since the last are as many as the jobs kept (at least
 // minCheckpointWrites), and as the coordinator stops. It owns the count, the one
-// checkpoint in flight and its goroutine, under a lock of its own, taken after the
-// scheduler's when both are (count is called with scheduler.mu held).
+// checkpoint in flight and the goroutine that writes it. Its state is atomic: count is
+// called for every durable write with the scheduler's mu held, and must not lengthen
+// that critical section by more than an increment.
 type checkpointer struct {
 	store jobStore
 	log   *slog.Logger
@@ -60,64 +62,50 @@ type checkpointer struct {
 	// lock; nil when the coordinator is fenced, whose memory is not the truth.
 	copy func() []head
 
-	mu      sync.Mutex
-	ctx     context.Context // set once serving: from then on, writes may start checkpoints
-	since   int             // durable writes since the last checkpoint
-	running bool            // a checkpoint is being written
+	ctx     atomic.Pointer[context.Context] // set once serving: from then on, writes may start checkpoints
+	since   atomic.Int64                    // durable writes since the last checkpoint
+	running atomic.Bool                     // a checkpoint is being written
 	wg      sync.WaitGroup
 }
 
 // begin lets writes start checkpoints, until ctx ends.
-func (k *checkpointer) begin(ctx context.Context) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.ctx = ctx
-}
+func (k *checkpointer) begin(ctx context.Context) { k.ctx.Store(&ctx) }
 
 // count counts a durable write and starts a checkpoint when enough were made since
 // the last, kept being the jobs the index holds.
 func (k *checkpointer) count(kept int) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.since++
-	if k.running || k.ctx == nil || k.since < max(minCheckpointWrites, kept) {
+	if k.since.Add(1) < int64(max(minCheckpointWrites, kept)) {
 		return
 	}
-	k.running = true
-	ctx := k.ctx
+	p := k.ctx.Load()
+	if p == nil || !k.running.CompareAndSwap(false, true) {
+		return
+	}
+	ctx := *p
 	k.wg.Add(1)
 	go func() {
 		defer k.wg.Done()
 		if err := k.write(ctx); err != nil && ctx.Err() == nil {
 			k.log.Warn("checkpoint not written; a restart reads every record's headers", "err", err)
 		}
-		k.mu.Lock()
-		k.running = false
-		k.mu.Unlock()
+		k.running.Store(false)
 	}()
 }
 
 // reset starts counting again, as a checkpoint copies the index.
-func (k *checkpointer) reset() {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.since = 0
-}
+func (k *checkpointer) reset() { k.since.Store(0) }
 
 // final writes a checkpoint as the coordinator stops, so that the next start reads
 // little but it, unless ok is false (nothing opened, fenced, or the lease not
-// certainly held) or one is being written. It then waits for the one in flight.
+// certainly held) or one is being written. No checkpoint starts after it.
 func (k *checkpointer) final(ok bool) {
-	k.mu.Lock()
-	skip := !ok || k.running
-	k.running = true
-	k.mu.Unlock()
-	if !skip {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := k.write(ctx); err != nil {
-			k.log.Warn("checkpoint not written at stop; the next start reads every record's headers", "err", err)
-		}
+	if busy := k.running.Swap(true); busy || !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := k.write(ctx); err != nil {
+		k.log.Warn("checkpoint not written at stop; the next start reads every record's headers", "err", err)
 	}
 }
 

@@ -90,9 +90,7 @@ func TestRestartFromCheckpoint(t *testing.T) {
 	cancel(d)
 	e := submit("")
 	cancel(b)
-	c2.ckpt.mu.Lock()
-	c2.ckpt.running = true // a crash: no checkpoint at the stop
-	c2.ckpt.mu.Unlock()
+	c2.ckpt.running.Store(true) // a crash: no checkpoint at the stop
 	must(t, c2.Close())
 
 	start(cfg)
