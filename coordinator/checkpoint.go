@@ -58,9 +58,9 @@ func openCheckpoints(ctx context.Context, js jetstream.JetStream, replicas int) 
 type checkpointer struct {
 	store jobStore
 	log   *slog.Logger
-	// copy returns the index as it stands and resets the count, under the scheduler's
+	// index returns the index as it stands and resets the count, under the scheduler's
 	// lock; nil when the coordinator is fenced, whose memory is not the truth.
-	copy func() []head
+	index func() []head
 
 	ctx     atomic.Pointer[context.Context] // set once serving: from then on, writes may start checkpoints
 	since   atomic.Int64                    // durable writes since the last checkpoint
@@ -114,7 +114,7 @@ func (k *checkpointer) wait() { k.wg.Wait() }
 
 // write writes the index as of the store's last write.
 func (k *checkpointer) write(ctx context.Context) error {
-	_, err := k.store.checkpoint(ctx, k.copy)
+	_, err := k.store.checkpoint(ctx, k.index)
 	return err
 }
 

@@ -87,7 +87,7 @@ func (c *Coordinator) build(nc *nats.Conn, store jobStore) {
 	c.lease = leaseClock{base: time.Now()}
 	c.cat = newCatalogue(c.cfg.TaskTypes, c.cfg.Logger)
 	c.sched = newScheduler(c)
-	c.ckpt = &checkpointer{store: store, log: c.log, copy: c.sched.indexCopy}
+	c.ckpt = &checkpointer{store: store, log: c.log, index: c.sched.indexCopy}
 	c.sched.ckpt = c.ckpt
 	c.api = &api{nc: nc, log: c.log, sched: c.sched, reg: c.sched.reg, lease: &c.lease, store: store}
 }

@@ -52,9 +52,9 @@ type jobStore interface {
 	// the old keys bucket (moved into the store when keep keeps them) and, with every,
 	// all stored.
 	bindings(ctx context.Context, every bool, keep func(key string, value []byte) bool) error
-	// checkpoint stores the job index copy returns as of the store's last write, for
+	// checkpoint stores the job index that index returns as of the store's last write, for
 	// the next term's load; it returns the jobs written.
-	checkpoint(ctx context.Context, copy func() []head) (int, error)
+	checkpoint(ctx context.Context, index func() []head) (int, error)
 	// health is whether the store takes writes (storage.go).
 	health() *storeHealth
 }

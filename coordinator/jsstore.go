@@ -189,12 +189,12 @@ func (s *jsStore) readRecord(ctx context.Context, id string) ([]byte, error) {
 }
 
 // checkpoint writes the index as of the stream's current last sequence.
-func (s *jsStore) checkpoint(ctx context.Context, copy func() []head) (int, error) {
+func (s *jsStore) checkpoint(ctx context.Context, index func() []head) (int, error) {
 	info, err := s.stream.Info(ctx)
 	if err != nil {
 		return 0, err
 	}
-	heads := copy()
+	heads := index()
 	if heads == nil {
 		return 0, nil
 	}

@@ -209,11 +209,11 @@ func (s *memStore) bindings(_ context.Context, every bool, keep func(key string,
 	return nil
 }
 
-func (s *memStore) checkpoint(_ context.Context, copy func() []head) (int, error) {
+func (s *memStore) checkpoint(_ context.Context, index func() []head) (int, error) {
 	s.b.mu.Lock()
 	at := s.b.seq
 	s.b.mu.Unlock()
-	heads := copy()
+	heads := index()
 	if heads == nil {
 		return 0, nil
 	}
