@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -265,62 +264,6 @@ func (a *api) status(id string) protocol.Message {
 	return &protocol.JobStatus{Job: snap}
 }
 
-// errUnknownJob: no job of that id is kept.
-var errUnknownJob = errors.New("unknown job")
-
-// snapshot is job id's snapshot: from memory while it is active, else from its record in
-// KV. The error is errUnknownJob, or a *protocol.Error to answer.
-func (s *scheduler) snapshot(id string) (protocol.Job, error) {
-	s.mu.Lock()
-	var refusal *protocol.Error
-	if s.fenced != nil {
-		refusal = s.refuse()
-	}
-	j := s.jobs[id]
-	var snap protocol.Job
-	if j != nil {
-		snap = j.snapshot()
-	}
-	s.unlock()
-	switch {
-	case refusal != nil:
-		return snap, refusal
-	case j != nil:
-		return snap, nil
-	}
-	return s.readSnapshot(id)
-}
-
-// readSnapshot reads a finished job's record from KV. A record whose job this
-// coordinator no longer keeps (its retention ended; JetStream's own expiry may lag or
-// lead by a moment) is unknown, so status, lists and idempotency keys agree.
-func (s *scheduler) readSnapshot(id string) (protocol.Job, error) {
-	if !protocol.IsRecordKey(id) {
-		return protocol.Job{}, errUnknownJob
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	data, err := s.store.read(ctx, id)
-	switch {
-	case errors.Is(err, errNoRecord):
-		return protocol.Job{}, errUnknownJob
-	case err != nil:
-		return protocol.Job{}, &protocol.Error{Message: fmt.Sprintf("read job %s: %v", id, err)}
-	}
-	var r protocol.Record
-	if err := json.Unmarshal(data, &r); err != nil {
-		return protocol.Job{}, &protocol.Error{Message: fmt.Sprintf("read job %s: %v", id, err)}
-	}
-	s.mu.Lock()
-	kept := s.kept.index.find(r.Seq)
-	known := kept != nil && s.kept.index.hasID(kept, id)
-	s.unlock()
-	if !known {
-		return protocol.Job{}, errUnknownJob
-	}
-	return r.Snapshot(), nil
-}
-
 // list returns jobs newest first, filtered by state, from the cursor (a sequence number),
 // at most limit of them and never more than fit in one reply. Active jobs come from
 // memory, finished ones from KV: a page costs its own jobs, not every stored one.
@@ -398,47 +341,6 @@ type listed struct {
 	seq  uint64
 	id   string // set while snap is still to be read from KV
 	gone bool
-}
-
-// pick takes, newest first, up to limit jobs below sequence from in state (any if ""),
-// stopping early once even a lower bound of their size exceeds the list budget. more
-// reports that matching jobs were left.
-func (s *scheduler) pick(from uint64, state protocol.State, limit int) (picked []listed, more bool, refusal protocol.Message) {
-	s.mu.Lock()
-	defer s.unlock()
-	if s.fenced != nil {
-		return nil, false, s.refuse()
-	}
-	least := 0
-	for i := s.kept.index.below(from) - 1; i >= 0; i-- {
-		e := &s.kept.index.entries[i]
-		if !e.live() {
-			continue
-		}
-		st := e.state()
-		if e.j != nil {
-			st = e.j.rec.State
-		}
-		if state != "" && st != state {
-			continue
-		}
-		if len(picked) == limit || least > listBudget {
-			return picked, true, nil
-		}
-		p := listed{seq: e.seq}
-		switch {
-		case e.j != nil:
-			p.snap = e.j.snapshot()
-		case e.snap != nil:
-			p.snap = *e.snap
-		default:
-			id := s.kept.index.id(e)
-			p.id, p.snap = id, protocol.Job{JobID: id, State: st}
-		}
-		least += minSnapshotSize(&p.snap)
-		picked = append(picked, p)
-	}
-	return picked, false, nil
 }
 
 // readFinished reads the records of the finished jobs picked, a few at a time.

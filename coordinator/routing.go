@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
-	"sort"
 	"time"
 
 	"github.com/jobbus/jobbus/bus"
@@ -145,65 +143,6 @@ func (reg *registry) hasWorker(taskType string) bool {
 		}
 	}
 	return false
-}
-
-// taskTypeList is the catalogue as it stands: each type with its live workers and its
-// queued and running jobs; the built-ins first, then by name.
-func (s *scheduler) taskTypeList() *protocol.TaskTypeList {
-	recs := s.cat.records()
-	s.mu.Lock()
-	infos := make(map[string]*protocol.TaskTypeInfo, len(recs)+5)
-	info := func(name string) *protocol.TaskTypeInfo {
-		if i := infos[name]; i != nil {
-			return i
-		}
-		i := &protocol.TaskTypeInfo{Name: name, Workers: []string{}}
-		infos[name] = i
-		return i
-	}
-	for _, name := range s.cfg.TaskTypes.Names() {
-		info(name).Builtin = true
-	}
-	for name, r := range recs {
-		i := info(name)
-		i.Schema, i.Options, i.LastServedMillis = r.Schema, r.Options, r.LastServedMillis
-	}
-	for _, w := range s.reg.workers {
-		for t := range w.taskTypes {
-			i := info(t)
-			i.Workers = append(i.Workers, w.id)
-		}
-	}
-	for _, j := range s.jobs {
-		switch j.rec.State {
-		case protocol.StateQueued:
-			info(j.rec.TaskType).Queued++
-		case protocol.StateRunning:
-			info(j.rec.TaskType).Running++
-		}
-	}
-	s.unlock()
-	out := make([]protocol.TaskTypeInfo, 0, len(infos))
-	for _, i := range infos {
-		sort.Strings(i.Workers)
-		out = append(out, *i)
-	}
-	slices.SortFunc(out, func(a, b protocol.TaskTypeInfo) int {
-		if a.Builtin != b.Builtin {
-			if a.Builtin {
-				return -1
-			}
-			return 1
-		}
-		if a.Name < b.Name {
-			return -1
-		}
-		if a.Name > b.Name {
-			return 1
-		}
-		return 0
-	})
-	return &protocol.TaskTypeList{TaskTypes: out}
 }
 
 // validatePayload checks a submission's payload against its task type.

@@ -122,22 +122,6 @@ func (s *scheduler) recovered() []any {
 	return []any{"jobs", len(s.jobs), "active", s.active, "next_seq", s.seq + 1}
 }
 
-// jobCounts counts the jobs in memory by state.
-func (s *scheduler) jobCounts() map[protocol.State]int {
-	n := make(map[protocol.State]int, 6)
-	s.mu.Lock()
-	defer s.unlock()
-	for i := range s.kept.index.entries {
-		switch e := &s.kept.index.entries[i]; {
-		case e.j != nil:
-			n[e.j.rec.State]++
-		case e.live():
-			n[e.state()]++
-		}
-	}
-	return n
-}
-
 // grace gives every worker a heartbeat timeout of grace from now (offline.go).
 func (reg *registry) grace() {
 	reg.s.mu.Lock()
