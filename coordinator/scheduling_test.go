@@ -470,3 +470,85 @@ func deref(s *string) string {
 	}
 	return *s
 }
+
+func TestSchedulingLostWorker(t *testing.T) {
+	t.Parallel()
+	s := startMem(t, nil, func(c *Config) { c.HeartbeatTimeout, c.MaxAttempts = 10*time.Second, 2 })
+	s.register("w1", 1)
+	id := s.accepted(sha("x"))
+	s.assigned("w1")
+	s.sweep(10 * time.Second)
+	if snap := s.status(id); snap.State != protocol.StateRunning {
+		t.Fatalf("a worker silent for the heartbeat timeout, not longer, lost its job: %s", snap.State)
+	}
+	s.sweep(time.Millisecond)
+	snap := s.status(id)
+	if snap.State != protocol.StateRetryWait || snap.Attempts != 1 || deref(snap.Error) != "worker w1 lost (heartbeat timeout)" {
+		t.Fatalf("after the heartbeat timeout: %s after %d attempts (%q), want RETRY_WAIT after 1, worker lost",
+			snap.State, snap.Attempts, deref(snap.Error))
+	}
+	if _, err := s.sched.reg.heartbeat(&protocol.Heartbeat{WorkerID: "w1"}); !errors.Is(err, bus.CodeNotFound) {
+		t.Fatalf("heartbeat of a lost worker: %v, want not found (register again)", err)
+	}
+}
+
+func TestSchedulingDrain(t *testing.T) {
+	t.Parallel()
+	s := startMem(t, nil)
+	s.register("w1", 2)
+	running := s.accepted(sha("running"))
+	a := s.assigned("w1")
+	ack, err := s.sched.reg.drain(&protocol.Drain{WorkerID: "w1"})
+	if err != nil || ack.Running != 1 {
+		t.Fatalf("drain: %+v, %v; want 1 running", ack, err)
+	}
+	queued := s.accepted(sha("queued"))
+	s.quiet() // a draining worker takes nothing more, though it has a free slot
+	s.done("w1", a)
+	if snap := s.status(running); snap.State != protocol.StateCompleted {
+		t.Fatalf("the draining worker's attempt: %s, want COMPLETED", snap.State)
+	}
+	s.register("w2", 1)
+	if b := s.assigned("w2"); b.JobID != queued {
+		t.Fatalf("assigned %s to w2, want %s", b.JobID, queued)
+	}
+}
+
+// TestSchedulingUndeliveredAssignment: an assignment the worker's report shows it never
+// received (numbered up to the mark it heard, and not held) is queued again at once,
+// without counting the attempt; an attempt it holds under no lease is cancelled again.
+func TestSchedulingUndeliveredAssignment(t *testing.T) {
+	t.Parallel()
+	s := startMem(t, nil)
+	reg, err := s.sched.reg.register(&protocol.WorkerRegister{WorkerID: "w1", Capacity: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := s.accepted(sha("x"))
+	lost := s.assigned("w1")
+	mark, err := s.sched.reg.heartbeat(&protocol.Heartbeat{WorkerID: "w1"})
+	if err != nil || mark.Mark == nil || mark.Mark.Session != reg.Mark.Session || mark.Mark.Seq != 1 {
+		t.Fatalf("heartbeat: %+v, %v; want the registration's mark at 1", mark, err)
+	}
+	stray := protocol.HeldAttempt{AttemptRef: protocol.AttemptRef{JobID: newID(), AttemptID: newID()}}
+	held := &protocol.Held{Mark: *mark.Mark, Attempts: []protocol.HeldAttempt{stray}}
+	if _, err := s.sched.reg.heartbeat(&protocol.Heartbeat{WorkerID: "w1", Held: held}); err != nil {
+		t.Fatal(err)
+	}
+	var again *protocol.TaskAssign
+	var cancelled *protocol.TaskCancel
+	for again == nil || cancelled == nil {
+		switch m := s.next().msg.(type) {
+		case *protocol.TaskAssign:
+			again = m
+		case *protocol.TaskCancel:
+			cancelled = m
+		}
+	}
+	if again.JobID != id || again.AttemptNumber != 1 || again.AttemptID == lost.AttemptID {
+		t.Fatalf("assigned again %+v, want job %s on a new attempt numbered 1", again, id)
+	}
+	if cancelled.AttemptID != stray.AttemptID {
+		t.Fatalf("cancelled %+v, want the stray attempt %s", cancelled, stray.AttemptID)
+	}
+}
