@@ -67,10 +67,11 @@ func (s *jsStore) open(ctx context.Context) error {
 	if s.ckpt, err = openCheckpoints(ctx, js, s.cfg.Replicas); err != nil {
 		return err
 	}
-	s.storage.answers = func(ctx context.Context) bool {
+	answers := func(ctx context.Context) bool {
 		_, err := s.stream.Info(ctx)
 		return err == nil
 	}
+	s.storage.answers.Store(&answers)
 	if s.batching() {
 		s.writer, s.publish = batchWriter{s}, s.publishBatch
 	} else {

@@ -52,8 +52,9 @@ type storeHealth struct {
 	since    atomic.Int64 // when full or stalled was last set, or probed: Unix nanoseconds
 	said     atomic.Int64 // when storeFailure last logged, Unix nanoseconds
 	// answers reports whether the store answers requests other than writes (the jobs
-	// stream's information comes back); nil: no such probe.
-	answers func(ctx context.Context) bool
+	// stream's information comes back); nil until the store is open. Set by open while
+	// the lease's renewals may already read it.
+	answers atomic.Pointer[func(ctx context.Context) bool]
 }
 
 // storeProbeEvery is how often, while the store is full or stalled, one submission is
@@ -224,12 +225,13 @@ func (s *jsStore) gaveUpCreate(ctx context.Context, w pendingWrite, err error) b
 
 // writesStalled reports a write that timed out while the store answers otherwise.
 func (h *storeHealth) writesStalled(ctx context.Context, err error) bool {
-	if !timedOut(err) || h.answers == nil {
+	answers := h.answers.Load()
+	if !timedOut(err) || answers == nil {
 		return false
 	}
 	ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	return h.answers(ictx)
+	return (*answers)(ictx)
 }
 
 // leaseWriteFailed notes a lease renewal that failed with err: one that timed out
