@@ -411,6 +411,7 @@ func (s *scheduler) sweep() {
 				s.reg.loseWorker(w, "heartbeat timeout")
 			}
 		}
+		s.claims.expire(now)
 	}
 	s.schedule()
 }

@@ -21,6 +21,7 @@ func (reg *registry) graceWorkers(now time.Time) {
 	for _, w := range reg.workers {
 		w.graceUntil = until
 	}
+	reg.s.claims.extend(until) // nor could the workers claim their attempts
 }
 
 // offline is what the sweeper knows of the coordinator's own NATS connection: whether

@@ -54,7 +54,7 @@ func (reg *registry) reconcile(w *worker, h *protocol.Held) {
 		}
 	}
 	for _, a := range h.Attempts {
-		if a.Done || w.running[a.JobID].attempt == a.AttemptID {
+		if w.running[a.JobID].attempt == a.AttemptID || reg.s.claims.claim(w, a.AttemptRef) || a.Done {
 			continue
 		}
 		reg.s.log.Debug("worker holds an attempt under no lease; cancelling it", "worker", w.id, "job", a.JobID, "attempt", a.AttemptID)

@@ -17,9 +17,9 @@ import (
 
 // recover rebuilds memory from KV before anything is served, reading only what it
 // needs to serve: every record's headers (its sequence and state), the whole record of
-// active jobs only, and the idempotency bindings. A RUNNING job's attempt was lost
-// with the previous coordinator: it counts, and the job runs again or, if that was its
-// last attempt, fails.
+// active jobs only, and the idempotency bindings. A RUNNING job's attempt waits for its
+// worker to claim it (claims.go); one nobody claims is lost: it counts, and the job
+// runs again or, if that was its last attempt, fails.
 func (s *scheduler) recover(ctx context.Context) error {
 	ld, err := s.store.load(ctx)
 	if err != nil {
@@ -79,6 +79,7 @@ func (s *scheduler) recover(ctx context.Context) error {
 		heads, recs, ld = nil, nil, nil
 		debug.FreeOSMemory()
 	}
+	s.claims.start()
 	return nil
 }
 
@@ -121,16 +122,7 @@ func (s *scheduler) restore(r protocol.Record, rev uint64) {
 	case protocol.StateRetryWait:
 		s.pushRetry(j)
 	case protocol.StateRunning:
-		j.rec.WorkerID, j.rec.AttemptID = "", ""
-		if r.Attempts >= r.MaxAttempts {
-			j.rec.State = protocol.StateFailed
-			j.rec.Error = ptr("coordinator restarted during final attempt; outcome unknown")
-			s.active--
-		} else {
-			j.rec.State = protocol.StateQueued
-			s.ready.push(j)
-		}
-		s.markDirty(j, nil)
+		s.claims.await(j)
 	}
 }
 

@@ -34,6 +34,7 @@ type scheduler struct {
 	kept      *retention      // every kept job by sequence (retained.go)
 	reg       *registry       // the workers (workers.go)
 	route     *routing        // by task type (routing.go)
+	claims    *claims         // attempts running before recovery, until their workers claim them (claims.go)
 	ready     *readyQueue
 	retries   timerHeap
 	deadlines deadlineHeap
@@ -60,6 +61,7 @@ func newScheduler(c *Coordinator) *scheduler {
 	s.note = &observer{obs: c.cfg.Observer}
 	s.kept = &retention{s: s, cfg: &c.cfg, doneKeys: make(map[string]doneKey)}
 	s.reg = &registry{s: s, nc: c.nc, workers: make(map[string]*worker)}
+	s.claims = &claims{s: s}
 	s.route = &routing{cfg: &c.cfg, cat: c.cat, reg: s.reg, typeRuns: make(map[string]int)}
 	return s
 }

@@ -426,41 +426,67 @@ func TestSchedulingIdempotency(t *testing.T) {
 }
 
 // TestSchedulingRecoveryAndFencing: a new coordinator over the same store recovers the
-// jobs (a RUNNING attempt was lost with the old one: it counts, and the job is queued
-// again) and fences the old one, whose next write fails.
+// jobs and fences the old one, which can create nothing more. An attempt running at the
+// restart waits for its worker to claim it (claims.go): one claimed goes on, one
+// nobody claims within the grace is lost (it counts) and its job queued again.
 func TestSchedulingRecoveryAndFencing(t *testing.T) {
 	t.Parallel()
 	b := newMemBackend()
 	b.now = time.Now
-	old := startMem(t, b)
+	grace := func(c *Config) { c.ClaimGrace = time.Minute }
+	old := startMem(t, b, grace)
 	old.register("w1", 1)
-	running := old.accepted(sha("running"))
+	claimed := old.accepted(sha("claimed"))
 	a := old.assigned("w1")
+	old.register("w2", 1)
+	lost := old.accepted(sha("lost"))
+	old.assigned("w2")
 	queued := old.accepted(sha("queued"))
 	old.settle()
 
-	next := startMem(t, b)
-	if snap := next.status(running); snap.State != protocol.StateQueued || snap.Attempts != 1 {
-		t.Fatalf("recovered running job: %s after %d attempts, want QUEUED after 1", snap.State, snap.Attempts)
+	next := startMem(t, b, grace)
+	for _, id := range []string{claimed, lost} {
+		if snap := next.status(id); snap.State != protocol.StateRunning || snap.Attempts != 1 {
+			t.Fatalf("recovered running job: %s after %d attempts, want RUNNING after 1, awaiting its worker", snap.State, snap.Attempts)
+		}
 	}
 	if snap := next.status(queued); snap.State != protocol.StateQueued {
 		t.Fatalf("recovered queued job: %s", snap.State)
 	}
-	if ack, err := old.result("w1", a, true, false, "ok"); ack.Accepted || !errors.Is(err, ErrFenced) {
-		t.Fatalf("result on the deposed coordinator: %+v, %v; want refused, fenced", ack, err)
+	// w1 claims its attempt as it registers again; its result counts.
+	held := &protocol.Held{Attempts: []protocol.HeldAttempt{{AttemptRef: protocol.AttemptRef{JobID: a.JobID, AttemptID: a.AttemptID}}}}
+	ans, err := next.sched.reg.register(&protocol.WorkerRegister{WorkerID: "w1", Capacity: 1, Held: held})
+	if err != nil || len(ans.Kept) != 1 || ans.Kept[0].AttemptID != a.AttemptID {
+		t.Fatalf("w1's registration: %+v, %v; want its attempt kept", ans, err)
+	}
+	next.done("w1", a)
+	if snap := next.status(claimed); snap.State != protocol.StateCompleted || snap.Attempts != 1 {
+		t.Fatalf("claimed job: %s after %d attempts, want COMPLETED on its one attempt", snap.State, snap.Attempts)
+	}
+	if q := next.assigned("w1"); q.JobID != queued { // w1's slot is free again
+		t.Fatalf("assigned %s to w1, want the queued job %s", q.JobID, queued)
+	}
+	// Nobody claims w2's: once the grace is over it is lost, and its job queued again.
+	next.sweep(time.Minute)
+	if snap := next.status(lost); snap.State != protocol.StateQueued || snap.Attempts != 1 {
+		t.Fatalf("unclaimed job: %s after %d attempts, want QUEUED after 1", snap.State, snap.Attempts)
+	}
+	next.register("w3", 1)
+	if again := next.assigned("w3"); again.JobID != lost || again.AttemptNumber != 2 {
+		t.Fatalf("assigned %s on attempt %d, want %s on attempt 2", again.JobID, again.AttemptNumber, lost)
+	}
+
+	// The deposed coordinator creates nothing, and learns it is fenced.
+	if _, ok := old.submit(sha("late")).(*protocol.Error); !ok {
+		t.Fatal("a deposed coordinator stored a submission")
 	}
 	select {
 	case <-old.c.Fenced():
 	case <-time.After(10 * time.Second):
 		t.Fatal("the deposed coordinator is not fenced")
 	}
-	if _, ok := old.submit(sha("late")).(*protocol.Error); !ok {
+	if _, ok := old.submit(sha("later")).(*protocol.Error); !ok {
 		t.Fatal("a fenced coordinator accepted a submission")
-	}
-	next.register("w2", 2)
-	got := map[string]bool{next.assigned("w2").JobID: true, next.assigned("w2").JobID: true}
-	if !got[running] || !got[queued] {
-		t.Fatalf("assigned %v after recovery, want %s and %s", got, running, queued)
 	}
 }
 

@@ -73,8 +73,9 @@ func (reg *registry) register(req *protocol.WorkerRegister) (*protocol.WorkerReg
 	}
 	w := &worker{id: req.WorkerID, capacity: req.Capacity, running: kept, lastSeen: reg.s.now(),
 		taskTypes: reg.workerTypes(req), session: newID(), instance: req.Instance}
+	claimed := reg.s.claims.reported(w, req.Held) // attempts it ran before a restart (claims.go): kept too
 	reg.workers[w.id] = w
-	reg.s.log.Info("worker registered", "worker", w.id, "capacity", w.capacity, "kept", len(kept))
+	reg.s.log.Info("worker registered", "worker", w.id, "capacity", w.capacity, "kept", len(kept)-claimed, "claimed", claimed)
 	reg.s.schedule()
 	return &protocol.WorkerRegistered{WorkerID: w.id, Mark: w.mark(), Kept: keptRefs(kept, req.Held)}, nil
 }
