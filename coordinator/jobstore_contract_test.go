@@ -95,11 +95,8 @@ func TestJobStoreContract(t *testing.T) {
 	for _, b := range storeBackends() {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			for _, tc := range cases {
-				t.Run(tc.name, func(t *testing.T) {
-					t.Parallel()
-					tc.test(t, b.setup(t))
-				})
+			for _, tc := range cases { // one after the other: the lifecycle suite's timings share the machine
+				t.Run(tc.name, func(t *testing.T) { tc.test(t, b.setup(t)) })
 			}
 		})
 	}
