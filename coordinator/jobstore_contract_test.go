@@ -79,9 +79,10 @@ func storeBackends() []storeBackend {
 	}
 }
 
-// TestJobStoreContract runs the contract against every backend.
+// TestJobStoreContract runs the contract against every backend. It is not parallel
+// with the package's other tests: it runs (its backends side by side) before the
+// lifecycle suite's tests, whose heartbeat timeouts are short, rather than beside them.
 func TestJobStoreContract(t *testing.T) {
-	t.Parallel()
 	cases := []struct {
 		name string
 		test func(t *testing.T, newStore func() jobStore)
@@ -95,7 +96,7 @@ func TestJobStoreContract(t *testing.T) {
 	for _, b := range storeBackends() {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			for _, tc := range cases { // one after the other: the lifecycle suite's timings share the machine
+			for _, tc := range cases {
 				t.Run(tc.name, func(t *testing.T) { tc.test(t, b.setup(t)) })
 			}
 		})

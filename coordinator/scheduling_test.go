@@ -17,6 +17,8 @@ import (
 // their backoff, deadlines, cancellation, idempotency, recovery), tested on a
 // coordinator over the in-memory store (memstore.go) with no NATS: its clock is the
 // test's, what it tells workers is recorded, and the sweeper runs when a test says.
+// They take milliseconds; they are not parallel, so that they run before the
+// lifecycle suite's tests (whose heartbeat timeouts are short) rather than beside them.
 
 // testClock is a clock that moves only when told.
 type testClock struct {
@@ -250,7 +252,6 @@ func (s *memSystem) cancel(id string) protocol.Message {
 }
 
 func TestSchedulingPriorityWithAging(t *testing.T) {
-	t.Parallel()
 	s := startMem(t, nil, func(c *Config) { c.AgingStep = time.Minute })
 	old := s.accepted(withPriority(sha("old"), protocol.PriorityLow))
 	s.clock.advance(2 * time.Minute) // two steps: LOW ages to HIGH
@@ -271,7 +272,6 @@ func TestSchedulingPriorityWithAging(t *testing.T) {
 }
 
 func TestSchedulingAdmission(t *testing.T) {
-	t.Parallel()
 	s := startMem(t, nil, func(c *Config) { c.MaxActiveJobs = 2 })
 	first := s.accepted(withKey(sha("a"), "a"))
 	s.accepted(sha("b"))
@@ -289,7 +289,6 @@ func TestSchedulingAdmission(t *testing.T) {
 }
 
 func TestSchedulingRetriesWithBackoff(t *testing.T) {
-	t.Parallel()
 	s := startMem(t, nil, func(c *Config) {
 		c.MaxAttempts, c.RetryBaseDelay, c.RetryMaxDelay = 4, time.Second, 3*time.Second
 	})
@@ -330,7 +329,6 @@ func TestSchedulingRetriesWithBackoff(t *testing.T) {
 }
 
 func TestSchedulingDeadlines(t *testing.T) {
-	t.Parallel()
 	s := startMem(t, nil, func(c *Config) { c.TaskTimeout, c.MaxAttempts = 10*time.Second, 2 })
 	s.register("w1", 1)
 	id := s.accepted(sha("x"))
@@ -357,7 +355,6 @@ func TestSchedulingDeadlines(t *testing.T) {
 }
 
 func TestSchedulingCancellation(t *testing.T) {
-	t.Parallel()
 	s := startMem(t, nil)
 	queued := s.accepted(sha("queued"))
 	jc, ok := s.cancel(queued).(*protocol.JobCancel)
@@ -397,7 +394,6 @@ func TestSchedulingCancellation(t *testing.T) {
 }
 
 func TestSchedulingIdempotency(t *testing.T) {
-	t.Parallel()
 	s := startMem(t, nil, func(c *Config) { c.Retention = time.Minute })
 	id := s.accepted(withKey(sha("x"), "k"))
 	if again := s.accepted(withKey(sha("x"), "k")); again != id {
@@ -430,7 +426,6 @@ func TestSchedulingIdempotency(t *testing.T) {
 // restart waits for its worker to claim it (claims.go): one claimed goes on, one
 // nobody claims within the grace is lost (it counts) and its job queued again.
 func TestSchedulingRecoveryAndFencing(t *testing.T) {
-	t.Parallel()
 	b := newMemBackend()
 	b.now = time.Now
 	grace := func(c *Config) { c.ClaimGrace = time.Minute }
@@ -498,7 +493,6 @@ func deref(s *string) string {
 }
 
 func TestSchedulingLostWorker(t *testing.T) {
-	t.Parallel()
 	s := startMem(t, nil, func(c *Config) { c.HeartbeatTimeout, c.MaxAttempts = 10*time.Second, 2 })
 	s.register("w1", 1)
 	id := s.accepted(sha("x"))
@@ -519,7 +513,6 @@ func TestSchedulingLostWorker(t *testing.T) {
 }
 
 func TestSchedulingDrain(t *testing.T) {
-	t.Parallel()
 	s := startMem(t, nil)
 	s.register("w1", 2)
 	running := s.accepted(sha("running"))
@@ -544,7 +537,6 @@ func TestSchedulingDrain(t *testing.T) {
 // received (numbered up to the mark it heard, and not held) is queued again at once,
 // without counting the attempt; an attempt it holds under no lease is cancelled again.
 func TestSchedulingUndeliveredAssignment(t *testing.T) {
-	t.Parallel()
 	s := startMem(t, nil)
 	reg, err := s.sched.reg.register(&protocol.WorkerRegister{WorkerID: "w1", Capacity: 1})
 	if err != nil {
