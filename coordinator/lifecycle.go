@@ -288,6 +288,7 @@ func (s *scheduler) releaseLease(j *job) {
 	}
 	s.deadlines.remove(j)
 	s.route.leaseEnded(j)
+	j.rec.LastWorkerID = j.rec.WorkerID // a finished job says who ran it
 	j.rec.WorkerID = ""
 	j.rec.AttemptID = ""
 }

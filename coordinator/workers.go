@@ -140,7 +140,7 @@ func (reg *registry) loseWorker(w *worker, cause string) {
 		if j == nil || j.rec.State != protocol.StateRunning || j.rec.AttemptID != a.attempt {
 			continue
 		}
-		j.rec.WorkerID, j.rec.AttemptID = "", ""
+		j.rec.LastWorkerID, j.rec.WorkerID, j.rec.AttemptID = w.id, "", ""
 		reg.s.deadlines.remove(j)
 		reg.s.route.leaseEnded(j)
 		reg.s.retryOrFail(j, fmt.Sprintf("worker %s lost (%s)", w.id, cause))
