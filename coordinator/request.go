@@ -19,30 +19,73 @@ import (
 // names only a sequence that a later write of the record may have replaced. The window
 // is the job's own retention.
 
+// requestJob is the id of the job a submission creates: a random one, or the one its
+// request id names. ok is false when reply was given, or the submission went on off
+// the caller's goroutine: a send again first looks for its job among the finished ones
+// in KV (findFinished), and the API's handler serves the next request meanwhile.
+func (s *scheduler) requestJob(req *protocol.SubmitJob, from request, maxAttempts int, prio protocol.Priority, reply replyFunc) (id string, ok bool) {
+	if from.id == "" {
+		return newID(), true
+	}
+	if e := protocol.CheckRequestID(from.id); e != nil {
+		s.note.submitted(SubmitInvalid)
+		reply(e)
+		return "", false
+	}
+	named := protocol.RequestJobID(from.id)
+	if from.first || from.looked {
+		return named, true
+	}
+	s.run(func() {
+		since, answered := s.findFinished(named, from.id, req, maxAttempts, prio, reply)
+		if !answered {
+			s.submit(req, request{id: from.id, looked: true, since: since}, reply)
+		}
+	})
+	return "", false
+}
+
+// answerResent answers a submission sent again whose job is in memory, or was created
+// and finished while findFinished read KV, and reports whether it did. Called with the
+// scheduler's mu held.
+func (s *scheduler) answerResent(id string, from request, req *protocol.SubmitJob, maxAttempts int, prio protocol.Priority, reply replyFunc) bool {
+	if j := s.jobs[id]; j != nil { // an earlier send's job
+		s.note.submitted(SubmitDuplicate)
+		s.answerRequestRepeat(j, from.id, req, maxAttempts, prio, reply)
+		return true
+	}
+	if from.looked && s.kept.index.createdSince(from.since, id) { // and it finished meanwhile
+		s.note.submitted(SubmitDuplicate)
+		s.out.reply(reply, &protocol.JobSubmitted{JobID: id})
+		return true
+	}
+	return false
+}
+
 // findFinished looks for the job of request rid sent again, id, among the finished jobs
-// in KV (it may have finished, even expired from memory, since the send that created
-// it), unless it is active: then the caller finds it in memory. answered reports that
-// reply was given. since is the last sequence given before the look: a job created after
-// it is in the index (createdSince).
-func (c *Coordinator) findFinished(id, rid string, req *protocol.SubmitJob, maxAttempts int, prio protocol.Priority, reply replyFunc) (since uint64, answered bool) {
-	c.mu.Lock()
-	since = c.seq
-	_, active := c.jobs[id]
-	c.unlock()
+// in KV (it may have finished, even left memory, since the send that created it),
+// unless it is active: then the caller finds it in memory. answered reports that reply
+// was given. since is the last sequence given before the look: a job created after it
+// is in the index (createdSince).
+func (s *scheduler) findFinished(id, rid string, req *protocol.SubmitJob, maxAttempts int, prio protocol.Priority, reply replyFunc) (since uint64, answered bool) {
+	s.mu.Lock()
+	since = s.seq
+	_, active := s.jobs[id]
+	s.unlock()
 	if active {
 		return since, false
 	}
-	r, err := c.readKept(id)
+	r, err := s.readKept(id)
 	switch {
 	case errors.Is(err, errUnknownJob):
 		return since, false
 	case err != nil:
 		// Whether it exists is unknown, so it cannot be created: the sender tries again.
-		c.noteSubmit(SubmitFailed)
+		s.note.submitted(SubmitFailed)
 		reply(&protocol.Error{Message: fmt.Sprintf("%v: cannot tell whether request %s created job %s yet (%v)", ErrNotServing, rid, id, err)})
 		return since, true
 	}
-	c.noteSubmit(SubmitDuplicate)
+	s.note.submitted(SubmitDuplicate)
 	if !sameSubmission(&r, req, maxAttempts, prio) {
 		reply(protocol.RequestIDReused(rid, id))
 	} else {
@@ -53,15 +96,15 @@ func (c *Coordinator) findFinished(id, rid string, req *protocol.SubmitJob, maxA
 
 // answerRequestRepeat answers a submission sent again whose job j is in memory: its id
 // once it is durable, an ERROR if the request id came with another submission. Called
-// with c.mu held.
-func (c *Coordinator) answerRequestRepeat(j *job, rid string, req *protocol.SubmitJob, maxAttempts int, prio protocol.Priority, reply replyFunc) {
+// with the scheduler's mu held.
+func (s *scheduler) answerRequestRepeat(j *job, rid string, req *protocol.SubmitJob, maxAttempts int, prio protocol.Priority, reply replyFunc) {
 	if !sameSubmission(&j.rec, req, maxAttempts, prio) {
-		c.replyLater(reply, protocol.RequestIDReused(rid, j.rec.JobID))
+		s.out.reply(reply, protocol.RequestIDReused(rid, j.rec.JobID))
 		return
 	}
 	answer := &protocol.JobSubmitted{JobID: j.rec.JobID}
 	if j.rev != 0 {
-		c.replyLater(reply, answer)
+		s.out.reply(reply, answer)
 		return
 	}
 	j.waiters = append(j.waiters, waiter{version: 1, fn: func(err error) {
