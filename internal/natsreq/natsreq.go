@@ -91,6 +91,7 @@ type resend struct {
 	x       exchange
 	sends   int
 	last    int
+	taken   bool // a send went unanswered: a responder may have acted on it
 	refusal *nats.Msg
 	end     time.Time // Options.Within's end; zero: ctx's
 }
@@ -153,12 +154,15 @@ func (r *resend) run(ctx context.Context) (*nats.Msg, error) {
 		case ctx.Err() != nil || r.over():
 			return r.final(ctx)
 		case errors.Is(err, errWoken): // a new responder: send again now
-			r.last, waitOut = unanswered, true
-		case !errors.Is(err, context.DeadlineExceeded):
-			return nil, err // the connection closed, say
+			r.last, r.taken, waitOut = unanswered, true, true
+		case !errors.Is(err, context.DeadlineExceeded): // the connection closed, say
+			if r.taken {
+				return nil, ErrCutOff
+			}
+			return nil, err
 		default: // this send went unanswered: its responder may be on its way out, and
 			// its successor on its way in
-			r.last, waitOut, try = unanswered, true, 2*try
+			r.last, r.taken, waitOut, try = unanswered, true, true, 2*try
 			if r.opts.MaxTry > 0 {
 				try = min(try, r.opts.MaxTry)
 			}
@@ -182,18 +186,25 @@ func (r *resend) listen() {
 	}
 }
 
+// ErrCutOff means the connection went down after a send was taken and left unanswered:
+// a responder may have acted on it, and it is not sent again into nats.go's reconnect
+// buffer.
+var ErrCutOff = errors.New("NATS connection lost after the request was sent; no reply")
+
 // errWoken: a wait ended by an announcement on Options.Wake.
 var errWoken = errors.New("a new responder announced itself")
 
 // over reports that the request's time (Options.Within) is up.
 func (r *resend) over() bool { return !r.end.IsZero() && !time.Now().Before(r.end) }
 
-// final is what the request says once its time is up: its last word.
+// final is what the request says once its time is up: its last word. Nobody serving
+// is nats.ErrNoResponders only if no send was taken and left unanswered: one that was
+// may have been acted on, so the request went unanswered.
 func (r *resend) final(ctx context.Context) (*nats.Msg, error) {
-	switch r.last {
-	case nobody:
+	switch {
+	case r.last == nobody && !r.taken:
 		return nil, nats.ErrNoResponders
-	case unserved:
+	case r.last == unserved:
 		return r.refusal, nil
 	}
 	if err := ctx.Err(); err != nil {
@@ -204,15 +215,17 @@ func (r *resend) final(ctx context.Context) (*nats.Msg, error) {
 
 // send sends the request once more.
 func (r *resend) send() error {
-	if r.sends > 0 {
+	if r.sends > 0 && !r.nc.IsConnected() {
 		// Never into nats.go's reconnect buffer: what it holds goes out once the
-		// connection is back, after this request has failed.
+		// connection is back, after this request has failed. Nothing was sent if every
+		// send so far found nobody; else a responder may have acted on one.
 		switch {
+		case r.taken:
+			return ErrCutOff
 		case r.nc.IsClosed():
 			return nats.ErrConnectionClosed
-		case !r.nc.IsConnected():
-			return nats.ErrConnectionReconnecting
 		}
+		return nats.ErrConnectionReconnecting
 	}
 	if r.sends > 0 || !r.opts.Fresh {
 		if err := r.x.share(); err != nil {

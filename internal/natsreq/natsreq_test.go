@@ -299,6 +299,30 @@ func TestResendRidesOutAFailover(t *testing.T) {
 			t.Fatalf("answered after %v: the announcement did not send it again", took)
 		}
 	})
+	t.Run("TakenThenNobodyIsUnanswered", func(t *testing.T) {
+		// The frozen member takes the first send, then goes (its server dropped it):
+		// nobody serves until the end, but the first send may have been acted on.
+		nc := connect(t)
+		f := frozen(t, nc)
+		time.AfterFunc(150*time.Millisecond, func() { _ = f.Unsubscribe() })
+		rctx, cancel := context.WithTimeout(ctx, 600*time.Millisecond)
+		defer cancel()
+		_, err := natsreq.Resend(rctx, nc, "svc", nil, natsreq.Options{FirstTry: 100 * time.Millisecond, Fresh: true})
+		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrNoResponders) {
+			t.Fatalf("err = %v, want the deadline: a send was taken", err)
+		}
+	})
+	t.Run("TakenThenCutOff", func(t *testing.T) {
+		nc := connect(t)
+		frozen(t, nc)
+		time.AfterFunc(150*time.Millisecond, nc.Close)
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_, err := natsreq.Resend(rctx, nc, "svc", nil, natsreq.Options{FirstTry: 100 * time.Millisecond, Fresh: true})
+		if !errors.Is(err, natsreq.ErrCutOff) {
+			t.Fatalf("err = %v, want ErrCutOff: a send was taken before the connection closed", err)
+		}
+	})
 	t.Run("NoSendAgainOnceClosed", func(t *testing.T) {
 		nc := connect(t)
 		frozen(t, nc)
