@@ -42,9 +42,12 @@ type Options struct {
 	Fresh bool
 	// Header goes with every send, and TryHeader, if set, names a header that carries
 	// the send's number from 1 (a Header that holds TryHeader 1 already goes with the
-	// first send as it is, uncopied).
-	Header    nats.Header
-	TryHeader string
+	// first send as it is, uncopied). TimeoutHeader, if set, names a header that
+	// carries how long the request may still wait, in milliseconds, so that its
+	// responder answers within it.
+	Header        nats.Header
+	TryHeader     string
+	TimeoutHeader string
 	// WaitForResponders waits out "no responders" (with backoff, sending again) until
 	// ctx ends, as a bridge holds a request while no coordinator serves. Without it,
 	// "no responders" is returned at once unless a send already went unanswered (then
@@ -104,7 +107,7 @@ func (r *resend) run(ctx context.Context) (*nats.Msg, error) {
 	if _, has := ctx.Deadline(); !has && r.opts.Within > 0 {
 		r.end = time.Now().Add(r.opts.Within)
 	}
-	if err := r.send(); err != nil {
+	if err := r.send(ctx); err != nil {
 		return nil, err
 	}
 	waitOut := r.opts.WaitForResponders
@@ -168,7 +171,7 @@ func (r *resend) run(ctx context.Context) (*nats.Msg, error) {
 			}
 			r.listen()
 		}
-		if err := r.send(); err != nil {
+		if err := r.send(ctx); err != nil {
 			return nil, err
 		}
 		next = time.Now().Add(try)
@@ -214,7 +217,7 @@ func (r *resend) final(ctx context.Context) (*nats.Msg, error) {
 }
 
 // send sends the request once more.
-func (r *resend) send() error {
+func (r *resend) send(ctx context.Context) error {
 	if r.sends > 0 && !r.nc.IsConnected() {
 		// Never into nats.go's reconnect buffer: what it holds goes out once the
 		// connection is back, after this request has failed. Nothing was sent if every
@@ -233,21 +236,38 @@ func (r *resend) send() error {
 		}
 	}
 	r.sends++
-	return r.x.send(&nats.Msg{Subject: r.subject, Data: r.body, Header: r.opts.header(r.sends)})
+	return r.x.send(&nats.Msg{Subject: r.subject, Data: r.body, Header: r.header(ctx)})
 }
 
-// header is the header of send n: Header with TryHeader set to n, Header itself when it
-// says so already (the first send's, at no cost).
-func (o *Options) header(n int) nats.Header {
-	v := strconv.Itoa(n)
-	if o.TryHeader == "" || o.Header.Get(o.TryHeader) == v {
+// header is the header of the send about to go: Header with TryHeader set to its number
+// and TimeoutHeader to the time left; Header itself when that is all it needs (a first
+// send's, at no cost).
+func (r *resend) header(ctx context.Context) nats.Header {
+	o := &r.opts
+	v := strconv.Itoa(r.sends)
+	var left string
+	if o.TimeoutHeader != "" {
+		end, ok := ctx.Deadline()
+		if !r.end.IsZero() && (!ok || r.end.Before(end)) {
+			end, ok = r.end, true
+		}
+		if ms := time.Until(end).Milliseconds(); ok && ms > 0 {
+			left = strconv.FormatInt(ms, 10)
+		}
+	}
+	if left == "" && (o.TryHeader == "" || o.Header.Get(o.TryHeader) == v) {
 		return o.Header
 	}
-	h := make(nats.Header, len(o.Header)+1)
+	h := make(nats.Header, len(o.Header)+2)
 	for k, v := range o.Header {
 		h[k] = v
 	}
-	h.Set(o.TryHeader, v)
+	if o.TryHeader != "" {
+		h.Set(o.TryHeader, v)
+	}
+	if left != "" {
+		h.Set(o.TimeoutHeader, left)
+	}
 	return h
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -253,6 +254,33 @@ func TestResendRidesOutAFailover(t *testing.T) {
 			}
 		})
 	}
+	t.Run("EverySendSaysTheTimeLeft", func(t *testing.T) {
+		nc := connect(t)
+		var mu sync.Mutex
+		var left []int
+		sub, err := nc.Subscribe("svc", func(m *nats.Msg) {
+			mu.Lock()
+			defer mu.Unlock()
+			ms, _ := strconv.Atoi(m.Header.Get("Left"))
+			left = append(left, ms)
+			if len(left) == 2 {
+				_ = m.Respond([]byte("ok"))
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Unsubscribe()
+		m, err := natsreq.Resend(ctx, nc, "svc", nil, natsreq.Options{FirstTry: 100 * time.Millisecond, Fresh: true, Within: 10 * time.Second, TimeoutHeader: "Left"})
+		if err != nil || string(m.Data) != "ok" {
+			t.Fatalf("%v, %v", m, err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(left) != 2 || left[0] <= 9000 || left[0] > 10000 || left[1] >= left[0] || left[1] < left[0]-5000 {
+			t.Fatalf("sends said %v ms left, want two, about 10 s and a little less", left)
+		}
+	})
 	t.Run("NobodyDecides", func(t *testing.T) {
 		nc := connect(t)
 		gone := errors.New("nothing runs")
