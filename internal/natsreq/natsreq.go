@@ -201,13 +201,13 @@ var errWoken = errors.New("a new responder announced itself")
 func (r *resend) over() bool { return !r.end.IsZero() && !time.Now().Before(r.end) }
 
 // final is what the request says once its time is up: its last word. Nobody serving
-// is nats.ErrNoResponders only if no send was taken and left unanswered: one that was
-// may have been acted on, so the request went unanswered.
+// (nats.ErrNoResponders) and a refusal are that word only if no send was taken and left
+// unanswered: one that was may have been acted on, so the request went unanswered.
 func (r *resend) final(ctx context.Context) (*nats.Msg, error) {
 	switch {
 	case r.last == nobody && !r.taken:
 		return nil, nats.ErrNoResponders
-	case r.last == unserved:
+	case r.last == unserved && !r.taken:
 		return r.refusal, nil
 	}
 	if err := ctx.Err(); err != nil {

@@ -340,6 +340,29 @@ func TestResendRidesOutAFailover(t *testing.T) {
 			t.Fatalf("err = %v, want the deadline: a send was taken", err)
 		}
 	})
+	t.Run("TakenThenRefusedIsUnanswered", func(t *testing.T) {
+		// The first send is taken and never answered; every later one is refused: the
+		// refusals say nothing of the first, which may have been acted on.
+		nc := connect(t)
+		var n atomic.Int32
+		sub, err := nc.Subscribe("svc", func(m *nats.Msg) {
+			if n.Add(1) > 1 {
+				r := nats.NewMsg(m.Reply)
+				r.Header.Set("Refused", "1")
+				_ = nc.PublishMsg(r)
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Unsubscribe()
+		rctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer cancel()
+		m, err := natsreq.Resend(rctx, nc, "svc", nil, natsreq.Options{FirstTry: 100 * time.Millisecond, Fresh: true, Unserved: refused})
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("%v, %v; want the deadline: the first send was taken", m, err)
+		}
+	})
 	t.Run("TakenThenCutOff", func(t *testing.T) {
 		nc := connect(t)
 		frozen(t, nc)
