@@ -125,12 +125,12 @@ func (c *Coordinator) resultDurable(ctx context.Context, req *protocol.TaskResul
 		switch {
 		case errors.Is(a.err, bus.CodeForbidden): // another worker's attempt
 			return a.ack, a.err
-		case a.err != nil: // not durable: offer it again, here or to the next leader
+		case a.err != nil: // not known durable: offer it again, here or to the next leader
 			return a.ack, bus.WithCode(bus.CodeUnavailable, a.err)
 		}
-		if !c.lease.held() {
-			return protocol.ResultAck{}, leaseLapsed()
-		}
+		// Stored: whoever leads next reads it, so it is acknowledged even if the lease
+		// lapsed meanwhile (outcome.go). A stale result's "not accepted" needs no lease:
+		// it changed nothing.
 		return a.ack, nil
 	case <-ctx.Done():
 		return protocol.ResultAck{}, bus.WithCode(bus.CodeUnavailable, ctx.Err())
@@ -145,13 +145,22 @@ func (c *Coordinator) resultDurable(ctx context.Context, req *protocol.TaskResul
 // from a writer once the outcome is durable, is published on the reply subject.
 func (c *Coordinator) endpoint(want protocol.Type) micro.Handler {
 	return micro.HandlerFunc(func(req micro.Request) {
+		if !c.lease.held() {
+			// Another coordinator may lead: act on nothing, so that this ERROR means
+			// what every ERROR means, nothing stored.
+			data, e := encodeReply(c.notLeader())
+			_ = req.Error(strconv.Itoa(errorCode(e)), e.Message, data)
+			return
+		}
 		var mu sync.Mutex
 		returned := false
-		c.serveRequest(req.Data(), want, func(m protocol.Message) {
+		c.serveRequest(req.Data(), want, c.replyDue(nats.Header(req.Headers())), func(m protocol.Message) {
 			mu.Lock()
 			defer mu.Unlock()
-			if !c.lease.held() {
-				m = c.notLeader() // whatever it was, another coordinator may know better
+			if s, ok := m.(settled); ok {
+				m = s.Message // what is stored, whoever leads (outcome.go)
+			} else if !c.lease.held() {
+				m = c.notLeader() // a read: another coordinator may know better
 			}
 			if returned {
 				c.replyLate(req.Reply(), m)
@@ -210,8 +219,9 @@ func errorCode(e *protocol.Error) int {
 	return 400
 }
 
-// serveRequest serves one request body, which must be of type want.
-func (c *Coordinator) serveRequest(data []byte, want protocol.Type, reply func(protocol.Message)) {
+// serveRequest serves one request body, which must be of type want; a write is
+// answered within due (outcome.go).
+func (c *Coordinator) serveRequest(data []byte, want protocol.Type, due time.Duration, reply func(protocol.Message)) {
 	msg, err := protocol.Decode(data)
 	if err != nil {
 		reply(protocol.MalformedRequest(err))
@@ -224,7 +234,7 @@ func (c *Coordinator) serveRequest(data []byte, want protocol.Type, reply func(p
 	}
 	switch m := msg.(type) {
 	case *protocol.SubmitJob:
-		c.submit(m, reply)
+		c.submit(m, due, reply)
 	case *protocol.GetJobStatus:
 		reply(c.status(m.JobID))
 	case *protocol.ListJobs:
@@ -232,7 +242,7 @@ func (c *Coordinator) serveRequest(data []byte, want protocol.Type, reply func(p
 	case *protocol.ListWorkers:
 		reply(&protocol.WorkerList{Workers: c.workerList()})
 	case *protocol.CancelJob:
-		c.cancelJob(m.JobID, reply)
+		c.cancelJob(m.JobID, due, reply)
 	case *protocol.ListTaskTypes:
 		reply(c.taskTypeList())
 	}

@@ -62,6 +62,12 @@ type Config struct {
 	// LeaderLease is how long a leader's lease lasts unless renewed (every third of it):
 	// a standby takes over within about this long of the leader's loss.
 	LeaderLease time.Duration
+	// ReplyWithin is how long after its arrival a submission or a cancel is answered at
+	// the latest when the request does not say how long its sender waits
+	// (protocol.HeaderTimeout): a write neither confirmed nor ruled out by then is
+	// answered "Outcome unknown" (protocol.OutcomeUnknown) and goes on. Clients wait
+	// 5 s by default.
+	ReplyWithin time.Duration
 
 	// fullRecovery makes recovery ignore the checkpoint: Run sets it after a fence,
 	// when the last memory was not the truth.
@@ -97,6 +103,7 @@ func DefaultConfig() Config {
 		Replicas:         0,
 		Writers:          256,
 		LeaderLease:      2 * time.Second,
+		ReplyWithin:      4 * time.Second,
 	}
 }
 
@@ -131,6 +138,9 @@ func (c Config) Validate() error {
 	if c.Replicas < 0 || c.Replicas > 5 {
 		errs = append(errs, fmt.Errorf("replicas must be 0 (3 in a cluster, else 1) or in 1..5, got %d", c.Replicas))
 	}
+	if c.ReplyWithin < 0 {
+		errs = append(errs, fmt.Errorf("reply within must not be negative, got %v", c.ReplyWithin))
+	}
 	if c.Writers < 1 {
 		errs = append(errs, fmt.Errorf("writers must be at least 1, got %d", c.Writers))
 	}
@@ -146,6 +156,9 @@ func (c *Config) fill() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.ReplyWithin == 0 {
+		c.ReplyWithin = DefaultConfig().ReplyWithin
 	}
 }
 

@@ -112,9 +112,11 @@ func (c *Coordinator) syncGroup(n int) error {
 	return err
 }
 
+// failAll ends the waiters of writes JetStream stored but the coordinator could not
+// sync before it stopped: stored, not known durable, so their outcome is unknown.
 func (c *Coordinator) failAll(ws []ackedWrite, err error) {
 	for _, w := range ws {
-		c.fail(w.j, err)
+		c.fail(w.j, unknownOutcome(fmt.Errorf("stored, not yet synced to disk when the coordinator stopped: %w", err)))
 	}
 }
 

@@ -22,12 +22,15 @@ type job struct {
 	timeout    time.Duration // the current attempt's execution timeout (routing.go)
 	leased     bool          // its attempt counts against its type's concurrency (routing.go)
 
-	rev      uint64 // KV revision of the last durable write; 0 until created
-	version  uint64 // bumped by every change
-	writing  bool   // queued for or held by a writer
-	waiters  []waiter
-	queueGen uint64 // invalidates stale entries in the ready queue
-	inQueue  bool
+	rev     uint64 // KV revision of the last durable write; 0 until created
+	version uint64 // bumped by every change
+	writing bool   // queued for or held by a writer
+	// uncertain: a write of it was sent whose outcome is unknown, and none of its
+	// copies is known stored or known refused for good since (outcome.go).
+	uncertain bool
+	waiters   []waiter
+	queueGen  uint64 // invalidates stale entries in the ready queue
+	inQueue   bool
 
 	seen     protocol.State // the state last reported to the Observer
 	writes   int            // durable writes, for the Observer

@@ -222,7 +222,7 @@ func keepLease(ctx context.Context, kv jetstream.KeyValue, cfg Config, c *Coordi
 			return leaseEnd{err: err}
 		default:
 			cfg.Logger.Warn("lease renewal failed; retrying", "coordinator", cfg.ID, "err", err)
-			c.leaseWriteFailed(ctx, err) // storage.go
+			c.leaseWriteFailed(ctx, err, sent) // storage.go
 		}
 	}
 }

@@ -58,7 +58,11 @@ func (c *Coordinator) notLeader() *protocol.Error {
 		return &protocol.Error{Message: ErrNotServing.Error() + ": " + what + " (" + err.Error() +
 			"), so its leader lease cannot be renewed; jobs already accepted are kept, requests are answered again once " + until}
 	}
-	return &protocol.Error{Message: ErrNotServing.Error() + ": " + errNotLeader.Error()}
+	msg := ErrNotServing.Error() + ": " + errNotLeader.Error()
+	if d := c.storage.lease.Load(); d != nil {
+		msg += "; its renewal failed: " + d.String()
+	}
+	return &protocol.Error{Message: msg}
 }
 
 // leaseLapsed is the bus handlers' answer while the lease is not certainly held.
@@ -71,6 +75,9 @@ func leaseLapsed() error { return bus.WithCode(bus.CodeUnavailable, errNotLeader
 // was this coordinator's.
 func (c *Coordinator) RenewedLease(sent time.Time, lease time.Duration) {
 	c.lease.extend(sent, lease)
+	if c.storage.lease.Load() != nil {
+		c.storage.lease.Store(nil)
+	}
 	if c.lease.lapsed.Swap(false) {
 		c.mu.Lock()
 		c.graceWorkers(c.now())

@@ -31,8 +31,9 @@ func clip(s *string) *string {
 type replyFunc func(protocol.Message)
 
 // submit validates, deduplicates, admits and stores a new job; reply gets JOB_SUBMITTED
-// only once the job is durable.
-func (c *Coordinator) submit(req *protocol.SubmitJob, reply replyFunc) {
+// only once the job is durable, an ERROR only when it certainly is not, and "Outcome
+// unknown" when neither is known within due (outcome.go).
+func (c *Coordinator) submit(req *protocol.SubmitJob, due time.Duration, reply replyFunc) {
 	if perr := req.CheckSubmission(); perr != nil {
 		c.noteSubmit(SubmitInvalid)
 		reply(perr)
@@ -69,14 +70,14 @@ func (c *Coordinator) submit(req *protocol.SubmitJob, reply replyFunc) {
 	if req.IdempotencyKey != nil {
 		if j := c.keys[key]; j != nil {
 			c.noteSubmit(SubmitDuplicate)
-			c.answerDuplicate(j, key, fp, reply)
+			c.answerDuplicate(j, key, fp, due, reply)
 			return
 		}
 		if d, ok := c.doneKeys[key]; ok { // bound to a finished job, durable
 			if d.fingerprint != fp {
 				c.replyLater(reply, protocol.IdempotencyConflict(key, d.jobID))
 			} else {
-				c.replyLater(reply, &protocol.JobSubmitted{JobID: d.jobID})
+				c.replyLater(reply, settled{&protocol.JobSubmitted{JobID: d.jobID}})
 			}
 			return
 		}
@@ -93,13 +94,18 @@ func (c *Coordinator) submit(req *protocol.SubmitJob, reply replyFunc) {
 	}
 	j := c.newJob(req, maxAttempts, prio, key, fp)
 	defer c.assignAtOnce(j)
+	id := j.rec.JobID
+	r := c.replyBy(reply, due, "submission", id)
 	c.markDirty(j, func(err error) {
-		c.noteSubmit(outcomeOf(err))
 		if err != nil {
-			reply(notStored(j.rec.JobID, err))
+			if r.send(createFailed(id, err)) {
+				c.noteSubmit(outcomeOf(err))
+			}
 			return
 		}
-		reply(&protocol.JobSubmitted{JobID: j.rec.JobID})
+		if r.send(settled{&protocol.JobSubmitted{JobID: id}}) {
+			c.noteSubmit(SubmitAccepted)
+		}
 		c.mu.Lock()
 		if j.rec.State == protocol.StateQueued {
 			c.ready.push(j)
@@ -122,23 +128,31 @@ func validationError(taskType string, err error) *protocol.Error {
 
 // answerDuplicate replies to a submission whose idempotency key is already bound: the
 // original job id (once that job is durable) for the same request, an ERROR otherwise.
-func (c *Coordinator) answerDuplicate(j *job, key, fp string, reply replyFunc) {
+// While the original's outcome is not known, the duplicate's is not either.
+func (c *Coordinator) answerDuplicate(j *job, key, fp string, due time.Duration, reply replyFunc) {
 	if j.rec.Fingerprint != fp {
 		c.replyLater(reply, protocol.IdempotencyConflict(key, j.rec.JobID))
 		return
 	}
-	answer := &protocol.JobSubmitted{JobID: j.rec.JobID}
+	id := j.rec.JobID
+	answer := settled{&protocol.JobSubmitted{JobID: id}}
 	if j.rev != 0 {
 		c.replyLater(reply, answer)
 		return
 	}
+	r := c.replyBy(reply, due, "submission", id)
 	j.waiters = append(j.waiters, waiter{version: 1, fn: func(err error) {
 		if err != nil {
-			reply(&protocol.Error{Message: fmt.Sprintf("job %s was not stored: %v", j.rec.JobID, err)})
+			r.send(createFailed(id, err))
 			return
 		}
-		reply(answer)
+		r.send(answer)
 	}})
+}
+
+// createFailed is the answer to the submission of job id, whose create failed with err.
+func createFailed(id string, err error) protocol.Message {
+	return writeFailed("submission", id, err, func() *protocol.Error { return notStored(id, err) })
 }
 
 func (c *Coordinator) newJob(req *protocol.SubmitJob, maxAttempts int, prio protocol.Priority, key, fp string) *job {
@@ -320,8 +334,9 @@ func (c *Coordinator) retryOrFail(j *job, cause string) {
 	c.active--
 }
 
-// cancel moves an active job to CANCELLED; reply gets JOB_CANCEL once that is durable.
-func (c *Coordinator) cancelJob(id string, reply replyFunc) {
+// cancel moves an active job to CANCELLED; reply gets JOB_CANCEL once that is durable,
+// an ERROR when it certainly is not, "Outcome unknown" when neither is known within due.
+func (c *Coordinator) cancelJob(id string, due time.Duration, reply replyFunc) {
 	c.mu.Lock()
 	j := c.jobs[id]
 	if j == nil { // finished (its record is in KV), or unknown
@@ -348,15 +363,18 @@ func (c *Coordinator) cancelJob(id string, reply replyFunc) {
 	j.rec.Error = ptr("cancelled by client request")
 	j.rec.RetryAt = 0
 	c.active--
+	r := c.replyBy(reply, due, "cancel", id)
 	c.markDirty(j, func(err error) {
 		if err != nil {
-			reply(&protocol.Error{Message: fmt.Sprintf("cancel of job %s was not stored: %v", id, err)})
+			r.send(writeFailed("cancel", id, err, func() *protocol.Error {
+				return &protocol.Error{Message: fmt.Sprintf("cancel of job %s was not stored: %v", id, err)}
+			}))
 			return
 		}
 		c.mu.Lock()
 		snap := j.snapshot()
 		c.unlock()
-		reply(&protocol.JobCancel{Cancelled: true, Job: snap})
+		r.send(settled{&protocol.JobCancel{Cancelled: true, Job: snap}})
 	})
 	c.log.Debug("job cancelled", "job", id)
 	c.schedule()

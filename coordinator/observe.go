@@ -22,6 +22,7 @@ const (
 	SubmitInvalid   SubmitOutcome = "invalid"   // payload, task type or key refused
 	SubmitDuplicate SubmitOutcome = "duplicate" // idempotency key bound: the same job, or a conflict
 	SubmitFailed    SubmitOutcome = "failed"    // not stored: fenced, or the write failed
+	SubmitUnknown   SubmitOutcome = "unknown"   // answered "Outcome unknown": may or may not be stored
 )
 
 // JobChange is one state change of a job as the coordinator decided it (in memory; the
@@ -95,10 +96,21 @@ func (c *Coordinator) noteSubmit(o SubmitOutcome) {
 }
 
 func outcomeOf(err error) SubmitOutcome {
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrOutcomeUnknown):
+		return SubmitUnknown
+	case err != nil:
 		return SubmitFailed
 	}
 	return SubmitAccepted
+}
+
+// noteSubmitUnknown counts a submission answered "Outcome unknown" because its reply
+// was due first; what names the request.
+func (c *Coordinator) noteSubmitUnknown(what string) {
+	if what == "submission" {
+		c.noteSubmit(SubmitUnknown)
+	}
 }
 
 // noteChange reports j's state change since it was last reported, if any. Called with

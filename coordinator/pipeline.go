@@ -177,11 +177,12 @@ func (p *pipeline) settle(f *flight, rev uint64, err error) {
 	<-p.slots
 	c := p.c
 	c.noteStored(f.w.j, f.start, err)
+	c.noteOutcome([]pendingWrite{f.w}, err) // outcome.go
 	switch {
 	case err == nil:
 		c.stored(f.w.j, rev, f.w.version)
 	case errors.Is(err, nats.ErrConnectionClosed) || p.ctx.Err() != nil:
-		c.fail(f.w.j, err)
+		c.abandon([]pendingWrite{f.w}, false, err)
 	default:
 		c.goRun(func() {
 			if !c.gaveUpCreate(p.ctx, f.w, err) { // storage.go
@@ -200,8 +201,16 @@ func (p *pipeline) expire() {
 		select {
 		case <-p.ctx.Done():
 			_ = p.sub.Unsubscribe()
+			// Settled together: each may read the store back, under one deadline.
+			var ws []pendingWrite
 			for _, f := range p.overdue(time.Time{}) {
-				p.settle(f, 0, p.ctx.Err())
+				<-p.slots
+				p.c.noteStored(f.w.j, f.start, p.ctx.Err())
+				ws = append(ws, f.w)
+			}
+			if len(ws) > 0 {
+				p.c.noteOutcome(ws, p.ctx.Err())
+				p.c.abandon(ws, false, p.ctx.Err())
 			}
 			return
 		case now := <-tick.C:

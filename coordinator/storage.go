@@ -51,6 +51,30 @@ type storeHealth struct {
 	unsynced atomic.Pointer[error]
 	since    atomic.Int64 // when full or stalled was last set, or probed: Unix nanoseconds
 	said     atomic.Int64 // when storeFailure last logged, Unix nanoseconds
+	// cause is why the last job write failed (diagnose.go), for the answers that are
+	// due before the store answers again; lease is why the last lease renewal failed,
+	// until one succeeds.
+	cause atomic.Pointer[timedDiagnosis]
+	lease atomic.Pointer[diagnosis]
+}
+
+// timedDiagnosis is a diagnosis and when it was made.
+type timedDiagnosis struct {
+	diagnosis
+	at time.Time
+}
+
+// noteCause remembers why a job write failed.
+func (h *storeHealth) noteCause(d diagnosis) {
+	h.cause.Store(&timedDiagnosis{d, time.Now()})
+}
+
+// recentCause is why a job write failed within the last window, if one did.
+func (h *storeHealth) recentCause(window time.Duration) *diagnosis {
+	if t := h.cause.Load(); t != nil && time.Since(t.at) <= window {
+		return &t.diagnosis
+	}
+	return nil
 }
 
 // storeProbeEvery is how often, while the store is full or stalled, one submission is
@@ -178,15 +202,18 @@ func storeFaultWords(err error) (what, until string) {
 // storeFailure returns what a failed job write says about the store: err itself when
 // JetStream refused it for want of room, the store's known failure (Config.StoreFault,
 // or writes stalled), nil when the store is not the cause. A write that timed out
-// while the jobs stream still answers is the sign of a stream nats-server stopped
-// writing (filestore's write error): the store is then marked stalled until a write
-// succeeds, and the operator told what to do, every 30 s while it lasts.
+// while the jobs stream's settled leader still answers is the sign of a stream
+// nats-server stopped writing (filestore's write error): the store is then marked
+// stalled until a write succeeds, and the operator told what to do, every 30 s while
+// it lasts. A stream electing its leader, or short of its quorum, is no such sign
+// (diagnose.go): its writes are retried.
 func (c *Coordinator) storeFailure(ctx context.Context, err error) error {
+	d := c.diagnoseWrite(ctx, err)
 	if StoreFull(err) {
 		return err
 	}
 	f := c.storage.failing()
-	if f == nil && c.writesStalled(ctx, err) {
+	if f == nil && d.cond == condStalled {
 		f = errStoreStalled
 		c.storage.stall(f)
 	}
@@ -212,7 +239,7 @@ func (c *Coordinator) refuseWaitingCreates(err error) {
 	var gone []*job
 	kept := c.dirty[:0]
 	for _, j := range c.dirty {
-		if j.rev == 0 {
+		if j.rev == 0 && !j.uncertain { // an uncertain create waits (dropCreates)
 			gone = append(gone, j)
 		} else {
 			kept = append(kept, j)
@@ -230,7 +257,10 @@ func (c *Coordinator) refuseWaitingCreates(err error) {
 // cannot take it (storeFailure), so that its submitter hears why now instead of after
 // another write's timeout; it reports whether it did.
 func (c *Coordinator) gaveUpCreate(ctx context.Context, w pendingWrite, err error) bool {
-	if w.rev != 0 {
+	c.mu.Lock()
+	uncertain := w.j.uncertain
+	c.mu.Unlock()
+	if w.rev != 0 || uncertain { // an uncertain create is written again (dropCreates)
 		return false
 	}
 	ferr := c.storeFailure(ctx, err)
@@ -241,23 +271,31 @@ func (c *Coordinator) gaveUpCreate(ctx context.Context, w pendingWrite, err erro
 	return true
 }
 
-// writesStalled reports a write that timed out while JetStream answers: the jobs
-// stream's information comes back.
-func (c *Coordinator) writesStalled(ctx context.Context, err error) bool {
-	if !timedOut(err) || c.stream == nil {
-		return false
+// diagnoseWrite says why a job write failed with err (diagnose.go), asking the jobs
+// stream when err alone does not say and the write timed out, and remembers it for
+// the answers due meanwhile.
+func (c *Coordinator) diagnoseWrite(ctx context.Context, err error) diagnosis {
+	d, known := diagnoseError(err)
+	d.stream = jobsStream
+	if !known && timedOut(err) && c.js != nil {
+		// A write that timed out was sent about writeTimeout ago.
+		d = diagnoseStream(ctx, c.nc, c.js, jobsStream, err, time.Now().Add(-writeTimeout-time.Second))
 	}
-	ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	_, ierr := c.stream.Info(ictx)
-	return ierr == nil
+	c.storage.noteCause(d)
+	return d
 }
 
-// leaseWriteFailed notes a lease renewal that failed with err: one that timed out
-// while JetStream answers stalls the store as a job write would, so that the answer of
-// a coordinator whose lease lapsed names the cause (notLeader).
-func (c *Coordinator) leaseWriteFailed(ctx context.Context, err error) {
-	if c.storage.failing() == nil && c.writesStalled(ctx, err) {
+// leaseWriteFailed notes a lease renewal that failed with err, sent at sent: its
+// cause (the lease's stream electing a leader, say) goes into the answer of a
+// coordinator whose lease lapsed (notLeader); and a stalled stream stalls the store as
+// a job write would.
+func (c *Coordinator) leaseWriteFailed(ctx context.Context, err error, sent time.Time) {
+	if c.js == nil {
+		return
+	}
+	d := diagnoseStream(ctx, c.nc, c.js, "KV_"+protocol.LeaderBucket, err, sent)
+	c.storage.lease.Store(&d)
+	if c.storage.failing() == nil && d.cond == condStalled {
 		c.storage.stall(errStoreStalled)
 	}
 }

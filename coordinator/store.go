@@ -192,9 +192,18 @@ func (c *Coordinator) commit(ctx context.Context, ws []pendingWrite) {
 	for attempt := 0; ; attempt++ {
 		start := time.Now()
 		revs, err := c.publish(ctx, ws)
+		if err != nil {
+			// A copy refused after an earlier one went unanswered: the earlier one
+			// may be what the store holds (outcome.go).
+			if landedRevs, ok := c.landedEarlier(ctx, ws, err); ok {
+				revs, err = landedRevs, nil
+			}
+		}
 		for _, w := range ws {
 			c.noteStored(w.j, start, err)
 		}
+		c.noteOutcome(ws, err)
+		batch := len(ws) > 1 || c.batching()
 		switch {
 		case err == nil:
 			for i, w := range ws {
@@ -209,12 +218,10 @@ func (c *Coordinator) commit(ctx context.Context, ws []pendingWrite) {
 			return
 		case permanent(err):
 			c.log.Error("job write impossible; giving up on it", "job", ws[0].id, "err", err)
-			c.giveUp(ws[0].j, err)
+			c.abandon(ws, batch, err)
 			return
 		case errors.Is(err, ErrFenced) || ctx.Err() != nil:
-			for _, w := range ws {
-				c.fail(w.j, err)
-			}
+			c.abandon(ws, batch, err)
 			if errors.Is(err, ErrFenced) {
 				c.fence(err)
 			}
@@ -231,26 +238,40 @@ func (c *Coordinator) commit(ctx context.Context, ws []pendingWrite) {
 		c.log.Warn("job write failed; retrying", "jobs", len(ws), "err", err, "attempt", attempt)
 		select {
 		case <-ctx.Done():
-			for _, w := range ws {
-				c.fail(w.j, ctx.Err())
-			}
+			c.abandon(ws, batch, ctx.Err())
 			return
 		case <-time.After(min(time.Duration(attempt+1)*50*time.Millisecond, time.Second)):
 		}
 	}
 }
 
-// dropCreates gives up the creates among ws with err and returns the other writes.
+// dropCreates gives up the creates among ws with err and returns the other writes. A
+// create an earlier copy of which may have been stored is kept: it is written until it
+// lands or is refused for good, and its submitter hears "Outcome unknown" when the reply
+// is due first (outcome.go), never "not stored".
 func (c *Coordinator) dropCreates(ws []pendingWrite, err error) []pendingWrite {
-	var kept []pendingWrite
+	var kept, gone []pendingWrite
+	c.mu.Lock()
 	for _, w := range ws {
-		if w.rev != 0 {
+		if w.rev != 0 || w.j.uncertain {
 			kept = append(kept, w)
-			continue
+		} else {
+			gone = append(gone, w)
 		}
+	}
+	c.mu.Unlock()
+	for _, w := range gone {
 		c.giveUp(w.j, err)
 	}
 	return kept
+}
+
+// messageCount is how many messages w writes (messages).
+func (w *pendingWrite) messageCount() int {
+	if w.key == "" || w.ttl == 0 {
+		return 1
+	}
+	return 2
 }
 
 // pendingWrite is one write of a job's record, taken under c.mu.
@@ -321,6 +342,7 @@ func permanent(err error) bool {
 func (c *Coordinator) written(j *job, rev, version uint64) {
 	c.mu.Lock()
 	j.rev = rev
+	j.uncertain = false
 	c.noteWritten(j, version)
 	c.countWrite()
 	done := takeWaiters(j, version)
