@@ -13,6 +13,7 @@ import (
 
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/bus/protocol/frame"
+	"github.com/jobbus/jobbus/internal/natsreq"
 )
 
 // verdict is what the client port does with a frame.
@@ -193,7 +194,7 @@ func (b *Bridge) requestServed(ctx context.Context, subject string, payload []by
 			return nil, nats.ErrConnectionReconnecting
 		}
 		first = false
-		return b.nc.RequestWithContext(ctx, subject, payload)
+		return b.nc.RequestMsgWithContext(ctx, natsreq.Request(ctx, subject, payload))
 	})
 }
 
@@ -216,8 +217,20 @@ func checkReply(msg *nats.Msg, log *slog.Logger) ([]byte, *protocol.Error) {
 	return msg.Data, nil
 }
 
-// unavailable is the ERROR for a request no coordinator answered.
+// unavailable is the ERROR for a request no coordinator answered. A submission or a
+// cancel that was sent may have been acted on: its ERROR says "Outcome unknown", never
+// what would mean "nothing stored" (coordinator/outcome.go).
 func (b *Bridge) unavailable(subject string, err error) *protocol.Error {
+	if what := writeRequest(subject); what != "" && !errors.Is(err, nats.ErrNoResponders) &&
+		!errors.Is(err, nats.ErrConnectionReconnecting) {
+		cause := "no reply from the coordinator within " + b.cfg.RequestTimeout.String()
+		if b.ctx.Err() != nil {
+			cause = "the bridge stopped before the coordinator replied"
+		} else if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
+			cause = "the request to the coordinator failed: " + err.Error()
+		}
+		return protocol.OutcomeUnknownUnanswered(what, cause)
+	}
 	switch {
 	case b.ctx.Err() != nil:
 		return errShuttingDown()
@@ -230,6 +243,23 @@ func (b *Bridge) unavailable(subject string, err error) *protocol.Error {
 		return errUnavailable(fmt.Sprintf("no reply within %v", b.cfg.RequestTimeout))
 	}
 	return errUnavailable(err.Error())
+}
+
+// writeRequest names the request an API subject takes when it may store something
+// ("submission", "cancel"), "" otherwise.
+func writeRequest(subject string) string {
+	for _, e := range protocol.Endpoints {
+		if e.Subject() != subject {
+			continue
+		}
+		switch e.Request {
+		case protocol.TypeSubmitJob:
+			return "submission"
+		case protocol.TypeCancelJob:
+			return "cancel"
+		}
+	}
+	return ""
 }
 
 // connDown is the ERROR for a request while the bridge's own NATS connection is not

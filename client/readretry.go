@@ -17,7 +17,7 @@ import (
 // once: whether an unanswered one was acted on is unknown.
 func request(ctx context.Context, nc *nats.Conn, t protocol.Type, subject string, body []byte) (*nats.Msg, error) {
 	if !protocol.ReadOnly(t) {
-		return nc.RequestWithContext(ctx, subject, body)
+		return nc.RequestMsgWithContext(ctx, natsreq.Request(ctx, subject, body))
 	}
 	return natsreq.Resend(ctx, nc, subject, body, natsreq.Options{})
 }

@@ -80,6 +80,7 @@ type Coordinator struct {
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	closed   sync.Once
+	stopping bool // Close began: no goroutine starts any more (goLater); guarded by mu
 
 	// storage: whether the store had room at the last job write (storage.go).
 	storage storeHealth
@@ -175,6 +176,9 @@ func (c *Coordinator) Start(ctx context.Context) error {
 // Close stops serving and waits for in-flight writes to end. It is idempotent.
 func (c *Coordinator) Close() error {
 	c.closed.Do(func() {
+		c.mu.Lock()
+		c.stopping = true
+		c.mu.Unlock()
 		c.stopServing()
 		c.drainWrites(2 * time.Second)
 		c.finalCheckpoint()
@@ -198,6 +202,16 @@ func (c *Coordinator) drainWrites(limit time.Duration) {
 			return
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// goLater runs fn on a goroutine Close waits for, unless Close began: for work a timer
+// starts, which may fire at any time.
+func (c *Coordinator) goLater(fn func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.stopping {
+		c.goRun(fn)
 	}
 }
 

@@ -269,13 +269,36 @@ func (r *reply) send(m protocol.Message) bool {
 }
 
 // unconfirmed says why a write is not confirmed after due: the store's last known
-// condition, when a write failed lately.
+// condition, when a write failed lately. When none did (the write is still in flight),
+// the jobs stream is asked, once at a time, for the answers due next.
 func (c *Coordinator) unconfirmed(due time.Duration) string {
 	s := "its write was not confirmed within " + due.String()
 	if d := c.storage.recentCause(2 * due); d != nil {
-		s += ": " + d.String()
+		return s + ": " + d.String()
+	}
+	if c.storage.diagnosing.CompareAndSwap(false, true) {
+		c.goLater(func() {
+			defer c.storage.diagnosing.Store(false)
+			c.diagnoseSlowWrite(due)
+		})
 	}
 	return s
+}
+
+// diagnoseSlowWrite asks the jobs stream why a write sent due ago is not confirmed,
+// and remembers it for the answers due next. A settled leader that answers is not
+// taken for a stalled disk here: the write may only be slow.
+func (c *Coordinator) diagnoseSlowWrite(due time.Duration) {
+	if c.js == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), readBackTimeout)
+	defer cancel()
+	d := diagnoseStream(ctx, c.nc, c.js, jobsStream, context.DeadlineExceeded, time.Now().Add(-due))
+	if d.cond == condStalled {
+		d = diagnosis{cond: condUnanswered, stream: jobsStream, detail: "stream " + jobsStream + "'s leader answers, and has not confirmed it yet"}
+	}
+	c.storage.noteCause(d)
 }
 
 // writeFailed is the reply of a request whose write failed with err: "Outcome unknown"

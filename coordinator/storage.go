@@ -56,6 +56,8 @@ type storeHealth struct {
 	// until one succeeds.
 	cause atomic.Pointer[timedDiagnosis]
 	lease atomic.Pointer[diagnosis]
+	// diagnosing: a diagnosis of a slow write runs (outcome.go).
+	diagnosing atomic.Bool
 }
 
 // timedDiagnosis is a diagnosis and when it was made.

@@ -100,6 +100,15 @@ func OutcomeUnknown(what, jobID, cause string) *Error {
 		" may or may not be stored (" + cause + "); " + advice}
 }
 
+// OutcomeUnknownUnanswered is the "Outcome unknown" ERROR of a submission or cancel
+// (what) that went to a coordinator and got no answer, said by whoever forwarded it
+// (the bridge): it names no job, since none was named back.
+func OutcomeUnknownUnanswered(what, cause string) *Error {
+	e := OutcomeUnknown(what, "", cause)
+	e.Message = OutcomeUnknownPrefix + strings.TrimPrefix(e.Message, OutcomeUnknownPrefix+"job : ")
+	return e
+}
+
 // OutcomeUnknownJob returns the job an "Outcome unknown" ERROR text names, and whether
 // msg is one.
 func OutcomeUnknownJob(msg string) (jobID string, ok bool) {
