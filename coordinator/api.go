@@ -207,12 +207,16 @@ func (c *Coordinator) replyLate(subject string, m protocol.Message) {
 }
 
 // errorCode classifies an ERROR reply for micro's code header: 503 while this
-// coordinator cannot serve, 404 for an unknown job, 400 for everything else a request
-// got wrong.
+// coordinator cannot serve (nothing was done), 504 for "Outcome unknown" (a write
+// neither confirmed nor ruled out in time: a submission with a request id may be sent
+// again, nothing else blindly), 404 for an unknown job, 400 for everything else a
+// request got wrong.
 func errorCode(e *protocol.Error) int {
 	switch {
 	case strings.HasPrefix(e.Message, ErrNotServing.Error()):
 		return 503
+	case strings.HasPrefix(e.Message, protocol.OutcomeUnknownPrefix):
+		return 504
 	case strings.HasPrefix(e.Message, protocol.UnknownJob("").Message):
 		return 404
 	}

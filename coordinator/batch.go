@@ -158,6 +158,8 @@ func (c *Coordinator) publishAtomic(ctx context.Context, msgs []*nats.Msg) (uint
 	}
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
+	slow := time.AfterFunc(slowWriteAfter, func() { c.slowWrite(slowWriteAfter) }) // outcome.go
+	defer slow.Stop()
 	reply, err := c.nc.RequestMsgWithContext(wctx, last)
 	if err != nil {
 		return 0, err

@@ -179,14 +179,18 @@ func diagnoseInfo(stream string, info *jetstream.StreamInfo, sent time.Time, tim
 		}
 		return d
 	}
-	// The member that answered is reachable; so is each replica not offline.
-	reachable := 1
+	// A leader lists the other replicas; a member without a leader lists itself too.
+	// Whoever answered is reachable.
+	reachable, listed := 0, len(ci.Replicas)
 	for _, p := range ci.Replicas {
 		if !p.Offline {
 			reachable++
 		}
 	}
-	replicas := max(info.Config.Replicas, len(ci.Replicas)+1)
+	if ci.Leader != "" {
+		reachable, listed = reachable+1, listed+1
+	}
+	replicas := max(info.Config.Replicas, listed)
 	switch {
 	case reachable*2 <= replicas:
 		d.cond, d.detail = condNoQuorum, fmt.Sprintf("%d of its %d replicas reachable", reachable, replicas)
@@ -197,6 +201,11 @@ func diagnoseInfo(stream string, info *jetstream.StreamInfo, sent time.Time, tim
 		// write went to the leader before it. Or taken by no server though there is a
 		// leader: its subscription was not there yet.
 		d.cond = condElection
+	default:
+		// A settled leader with its quorum that did not confirm in time: slow, or
+		// catching up after its quorum came back. A replica whose disk fails gives its
+		// leadership up (nats-server), so this is not taken for a stalled disk.
+		d.cond, d.detail = condUnanswered, "stream "+stream+"'s leader answers, and did not confirm it in time"
 	}
 	return d
 }

@@ -272,17 +272,28 @@ func (r *reply) send(m protocol.Message) bool {
 // condition, when a write failed lately. When none did (the write is still in flight),
 // the jobs stream is asked, once at a time, for the answers due next.
 func (c *Coordinator) unconfirmed(due time.Duration) string {
-	s := "its write was not confirmed within " + due.String()
+	s := "its write was not confirmed within " + due.Round(time.Millisecond).String()
 	if d := c.storage.recentCause(2 * due); d != nil {
 		return s + ": " + d.String()
 	}
-	if c.storage.diagnosing.CompareAndSwap(false, true) {
-		c.goLater(func() {
-			defer c.storage.diagnosing.Store(false)
-			c.diagnoseSlowWrite(due)
-		})
-	}
+	c.slowWrite(due)
 	return s
+}
+
+// slowWriteAfter is how long a write goes unacknowledged before the jobs stream is
+// asked why (slowWrite): a healthy one acknowledges in milliseconds.
+const slowWriteAfter = time.Second
+
+// slowWrite has the jobs stream asked, once at a time, why a write sent age ago is not
+// acknowledged yet, for the answers due next (unconfirmed).
+func (c *Coordinator) slowWrite(age time.Duration) {
+	if c.storage.recentCause(age) != nil || !c.storage.diagnosing.CompareAndSwap(false, true) {
+		return
+	}
+	c.goLater(func() {
+		defer c.storage.diagnosing.Store(false)
+		c.diagnoseSlowWrite(age)
+	})
 }
 
 // diagnoseSlowWrite asks the jobs stream why a write sent due ago is not confirmed,

@@ -221,8 +221,23 @@ func (p *pipeline) expire() {
 			for _, f := range p.overdue(now.Add(-wait)) {
 				p.settle(f, 0, fmt.Errorf("%w: no acknowledgement within %v", context.DeadlineExceeded, wait))
 			}
+			if p.oldest(now.Add(-slowWriteAfter)) {
+				p.c.slowWrite(slowWriteAfter) // outcome.go
+			}
 		}
 	}
+}
+
+// oldest reports whether a flight's message went before cutoff.
+func (p *pipeline) oldest(cutoff time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, f := range p.flying {
+		if f.sent.Before(cutoff) {
+			return true
+		}
+	}
+	return false
 }
 
 // overdue takes the flights whose message went before cutoff; all of them for zero.

@@ -279,7 +279,7 @@ func (c *Coordinator) gaveUpCreate(ctx context.Context, w pendingWrite, err erro
 func (c *Coordinator) diagnoseWrite(ctx context.Context, err error) diagnosis {
 	d, known := diagnoseError(err)
 	d.stream = jobsStream
-	if !known && timedOut(err) && c.js != nil {
+	if !known && (timedOut(err) || noResponders(err)) && c.js != nil {
 		// A write that timed out was sent about writeTimeout ago.
 		d = diagnoseStream(ctx, c.nc, c.js, jobsStream, err, time.Now().Add(-writeTimeout-time.Second))
 	}
