@@ -92,7 +92,7 @@ func (r *Registry) Coordinator() *Coordinator {
 	}
 	m.outcome = make(map[coordinator.SubmitOutcome]prometheus.Counter)
 	for _, o := range []coordinator.SubmitOutcome{coordinator.SubmitAccepted, coordinator.SubmitRejected,
-		coordinator.SubmitInvalid, coordinator.SubmitDuplicate, coordinator.SubmitFailed} {
+		coordinator.SubmitInvalid, coordinator.SubmitDuplicate, coordinator.SubmitFailed, coordinator.SubmitUnknown} {
 		m.outcome[o] = m.submissions.WithLabelValues(string(o))
 	}
 	r.reg.MustRegister(m.submissions, m.assigned, m.completed, m.failed, m.retried, m.cancelled, m.deadlines,
