@@ -59,7 +59,7 @@ func (r *Registry) Coordinator() *Coordinator {
 	}
 	m := &Coordinator{
 		submissions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "submissions_total",
-			Help: "Submissions by outcome: accepted, rejected (at capacity), invalid, duplicate (idempotency key already bound), failed (not stored)."},
+			Help: "Submissions by outcome: accepted, rejected (at capacity), invalid, duplicate (idempotency key already bound), failed (not stored), unknown (answered \"Outcome unknown\": may or may not be stored)."},
 			[]string{"outcome"}),
 		assigned:  byType("jobs_assigned_total", "Attempts started: jobs assigned to a worker."),
 		completed: byType("jobs_completed_total", "Jobs that reached COMPLETED."),
