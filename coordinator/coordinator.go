@@ -167,6 +167,7 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	c.runCtx = runCtx // from now on, writes may start checkpoints
 	c.unlock()
 	c.goRun(func() { c.sweeper(runCtx) })
+	c.goRun(func() { c.storeProber(runCtx) }) // storage.go
 	c.log.Info("coordinator serving", recovered...)
 	hello, _ := json.Marshal(protocol.LeaderAnnouncement{Coordinator: c.cfg.ID, Term: c.term})
 	_ = c.nc.Publish(protocol.LeaderSubject, hello) // best effort: heartbeats find it anyway

@@ -207,8 +207,12 @@ func (c *Coordinator) assign(j *job, w *worker) {
 	j.rec.WorkerID = w.id
 	j.rec.RetryAt = 0
 	c.leaseStarted(j, now)
-	w.seq++
-	w.running[j.rec.JobID] = assignment{attempt: j.rec.AttemptID, seq: w.seq}
+	a := assignment{attempt: j.rec.AttemptID, seq: unsent}
+	if j.rev != 0 {
+		w.seq++
+		a.seq = w.seq
+	}
+	w.running[j.rec.JobID] = a
 	heap.Push(&c.deadlines, j)
 	c.markDirty(j, nil)
 	c.log.Debug("job assigned", "job", j.rec.JobID, "attempt", j.rec.Attempts, "worker", w.id)
@@ -227,12 +231,19 @@ func (c *Coordinator) assign(j *job, w *worker) {
 		return
 	}
 	// Not stored yet (assignAtOnce): the assignment rides on the job's first write and
-	// goes once that is durable, so that a job whose creation fails never runs.
+	// goes once that is durable, so that a job whose creation fails never runs. It is
+	// numbered only then: a mark must not count it before it is sent (reconcile.go),
+	// or a create slow to confirm is taken for an assignment lost on the way.
 	attempt := j.rec.AttemptID
 	j.waiters = append(j.waiters, waiter{version: j.version, fn: func(err error) {
 		c.mu.Lock()
 		defer c.unlock()
 		if err == nil && j.rec.State == protocol.StateRunning && j.rec.AttemptID == attempt {
+			if a := w.running[j.rec.JobID]; a.attempt == attempt {
+				w.seq++
+				a.seq = w.seq
+				w.running[j.rec.JobID] = a
+			}
 			c.later(tell, w)
 		}
 	}})

@@ -49,7 +49,6 @@ type storeHealth struct {
 	stalled atomic.Pointer[error]  // set by storeFailure, cleared by a write that succeeds
 	// unsynced is Config.SyncJobs's failure, until a sync succeeds (durable.go).
 	unsynced atomic.Pointer[error]
-	since    atomic.Int64 // when full or stalled was last set, or probed: Unix nanoseconds
 	said     atomic.Int64 // when storeFailure last logged, Unix nanoseconds
 	// cause is why the last job write failed (diagnose.go), for the answers that are
 	// due before the store answers again; lease is why the last lease renewal failed,
@@ -79,10 +78,15 @@ func (h *storeHealth) recentCause(window time.Duration) *diagnosis {
 	return nil
 }
 
-// storeProbeEvery is how often, while the store is full or stalled, one submission is
-// let through to try the store: without it, a coordinator with no accepted job left to
-// write would refuse for ever, since only a write that succeeds lifts the refusal.
+// storeProbeEvery is how often, while the store is full or stalled, the coordinator
+// tries it with a write of its own (storeProber): without it, a coordinator with no
+// accepted job left to write would refuse for ever, since only a write that succeeds
+// lifts the refusal.
 const storeProbeEvery = time.Second
+
+// probeKey is the JOBS bucket key storeProber writes: not a record's (recovery reads
+// single-token keys only), and one message however often it is written (history 1).
+const probeKey = "_jobbus.probe"
 
 // noteWrite records the outcome of one job write.
 func (h *storeHealth) noteWrite(err error) {
@@ -99,14 +103,12 @@ func (h *storeHealth) noteWrite(err error) {
 		errors.As(err, &apiErr)
 		desc := apiErr.Description
 		h.full.Store(&desc)
-		h.since.Store(time.Now().UnixNano())
 	}
 }
 
 // stall marks the store stalled with err.
 func (h *storeHealth) stall(err error) {
 	h.stalled.Store(&err)
-	h.since.Store(time.Now().UnixNano())
 }
 
 // synced notes a sync that succeeded.
@@ -143,29 +145,53 @@ func (h *storeHealth) watched() error {
 }
 
 // refusal is the ERROR a submission gets at once while the store is full or failing,
-// nil otherwise. A job already being written keeps being retried (running jobs are not
-// lost), so the first write that succeeds again, when space returns, lifts it; and
-// every storeProbeEvery one submission goes through to try (what is watched needs no
-// such try; for a failed sync, one let through would only wait for the next).
+// nil otherwise: nothing is created, so the ERROR is true. A job already being written
+// keeps being retried (running jobs are not lost), so the first write that succeeds
+// again, when space returns, lifts it, as does storeProber's. No submission is let
+// through to try the store: its write's outcome would be unknown.
 func (h *storeHealth) refusal() *protocol.Error {
 	if err := h.watched(); err != nil {
 		return storeFaultError(err)
 	}
 	desc, stalled := h.full.Load(), h.stalled.Load()
-	if desc == nil && stalled == nil || h.probeDue() {
-		return nil
-	}
-	if desc != nil {
+	switch {
+	case desc != nil:
 		return storeFullError(*desc)
+	case stalled != nil:
+		return storeFaultError(*stalled)
 	}
-	return storeFaultError(*stalled)
+	return nil
 }
 
-// probeDue reports, to one caller at a time, that the store has not been tried for
-// storeProbeEvery.
-func (h *storeHealth) probeDue() bool {
-	last, now := h.since.Load(), time.Now().UnixNano()
-	return now-last >= int64(storeProbeEvery) && h.since.CompareAndSwap(last, now)
+// probing reports whether the store is full or stalled: storeProber's to try.
+func (h *storeHealth) probing() bool { return h.full.Load() != nil || h.stalled.Load() != nil }
+
+// storeProber tries the store every storeProbeEvery while it is full or stalled, until
+// ctx ends, with a small write of its own under probeKey; the first that succeeds lifts
+// the refusal (noteWrite).
+func (c *Coordinator) storeProber(ctx context.Context) {
+	t := time.NewTicker(storeProbeEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !c.storage.probing() {
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, storeProbeEvery)
+		_, err := c.js.Publish(pctx, jobsSubjects+probeKey, []byte(time.Now().UTC().Format(time.RFC3339Nano)))
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		c.storage.noteWrite(err)
+		if err == nil {
+			c.log.Info("the job store takes writes again: submissions are accepted")
+		}
+	}
 }
 
 func storeFullError(desc string) *protocol.Error {
@@ -259,14 +285,11 @@ func (c *Coordinator) refuseWaitingCreates(err error) {
 // cannot take it (storeFailure), so that its submitter hears why now instead of after
 // another write's timeout; it reports whether it did.
 func (c *Coordinator) gaveUpCreate(ctx context.Context, w pendingWrite, err error) bool {
+	ferr := c.storeFailure(ctx, err) // for every write: it diagnoses the store
 	c.mu.Lock()
 	uncertain := w.j.uncertain
 	c.mu.Unlock()
-	if w.rev != 0 || uncertain { // an uncertain create is written again (dropCreates)
-		return false
-	}
-	ferr := c.storeFailure(ctx, err)
-	if ferr == nil {
+	if w.rev != 0 || uncertain || ferr == nil { // an uncertain create is written again (dropCreates)
 		return false
 	}
 	c.giveUp(w.j, ferr)
