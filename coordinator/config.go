@@ -68,6 +68,12 @@ type Config struct {
 	// answered "Outcome unknown" (protocol.OutcomeUnknown) and goes on. Clients wait
 	// 5 s by default.
 	ReplyWithin time.Duration
+	// ClaimGrace is how long a coordinator that has just recovered (a restart, a
+	// takeover) waits for workers to claim the attempts the store shows running, which
+	// they do by reporting them as they register again; an attempt nobody claims
+	// within it is lost. 0 means HeartbeatTimeout plus the time a NATS connection takes
+	// to come back (about 3 s).
+	ClaimGrace time.Duration
 
 	// fullRecovery makes recovery ignore the checkpoint: Run sets it after a fence,
 	// when the last memory was not the truth.
@@ -140,6 +146,9 @@ func (c Config) Validate() error {
 	}
 	if c.ReplyWithin < 0 {
 		errs = append(errs, fmt.Errorf("reply within must not be negative, got %v", c.ReplyWithin))
+	}
+	if c.ClaimGrace < 0 {
+		errs = append(errs, fmt.Errorf("claim grace must be 0 (the default) or positive, got %v", c.ClaimGrace))
 	}
 	if c.Writers < 1 {
 		errs = append(errs, fmt.Errorf("writers must be at least 1, got %d", c.Writers))

@@ -440,6 +440,7 @@ func (c *Coordinator) sweep() {
 				c.loseWorker(w, "heartbeat timeout")
 			}
 		}
+		c.expireClaims(now)
 	}
 	c.schedule()
 }
