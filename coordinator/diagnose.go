@@ -87,16 +87,6 @@ func (d diagnosis) disk() bool {
 	return d.cond == condDiskFull || d.cond == condReadOnly || d.cond == condStalled
 }
 
-// passing reports a condition that ends by itself, within seconds or once servers come
-// back: worth waiting for within a request's time.
-func (d diagnosis) passing() bool {
-	switch d.cond {
-	case condUnanswered, condDisconnected, condElection, condNoMeta:
-		return true
-	}
-	return false
-}
-
 // JetStream's error codes (nats-server's errors.json) that a diagnosis reads.
 const (
 	codeClusterNotAvail jetstream.ErrorCode = 10008 // no meta leader
