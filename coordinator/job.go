@@ -28,9 +28,12 @@ type job struct {
 	// uncertain: a write of it was sent whose outcome is unknown, and none of its
 	// copies is known stored or known refused for good since (outcome.go).
 	uncertain bool
-	waiters   []waiter
-	queueGen  uint64 // invalidates stale entries in the ready queue
-	inQueue   bool
+	// answer is its submission's reply while it is not sent, so that a store fault
+	// can hurry it (outcome.go).
+	answer   *reply
+	waiters  []waiter
+	queueGen uint64 // invalidates stale entries in the ready queue
+	inQueue  bool
 
 	seen     protocol.State // the state last reported to the Observer
 	writes   int            // durable writes, for the Observer

@@ -96,8 +96,12 @@ func (c *Coordinator) submit(req *protocol.SubmitJob, due time.Duration, reply r
 	defer c.assignAtOnce(j)
 	id := j.rec.JobID
 	r := c.replyBy(reply, due, "submission", id)
+	j.answer = r
 	c.markDirty(j, func(err error) {
 		if err != nil {
+			c.mu.Lock()
+			j.answer = nil
+			c.mu.Unlock()
 			if r.send(createFailed(id, err)) {
 				c.noteSubmit(outcomeOf(err))
 			}
@@ -107,6 +111,7 @@ func (c *Coordinator) submit(req *protocol.SubmitJob, due time.Duration, reply r
 			c.noteSubmit(SubmitAccepted)
 		}
 		c.mu.Lock()
+		j.answer = nil
 		if j.rec.State == protocol.StateQueued {
 			c.ready.push(j)
 			c.schedule()

@@ -240,22 +240,54 @@ type settled struct{ protocol.Message }
 // A reply is a request's one answer: the outcome of its write, or "Outcome unknown" once
 // it is due, whichever comes first. The write goes on either way.
 type reply struct {
-	fn   replyFunc
-	sent atomic.Bool
-	t    *time.Timer
+	c         *Coordinator
+	fn        replyFunc
+	what, job string // the request ("submission", "cancel") and its job
+	sent      atomic.Bool
+	t         *time.Timer
 }
 
-// replyBy arms j's request's answer to say "Outcome unknown" after due unless its
-// outcome came first; what names the request ("submission", "cancel").
+// replyBy arms the answer to a request about job jobID to say "Outcome unknown" after
+// due unless its outcome came first; what names the request ("submission", "cancel").
 func (c *Coordinator) replyBy(fn replyFunc, due time.Duration, what, jobID string) *reply {
-	r := &reply{fn: fn}
-	r.t = time.AfterFunc(due, func() {
-		if !r.sent.Swap(true) {
-			c.noteSubmitUnknown(what)
-			r.fn(settled{protocol.OutcomeUnknown(what, jobID, c.unconfirmed(due))})
-		}
-	})
+	r := &reply{c: c, fn: fn, what: what, job: jobID}
+	r.t = time.AfterFunc(due, func() { r.unknown(r.c.unconfirmed(due)) })
 	return r
+}
+
+// unknown answers "Outcome unknown" for cause, unless the answer went already: when
+// the reply is due, or sooner when the store's fault is known to outlast it (hurry).
+// The write goes on.
+func (r *reply) unknown(cause string) {
+	if r.sent.Swap(true) {
+		return
+	}
+	r.t.Stop()
+	r.c.noteSubmitUnknown(r.what)
+	r.fn(settled{protocol.OutcomeUnknown(r.what, r.job, cause)})
+}
+
+// hurry answers the submitters of the uncertain creates among ws "Outcome unknown" now,
+// with the store's fault (err, from storeFailure), rather than when their replies are
+// due: a full or read-only disk outlasts a request. Their writes go on, and a job whose
+// write lands later runs.
+func (c *Coordinator) hurry(ws []pendingWrite, err error) {
+	var rs []*reply
+	c.mu.Lock()
+	for _, w := range ws {
+		if w.rev == 0 && w.j.uncertain && w.j.answer != nil {
+			rs = append(rs, w.j.answer)
+			w.j.answer = nil
+		}
+	}
+	c.mu.Unlock()
+	if len(rs) == 0 {
+		return
+	}
+	cause := storeCause(err)
+	for _, r := range rs {
+		r.unknown(cause)
+	}
 }
 
 // send sends m unless the answer went already, and reports whether it did.

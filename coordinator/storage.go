@@ -289,6 +289,9 @@ func (c *Coordinator) gaveUpCreate(ctx context.Context, w pendingWrite, err erro
 	c.mu.Lock()
 	uncertain := w.j.uncertain
 	c.mu.Unlock()
+	if uncertain && ferr != nil {
+		c.hurry([]pendingWrite{w}, ferr) // outcome.go
+	}
 	if w.rev != 0 || uncertain || ferr == nil { // an uncertain create is written again (dropCreates)
 		return false
 	}
@@ -323,6 +326,16 @@ func (c *Coordinator) leaseWriteFailed(ctx context.Context, err error, sent time
 	if c.storage.failing() == nil && d.cond == condStalled {
 		c.storage.stall(errStoreStalled)
 	}
+}
+
+// storeCause says in words what storeFailure's err says is wrong with the store.
+func storeCause(err error) string {
+	var apiErr *jetstream.APIError
+	if StoreFull(err) && errors.As(err, &apiErr) {
+		return "the job store is full (JetStream: " + apiErr.Description + ")"
+	}
+	what, _ := storeFaultWords(err)
+	return what + " (" + err.Error() + ")"
 }
 
 // storeFault marks an error as the store's failure, for notStored.

@@ -263,6 +263,7 @@ func (c *Coordinator) dropCreates(ws []pendingWrite, err error) []pendingWrite {
 	for _, w := range gone {
 		c.giveUp(w.j, err)
 	}
+	c.hurry(kept, err) // outcome.go
 	return kept
 }
 
