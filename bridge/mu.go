@@ -1,16 +1,16 @@
 package bridge
 
-// The Mu port: PowerJob's Mu frames (seeds/004; package bus/protocol/mu), so that a node
+// The Mu port: PowerJob's Mu frames (package bus/protocol/mu), so that a node
 // that speaks them joins the bus as a peer.
 //
 // A HEARTBEAT carrying senderAddress registers the connection as the bus node
-// bus.Address{Role: bus.RoleMu, ID: "host:port"} (the seed's registerWorkerChannel):
+// bus.Address{Role: bus.RoleMu, ID: "host:port"} (PowerJob's registerWorkerChannel):
 // tells and asks that any bus node sends to that address are written to this
 // connection, and the node's RESPONSE or ERROR (matched by requestId) is the answer.
-// A HEARTBEAT that carries a requestId (which the seed's never do) gets a RESPONSE once
+// A HEARTBEAT that carries a requestId (which PowerJob's never do) gets a RESPONSE once
 // served, whose payload is the node's bus address. Any frame keeps the connection alive; one that sends nothing for MuIdleTimeout is
 // closed. When the connection ends the node is gone: asks waiting for it fail at once
-// (the seed's fail-fast rule) and later ones find no peer. A second connection
+// (PowerJob's fail-fast rule) and later ones find no peer. A second connection
 // registering a live address supersedes the first, which is closed.
 //
 // TELL and ASK from the node go where their path says (muRoute): "<path>@<role>/<id>"
@@ -193,7 +193,7 @@ func (s *muSession) serve(m *mu.Message) {
 			}
 		}
 		if m.RequestID != "" {
-			// Not in the seed, which answers no HEARTBEAT: one with a requestId gets a
+			// Not in PowerJob's Mu, which answers no HEARTBEAT: one with a requestId gets a
 			// RESPONSE once it is served, so a node knows when the bus can reach it.
 			s.send(&mu.Message{MessageType: mu.TypeResponse, RequestID: m.RequestID, Payload: s.registeredAs()})
 		}

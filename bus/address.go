@@ -16,7 +16,7 @@ const (
 	RoleWorker      Role = "worker"
 	RoleBridge      Role = "bridge"
 	RoleClient      Role = "client"
-	// RoleMu is the role of the nodes that speak the seed's Mu frames on the bridge's
+	// RoleMu is the role of the nodes that speak PowerJob's Mu frames on the bridge's
 	// Mu port; such a node's id is its address, "host:port".
 	RoleMu Role = "mu"
 )

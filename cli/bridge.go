@@ -24,7 +24,7 @@ func bridgeFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.IntFlag{Name: "worker-port", Value: 7070, Usage: "TCP port for spec workers (-1: off, 0: any free port)", EnvVars: env("worker-port")},
 		&cli.IntFlag{Name: "client-port", Value: 7071, Usage: "TCP port for spec clients (-1: off, 0: any free port)", EnvVars: env("client-port")},
-		&cli.IntFlag{Name: "mu-port", Value: -1, Usage: "TCP port for Mu nodes (PowerJob's MuMessage frames; the seed deploys 7700) (-1: off, 0: any free port)", EnvVars: env("mu-port")},
+		&cli.IntFlag{Name: "mu-port", Value: -1, Usage: "TCP port for Mu nodes (PowerJob's MuMessage frames; PowerJob's examples use 7700) (-1: off, 0: any free port)", EnvVars: env("mu-port")},
 		millisFlag("mu-idle-timeout-millis", d.MuIdleTimeout, "a Mu connection that sends nothing (not even a HEARTBEAT) for this long is closed"),
 		&cli.StringFlag{Name: "listen-host", Value: "127.0.0.1", Usage: "address the TCP ports listen on (loopback by default; 0.0.0.0 for every interface)", EnvVars: env("listen-host")},
 		&cli.IntFlag{Name: "max-conns", Value: d.MaxConns, Usage: "open connections per TCP port; more are refused", EnvVars: env("max-conns")},

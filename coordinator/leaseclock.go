@@ -52,14 +52,14 @@ var errNotLeader = errors.New("this coordinator's leader lease may have run out 
 
 // notLeader is the API's answer while the lease is not certainly held: 503, so that
 // callers try again, reaching the leader.
-func (c *Coordinator) notLeader() *protocol.Error {
-	if err := c.storage.failing(); err != nil { // the lease is a write too (storage.go)
+func (a *api) notLeader() *protocol.Error {
+	if err := a.store.health().failing(); err != nil { // the lease is a write too (storage.go)
 		what, until := storeFaultWords(err)
 		return &protocol.Error{Message: ErrNotServing.Error() + ": " + what + " (" + err.Error() +
 			"), so its leader lease cannot be renewed; jobs already accepted are kept, requests are answered again once " + until}
 	}
 	msg := ErrNotServing.Error() + ": " + errNotLeader.Error()
-	if d := c.storage.lease.Load(); d != nil {
+	if d := a.store.health().lease.Load(); d != nil {
 		msg += "; its renewal failed: " + d.String()
 	}
 	return &protocol.Error{Message: msg}
@@ -75,13 +75,9 @@ func leaseLapsed() error { return bus.WithCode(bus.CodeUnavailable, errNotLeader
 // was this coordinator's.
 func (c *Coordinator) RenewedLease(sent time.Time, lease time.Duration) {
 	c.lease.extend(sent, lease)
-	if c.storage.lease.Load() != nil {
-		c.storage.lease.Store(nil)
-	}
+	c.store.health().leaseRenewed()
 	if c.lease.lapsed.Swap(false) {
-		c.mu.Lock()
-		c.graceWorkers(c.now())
-		c.unlock()
+		c.sched.reg.grace()
 		c.log.Info("lease renewed after it lapsed; workers get a heartbeat timeout of grace", "and", reconnectAllowance)
 	}
 }

@@ -32,6 +32,12 @@ import (
 // when what is stored is its own earlier copy, the write succeeded, and the coordinator
 // goes on instead of fencing itself. When the coordinator stops writing a job (fenced,
 // closing), the store is read back once before its waiters hear anything.
+//
+// The parts: the store (jsStore) knows which writes went unanswered and reads back
+// (readAt); the scheduler keeps each job's uncertainty (job.uncertain, under its mu)
+// and its submission's pending answer (job.answer), and hears the store through its
+// sink (doubt, inDoubt, settle, hurry); the api answers within the request's wait
+// (replyDue); the store's health remembers why writes fail (storage.go, diagnose.go).
 
 // ErrOutcomeUnknown means a write was sent and it is not known whether it was stored: the
 // request's answer says "Outcome unknown".
@@ -49,39 +55,20 @@ func refusedOutright(err error) bool {
 	return errors.As(err, &apiErr) || errors.Is(err, ErrFenced) || permanent(err) || noResponders(err)
 }
 
-// noteOutcome records what a failed write of ws says about their jobs: a write that may
+// --- The store's half: what became of a write (jsStore).
+
+// writeOutcomes is the jsStore's part that learns what became of writes whose outcome
+// is unknown: it marks them in doubt with the sink, reads the store back (readAt) and
+// ends their waiters with what is stored.
+type writeOutcomes struct{ s *jsStore }
+
+// note records what a failed write of ws says about their jobs: a write that may
 // have been stored makes its job uncertain. Success clears it (written).
-func (c *Coordinator) noteOutcome(ws []pendingWrite, err error) {
+func (o writeOutcomes) note(ws []pendingWrite, err error) {
 	if err == nil || refusedOutright(err) {
 		return
 	}
-	c.mu.Lock()
-	for _, w := range ws {
-		w.j.uncertain = true
-	}
-	c.mu.Unlock()
-}
-
-// uncertain reports whether any of ws may have been stored by an earlier copy.
-func (c *Coordinator) uncertain(ws []pendingWrite) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, w := range ws {
-		if w.j.uncertain {
-			return true
-		}
-	}
-	return false
-}
-
-// settleUncertain clears the uncertainty of ws: the store showed none of them stored,
-// after a copy of theirs was refused, so no earlier copy can land any more.
-func (c *Coordinator) settleUncertain(ws []pendingWrite) {
-	c.mu.Lock()
-	for _, w := range ws {
-		w.j.uncertain = false
-	}
-	c.mu.Unlock()
+	o.s.sink.doubts().doubt(ws)
 }
 
 // readBackTimeout bounds one read-back of the store.
@@ -97,19 +84,19 @@ const (
 )
 
 // readBack reads what the store holds under the record the last of ws writes, from the
-// stream's leader (records.go), and compares it with that write: ws went in one atomic
+// stream's leader (readAt), and compares it with that write: ws went in one atomic
 // batch, or are one write, so the last message stands for all. On landed, revs are the
 // revisions each of ws was stored at.
-func (c *Coordinator) readBack(ctx context.Context, ws []pendingWrite) (landing, []uint64) {
+func (o writeOutcomes) readBack(ctx context.Context, ws []pendingWrite) (landing, []uint64) {
 	last := &ws[len(ws)-1]
 	rctx, cancel := context.WithTimeout(ctx, readBackTimeout)
 	defer cancel()
-	data, seq, err := c.readRecordAt(rctx, last.id)
+	data, seq, err := o.s.readAt(rctx, last.id)
 	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
+	case errors.Is(err, errNoRecord):
 		return notLanded, nil
 	case err != nil:
-		c.log.Warn("could not read a job back to learn whether its write was stored", "job", last.id, "err", err)
+		o.s.log.Warn("could not read a job back to learn whether its write was stored", "job", last.id, "err", err)
 		return landingUnknown, nil
 	case !bytes.Equal(data, last.data):
 		return notLanded, nil
@@ -134,20 +121,13 @@ func (c *Coordinator) readBack(ctx context.Context, ws []pendingWrite) (landing,
 // stored; one that the store shows absent after a refused copy (or that never went)
 // fails with err; and one that cannot be known fails with ErrOutcomeUnknown. batch says
 // ws went as one atomic batch (one read stands for all); otherwise each is read.
-func (c *Coordinator) abandon(ws []pendingWrite, batch bool, err error) {
-	var doubt []pendingWrite
-	c.mu.Lock()
-	for _, w := range ws {
-		if w.j.uncertain {
-			doubt = append(doubt, w)
-		}
-	}
-	c.mu.Unlock()
+func (o writeOutcomes) abandon(ws []pendingWrite, batch bool, err error) {
+	doubt := o.s.sink.doubts().inDoubt(ws)
 	if len(doubt) == 0 {
-		c.failAllWrites(ws, err)
+		o.failAll(ws, err)
 		return
 	}
-	c.failAllWrites(without(ws, doubt), err)
+	o.failAll(without(ws, doubt), err)
 	groups := [][]pendingWrite{doubt}
 	if !batch {
 		groups = groups[:0]
@@ -165,36 +145,36 @@ func (c *Coordinator) abandon(ws []pendingWrite, batch bool, err error) {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			c.settleAbandoned(ctx, g, err)
+			o.settleAbandoned(ctx, g, err)
 		}()
 	}
 	wg.Wait()
 }
 
 // settleAbandoned reads back one group of abandoned writes and ends their waiters.
-func (c *Coordinator) settleAbandoned(ctx context.Context, ws []pendingWrite, err error) {
-	switch l, revs := c.readBack(ctx, ws); {
+func (o writeOutcomes) settleAbandoned(ctx context.Context, ws []pendingWrite, err error) {
+	switch l, revs := o.readBack(ctx, ws); {
 	case l == landed:
-		c.log.Info("a job write whose outcome was unknown was stored after all", "jobs", len(ws), "job", ws[0].id)
+		o.s.log.Info("a job write whose outcome was unknown was stored after all", "jobs", len(ws), "job", ws[0].id)
 		for i, w := range ws {
-			c.stored(w.j, revs[i], w.version)
+			o.s.sink.written(w.j, revs[i], w.version)
 		}
 	case l == notLanded && refusedOutright(err):
-		c.settleUncertain(ws)
-		c.failAllWrites(ws, err)
+		o.s.sink.doubts().settle(ws)
+		o.failAll(ws, err)
 	default:
-		c.failAllWrites(ws, unknownOutcome(err))
+		o.failAll(ws, unknownOutcome(err))
 	}
 }
 
-// failAllWrites ends the waiters of ws with err; a create that certainly was not
+// failAll ends the waiters of ws with err; a create that certainly was not
 // stored is forgotten, as if never submitted.
-func (c *Coordinator) failAllWrites(ws []pendingWrite, err error) {
+func (o writeOutcomes) failAll(ws []pendingWrite, err error) {
 	for _, w := range ws {
 		if w.rev == 0 && !errors.Is(err, ErrOutcomeUnknown) {
-			c.giveUp(w.j, err)
+			o.s.sink.giveUp(w.j, err)
 		} else {
-			c.fail(w.j, err)
+			o.s.sink.fail(w.j, err)
 		}
 	}
 }
@@ -218,40 +198,141 @@ func without(ws, drop []pendingWrite) []pendingWrite {
 // outcome was unknown: when the store holds the earlier copy, the write succeeded and
 // its revisions are returned; when it holds none, nothing earlier can land any more, and
 // the refusal stands.
-func (c *Coordinator) landedEarlier(ctx context.Context, ws []pendingWrite, err error) ([]uint64, bool) {
-	if !refusedOutright(err) || !c.uncertain(ws) {
+func (o writeOutcomes) landedEarlier(ctx context.Context, ws []pendingWrite, err error) ([]uint64, bool) {
+	if !refusedOutright(err) || len(o.s.sink.doubts().inDoubt(ws)) == 0 {
 		return nil, false
 	}
-	switch l, revs := c.readBack(ctx, ws); l {
+	switch l, revs := o.readBack(ctx, ws); l {
 	case landed:
-		c.log.Info("a job write whose outcome was unknown had been stored; going on from it", "jobs", len(ws), "job", ws[0].id)
+		o.s.log.Info("a job write whose outcome was unknown had been stored; going on from it", "jobs", len(ws), "job", ws[0].id)
 		return revs, true
 	case notLanded:
-		c.settleUncertain(ws)
+		o.s.sink.doubts().settle(ws)
 	}
 	return nil, false
 }
 
+// hurry has the submitters of the uncertain creates among ws answered "Outcome
+// unknown" now, with the store's fault (err, from storeFailure), rather than when their
+// replies are due: a full or read-only disk outlasts a request. Their writes go on,
+// and a job whose write lands later runs.
+func (o writeOutcomes) hurry(ws []pendingWrite, err error) {
+	if len(ws) > 0 {
+		o.s.sink.doubts().hurry(ws, storeCause(err))
+	}
+}
+
+// slowWriteAfter is how long a write goes unacknowledged before the jobs stream is
+// asked why (slowWrite): a healthy one acknowledges in milliseconds.
+const slowWriteAfter = time.Second
+
+// slowWrite has the store asked, once at a time, why a write sent age ago is not
+// acknowledged yet, for the answers due next (unconfirmed). A store that cannot be
+// asked (memStore) is not.
+func (h *storeHealth) slowWrite(age time.Duration) {
+	f := h.slow.Load()
+	if f == nil || h.recentCause(age) != nil || !h.diagnosing.CompareAndSwap(false, true) {
+		return
+	}
+	(*f)(age)
+}
+
+// diagnoseSlowWrite asks the jobs stream why a write sent due ago is not confirmed,
+// and remembers it for the answers due next. A settled leader that answers is not
+// taken for a stalled disk here: the write may only be slow. It runs on a goroutine of
+// the store's (slowWrite, set by open) and ends the diagnosis in progress.
+func (s *jsStore) diagnoseSlowWrite(due time.Duration) {
+	defer s.storage.diagnosing.Store(false)
+	ctx, cancel := context.WithTimeout(context.Background(), readBackTimeout)
+	defer cancel()
+	d := diagnoseStream(ctx, s.nc, s.js, jobsStream, context.DeadlineExceeded, time.Now().Add(-due))
+	if d.cond == condStalled {
+		d = diagnosis{cond: condUnanswered, stream: jobsStream, detail: "stream " + jobsStream + "'s leader answers, and has not confirmed it yet"}
+	}
+	s.storage.noteCause(d)
+}
+
+// --- The scheduler's half: each job's uncertainty and its request's one answer.
+
+// doubts is the writeQueue, which keeps which jobs' writes are in doubt (storeSink).
+func (s *scheduler) doubts() writeDoubts { return s.wq }
+
+// doubt marks the jobs of ws as having a write whose outcome is unknown.
+func (q *writeQueue) doubt(ws []pendingWrite) {
+	q.s.mu.Lock()
+	for _, w := range ws {
+		w.j.uncertain = true
+	}
+	q.s.mu.Unlock()
+}
+
+// inDoubt returns those of ws that may have been stored by an earlier copy.
+func (q *writeQueue) inDoubt(ws []pendingWrite) []pendingWrite {
+	q.s.mu.Lock()
+	defer q.s.mu.Unlock()
+	var in []pendingWrite
+	for _, w := range ws {
+		if w.j.uncertain {
+			in = append(in, w)
+		}
+	}
+	return in
+}
+
+// settle clears the uncertainty of ws: the store showed none of them stored, after a
+// copy of theirs was refused, so no earlier copy can land any more.
+func (q *writeQueue) settle(ws []pendingWrite) {
+	q.s.mu.Lock()
+	for _, w := range ws {
+		w.j.uncertain = false
+	}
+	q.s.mu.Unlock()
+}
+
+// hurry answers the submitters of the uncertain creates among ws "Outcome unknown"
+// now, for cause.
+func (q *writeQueue) hurry(ws []pendingWrite, cause string) {
+	var rs []*reply
+	q.s.mu.Lock()
+	for _, w := range ws {
+		if w.rev == 0 && w.j.uncertain && w.j.answer != nil {
+			rs = append(rs, w.j.answer)
+			w.j.answer = nil
+		}
+	}
+	q.s.mu.Unlock()
+	for _, r := range rs {
+		r.unknown(cause)
+	}
+}
+
 // settled marks a reply that states what is stored: a lapsed lease does not turn it
-// into "not serving" (endpoint), since whoever leads next reads the same store, and the
-// term fences every create a newer leader could not see (batch.go).
+// into "not serving" (api.endpoint), since whoever leads next reads the same store, and
+// the term fences every create a newer leader could not see (batch.go).
 type settled struct{ protocol.Message }
+
+// replies arms the answers of write requests (submissions, cancels): the scheduler's
+// part that says "Outcome unknown" when a reply is due before its write's outcome.
+type replies struct {
+	note  *observer
+	store jobStore // whose health says why a write is not confirmed
+}
 
 // A reply is a request's one answer: the outcome of its write, or "Outcome unknown" once
 // it is due, whichever comes first. The write goes on either way.
 type reply struct {
-	c         *Coordinator
+	rs        *replies
 	fn        replyFunc
 	what, job string // the request ("submission", "cancel") and its job
 	sent      atomic.Bool
 	t         *time.Timer
 }
 
-// replyBy arms the answer to a request about job jobID to say "Outcome unknown" after
+// by arms the answer to a request about job jobID to say "Outcome unknown" after
 // due unless its outcome came first; what names the request ("submission", "cancel").
-func (c *Coordinator) replyBy(fn replyFunc, due time.Duration, what, jobID string) *reply {
-	r := &reply{c: c, fn: fn, what: what, job: jobID}
-	r.t = time.AfterFunc(due, func() { r.unknown(r.c.unconfirmed(due)) })
+func (rs *replies) by(fn replyFunc, due time.Duration, what, jobID string) *reply {
+	r := &reply{rs: rs, fn: fn, what: what, job: jobID}
+	r.t = time.AfterFunc(due, func() { r.unknown(rs.unconfirmed(due)) })
 	return r
 }
 
@@ -263,31 +344,8 @@ func (r *reply) unknown(cause string) {
 		return
 	}
 	r.t.Stop()
-	r.c.noteSubmitUnknown(r.what)
+	r.rs.note.submitUnknown(r.what)
 	r.fn(settled{protocol.OutcomeUnknown(r.what, r.job, cause)})
-}
-
-// hurry answers the submitters of the uncertain creates among ws "Outcome unknown" now,
-// with the store's fault (err, from storeFailure), rather than when their replies are
-// due: a full or read-only disk outlasts a request. Their writes go on, and a job whose
-// write lands later runs.
-func (c *Coordinator) hurry(ws []pendingWrite, err error) {
-	var rs []*reply
-	c.mu.Lock()
-	for _, w := range ws {
-		if w.rev == 0 && w.j.uncertain && w.j.answer != nil {
-			rs = append(rs, w.j.answer)
-			w.j.answer = nil
-		}
-	}
-	c.mu.Unlock()
-	if len(rs) == 0 {
-		return
-	}
-	cause := storeCause(err)
-	for _, r := range rs {
-		r.unknown(cause)
-	}
 }
 
 // send sends m unless the answer went already, and reports whether it did.
@@ -302,46 +360,15 @@ func (r *reply) send(m protocol.Message) bool {
 
 // unconfirmed says why a write is not confirmed after due: the store's last known
 // condition, when a write failed lately. When none did (the write is still in flight),
-// the jobs stream is asked, once at a time, for the answers due next.
-func (c *Coordinator) unconfirmed(due time.Duration) string {
-	s := "its write was not confirmed within " + due.Round(time.Millisecond).String()
-	if d := c.storage.recentCause(2 * due); d != nil {
-		return s + ": " + d.String()
+// the store is asked, once at a time, for the answers due next.
+func (rs *replies) unconfirmed(due time.Duration) string {
+	msg := "its write was not confirmed within " + due.Round(time.Millisecond).String()
+	h := rs.store.health()
+	if d := h.recentCause(2 * due); d != nil {
+		return msg + ": " + d.String()
 	}
-	c.slowWrite(due)
-	return s
-}
-
-// slowWriteAfter is how long a write goes unacknowledged before the jobs stream is
-// asked why (slowWrite): a healthy one acknowledges in milliseconds.
-const slowWriteAfter = time.Second
-
-// slowWrite has the jobs stream asked, once at a time, why a write sent age ago is not
-// acknowledged yet, for the answers due next (unconfirmed).
-func (c *Coordinator) slowWrite(age time.Duration) {
-	if c.storage.recentCause(age) != nil || !c.storage.diagnosing.CompareAndSwap(false, true) {
-		return
-	}
-	c.goLater(func() {
-		defer c.storage.diagnosing.Store(false)
-		c.diagnoseSlowWrite(age)
-	})
-}
-
-// diagnoseSlowWrite asks the jobs stream why a write sent due ago is not confirmed,
-// and remembers it for the answers due next. A settled leader that answers is not
-// taken for a stalled disk here: the write may only be slow.
-func (c *Coordinator) diagnoseSlowWrite(due time.Duration) {
-	if c.js == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), readBackTimeout)
-	defer cancel()
-	d := diagnoseStream(ctx, c.nc, c.js, jobsStream, context.DeadlineExceeded, time.Now().Add(-due))
-	if d.cond == condStalled {
-		d = diagnosis{cond: condUnanswered, stream: jobsStream, detail: "stream " + jobsStream + "'s leader answers, and has not confirmed it yet"}
-	}
-	c.storage.noteCause(d)
+	h.slowWrite(due)
+	return msg
 }
 
 // writeFailed is the reply of a request whose write failed with err: "Outcome unknown"
@@ -353,12 +380,14 @@ func writeFailed(what, jobID string, err error, notStored func() *protocol.Error
 	return settled{notStored()}
 }
 
+// --- The api's half: when a request is answered at the latest.
+
 // replyDue is how long after its arrival a request is answered at the latest: a little
 // under the requester's wait (header), else Config.ReplyWithin.
-func (c *Coordinator) replyDue(h nats.Header) time.Duration {
+func (a *api) replyDue(h nats.Header) time.Duration {
 	ms, err := strconv.ParseInt(h.Get(protocol.HeaderTimeout), 10, 64)
 	if err != nil || ms <= 0 {
-		return c.cfg.ReplyWithin
+		return a.cfg.ReplyWithin
 	}
 	wait := min(time.Duration(ms)*time.Millisecond, time.Hour)
 	return max(wait-min(wait/10, 500*time.Millisecond), 10*time.Millisecond)

@@ -38,18 +38,29 @@ func startedCoordinator(t *testing.T) *Coordinator {
 	return c
 }
 
+// jetStreamOf is c's store, the JetStream one (c has no SyncJobs).
+func jetStreamOf(t *testing.T, c *Coordinator) *jsStore {
+	t.Helper()
+	s, ok := c.store.(*jsStore)
+	if !ok {
+		t.Fatalf("the coordinator's store is a %T, want *jsStore", c.store)
+	}
+	return s
+}
+
 // heldWrite takes job j's current version as a write a committer holds (as takeDirty
 // does), whose waiter sends its outcome on the channel returned.
 func heldWrite(t *testing.T, c *Coordinator, j *job) (pendingWrite, <-chan error) {
 	t.Helper()
 	done := make(chan error, 1)
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	s := c.sched
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	j.version++
 	j.waiters = append(j.waiters, waiter{version: j.version, fn: func(err error) { done <- err }})
 	j.writing = true
-	c.writes++
-	w, err := c.pendingWrite(j)
+	s.wq.writes++
+	w, err := s.wq.pendingWrite(j)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +70,8 @@ func heldWrite(t *testing.T, c *Coordinator, j *job) (pendingWrite, <-chan error
 // landCopy stores w as its earlier copy would have been, and returns its revision.
 func landCopy(t *testing.T, c *Coordinator, w *pendingWrite) uint64 {
 	t.Helper()
-	ack, err := c.js.PublishMsg(context.Background(), c.messages(w)[0])
+	js := jetStreamOf(t, c)
+	ack, err := js.js.PublishMsg(context.Background(), js.messages(w)[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,25 +109,26 @@ func TestAbandonedCreateIsReadBack(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			c := startedCoordinator(t)
-			c.mu.Lock()
-			j := c.newJob(&protocol.SubmitJob{TaskType: "SHA256", Payload: json.RawMessage(`{"text":"x"}`)}, 3, protocol.PriorityNormal, "", "")
+			s := c.sched
+			s.mu.Lock()
+			j := s.newJob(&protocol.SubmitJob{TaskType: "SHA256", Payload: json.RawMessage(`{"text":"x"}`)}, 3, protocol.PriorityNormal, "", "")
 			j.version = 0
-			c.mu.Unlock()
+			s.mu.Unlock()
 			w, done := heldWrite(t, c, j)
-			c.mu.Lock()
+			s.mu.Lock()
 			j.uncertain = true // its first copy went unanswered
-			c.mu.Unlock()
+			s.mu.Unlock()
 			var rev uint64
 			if tc.land {
 				rev = landCopy(t, c, &w)
 			}
-			c.abandon([]pendingWrite{w}, false, tc.err)
+			jetStreamOf(t, c).oc.abandon([]pendingWrite{w}, false, tc.err)
 			if err := tc.check(<-done); err != nil {
 				t.Fatal(err)
 			}
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			_, kept := c.jobs[w.id]
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			_, kept := s.jobs[w.id]
 			switch {
 			case tc.land && (j.rev != rev || j.uncertain):
 				t.Errorf("stored at %d: the job's revision is %d, uncertain %v", rev, j.rev, j.uncertain)
@@ -137,20 +150,21 @@ func TestUpdateThatLandedEarlierDoesNotFence(t *testing.T) {
 		t.Run(fmt.Sprintf("Own=%v", own), func(t *testing.T) {
 			t.Parallel()
 			c := startedCoordinator(t)
+			s := c.sched
 			ctx := context.Background()
 			stored := make(chan error, 1)
-			c.mu.Lock()
-			j := c.newJob(&protocol.SubmitJob{TaskType: "SHA256", Payload: json.RawMessage(`{"text":"x"}`)}, 3, protocol.PriorityNormal, "", "")
-			c.markDirty(j, func(err error) { stored <- err })
-			c.unlock()
+			s.mu.Lock()
+			j := s.newJob(&protocol.SubmitJob{TaskType: "SHA256", Payload: json.RawMessage(`{"text":"x"}`)}, 3, protocol.PriorityNormal, "", "")
+			s.markDirty(j, func(err error) { stored <- err })
+			s.unlock()
 			if err := <-stored; err != nil {
 				t.Fatal(err)
 			}
 			waitIdle(t, c, j)
 
-			c.mu.Lock()
+			s.mu.Lock()
 			j.rec.Error = ptr("changed")
-			c.mu.Unlock()
+			s.mu.Unlock()
 			w, done := heldWrite(t, c, j)
 			moved := w
 			if !own { // another coordinator's write of the same revision
@@ -159,15 +173,13 @@ func TestUpdateThatLandedEarlierDoesNotFence(t *testing.T) {
 				moved.data, _ = json.Marshal(other)
 			}
 			rev := landCopy(t, c, &moved)
-			c.mu.Lock()
+			s.mu.Lock()
 			j.uncertain = true // the first copy's acknowledgement was lost
-			c.mu.Unlock()
+			s.mu.Unlock()
 
-			c.commit(ctx, []pendingWrite{w})
+			jetStreamOf(t, c).commit(ctx, []pendingWrite{w})
 			err := <-done
-			c.mu.Lock()
-			fence := c.fenced
-			c.mu.Unlock()
+			fence := s.fencedBy()
 			switch {
 			case own && (err != nil || fence != nil || j.rev != rev):
 				t.Fatalf("own copy: outcome %v, fenced %v, revision %d (stored at %d)", err, fence, j.rev, rev)
@@ -183,9 +195,9 @@ func waitIdle(t *testing.T, c *Coordinator, j *job) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		c.mu.Lock()
+		c.sched.mu.Lock()
 		busy := j.writing
-		c.mu.Unlock()
+		c.sched.mu.Unlock()
 		if !busy {
 			return
 		}

@@ -42,7 +42,7 @@ func StoreFull(err error) bool {
 // storeHealth remembers whether the store takes job writes: whether the last job write
 // found it full (JetStream's limit), what Config.StoreFault says, and whether writes go
 // unanswered while JetStream answers (stalled). Writes set and clear it from the
-// writer goroutines, without c.mu.
+// writer goroutines, without the scheduler's mu.
 type storeHealth struct {
 	full    atomic.Pointer[string] // JetStream's words, while full
 	fault   func() error           // Config.StoreFault; nil: none
@@ -50,12 +50,19 @@ type storeHealth struct {
 	// unsynced is Config.SyncJobs's failure, until a sync succeeds (durable.go).
 	unsynced atomic.Pointer[error]
 	said     atomic.Int64 // when storeFailure last logged, Unix nanoseconds
+	// diagnose says why a write to a stream, sent at a time, failed with an error
+	// (diagnoseStream, diagnose.go); nil until the store is open (a memStore never
+	// sets it). Set by open while the lease's renewals may already read it.
+	diagnose atomic.Pointer[func(ctx context.Context, stream string, err error, sent time.Time) diagnosis]
 	// cause is why the last job write failed (diagnose.go), for the answers that are
 	// due before the store answers again; lease is why the last lease renewal failed,
 	// until one succeeds.
 	cause atomic.Pointer[timedDiagnosis]
 	lease atomic.Pointer[diagnosis]
-	// diagnosing: a diagnosis of a slow write runs (outcome.go).
+	// slow has the store asked why a write sent that long ago is not acknowledged
+	// (slowWrite, outcome.go); nil until the store is open, and for a store that cannot
+	// be asked. diagnosing: such a diagnosis runs.
+	slow       atomic.Pointer[func(age time.Duration)]
 	diagnosing atomic.Bool
 }
 
@@ -78,8 +85,8 @@ func (h *storeHealth) recentCause(window time.Duration) *diagnosis {
 	return nil
 }
 
-// storeProbeEvery is how often, while the store is full or stalled, the coordinator
-// tries it with a write of its own (storeProber): without it, a coordinator with no
+// storeProbeEvery is how often, while the store is full or stalled, the store is
+// tried with a write of its own (storeProber): without it, a coordinator with no
 // accepted job left to write would refuse for ever, since only a write that succeeds
 // lifts the refusal.
 const storeProbeEvery = time.Second
@@ -169,7 +176,7 @@ func (h *storeHealth) probing() bool { return h.full.Load() != nil || h.stalled.
 // storeProber tries the store every storeProbeEvery while it is full or stalled, until
 // ctx ends, with a small write of its own under probeKey; the first that succeeds lifts
 // the refusal (noteWrite).
-func (c *Coordinator) storeProber(ctx context.Context) {
+func (s *jsStore) storeProber(ctx context.Context) {
 	t := time.NewTicker(storeProbeEvery)
 	defer t.Stop()
 	for {
@@ -178,18 +185,18 @@ func (c *Coordinator) storeProber(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if !c.storage.probing() {
+		if !s.storage.probing() {
 			continue
 		}
 		pctx, cancel := context.WithTimeout(ctx, storeProbeEvery)
-		_, err := c.js.Publish(pctx, jobsSubjects+probeKey, []byte(time.Now().UTC().Format(time.RFC3339Nano)))
+		_, err := s.js.Publish(pctx, jobsSubjects+probeKey, []byte(time.Now().UTC().Format(time.RFC3339Nano)))
 		cancel()
 		if ctx.Err() != nil {
 			return
 		}
-		c.storage.noteWrite(err)
+		s.storage.noteWrite(err)
 		if err == nil {
-			c.log.Info("the job store takes writes again: submissions are accepted")
+			s.log.Info("the job store takes writes again: submissions are accepted")
 		}
 	}
 }
@@ -235,96 +242,90 @@ func storeFaultWords(err error) (what, until string) {
 // stalled until a write succeeds, and the operator told what to do, every 30 s while
 // it lasts. A stream electing its leader, or short of its quorum, is no such sign
 // (diagnose.go): its writes are retried.
-func (c *Coordinator) storeFailure(ctx context.Context, err error) error {
-	d := c.diagnoseWrite(ctx, err)
+func (s *jsStore) storeFailure(ctx context.Context, err error) error {
+	d := s.diagnoseWrite(ctx, err)
 	if StoreFull(err) {
 		return err
 	}
-	f := c.storage.failing()
+	f := s.storage.failing()
 	if f == nil && d.cond == condStalled {
 		f = errStoreStalled
-		c.storage.stall(f)
+		s.storage.stall(f)
 	}
 	if f == nil {
 		return nil
 	}
 	f = &storeFault{f}
-	c.refuseWaitingCreates(f)
-	if now := time.Now().UnixNano(); now-c.storage.said.Load() >= int64(30*time.Second) {
-		c.storage.said.Store(now)
+	s.sink.refuseWaitingCreates(f)
+	if now := time.Now().UnixNano(); now-s.storage.said.Load() >= int64(30*time.Second) {
+		s.storage.said.Store(now)
 		what, until := storeFaultWords(f)
-		c.log.Error(what+": accepted jobs are kept in memory and written when it recovers; new submissions are refused until "+until,
+		s.log.Error(what+": accepted jobs are kept in memory and written when it recovers; new submissions are refused until "+until,
 			"err", f)
 	}
 	return f
 }
 
-// refuseWaitingCreates gives up, with err, the jobs waiting for their first write:
-// behind a write that keeps failing (a batching committer retries one batch until it
-// lands; the pipeline's slots fill up) their submitters would otherwise hear nothing.
-func (c *Coordinator) refuseWaitingCreates(err error) {
-	c.mu.Lock()
-	var gone []*job
-	kept := c.dirty[:0]
-	for _, j := range c.dirty {
-		if j.rev == 0 && !j.uncertain { // an uncertain create waits (dropCreates)
-			gone = append(gone, j)
-		} else {
-			kept = append(kept, j)
-		}
-	}
-	clear(c.dirty[len(kept):])
-	c.dirty = kept
-	c.unlock()
-	for _, j := range gone {
-		c.giveUp(j, err)
-	}
-}
-
 // gaveUpCreate gives up w, a create that failed with err, when err says the store
 // cannot take it (storeFailure), so that its submitter hears why now instead of after
-// another write's timeout; it reports whether it did.
-func (c *Coordinator) gaveUpCreate(ctx context.Context, w pendingWrite, err error) bool {
-	ferr := c.storeFailure(ctx, err) // for every write: it diagnoses the store
-	c.mu.Lock()
-	uncertain := w.j.uncertain
-	c.mu.Unlock()
+// another write's timeout; it reports whether it did. A create an earlier copy of
+// which may have landed is not given up: its submitter hears "Outcome unknown" now
+// (hurry), and it is written again (dropCreates).
+func (s *jsStore) gaveUpCreate(ctx context.Context, w pendingWrite, err error) bool {
+	ferr := s.storeFailure(ctx, err) // for every write: it diagnoses the store
+	uncertain := len(s.sink.doubts().inDoubt([]pendingWrite{w})) > 0
 	if uncertain && ferr != nil {
-		c.hurry([]pendingWrite{w}, ferr) // outcome.go
+		s.oc.hurry([]pendingWrite{w}, ferr) // outcome.go
 	}
-	if w.rev != 0 || uncertain || ferr == nil { // an uncertain create is written again (dropCreates)
+	if w.rev != 0 || uncertain || ferr == nil {
 		return false
 	}
-	c.giveUp(w.j, ferr)
+	s.sink.giveUp(w.j, ferr)
 	return true
 }
 
 // diagnoseWrite says why a job write failed with err (diagnose.go), asking the jobs
 // stream when err alone does not say and the write timed out, and remembers it for
 // the answers due meanwhile.
-func (c *Coordinator) diagnoseWrite(ctx context.Context, err error) diagnosis {
+func (s *jsStore) diagnoseWrite(ctx context.Context, err error) diagnosis {
 	d, known := diagnoseError(err)
 	d.stream = jobsStream
-	if !known && (timedOut(err) || noResponders(err)) && c.js != nil {
+	if !known && (timedOut(err) || noResponders(err)) {
 		// A write that timed out was sent about writeTimeout ago.
-		d = diagnoseStream(ctx, c.nc, c.js, jobsStream, err, time.Now().Add(-writeTimeout-time.Second))
+		d = s.storage.diagnosed(ctx, jobsStream, err, time.Now().Add(-writeTimeout-time.Second), d)
 	}
-	c.storage.noteCause(d)
+	s.storage.noteCause(d)
 	return d
+}
+
+// diagnosed is diagnose's answer about a write to stream sent at sent that failed with
+// err, or otherwise when the store cannot be asked.
+func (h *storeHealth) diagnosed(ctx context.Context, stream string, err error, sent time.Time, otherwise diagnosis) diagnosis {
+	if f := h.diagnose.Load(); f != nil {
+		return (*f)(ctx, stream, err, sent)
+	}
+	return otherwise
 }
 
 // leaseWriteFailed notes a lease renewal that failed with err, sent at sent: its
 // cause (the lease's stream electing a leader, say) goes into the answer of a
 // coordinator whose lease lapsed (notLeader); and a stalled stream stalls the store as
 // a job write would.
-func (c *Coordinator) leaseWriteFailed(ctx context.Context, err error, sent time.Time) {
-	if c.js == nil {
+func (h *storeHealth) leaseWriteFailed(ctx context.Context, err error, sent time.Time) {
+	if h.diagnose.Load() == nil {
 		return
 	}
-	d := diagnoseStream(ctx, c.nc, c.js, "KV_"+protocol.LeaderBucket, err, sent)
-	c.storage.lease.Store(&d)
-	if c.storage.failing() == nil && d.cond == condStalled {
-		c.storage.stall(errStoreStalled)
+	d := h.diagnosed(ctx, "KV_"+protocol.LeaderBucket, err, sent, diagnosis{})
+	h.lease.Store(&d)
+	if h.failing() == nil && d.cond == condStalled {
+		h.stall(errStoreStalled)
+	}
+}
+
+// leaseRenewed forgets why a renewal failed.
+func (h *storeHealth) leaseRenewed() {
+	if h.lease.Load() != nil {
+		h.lease.Store(nil)
 	}
 }
 

@@ -1,4 +1,4 @@
-// Package munode is a small Mu node (seeds/004): it dials a bridge's Mu port over one
+// Package munode is a small Mu node (PowerJob's Mu transport): it dials a bridge's Mu port over one
 // TCP connection, registers its address with a HEARTBEAT, keeps heartbeating, serves
 // asks and tells by path, and asks and tells others through the bridge. It is the
 // reference node of `jobbus mu-node` and of the tests; a PowerJob worker or any

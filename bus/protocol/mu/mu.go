@@ -1,6 +1,6 @@
-// Package mu is the wire format of PowerJob's Mu transport (seeds/004): a MuMessage,
+// Package mu is the wire format of PowerJob's Mu transport: a MuMessage,
 // framed by MuMessageCodec as a 4-byte big-endian length and the message's JSON, with
-// the seed's field names (messageType, requestId, path, senderAddress, payload,
+// PowerJob's field names (messageType, requestId, path, senderAddress, payload,
 // errorMessage). The bridge's Mu port speaks it (bridge package docs), and so does the
 // reference node of `jobbus mu-node`. The frame is the same as PROTOCOL.md's (package
 // frame), so the same bounds hold: 1 byte to 1 MiB.
@@ -18,7 +18,7 @@ import (
 // Type is a MuMessage's messageType.
 type Type string
 
-// The messageTypes of the seed's MessageType enum.
+// The messageTypes of PowerJob's MessageType enum.
 const (
 	TypeTell      Type = "TELL"      // one-way message
 	TypeAsk       Type = "ASK"       // request expecting one RESPONSE or ERROR with its requestId
@@ -42,7 +42,7 @@ type Address struct {
 	Port int    `json:"port"`
 }
 
-// String is the seed's key for the address, host + ":" + port (registerWorkerChannel).
+// String is PowerJob's key for the address, host + ":" + port (registerWorkerChannel).
 func (a Address) String() string { return a.Host + ":" + strconv.Itoa(a.Port) }
 
 // ParseAddress reads "host:port" (or "[v6]:port"). A name without a port is that host
@@ -65,7 +65,7 @@ func ParseAddress(s string) (Address, error) {
 	return Address{Host: host, Port: p}, nil
 }
 
-// Message is the seed's MuMessage. Absent and null fields are zero; Encode leaves zero
+// Message is PowerJob's MuMessage. Absent and null fields are zero; Encode leaves zero
 // fields out, which Jackson reads as null.
 type Message struct {
 	MessageType   Type            `json:"messageType"`

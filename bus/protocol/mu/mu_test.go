@@ -48,7 +48,7 @@ func TestDecode(t *testing.T) {
 	}
 }
 
-// TestEncodeFieldNames: the seed's field names, zero fields left out (Jackson reads
+// TestEncodeFieldNames: PowerJob's field names, zero fields left out (Jackson reads
 // them as null).
 func TestEncodeFieldNames(t *testing.T) {
 	t.Parallel()
