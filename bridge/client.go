@@ -201,8 +201,20 @@ func checkReply(msg *nats.Msg, log *slog.Logger) ([]byte, *protocol.Error) {
 	return msg.Data, nil
 }
 
-// unavailable is the ERROR for a request no coordinator answered.
+// unavailable is the ERROR for a request no coordinator answered. A submission or a
+// cancel that was sent may have been acted on: its ERROR says "Outcome unknown", never
+// what would mean "nothing stored" (coordinator/outcome.go).
 func (b *Bridge) unavailable(subject string, err error) *protocol.Error {
+	if what := writeRequest(subject); what != "" && !errors.Is(err, nats.ErrNoResponders) &&
+		!errors.Is(err, nats.ErrConnectionReconnecting) {
+		cause := "no reply from the coordinator within " + b.cfg.RequestTimeout.String()
+		if b.ctx.Err() != nil {
+			cause = "the bridge stopped before the coordinator replied"
+		} else if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
+			cause = "the request to the coordinator failed: " + err.Error()
+		}
+		return protocol.OutcomeUnknownUnanswered(what, cause)
+	}
 	switch {
 	case b.ctx.Err() != nil:
 		return errShuttingDown()
@@ -215,6 +227,23 @@ func (b *Bridge) unavailable(subject string, err error) *protocol.Error {
 		return errUnavailable(fmt.Sprintf("no reply within %v", b.cfg.RequestTimeout))
 	}
 	return errUnavailable(err.Error())
+}
+
+// writeRequest names the request an API subject takes when it may store something
+// ("submission", "cancel"), "" otherwise.
+func writeRequest(subject string) string {
+	for _, e := range protocol.Endpoints {
+		if e.Subject() != subject {
+			continue
+		}
+		switch e.Request {
+		case protocol.TypeSubmitJob:
+			return "submission"
+		case protocol.TypeCancelJob:
+			return "cancel"
+		}
+	}
+	return ""
 }
 
 // connDown is the ERROR for a request while the bridge's own NATS connection is not

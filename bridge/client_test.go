@@ -218,4 +218,25 @@ func TestClientPortRequestTimeout(t *testing.T) {
 	if m, ok := c.Request(&protocol.Heartbeat{WorkerID: "w"}).(*protocol.Error); !ok || !strings.Contains(m.Message, "HEARTBEAT") {
 		t.Fatalf("connection unusable after timeouts: %v", m)
 	}
+
+	// A submission or a cancel that went unanswered may have been acted on: its ERROR
+	// says so, never what would mean "nothing stored".
+	for _, tc := range []struct {
+		endpoint string
+		req      protocol.Message
+		what     string
+	}{
+		{"submit", &protocol.SubmitJob{TaskType: "SHA256", Payload: []byte(`{"text":"x"}`)}, "submission"},
+		{"cancel", &protocol.CancelJob{JobID: "x"}, "cancel"},
+	} {
+		if _, err := s.NC.Subscribe(protocol.APIPrefix+"."+tc.endpoint, func(m *nats.Msg) {
+			if m.Header.Get(protocol.HeaderTimeout) == "" {
+				t.Errorf("%s forwarded without %s", tc.endpoint, protocol.HeaderTimeout)
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		c.MustSend(tc.req)
+		c.ExpectError(protocol.OutcomeUnknownPrefix + "the " + tc.what + " may or may not be stored (no reply from the coordinator within 100ms); ")
+	}
 }

@@ -29,16 +29,7 @@ var (
 // accepts connections.
 func natsServer(t *testing.T, port int, dir string) *exec.Cmd {
 	t.Helper()
-	natsServerOnce.Do(func() {
-		natsServerBin = filepath.Join(filepath.Dir(jobbusBin), "nats-server")
-		out, err := exec.Command("go", "build", "-o", natsServerBin, "github.com/nats-io/nats-server/v2").CombinedOutput()
-		if err != nil {
-			natsServerErr = fmt.Errorf("build nats-server: %v\n%s", err, out)
-		}
-	})
-	if natsServerErr != nil {
-		t.Fatal(natsServerErr)
-	}
+	buildNATSServer(t)
 	cmd := exec.Command(natsServerBin, "-js", "-sd", dir, "-a", "127.0.0.1", "-p", strconv.Itoa(port))
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -55,6 +46,22 @@ func natsServer(t *testing.T, port int, dir string) *exec.Cmd {
 		return err == nil
 	})
 	return cmd
+}
+
+// buildNATSServer builds nats-server once from the module's own dependency, into
+// natsServerBin.
+func buildNATSServer(t *testing.T) {
+	t.Helper()
+	natsServerOnce.Do(func() {
+		natsServerBin = filepath.Join(filepath.Dir(jobbusBin), "nats-server")
+		out, err := exec.Command("go", "build", "-o", natsServerBin, "github.com/nats-io/nats-server/v2").CombinedOutput()
+		if err != nil {
+			natsServerErr = fmt.Errorf("build nats-server: %v\n%s", err, out)
+		}
+	})
+	if natsServerErr != nil {
+		t.Fatal(natsServerErr)
+	}
 }
 
 // reconnecting connects to url with a connection that rides out a nats-server's

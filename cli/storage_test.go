@@ -188,7 +188,9 @@ func (r *storeFaultRun) allCompleted(url string) {
 
 // TestServeFullDisk: serve's store on a real disk that fills up (an 8 MiB tmpfs and a
 // ballast file, no --nats-max-store). Submissions are refused with an ERROR that says
-// the store is full and why, never a JOB_SUBMITTED that does not hold; the job that
+// the store is full and why (one the fault caught mid-write hears "Outcome unknown"
+// with the same cause: its write may have been stored), never a JOB_SUBMITTED that
+// does not hold, and never "not stored" for what may be stored; the job that
 // was running is not lost; once the ballast is deleted, serve restarts JetStream by
 // itself and takes submissions again; every job that got JOB_SUBMITTED completes, and
 // is there after a restart of serve on the same store.
@@ -204,6 +206,9 @@ func TestServeFullDisk(t *testing.T) {
 	ballast := fillDisk(t, disk)
 	r.refused("the job store is full", "no space left on device")
 	p.logged(`JetStream's store failed`)
+	if _, err := r.submit(1); err == nil || !strings.Contains(err.Error(), "job not stored: the job store is full") {
+		t.Fatalf("a submission while the disk is full: %v; want refused, nothing stored", err)
+	}
 
 	if err := os.Remove(ballast); err != nil {
 		t.Fatal(err)

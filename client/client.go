@@ -28,6 +28,11 @@ var (
 	ErrRejected = errors.New("submission rejected: coordinator at capacity")
 	// ErrServer wraps an ERROR reply: the request was wrong, do not resend it as is.
 	ErrServer = errors.New("coordinator error")
+	// ErrOutcomeUnknown means the coordinator could not tell within the request's time
+	// whether the request took effect: a submission's job may exist, and then it runs.
+	// Do not resubmit it as a new job; ask for the status of the job OutcomeJob names,
+	// or resubmit with the same idempotency key. It is an ERROR reply too (ErrServer).
+	ErrOutcomeUnknown = errors.New("outcome unknown")
 )
 
 // RejectedError carries a SUBMIT_REJECTED; errors.Is(err, ErrRejected) holds.
@@ -43,10 +48,28 @@ type ServerError struct{ Message string }
 
 func (e *ServerError) Error() string { return e.Message }
 
-// Is matches ErrServer, and ErrNoCoordinator for the bridge's "coordinator
-// unavailable" answer.
+// Is matches ErrServer, ErrNoCoordinator for the bridge's "coordinator unavailable"
+// answer, and ErrOutcomeUnknown for an "Outcome unknown" answer.
 func (e *ServerError) Is(target error) bool {
-	return target == ErrServer || (target == ErrNoCoordinator && strings.HasPrefix(e.Message, protocol.UnavailablePrefix))
+	switch target {
+	case ErrServer:
+		return true
+	case ErrNoCoordinator:
+		return strings.HasPrefix(e.Message, protocol.UnavailablePrefix)
+	case ErrOutcomeUnknown:
+		return strings.HasPrefix(e.Message, protocol.OutcomeUnknownPrefix)
+	}
+	return false
+}
+
+// OutcomeJob returns the job an ErrOutcomeUnknown error is about, whose status tells
+// what became of the request.
+func OutcomeJob(err error) (jobID string, ok bool) {
+	var se *ServerError
+	if !errors.As(err, &se) {
+		return "", false
+	}
+	return protocol.OutcomeUnknownJob(se.Message)
 }
 
 // Transport carries one client-port request body of type t and returns the reply body.

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -24,6 +25,7 @@ import (
 // coordinator stops or is fenced (stop). Every handler answers only while the leader
 // lease is certainly held (leaseclock.go).
 type api struct {
+	cfg   *Config
 	nc    *nats.Conn
 	log   *slog.Logger
 	sched *scheduler
@@ -146,12 +148,12 @@ func (a *api) resultDurable(ctx context.Context, req *protocol.TaskResult) (prot
 		switch {
 		case errors.Is(ans.err, bus.CodeForbidden): // another worker's attempt
 			return ans.ack, ans.err
-		case ans.err != nil: // not durable: offer it again, here or to the next leader
+		case ans.err != nil: // not known durable: offer it again, here or to the next leader
 			return ans.ack, bus.WithCode(bus.CodeUnavailable, ans.err)
 		}
-		if !a.lease.held() {
-			return protocol.ResultAck{}, leaseLapsed()
-		}
+		// Stored: whoever leads next reads it, so it is acknowledged even if the lease
+		// lapsed meanwhile (outcome.go). A stale result's "not accepted" needs no lease:
+		// it changed nothing.
 		return ans.ack, nil
 	case <-ctx.Done():
 		return protocol.ResultAck{}, bus.WithCode(bus.CodeUnavailable, ctx.Err())
@@ -166,13 +168,22 @@ func (a *api) resultDurable(ctx context.Context, req *protocol.TaskResult) (prot
 // from a writer once the outcome is durable, is published on the reply subject.
 func (a *api) endpoint(want protocol.Type) micro.Handler {
 	return micro.HandlerFunc(func(req micro.Request) {
+		if !a.lease.held() {
+			// Another coordinator may lead: act on nothing, so that this ERROR means
+			// what every ERROR means, nothing stored.
+			data, e := encodeReply(a.notLeader())
+			_ = req.Error(strconv.Itoa(errorCode(e)), e.Message, data)
+			return
+		}
 		var mu sync.Mutex
 		returned := false
-		a.serveRequest(req.Data(), sentBy(req.Headers()), want, func(m protocol.Message) {
+		a.serveRequest(req.Data(), a.sentBy(nats.Header(req.Headers())), want, func(m protocol.Message) {
 			mu.Lock()
 			defer mu.Unlock()
-			if !a.lease.held() {
-				m = a.notLeader() // whatever it was, another coordinator may know better
+			if s, ok := m.(settled); ok {
+				m = s.Message // what is stored, whoever leads (outcome.go)
+			} else if !a.lease.held() {
+				m = a.notLeader() // a read: another coordinator may know better
 			}
 			if returned {
 				a.replyLate(req.Reply(), m)
@@ -219,30 +230,36 @@ func (a *api) replyLate(subject string, m protocol.Message) {
 }
 
 // errorCode classifies an ERROR reply for micro's code header: 503 while this
-// coordinator cannot serve, 404 for an unknown job, 400 for everything else a request
-// got wrong.
+// coordinator cannot serve (nothing was done), 504 for "Outcome unknown" (a write
+// neither confirmed nor ruled out in time: a submission with a request id may be sent
+// again, nothing else blindly), 404 for an unknown job, 400 for everything else a
+// request got wrong.
 func errorCode(e *protocol.Error) int {
 	switch {
 	case strings.HasPrefix(e.Message, ErrNotServing.Error()):
 		return 503
+	case strings.HasPrefix(e.Message, protocol.OutcomeUnknownPrefix):
+		return 504
 	case strings.HasPrefix(e.Message, protocol.UnknownJob("").Message):
 		return 404
 	}
 	return 400
 }
 
-// request is what a client API request's headers say of it (protocol.HeaderRequestID).
+// request is what a client API request's headers say of it.
 type request struct {
-	id    string // "": none
-	first bool   // its first send
+	id    string // protocol.HeaderRequestID; "": none
+	first bool   // its first send (protocol.HeaderRequestTry)
 	// looked: the job of a send again was looked for among the finished ones, and not
 	// found, when the last sequence given was since (request.go).
 	looked bool
 	since  uint64
+	// due: a write is answered within it (protocol.HeaderTimeout; outcome.go).
+	due time.Duration
 }
 
-func sentBy(h micro.Headers) request {
-	return request{id: h.Get(protocol.HeaderRequestID), first: protocol.FirstTry(h.Get(protocol.HeaderRequestTry))}
+func (a *api) sentBy(h nats.Header) request {
+	return request{id: h.Get(protocol.HeaderRequestID), first: protocol.FirstTry(h.Get(protocol.HeaderRequestTry)), due: a.replyDue(h)}
 }
 
 // serveRequest serves one request body, which must be of type want.
@@ -267,7 +284,7 @@ func (a *api) serveRequest(data []byte, from request, want protocol.Type, reply 
 	case *protocol.ListWorkers:
 		reply(&protocol.WorkerList{Workers: a.reg.workerList()})
 	case *protocol.CancelJob:
-		a.sched.cancelJob(m.JobID, reply)
+		a.sched.cancelJob(m.JobID, from.due, reply)
 	case *protocol.ListTaskTypes:
 		reply(a.sched.taskTypeList())
 	}

@@ -154,6 +154,8 @@ func (s *jsStore) publishAtomic(ctx context.Context, msgs []*nats.Msg) (uint64, 
 	}
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
+	slow := time.AfterFunc(slowWriteAfter, func() { s.storage.slowWrite(slowWriteAfter) }) // outcome.go
+	defer slow.Stop()
 	reply, err := s.nc.RequestMsgWithContext(wctx, last)
 	if err != nil {
 		return 0, err

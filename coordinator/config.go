@@ -62,6 +62,12 @@ type Config struct {
 	// LeaderLease is how long a leader's lease lasts unless renewed (every third of it):
 	// a standby takes over within about this long of the leader's loss.
 	LeaderLease time.Duration
+	// ReplyWithin is how long after its arrival a submission or a cancel is answered at
+	// the latest when the request does not say how long its sender waits
+	// (protocol.HeaderTimeout): a write neither confirmed nor ruled out by then is
+	// answered "Outcome unknown" (protocol.OutcomeUnknown) and goes on. Clients wait
+	// 5 s by default.
+	ReplyWithin time.Duration
 	// ClaimGrace is how long a coordinator that has just recovered (a restart, a
 	// takeover) waits for workers to claim the attempts the store shows running, which
 	// they do by reporting them as they register again; an attempt nobody claims
@@ -103,6 +109,7 @@ func DefaultConfig() Config {
 		Replicas:         0,
 		Writers:          256,
 		LeaderLease:      2 * time.Second,
+		ReplyWithin:      4 * time.Second,
 	}
 }
 
@@ -137,6 +144,9 @@ func (c Config) Validate() error {
 	if c.Replicas < 0 || c.Replicas > 5 {
 		errs = append(errs, fmt.Errorf("replicas must be 0 (3 in a cluster, else 1) or in 1..5, got %d", c.Replicas))
 	}
+	if c.ReplyWithin < 0 {
+		errs = append(errs, fmt.Errorf("reply within must not be negative, got %v", c.ReplyWithin))
+	}
 	if c.ClaimGrace < 0 {
 		errs = append(errs, fmt.Errorf("claim grace must be 0 (the default) or positive, got %v", c.ClaimGrace))
 	}
@@ -155,6 +165,9 @@ func (c *Config) fill() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.ReplyWithin == 0 {
+		c.ReplyWithin = DefaultConfig().ReplyWithin
 	}
 }
 

@@ -89,7 +89,7 @@ func (c *Coordinator) build(nc *nats.Conn, store jobStore) {
 	c.sched = newScheduler(c)
 	c.ckpt = &checkpointer{store: store, log: c.log, index: c.sched.indexCopy}
 	c.sched.ckpt = c.ckpt
-	c.api = &api{nc: nc, log: c.log, sched: c.sched, reg: c.sched.reg, lease: &c.lease, store: store}
+	c.api = &api{cfg: &c.cfg, nc: nc, log: c.log, sched: c.sched, reg: c.sched.reg, lease: &c.lease, store: store}
 }
 
 // Start opens the buckets, rebuilds state from them, and only then serves workers and

@@ -133,9 +133,11 @@ func (g *syncedStore) syncGroup(n int) error {
 	return err
 }
 
+// failAll ends the waiters of writes JetStream stored but the coordinator could not
+// sync before it stopped: stored, not known durable, so their outcome is unknown.
 func (g *syncedStore) failAll(ws []ackedWrite, err error) {
 	for _, w := range ws {
-		g.storeSink.fail(w.j, err)
+		g.storeSink.fail(w.j, unknownOutcome(fmt.Errorf("stored, not yet synced to disk when the coordinator stopped: %w", err)))
 	}
 }
 

@@ -22,9 +22,15 @@ type job struct {
 	timeout    time.Duration // the current attempt's execution timeout (routing.go)
 	leased     bool          // its attempt counts against its type's concurrency (routing.go)
 
-	rev      uint64 // KV revision of the last durable write; 0 until created
-	version  uint64 // bumped by every change
-	writing  bool   // queued for or held by a writer
+	rev     uint64 // KV revision of the last durable write; 0 until created
+	version uint64 // bumped by every change
+	writing bool   // queued for or held by a writer
+	// uncertain: a write of it was sent whose outcome is unknown, and none of its
+	// copies is known stored or known refused for good since (outcome.go).
+	uncertain bool
+	// answer is its submission's reply while it is not sent, so that a store fault
+	// can hurry it (outcome.go).
+	answer   *reply
 	waiters  []waiter
 	queueGen uint64 // invalidates stale entries in the ready queue
 	inQueue  bool

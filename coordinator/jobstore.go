@@ -24,7 +24,9 @@ import (
 //     a write refused either way reports ErrFenced (DESIGN invariant 3);
 //   - a job has at most one write in flight (the lifecycle's committer sees to it), and
 //     a write's outcome reaches the sink exactly once: written with its revision once
-//     durable, or failed/gaveUp with the reason;
+//     durable, or failed/gaveUp with the reason; a write that was sent and may have
+//     been stored is failed only with ErrOutcomeUnknown, unless the store read it back
+//     (readAt) and found it absent after a copy was refused outright (outcome.go);
 //   - a finishing write of a job with an idempotency key stores the key's binding
 //     before the record, so a crash between the two leaves the key known.
 
@@ -45,6 +47,10 @@ type jobStore interface {
 	write(ctx context.Context, ws []pendingWrite) bool
 	// read returns the record last stored under job id; errNoRecord if none is.
 	read(ctx context.Context, id string) ([]byte, error)
+	// readAt is read with the revision the record was stored at: what a write whose
+	// outcome is unknown is read back with (outcome.go). In a cluster it reads from
+	// the stream's leader, which has every write it acknowledged.
+	readAt(ctx context.Context, id string) ([]byte, uint64, error)
 	// load reads what recovery needs: every kept job's head, the active ones' records
 	// whole.
 	load(ctx context.Context) (*loaded, error)
@@ -72,6 +78,21 @@ type storeSink interface {
 	refuseWaitingCreates(err error)
 	// fence stops the coordinator: someone else wrote the state it owned.
 	fence(err error)
+
+	// doubts keeps which jobs have a write sent whose outcome is unknown (outcome.go).
+	doubts() writeDoubts
+}
+
+// writeDoubts keeps which jobs have a write sent whose outcome is unknown (the
+// scheduler's writeQueue): doubt marks the jobs of ws so; inDoubt returns those of ws
+// that are; settle clears it, the store having shown that none of ws can land any more
+// (written clears it too); hurry answers the submitters of the uncertain creates among
+// ws "Outcome unknown" now, for cause, since the store's fault outlasts their requests.
+type writeDoubts interface {
+	doubt(ws []pendingWrite)
+	inDoubt(ws []pendingWrite) []pendingWrite
+	settle(ws []pendingWrite)
+	hurry(ws []pendingWrite, cause string)
 }
 
 // loaded is what recovery reads from the store.

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -92,6 +93,7 @@ func TestJobStoreContract(t *testing.T) {
 		{"NewTermFencesTheOldOne", testStoreNewTermFences},
 		{"LoadsWhatWasWritten", testStoreLoads},
 		{"ChecksPointsTheIndex", testStoreCheckpoints},
+		{"ReadsBackWithTheRevision", testStoreReadsBackWithTheRevision},
 	}
 	for _, b := range storeBackends() {
 		t.Run(b.name, func(t *testing.T) {
@@ -111,11 +113,44 @@ type recordingSink struct {
 	gaveUp  map[*job]error
 	fenced  []error
 	refused atomic.Int32
+	doubted map[*job]bool
 }
 
 func newRecordingSink() *recordingSink {
-	return &recordingSink{revs: make(map[*job]uint64), errs: make(map[*job]error), gaveUp: make(map[*job]error)}
+	return &recordingSink{revs: make(map[*job]uint64), errs: make(map[*job]error), gaveUp: make(map[*job]error), doubted: make(map[*job]bool)}
 }
+
+func (r *recordingSink) doubt(ws []pendingWrite) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, w := range ws {
+		r.doubted[w.j] = true
+	}
+}
+
+func (r *recordingSink) inDoubt(ws []pendingWrite) []pendingWrite {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var in []pendingWrite
+	for _, w := range ws {
+		if r.doubted[w.j] {
+			in = append(in, w)
+		}
+	}
+	return in
+}
+
+func (r *recordingSink) settle(ws []pendingWrite) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, w := range ws {
+		delete(r.doubted, w.j)
+	}
+}
+
+func (r *recordingSink) hurry([]pendingWrite, string) {}
+
+func (r *recordingSink) doubts() writeDoubts { return r }
 
 func (r *recordingSink) written(j *job, rev, _ uint64) {
 	r.mu.Lock()
@@ -388,5 +423,38 @@ func testStoreCheckpoints(t *testing.T, newStore func() jobStore) {
 	// A coordinator fenced meanwhile copies nothing, and nothing is written.
 	if n, err := s.checkpoint(ctx, func() []head { return nil }); err != nil || n != 0 {
 		t.Fatalf("checkpoint of nothing: %d jobs, %v", n, err)
+	}
+}
+
+// testStoreReadsBackWithTheRevision: readAt returns what the last write of a record
+// stored and the revision that write reported (what a write whose outcome is unknown
+// is read back with, outcome.go), and errNoRecord for a record never written.
+func testStoreReadsBackWithTheRevision(t *testing.T, newStore func() jobStore) {
+	s := newStore()
+	sink := startStore(t, s)
+	ctx := context.Background()
+	j := testJob()
+	create := testWrite(t, j, 0, protocol.StateQueued, "")
+	s.write(ctx, []pendingWrite{create})
+	rev1, err := sink.outcome(t, j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, rev, err := s.readAt(ctx, j.rec.JobID)
+	if err != nil || rev != rev1 || !bytes.Equal(data, create.data) {
+		t.Fatalf("read back after the create: revision %d, %v, %q; want revision %d and %q", rev, err, data, rev1, create.data)
+	}
+	update := testWrite(t, j, rev1, protocol.StateRunning, "")
+	s.write(ctx, []pendingWrite{update})
+	rev2, err := sink.outcome(t, j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, rev, err = s.readAt(ctx, j.rec.JobID)
+	if err != nil || rev != rev2 || rev2 <= rev1 || !bytes.Equal(data, update.data) {
+		t.Fatalf("read back after the update: revision %d, %v, %q; want revision %d (> %d) and %q", rev, err, data, rev2, rev1, update.data)
+	}
+	if _, rev, err := s.readAt(ctx, newID()); !errors.Is(err, errNoRecord) || rev != 0 {
+		t.Fatalf("read back of a job never written: revision %d, %v; want errNoRecord", rev, err)
 	}
 }

@@ -41,8 +41,12 @@ type jsStore struct {
 	publish func(ctx context.Context, ws []pendingWrite) ([]uint64, error)
 
 	sink    storeSink
-	storage storeHealth // whether the store had room at the last job write (storage.go)
+	oc      writeOutcomes // what became of writes whose outcome is unknown (outcome.go)
+	storage storeHealth   // whether the store had room at the last job write (storage.go)
 	wg      sync.WaitGroup
+
+	mu       sync.Mutex
+	stopping bool // wait began: no goroutine starts any more (later); guarded by mu
 }
 
 // jobWriter is how a jsStore writes: batchWriter or pipeline.
@@ -52,7 +56,9 @@ type jobWriter interface {
 }
 
 func newJetStreamStore(nc *nats.Conn, cfg *Config) *jsStore {
-	return &jsStore{nc: nc, cfg: cfg, log: cfg.Logger, storage: storeHealth{fault: cfg.StoreFault}}
+	s := &jsStore{nc: nc, cfg: cfg, log: cfg.Logger, storage: storeHealth{fault: cfg.StoreFault}}
+	s.oc = writeOutcomes{s}
+	return s
 }
 
 func (s *jsStore) open(ctx context.Context) error {
@@ -67,11 +73,14 @@ func (s *jsStore) open(ctx context.Context) error {
 	if s.ckpt, err = openCheckpoints(ctx, js, s.cfg.Replicas); err != nil {
 		return err
 	}
-	answers := func(ctx context.Context) bool {
-		_, err := s.stream.Info(ctx)
-		return err == nil
+	diagnose := func(ctx context.Context, stream string, err error, sent time.Time) diagnosis {
+		return diagnoseStream(ctx, s.nc, s.js, stream, err, sent) // diagnose.go
 	}
-	s.storage.answers.Store(&answers)
+	s.storage.diagnose.Store(&diagnose)
+	slow := func(age time.Duration) {
+		s.later(func() { s.diagnoseSlowWrite(age) }) // outcome.go
+	}
+	s.storage.slow.Store(&slow)
 	if s.batching() {
 		s.writer, s.publish = batchWriter{s}, s.publishBatch
 	} else {
@@ -84,10 +93,30 @@ func (s *jsStore) terms() (prev, term uint64) { return s.prevTerm, s.term }
 
 func (s *jsStore) start(ctx context.Context, sink storeSink) error {
 	s.sink = sink
-	return s.writer.start(ctx)
+	if err := s.writer.start(ctx); err != nil {
+		return err
+	}
+	s.goRun(func() { s.storeProber(ctx) }) // storage.go
+	return nil
 }
 
-func (s *jsStore) wait() { s.wg.Wait() }
+// wait waits for the store's goroutines, once its context ended.
+func (s *jsStore) wait() {
+	s.mu.Lock()
+	s.stopping = true
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+// later runs fn on a goroutine wait waits for, unless wait began: for work a timer
+// starts, which may fire at any time.
+func (s *jsStore) later(fn func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.stopping {
+		s.goRun(fn)
+	}
+}
 
 func (s *jsStore) write(ctx context.Context, ws []pendingWrite) bool {
 	return s.writer.write(ctx, ws)
@@ -133,60 +162,67 @@ func (b batchWriter) write(ctx context.Context, ws []pendingWrite) bool {
 // left memory) was "Unknown job" to its waiting client. In a cluster the record is
 // read from the stream's leader instead, which has every write it acknowledged.
 func (s *jsStore) read(ctx context.Context, id string) ([]byte, error) {
-	data, err := s.readRecord(ctx, id)
-	if isNoRecord(err) {
-		return nil, fmt.Errorf("%w: %w", errNoRecord, err)
-	}
+	data, _, err := s.readAt(ctx, id)
 	return data, err
+}
+
+// readAt is read with the revision (stream sequence) of what it read.
+func (s *jsStore) readAt(ctx context.Context, id string) ([]byte, uint64, error) {
+	data, rev, err := s.readRecord(ctx, id)
+	if isNoRecord(err) {
+		return nil, 0, fmt.Errorf("%w: %w", errNoRecord, err)
+	}
+	return data, rev, err
 }
 
 func isNoRecord(err error) bool {
 	return errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) || errors.Is(err, jetstream.ErrInvalidKey)
 }
 
-func (s *jsStore) readRecord(ctx context.Context, id string) ([]byte, error) {
+func (s *jsStore) readRecord(ctx context.Context, id string) ([]byte, uint64, error) {
 	if s.stream == nil || s.stream.CachedInfo().Config.Replicas <= 1 {
 		e, err := s.kv.Get(ctx, id)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
-		return e.Value(), nil
+		return e.Value(), e.Revision(), nil
 	}
 	req, err := json.Marshal(struct {
 		LastBySubject string `json:"last_by_subj"`
 	}{"$KV." + protocol.JobsBucket + "." + id})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	m, err := s.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+s.stream.CachedInfo().Config.Name, req)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	var resp struct {
 		Error   *jetstream.APIError `json:"error"`
 		Message *struct {
+			Seq    uint64 `json:"seq"`
 			Header []byte `json:"hdrs"`
 			Data   []byte `json:"data"`
 		} `json:"message"`
 	}
 	switch err := json.Unmarshal(m.Data, &resp); {
 	case err != nil:
-		return nil, fmt.Errorf("read %s: %w", id, err)
+		return nil, 0, fmt.Errorf("read %s: %w", id, err)
 	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
-		return nil, jetstream.ErrKeyNotFound
+		return nil, 0, jetstream.ErrKeyNotFound
 	case resp.Error != nil:
-		return nil, resp.Error
+		return nil, 0, resp.Error
 	case resp.Message == nil:
-		return nil, fmt.Errorf("read %s: no message in %q", id, m.Data)
+		return nil, 0, fmt.Errorf("read %s: no message in %q", id, m.Data)
 	}
 	if len(resp.Message.Header) > 0 {
 		// A delete or purge marker, or JetStream's marker of an expired record.
 		h, err := nats.DecodeHeadersMsg(resp.Message.Header)
 		if op := h.Get("KV-Operation"); err == nil && (op == "DEL" || op == "PURGE" || h.Get("Nats-Marker-Reason") != "") {
-			return nil, jetstream.ErrKeyDeleted
+			return nil, 0, jetstream.ErrKeyDeleted
 		}
 	}
-	return resp.Message.Data, nil
+	return resp.Message.Data, resp.Message.Seq, nil
 }
 
 // checkpoint writes the index as of the stream's current last sequence.

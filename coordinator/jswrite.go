@@ -51,9 +51,18 @@ func (s *jsStore) commit(ctx context.Context, ws []pendingWrite) {
 	for attempt := 0; ; attempt++ {
 		start := time.Now()
 		revs, err := s.publish(ctx, ws)
+		if err != nil {
+			// A copy refused after an earlier one went unanswered: the earlier one
+			// may be what the store holds (outcome.go).
+			if landedRevs, ok := s.oc.landedEarlier(ctx, ws, err); ok {
+				revs, err = landedRevs, nil
+			}
+		}
 		for _, w := range ws {
 			s.noteStored(w.j, start, err)
 		}
+		s.oc.note(ws, err)
+		batch := len(ws) > 1 || s.batching()
 		switch {
 		case err == nil:
 			for i, w := range ws {
@@ -68,12 +77,10 @@ func (s *jsStore) commit(ctx context.Context, ws []pendingWrite) {
 			return
 		case permanent(err):
 			s.log.Error("job write impossible; giving up on it", "job", ws[0].id, "err", err)
-			s.sink.giveUp(ws[0].j, err)
+			s.oc.abandon(ws, batch, err)
 			return
 		case errors.Is(err, ErrFenced) || ctx.Err() != nil:
-			for _, w := range ws {
-				s.sink.fail(w.j, err)
-			}
+			s.oc.abandon(ws, batch, err)
 			if errors.Is(err, ErrFenced) {
 				s.sink.fence(err)
 			}
@@ -90,26 +97,43 @@ func (s *jsStore) commit(ctx context.Context, ws []pendingWrite) {
 		s.log.Warn("job write failed; retrying", "jobs", len(ws), "err", err, "attempt", attempt)
 		select {
 		case <-ctx.Done():
-			for _, w := range ws {
-				s.sink.fail(w.j, ctx.Err())
-			}
+			s.oc.abandon(ws, batch, ctx.Err())
 			return
 		case <-time.After(min(time.Duration(attempt+1)*50*time.Millisecond, time.Second)):
 		}
 	}
 }
 
-// dropCreates gives up the creates among ws with err and returns the other writes.
+// dropCreates gives up the creates among ws with err and returns the other writes. A
+// create an earlier copy of which may have been stored is kept: it is written until it
+// lands or is refused for good, and its submitter hears "Outcome unknown" when the reply
+// is due first (outcome.go), never "not stored".
 func (s *jsStore) dropCreates(ws []pendingWrite, err error) []pendingWrite {
-	var kept []pendingWrite
+	doubt := make(map[*job]bool)
+	for _, w := range s.sink.doubts().inDoubt(ws) {
+		doubt[w.j] = true
+	}
+	var kept, gone []pendingWrite
 	for _, w := range ws {
-		if w.rev != 0 {
+		if w.rev != 0 || doubt[w.j] {
 			kept = append(kept, w)
-			continue
+		} else {
+			gone = append(gone, w)
 		}
+	}
+	for _, w := range gone {
 		s.sink.giveUp(w.j, err)
 	}
+	s.oc.hurry(kept, err) // outcome.go
 	return kept
+}
+
+// messageCount is how many messages w writes (messages).
+func (w *pendingWrite) messageCount() int {
+	if w.key == "" || w.ttl == 0 {
+		return 1
+	}
+	return 2
 }
 
 // publishSingle writes one job's messages one after the other: how the pipeline's

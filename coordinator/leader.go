@@ -244,7 +244,7 @@ func (e *elector) keepLease(ctx context.Context, c *Coordinator, l lease) leaseE
 			return leaseEnd{err: err}
 		default:
 			cfg.Logger.Warn("lease renewal failed; retrying", "coordinator", cfg.ID, "err", err)
-			c.store.health().leaseWriteFailed(ctx, err) // storage.go
+			c.store.health().leaseWriteFailed(ctx, err, sent) // storage.go
 		}
 	}
 }

@@ -58,7 +58,11 @@ func (a *api) notLeader() *protocol.Error {
 		return &protocol.Error{Message: ErrNotServing.Error() + ": " + what + " (" + err.Error() +
 			"), so its leader lease cannot be renewed; jobs already accepted are kept, requests are answered again once " + until}
 	}
-	return &protocol.Error{Message: ErrNotServing.Error() + ": " + errNotLeader.Error()}
+	msg := ErrNotServing.Error() + ": " + errNotLeader.Error()
+	if d := a.store.health().lease.Load(); d != nil {
+		msg += "; its renewal failed: " + d.String()
+	}
+	return &protocol.Error{Message: msg}
 }
 
 // leaseLapsed is the bus handlers' answer while the lease is not certainly held.
@@ -71,6 +75,7 @@ func leaseLapsed() error { return bus.WithCode(bus.CodeUnavailable, errNotLeader
 // was this coordinator's.
 func (c *Coordinator) RenewedLease(sent time.Time, lease time.Duration) {
 	c.lease.extend(sent, lease)
+	c.store.health().leaseRenewed()
 	if c.lease.lapsed.Swap(false) {
 		c.sched.reg.grace()
 		c.log.Info("lease renewed after it lapsed; workers get a heartbeat timeout of grace", "and", reconnectAllowance)

@@ -31,9 +31,12 @@ func clip(s *string) *string {
 type replyFunc func(protocol.Message)
 
 // submit validates, deduplicates, admits and stores a new job; reply gets JOB_SUBMITTED
-// only once the job is durable. A submission with a request id (from) creates the job
-// RequestJobID names, once: sent again, it is answered with that job (request.go).
+// only once the job is durable, an ERROR only when it certainly is not, and "Outcome
+// unknown" when neither is known within from.due (outcome.go). A submission with a
+// request id creates the job RequestJobID names, once: sent again, it is answered with
+// that job (request.go).
 func (s *scheduler) submit(req *protocol.SubmitJob, from request, reply replyFunc) {
+	due := from.due
 	if perr := req.CheckSubmission(); perr != nil {
 		s.note.submitted(SubmitInvalid)
 		reply(perr)
@@ -77,14 +80,14 @@ func (s *scheduler) submit(req *protocol.SubmitJob, from request, reply replyFun
 	if req.IdempotencyKey != nil {
 		if j := s.keys[key]; j != nil {
 			s.note.submitted(SubmitDuplicate)
-			s.answerDuplicate(j, key, fp, reply)
+			s.answerDuplicate(j, key, fp, due, reply)
 			return
 		}
 		if d, ok := s.kept.doneKeys[key]; ok { // bound to a finished job, durable
 			if d.fingerprint != fp {
 				s.out.reply(reply, protocol.IdempotencyConflict(key, d.jobID))
 			} else {
-				s.out.reply(reply, &protocol.JobSubmitted{JobID: d.jobID})
+				s.out.reply(reply, settled{&protocol.JobSubmitted{JobID: d.jobID}})
 			}
 			return
 		}
@@ -101,14 +104,23 @@ func (s *scheduler) submit(req *protocol.SubmitJob, from request, reply replyFun
 	}
 	j := s.newJob(id, req, maxAttempts, prio, key, fp)
 	defer s.assignAtOnce(j)
+	r := s.replies.by(reply, due, "submission", id)
+	j.answer = r
 	s.markDirty(j, func(err error) {
-		s.note.submitted(outcomeOf(err))
 		if err != nil {
-			reply(notStored(j.rec.JobID, err))
+			s.mu.Lock()
+			j.answer = nil
+			s.mu.Unlock()
+			if r.send(createFailed(id, err)) {
+				s.note.submitted(outcomeOf(err))
+			}
 			return
 		}
-		reply(&protocol.JobSubmitted{JobID: j.rec.JobID})
+		if r.send(settled{&protocol.JobSubmitted{JobID: id}}) {
+			s.note.submitted(SubmitAccepted)
+		}
 		s.mu.Lock()
+		j.answer = nil
 		if j.rec.State == protocol.StateQueued {
 			s.ready.push(j)
 			s.schedule()
@@ -130,23 +142,31 @@ func validationError(taskType string, err error) *protocol.Error {
 
 // answerDuplicate replies to a submission whose idempotency key is already bound: the
 // original job id (once that job is durable) for the same request, an ERROR otherwise.
-func (s *scheduler) answerDuplicate(j *job, key, fp string, reply replyFunc) {
+// While the original's outcome is not known, the duplicate's is not either.
+func (s *scheduler) answerDuplicate(j *job, key, fp string, due time.Duration, reply replyFunc) {
 	if j.rec.Fingerprint != fp {
 		s.out.reply(reply, protocol.IdempotencyConflict(key, j.rec.JobID))
 		return
 	}
-	answer := &protocol.JobSubmitted{JobID: j.rec.JobID}
+	id := j.rec.JobID
+	answer := settled{&protocol.JobSubmitted{JobID: id}}
 	if j.rev != 0 {
 		s.out.reply(reply, answer)
 		return
 	}
+	r := s.replies.by(reply, due, "submission", id)
 	j.waiters = append(j.waiters, waiter{version: 1, fn: func(err error) {
 		if err != nil {
-			reply(&protocol.Error{Message: fmt.Sprintf("job %s was not stored: %v", j.rec.JobID, err)})
+			r.send(createFailed(id, err))
 			return
 		}
-		reply(answer)
+		r.send(answer)
 	}})
+}
+
+// createFailed is the answer to the submission of job id, whose create failed with err.
+func createFailed(id string, err error) protocol.Message {
+	return writeFailed("submission", id, err, func() *protocol.Error { return notStored(id, err) })
 }
 
 func (s *scheduler) newJob(id string, req *protocol.SubmitJob, maxAttempts int, prio protocol.Priority, key, fp string) *job {
@@ -201,8 +221,12 @@ func (s *scheduler) assign(j *job, w *worker) {
 	j.rec.WorkerID = w.id
 	j.rec.RetryAt = 0
 	s.route.leaseStarted(j, now)
-	w.seq++
-	w.running[j.rec.JobID] = assignment{attempt: j.rec.AttemptID, seq: w.seq}
+	a := assignment{attempt: j.rec.AttemptID, seq: unsent}
+	if j.rev != 0 {
+		w.seq++
+		a.seq = w.seq
+	}
+	w.running[j.rec.JobID] = a
 	heap.Push(&s.deadlines, j)
 	s.markDirty(j, nil)
 	s.log.Debug("job assigned", "job", j.rec.JobID, "attempt", j.rec.Attempts, "worker", w.id)
@@ -221,12 +245,19 @@ func (s *scheduler) assign(j *job, w *worker) {
 		return
 	}
 	// Not stored yet (assignAtOnce): the assignment rides on the job's first write and
-	// goes once that is durable, so that a job whose creation fails never runs.
+	// goes once that is durable, so that a job whose creation fails never runs. It is
+	// numbered only then: a mark must not count it before it is sent (reconcile.go),
+	// or a create slow to confirm is taken for an assignment lost on the way.
 	attempt := j.rec.AttemptID
 	j.waiters = append(j.waiters, waiter{version: j.version, fn: func(err error) {
 		s.mu.Lock()
 		defer s.unlock()
 		if err == nil && j.rec.State == protocol.StateRunning && j.rec.AttemptID == attempt {
+			if a := w.running[j.rec.JobID]; a.attempt == attempt {
+				w.seq++
+				a.seq = w.seq
+				w.running[j.rec.JobID] = a
+			}
 			s.out.later(tell, w)
 		}
 	}})
@@ -329,8 +360,10 @@ func (s *scheduler) retryOrFail(j *job, cause string) {
 	s.active--
 }
 
-// cancel moves an active job to CANCELLED; reply gets JOB_CANCEL once that is durable.
-func (s *scheduler) cancelJob(id string, reply replyFunc) {
+// cancelJob moves an active job to CANCELLED; reply gets JOB_CANCEL once that is
+// durable, an ERROR when it certainly is not, "Outcome unknown" when neither is known
+// within due.
+func (s *scheduler) cancelJob(id string, due time.Duration, reply replyFunc) {
 	s.mu.Lock()
 	j := s.jobs[id]
 	if j == nil { // finished (its record is in KV), or unknown
@@ -357,15 +390,18 @@ func (s *scheduler) cancelJob(id string, reply replyFunc) {
 	j.rec.Error = ptr("cancelled by client request")
 	j.rec.RetryAt = 0
 	s.active--
+	r := s.replies.by(reply, due, "cancel", id)
 	s.markDirty(j, func(err error) {
 		if err != nil {
-			reply(&protocol.Error{Message: fmt.Sprintf("cancel of job %s was not stored: %v", id, err)})
+			r.send(writeFailed("cancel", id, err, func() *protocol.Error {
+				return &protocol.Error{Message: fmt.Sprintf("cancel of job %s was not stored: %v", id, err)}
+			}))
 			return
 		}
 		s.mu.Lock()
 		snap := j.snapshot()
 		s.unlock()
-		reply(&protocol.JobCancel{Cancelled: true, Job: snap})
+		r.send(settled{&protocol.JobCancel{Cancelled: true, Job: snap}})
 	})
 	s.log.Debug("job cancelled", "job", id)
 	s.schedule()

@@ -153,15 +153,20 @@ func (s *memStore) apply(ws []pendingWrite) ([]uint64, error) {
 	return revs, nil
 }
 
-func (s *memStore) read(_ context.Context, id string) ([]byte, error) {
+func (s *memStore) read(ctx context.Context, id string) ([]byte, error) {
+	data, _, err := s.readAt(ctx, id)
+	return data, err
+}
+
+func (s *memStore) readAt(_ context.Context, id string) ([]byte, uint64, error) {
 	b := s.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	m, ok := b.records[id]
 	if !ok || !b.live(m, b.clock()) {
-		return nil, fmt.Errorf("%w: job %s", errNoRecord, id)
+		return nil, 0, fmt.Errorf("%w: job %s", errNoRecord, id)
 	}
-	return m.data, nil
+	return m.data, m.seq, nil
 }
 
 // load reads every record as the JetStream store reads their headers: finished jobs

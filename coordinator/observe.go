@@ -22,6 +22,7 @@ const (
 	SubmitInvalid   SubmitOutcome = "invalid"   // payload, task type or key refused
 	SubmitDuplicate SubmitOutcome = "duplicate" // idempotency key bound: the same job, or a conflict
 	SubmitFailed    SubmitOutcome = "failed"    // not stored: fenced, or the write failed
+	SubmitUnknown   SubmitOutcome = "unknown"   // answered "Outcome unknown": may or may not be stored
 )
 
 // JobChange is one state change of a job as the coordinator decided it (in memory; the
@@ -79,10 +80,21 @@ func (o *observer) submitted(outcome SubmitOutcome) {
 }
 
 func outcomeOf(err error) SubmitOutcome {
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrOutcomeUnknown):
+		return SubmitUnknown
+	case err != nil:
 		return SubmitFailed
 	}
 	return SubmitAccepted
+}
+
+// submitUnknown counts a submission answered "Outcome unknown" because its reply was
+// due first; what names the request.
+func (o *observer) submitUnknown(what string) {
+	if what == "submission" {
+		o.submitted(SubmitUnknown)
+	}
 }
 
 // changed reports j's state change since it was last reported, if any. Called with

@@ -189,11 +189,12 @@ func (p *pipeline) settle(f *flight, rev uint64, err error) {
 	<-p.slots
 	s := p.s
 	s.noteStored(f.w.j, f.start, err)
+	s.oc.note([]pendingWrite{f.w}, err) // outcome.go
 	switch {
 	case err == nil:
 		s.sink.written(f.w.j, rev, f.w.version)
 	case errors.Is(err, nats.ErrConnectionClosed) || p.ctx.Err() != nil:
-		s.sink.fail(f.w.j, err)
+		s.oc.abandon([]pendingWrite{f.w}, false, err)
 	default:
 		s.goRun(func() {
 			if !s.gaveUpCreate(p.ctx, f.w, err) { // storage.go
@@ -212,8 +213,16 @@ func (p *pipeline) expire() {
 		select {
 		case <-p.ctx.Done():
 			_ = p.sub.Unsubscribe()
+			// Settled together: each may read the store back, under one deadline.
+			var ws []pendingWrite
 			for _, f := range p.overdue(time.Time{}) {
-				p.settle(f, 0, p.ctx.Err())
+				<-p.slots
+				p.s.noteStored(f.w.j, f.start, p.ctx.Err())
+				ws = append(ws, f.w)
+			}
+			if len(ws) > 0 {
+				p.s.oc.note(ws, p.ctx.Err())
+				p.s.oc.abandon(ws, false, p.ctx.Err())
 			}
 			return
 		case now := <-tick.C:
@@ -224,8 +233,23 @@ func (p *pipeline) expire() {
 			for _, f := range p.overdue(now.Add(-wait)) {
 				p.settle(f, 0, fmt.Errorf("%w: no acknowledgement within %v", context.DeadlineExceeded, wait))
 			}
+			if p.oldest(now.Add(-slowWriteAfter)) {
+				p.s.storage.slowWrite(slowWriteAfter) // outcome.go
+			}
 		}
 	}
+}
+
+// oldest reports whether a flight's message went before cutoff.
+func (p *pipeline) oldest(cutoff time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, f := range p.flying {
+		if f.sent.Before(cutoff) {
+			return true
+		}
+	}
+	return false
 }
 
 // overdue takes the flights whose message went before cutoff; all of them for zero.

@@ -20,8 +20,11 @@ import (
 // which the worker reported it holds).
 type assignment struct {
 	attempt string
-	seq     uint64
+	seq     uint64 // unsent until its TASK_ASSIGN is queued
 }
+
+// unsent numbers an assignment that waits for its job's first write: above any mark.
+const unsent = ^uint64(0)
 
 // mark is where w's assignments stand: every one numbered up to it has been decided,
 // and is sent before an answer carrying the mark (see flushed).

@@ -43,6 +43,7 @@ type scheduler struct {
 	lastMilli int64 // createdAt never goes backwards, so sequence order is age order
 	fenced    error
 	out       outbox     // messages to send once mu is released (outbox.go)
+	replies   *replies   // the answers of write requests, due or not (outcome.go)
 	link      workerLink // what TASK_ASSIGN and TASK_CANCEL go through: the bus node, once serving
 
 	fencedCh chan struct{} // closed with fenced set
@@ -59,6 +60,7 @@ func newScheduler(c *Coordinator) *scheduler {
 	}
 	s.wq = &writeQueue{s: s, cfg: &c.cfg, wake: make(chan struct{}, 1)}
 	s.note = &observer{obs: c.cfg.Observer}
+	s.replies = &replies{note: s.note, store: c.store}
 	s.kept = &retention{s: s, cfg: &c.cfg, doneKeys: make(map[string]doneKey)}
 	s.reg = &registry{s: s, nc: c.nc, workers: make(map[string]*worker)}
 	s.claims = &claims{s: s}

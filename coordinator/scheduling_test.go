@@ -96,7 +96,7 @@ func startMem(t *testing.T, b *memBackend, mods ...func(*Config)) *memSystem {
 func (s *memSystem) submit(req *protocol.SubmitJob) protocol.Message {
 	s.t.Helper()
 	got := make(chan protocol.Message, 1)
-	s.sched.submit(req, request{}, func(m protocol.Message) { got <- m })
+	s.sched.submit(req, request{due: s.sched.cfg.ReplyWithin}, func(m protocol.Message) { got <- answerOf(m) })
 	select {
 	case m := <-got:
 		return m
@@ -104,6 +104,15 @@ func (s *memSystem) submit(req *protocol.SubmitJob) protocol.Message {
 		s.t.Fatal("no answer to a submission")
 		return nil
 	}
+}
+
+// answerOf is the answer a client gets for reply m: a reply that states what is stored
+// (settled) goes as its message (api.endpoint).
+func answerOf(m protocol.Message) protocol.Message {
+	if s, ok := m.(settled); ok {
+		return s.Message
+	}
+	return m
 }
 
 func sha(text string) *protocol.SubmitJob {
@@ -241,7 +250,7 @@ func (s *memSystem) sweep(d time.Duration) {
 func (s *memSystem) cancel(id string) protocol.Message {
 	s.t.Helper()
 	got := make(chan protocol.Message, 1)
-	s.sched.cancelJob(id, func(m protocol.Message) { got <- m })
+	s.sched.cancelJob(id, s.sched.cfg.ReplyWithin, func(m protocol.Message) { got <- answerOf(m) })
 	select {
 	case m := <-got:
 		return m

@@ -49,18 +49,51 @@ type storeHealth struct {
 	stalled atomic.Pointer[error]  // set by storeFailure, cleared by a write that succeeds
 	// unsynced is Config.SyncJobs's failure, until a sync succeeds (durable.go).
 	unsynced atomic.Pointer[error]
-	since    atomic.Int64 // when full or stalled was last set, or probed: Unix nanoseconds
 	said     atomic.Int64 // when storeFailure last logged, Unix nanoseconds
-	// answers reports whether the store answers requests other than writes (the jobs
-	// stream's information comes back); nil until the store is open. Set by open while
-	// the lease's renewals may already read it.
-	answers atomic.Pointer[func(ctx context.Context) bool]
+	// diagnose says why a write to a stream, sent at a time, failed with an error
+	// (diagnoseStream, diagnose.go); nil until the store is open (a memStore never
+	// sets it). Set by open while the lease's renewals may already read it.
+	diagnose atomic.Pointer[func(ctx context.Context, stream string, err error, sent time.Time) diagnosis]
+	// cause is why the last job write failed (diagnose.go), for the answers that are
+	// due before the store answers again; lease is why the last lease renewal failed,
+	// until one succeeds.
+	cause atomic.Pointer[timedDiagnosis]
+	lease atomic.Pointer[diagnosis]
+	// slow has the store asked why a write sent that long ago is not acknowledged
+	// (slowWrite, outcome.go); nil until the store is open, and for a store that cannot
+	// be asked. diagnosing: such a diagnosis runs.
+	slow       atomic.Pointer[func(age time.Duration)]
+	diagnosing atomic.Bool
 }
 
-// storeProbeEvery is how often, while the store is full or stalled, one submission is
-// let through to try the store: without it, a coordinator with no accepted job left to
-// write would refuse for ever, since only a write that succeeds lifts the refusal.
+// timedDiagnosis is a diagnosis and when it was made.
+type timedDiagnosis struct {
+	diagnosis
+	at time.Time
+}
+
+// noteCause remembers why a job write failed.
+func (h *storeHealth) noteCause(d diagnosis) {
+	h.cause.Store(&timedDiagnosis{d, time.Now()})
+}
+
+// recentCause is why a job write failed within the last window, if one did.
+func (h *storeHealth) recentCause(window time.Duration) *diagnosis {
+	if t := h.cause.Load(); t != nil && time.Since(t.at) <= window {
+		return &t.diagnosis
+	}
+	return nil
+}
+
+// storeProbeEvery is how often, while the store is full or stalled, the store is
+// tried with a write of its own (storeProber): without it, a coordinator with no
+// accepted job left to write would refuse for ever, since only a write that succeeds
+// lifts the refusal.
 const storeProbeEvery = time.Second
+
+// probeKey is the JOBS bucket key storeProber writes: not a record's (recovery reads
+// single-token keys only), and one message however often it is written (history 1).
+const probeKey = "_jobbus.probe"
 
 // noteWrite records the outcome of one job write.
 func (h *storeHealth) noteWrite(err error) {
@@ -77,14 +110,12 @@ func (h *storeHealth) noteWrite(err error) {
 		errors.As(err, &apiErr)
 		desc := apiErr.Description
 		h.full.Store(&desc)
-		h.since.Store(time.Now().UnixNano())
 	}
 }
 
 // stall marks the store stalled with err.
 func (h *storeHealth) stall(err error) {
 	h.stalled.Store(&err)
-	h.since.Store(time.Now().UnixNano())
 }
 
 // synced notes a sync that succeeded.
@@ -121,29 +152,53 @@ func (h *storeHealth) watched() error {
 }
 
 // refusal is the ERROR a submission gets at once while the store is full or failing,
-// nil otherwise. A job already being written keeps being retried (running jobs are not
-// lost), so the first write that succeeds again, when space returns, lifts it; and
-// every storeProbeEvery one submission goes through to try (what is watched needs no
-// such try; for a failed sync, one let through would only wait for the next).
+// nil otherwise: nothing is created, so the ERROR is true. A job already being written
+// keeps being retried (running jobs are not lost), so the first write that succeeds
+// again, when space returns, lifts it, as does storeProber's. No submission is let
+// through to try the store: its write's outcome would be unknown.
 func (h *storeHealth) refusal() *protocol.Error {
 	if err := h.watched(); err != nil {
 		return storeFaultError(err)
 	}
 	desc, stalled := h.full.Load(), h.stalled.Load()
-	if desc == nil && stalled == nil || h.probeDue() {
-		return nil
-	}
-	if desc != nil {
+	switch {
+	case desc != nil:
 		return storeFullError(*desc)
+	case stalled != nil:
+		return storeFaultError(*stalled)
 	}
-	return storeFaultError(*stalled)
+	return nil
 }
 
-// probeDue reports, to one caller at a time, that the store has not been tried for
-// storeProbeEvery.
-func (h *storeHealth) probeDue() bool {
-	last, now := h.since.Load(), time.Now().UnixNano()
-	return now-last >= int64(storeProbeEvery) && h.since.CompareAndSwap(last, now)
+// probing reports whether the store is full or stalled: storeProber's to try.
+func (h *storeHealth) probing() bool { return h.full.Load() != nil || h.stalled.Load() != nil }
+
+// storeProber tries the store every storeProbeEvery while it is full or stalled, until
+// ctx ends, with a small write of its own under probeKey; the first that succeeds lifts
+// the refusal (noteWrite).
+func (s *jsStore) storeProber(ctx context.Context) {
+	t := time.NewTicker(storeProbeEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !s.storage.probing() {
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, storeProbeEvery)
+		_, err := s.js.Publish(pctx, jobsSubjects+probeKey, []byte(time.Now().UTC().Format(time.RFC3339Nano)))
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		s.storage.noteWrite(err)
+		if err == nil {
+			s.log.Info("the job store takes writes again: submissions are accepted")
+		}
+	}
 }
 
 func storeFullError(desc string) *protocol.Error {
@@ -182,15 +237,18 @@ func storeFaultWords(err error) (what, until string) {
 // storeFailure returns what a failed job write says about the store: err itself when
 // JetStream refused it for want of room, the store's known failure (Config.StoreFault,
 // or writes stalled), nil when the store is not the cause. A write that timed out
-// while the jobs stream still answers is the sign of a stream nats-server stopped
-// writing (filestore's write error): the store is then marked stalled until a write
-// succeeds, and the operator told what to do, every 30 s while it lasts.
+// while the jobs stream's settled leader still answers is the sign of a stream
+// nats-server stopped writing (filestore's write error): the store is then marked
+// stalled until a write succeeds, and the operator told what to do, every 30 s while
+// it lasts. A stream electing its leader, or short of its quorum, is no such sign
+// (diagnose.go): its writes are retried.
 func (s *jsStore) storeFailure(ctx context.Context, err error) error {
+	d := s.diagnoseWrite(ctx, err)
 	if StoreFull(err) {
 		return err
 	}
 	f := s.storage.failing()
-	if f == nil && s.storage.writesStalled(ctx, err) {
+	if f == nil && d.cond == condStalled {
 		f = errStoreStalled
 		s.storage.stall(f)
 	}
@@ -210,37 +268,75 @@ func (s *jsStore) storeFailure(ctx context.Context, err error) error {
 
 // gaveUpCreate gives up w, a create that failed with err, when err says the store
 // cannot take it (storeFailure), so that its submitter hears why now instead of after
-// another write's timeout; it reports whether it did.
+// another write's timeout; it reports whether it did. A create an earlier copy of
+// which may have landed is not given up: its submitter hears "Outcome unknown" now
+// (hurry), and it is written again (dropCreates).
 func (s *jsStore) gaveUpCreate(ctx context.Context, w pendingWrite, err error) bool {
-	if w.rev != 0 {
-		return false
+	ferr := s.storeFailure(ctx, err) // for every write: it diagnoses the store
+	uncertain := len(s.sink.doubts().inDoubt([]pendingWrite{w})) > 0
+	if uncertain && ferr != nil {
+		s.oc.hurry([]pendingWrite{w}, ferr) // outcome.go
 	}
-	ferr := s.storeFailure(ctx, err)
-	if ferr == nil {
+	if w.rev != 0 || uncertain || ferr == nil {
 		return false
 	}
 	s.sink.giveUp(w.j, ferr)
 	return true
 }
 
-// writesStalled reports a write that timed out while the store answers otherwise.
-func (h *storeHealth) writesStalled(ctx context.Context, err error) bool {
-	answers := h.answers.Load()
-	if !timedOut(err) || answers == nil {
-		return false
+// diagnoseWrite says why a job write failed with err (diagnose.go), asking the jobs
+// stream when err alone does not say and the write timed out, and remembers it for
+// the answers due meanwhile.
+func (s *jsStore) diagnoseWrite(ctx context.Context, err error) diagnosis {
+	d, known := diagnoseError(err)
+	d.stream = jobsStream
+	if !known && (timedOut(err) || noResponders(err)) {
+		// A write that timed out was sent about writeTimeout ago.
+		d = s.storage.diagnosed(ctx, jobsStream, err, time.Now().Add(-writeTimeout-time.Second), d)
 	}
-	ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	return (*answers)(ictx)
+	s.storage.noteCause(d)
+	return d
 }
 
-// leaseWriteFailed notes a lease renewal that failed with err: one that timed out
-// while JetStream answers stalls the store as a job write would, so that the answer of
-// a coordinator whose lease lapsed names the cause (notLeader).
-func (h *storeHealth) leaseWriteFailed(ctx context.Context, err error) {
-	if h.failing() == nil && h.writesStalled(ctx, err) {
+// diagnosed is diagnose's answer about a write to stream sent at sent that failed with
+// err, or otherwise when the store cannot be asked.
+func (h *storeHealth) diagnosed(ctx context.Context, stream string, err error, sent time.Time, otherwise diagnosis) diagnosis {
+	if f := h.diagnose.Load(); f != nil {
+		return (*f)(ctx, stream, err, sent)
+	}
+	return otherwise
+}
+
+// leaseWriteFailed notes a lease renewal that failed with err, sent at sent: its
+// cause (the lease's stream electing a leader, say) goes into the answer of a
+// coordinator whose lease lapsed (notLeader); and a stalled stream stalls the store as
+// a job write would.
+func (h *storeHealth) leaseWriteFailed(ctx context.Context, err error, sent time.Time) {
+	if h.diagnose.Load() == nil {
+		return
+	}
+	d := h.diagnosed(ctx, "KV_"+protocol.LeaderBucket, err, sent, diagnosis{})
+	h.lease.Store(&d)
+	if h.failing() == nil && d.cond == condStalled {
 		h.stall(errStoreStalled)
 	}
+}
+
+// leaseRenewed forgets why a renewal failed.
+func (h *storeHealth) leaseRenewed() {
+	if h.lease.Load() != nil {
+		h.lease.Store(nil)
+	}
+}
+
+// storeCause says in words what storeFailure's err says is wrong with the store.
+func storeCause(err error) string {
+	var apiErr *jetstream.APIError
+	if StoreFull(err) && errors.As(err, &apiErr) {
+		return "the job store is full (JetStream: " + apiErr.Description + ")"
+	}
+	what, _ := storeFaultWords(err)
+	return what + " (" + err.Error() + ")"
 }
 
 // storeFault marks an error as the store's failure, for notStored.

@@ -138,6 +138,7 @@ func (q *writeQueue) ttl(endedAt int64) time.Duration {
 func (s *scheduler) written(j *job, rev, version uint64) {
 	s.mu.Lock()
 	j.rev = rev
+	j.uncertain = false
 	s.note.written(j, version)
 	s.ckpt.count(len(s.kept.index.entries))
 	done := takeWaiters(j, version)
@@ -215,7 +216,7 @@ func (q *writeQueue) takeCreates() []*job {
 	var gone []*job
 	kept := q.dirty[:0]
 	for _, j := range q.dirty {
-		if j.rev == 0 {
+		if j.rev == 0 && !j.uncertain { // an uncertain create waits (dropCreates)
 			gone = append(gone, j)
 		} else {
 			kept = append(kept, j)

@@ -79,6 +79,13 @@ const (
 // the new leader, instead of at their next heartbeat.
 const LeaderSubject = "jobbus.leader"
 
+// HeaderTimeout is an optional header of a client API request: how long, in
+// milliseconds, the requester waits for the reply. The coordinator answers a little
+// within it; a submission or cancel whose write is not confirmed by then is answered
+// "Outcome unknown" (OutcomeUnknown) while the write goes on. Without it the
+// coordinator's own limit applies (4 s: clients wait 5 s by default).
+const HeaderTimeout = "Jobbus-Timeout-Millis"
+
 // LeaderAnnouncement is the body published on LeaderSubject.
 type LeaderAnnouncement struct {
 	Coordinator string `json:"coordinator"`

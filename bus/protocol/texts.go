@@ -93,3 +93,43 @@ func CheckRequestID(rid string) *Error {
 func RequestIDReused(rid, jobID string) *Error {
 	return &Error{Message: fmt.Sprintf("Request id '%s' was already used for a different submission (job %s)", rid, jobID)}
 }
+
+// OutcomeUnknownPrefix starts the ERROR of a request whose write the coordinator could
+// not confirm or rule out within the request's time (DESIGN invariant 8): the job, or
+// its cancel, may be stored, and then it runs (or stays cancelled). Every other ERROR
+// and every SUBMIT_REJECTED means nothing was stored. A client must not resend such a
+// submission as a new one (PROTOCOL.md: an ambiguous failure is never retryable): it
+// asks for the named job's status, or resends with the same idempotency key.
+const OutcomeUnknownPrefix = "Outcome unknown: "
+
+// OutcomeUnknown is the ERROR of a request about job jobID whose write may or may not
+// be stored: what names the request ("submission", "cancel"), cause says why the
+// coordinator could not tell.
+func OutcomeUnknown(what, jobID, cause string) *Error {
+	advice := "do not submit it again as a new job: ask for the job's status, or submit again with the same idempotency key"
+	if what != "submission" {
+		advice = "ask for the job's status, or send it again (a repeat changes nothing more)"
+	}
+	return &Error{Message: OutcomeUnknownPrefix + "job " + jobID + ": the " + what +
+		" may or may not be stored (" + cause + "); " + advice}
+}
+
+// OutcomeUnknownUnanswered is the "Outcome unknown" ERROR of a submission or cancel
+// (what) that went to a coordinator and got no answer, said by whoever forwarded it
+// (the bridge): it names no job, since none was named back.
+func OutcomeUnknownUnanswered(what, cause string) *Error {
+	e := OutcomeUnknown(what, "", cause)
+	e.Message = OutcomeUnknownPrefix + strings.TrimPrefix(e.Message, OutcomeUnknownPrefix+"job : ")
+	return e
+}
+
+// OutcomeUnknownJob returns the job an "Outcome unknown" ERROR text names, and whether
+// msg is one.
+func OutcomeUnknownJob(msg string) (jobID string, ok bool) {
+	rest, ok := strings.CutPrefix(msg, OutcomeUnknownPrefix+"job ")
+	if !ok {
+		return "", false
+	}
+	id, _, found := strings.Cut(rest, ":")
+	return id, found && id != ""
+}

@@ -18,13 +18,26 @@ import (
 // meta leader after this returns: callers wait for it (coordinator.OpenBucket does).
 func StartCluster(t testing.TB, n int, opts ...embeddednats.Option) []*embeddednats.Server {
 	t.Helper()
+	return StartRestartableCluster(t, n, opts...).Nodes
+}
+
+// Cluster is routed embedded servers whose nodes a test can stop and start again on
+// their stores and ports.
+type Cluster struct {
+	Nodes []*embeddednats.Server // nil where stopped
+	opts  [][]embeddednats.Option
+}
+
+// StartRestartableCluster is StartCluster, with the options kept to start a node again.
+func StartRestartableCluster(t testing.TB, n int, opts ...embeddednats.Option) *Cluster {
+	t.Helper()
 	for attempt := 0; ; attempt++ {
 		ports := FreePorts(t, n)
 		routes := make([]string, n)
 		for i, p := range ports {
 			routes[i] = fmt.Sprintf("nats-route://127.0.0.1:%d", p)
 		}
-		var nodes []*embeddednats.Server
+		c := &Cluster{}
 		var err error
 		for i, p := range ports {
 			var srv *embeddednats.Server
@@ -36,21 +49,43 @@ func StartCluster(t testing.TB, n int, opts ...embeddednats.Option) []*embeddedn
 			if srv, err = embeddednats.Start(context.Background(), all...); err != nil {
 				break
 			}
-			nodes = append(nodes, srv)
+			c.Nodes, c.opts = append(c.Nodes, srv), append(c.opts, all)
 		}
 		if err == nil {
-			for _, srv := range nodes {
-				t.Cleanup(func() { shutdownServer(t, srv) })
-			}
-			return nodes
+			t.Cleanup(func() {
+				for _, srv := range c.Nodes {
+					if srv != nil {
+						shutdownServer(t, srv)
+					}
+				}
+			})
+			return c
 		}
-		for _, srv := range nodes {
+		for _, srv := range c.Nodes {
 			shutdownServer(t, srv)
 		}
 		if !errors.Is(err, embeddednats.ErrPortInUse) || attempt == 4 {
 			t.Fatalf("start cluster: %v", err)
 		}
 	}
+}
+
+// Stop shuts node i down.
+func (c *Cluster) Stop(t testing.TB, i int) {
+	t.Helper()
+	shutdownServer(t, c.Nodes[i])
+	c.Nodes[i] = nil
+}
+
+// Restart starts stopped node i again on its store, with its name and cluster port (its
+// client port is a new one).
+func (c *Cluster) Restart(t testing.TB, i int) {
+	t.Helper()
+	srv, err := embeddednats.Start(context.Background(), c.opts[i]...)
+	if err != nil {
+		t.Fatalf("restart n%d: %v", i, err)
+	}
+	c.Nodes[i] = srv
 }
 
 func shutdownServer(t testing.TB, srv *embeddednats.Server) {

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/jobbus/jobbus/bus/protocol"
 )
 
 // DefaultFirstTry is how long the first send waits before the request is sent again;
@@ -356,4 +358,19 @@ func (x *exchange) wait(ctx context.Context, until time.Time) (*nats.Msg, error)
 // noResponders reports whether m is the server's "503 no responders" status.
 func noResponders(m *nats.Msg) bool {
 	return len(m.Data) == 0 && m.Header.Get("Status") == "503"
+}
+
+// Request is a request message of body to subject that says, in
+// protocol.HeaderTimeout, how long ctx lets its sender wait for the reply: the
+// coordinator answers a submission or a cancel within it, "Outcome unknown" if its
+// write is not confirmed by then.
+func Request(ctx context.Context, subject string, body []byte) *nats.Msg {
+	m := nats.NewMsg(subject)
+	m.Data = body
+	if d, ok := ctx.Deadline(); ok {
+		if left := time.Until(d); left > 0 {
+			m.Header.Set(protocol.HeaderTimeout, strconv.FormatInt(left.Milliseconds(), 10))
+		}
+	}
+	return m
 }

@@ -59,7 +59,7 @@ func (r *Registry) Coordinator() *Coordinator {
 	}
 	m := &Coordinator{
 		submissions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "submissions_total",
-			Help: "Submissions by outcome: accepted, rejected (at capacity), invalid, duplicate (idempotency key already bound), failed (not stored)."},
+			Help: "Submissions by outcome: accepted, rejected (at capacity), invalid, duplicate (idempotency key already bound), failed (not stored), unknown (answered \"Outcome unknown\": may or may not be stored)."},
 			[]string{"outcome"}),
 		assigned:  byType("jobs_assigned_total", "Attempts started: jobs assigned to a worker."),
 		completed: byType("jobs_completed_total", "Jobs that reached COMPLETED."),
@@ -92,7 +92,7 @@ func (r *Registry) Coordinator() *Coordinator {
 	}
 	m.outcome = make(map[coordinator.SubmitOutcome]prometheus.Counter)
 	for _, o := range []coordinator.SubmitOutcome{coordinator.SubmitAccepted, coordinator.SubmitRejected,
-		coordinator.SubmitInvalid, coordinator.SubmitDuplicate, coordinator.SubmitFailed} {
+		coordinator.SubmitInvalid, coordinator.SubmitDuplicate, coordinator.SubmitFailed, coordinator.SubmitUnknown} {
 		m.outcome[o] = m.submissions.WithLabelValues(string(o))
 	}
 	r.reg.MustRegister(m.submissions, m.assigned, m.completed, m.failed, m.retried, m.cancelled, m.deadlines,

@@ -1,0 +1,15 @@
+package coordinator
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// DiagnoseStream is diagnoseStream's words, for the external tests that need a cluster
+// (internal/jobbustest imports this package).
+func DiagnoseStream(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, stream string, err error, sent time.Time) string {
+	return diagnoseStream(ctx, nc, js, stream, err, sent).String()
+}
