@@ -173,10 +173,10 @@ func (b *Bridge) request(subject string, payload []byte, log *slog.Logger) (repl
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, b.cfg.RequestTimeout)
 	defer cancel()
-	msg, err := b.requestRetrying(ctx, subject, payload) // failover.go
+	msg, jobID, err := b.requestRetrying(ctx, subject, payload) // failover.go
 	if err != nil {
 		log.Debug("request failed", "subject", subject, "err", err)
-		return nil, false, b.unavailable(subject, err)
+		return nil, false, b.unavailable(subject, jobID, err)
 	}
 	reply, e = checkReply(msg, log)
 	return reply, e == nil && msg.Header.Get(micro.ErrorHeader) == "", e
@@ -204,7 +204,7 @@ func checkReply(msg *nats.Msg, log *slog.Logger) ([]byte, *protocol.Error) {
 // unavailable is the ERROR for a request no coordinator answered. A submission or a
 // cancel that was sent may have been acted on: its ERROR says "Outcome unknown", never
 // what would mean "nothing stored" (coordinator/outcome.go).
-func (b *Bridge) unavailable(subject string, err error) *protocol.Error {
+func (b *Bridge) unavailable(subject, jobID string, err error) *protocol.Error {
 	if what := writeRequest(subject); what != "" && !errors.Is(err, nats.ErrNoResponders) &&
 		!errors.Is(err, nats.ErrConnectionReconnecting) {
 		cause := "no reply from the coordinator within " + b.cfg.RequestTimeout.String()
@@ -212,6 +212,9 @@ func (b *Bridge) unavailable(subject string, err error) *protocol.Error {
 			cause = "the bridge stopped before the coordinator replied"
 		} else if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
 			cause = "the request to the coordinator failed: " + err.Error()
+		}
+		if jobID != "" { // the job its request id names (failover.go)
+			return protocol.OutcomeUnknown(what, jobID, cause)
 		}
 		return protocol.OutcomeUnknownUnanswered(what, cause)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -220,23 +221,37 @@ func TestClientPortRequestTimeout(t *testing.T) {
 	}
 
 	// A submission or a cancel that went unanswered may have been acted on: its ERROR
-	// says so, never what would mean "nothing stored".
+	// says so, never what would mean "nothing stored". A submission's names the job its
+	// request id would have created.
+	var mu sync.Mutex
+	var rid string
 	for _, tc := range []struct {
 		endpoint string
 		req      protocol.Message
 		what     string
+		job      func() string
 	}{
-		{"submit", &protocol.SubmitJob{TaskType: "SHA256", Payload: []byte(`{"text":"x"}`)}, "submission"},
-		{"cancel", &protocol.CancelJob{JobID: "x"}, "cancel"},
+		{"submit", &protocol.SubmitJob{TaskType: "SHA256", Payload: []byte(`{"text":"x"}`)}, "submission", func() string {
+			mu.Lock()
+			defer mu.Unlock()
+			return "job " + protocol.RequestJobID(rid) + ": "
+		}},
+		{"cancel", &protocol.CancelJob{JobID: "x"}, "cancel", func() string { return "" }},
 	} {
 		if _, err := s.NC.Subscribe(protocol.APIPrefix+"."+tc.endpoint, func(m *nats.Msg) {
 			if m.Header.Get(protocol.HeaderTimeout) == "" {
 				t.Errorf("%s forwarded without %s", tc.endpoint, protocol.HeaderTimeout)
 			}
+			mu.Lock()
+			rid = m.Header.Get(protocol.HeaderRequestID)
+			mu.Unlock()
 		}); err != nil {
 			t.Fatal(err)
 		}
 		c.MustSend(tc.req)
-		c.ExpectError(protocol.OutcomeUnknownPrefix + "the " + tc.what + " may or may not be stored (no reply from the coordinator within 100ms); ")
+		m, ok := c.MustRecv().(*protocol.Error)
+		if want := protocol.OutcomeUnknownPrefix + tc.job() + "the " + tc.what + " may or may not be stored (no reply from the coordinator within 100ms); "; !ok || !strings.HasPrefix(m.Message, want) {
+			t.Fatalf("%s unanswered: %+v, want an ERROR starting %q", tc.endpoint, m, want)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -15,7 +16,8 @@ import (
 // submitTry, as the Go client does (client/failover.go).
 const submitTry = time.Second
 
-var submitSubject, statusSubject, workersSubject = subjectOf(protocol.TypeSubmitJob), subjectOf(protocol.TypeGetJobStatus), subjectOf(protocol.TypeListWorkers)
+var submitSubject, cancelSubject, statusSubject, workersSubject = subjectOf(protocol.TypeSubmitJob), subjectOf(protocol.TypeCancelJob),
+	subjectOf(protocol.TypeGetJobStatus), subjectOf(protocol.TypeListWorkers)
 
 func subjectOf(t protocol.Type) string {
 	e, _ := protocol.EndpointFor(t)
@@ -36,27 +38,44 @@ func subjectOf(t protocol.Type) string {
 //     sent again every second it goes unanswered too: the coordinator answers
 //     every send with the one job the request created.
 //
-// A request sent again for going unanswered, or waiting for a coordinator to serve, is
-// sent again at once when a new leader announces itself (protocol.LeaderSubject). A
-// cancel that goes unanswered is not sent again: whether it was acted on is unknown.
-func (b *Bridge) requestRetrying(ctx context.Context, subject string, payload []byte) (*nats.Msg, error) {
+// A submission or a cancel answered "Outcome unknown" is sent again too, and says how
+// long it may still wait (protocol.HeaderTimeout). A request sent again for going
+// unanswered, or waiting for a coordinator to serve, is sent again at once when a new
+// leader announces itself (protocol.LeaderSubject). A cancel that goes unanswered is
+// not sent again: whether it was acted on is unknown. jobID is the job a submission
+// creates if it is stored, for an answer that its outcome is unknown.
+func (b *Bridge) requestRetrying(ctx context.Context, subject string, payload []byte) (msg *nats.Msg, jobID string, err error) {
 	opts := natsreq.Options{WaitForResponders: true, Unserved: notServing, Wake: protocol.LeaderSubject}
 	switch {
 	case subject == statusSubject || subject == workersSubject:
 		// Answered from memory: sent again as soon as a submission.
 		opts.FirstTry, opts.MaxTry = submitTry, submitTry
 	case subject == submitSubject:
+		rid := protocol.NewRequestID()
+		jobID = protocol.RequestJobID(rid) // the job it creates, if it is stored
 		opts.Fresh, opts.FirstTry, opts.MaxTry = true, submitTry, submitTry
-		opts.Header = nats.Header{protocol.HeaderRequestID: []string{protocol.NewRequestID()}}
-		opts.TryHeader = protocol.HeaderRequestTry
+		opts.Header = nats.Header{protocol.HeaderRequestID: []string{rid}}
+		opts.TryHeader, opts.TimeoutHeader = protocol.HeaderRequestTry, protocol.HeaderTimeout
+		opts.Unserved = notServingOrUnknown // sent again, it finds the job if it was stored
+	case subject == cancelSubject:
+		opts.Fresh, opts.FirstTry, opts.TimeoutHeader = true, b.cfg.RequestTimeout+time.Second, protocol.HeaderTimeout
+		opts.Unserved = notServingOrUnknown // a cancel again changes nothing more
 	case !protocol.ReadOnlySubject(subject):
 		opts.Fresh, opts.FirstTry = true, b.cfg.RequestTimeout+time.Second
 	}
-	return natsreq.Resend(ctx, b.nc, subject, payload, opts)
+	msg, err = natsreq.Resend(ctx, b.nc, subject, payload, opts)
+	return msg, jobID, err
 }
 
 // notServing reports an ERROR reply of a coordinator that does not serve now (micro's
 // code 503), which another coordinator may serve.
 func notServing(m *nats.Msg) bool {
 	return m.Header.Get(micro.ErrorCodeHeader) == "503"
+}
+
+// notServingOrUnknown is notServing, or an "Outcome unknown" answer: for a submission
+// under its request id or a cancel, safe to send again, which a later send may hear
+// settled.
+func notServingOrUnknown(m *nats.Msg) bool {
+	return notServing(m) || strings.HasPrefix(m.Header.Get(micro.ErrorHeader), protocol.OutcomeUnknownPrefix)
 }

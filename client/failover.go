@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -50,27 +51,42 @@ func WithFailoverNotice(notice func(msg string)) Option {
 //     every second it goes unanswered too: the coordinator answers each send with the
 //     one job the request created, on whichever coordinator leads by then.
 //
-// A request sent again for going unanswered, or waiting for a coordinator to serve, is
-// sent again at once when a new leader announces itself (protocol.LeaderSubject). A
-// cancel that goes unanswered is not sent again: whether it was acted on is unknown.
+// A submission or a cancel answered "Outcome unknown" is sent again too, and says how
+// long it may still wait (protocol.HeaderTimeout). A request sent again for going
+// unanswered, or waiting for a coordinator to serve, is sent again at once when a new
+// leader announces itself (protocol.LeaderSubject). A cancel that goes unanswered is
+// not sent again: whether it was acted on is unknown.
 func (n *natsTransport) request(ctx context.Context, t protocol.Type, subject string, body []byte, within time.Duration) (*nats.Msg, error) {
 	opts := natsreq.Options{Within: within, Unserved: notServing, Nobody: n.nobodyFn, Wake: protocol.LeaderSubject}
+	var rid string
 	switch {
 	case t == protocol.TypeSubmitJob:
+		rid = protocol.NewRequestID()
 		opts.Fresh, opts.FirstTry, opts.MaxTry = true, submitTry, submitTry
-		opts.Header = nats.Header{protocol.HeaderRequestID: {protocol.NewRequestID()}, protocol.HeaderRequestTry: firstTry}
-		opts.TryHeader = protocol.HeaderRequestTry
+		opts.Header = nats.Header{protocol.HeaderRequestID: {rid}, protocol.HeaderRequestTry: firstTry}
+		opts.TryHeader, opts.TimeoutHeader = protocol.HeaderRequestTry, protocol.HeaderTimeout
+		opts.Unserved = notServingOrUnknown // sent again, it finds the job if it was stored
 	case t == protocol.TypeGetJobStatus || t == protocol.TypeListWorkers:
 		// Answered from memory: sent again as soon as a submission.
 		opts.FirstTry, opts.MaxTry = submitTry, submitTry
+	case t == protocol.TypeCancelJob:
+		opts.Fresh, opts.FirstTry, opts.TimeoutHeader = true, untilDeadline(ctx, within), protocol.HeaderTimeout
+		opts.Unserved = notServingOrUnknown // a cancel again changes nothing more
 	case !protocol.ReadOnly(t):
 		opts.Fresh, opts.FirstTry = true, untilDeadline(ctx, within)
 	}
 	msg, err := natsreq.Resend(ctx, n.nc, subject, body, opts)
-	if errors.Is(err, nats.ErrNoResponders) {
-		// nobody found a coordinator process, or the request was taken and then nobody
-		// served: either way a failover that did not end in time.
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		// A coordinator process ran, but none served in time: nothing was received.
 		err = fmt.Errorf("%w on %s: %s, but none took over in time", ErrNoCoordinator, n.nc.ConnectedUrlRedacted(), noticeWithoutRetrying)
+	case rid != "" && context.Cause(ctx) == ctx.Err() && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, natsreq.ErrCutOff)):
+		// A send was taken and not answered: the job its request id names may exist.
+		cause := "no reply from a coordinator in time"
+		if errors.Is(err, natsreq.ErrCutOff) {
+			cause = err.Error()
+		}
+		err = &ServerError{Message: protocol.OutcomeUnknown("submission", protocol.RequestJobID(rid), cause).Message}
 	}
 	return msg, err
 }
@@ -109,6 +125,13 @@ func untilDeadline(ctx context.Context, within time.Duration) time.Duration {
 // which another coordinator may serve.
 func notServing(m *nats.Msg) bool {
 	return m.Header.Get(micro.ErrorCodeHeader) == "503"
+}
+
+// notServingOrUnknown is notServing, or an "Outcome unknown" answer (its write not yet
+// confirmed): for a request that is safe to send again, a submission under its request
+// id or a cancel, which a later send may hear settled.
+func notServingOrUnknown(m *nats.Msg) bool {
+	return notServing(m) || strings.HasPrefix(m.Header.Get(micro.ErrorHeader), protocol.OutcomeUnknownPrefix)
 }
 
 // coordinatorRuns reports whether a coordinator process answers presence

@@ -106,6 +106,11 @@ func TestSubmitRetries(t *testing.T) {
 				switch {
 				case tt.wantErr == nil && (err != nil || id != "job-1"):
 					t.Fatalf("Submit = %q, %v, want job-1", id, err)
+				case tt.wantErr == errTransport && tr.name == "NATS":
+					// Sent under a request id, left unanswered: the job it names may exist.
+					if job, ok := client.OutcomeJob(err); !errors.Is(err, client.ErrOutcomeUnknown) || !ok || job == "" {
+						t.Fatalf("Submit = %v, want an unknown outcome naming the job", err)
+					}
 				case tt.wantErr == errTransport && (err == nil || errors.Is(err, client.ErrRejected) || errors.Is(err, client.ErrServer)):
 					t.Fatalf("Submit = %v, want a transport error", err)
 				case tt.wantErr != nil && tt.wantErr != errTransport && !errors.Is(err, tt.wantErr):

@@ -111,7 +111,7 @@ func TestAbandonedCreateIsReadBack(t *testing.T) {
 			c := startedCoordinator(t)
 			s := c.sched
 			s.mu.Lock()
-			j := s.newJob(&protocol.SubmitJob{TaskType: "SHA256", Payload: json.RawMessage(`{"text":"x"}`)}, 3, protocol.PriorityNormal, "", "")
+			j := s.newJob(newID(), &protocol.SubmitJob{TaskType: "SHA256", Payload: json.RawMessage(`{"text":"x"}`)}, 3, protocol.PriorityNormal, "", "")
 			j.version = 0
 			s.mu.Unlock()
 			w, done := heldWrite(t, c, j)
@@ -154,7 +154,7 @@ func TestUpdateThatLandedEarlierDoesNotFence(t *testing.T) {
 			ctx := context.Background()
 			stored := make(chan error, 1)
 			s.mu.Lock()
-			j := s.newJob(&protocol.SubmitJob{TaskType: "SHA256", Payload: json.RawMessage(`{"text":"x"}`)}, 3, protocol.PriorityNormal, "", "")
+			j := s.newJob(newID(), &protocol.SubmitJob{TaskType: "SHA256", Payload: json.RawMessage(`{"text":"x"}`)}, 3, protocol.PriorityNormal, "", "")
 			s.markDirty(j, func(err error) { stored <- err })
 			s.unlock()
 			if err := <-stored; err != nil {

@@ -39,7 +39,7 @@ func (s *scheduler) requestJob(req *protocol.SubmitJob, from request, maxAttempt
 	s.run(func() {
 		since, answered := s.findFinished(named, from.id, req, maxAttempts, prio, reply)
 		if !answered {
-			s.submit(req, request{id: from.id, looked: true, since: since}, reply)
+			s.submit(req, request{id: from.id, looked: true, since: since, due: from.due}, reply)
 		}
 	})
 	return "", false
@@ -51,12 +51,12 @@ func (s *scheduler) requestJob(req *protocol.SubmitJob, from request, maxAttempt
 func (s *scheduler) answerResent(id string, from request, req *protocol.SubmitJob, maxAttempts int, prio protocol.Priority, reply replyFunc) bool {
 	if j := s.jobs[id]; j != nil { // an earlier send's job
 		s.note.submitted(SubmitDuplicate)
-		s.answerRequestRepeat(j, from.id, req, maxAttempts, prio, reply)
+		s.answerRequestRepeat(j, from, req, maxAttempts, prio, reply)
 		return true
 	}
 	if from.looked && s.kept.index.createdSince(from.since, id) { // and it finished meanwhile
 		s.note.submitted(SubmitDuplicate)
-		s.out.reply(reply, &protocol.JobSubmitted{JobID: id})
+		s.out.reply(reply, settled{&protocol.JobSubmitted{JobID: id}})
 		return true
 	}
 	return false
@@ -89,30 +89,32 @@ func (s *scheduler) findFinished(id, rid string, req *protocol.SubmitJob, maxAtt
 	if !sameSubmission(&r, req, maxAttempts, prio) {
 		reply(protocol.RequestIDReused(rid, id))
 	} else {
-		reply(&protocol.JobSubmitted{JobID: id})
+		reply(settled{&protocol.JobSubmitted{JobID: id}}) // stored: whoever leads knows it
 	}
 	return since, true
 }
 
 // answerRequestRepeat answers a submission sent again whose job j is in memory: its id
-// once it is durable, an ERROR if the request id came with another submission. Called
-// with the scheduler's mu held.
-func (s *scheduler) answerRequestRepeat(j *job, rid string, req *protocol.SubmitJob, maxAttempts int, prio protocol.Priority, reply replyFunc) {
+// once it is durable, as the first send hears (answerDuplicate), and an ERROR if the
+// request id came with another submission. Called with the scheduler's mu held.
+func (s *scheduler) answerRequestRepeat(j *job, from request, req *protocol.SubmitJob, maxAttempts int, prio protocol.Priority, reply replyFunc) {
 	if !sameSubmission(&j.rec, req, maxAttempts, prio) {
-		s.out.reply(reply, protocol.RequestIDReused(rid, j.rec.JobID))
+		s.out.reply(reply, protocol.RequestIDReused(from.id, j.rec.JobID))
 		return
 	}
-	answer := &protocol.JobSubmitted{JobID: j.rec.JobID}
+	id := j.rec.JobID
+	answer := settled{&protocol.JobSubmitted{JobID: id}}
 	if j.rev != 0 {
 		s.out.reply(reply, answer)
 		return
 	}
+	r := s.replies.by(reply, from.due, "submission", id)
 	j.waiters = append(j.waiters, waiter{version: 1, fn: func(err error) {
 		if err != nil {
-			reply(notStored(j.rec.JobID, err))
+			r.send(createFailed(id, err))
 			return
 		}
-		reply(answer)
+		r.send(answer)
 	}})
 }
 
