@@ -56,10 +56,10 @@ func (b *Bridge) requestRetrying(ctx context.Context, subject string, payload []
 		opts.Fresh, opts.FirstTry, opts.MaxTry = true, submitTry, submitTry
 		opts.Header = nats.Header{protocol.HeaderRequestID: []string{rid}}
 		opts.TryHeader, opts.TimeoutHeader = protocol.HeaderRequestTry, protocol.HeaderTimeout
-		opts.Unserved = notServingOrUnknown // sent again, it finds the job if it was stored
+		opts.Unsure = outcomeUnknown // sent again, it finds the job if it was stored
 	case subject == cancelSubject:
 		opts.Fresh, opts.FirstTry, opts.TimeoutHeader = true, b.cfg.RequestTimeout+time.Second, protocol.HeaderTimeout
-		opts.Unserved = notServingOrUnknown // a cancel again changes nothing more
+		opts.Unsure = outcomeUnknown // a cancel again changes nothing more
 	case !protocol.ReadOnlySubject(subject):
 		opts.Fresh, opts.FirstTry = true, b.cfg.RequestTimeout+time.Second
 	}
@@ -73,9 +73,9 @@ func notServing(m *nats.Msg) bool {
 	return m.Header.Get(micro.ErrorCodeHeader) == "503"
 }
 
-// notServingOrUnknown is notServing, or an "Outcome unknown" answer: for a submission
-// under its request id or a cancel, safe to send again, which a later send may hear
-// settled.
-func notServingOrUnknown(m *nats.Msg) bool {
-	return notServing(m) || strings.HasPrefix(m.Header.Get(micro.ErrorHeader), protocol.OutcomeUnknownPrefix)
+// outcomeUnknown reports an "Outcome unknown" answer: its write not confirmed in the
+// time the send said it had. A submission under its request id, or a cancel, is safe to
+// send again, and a later send may hear it settled (by then, or by the next leader).
+func outcomeUnknown(m *nats.Msg) bool {
+	return strings.HasPrefix(m.Header.Get(micro.ErrorHeader), protocol.OutcomeUnknownPrefix)
 }

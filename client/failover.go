@@ -65,13 +65,13 @@ func (n *natsTransport) request(ctx context.Context, t protocol.Type, subject st
 		opts.Fresh, opts.FirstTry, opts.MaxTry = true, submitTry, submitTry
 		opts.Header = nats.Header{protocol.HeaderRequestID: {rid}, protocol.HeaderRequestTry: firstTry}
 		opts.TryHeader, opts.TimeoutHeader = protocol.HeaderRequestTry, protocol.HeaderTimeout
-		opts.Unserved = notServingOrUnknown // sent again, it finds the job if it was stored
+		opts.Unsure = outcomeUnknown // sent again, it finds the job if it was stored
 	case t == protocol.TypeGetJobStatus || t == protocol.TypeListWorkers:
 		// Answered from memory: sent again as soon as a submission.
 		opts.FirstTry, opts.MaxTry = submitTry, submitTry
 	case t == protocol.TypeCancelJob:
 		opts.Fresh, opts.FirstTry, opts.TimeoutHeader = true, untilDeadline(ctx, within), protocol.HeaderTimeout
-		opts.Unserved = notServingOrUnknown // a cancel again changes nothing more
+		opts.Unsure = outcomeUnknown // a cancel again changes nothing more
 	case !protocol.ReadOnly(t):
 		opts.Fresh, opts.FirstTry = true, untilDeadline(ctx, within)
 	}
@@ -127,11 +127,11 @@ func notServing(m *nats.Msg) bool {
 	return m.Header.Get(micro.ErrorCodeHeader) == "503"
 }
 
-// notServingOrUnknown is notServing, or an "Outcome unknown" answer (its write not yet
-// confirmed): for a request that is safe to send again, a submission under its request
-// id or a cancel, which a later send may hear settled.
-func notServingOrUnknown(m *nats.Msg) bool {
-	return notServing(m) || strings.HasPrefix(m.Header.Get(micro.ErrorHeader), protocol.OutcomeUnknownPrefix)
+// outcomeUnknown reports an "Outcome unknown" answer: its write not confirmed in the
+// time the send said it had. A submission under its request id, or a cancel, is safe to
+// send again, and a later send may hear it settled (by then, or by the next leader).
+func outcomeUnknown(m *nats.Msg) bool {
+	return strings.HasPrefix(m.Header.Get(micro.ErrorHeader), protocol.OutcomeUnknownPrefix)
 }
 
 // coordinatorRuns reports whether a coordinator process answers presence

@@ -63,6 +63,11 @@ type Options struct {
 	// coordinator whose leader lease lapsed): it is waited past like "no responders",
 	// and returned only if nothing better came before ctx ended.
 	Unserved func(*nats.Msg) bool
+	// Unsure reports a reply that says its request's outcome is not known yet (an
+	// "Outcome unknown" of a write still going on), which a later send may hear
+	// settled: it is waited past like Unserved while at least FirstTry of the request's
+	// time is left, and is the answer otherwise.
+	Unsure func(*nats.Msg) bool
 	// Wake, if set, is a subject on which a responder announces that it now serves (a
 	// new leader: protocol.LeaderSubject). Once a send went unanswered or unserved, or
 	// found nobody, an announcement sends the request again at once rather than at the
@@ -121,7 +126,7 @@ func (r *resend) run(ctx context.Context) (*nats.Msg, error) {
 		}
 		m, err := r.x.wait(ctx, until)
 		switch {
-		case err == nil && (r.opts.Unserved == nil || !r.opts.Unserved(m)):
+		case err == nil && !r.unserved(ctx, m, try):
 			return m, nil
 		case err == nil || errors.Is(err, nats.ErrNoResponders): // nobody serves right now
 			if err == nil {
@@ -178,6 +183,22 @@ func (r *resend) run(ctx context.Context) (*nats.Msg, error) {
 		}
 		next = time.Now().Add(try)
 	}
+}
+
+// unserved reports whether reply m is to be waited past (Options.Unserved, Unsure),
+// with try the wait of a send.
+func (r *resend) unserved(ctx context.Context, m *nats.Msg, try time.Duration) bool {
+	if r.opts.Unserved != nil && r.opts.Unserved(m) {
+		return true
+	}
+	if r.opts.Unsure == nil || !r.opts.Unsure(m) {
+		return false
+	}
+	end, ok := ctx.Deadline()
+	if !r.end.IsZero() && (!ok || r.end.Before(end)) {
+		end, ok = r.end, true
+	}
+	return !ok || time.Until(end) >= try
 }
 
 // listen subscribes to Options.Wake, once.

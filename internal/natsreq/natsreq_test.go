@@ -363,6 +363,33 @@ func TestResendRidesOutAFailover(t *testing.T) {
 			t.Fatalf("%v, %v; want the deadline: the first send was taken", m, err)
 		}
 	})
+	t.Run("UnsureIsSentAgainWhileTimeIsLeft", func(t *testing.T) {
+		// The first answer is unsure, the second settled; with too little time left the
+		// unsure one is the answer.
+		for _, tc := range []struct {
+			within time.Duration
+			want   string
+		}{{10 * time.Second, "settled"}, {150 * time.Millisecond, "unsure"}} {
+			nc := connect(t)
+			var n atomic.Int32
+			sub, err := nc.Subscribe("svc", func(m *nats.Msg) {
+				if n.Add(1) == 1 {
+					_ = m.Respond([]byte("unsure"))
+					return
+				}
+				_ = m.Respond([]byte("settled"))
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := natsreq.Resend(ctx, nc, "svc", nil, natsreq.Options{FirstTry: time.Second, Fresh: true, Within: tc.within,
+				Unsure: func(m *nats.Msg) bool { return string(m.Data) == "unsure" }})
+			_ = sub.Unsubscribe()
+			if err != nil || string(m.Data) != tc.want {
+				t.Fatalf("within %v: %v, %v; want %s", tc.within, m, err, tc.want)
+			}
+		}
+	})
 	t.Run("TakenThenCutOff", func(t *testing.T) {
 		nc := connect(t)
 		frozen(t, nc)
