@@ -40,26 +40,11 @@ func (v verdict) String() string {
 }
 
 // classifyClient decides what to do with one client-port payload: forward it to the
-// subject of its endpoint, or answer (and maybe close) with the ERROR returned.
-// Decoding the whole message, not only peeking its type, catches wrong field types
-// before anything reaches the coordinator.
+// subject of its endpoint, or answer (and maybe close) with the ERROR returned. A
+// client request is forwarded on its type alone, undecoded: the coordinator decodes it
+// anyway, and its answer says whether it could; when it does not vouch for the
+// payload, malformed judges it (serveClient). Anything else is decoded here.
 func classifyClient(payload []byte) (verdict, string, *protocol.Error) {
-	msg, err := protocol.Decode(payload)
-	if err != nil {
-		return reject, "", protocol.MalformedRequest(err)
-	}
-	t := msg.MessageType()
-	e, ok := protocol.EndpointFor(t)
-	if !ok {
-		return answer, "", protocol.UnexpectedType(t, "client")
-	}
-	return forward, e.Subject(), nil
-}
-
-// peekClient is classifyClient reading only the type: a client request is forwarded
-// to its endpoint undecoded, since the coordinator decodes it anyway and its answer
-// says whether it could (serveClient). Anything else is classified in full.
-func peekClient(payload []byte) (verdict, string, *protocol.Error) {
 	t, err := protocol.PeekType(payload)
 	if err != nil {
 		// Decode's own error: it reads the type with PeekType first.
@@ -68,7 +53,18 @@ func peekClient(payload []byte) (verdict, string, *protocol.Error) {
 	if subject, ok := endpointSubjects[t]; ok {
 		return forward, subject, nil
 	}
-	return classifyClient(payload)
+	if e := malformed(payload); e != nil {
+		return reject, "", e
+	}
+	return answer, "", protocol.UnexpectedType(t, "client")
+}
+
+// malformed is the ERROR for a payload Decode rejects, nil for one it accepts.
+func malformed(payload []byte) *protocol.Error {
+	if _, err := protocol.Decode(payload); err != nil {
+		return protocol.MalformedRequest(err)
+	}
+	return nil
 }
 
 // endpointSubjects maps each client request type to its endpoint's subject, which
@@ -99,18 +95,18 @@ func (b *Bridge) serveClient(c net.Conn, release func()) {
 			})
 			return
 		}
-		v, subject, e := peekClient(payload)
+		v, subject, e := classifyClient(payload)
 		var reply []byte
 		if v == forward {
 			var decoded bool
 			reply, decoded, e = b.request(subject, payload, log)
 			if !decoded {
 				// The coordinator did not vouch for the payload: it refused it (maybe as
-				// malformed), or did not answer. Judge it here, as classifyClient always
-				// did before forwarding, so that a malformed frame gets the same ERROR
-				// and closes the connection whatever the coordinator could say.
-				if cv, _, ce := classifyClient(payload); cv == reject {
-					v, reply, e = reject, nil, ce
+				// malformed), or did not answer. Judge it here, as the bridge did before
+				// it forwarded requests undecoded, so that a malformed frame gets the
+				// same ERROR and closes the connection whatever the coordinator could say.
+				if me := malformed(payload); me != nil {
+					v, reply, e = reject, nil, me
 				}
 			}
 		}
