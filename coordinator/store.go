@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/internal/backoff"
 )
 
 // ErrFenced means a write found the state changed by someone else: another coordinator
@@ -235,7 +236,7 @@ func (c *Coordinator) commit(ctx context.Context, ws []pendingWrite) {
 				c.fail(w.j, ctx.Err())
 			}
 			return
-		case <-time.After(min(time.Duration(attempt+1)*50*time.Millisecond, time.Second)):
+		case <-time.After(backoff.Policy{Base: 50 * time.Millisecond, Max: time.Second}.Delay(attempt)):
 		}
 	}
 }

@@ -20,8 +20,8 @@ import (
 	"fmt"
 	"log/slog"
 	"sync/atomic"
-	"time"
 
+	"github.com/jobbus/jobbus/internal/backoff"
 	"github.com/jobbus/jobbus/worker/internal/attempts"
 )
 
@@ -102,7 +102,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		default:
 			w.log.Debug("coordinator still unreachable", "err", err, "try", try)
 		}
-		if !sleep(ctx, w.cfg.reconnectDelay) {
+		if !backoff.Sleep(ctx, w.cfg.reconnectDelay) {
 			w.log.Info("worker stopped")
 			return nil
 		}
@@ -120,16 +120,4 @@ func (w *Worker) session(ctx context.Context) (registered bool, err error) {
 	}
 	s := newSession(w, conn)
 	return s.run(ctx)
-}
-
-// sleep waits d, reporting false if ctx ended first.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
