@@ -13,6 +13,7 @@ import (
 
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/bus/protocol/frame"
+	"github.com/jobbus/jobbus/internal/natsreq"
 )
 
 // verdict is what the client port does with a frame.
@@ -169,28 +170,15 @@ func (b *Bridge) request(subject string, payload []byte, log *slog.Logger) (repl
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, b.cfg.RequestTimeout)
 	defer cancel()
-	msg, err := b.requestRetryingReads(ctx, subject, payload) // readretry.go
+	// A read-only request that goes unanswered is sent again, and any request while no
+	// coordinator serves its subject (one is starting, or failing over).
+	msg, err := natsreq.Request(ctx, b.nc, subject, payload, natsreq.Options{WaitForResponders: true})
 	if err != nil {
 		log.Debug("request failed", "subject", subject, "err", err)
 		return nil, false, b.unavailable(subject, err)
 	}
 	reply, e = checkReply(msg, log)
 	return reply, e == nil && msg.Header.Get(micro.ErrorHeader) == "", e
-}
-
-// requestServed sends a request, and sends it again while no coordinator serves its
-// subject (one is starting, or failing over) until ctx ends. A request nobody received
-// cannot have been acted on, so sending it again is safe; one that went unanswered is
-// not sent again.
-func (b *Bridge) requestServed(ctx context.Context, subject string, payload []byte) (*nats.Msg, error) {
-	first := true
-	return untilServed(ctx, func(err error) bool { return errors.Is(err, nats.ErrNoResponders) }, func() (*nats.Msg, error) {
-		if !first && !b.nc.IsConnected() {
-			return nil, nats.ErrConnectionReconnecting
-		}
-		first = false
-		return b.nc.RequestWithContext(ctx, subject, payload)
-	})
 }
 
 // checkReply vets a reply body before it is written as a frame unchanged.

@@ -15,6 +15,7 @@ import (
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/bus/protocol/frame"
 	"github.com/jobbus/jobbus/internal/backoff"
+	"github.com/jobbus/jobbus/internal/natsreq"
 	"github.com/jobbus/jobbus/internal/workerproto"
 )
 
@@ -215,7 +216,7 @@ func (s *workerSession) register() bool {
 func (s *workerSession) registerServed() (*protocol.WorkerRegistered, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, s.b.cfg.RequestTimeout)
 	defer cancel()
-	return untilServed(ctx, func(err error) bool { return errors.Is(err, bus.ErrNoPeer) }, func() (*protocol.WorkerRegistered, error) {
+	return natsreq.UntilServed(ctx, func(err error) bool { return errors.Is(err, bus.ErrNoPeer) }, func() (*protocol.WorkerRegistered, error) {
 		return workerproto.Register(ctx, s.node, &s.reg)
 	})
 }

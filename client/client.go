@@ -19,6 +19,7 @@ import (
 
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/internal/backoff"
+	"github.com/jobbus/jobbus/internal/natsreq"
 )
 
 // Errors callers test with errors.Is.
@@ -118,7 +119,7 @@ func (n natsTransport) RoundTrip(ctx context.Context, t protocol.Type, body []by
 	if !ok {
 		return nil, fmt.Errorf("%s is not a client request", t)
 	}
-	msg, err := request(ctx, n.nc, t, e.Subject(), body) // readretry.go
+	msg, err := natsreq.Request(ctx, n.nc, e.Subject(), body, natsreq.Options{})
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, fmt.Errorf("%w on %s (is `jobbus serve` running?)", ErrNoCoordinator, n.nc.ConnectedUrlRedacted())
