@@ -143,8 +143,11 @@ func (s *workerSession) awaitRegister() *protocol.WorkerRegister {
 	// lists, as a native worker does. The coordinator checks it.
 	//
 	// What a worker holds is the bridge's to report, from what it forwarded: a new
-	// connection holds nothing the coordinator could keep.
-	reg.Held, reg.Instance = nil, ""
+	// connection holds nothing the coordinator could keep (PROTOCOL.md: the attempts
+	// of a lost connection end with it). Said as an empty report, so that a
+	// coordinator that restarted meanwhile counts the worker's earlier attempts lost
+	// at once, rather than waiting for the worker to claim them.
+	reg.Held, reg.Instance = &protocol.Held{}, ""
 	return reg
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/jobbus/jobbus/internal/brokenpipe"
 	"github.com/jobbus/jobbus/internal/version"
 )
 
@@ -90,8 +91,12 @@ func env(flag string) []string {
 	return []string{"JOBBUS_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))}
 }
 
-// logger builds the slog logger of the global flags.
+// logger builds the slog logger of the global flags. The commands that log are the
+// services (serve, coordinator, bridge, worker, dashboard), which must finish their
+// drain even when their log goes to a pipe whose reader has gone (`| tee`, then
+// Ctrl-C): so from here on a broken pipe fails a write instead of killing the process.
 func logger(c *cli.Context) (*slog.Logger, error) {
+	brokenpipe.Survive()
 	return loggerAt(c, "log-level", global(c, "log-level"))
 }
 

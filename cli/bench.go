@@ -26,7 +26,7 @@ import (
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/coordinator"
 	"github.com/jobbus/jobbus/embeddednats"
-	"github.com/jobbus/jobbus/internal/metrics"
+	"github.com/jobbus/jobbus/system"
 	"github.com/jobbus/jobbus/worker"
 	"github.com/jobbus/jobbus/worker/tcpworker"
 )
@@ -210,11 +210,7 @@ func benchTarget(ctx context.Context, c *cli.Context, transport string, syncOpts
 		sys.nc = nc
 		return sys, nil
 	}
-	var reg *metrics.Registry
-	if c.Bool("metrics") {
-		reg = metrics.New()
-	}
-	return inProcessSystem(ctx, c.String("data-dir"), transport, submitters, c.Int("workers"), c.Int("worker-capacity"), reg, syncOpts, c.String("sync") == "always", newStartProbe(probeJobs))
+	return inProcessSystem(ctx, c, transport, syncOpts, newStartProbe(probeJobs))
 }
 
 func dialClients(ctx context.Context, n int, dial func() (*client.Client, error)) (*benchSystem, error) {
@@ -235,131 +231,91 @@ func dialClients(ctx context.Context, n int, dial func() (*client.Client, error)
 	return sys, nil
 }
 
-// inProcessSystem starts embedded NATS, a coordinator, the bridge for tcp, and workers
-// in store dir, or without one in a temporary store that is removed afterwards. The
-// workers report their starts to probe; syncAlways makes the coordinator fsync every
-// job write, a group at a time, before anything depends on it.
-func inProcessSystem(ctx context.Context, dir, transport string, submitters, workers, capacity int, reg *metrics.Registry,
-	syncOpts []embeddednats.Option, syncAlways bool, probe *startProbe) (*benchSystem, error) {
-	var cleanups []func()
-	if dir == "" {
-		tmp, err := os.MkdirTemp("", "jobbus-bench-")
-		if err != nil {
-			return nil, err
-		}
-		dir = tmp
-		cleanups = append(cleanups, func() { _ = os.RemoveAll(tmp) })
+// inProcessSystem builds the system serve runs (system.Start: embedded NATS, the
+// coordinator with its election, the bridge for tcp) in --data-dir, or without one in
+// a temporary store that is removed afterwards, and the workers and clients that load
+// it. The workers report their starts to probe; --sync always makes the coordinator
+// fsync every job write, a group at a time, before anything depends on it.
+func inProcessSystem(ctx context.Context, c *cli.Context, transport string, syncOpts []embeddednats.Option, probe *startProbe) (*benchSystem, error) {
+	workers, capacity := c.Int("workers"), c.Int("worker-capacity")
+	cfg := coordinator.DefaultConfig()
+	cfg.MaxActiveJobs = 1 << 30
+	scfg := system.Config{
+		NATS: system.NATS{
+			Server: append([]embeddednats.Option{
+				embeddednats.WithListen("127.0.0.1:-1"),
+				embeddednats.WithStoreGuard(embeddednats.DefaultStoreCheck, embeddednats.DefaultStoreProbe),
+			}, syncOpts...),
+			StoreDir: c.String("data-dir"),
+			SyncJobs: c.String("sync") == "always",
+		},
+		Coordinator: &cfg,
+		Metrics:     c.Bool("metrics"),
 	}
+	if transport == "tcp" {
+		bcfg := bridge.DefaultConfig()
+		bcfg.WorkerListen, bcfg.ClientListen = "127.0.0.1:0", "127.0.0.1:0"
+		scfg.Bridge = &bcfg
+	} else {
+		// Native workers reach NATS over loopback TCP as they would from another
+		// process, so that both transports pay for their sockets.
+		scfg.Workers = system.Workers{Count: workers, Dial: true,
+			Options: func() []worker.Option {
+				return []worker.Option{worker.WithCapacity(capacity), worker.WithLogger(nil), worker.WithTasks(probe.tasks())}
+			},
+			Setup: func(w *worker.Worker) error { return worker.HandleJSON(w, benchCustomType, probe.custom) },
+		}
+	}
+	sys, err := system.Start(ctx, scfg)
+	if err != nil {
+		return nil, err
+	}
+	cleanups := []func(){func() { _ = sys.Close() }}
 	cleanup := func() {
 		for _, f := range slices.Backward(cleanups) {
 			f()
 		}
 	}
 	fail := func(err error) (*benchSystem, error) { cleanup(); return nil, err }
-	srv, err := embeddednats.Start(ctx, append([]embeddednats.Option{embeddednats.WithListen("127.0.0.1:-1"), embeddednats.WithStoreDir(dir)}, syncOpts...)...)
+	leader, err := sys.Leading(ctx)
 	if err != nil {
 		return fail(err)
 	}
-	cleanups = append(cleanups, func() { _ = srv.Shutdown(context.Background()) })
-	nc, err := srv.Connect()
-	if err != nil {
-		return fail(err)
+	if h := sys.MetricsHandler(); h != nil {
+		cleanups = append(cleanups, scrapeEverySecond(h))
 	}
-	cleanups = append(cleanups, nc.Close)
-	cfg := coordinator.DefaultConfig()
-	cfg.MaxActiveJobs = 1 << 30
-	if syncAlways {
-		cfg.SyncJobs = jobsSync(srv, nc)
-	}
-	if reg != nil {
-		cfg.Observer = reg.Coordinator()
-	}
-	coord, err := coordinator.New(nc, cfg)
-	if err == nil {
-		err = coord.Start(ctx)
-	}
-	if err != nil {
-		return fail(err)
-	}
-	cleanups = append(cleanups, func() { _ = coord.Close() })
-	if reg != nil {
-		reg.Coordinator().OnLead(coord)
-		cleanups = append(cleanups, scrapeEverySecond(reg))
-	}
-	var br *bridge.Bridge
-	if transport == "tcp" {
-		bcfg := bridge.DefaultConfig()
-		bcfg.WorkerListen, bcfg.ClientListen = "127.0.0.1:0", "127.0.0.1:0"
-		if br, err = bridge.New(nc, bcfg); err == nil {
-			err = br.Start(ctx)
-		}
-		if err != nil {
-			return fail(err)
-		}
-		cleanups = append(cleanups, func() { _ = br.Close() })
-		if reg != nil {
-			reg.AddBridge(br)
+	if br := sys.Bridge(); br != nil {
+		wctx, stopWorkers := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		cleanups = append(cleanups, func() { stopWorkers(); wg.Wait() })
+		for range workers {
+			w, err := tcpworker.New(br.WorkerAddr().String(), tcpworker.WithCapacity(capacity), tcpworker.WithLogger(nil), tcpworker.WithTasks(probe.tasks()))
+			if err != nil {
+				return fail(err)
+			}
+			wg.Go(func() { _ = w.Run(wctx) })
 		}
 	}
-	wctx, stopWorkers := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	cleanups = append(cleanups, func() { stopWorkers(); wg.Wait() })
-	// Native peers reach NATS over loopback TCP as they would from another process, so
-	// that both transports pay for their sockets.
-	url := srv.ClientURL()
-	for range workers {
-		run, err := benchWorker(url, br, capacity, reg, probe)
-		if err != nil {
-			return fail(err)
-		}
-		wg.Add(1)
-		go func() { defer wg.Done(); run(wctx) }()
-	}
-	cnc, err := nats.Connect(url)
+	cnc, err := nats.Connect(sys.ClientURL())
 	if err != nil {
 		return fail(err)
 	}
 	cleanups = append(cleanups, cnc.Close)
 	dial := func() (*client.Client, error) { return client.New(cnc), nil }
-	if br != nil {
+	if br := sys.Bridge(); br != nil {
 		dial = func() (*client.Client, error) { return client.DialTCP(ctx, br.ClientAddr().String()) }
 	}
-	sys, err := dialClients(ctx, submitters, dial)
+	bs, err := dialClients(ctx, c.Int("submitters"), dial)
 	if err != nil {
 		return fail(err)
 	}
-	cleanups = append(cleanups, sys.close)
-	sys.close = cleanup
-	sys.nc, sys.probe = cnc, probe
-	for _, n := range coord.Stats().Jobs {
-		sys.kept += n
+	cleanups = append(cleanups, bs.close)
+	bs.close = cleanup
+	bs.nc, bs.probe = cnc, probe
+	for _, n := range leader.Stats().Jobs {
+		bs.kept += n
 	}
-	return sys, nil
-}
-
-// benchWorker builds one worker running ts: native with its own connection to url, or a
-// spec TCP worker on the bridge.
-func benchWorker(url string, br *bridge.Bridge, capacity int, reg *metrics.Registry, probe *startProbe) (func(context.Context), error) {
-	ts := probe.tasks()
-	if br == nil {
-		w, err := worker.Connect(context.Background(), url, worker.WithCapacity(capacity), worker.WithLogger(nil), worker.WithTasks(ts))
-		if err != nil {
-			return nil, err
-		}
-		if err := worker.HandleJSON(w, benchCustomType, probe.custom); err != nil {
-			_ = w.Close()
-			return nil, err
-		}
-		if reg != nil {
-			reg.AddBus("worker", w.BusStats)
-		}
-		return func(ctx context.Context) { _ = w.Run(ctx); _ = w.Close() }, nil
-	}
-	w, err := tcpworker.New(br.WorkerAddr().String(), tcpworker.WithCapacity(capacity), tcpworker.WithLogger(nil), tcpworker.WithTasks(ts))
-	if err != nil {
-		return nil, err
-	}
-	return func(ctx context.Context) { _ = w.Run(ctx) }, nil
+	return bs, nil
 }
 
 // runBench submits n jobs, numbered from first, over the clients, one submitter each,

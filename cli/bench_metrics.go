@@ -5,15 +5,12 @@ import (
 	"net/http/httptest"
 	"sync"
 	"time"
-
-	"github.com/jobbus/jobbus/internal/metrics"
 )
 
-// scrapeEverySecond scrapes reg's /metrics as Prometheus would, but every second
+// scrapeEverySecond scrapes /metrics (h) as Prometheus would, but every second
 // (fifteen times as often as its default), so that bench --metrics pays for the
 // scrapes too. stop ends it.
-func scrapeEverySecond(reg *metrics.Registry) (stop func()) {
-	h := reg.Handler()
+func scrapeEverySecond(h http.Handler) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)

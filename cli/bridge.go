@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"log/slog"
@@ -12,11 +11,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/urfave/cli/v2"
 
 	"github.com/jobbus/jobbus/bridge"
-	"github.com/jobbus/jobbus/internal/metrics"
+	"github.com/jobbus/jobbus/system"
 )
 
 // bridgeFlags are the TCP ports' flags, shared by `bridge` and `serve`. A port of -1
@@ -99,52 +97,18 @@ func bridgeConfig(c *cli.Context, log *slog.Logger) (bridge.Config, error) {
 	return cfg, nil
 }
 
-// startBridge starts the TCP ports in front of the coordinator on nc, unless both are
-// off (then it does nothing), and shows the bridge to onStart. stop closes the bridge.
-func startBridge(ctx context.Context, c *cli.Context, nc *nats.Conn, log *slog.Logger, onStart func(*bridge.Bridge)) (stop func(), err error) {
+// bridgeSystemConfig is the bridge of the TCP ports' flags in a system, nil when both
+// ports are off; it warns when they listen beyond loopback unauthenticated.
+func bridgeSystemConfig(c *cli.Context, log *slog.Logger) (*bridge.Config, error) {
 	cfg, err := bridgeConfig(c, log)
-	if err != nil {
+	if err != nil || cfg.WorkerListen == "" && cfg.ClientListen == "" {
 		return nil, err
 	}
-	if cfg.WorkerListen == "" && cfg.ClientListen == "" {
-		log.Info("TCP ports off")
-		return func() {}, nil
-	}
-	br, err := bridge.New(nc, cfg)
-	if err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, usageError("%v", err)
 	}
 	warnOpenPorts(log, c.String("listen-host"), cfg)
-	if err := br.Start(ctx); err != nil {
-		return nil, err
-	}
-	onStart(br)
-	return func() { _ = br.Close() }, nil
-}
-
-// bridgeNATSOptions are the options of a bridge's own NATS connection: while it
-// reconnects, a publish fails instead of waiting in a buffer, so a client request the
-// bridge has answered "unavailable" is never sent to the coordinator after all.
-func bridgeNATSOptions() []nats.Option {
-	return []nats.Option{nats.ReconnectBufSize(-1)}
-}
-
-// serveBridgeConn is the connection serve's bridge uses: serve's own when NATS is
-// embedded (in-process, it never reconnects), else a connection of its own with
-// bridgeNATSOptions; close closes it. Should that dial fail, the bridge shares serve's
-// connection: it still answers at once while that one is down.
-func serveBridgeConn(ctx context.Context, c *cli.Context, nc *nats.Conn, log *slog.Logger) (conn *nats.Conn, close func()) {
-	target, err := natsTarget(c, true)
-	if err != nil || target.url == "" {
-		return nc, func() {}
-	}
-	target.opts = append(target.opts, bridgeNATSOptions()...)
-	own, err := dial(ctx, c, log, target)
-	if err != nil {
-		log.Warn("bridge: a NATS connection of its own failed; sharing serve's", "err", err)
-		return nc, func() {}
-	}
-	return own, own.Close
+	return &cfg, nil
 }
 
 func bridgeCommand() *cli.Command {
@@ -163,11 +127,11 @@ Example:
 			if err != nil {
 				return err
 			}
-			cfg, err := bridgeConfig(c, log)
+			bcfg, err := bridgeSystemConfig(c, log)
 			if err != nil {
 				return err
 			}
-			if cfg.WorkerListen == "" && cfg.ClientListen == "" {
+			if bcfg == nil {
 				return usageError("--worker-port and --client-port are both -1: nothing to serve")
 			}
 			target, err := natsTarget(c, false)
@@ -176,26 +140,17 @@ Example:
 			}
 			ctx, cancel := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 			defer cancel()
-			target.opts = append(target.opts, bridgeNATSOptions()...)
-			nc, err := dial(ctx, c, log, target)
+			// Alone on its connection, the bridge gives it its options (system.NATS).
+			sys, err := system.Start(ctx, system.Config{
+				NATS: joinNATS(c, target), Bridge: bcfg, HTTPListen: httpListen(c), Metrics: true, Logger: log,
+			})
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
-			reg := metrics.New()
-			stopHTTP, err := startHTTP(ctx, c, nc, log, reg)
-			if err != nil {
-				return err
-			}
-			defer stopHTTP()
-			stop, err := startBridge(ctx, c, nc, log, reg.AddBridge)
-			if err != nil {
-				return err
-			}
-			log.Info("bridge running", "nats", nc.ConnectedUrlRedacted())
+			log.Info("bridge running", "nats", sys.Conn().ConnectedUrlRedacted())
 			<-ctx.Done()
 			log.Info("bridge stopping")
-			stop()
+			_ = sys.Close()
 			return nil
 		},
 	}

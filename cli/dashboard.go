@@ -6,8 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/jobbus/jobbus/internal/httpserver"
-	"github.com/jobbus/jobbus/internal/metrics"
+	"github.com/jobbus/jobbus/system"
 )
 
 func dashboardCommand() *cli.Command {
@@ -20,7 +19,7 @@ bucket and talks to the coordinator's API, so it can run anywhere NATS is reacha
 
 Example:
    jobbus dashboard --nats nats://nats.example:4222 --http-listen 127.0.0.1:8080`,
-		Flags: []cli.Flag{httpListenFlag(httpserver.DefaultListen)},
+		Flags: []cli.Flag{httpListenFlag(system.DefaultHTTPListen)},
 		Action: func(c *cli.Context) error {
 			log, err := logger(c)
 			if err != nil {
@@ -35,18 +34,15 @@ Example:
 			}
 			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			nc, err := dial(ctx, c, log, target)
+			sys, err := system.Start(ctx, system.Config{
+				NATS: joinNATS(c, target), HTTPListen: httpListen(c), Metrics: true, Logger: log,
+			})
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
-			stopHTTP, err := startHTTP(ctx, c, nc, log, metrics.New())
-			if err != nil {
-				return err
-			}
-			log.Info("dashboard running", "nats", nc.ConnectedUrlRedacted(), "url", "http://"+c.String("http-listen")+"/")
+			log.Info("dashboard running", "nats", sys.Conn().ConnectedUrlRedacted(), "url", "http://"+c.String("http-listen")+"/")
 			<-ctx.Done()
-			stopHTTP()
+			_ = sys.Close()
 			return nil
 		},
 	}

@@ -3,6 +3,7 @@ package cli_test
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +20,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(recorderEnv) != "" { // this binary as a worker process (restart_attempts_test.go)
+		os.Exit(runRecordingWorker())
+	}
 	cleanup := buildBinary() // for the tests that run jobbus as a process of its own
 	goleak.VerifyTestMain(m, testkit.IgnoreJetStreamAckWatcher(), goleak.Cleanup(func(int) { cleanup() }))
 }

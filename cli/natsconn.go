@@ -6,8 +6,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/urfave/cli/v2"
 
+	"github.com/jobbus/jobbus/cli/internal/natscontext"
 	"github.com/jobbus/jobbus/embeddednats"
-	"github.com/jobbus/jobbus/internal/natscontext"
 )
 
 // natsConn is where and how a command reaches NATS: --nats and the credential and TLS

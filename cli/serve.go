@@ -2,21 +2,17 @@ package cli
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"os/signal"
-	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/urfave/cli/v2"
 
 	"github.com/jobbus/jobbus/coordinator"
 	"github.com/jobbus/jobbus/embeddednats"
-	"github.com/jobbus/jobbus/internal/httpserver"
-	"github.com/jobbus/jobbus/internal/metrics"
+	"github.com/jobbus/jobbus/system"
 	"github.com/jobbus/jobbus/worker"
 )
 
@@ -73,7 +69,7 @@ func serveCommand() *cli.Command {
 		&cli.StringFlag{Name: "nats-listen", Value: embeddednats.DefaultListen, Usage: "client address of the embedded NATS server (loopback by default)", EnvVars: env("nats-listen")},
 		&cli.IntFlag{Name: "workers", Value: 0, Usage: "local native workers to run in-process", EnvVars: env("workers")},
 		&cli.IntFlag{Name: "worker-capacity", Value: 4, Usage: "capacity of each local worker", EnvVars: env("worker-capacity")},
-		httpListenFlag(httpserver.DefaultListen),
+		httpListenFlag(system.DefaultHTTPListen),
 		shutdownGraceFlag(),
 		&cli.StringFlag{Name: "nats-http-listen", Usage: "monitoring address of the embedded NATS server (/varz, /jsz, /healthz), e.g. 127.0.0.1:8222; off by default", EnvVars: env("nats-http-listen")},
 		&cli.StringFlag{Name: "nats-system-user", Value: "sys", Usage: "user of the embedded server's system account, with --nats-system-password", EnvVars: env("nats-system-user")},
@@ -110,84 +106,82 @@ func serve(c *cli.Context) error {
 	}
 	cfg := coordinatorConfig(c, log)
 	// --sync always: a cluster syncs each write, and group commit is its atomic
-	// batches; a lone server's coordinator syncs groups of writes itself (serveUntil).
+	// batches; a lone server's coordinator syncs groups of writes itself (NATS.SyncJobs).
 	cfg.SyncAlways = c.String("sync") == "always" && !coordinatorSyncs(c)
 	if err := cfg.Validate(); err != nil {
 		return usageError("%v", err)
 	}
-	var local drainGroup
+	scfg, err := serveSystem(c, log, cfg)
+	if err != nil {
+		return err
+	}
+	var running atomic.Pointer[system.System]
 	return runDraining(c.Context, log, grace, func(ctx context.Context) error {
-		return serveUntil(ctx, c, log, cfg, &local)
-	}, local.drain)
+		return serveUntil(ctx, c, log, scfg, &running)
+	}, func(ctx context.Context) error {
+		if sys := running.Load(); sys != nil {
+			return sys.Drain(ctx)
+		}
+		return nil
+	})
 }
 
 // serveUntil runs the system until ctx ends: on a signal, runDraining drains the local
-// workers first, so the coordinator is still there to take their results.
-func serveUntil(ctx context.Context, c *cli.Context, log *slog.Logger, cfg coordinator.Config, local *drainGroup) error {
-	ctx, stop := context.WithCancel(ctx)
-	defer stop()
-	// The embedded server's store guard tells the coordinator of a failed disk.
-	var srv *embeddednats.Server
-	nc, shutdown, err := connectOrEmbed(ctx, c, log, func(s *embeddednats.Server) { srv, cfg.StoreFault = s, s.StoreFault })
+// workers first (through running), so the coordinator is still there to take their
+// results.
+func serveUntil(ctx context.Context, c *cli.Context, log *slog.Logger, scfg system.Config, running *atomic.Pointer[system.System]) error {
+	sys, err := system.Start(ctx, scfg)
 	if err != nil {
 		return err
 	}
-	if srv != nil && coordinatorSyncs(c) {
-		cfg.SyncJobs = jobsSync(srv, nc)
-		log.Info("--sync always: every job write is fsynced before anything depends on it, writes acknowledged together in one fsync")
-	}
-	defer shutdown()
-	if cfg.ID == "" && global(c, "nats") == "" && global(c, "context") == "" {
-		// The embedded store is locked to this process, so an identity kept in it is
-		// this process's alone: after a crash, the coordinator takes its lease back.
-		if cfg.ID, err = storedCoordinatorID(c.String("data-dir")); err != nil {
-			return err
+	running.Store(sys)
+	if srv := sys.Server(); srv != nil {
+		if u := srv.MonitorURL(); u != "" {
+			log.Info("NATS monitoring", "url", u)
+		}
+		warnOpenNATS(log, srv.ListenHost(), srv.ClientURL(), srv.Authenticated())
+		log.Info("embedded NATS started", "url", srv.ClientURL(), "data_dir", c.String("data-dir"))
+		if scfg.NATS.SyncJobs {
+			log.Info("--sync always: every job write is fsynced before anything depends on it, writes acknowledged together in one fsync")
 		}
 	}
-	reg := metrics.New()
-	stopHTTP, err := startHTTP(ctx, c, nc, log, reg)
-	if err != nil {
-		return err
+	if scfg.Coordinator == nil { // serve_cluster.go: the hub's coordinators serve a leaf node
+		log.Info("leaf node: no coordinator here; the hub's serve this site's workers and clients")
 	}
-	defer stopHTTP()
-	cfg.Observer = reg.Coordinator()
-	run := runCoordinator
-	if isLeaf(c) { // serve_cluster.go: the hub's coordinators serve a leaf node
-		run = noCoordinator(log)
-	}
-	coordDone := run(ctx, nc, cfg, reg.Coordinator().OnLead)
-	bnc, closeBNC := serveBridgeConn(ctx, c, nc, log)
-	defer closeBNC()
-	stopBridge, err := startBridge(ctx, c, bnc, log, reg.AddBridge)
-	if err != nil {
-		stop()
-		<-coordDone
-		return err
-	}
-	defer stopBridge()
-	// Local workers beat often enough for the coordinator they serve, however short its
-	// heartbeat timeout is set.
-	heartbeat := min(worker.DefaultHeartbeat, cfg.HeartbeatTimeout/3)
-	n := c.Int("workers")
-	wg := runLocalWorkers(ctx, nc, n, localWorkerLog(c, log), func(w *worker.Worker) {
-		reg.AddBus("worker", w.BusStats)
-		local.add(w)
-	}, worker.WithCapacity(c.Int("worker-capacity")), worker.WithHeartbeat(heartbeat))
-	log.Info("jobbus serving", "nats", nc.ConnectedUrlRedacted(), "workers", n)
+	n := scfg.Workers.Count
+	log.Info("jobbus serving", "nats", sys.Conn().ConnectedUrlRedacted(), "workers", n)
 	if n == 0 {
 		log.Info("no workers: jobs wait until a worker connects (jobbus worker, or serve --workers N)")
 	}
 	select {
 	case <-ctx.Done():
-	case err = <-coordDone:
-		stop()
+	case <-sys.Done():
 	}
 	log.Info("jobbus stopping")
-	wg.Wait()
-	if err == nil {
-		err = <-coordDone
+	return sys.Close()
+}
+
+// serveSystem maps serve's flags onto the system it runs.
+func serveSystem(c *cli.Context, log *slog.Logger, cfg coordinator.Config) (system.Config, error) {
+	nats, err := serveNATS(c, log)
+	if err != nil {
+		return system.Config{}, err
 	}
-	return err
+	scfg := system.Config{NATS: nats, HTTPListen: httpListen(c), Metrics: true, Logger: log}
+	if !isLeaf(c) {
+		scfg.Coordinator = &cfg
+	}
+	if scfg.Bridge, err = bridgeSystemConfig(c, log); err != nil {
+		return system.Config{}, err
+	}
+	if scfg.Bridge == nil {
+		log.Info("TCP ports off")
+	}
+	capacity, workerLog := c.Int("worker-capacity"), localWorkerLog(c, log)
+	scfg.Workers = system.Workers{Count: c.Int("workers"), Options: func() []worker.Option {
+		return []worker.Option{worker.WithCapacity(capacity), worker.WithLogger(workerLog)}
+	}}
+	return scfg, nil
 }
 
 // localWorkerLog is the log of serve's own workers: the coordinator already says each
@@ -217,51 +211,38 @@ func (m minLevel) WithGroup(name string) slog.Handler {
 	return minLevel{m.Handler.WithGroup(name), m.level}
 }
 
-// runCoordinator campaigns for leadership and coordinates while leading, until ctx
-// ends; the channel gets its error, or nil.
-func runCoordinator(ctx context.Context, nc *nats.Conn, cfg coordinator.Config, onLead func(*coordinator.Coordinator)) <-chan error {
-	done := make(chan error, 1)
-	go func() { done <- coordinator.Run(ctx, nc, cfg, onLead) }()
-	return done
-}
-
-// connectOrEmbed joins --nats, or starts the embedded server, hands it to embedded, and
-// connects in-process.
-func connectOrEmbed(ctx context.Context, c *cli.Context, log *slog.Logger, embedded func(*embeddednats.Server)) (*nats.Conn, func(), error) {
+// serveNATS maps serve's flags onto its NATS: --nats (or --context) joins that, else
+// the embedded server's flags configure it.
+func serveNATS(c *cli.Context, log *slog.Logger) (system.NATS, error) {
 	target, err := natsTarget(c, true)
 	if err != nil {
-		return nil, nil, err
+		return system.NATS{}, err
 	}
 	if target.url != "" {
 		for _, f := range []string{"data-dir", "nats-listen", "nats-http-listen", "nats-system-password", "nats-log-level", "nats-max-store", "nats-user", "nats-password", "nats-token", "nats-config",
 			"server-name", "cluster-listen", "routes", "leafnode-remote", "leafnode-listen", "sync"} {
 			if c.IsSet(f) && givenOnCommandLine(c, f) {
-				return nil, nil, usageError("--%s configures the embedded NATS server, which serve does not start when it joins %s", f, target.where())
+				return system.NATS{}, usageError("--%s configures the embedded NATS server, which serve does not start when it joins %s", f, target.where())
 			}
 		}
-		nc, err := dial(ctx, c, log, target)
-		if err != nil {
-			return nil, nil, err
-		}
-		return nc, nc.Close, nil
+		return joinNATS(c, target), nil
 	}
 	natsLog, err := loggerAt(c, "nats-log-level", c.String("nats-log-level"))
 	if err != nil {
-		return nil, nil, err
+		return system.NATS{}, err
 	}
 	opts, err := embedClusterOptions(c) // serve_cluster.go
 	if err != nil {
-		return nil, nil, err
+		return system.NATS{}, err
 	}
 	opts = append(opts,
 		embeddednats.WithListen(c.String("nats-listen")),
-		embeddednats.WithStoreDir(c.String("data-dir")),
 		embeddednats.WithLogger(natsLog),
 		embeddednats.WithStoreGuard(embeddednats.DefaultStoreCheck, embeddednats.DefaultStoreProbe),
 	)
 	syncOpts, err := syncOptions(c.String("sync"), lone(c))
 	if err != nil {
-		return nil, nil, err
+		return system.NATS{}, err
 	}
 	opts = append(opts, syncOpts...)
 	if hp := c.String("nats-http-listen"); hp != "" {
@@ -269,83 +250,42 @@ func connectOrEmbed(ctx context.Context, c *cli.Context, log *slog.Logger, embed
 	}
 	maxStore, err := parseSize(c.String("nats-max-store"))
 	if err != nil {
-		return nil, nil, usageError("--nats-max-store: %v", err)
+		return system.NATS{}, usageError("--nats-max-store: %v", err)
 	}
 	if maxStore > 0 {
 		opts = append(opts, embeddednats.WithJetStreamLimits(0, maxStore))
 	}
 	auth, connAuth, err := embeddedAuth(c)
 	if err != nil {
-		return nil, nil, err
+		return system.NATS{}, err
 	}
 	opts = append(opts, auth...)
 	if c.String("nats-system-password") == "" && givenOnCommandLine(c, "nats-system-user") {
-		return nil, nil, usageError("--nats-system-user needs --nats-system-password (or JOBBUS_NATS_SYSTEM_PASSWORD)")
+		return system.NATS{}, usageError("--nats-system-user needs --nats-system-password (or JOBBUS_NATS_SYSTEM_PASSWORD)")
 	}
 	if pw := c.String("nats-system-password"); pw != "" {
 		opts = append(opts, embeddednats.WithSystemUser(c.String("nats-system-user"), pw))
 	}
-	srv, err := startEmbedded(ctx, log, opts) // serve_store.go
-	if err != nil {
-		return nil, nil, err
-	}
-	embedded(srv)
-	if u := srv.MonitorURL(); u != "" {
-		log.Info("NATS monitoring", "url", u)
-	}
-	warnOpenNATS(log, srv.ListenHost(), srv.ClientURL(), srv.Authenticated())
-	nc, err := srv.Connect(append([]nats.Option{nats.Name("jobbus serve")}, connAuth...)...)
-	if err != nil {
-		_ = srv.Shutdown(context.Background())
-		return nil, nil, fmt.Errorf("connect to embedded NATS: %w", err)
-	}
-	log.Info("embedded NATS started", "url", srv.ClientURL(), "data_dir", c.String("data-dir"))
-	stopInfo := answerServerInfo(nc, srv, log) // serve_cluster.go: for jobbus cluster
-	return nc, func() {
-		stopInfo()
-		nc.Close()
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(sctx); err != nil {
-			log.Warn("embedded NATS shutdown", "err", err)
-		}
+	return system.NATS{
+		Options: connAuth, Name: "jobbus serve",
+		Server: opts, StoreDir: c.String("data-dir"), WaitForStore: true,
+		SyncJobs: coordinatorSyncs(c), AnswerServers: true, // serve_cluster.go: for jobbus cluster
 	}, nil
 }
 
-// dial connects a service (serve on --nats, coordinator, bridge) to target and checks
-// that it offers JetStream.
-// It waits for NATS and its JetStream to answer (a service started with its cluster),
-// then keeps reconnecting, to any server of the cluster, for as long as it runs.
-func dial(ctx context.Context, c *cli.Context, log *slog.Logger, target natsConn) (*nats.Conn, error) {
-	return embeddednats.Dial(ctx, target.url,
-		embeddednats.WithName("jobbus "+c.Command.Name),
-		embeddednats.WithWait(log),
-		embeddednats.WithNATSOptions(embeddednats.ServiceOptions()...),
-		embeddednats.WithNATSOptions(target.opts...))
+// joinNATS is the NATS of a command that joins target: serve with --nats, coordinator,
+// bridge, dashboard.
+func joinNATS(c *cli.Context, target natsConn) system.NATS {
+	return system.NATS{URL: target.url, Options: target.opts, Name: "jobbus " + c.Command.Name}
 }
 
-// runLocalWorkers starts n native workers on nc, showing each to onWorker; the returned
-// group ends when ctx does.
-func runLocalWorkers(ctx context.Context, nc *nats.Conn, n int, log *slog.Logger, onWorker func(*worker.Worker), opts ...worker.Option) *sync.WaitGroup {
-	opts = append(opts, worker.WithLogger(log))
-	var wg sync.WaitGroup
-	for range n {
-		w, err := worker.New(nc, opts...)
-		if err != nil {
-			log.Error("local worker", "err", err)
-			continue
-		}
-		onWorker(w)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer w.Close()
-			if err := w.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-				log.Error("local worker stopped", "worker", w.ID(), "err", err)
-			}
-		}()
+// untilStopped waits until ctx ends or sys stopped by itself, then closes sys.
+func untilStopped(ctx context.Context, sys *system.System) error {
+	select {
+	case <-ctx.Done():
+	case <-sys.Done():
 	}
-	return &wg
+	return sys.Close()
 }
 
 func coordinatorCommand() *cli.Command {
@@ -373,20 +313,14 @@ Example:
 			}
 			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			nc, err := dial(ctx, c, log, target)
+			sys, err := system.Start(ctx, system.Config{
+				NATS: joinNATS(c, target), Coordinator: &cfg, HTTPListen: httpListen(c), Metrics: true, Logger: log,
+			})
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
-			reg := metrics.New()
-			stopHTTP, err := startHTTP(ctx, c, nc, log, reg)
-			if err != nil {
-				return err
-			}
-			defer stopHTTP()
-			cfg.Observer = reg.Coordinator()
-			log.Info("coordinator campaigning", "nats", nc.ConnectedUrlRedacted())
-			return <-runCoordinator(ctx, nc, cfg, reg.Coordinator().OnLead)
+			log.Info("coordinator campaigning", "nats", sys.Conn().ConnectedUrlRedacted())
+			return untilStopped(ctx, sys)
 		},
 	}
 }

@@ -1,21 +1,13 @@
 package cli
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
-	"slices"
 	"strings"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/urfave/cli/v2"
 
-	"github.com/jobbus/jobbus/bus/protocol"
-	"github.com/jobbus/jobbus/coordinator"
 	"github.com/jobbus/jobbus/embeddednats"
 )
 
@@ -105,70 +97,8 @@ func splitList(values []string) []string {
 	return out
 }
 
-// answerServerInfo answers `jobbus cluster` for the embedded server srv on nc: its
-// name, routes, leaf nodes and, on the JetStream meta leader, every peer's currency.
-func answerServerInfo(nc *nats.Conn, srv *embeddednats.Server, log *slog.Logger) (stop func()) {
-	sub, err := nc.Subscribe(protocol.ServersSubject, func(m *nats.Msg) {
-		data, err := json.Marshal(serverInfo(srv))
-		if err == nil {
-			_ = m.Respond(data)
-		}
-	})
-	if err != nil {
-		log.Warn("server presence off: jobbus cluster will not list this server", "err", err)
-		return func() {}
-	}
-	return func() { _ = sub.Unsubscribe() }
-}
-
-func serverInfo(srv *embeddednats.Server) protocol.Server {
-	ns := srv.NATS()
-	info := protocol.Server{Name: ns.Name(), Cluster: ns.ClusterName(), URL: srv.ClientURL(), JetStream: ns.JetStreamEnabled()}
-	if rz, err := ns.Routez(nil); err == nil {
-		for _, r := range rz.Routes {
-			if r.RemoteName != "" && !slices.Contains(info.Routes, r.RemoteName) {
-				info.Routes = append(info.Routes, r.RemoteName)
-			}
-		}
-		slices.Sort(info.Routes)
-	}
-	if lz, err := ns.Leafz(nil); err == nil {
-		for _, l := range lz.Leafs {
-			if !slices.Contains(info.Leafnodes, l.Name) {
-				info.Leafnodes = append(info.Leafnodes, l.Name)
-			}
-		}
-		slices.Sort(info.Leafnodes)
-	}
-	if info.JetStream {
-		if jz, err := ns.Jsz(&server.JSzOptions{}); err == nil && jz.Meta != nil {
-			info.MetaLeader = jz.Meta.Leader
-			for _, p := range jz.Meta.Replicas {
-				info.Peers = append(info.Peers, protocol.Peer{Name: p.Name, Current: p.Current, Offline: p.Offline,
-					ActiveMillis: p.Active.Milliseconds(), Lag: p.Lag})
-			}
-		}
-	}
-	return info
-}
-
 // isLeaf reports whether serve's embedded server is a leaf node (--leafnode-remote).
 func isLeaf(c *cli.Context) bool { return len(splitList(c.StringSlice("leafnode-remote"))) > 0 }
 
 // lone reports an embedded server in no cluster: its JetStream streams have one replica.
 func lone(c *cli.Context) bool { return len(splitList(c.StringSlice("routes"))) == 0 && !isLeaf(c) }
-
-// noCoordinator stands in for runCoordinator on a leaf node: the state and its
-// coordinators are the hub's, reached over the leaf connection; the channel yields nil
-// when ctx ends.
-func noCoordinator(log *slog.Logger) func(context.Context, *nats.Conn, coordinator.Config, func(*coordinator.Coordinator)) <-chan error {
-	return func(ctx context.Context, _ *nats.Conn, _ coordinator.Config, _ func(*coordinator.Coordinator)) <-chan error {
-		log.Info("leaf node: no coordinator here; the hub's serve this site's workers and clients")
-		done := make(chan error, 1)
-		go func() {
-			<-ctx.Done()
-			done <- nil
-		}()
-		return done
-	}
-}

@@ -2,17 +2,13 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"os"
 	"os/signal"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
-
-	"github.com/jobbus/jobbus/worker"
 )
 
 // defaultShutdownGrace is how long running jobs may take to finish once a worker or
@@ -82,30 +78,4 @@ func runDraining(parent context.Context, log *slog.Logger, grace time.Duration, 
 	}
 	stop()
 	return <-done
-}
-
-// drainGroup drains several workers at once: serve's local workers.
-type drainGroup struct {
-	mu      sync.Mutex
-	workers []*worker.Worker
-}
-
-func (g *drainGroup) add(w *worker.Worker) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.workers = append(g.workers, w)
-}
-
-// drain drains every worker, returning the first error (ctx's, when the grace ran out).
-func (g *drainGroup) drain(ctx context.Context) error {
-	g.mu.Lock()
-	ws := append([]*worker.Worker(nil), g.workers...)
-	g.mu.Unlock()
-	errs := make([]error, len(ws))
-	var wg sync.WaitGroup
-	for i, w := range ws {
-		wg.Go(func() { errs[i] = w.Drain(ctx) })
-	}
-	wg.Wait()
-	return errors.Join(errs...)
 }

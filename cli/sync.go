@@ -3,10 +3,8 @@ package cli
 import (
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/urfave/cli/v2"
 
-	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/embeddednats"
 )
 
@@ -17,7 +15,7 @@ const syncFlagUsage = "when JetStream writes are fsynced: default (every 2 minut
 
 // syncOptions maps --sync onto the embedded server's options. A lone server does not
 // sync each write for --sync always: the coordinator syncs the jobs stream itself, a
-// group of writes at a time (jobsSync).
+// group of writes at a time (system.NATS.SyncJobs).
 func syncOptions(flag string, lone bool) ([]embeddednats.Option, error) {
 	switch flag {
 	case "", "default":
@@ -36,13 +34,6 @@ func syncOptions(flag string, lone bool) ([]embeddednats.Option, error) {
 }
 
 // coordinatorSyncs reports whether --sync always is the coordinator's group fsync
-// (jobsSync), which it is on a lone embedded server; a cluster's server syncs each
+// (system.NATS.SyncJobs), which it is on a lone embedded server; a cluster's server syncs each
 // write itself.
 func coordinatorSyncs(c *cli.Context) bool { return c.String("sync") == "always" && lone(c) }
-
-// jobsSync is the coordinator's group commit for --sync always on a lone embedded
-// server (coordinator.Config.SyncJobs): it fsyncs the jobs stream's files, which nc's
-// account holds on srv.
-func jobsSync(srv *embeddednats.Server, nc *nats.Conn) func() error {
-	return srv.StreamSync(nc, "KV_"+protocol.JobsBucket).Sync
-}

@@ -62,6 +62,12 @@ type Config struct {
 	// LeaderLease is how long a leader's lease lasts unless renewed (every third of it):
 	// a standby takes over within about this long of the leader's loss.
 	LeaderLease time.Duration
+	// ClaimGrace is how long a coordinator that has just recovered (a restart, a
+	// takeover) waits for workers to claim the attempts the store shows running, which
+	// they do by reporting them as they register again; an attempt nobody claims
+	// within it is lost. 0 means HeartbeatTimeout plus the time a NATS connection takes
+	// to come back (about 3 s).
+	ClaimGrace time.Duration
 
 	// fullRecovery makes recovery ignore the checkpoint: Run sets it after a fence,
 	// when the last memory was not the truth.
@@ -130,6 +136,9 @@ func (c Config) Validate() error {
 	}
 	if c.Replicas < 0 || c.Replicas > 5 {
 		errs = append(errs, fmt.Errorf("replicas must be 0 (3 in a cluster, else 1) or in 1..5, got %d", c.Replicas))
+	}
+	if c.ClaimGrace < 0 {
+		errs = append(errs, fmt.Errorf("claim grace must be 0 (the default) or positive, got %v", c.ClaimGrace))
 	}
 	if c.Writers < 1 {
 		errs = append(errs, fmt.Errorf("writers must be at least 1, got %d", c.Writers))

@@ -74,6 +74,9 @@ type Coordinator struct {
 
 	lease leaseClock // whether the leader lease is certainly held (leaseclock.go)
 	off   offline    // the sweeper's view of the connection (offline.go); guarded by mu
+	// unclaimed: attempts running before recovery, until their workers claim them
+	// (recover.go); guarded by mu.
+	unclaimed unclaimed
 
 	fencedCh chan struct{} // closed with fenced set
 	wake     chan struct{}

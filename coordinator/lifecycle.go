@@ -411,6 +411,7 @@ func (c *Coordinator) sweep() {
 				c.loseWorker(w, "heartbeat timeout")
 			}
 		}
+		c.expireClaims(now)
 	}
 	c.schedule()
 }

@@ -21,6 +21,7 @@ func (c *Coordinator) graceWorkers(now time.Time) {
 	for _, w := range c.workers {
 		w.graceUntil = until
 	}
+	c.extendClaims(until) // nor could the workers claim their attempts
 }
 
 // offline is what the sweeper knows of the coordinator's own NATS connection: whether

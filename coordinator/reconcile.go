@@ -65,7 +65,7 @@ func (c *Coordinator) reconcile(w *worker, h *protocol.Held) {
 		}
 	}
 	for _, a := range h.Attempts {
-		if a.Done || w.running[a.JobID].attempt == a.AttemptID {
+		if w.running[a.JobID].attempt == a.AttemptID || c.claim(w, a.AttemptRef) || a.Done {
 			continue
 		}
 		c.log.Debug("worker holds an attempt under no lease; cancelling it", "worker", w.id, "job", a.JobID, "attempt", a.AttemptID)

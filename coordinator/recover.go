@@ -3,6 +3,7 @@ package coordinator
 import (
 	"bytes"
 	"cmp"
+	"container/heap"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -24,9 +25,9 @@ import (
 
 // recover rebuilds memory from KV before anything is served, reading only what it
 // needs to serve: every record's headers (its sequence and state), the whole record of
-// active jobs only, and the idempotency bindings. A RUNNING job's attempt was lost
-// with the previous coordinator: it counts, and the job runs again or, if that was its
-// last attempt, fails.
+// active jobs only, and the idempotency bindings. A RUNNING job's attempt waits for its
+// worker to claim it (unclaimed, below); one nobody claims is lost: it counts, and the
+// job runs again or, if that was its last attempt, fails.
 func (c *Coordinator) recover(ctx context.Context) error {
 	heads, lastSeq, binds, fromCheckpoint, err := c.loadIndex(ctx)
 	if err != nil {
@@ -94,6 +95,7 @@ func (c *Coordinator) recover(ctx context.Context) error {
 		heads, recs = nil, nil
 		debug.FreeOSMemory()
 	}
+	c.startClaims()
 	return nil
 }
 
@@ -355,17 +357,160 @@ func (c *Coordinator) restore(r protocol.Record, rev uint64) {
 	case protocol.StateRetryWait:
 		c.pushRetry(j)
 	case protocol.StateRunning:
-		j.rec.WorkerID, j.rec.AttemptID = "", ""
-		if r.Attempts >= r.MaxAttempts {
-			j.rec.State = protocol.StateFailed
-			j.rec.Error = ptr("coordinator restarted during final attempt; outcome unknown")
-			c.active--
-		} else {
-			j.rec.State = protocol.StateQueued
-			c.ready.push(j)
-		}
-		c.markDirty(j, nil)
+		c.awaitClaim(j)
 	}
+}
+
+// Attempts running when the coordinator restarted (or another took over). Their
+// workers may well be alive and still running them: a restart of the coordinator, or a
+// NATS blink, is no reason to abandon them. So recovery keeps each RUNNING job RUNNING
+// under its attempt, unclaimed, and waits for its worker: a worker that registers (or
+// heartbeats) reporting the attempt (protocol/held.go) claims it, and it goes on as if
+// nothing happened; a result for it counts, whether it comes before the worker
+// registers or after. No new attempt is started meanwhile, so a job never runs twice
+// at once because the coordinator restarted. Only an attempt nobody claims within the
+// claim grace (Config.ClaimGrace) is lost, as a worker's attempts are when the worker
+// is: its job runs again, or fails on its final attempt. A registration of the
+// attempt's worker that reports what it holds, without it, loses it at once (the
+// worker restarted, or never received it). Guarded by Coordinator.mu.
+type unclaimed struct {
+	attempts map[string]string // job id -> attempt id
+	until    time.Time         // when the unclaimed ones are lost
+}
+
+// errUnclaimedFinal is the error of a job whose final attempt was running when the
+// coordinator restarted, and that nobody claimed.
+const errUnclaimedFinal = "coordinator restarted during final attempt; outcome unknown"
+
+// claimGrace is how long after recovery the workers have to claim their attempts: a
+// heartbeat timeout, plus the time their connections take to come back
+// (reconnectAllowance), unless configured.
+func (c *Coordinator) claimGrace() time.Duration {
+	if c.cfg.ClaimGrace > 0 {
+		return c.cfg.ClaimGrace
+	}
+	return c.cfg.HeartbeatTimeout + reconnectAllowance
+}
+
+// awaitClaim keeps a job restored RUNNING under its attempt until a worker claims it.
+// Its execution deadline still runs from the attempt's start, which was the record's
+// last write. Called with c.mu held.
+func (c *Coordinator) awaitClaim(j *job) {
+	if j.rec.AttemptID == "" || j.rec.WorkerID == "" { // nothing to claim it by
+		c.lostUnclaimed(j)
+		return
+	}
+	if c.unclaimed.attempts == nil {
+		c.unclaimed.attempts = make(map[string]string)
+	}
+	c.unclaimed.attempts[j.rec.JobID] = j.rec.AttemptID
+	c.leaseStarted(j, time.UnixMilli(j.rec.UpdatedAt))
+	heap.Push(&c.deadlines, j)
+}
+
+// startClaims starts the claim grace, once recovery is done and just before serving.
+func (c *Coordinator) startClaims() {
+	c.mu.Lock()
+	defer c.unlock()
+	if n := len(c.unclaimed.attempts); n > 0 {
+		c.unclaimed.until = c.now().Add(c.claimGrace())
+		c.log.Info("attempts running before the restart wait for their workers to claim them", "attempts", n, "grace", c.claimGrace())
+	}
+}
+
+// extendClaims gives the unclaimed attempts until at least until: the workers'
+// silence was the coordinator's (offline.go). Called with c.mu held.
+func (c *Coordinator) extendClaims(until time.Time) {
+	if len(c.unclaimed.attempts) > 0 && until.After(c.unclaimed.until) {
+		c.unclaimed.until = until
+	}
+}
+
+// claim lets w claim the attempt a it reports holding, if it is an unclaimed attempt
+// that was w's: its lease becomes w's, numbered 0 as a lease kept across a
+// registration (reconcile.go). It reports whether it did. Called with c.mu held.
+func (c *Coordinator) claim(w *worker, a protocol.AttemptRef) bool {
+	if a.AttemptID == "" || c.unclaimed.attempts[a.JobID] != a.AttemptID {
+		return false
+	}
+	j := c.jobs[a.JobID]
+	if j == nil || j.rec.State != protocol.StateRunning || j.rec.AttemptID != a.AttemptID {
+		delete(c.unclaimed.attempts, a.JobID) // it ended meanwhile: a result, a cancel, its deadline
+		return false
+	}
+	if j.rec.WorkerID != w.id {
+		return false // another worker's: only its own worker claims it
+	}
+	delete(c.unclaimed.attempts, a.JobID)
+	w.running[a.JobID] = assignment{attempt: a.AttemptID}
+	c.log.Debug("running attempt claimed by its worker", "job", a.JobID, "attempt", a.AttemptID, "worker", w.id)
+	return true
+}
+
+// claimReported lets w claim the unclaimed attempts its registration reports (h; nil
+// from a worker that reports nothing), and loses at once the others that were w's:
+// a worker's report lists every attempt it was assigned whose result is not yet
+// acknowledged, so one missing from it is not running there. It returns how many
+// were claimed. Called with c.mu held.
+func (c *Coordinator) claimReported(w *worker, h *protocol.Held) (claimed int) {
+	if h == nil || len(c.unclaimed.attempts) == 0 {
+		return 0
+	}
+	for _, a := range h.Attempts {
+		if c.claim(w, a.AttemptRef) {
+			claimed++
+		}
+	}
+	for jobID := range c.unclaimed.attempts {
+		if j := c.jobs[jobID]; j != nil && j.rec.WorkerID == w.id {
+			attempt := c.unclaimed.attempts[jobID]
+			delete(c.unclaimed.attempts, jobID)
+			c.loseUnclaimed(j, attempt)
+		}
+	}
+	return claimed
+}
+
+// expireClaims loses the attempts nobody claimed within the grace. Called with c.mu
+// held.
+func (c *Coordinator) expireClaims(now time.Time) {
+	if len(c.unclaimed.attempts) == 0 || now.Before(c.unclaimed.until) {
+		return
+	}
+	for jobID, attempt := range c.unclaimed.attempts {
+		if j := c.jobs[jobID]; j != nil {
+			c.loseUnclaimed(j, attempt)
+		}
+	}
+	c.log.Info("attempts running before the restart not claimed by any worker; counted as lost", "attempts", len(c.unclaimed.attempts))
+	c.unclaimed.attempts = nil
+	c.schedule()
+}
+
+// loseUnclaimed loses j's attempt, if it is still the unclaimed one. Called with c.mu
+// held.
+func (c *Coordinator) loseUnclaimed(j *job, attempt string) {
+	if j.rec.State != protocol.StateRunning || j.rec.AttemptID != attempt {
+		return // it ended meanwhile: a result, a cancel, its deadline
+	}
+	c.releaseLease(j)
+	c.lostUnclaimed(j)
+}
+
+// lostUnclaimed settles a RUNNING job whose attempt is lost with the coordinator that
+// ran it: the attempt counts, and the job runs again or, if that was its last attempt,
+// fails. Called with c.mu held.
+func (c *Coordinator) lostUnclaimed(j *job) {
+	j.rec.WorkerID, j.rec.AttemptID = "", ""
+	if j.rec.Attempts >= j.rec.MaxAttempts {
+		j.rec.State = protocol.StateFailed
+		j.rec.Error = ptr(errUnclaimedFinal)
+		c.active--
+	} else {
+		j.rec.State = protocol.StateQueued
+		c.ready.push(j)
+	}
+	c.markDirty(j, nil)
 }
 
 // restoreFinished adds a finished job, known by its entry only, whose record was last

@@ -60,8 +60,9 @@ func (c *Coordinator) register(req *protocol.WorkerRegister) (*protocol.WorkerRe
 	}
 	w := &worker{id: req.WorkerID, capacity: req.Capacity, running: kept, lastSeen: c.now(),
 		taskTypes: c.workerTypes(req), session: newID(), instance: req.Instance}
+	claimed := c.claimReported(w, req.Held) // attempts it ran before a restart (recover.go): kept too
 	c.workers[w.id] = w
-	c.log.Info("worker registered", "worker", w.id, "capacity", w.capacity, "kept", len(kept))
+	c.log.Info("worker registered", "worker", w.id, "capacity", w.capacity, "kept", len(kept)-claimed, "claimed", claimed)
 	c.schedule()
 	return &protocol.WorkerRegistered{WorkerID: w.id, Mark: w.mark(), Kept: keptRefs(kept, req.Held)}, nil
 }

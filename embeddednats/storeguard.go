@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -120,14 +119,16 @@ func (g *storeGuard) run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		err := g.check()
-		if err == nil {
+		failed := g.check()
+		if failed == nil {
 			if g.fault() != nil {
 				g.log.Warn("JetStream's store takes writes again")
 				g.cur.Store(nil)
 			}
 			continue
 		}
+		perr := g.probeWrite()
+		err := classify(failed, perr)
 		if g.fault() == nil {
 			g.log.Error("JetStream's store failed: the stream takes no writes until JetStream restarts, which it does by itself "+
 				"once a test write next to the store succeeds. Free space on the disk, or make it writable again",
@@ -135,7 +136,7 @@ func (g *storeGuard) run(ctx context.Context) {
 			lastSaid = time.Now()
 		}
 		g.cur.Store(&err)
-		if perr := g.probeWrite(); perr != nil {
+		if perr != nil {
 			if time.Since(lastSaid) >= 30*time.Second {
 				g.log.Error("JetStream's store still cannot be written; waiting for space or a writable file system", "err", perr, "dir", g.dir)
 				lastSaid = time.Now()
@@ -153,30 +154,54 @@ func (g *storeGuard) run(ctx context.Context) {
 	}
 }
 
-// check returns the store's failure, from the server's own health check: a stream
-// with a write error, or JetStream off.
+// check returns the store's failure as the server reports it, or nil: JetStream
+// off, or a stream in error in the server's health check (HealthzErrorStream) that
+// the server still holds (Jsz lists it). On a single server that is a stream whose
+// store failed to write, in nats-server's words; the other stream error there, a
+// stream that could not be recovered, is not held, and a restart would not mend it.
+// What failed the write (a full disk, a read-only one) the server says only in
+// words: the probe's own error tells it (classify).
 func (g *storeGuard) check() error {
 	if !g.ns.JetStreamEnabled() {
 		return fmt.Errorf("%w: JetStream is off after a failure to write its store", ErrStoreFailed)
 	}
 	h := g.ns.Healthz(&server.HealthzOptions{Details: true})
 	for _, e := range h.Errors {
-		if strings.Contains(e.Error, "write error") {
-			return classify(e.Error)
+		if e.Type == server.HealthzErrorStream && e.Stream != "" && g.holds(e.Account, e.Stream) {
+			return errors.New(e.Error)
 		}
 	}
 	return nil
 }
 
-// classify words a stream's write error from nats-server's health check.
-func classify(msg string) error {
-	switch {
-	case strings.Contains(msg, syscall.ENOSPC.Error()):
-		return &storeError{msg: msg, kind: ErrStoreFull, errno: syscall.ENOSPC}
-	case strings.Contains(msg, syscall.EROFS.Error()):
-		return &storeError{msg: msg, kind: ErrStoreReadOnly, errno: syscall.EROFS}
+// holds reports whether the server holds stream in account (Jsz lists it).
+func (g *storeGuard) holds(account, stream string) bool {
+	jsz, err := g.ns.Jsz(&server.JSzOptions{Account: account, Streams: true})
+	if err != nil {
+		return false
 	}
-	return &storeError{msg: msg, kind: ErrStoreFailed}
+	for _, a := range jsz.AccountDetails {
+		for _, sd := range a.Streams {
+			if sd.Name == stream {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// classify words the store's failure: nats-server's words, and the kind and errno
+// of what a write next to the store met (probe; nil when it succeeded).
+func classify(failed, probe error) error {
+	switch {
+	case errors.Is(failed, ErrStoreFailed):
+		return failed // JetStream off: its own words
+	case errors.Is(probe, syscall.ENOSPC):
+		return &storeError{msg: failed.Error(), kind: ErrStoreFull, errno: syscall.ENOSPC}
+	case errors.Is(probe, syscall.EROFS):
+		return &storeError{msg: failed.Error(), kind: ErrStoreReadOnly, errno: syscall.EROFS}
+	}
+	return &storeError{msg: failed.Error(), kind: ErrStoreFailed}
 }
 
 // storeError is a store fault: its kind and errno for errors.Is, nats-server's words

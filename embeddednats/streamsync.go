@@ -1,6 +1,7 @@
 package embeddednats
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -16,12 +17,34 @@ import (
 // ErrNoStreamFiles reports a stream StreamSync cannot find on this server's disk.
 var ErrNoStreamFiles = errors.New("embeddednats: stream files not found")
 
+// ErrUnsyncable reports a stream that acknowledges writes before they reach its files
+// (in memory, replicated, or in an asynchronous persist mode), so that fsyncing the
+// files after an acknowledgement would not make the write durable.
+var ErrUnsyncable = errors.New("embeddednats: the stream acknowledges writes before they reach its files")
+
+// The stream's directories under its account's, as nats-server names them
+// (server/filestore.go streamsDir, msgDir, blkSuffix; unexported there).
+// TestAcknowledgedWriteIsInItsBlock fails if a server upgrade moves them or stops
+// writing a message to them before acknowledging it.
+const (
+	streamsDir = "streams"
+	msgsDir    = "msgs"
+	blkSuffix  = ".blk"
+)
+
 // StreamSync makes one stream's stored messages durable: Sync fsyncs its message
 // files. It is group commit on the embedded server. With JetStream's SyncAlways every
 // publish pays an fsync of its own; without it, a single server's file store still
 // writes each message to the kernel before acknowledging it (it flushes in place
-// unless replicated), so one fsync after a group of acknowledgements makes all of them
-// durable. The caller answers for those writes only after Sync returns.
+// unless replicated or in the asynchronous persist mode, which Sync refuses), so one
+// fsync after a group of acknowledgements makes all of them durable. The caller
+// answers for those writes only after Sync returns.
+//
+// It finds the files from what the server says of them: its store directory
+// (JetStreamConfig), the account's directory (Jsz), and the stream's own record in
+// that directory (server.JetStreamMetaFile), which must name the stream and a
+// configuration that flushes in place; only the names of the message directory and
+// blocks inside it are nats-server's private layout, which a test pins.
 //
 // It covers the message blocks JetStream appends to. nats-server's background
 // compaction of older blocks is synced on the server's own interval, as in its default
@@ -107,7 +130,9 @@ func (y *StreamSync) newest() (string, error) {
 	return y.block(y.synced), nil
 }
 
-// syncAll fsyncs every block and the directory. Called with y.mu held.
+// syncAll fsyncs every block and the directory. It first reads the stream's record
+// again: a stream deleted and made again may have been made with another persist mode.
+// Called with y.mu held.
 func (y *StreamSync) syncAll() error {
 	ents, err := os.ReadDir(y.dir)
 	if errors.Is(err, os.ErrNotExist) { // the stream was deleted: look for it again
@@ -116,6 +141,10 @@ func (y *StreamSync) syncAll() error {
 	}
 	if err != nil {
 		return y.failed(err)
+	}
+	if err := y.checkRecord(filepath.Dir(y.dir)); err != nil {
+		y.dir = "" // look for it again, through the server, next time
+		return err
 	}
 	var top uint64
 	for _, e := range ents {
@@ -162,11 +191,13 @@ func (y *StreamSync) failed(err error) error {
 }
 
 func (y *StreamSync) block(idx uint64) string {
-	return filepath.Join(y.dir, strconv.FormatUint(idx, 10)+".blk")
+	return filepath.Join(y.dir, strconv.FormatUint(idx, 10)+blkSuffix)
 }
 
 // find locates the stream's msgs directory: under the server's JetStream store, in
-// the account nc is bound to.
+// the account nc is bound to, once the server's account of the stream (Jsz) and its
+// record on disk both say the stream writes each message in place before
+// acknowledging it.
 func (y *StreamSync) find() (string, error) {
 	jsc := y.ns.JetStreamConfig()
 	if jsc == nil {
@@ -176,37 +207,80 @@ func (y *StreamSync) find() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := y.checkLone(account); err != nil {
+	accountDir, err := y.lookup(account)
+	if err != nil {
 		return "", err
 	}
-	dir := filepath.Join(jsc.StoreDir, account, "streams", y.stream, "msgs")
-	if _, err := os.Stat(dir); err != nil {
+	dir := filepath.Join(jsc.StoreDir, accountDir, streamsDir, y.stream)
+	if err := y.checkRecord(dir); err != nil {
+		return "", err
+	}
+	msgs := filepath.Join(dir, msgsDir)
+	if _, err := os.Stat(msgs); err != nil {
 		return "", fmt.Errorf("%w: stream %s in account %s: %w", ErrNoStreamFiles, y.stream, account, err)
 	}
-	return dir, nil
+	return msgs, nil
 }
 
-// checkLone makes sure the stream is a single server's file store, which writes each
-// message to the kernel before acknowledging it: a replicated stream acknowledges
-// writes it flushes later, so fsyncing its files would not cover them.
-func (y *StreamSync) checkLone(account string) error {
+// lookup asks the server (Jsz) for the stream in account: it must flush each write in
+// place (flushesInPlace). It returns the account's directory name, as the server
+// names it.
+func (y *StreamSync) lookup(account string) (string, error) {
 	jsz, err := y.ns.Jsz(&server.JSzOptions{Account: account, Streams: true, Config: true})
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrNoStreamFiles, err)
+		return "", fmt.Errorf("%w: %w", ErrNoStreamFiles, err)
 	}
 	for _, a := range jsz.AccountDetails {
 		for _, sd := range a.Streams {
 			if sd.Name != y.stream || sd.Config == nil {
 				continue
 			}
-			if sd.Config.Storage != server.FileStorage || sd.Config.Replicas > 1 {
-				return fmt.Errorf("embeddednats: stream %s (%s, %d replicas) is not a single file store; sync it with the server's sync_interval: always",
-					y.stream, sd.Config.Storage, sd.Config.Replicas)
+			if err := flushesInPlace(*sd.Config); err != nil {
+				return "", err
 			}
-			return nil
+			return a.Id, nil
 		}
 	}
-	return fmt.Errorf("%w: no stream %s in account %s", ErrNoStreamFiles, y.stream, account)
+	return "", fmt.Errorf("%w: no stream %s in account %s", ErrNoStreamFiles, y.stream, account)
+}
+
+// flushesInPlace makes sure a stream of cfg is a single server's file store in the
+// default persist mode, which writes each message to the kernel before acknowledging
+// it (nats-server's fileStore.fip): a replicated stream acknowledges writes it
+// flushes later, and so does the asynchronous persist mode, so fsyncing their files
+// would not cover them.
+func flushesInPlace(cfg server.StreamConfig) error {
+	if cfg.Storage != server.FileStorage || cfg.Replicas > 1 {
+		return fmt.Errorf("%w: stream %s (%s, %d replicas) is not a single file store; sync it with the server's sync_interval: always",
+			ErrUnsyncable, cfg.Name, cfg.Storage, cfg.Replicas)
+	}
+	if cfg.PersistMode != server.DefaultPersistMode {
+		return fmt.Errorf("%w: stream %s has persist mode %s, which acknowledges a write before it is written; give it the default persist mode",
+			ErrUnsyncable, cfg.Name, cfg.PersistMode)
+	}
+	return nil
+}
+
+// checkRecord reads the stream's own record in dir (server.JetStreamMetaFile, the
+// file store's configuration as nats-server wrote it): it must name the stream and
+// flush in place. An encrypted store's record is sealed (its key beside it,
+// server.JetStreamMetaFileKey), and the server's word (lookup) has to do.
+func (y *StreamSync) checkRecord(dir string) error {
+	data, err := os.ReadFile(filepath.Join(dir, server.JetStreamMetaFile))
+	if err != nil {
+		return fmt.Errorf("%w: stream %s: %w", ErrNoStreamFiles, y.stream, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, server.JetStreamMetaFileKey)); err == nil {
+		return nil
+	}
+	var rec server.FileStreamInfo
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return fmt.Errorf("%w: stream %s: its record %s: %w", ErrNoStreamFiles, y.stream, server.JetStreamMetaFile, err)
+	}
+	if rec.Name != y.stream {
+		return fmt.Errorf("%w: %s names stream %q, not %s", ErrNoStreamFiles, filepath.Join(dir, server.JetStreamMetaFile), rec.Name, y.stream)
+	}
+	return flushesInPlace(rec.StreamConfig)
 }
 
 // account names the account the server bound nc to.
@@ -227,7 +301,7 @@ func (y *StreamSync) account() (string, error) {
 
 // blockIndex parses a message block's file name, N.blk.
 func blockIndex(name string) (uint64, bool) {
-	n, ok := strings.CutSuffix(name, ".blk")
+	n, ok := strings.CutSuffix(name, blkSuffix)
 	if !ok {
 		return 0, false
 	}

@@ -19,6 +19,7 @@ import (
 	"os/signal"
 	"slices"
 	"syscall"
+	"time"
 
 	"github.com/jobbus/jobbus/worker"
 	"github.com/jobbus/jobbus/worker/tasks"
@@ -40,6 +41,9 @@ func main() {
 	url := flag.String("nats", "nats://127.0.0.1:4222", "NATS URL of the jobbus system")
 	capacity := flag.Int("capacity", 4, "jobs to run at once")
 	flag.Parse()
+	// A write to a closed pipe (`... 2>&1 | tee worker.log`, then Ctrl-C, ends tee
+	// first) fails instead of killing the worker in the middle of its drain.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, *url, *capacity); err != nil {
@@ -59,5 +63,21 @@ func run(ctx context.Context, url string, capacity int) error {
 	if err := worker.HandleJSON(w, "TEXT_REVERSE", reverse, worker.MaxAttempts(2)); err != nil {
 		return err
 	}
-	return w.Run(ctx) // until Ctrl-C
+	// Ctrl-C drains: no new jobs, and the running ones finish (for up to 10 s) before
+	// Run stops, so that stopping the worker costs them no attempt.
+	runCtx, stopRun := context.WithCancel(context.Background())
+	defer stopRun()
+	ran := make(chan struct{})
+	defer close(ran)
+	go func() {
+		select {
+		case <-ctx.Done():
+			dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = w.Drain(dctx)
+			stopRun()
+		case <-ran:
+		}
+	}()
+	return w.Run(runCtx)
 }

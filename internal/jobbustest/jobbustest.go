@@ -1,8 +1,8 @@
 // Package jobbustest is the in-process jobbus system the test suites share, as
 // net/http/httptest is for HTTP: an embedded NATS server on a free loopback port with
-// its store in a temporary directory, a connection to it, a coordinator with
-// millisecond timings, and on demand bridges and native workers. Everything it starts
-// stops when the test ends.
+// its store in a temporary directory and a connection to it (system.Start, as serve
+// builds them), a coordinator with millisecond timings, and on demand bridges and
+// native workers. Everything it starts stops when the test ends.
 package jobbustest
 
 import (
@@ -19,6 +19,7 @@ import (
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/coordinator"
 	"github.com/jobbus/jobbus/embeddednats"
+	"github.com/jobbus/jobbus/system"
 	"github.com/jobbus/jobbus/worker"
 )
 
@@ -77,13 +78,16 @@ func Start(t testing.TB, opts ...Option) *System {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	srv, err := embeddednats.Start(context.Background(), embeddednats.WithListen("127.0.0.1:-1"), embeddednats.WithStoreDir(t.TempDir()))
+	// The system's NATS only: the coordinator is a plain one (StartCoordinator), which
+	// a test may close, restart or replace with campaigners of its own.
+	sys, err := system.Start(context.Background(), system.Config{NATS: system.NATS{
+		Server: []embeddednats.Option{embeddednats.WithListen("127.0.0.1:-1")}, StoreDir: t.TempDir(),
+	}})
 	if err != nil {
 		t.Fatalf("jobbustest: start NATS: %v", err)
 	}
-	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-	s := &System{Server: srv, Config: FastCoordinatorConfig()}
-	s.NC = s.connect(t)
+	t.Cleanup(func() { _ = sys.Close() })
+	s := &System{Server: sys.Server(), NC: sys.Conn(), Config: FastCoordinatorConfig()}
 	for _, mod := range o.config {
 		mod(&s.Config)
 	}

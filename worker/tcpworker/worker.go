@@ -7,7 +7,11 @@
 // TASK_RESULT that echoes the lease. A TASK_CANCEL touches only the attempt whose job
 // and attempt id it names. When the connection is lost the worker interrupts the
 // attempts in flight (the coordinator has already revoked their leases, so their
-// results are dropped), waits the reconnect delay, dials again and registers again.
+// results are dropped), waits the reconnect delay, dials again and registers again. A
+// connection whose peer stops acknowledging what the worker writes for two heartbeat
+// intervals counts as lost too (on Linux: TCP_USER_TIMEOUT), so that an attempt does
+// not run on beside its retry when the coordinator vanished without closing the
+// connection.
 //
 //	w, err := tcpworker.New("127.0.0.1:7070", tcpworker.WithCapacity(8))
 //	...
@@ -20,6 +24,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"github.com/jobbus/jobbus/internal/backoff"
 	"github.com/jobbus/jobbus/worker/internal/attempts"
@@ -118,6 +123,25 @@ func (w *Worker) session(ctx context.Context) (registered bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("dial %s: %w", w.addr, err)
 	}
+	if err := abortWhenUnacknowledged(conn, w.silenceLimit()); err != nil {
+		w.log.Debug("cannot bound how long the connection may go unacknowledged", "err", err)
+	}
 	s := newSession(w, conn)
 	return s.run(ctx)
+}
+
+// silenceLimit is how long what the worker writes (a heartbeat every interval, at
+// least) may go unacknowledged by the coordinator's side of the connection before the
+// worker counts the connection lost: two heartbeat intervals, and at least a second.
+//
+// Why: PROTOCOL.md voids the attempts of a worker whose connection is gone, and the
+// coordinator loses a silent worker after its heartbeat timeout (three intervals, by
+// the reference defaults) and runs the job again elsewhere. A connection whose peer
+// vanished without closing it (its host down, the network cut, a NAT entry dropped)
+// gives no error to a worker that only writes heartbeats until the kernel gives up
+// retransmitting, many minutes later: the worker's task would run on beside the
+// retry. With the limit the kernel aborts the connection about when the coordinator
+// loses the worker, the next read fails, and the session interrupts its attempts.
+func (w *Worker) silenceLimit() time.Duration {
+	return max(2*w.cfg.Heartbeat, time.Second)
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/coordinator"
 	"github.com/jobbus/jobbus/embeddednats"
+	"github.com/jobbus/jobbus/system"
 )
 
 func main() {
@@ -39,27 +40,28 @@ func main() {
 
 func fill(dir string, n int, retention time.Duration) error {
 	ctx := context.Background()
-	srv, err := embeddednats.Start(ctx, embeddednats.WithStoreDir(dir), embeddednats.WithListen("127.0.0.1:-1"))
-	if err != nil {
-		return err
-	}
-	defer func() { _ = srv.Shutdown(ctx) }()
-	nc, err := srv.Connect()
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	// A coordinator creates the buckets as it would, and is gone before the writes.
+	// A coordinator creates the buckets as serve's would (system.Start, with its
+	// election), and is gone before the writes.
+	server := []embeddednats.Option{embeddednats.WithListen("127.0.0.1:-1")}
 	cfg := coordinator.DefaultConfig()
 	cfg.Logger = slog.New(slog.DiscardHandler)
-	c, err := coordinator.New(nc, cfg)
+	sys, err := system.Start(ctx, system.Config{NATS: system.NATS{Server: server, StoreDir: dir}, Coordinator: &cfg})
 	if err != nil {
 		return err
 	}
-	if err := c.Start(ctx); err != nil {
+	if _, err := sys.Leading(ctx); err != nil {
+		_ = sys.Close()
 		return err
 	}
-	_ = c.Close()
+	if err := sys.Close(); err != nil {
+		return err
+	}
+	sys, err = system.Start(ctx, system.Config{NATS: system.NATS{Server: server, StoreDir: dir}})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = sys.Close() }()
+	nc := sys.Conn()
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
 	if err != nil {
 		return err

@@ -588,33 +588,71 @@ func testRestart(t *testing.T, tr Transport) {
 			t.Fatalf("after restart %+v, before %+v", after, before)
 		}
 	})
+	t.Run("RunningAttemptGoesOn", func(t *testing.T) {
+		// A real worker runs a job's only attempt across a restart of the
+		// coordinator: it reports the attempt when it registers again, keeps it, and
+		// its result counts. (A heartbeat timeout of seconds: a worker lost on a
+		// loaded machine would lose the attempt too.)
+		t.Parallel()
+		s := Setup(t, tr, func(c *coordinator.Config) { c.HeartbeatTimeout = 5 * time.Second })
+		s.StartWorker(2)
+		id := s.Submit("SLEEP", map[string]int{"durationMillis": 1000}, client.MaxAttempts(1))
+		s.WaitState(id, protocol.StateRunning)
+		s.RestartCoordinator(t)
+		if j := s.Wait(id); j.State != protocol.StateCompleted || j.Attempts != 1 {
+			t.Fatalf("job %+v error %q, want COMPLETED on its one attempt", j, Deref(j.Error))
+		}
+	})
 	t.Run("RunningJobRunsAgain", func(t *testing.T) {
 		t.Parallel()
-		s := Setup(t, tr)
+		s := Setup(t, tr, silentWorkersStay)
 		m := s.SilentWorker("gone", 1)
 		id := s.Submit("SHA256", Text("abc"))
 		first := s.NextAssign(m)
-		s.RestartCoordinator(t)
-		j := s.Status(id)
-		if j.State != protocol.StateQueued || j.Attempts != 1 {
-			t.Fatalf("after restart %+v, want QUEUED with the lost attempt counted", j)
+		const grace = 300 * time.Millisecond
+		restarted := time.Now()
+		s.RestartCoordinator(t, func(c *coordinator.Config) { c.ClaimGrace = grace })
+		if j := s.Status(id); j.State != protocol.StateRunning || j.Attempts != 1 {
+			t.Fatalf("after restart %+v, want RUNNING: its worker may claim the attempt", j)
+		}
+		fresh := s.ManualWorker("fresh", 1)
+		again := s.NextAssign(fresh)
+		if since := time.Since(restarted); since < grace {
+			t.Fatalf("assigned again %v after the restart, within the claim grace (%v)", since, grace)
+		}
+		if again.JobID != id || again.AttemptNumber != 2 {
+			t.Fatalf("assigned %+v, want job %s's attempt 2: the unclaimed one counts", again, id)
 		}
 		s.Reject(m, first, true, "from the old lease")
-		s.StartWorker(4)
+		s.Accept(fresh, again, true, "done")
 		if j := s.Wait(id); j.State != protocol.StateCompleted || j.Attempts != 2 {
 			t.Fatalf("job %+v, want COMPLETED on attempt 2", j)
 		}
 	})
 	t.Run("FinalAttemptFails", func(t *testing.T) {
 		t.Parallel()
-		s := Setup(t, tr)
+		s := Setup(t, tr, silentWorkersStay)
 		m := s.SilentWorker("gone", 1)
 		id := s.Submit("SHA256", Text("abc"), client.MaxAttempts(1))
 		s.NextAssign(m)
-		s.RestartCoordinator(t)
-		j := s.Status(id)
-		if j.State != protocol.StateFailed || Deref(j.Error) != "coordinator restarted during final attempt; outcome unknown" {
+		s.RestartCoordinator(t, func(c *coordinator.Config) { c.ClaimGrace = 300 * time.Millisecond })
+		j := s.WaitState(id, protocol.StateFailed)
+		if Deref(j.Error) != "coordinator restarted during final attempt; outcome unknown" {
 			t.Fatalf("after restart %+v error %q", j, Deref(j.Error))
+		}
+	})
+	t.Run("ResultAfterRestartCounts", func(t *testing.T) {
+		// A result delivered to the new coordinator before its worker registered
+		// again counts: the attempt is still the job's.
+		t.Parallel()
+		s := Setup(t, tr, silentWorkersStay)
+		m := s.SilentWorker("w", 1)
+		id := s.Submit("SHA256", Text("abc"), client.MaxAttempts(1))
+		a := s.NextAssign(m)
+		s.RestartCoordinator(t)
+		s.Accept(m, a, true, "done after the restart")
+		if j := s.Wait(id); j.State != protocol.StateCompleted || j.Attempts != 1 || Deref(j.Result) != "done after the restart" {
+			t.Fatalf("job %+v result %q error %q", j, Deref(j.Result), Deref(j.Error))
 		}
 	})
 	t.Run("StaleDeadlineNotApplied", func(t *testing.T) {
@@ -627,14 +665,18 @@ func testRestart(t *testing.T, tr Transport) {
 		id := s.Submit("SHA256", Text("abc"))
 		s.NextAssign(old) // its deadline: t0 + 60s
 		clk.advance(50 * time.Second)
-		s.RestartCoordinator(t)
+		s.RestartCoordinator(t, func(c *coordinator.Config) { c.ClaimGrace = 5 * time.Second })
 		fresh := s.SilentWorker("fresh", 2)
-		a := s.NextAssign(fresh) // its deadline: t0 + 110s
+		clk.advance(6 * time.Second) // nobody claimed the first attempt: it is lost
+		a := s.NextAssign(fresh)     // its deadline: t0 + 116s
+		if a.JobID != id || a.AttemptNumber != 2 {
+			t.Fatalf("assigned %+v, want job %s's attempt 2", a, id)
+		}
 		probe := s.Submit("FAIL", map[string]int{"failUntilAttempt": 2})
 		s.Accept(fresh, s.NextAssign(fresh), false, "probe fails once")
 		clk.advance(20 * time.Second) // past the first attempt's deadline only
 		// The sweep that releases the probe's retry would also apply any deadline due.
-		s.Eventually("a sweep at t0+70s", func() bool { return s.Status(probe).State != protocol.StateRetryWait })
+		s.Eventually("a sweep at t0+76s", func() bool { return s.Status(probe).State != protocol.StateRetryWait })
 		if j := s.Status(id); j.State != protocol.StateRunning || j.Attempts != 2 {
 			t.Fatalf("the second attempt was cut short: %+v (error %q)", j, Deref(j.Error))
 		}
@@ -663,6 +705,11 @@ func testRestart(t *testing.T, tr Transport) {
 		}
 	})
 }
+
+// silentWorkersStay: a test-driven worker that never heartbeats is not lost while the
+// test runs (on a loaded machine, the fast heartbeat timeout can pass between its
+// registration and the restart).
+func silentWorkersStay(c *coordinator.Config) { c.HeartbeatTimeout = time.Minute }
 
 // runOneByOne registers a one-slot worker and returns the order it is given n jobs in.
 func runOneByOne(s *System, n int) []string {

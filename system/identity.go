@@ -1,4 +1,4 @@
-package cli
+package system
 
 import (
 	"crypto/rand"
@@ -11,8 +11,8 @@ import (
 	"strings"
 )
 
-// coordinatorIDFile names the file in serve's --data-dir that keeps its coordinator's
-// identity across restarts.
+// coordinatorIDFile names the file in the embedded store directory that keeps its
+// coordinator's identity across restarts.
 const coordinatorIDFile = "jobbus-coordinator-id"
 
 // storedCoordinatorID returns the coordinator identity kept in dir, creating it on

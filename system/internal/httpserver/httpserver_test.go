@@ -13,10 +13,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/jobbus/jobbus/coordinator"
-	"github.com/jobbus/jobbus/internal/httpserver"
 	"github.com/jobbus/jobbus/internal/jobbustest"
-	"github.com/jobbus/jobbus/internal/metrics"
 	"github.com/jobbus/jobbus/internal/testkit"
+	"github.com/jobbus/jobbus/system/internal/httpserver"
+	"github.com/jobbus/jobbus/system/internal/metrics"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.IgnoreJetStreamAckWatcher()) }

@@ -23,8 +23,8 @@ import (
 	"github.com/jobbus/jobbus/coordinator"
 	"github.com/jobbus/jobbus/embeddednats"
 	"github.com/jobbus/jobbus/internal/jobbustest"
-	"github.com/jobbus/jobbus/internal/metrics"
 	"github.com/jobbus/jobbus/internal/testkit"
+	"github.com/jobbus/jobbus/system/internal/metrics"
 	"github.com/jobbus/jobbus/worker"
 )
 

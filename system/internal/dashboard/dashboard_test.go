@@ -18,9 +18,9 @@ import (
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/coordinator"
-	"github.com/jobbus/jobbus/internal/dashboard"
 	"github.com/jobbus/jobbus/internal/jobbustest"
 	"github.com/jobbus/jobbus/internal/testkit"
+	"github.com/jobbus/jobbus/system/internal/dashboard"
 )
 
 const waitFor = 10 * time.Second

@@ -1,0 +1,321 @@
+package system_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/jobbus/jobbus/bridge"
+	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/client"
+	"github.com/jobbus/jobbus/coordinator"
+	"github.com/jobbus/jobbus/embeddednats"
+	"github.com/jobbus/jobbus/internal/jobbustest"
+	"github.com/jobbus/jobbus/internal/testkit"
+	"github.com/jobbus/jobbus/system"
+	"github.com/jobbus/jobbus/worker"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.IgnoreJetStreamAckWatcher()) }
+
+// embedded is an embedded server on a free port, its store in dir.
+func embedded(dir string) system.NATS {
+	return system.NATS{Server: []embeddednats.Option{embeddednats.WithListen("127.0.0.1:-1")}, StoreDir: dir}
+}
+
+// fastCoordinator is a coordinator with millisecond timings.
+func fastCoordinator() *coordinator.Config {
+	cfg := jobbustest.FastCoordinatorConfig()
+	return &cfg
+}
+
+// quietWorkers are n local workers that log nothing.
+func quietWorkers(n int) system.Workers {
+	return system.Workers{Count: n, Options: func() []worker.Option { return []worker.Option{worker.WithLogger(nil)} }}
+}
+
+// freeBridge is a bridge with both ports on free loopback ports.
+func freeBridge() *bridge.Config {
+	cfg := bridge.DefaultConfig()
+	cfg.WorkerListen, cfg.ClientListen = "127.0.0.1:0", "127.0.0.1:0"
+	return &cfg
+}
+
+// start starts cfg's system and closes it when the test ends.
+func start(t *testing.T, cfg system.Config) *system.System {
+	t.Helper()
+	sys, err := system.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(func() { _ = sys.Close() })
+	return sys
+}
+
+// leading waits until sys's coordinator leads.
+func leading(t *testing.T, sys *system.System) *coordinator.Coordinator {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := sys.Leading(ctx)
+	if err != nil {
+		t.Fatalf("leading: %v", err)
+	}
+	return c
+}
+
+// leaderID is the coordinator the leader lease names.
+func leaderID(t *testing.T, sys *system.System) string {
+	t.Helper()
+	js, err := jetstream.New(sys.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := coordinator.Leader(context.Background(), js)
+	if err != nil {
+		t.Fatalf("leader: %v", err)
+	}
+	return id
+}
+
+// completes submits a SHA256 job over cl and waits until it completes.
+func completes(t *testing.T, cl *client.Client, text string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	id, err := cl.Submit(ctx, "SHA256", map[string]string{"text": text})
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	job, err := cl.Wait(ctx, id)
+	if err != nil || job.State != protocol.StateCompleted {
+		t.Fatalf("job %s: %+v, %v; want it COMPLETED", id, job, err)
+	}
+}
+
+// get fetches path from the HTTP listener at addr.
+func get(t *testing.T, addr net.Addr, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr.String() + path)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// TestServeSystem: the whole system as serve builds it. Its coordinator leads through
+// the election (the lease names it), a job submitted natively and one over the TCP
+// client port complete on the local worker, /readyz says the coordinator leads and
+// /metrics counts the jobs; Close stops every part, more than once, and frees its
+// ports. With SyncJobs the coordinator fsyncs the jobs stream itself.
+func TestServeSystem(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		syncJobs bool
+	}{{"Default", false}, {"SyncJobs", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			nats := embedded(t.TempDir())
+			nats.SyncJobs = tc.syncJobs
+			sys := start(t, system.Config{
+				NATS: nats, Coordinator: fastCoordinator(), Bridge: freeBridge(),
+				HTTPListen: "127.0.0.1:0", Metrics: true, Workers: quietWorkers(1),
+			})
+			if c := leading(t, sys); !c.Stats().Serving {
+				t.Fatal("the coordinator Leading returned does not serve")
+			}
+			id := leaderID(t, sys)
+			ctx := context.Background()
+
+			completes(t, client.New(sys.Conn()), "native")
+			tcp, err := client.DialTCP(ctx, sys.Bridge().ClientAddr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tcp.Close()
+			completes(t, tcp, "tcp")
+
+			testkit.Eventually(t, 10*time.Second, "/readyz ready", func() bool {
+				code, body := get(t, sys.HTTPAddr(), "/readyz")
+				return code == http.StatusOK && strings.Contains(body, "coordinator "+id+" leads")
+			})
+			if _, body := get(t, sys.HTTPAddr(), "/metrics"); !strings.Contains(body, `jobbus_jobs_completed_total{task_type="SHA256"} 2`) {
+				t.Errorf("/metrics does not count the two jobs:\n%s", body)
+			}
+
+			httpAddr, clientAddr := sys.HTTPAddr().String(), sys.Bridge().ClientAddr().String()
+			if err := sys.Close(); err != nil {
+				t.Fatalf("close: %v", err)
+			}
+			if err := sys.Close(); err != nil {
+				t.Fatalf("close again: %v", err)
+			}
+			for _, addr := range []string{httpAddr, clientAddr} {
+				if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+					conn.Close()
+					t.Errorf("%s still listening after Close", addr)
+				}
+			}
+		})
+	}
+}
+
+// TestJoinedSystem: a system joins another's NATS at its URL, as serve --nats does:
+// its coordinator leads there and its workers, each on a connection of its own, run
+// what its bridge and the NATS API take in. A second system with only a bridge (as
+// `jobbus bridge`) serves the same coordinator.
+func TestJoinedSystem(t *testing.T) {
+	t.Parallel()
+	host := start(t, system.Config{NATS: embedded(t.TempDir())})
+	url := system.NATS{URL: host.ClientURL(), Name: "jobbus test"}
+	sys := start(t, system.Config{
+		NATS: url, Coordinator: fastCoordinator(), Bridge: freeBridge(),
+		Workers: system.Workers{Count: 2, Dial: true, Options: func() []worker.Option {
+			return []worker.Option{worker.WithLogger(nil)}
+		}},
+	})
+	if sys.Server() != nil || sys.StoreDir() != "" {
+		t.Fatalf("a joined system reports an embedded server (%v) or store (%q)", sys.Server(), sys.StoreDir())
+	}
+	leading(t, sys)
+	completes(t, client.New(host.Conn()), "native")
+	ctx := context.Background()
+	bridgeOnly := start(t, system.Config{NATS: url, Bridge: freeBridge()})
+	for _, s := range []*system.System{sys, bridgeOnly} {
+		tcp, err := client.DialTCP(ctx, s.Bridge().ClientAddr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		completes(t, tcp, "tcp")
+		_ = tcp.Close()
+	}
+	testkit.Eventually(t, 10*time.Second, "two workers listed", func() bool {
+		ws, err := client.New(host.Conn()).Workers(ctx)
+		return err == nil && len(ws) == 2
+	})
+}
+
+// TestStoredCoordinatorID: on an embedded store the coordinator keeps its identity
+// in the store directory, so a system started again on it leads under the same name
+// (and takes a lease left by a crash back at once); a configured ID wins.
+func TestStoredCoordinatorID(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	run := func(cfg *coordinator.Config) string {
+		sys, err := system.Start(context.Background(), system.Config{NATS: embedded(dir), Coordinator: cfg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sys.Close()
+		leading(t, sys)
+		return leaderID(t, sys)
+	}
+	first := run(fastCoordinator())
+	if second := run(fastCoordinator()); second != first || !strings.HasPrefix(first, "coordinator-") {
+		t.Fatalf("restarted on the same store as %q, first as %q", second, first)
+	}
+	kept, err := os.ReadFile(filepath.Join(dir, "jobbus-coordinator-id"))
+	if err != nil || strings.TrimSpace(string(kept)) != first {
+		t.Fatalf("the store keeps %q (%v), want %q", kept, err, first)
+	}
+	named := fastCoordinator()
+	named.ID = "coordinator-named"
+	if got := run(named); got != "coordinator-named" {
+		t.Fatalf("a configured ID led as %q", got)
+	}
+}
+
+// TestStartFailureStopsWhatStarted: a part that cannot start (the HTTP port is
+// taken) fails Start with what went wrong, and what had started is stopped: the store
+// is free for the next system, and goleak (TestMain) finds no goroutine left.
+func TestStartFailureStopsWhatStarted(t *testing.T) {
+	t.Parallel()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	dir := t.TempDir()
+	cfg := system.Config{NATS: embedded(dir), Coordinator: fastCoordinator(), Bridge: freeBridge(),
+		HTTPListen: taken.Addr().String(), Workers: quietWorkers(1)}
+	if sys, err := system.Start(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "port in use") {
+		if sys != nil {
+			_ = sys.Close()
+		}
+		t.Fatalf("Start with its HTTP port taken: %v", err)
+	}
+	cfg.HTTPListen = ""
+	leading(t, start(t, cfg))
+}
+
+// TestConfigRefused: a configuration that cannot be built is refused with every
+// problem at once, before anything starts.
+func TestConfigRefused(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "never")
+	badCoordinator := fastCoordinator()
+	badCoordinator.MaxAttempts = 0
+	badBridge := freeBridge()
+	badBridge.MaxConns = 0
+	_, err := system.Start(context.Background(), system.Config{
+		NATS:        system.NATS{URL: "nats://127.0.0.1:1", StoreDir: dir, SyncJobs: true},
+		Coordinator: badCoordinator, Bridge: badBridge, Workers: system.Workers{Count: -1},
+	})
+	for _, want := range []string{"with a NATS URL", "max attempts", "MaxConns", "Workers.Count"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Start: %v; want it to say %q", err, want)
+		}
+	}
+	_, err = system.Start(context.Background(), system.Config{NATS: system.NATS{SyncJobs: true}})
+	if err == nil || !strings.Contains(err.Error(), "SyncJobs without a coordinator") {
+		t.Errorf("SyncJobs without a coordinator: %v", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused configuration made its store: %v", err)
+	}
+	if _, err := start(t, system.Config{NATS: embedded(t.TempDir())}).Leading(context.Background()); !errors.Is(err, system.ErrNoCoordinator) {
+		t.Errorf("Leading without a coordinator: %v", err)
+	}
+}
+
+// TestDrain: Drain lets a local worker's running job finish and report, then Close
+// stops the system.
+func TestDrain(t *testing.T) {
+	t.Parallel()
+	sys := start(t, system.Config{NATS: embedded(t.TempDir()), Coordinator: fastCoordinator(),
+		Workers: quietWorkers(1)})
+	leading(t, sys)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cl := client.New(sys.Conn())
+	id, err := cl.Submit(ctx, "SLEEP", map[string]int{"durationMillis": 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, "the job running", func() bool {
+		j, err := cl.Status(ctx, id)
+		return err == nil && j.State == protocol.StateRunning
+	})
+	if err := sys.Drain(ctx); err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+	if j, err := cl.Status(ctx, id); err != nil || j.State != protocol.StateCompleted {
+		t.Fatalf("after the drain: %+v, %v; want COMPLETED", j, err)
+	}
+	if err := sys.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
