@@ -155,7 +155,7 @@ func validPath(path string) error {
 	return nil
 }
 
-// Subject prefixes. The README documents them; other packages should not build them.
+// Subject prefixes. docs/PROTOCOL.md ("Names in NATS") documents them; other packages should not build them.
 const (
 	subjectNode     = "jobbus.node."
 	subjectRole     = "jobbus.role."

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"regexp"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -34,17 +35,34 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		var ec cli.ExitCoder
 		if errors.As(err, &ec) {
 			if msg := err.Error(); msg != "" {
-				fmt.Fprintln(stderr, "jobbus:", msg)
+				fmt.Fprintln(stderr, "jobbus:", oneHint(msg))
 			}
 			return ec.ExitCode()
 		}
-		fmt.Fprintln(stderr, "jobbus:", err)
+		fmt.Fprintln(stderr, "jobbus:", oneHint(err.Error()))
 		if isUsage(err) {
 			return ExitUsage
 		}
 		return ExitError
 	}
 	return ExitOK
+}
+
+// hintRE matches the hint an error about a missing jobbus gives: "(is `jobbus serve`
+// running?)", "(is `jobbus serve` or `jobbus bridge` running?)".
+var hintRE = regexp.MustCompile("\\s*\\(is `jobbus [^()]*running\\?\\)")
+
+// oneHint keeps the first such hint of msg: an error wrapped by several layers that
+// each know how jobbus is started says so once.
+func oneHint(msg string) string {
+	first := true
+	return hintRE.ReplaceAllStringFunc(msg, func(h string) string {
+		if first {
+			first = false
+			return h
+		}
+		return ""
+	})
 }
 
 // App builds the application.

@@ -48,6 +48,8 @@ running; start times and CPU are then not seen) and waits until it is idle.
 --json prints one object {"system","settings","metrics"}, the shape of the River and
 Asynq benchmark files, so that their summarize tool reads jobbus's runs too.
 
+More: docs/performance.md (what it measures, --sync, how to read the figures).
+
 Example:
    jobbus bench --jobs 20000 --workers 4 --worker-capacity 64
    jobbus bench --jobs 20000 --submitters 16 --workers 1 --worker-capacity 64 --idle 200
@@ -101,6 +103,9 @@ func bench(c *cli.Context) error {
 	}
 	if n == 0 && idle == 0 {
 		return usageError("nothing to measure: give --jobs or --idle")
+	}
+	if err := checkLocalWorkers(c, 1); err != nil {
+		return err
 	}
 	syncOpts, err := syncOptions(c.String("sync"), true) // the bench's server is lone
 	if err != nil {

@@ -32,7 +32,7 @@ func bridgeFlags() []cli.Flag {
 		millisFlag("request-timeout-millis", d.RequestTimeout, "how long a request waits for the coordinator"),
 		&cli.StringFlag{Name: "bridge-tls-cert", Usage: "serve the TCP ports over TLS with this PEM certificate (with --bridge-tls-key); the spec's frames travel inside TLS", EnvVars: env("bridge-tls-cert")},
 		&cli.StringFlag{Name: "bridge-tls-key", Usage: "the PEM private key of --bridge-tls-cert", EnvVars: env("bridge-tls-key")},
-		&cli.StringFlag{Name: "bridge-tls-client-ca", Usage: "admit to the TCP ports only peers whose client certificate this PEM CA signed (needs --bridge-tls-cert)", EnvVars: env("bridge-tls-client-ca")},
+		&cli.StringFlag{Name: "bridge-tls-client-ca", Usage: "admit to the TCP ports only peers whose client certificate this PEM CA signed (needs --bridge-tls-cert); see docs/security.md", EnvVars: env("bridge-tls-client-ca")},
 	}
 }
 
@@ -119,6 +119,8 @@ func bridgeCommand() *cli.Command {
 forwards to the coordinator reachable through NATS. Several bridges may serve one coordinator.
 A port of -1 is off; 0 picks a free port.
 
+More: docs/PROTOCOL.md (the ports), docs/security.md (TLS and client certificates).
+
 Example:
    jobbus --nats nats://127.0.0.1:4222 bridge --worker-port 7070 --client-port 7071`,
 		Flags: append(bridgeFlags(), httpListenFlag("")),
@@ -133,6 +135,9 @@ Example:
 			}
 			if bcfg == nil {
 				return usageError("--worker-port and --client-port are both -1: nothing to serve")
+			}
+			if err := checkFree(servePorts(c, false), ""); err != nil {
+				return err
 			}
 			target, err := natsTarget(c, false)
 			if err != nil {

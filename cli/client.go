@@ -5,7 +5,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -45,7 +48,7 @@ func connect(c *cli.Context, reconnect bool, opts ...client.Option) (*session, e
 		defer cancel()
 		cl, err := client.DialTCP(ctx, addr, opts...)
 		if err != nil {
-			return nil, fmt.Errorf("cannot reach the jobbus client port at %s (is `jobbus serve` or `jobbus bridge` running?): %w", addr, err)
+			return nil, fmt.Errorf("cannot reach the jobbus client port at %s (is `jobbus serve` or `jobbus bridge` running?)%s", addr, dialCause(err))
 		}
 		return &session{cl: cl, target: addr}, nil
 	}
@@ -74,6 +77,20 @@ func connect(c *cli.Context, reconnect bool, opts ...client.Option) (*session, e
 		return nil, fmt.Errorf("cannot reach NATS at %s (is `jobbus serve` running?): %w", target.where(), err)
 	}
 	return &session{cl: client.New(nc, opts...), nc: nc, target: nc.ConnectedUrlRedacted(), stop: func() { refused(nil) }}, nil
+}
+
+// dialCause is what to add to "cannot reach" about err: nothing when the port refused
+// (nothing listens: the hint says it all), else the dial's own error, without the
+// client's hint, which the message already gives.
+func dialCause(err error) string {
+	var op *net.OpError
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return ""
+	case errors.As(err, &op):
+		return ": " + op.Error()
+	}
+	return ": " + err.Error()
 }
 
 // exitErr maps a client error onto the reference client's exit codes: an overload
@@ -112,27 +129,79 @@ func args(c *cli.Context, names ...string) ([]string, error) {
 		}
 		return nil, cli.Exit("", ExitOK) // the help was the whole answer
 	}
+	words := make([]string, len(pos))
+	for i, p := range pos {
+		words[i] = p.word
+	}
 	switch {
 	case len(pos) == len(names):
 	case len(names) == 0:
-		return nil, usageError("%s takes no arguments, got %q: see `jobbus %s --help`", c.Command.Name, pos, c.Command.Name)
+		return nil, usageError("%s takes no arguments, got %q: see `jobbus %s --help`", c.Command.Name, words, c.Command.Name)
+	case len(pos) > len(names):
+		return nil, usageError("%s needs %s, got %d arguments: %s", c.Command.Name, strings.Join(names, " "), len(pos), strays(c, pos[len(names):]))
 	default:
 		return nil, usageError("%s needs %s, got %d argument(s): see `jobbus %s --help`",
 			c.Command.Name, strings.Join(names, " "), len(pos), c.Command.Name)
 	}
-	return pos, nil
+	return words, nil
+}
+
+// positional is a command's argument, with the value flag written right before it:
+// in `submit sha256 --text hello jobbus`, "jobbus" follows --text's value "hello".
+type positional struct {
+	word      string
+	flag, val string // the value flag and its value right before word, if any
+	afterWord bool   // word directly follows another positional
+}
+
+// strays says what to do about the arguments beyond those the command takes: most
+// often a value with spaces that lost its quotes.
+func strays(c *cli.Context, extra []positional) string {
+	quoted := make([]string, len(extra))
+	for i, p := range extra {
+		quoted[i] = strconv.Quote(p.word)
+	}
+	what, it := quoted[0]+" is a stray word", "it belongs"
+	if len(extra) > 1 {
+		what, it = strings.Join(quoted, ", ")+" are stray words", "they belong"
+	}
+	if first := extra[0]; first.flag != "" {
+		value := []string{first.val, first.word}
+		for _, p := range extra[1:] {
+			if !p.afterWord {
+				break
+			}
+			value = append(value, p.word)
+		}
+		return fmt.Sprintf("%s; if %s to --%s, quote the value: --%s %s", what, it, first.flag, first.flag, shellQuote(strings.Join(value, " ")))
+	}
+	return fmt.Sprintf("%s; quote a value that has spaces (see `jobbus %s --help`)", what, c.Command.Name)
+}
+
+// shellQuote quotes s for a POSIX shell.
+func shellQuote(s string) string {
+	if !strings.ContainsAny(s, "\"$`\\!") {
+		return `"` + s + `"`
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // interspersed parses the flags mixed into the command's arguments onto c and returns
 // the positional arguments, and whether --help was among them.
-func interspersed(c *cli.Context) (pos []string, help bool, _ error) {
+func interspersed(c *cli.Context) (pos []positional, help bool, _ error) {
 	rest := c.Args().Slice()
+	var flagBefore, valBefore string // the value flag the parse consumed last
+	afterWord := false
 	for len(rest) > 0 {
 		if rest[0] == "--" {
-			return append(pos, rest[1:]...), help, nil
+			for _, w := range rest[1:] {
+				pos = append(pos, positional{word: w})
+			}
+			return pos, help, nil
 		}
 		if len(rest[0]) < 2 || rest[0][0] != '-' {
-			pos = append(pos, rest[0])
+			pos = append(pos, positional{word: rest[0], flag: flagBefore, val: valBefore, afterWord: afterWord})
+			flagBefore, valBefore, afterWord = "", "", true
 			rest = rest[1:]
 			continue
 		}
@@ -156,9 +225,40 @@ func interspersed(c *cli.Context) (pos []string, help bool, _ error) {
 		if setErr != nil {
 			return nil, false, setErr
 		}
+		flagBefore, valBefore = lastValueFlag(set, rest[:len(rest)-len(set.Args())])
+		afterWord = false
 		rest = set.Args()
 	}
 	return pos, help, nil
+}
+
+// lastValueFlag is the flag that took the last of the tokens a parse consumed as its
+// value (`--text hello`, `--text=hello`), or "" when they end with a boolean flag.
+func lastValueFlag(set *flag.FlagSet, consumed []string) (name, value string) {
+	isValueFlag := func(name string) bool {
+		f := set.Lookup(name)
+		if f == nil {
+			return false
+		}
+		b, ok := f.Value.(interface{ IsBoolFlag() bool })
+		return !ok || !b.IsBoolFlag()
+	}
+	n := len(consumed)
+	if n == 0 {
+		return "", ""
+	}
+	if last := strings.TrimLeft(consumed[n-1], "-"); strings.HasPrefix(consumed[n-1], "-") {
+		if k, v, ok := strings.Cut(last, "="); ok && isValueFlag(k) {
+			return k, v
+		}
+		return "", ""
+	}
+	if n >= 2 && strings.HasPrefix(consumed[n-2], "-") {
+		if k := strings.TrimLeft(consumed[n-2], "-"); !strings.Contains(k, "=") && isValueFlag(k) {
+			return k, consumed[n-1]
+		}
+	}
+	return "", ""
 }
 
 // commandFlagSet is a flag set of the command's own flags and a --help of its own

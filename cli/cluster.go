@@ -22,7 +22,7 @@ func clusterCommand() *cli.Command {
 embedded server, with the JetStream meta group's currency), the replicas of jobbus's
 buckets and how current each is, the leader lease, and every coordinator process with
 its state (leading or standby) and since when. Coordinators and servers answer a
-request; one that is paused or gone does not, and is not listed.
+request; one that is paused or gone does not, and is not listed. More: docs/deployment.md.
 
 Example:
    jobbus --nats nats://127.0.0.1:4222 cluster

@@ -117,8 +117,11 @@ func TestStatus(t *testing.T) {
 		if j.JobID != id || j.Result == nil || *j.Result != "3" || j.Attempts != 1 || j.CreatedAtMillis == 0 {
 			t.Errorf("status --json: %+v", j)
 		}
+		if j.WorkerID != nil || j.LastWorkerID == nil || *j.LastWorkerID != o.onlyWorker(t) {
+			t.Errorf("status --json of a finished job: workerId %v, lastWorkerId %v; want null and %s", j.WorkerID, j.LastWorkerID, o.onlyWorker(t))
+		}
 		out, _ = o.mustRun(cli.ExitOK, "status", id)
-		for _, want := range []string{"ID        " + id, "STATE     COMPLETED", "TASK      WORD_COUNT", "ATTEMPTS  1/3", "RESULT    3", "ERROR     -"} {
+		for _, want := range []string{"ID        " + id, "STATE     COMPLETED", "TASK      WORD_COUNT", "ATTEMPTS  1/3", "WORKER    " + o.onlyWorker(t), "RESULT    3", "ERROR     -"} {
 			if !strings.Contains(out, want+"\n") {
 				t.Errorf("status lacks %q:\n%s", want, out)
 			}
@@ -131,6 +134,16 @@ func TestStatus(t *testing.T) {
 }
 
 func first(a, _ string) string { return a }
+
+// onlyWorker is the id of the system's one worker.
+func (s *system) onlyWorker(t *testing.T) string {
+	t.Helper()
+	ws, err := client.New(s.NC).Workers(context.Background())
+	if err != nil || len(ws) != 1 {
+		t.Fatalf("workers %+v, %v; want one", ws, err)
+	}
+	return ws[0].WorkerID
+}
 
 func TestWaitExitCodes(t *testing.T) {
 	t.Parallel()
@@ -241,6 +254,9 @@ func TestJobs(t *testing.T) {
 		if !strings.Contains(lines[2], "s ago") || strings.Index(lines[0], "STATE") != strings.Index(lines[1], "FAILED") {
 			t.Errorf("table not aligned or without ages:\n%s", out)
 		}
+		if w := o.onlyWorker(t); strings.Index(lines[0], "WORKER") != strings.Index(lines[1], w) || !strings.Contains(lines[2], w) {
+			t.Errorf("finished jobs do not show %s, the worker that ran them:\n%s", w, out)
+		}
 	})
 }
 
@@ -278,7 +294,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"MissingTask", []string{"submit"}, "submit needs TASK"},
 		{"MissingTaskFlag", []string{"submit", "SLEEP"}, "SLEEP needs --milliseconds"},
 		{"WrongTaskFlag", []string{"submit", "SLEEP", "--text", "x"}, "--text does not apply to SLEEP"},
-		{"PayloadAndTaskFlag", []string{"submit", "SLEEP", "--milliseconds", "1", "--payload", "{}"}, "--milliseconds does not apply"},
+		{"PayloadAndTaskFlag", []string{"submit", "SLEEP", "--milliseconds", "1", "--payload", "{}"}, "--milliseconds and --payload cannot be combined"},
 		{"BadPayload", []string{"submit", "SLEEP", "--payload", "{nope"}, "--payload is not valid JSON"},
 		{"UnknownTaskWithoutPayload", []string{"submit", "RESIZE", "--text", "x"}, "does not apply to RESIZE"},
 		{"BadInteger", []string{"submit", "SLEEP", "--milliseconds", "soon"}, "invalid value"},

@@ -16,6 +16,7 @@ func dashboardCommand() *cli.Command {
 		Description: `Serves the same dashboard as serve's --http-listen, against the system whose NATS
 is --nats: live jobs, workers, charts, cancel and resubmit. It only reads the job
 bucket and talks to the coordinator's API, so it can run anywhere NATS is reachable.
+More: docs/operations.md.
 
 Example:
    jobbus dashboard --nats nats://nats.example:4222 --http-listen 127.0.0.1:8080`,

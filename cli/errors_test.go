@@ -55,6 +55,17 @@ func TestUsageErrorsInOneLine(t *testing.T) {
 		{"BenchBadSync", nil, []string{"bench", "--sync", "0s"}, `--sync must be default, always or a positive interval (1s, 100ms), got "0s"`},
 		{"BenchSyncOnExternal", []string{"--connect", "127.0.0.1:1"}, []string{"bench", "--sync", "always"}, "--sync applies to the system bench builds"},
 		{"BenchNothing", nil, []string{"bench", "--jobs", "0"}, "nothing to measure: give --jobs or --idle"},
+		{"StrayWord", nats, []string{"submit", "sha256", "--text", "hello", "jobbus"}, `submit needs TASK, got 2 arguments: "jobbus" is a stray word; if it belongs to --text, quote the value: --text "hello jobbus"`},
+		{"StrayWords", nats, []string{"submit", "sha256", "--text=it's", "a", "test", "--wait"}, `"a", "test" are stray words; if they belong to --text, quote the value: --text "it's a test"`},
+		{"StrayWordAfterBoolFlag", nats, []string{"submit", "--wait", "sha256", "--json", "extra"}, `submit needs TASK, got 2 arguments: "extra" is a stray word; quote a value that has spaces (see ` + "`jobbus submit --help`)"},
+		{"StrayID", nats, []string{"wait", "a", "b"}, `wait needs ID, got 2 arguments: "b" is a stray word`},
+		{"TextAndPayload", nats, []string{"submit", "sha256", "--payload", `{"text":"x"}`, "--text", "y"}, "--text and --payload cannot be combined: give SHA256 either --text or the whole payload with --payload"},
+		{"OtherTasksFlag", nats, []string{"submit", "sleep", "--text", "x"}, "--text does not apply to SLEEP, which takes --milliseconds (or the whole payload with --payload)"},
+		{"MistypedTaskWithFlag", nats, []string{"submit", "sha265", "--text", "x"}, "--text does not apply to SHA265, which is not a built-in task: did you mean SHA256? (built-in tasks: "},
+		{"MistypedTask", nats, []string{"submit", "prime-cuont"}, "PRIME_CUONT is not a built-in task: did you mean PRIME_COUNT?"},
+		{"NegativeWorkers", nil, []string{"serve", "--workers", "-1", "--data-dir", "/nonexistent/jobbus-test"}, "--workers must be 0 or more, got -1"},
+		{"ServeWorkerCapacity", nil, []string{"serve", "--workers", "1", "--worker-capacity", "0", "--data-dir", "/nonexistent/jobbus-test"}, "--worker-capacity must be in 1..1024, got 0"},
+		{"BenchWithoutWorkers", nil, []string{"bench", "--workers", "0"}, "--workers must be 1 or more, got 0"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -82,6 +93,10 @@ func TestTaskNames(t *testing.T) {
 		_, errs := o.mustRun(cli.ExitError, "submit", "resize", "--payload", `{"width":10}`)
 		if !strings.Contains(errs, "Unknown task type: RESIZE (built-in tasks: FAIL, PRIME_COUNT, SHA256, SLEEP, WORD_COUNT)") {
 			t.Errorf("stderr %q", errs)
+		}
+		_, errs = o.mustRun(cli.ExitError, "submit", "sha265", "--payload", `{"text":"x"}`)
+		if !strings.Contains(errs, "Unknown task type: SHA265, did you mean SHA256? (built-in tasks: FAIL, PRIME_COUNT, SHA256, SLEEP, WORD_COUNT)") {
+			t.Errorf("mistyped task: stderr %q", errs)
 		}
 	})
 }
@@ -206,7 +221,7 @@ func TestContexts(t *testing.T) {
 	}
 }
 
-// TestEveryFlagHasAVariable: as the README says, every flag of every command is also
+// TestEveryFlagHasAVariable: as docs/operations.md says, every flag of every command is also
 // read from an environment variable, and its help shows which.
 func TestEveryFlagHasAVariable(t *testing.T) {
 	t.Parallel()

@@ -51,7 +51,7 @@ func globalFlags() []cli.Flag {
 	}
 	return []cli.Flag{
 		str("nats", "NATS server URL: client commands and workers default to the --context's, else nats://127.0.0.1:4222; serve joins it instead of embedding one", ""),
-		str("context", "a NATS CLI context (as nats context ls lists them, or a path to a context .json): its URL, credentials and TLS, each overridden by the flag of its own; without --nats and --context, the one nats context select chose (serve embeds NATS instead)", ""),
+		str("context", "a NATS CLI context (as nats context ls lists them, or a path to a context .json): its URL, credentials and TLS, each overridden by the flag of its own; without --nats and --context, the one nats context select chose (serve embeds NATS instead); see docs/operations.md", ""),
 		str("nats-creds", "NATS credentials (.creds) file", ""),
 		str("nkey", "NATS NKey seed file, for a user that authenticates with an nkey", ""),
 		str("tls-ca", "PEM file of the CA certificates that sign the NATS server's certificate", ""),

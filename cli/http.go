@@ -6,7 +6,7 @@ import (
 
 // httpListenFlag is --http-listen: the dashboard, /metrics, /healthz and /readyz.
 func httpListenFlag(def string) cli.Flag {
-	usage := "address of the HTTP listener: dashboard at /, Prometheus /metrics, /healthz, /readyz (\"-\" or empty: off)"
+	usage := "address of the HTTP listener: dashboard at /, Prometheus /metrics, /healthz, /readyz (\"-\" or empty: off); see docs/operations.md"
 	return &cli.StringFlag{Name: "http-listen", Value: def, Usage: usage, EnvVars: env("http-listen")}
 }
 

@@ -111,7 +111,7 @@ func (p *printer) jobs(jobs []protocol.Job) error {
 	for _, j := range jobs {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\n",
 			j.JobID, p.state(j.State), j.TaskType, j.Attempts, j.MaxAttempts, j.Priority,
-			orDash(j.WorkerID), ago(now, j.CreatedAtMillis), truncate(outcome(j), resultWidth))
+			orNothing(j.RanBy()), ago(now, j.CreatedAtMillis), truncate(outcome(j), resultWidth))
 	}
 	return tw.Flush()
 }
@@ -129,7 +129,7 @@ func (p *printer) job(j protocol.Job) error {
 		{"TASK", j.TaskType},
 		{"ATTEMPTS", fmt.Sprintf("%d/%d", j.Attempts, j.MaxAttempts)},
 		{"PRIORITY", string(j.Priority)},
-		{"WORKER", orDash(j.WorkerID)},
+		{"WORKER", orNothing(j.RanBy())},
 		{"CREATED", stamp(now, j.CreatedAtMillis)},
 		{"UPDATED", stamp(now, j.UpdatedAtMillis)},
 		{"RESULT", oneLine(orDash(j.Result))},
@@ -294,4 +294,12 @@ func (p *printer) zone() *time.Location {
 		return p.loc
 	}
 	return time.Local
+}
+
+// orNothing is s, or "-" when it is empty.
+func orNothing(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

@@ -16,8 +16,8 @@ import (
 	"github.com/jobbus/jobbus/worker"
 )
 
-// configServer runs nats-server with the README's example configuration
-// (docs/nats-server.conf) on a random port and a fresh store, and returns its URL.
+// configServer runs nats-server with the example configuration (docs/nats-server.conf)
+// on a random port and a fresh store, and returns its URL.
 func configServer(t *testing.T) string {
 	t.Helper()
 	opts, err := server.ProcessConfigFile("../docs/nats-server.conf")

@@ -23,7 +23,7 @@ import (
 )
 
 // binVersion is the version the test binary is built with, through the linker flag
-// the README gives.
+// CONTRIBUTING.md gives for a release.
 const binVersion = "9.8.7-test"
 
 // jobbusBin is the jobbus binary TestMain built, for tests that need a real process:
@@ -240,7 +240,7 @@ func TestWorkerSaysNATSIsUnreachable(t *testing.T) {
 	}
 }
 
-// TestBinaryVersion: a binary built with the README's -ldflags reports that version
+// TestBinaryVersion: a binary built with the release -ldflags reports that version
 // from version and --version alike.
 func TestBinaryVersion(t *testing.T) {
 	t.Parallel()

@@ -37,7 +37,7 @@ func coordinatorFlags() []cli.Flag {
 		&cli.IntFlag{Name: "max-active-jobs", Value: d.MaxActiveJobs, Usage: "QUEUED + RETRY_WAIT + RUNNING jobs beyond which submissions are rejected", EnvVars: env("max-active-jobs")},
 		millisFlag("aging-step-millis", d.AgingStep, "a queued job gains one priority level per step waited"),
 		&cli.DurationFlag{Name: "retention", Value: d.Retention, Usage: "how long a COMPLETED, FAILED or CANCELLED job, and its idempotency key, are kept after it ended (Go duration: 24h, 90s); 0 keeps them forever. Active jobs never expire", EnvVars: env("retention")},
-		&cli.IntFlag{Name: "replicas", Value: d.Replicas, Usage: "replicas of the KV buckets it creates: 0 is 3 in a cluster (or its size, if smaller), 1 on a lone server, and keeps what exists. Another count than an existing bucket's is refused without --reconfigure-buckets", EnvVars: env("replicas")},
+		&cli.IntFlag{Name: "replicas", Value: d.Replicas, Usage: "replicas of the KV buckets it creates: 0 is 3 in a cluster (or its size, if smaller), 1 on a lone server, and keeps what exists. Another count than an existing bucket's is refused without --reconfigure-buckets (docs/deployment.md)", EnvVars: env("replicas")},
 		&cli.BoolFlag{Name: "reconfigure-buckets", Usage: "change existing buckets to --replicas (JetStream moves their data)", EnvVars: env("reconfigure-buckets")},
 		millisFlag("leader-lease-millis", d.LeaderLease, "a standby coordinator takes over within this long of the leader's loss"),
 		&cli.StringFlag{Name: "coordinator-id", Usage: "this coordinator's name in the leader lease: restarted after a crash, it takes its lease back at once. Unique to one process at a time; serve keeps one in --data-dir (default: random per process)", EnvVars: env("coordinator-id")},
@@ -77,8 +77,8 @@ func serveCommand() *cli.Command {
 		&cli.StringFlag{Name: "nats-user", Usage: "the embedded NATS server requires this user (with --nats-password) of every client, and serve connects as it; with --nats-config, the file's user serve connects as", EnvVars: env("nats-user")},
 		&cli.StringFlag{Name: "nats-password", Usage: "the password of --nats-user", EnvVars: env("nats-password")},
 		&cli.StringFlag{Name: "nats-token", Usage: "the embedded NATS server requires this token of every client (instead of a user)", EnvVars: env("nats-token")},
-		&cli.StringFlag{Name: "nats-config", Usage: "a nats-server configuration file for the embedded server (accounts, users and permissions, nkeys, JWT resolver, TLS): what it sets wins over the --nats-* flags; see docs/nats-server.conf", EnvVars: env("nats-config")},
-		&cli.StringFlag{Name: "nats-max-store", Usage: "cap the embedded server's JetStream file storage (e.g. 512M, 10G); at the cap, submissions are refused with an ERROR that says so, and running jobs go on (default: the server's, 75% of the disk's free space; should the disk fill up first, serve refuses the same way and restarts JetStream by itself once the disk has room)", EnvVars: env("nats-max-store")},
+		&cli.StringFlag{Name: "nats-config", Usage: "a nats-server configuration file for the embedded server (accounts, users and permissions, nkeys, JWT resolver, TLS): what it sets wins over the --nats-* flags; see docs/security.md and docs/nats-server.conf", EnvVars: env("nats-config")},
+		&cli.StringFlag{Name: "nats-max-store", Usage: "cap the embedded server's JetStream file storage (e.g. 512M, 10G; default: 75% of the disk's free space); at the cap, or when the disk fills up first, submissions are refused with an ERROR that says so and running jobs go on: see docs/operations.md", EnvVars: env("nats-max-store")},
 		&cli.StringFlag{Name: "sync", Value: "default", Usage: syncFlagUsage, EnvVars: env("sync")},
 		&cli.StringFlag{Name: "nats-log-level", Value: "warn", Usage: "the embedded NATS server's own log lines at this level and above (debug, info, warn, error): --log-level debug stays jobbus's", EnvVars: env("nats-log-level")},
 	}
@@ -87,6 +87,11 @@ func serveCommand() *cli.Command {
 		Usage: "run the whole system: embedded NATS, the coordinator and optional local workers",
 		Description: `Starts an embedded NATS server with JetStream (store in --data-dir), the coordinator,
 and --workers local native workers. With the global --nats URL it joins that server instead.
+Before it starts it names every address (and the store) another process holds, with the
+flag that moves each.
+
+More: docs/operations.md (configuration, stopping, dashboard and metrics, a full disk),
+docs/deployment.md (clusters and leaf nodes), docs/security.md (users, TLS).
 
 Example:
    jobbus serve --workers 2`,
@@ -102,6 +107,9 @@ func serve(c *cli.Context) error {
 	}
 	grace, err := shutdownGrace(c)
 	if err != nil {
+		return err
+	}
+	if err := checkLocalWorkers(c, 0); err != nil {
 		return err
 	}
 	cfg := coordinatorConfig(c, log)
@@ -181,7 +189,8 @@ func serveSystem(c *cli.Context, log *slog.Logger, cfg coordinator.Config) (syst
 	scfg.Workers = system.Workers{Count: c.Int("workers"), Options: func() []worker.Option {
 		return []worker.Option{worker.WithCapacity(capacity), worker.WithLogger(workerLog)}
 	}}
-	return scfg, nil
+	// Every flag is valid: name every address and store in use at once (ports.go).
+	return scfg, checkServeFree(c)
 }
 
 // localWorkerLog is the log of serve's own workers: the coordinator already says each
@@ -294,6 +303,8 @@ func coordinatorCommand() *cli.Command {
 		Usage: "run only the coordinator, on an existing NATS server (--nats)",
 		Description: `Several coordinators on one NATS elect one leader through a lease in KV; the
 others stand by and take over within --leader-lease-millis of its loss.
+
+More: docs/deployment.md (shapes, failover, buckets and replicas), docs/operations.md.
 
 Example:
    jobbus --nats nats://127.0.0.1:4222 coordinator`,

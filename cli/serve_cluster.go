@@ -18,8 +18,8 @@ func serveClusterFlags() []cli.Flag {
 		&cli.StringFlag{Name: "server-name", Usage: "the embedded NATS server's name, unique and stable in its cluster (default: <host name>-<NATS port>)", EnvVars: env("server-name")},
 		&cli.StringFlag{Name: "cluster-name", Value: "jobbus", Usage: "the cluster's name, the same on every node (with --routes)", EnvVars: env("cluster-name")},
 		&cli.StringFlag{Name: "cluster-listen", Usage: "address other nodes' routes reach this one at, e.g. 0.0.0.0:6222 (with --routes; default 127.0.0.1:6222)", EnvVars: env("cluster-listen")},
-		&cli.StringSliceFlag{Name: "routes", Usage: "form a cluster: the route URL of every node, this one included (nats-route://host:6222,...); buckets get 3 replicas", EnvVars: env("routes")},
-		&cli.StringSliceFlag{Name: "leafnode-remote", Usage: "be a leaf node of the cluster at this URL (nats-leaf://hub:7422), dialling out (behind NAT): no JetStream here, the hub's holds the state", EnvVars: env("leafnode-remote")},
+		&cli.StringSliceFlag{Name: "routes", Usage: "form a cluster: the route URL of every node, this one included (nats-route://host:6222,...); buckets get 3 replicas; see docs/deployment.md", EnvVars: env("routes")},
+		&cli.StringSliceFlag{Name: "leafnode-remote", Usage: "be a leaf node of the cluster at this URL (nats-leaf://hub:7422), dialling out (behind NAT): no JetStream here, the hub's holds the state; see docs/deployment.md", EnvVars: env("leafnode-remote")},
 		&cli.StringFlag{Name: "leafnode-listen", Usage: "accept leaf nodes (serve --leafnode-remote) at this address, e.g. 0.0.0.0:7422; off by default", EnvVars: env("leafnode-listen")},
 	}
 }

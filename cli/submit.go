@@ -109,10 +109,15 @@ func submit(c *cli.Context) error {
 		var se *client.ServerError
 		if errors.As(err, &se) && strings.HasPrefix(se.Message, protocol.UnknownTaskType("").Message) {
 			hint := "built-in tasks: " + strings.Join(taskNames(), ", ")
-			if others := knownTypes(c.Context, s.cl); len(others) > 0 {
+			others := knownTypes(c.Context, s.cl)
+			if len(others) > 0 {
 				hint += "; declared by workers: " + strings.Join(others, ", ")
 			}
-			err = fmt.Errorf("%w (%s)", err, hint)
+			var mean string
+			if m := closestTask(task, append(taskNames(), others...)); m != "" {
+				mean = ", did you mean " + m + "?"
+			}
+			err = fmt.Errorf("%w%s (%s)", err, mean, hint)
 		}
 		return exitErr(fmt.Errorf("submit %s: %w", task, err))
 	}
@@ -139,8 +144,14 @@ func taskName(s string) string {
 func buildPayload(c *cli.Context, task string) (json.RawMessage, error) {
 	tf, known := taskFlags[task]
 	for _, name := range payloadFlags {
-		if c.IsSet(name) && (!known || name != tf.flag || c.IsSet("payload")) {
-			return nil, usageError("--%s does not apply to %s%s", name, task, payloadHint(task))
+		switch {
+		case !c.IsSet(name):
+		case !known:
+			return nil, usageError("--%s does not apply to %s, which is %s", name, task, notBuiltIn(task))
+		case name != tf.flag:
+			return nil, usageError("--%s does not apply to %s, which takes --%s (or the whole payload with --payload)", name, task, tf.flag)
+		case c.IsSet("payload"):
+			return nil, usageError("--%s and --payload cannot be combined: give %s either --%s or the whole payload with --payload", name, task, name)
 		}
 	}
 	if c.IsSet("payload") {
@@ -151,7 +162,7 @@ func buildPayload(c *cli.Context, task string) (json.RawMessage, error) {
 		return raw, nil
 	}
 	if !known {
-		return nil, usageError("%s is not a built-in task (%s); a task of your own takes --payload JSON", task, strings.Join(taskNames(), ", "))
+		return nil, usageError("%s is %s", task, notBuiltIn(task))
 	}
 	if !c.IsSet(tf.flag) {
 		return nil, usageError("%s needs --%s (or --payload JSON)", task, tf.flag)
@@ -165,11 +176,28 @@ func buildPayload(c *cli.Context, task string) (json.RawMessage, error) {
 	return json.Marshal(map[string]any{tf.field: v})
 }
 
-func payloadHint(task string) string {
-	if tf, ok := taskFlags[task]; ok {
-		return fmt.Sprintf(" (it takes --%s, or --payload alone)", tf.flag)
+// notBuiltIn says that task is none of the built-ins, and which one it may have meant.
+func notBuiltIn(task string) string {
+	names := strings.Join(taskNames(), ", ")
+	if s := closestTask(task, taskNames()); s != "" {
+		return fmt.Sprintf("not a built-in task: did you mean %s? (built-in tasks: %s; a task of your own takes --payload JSON)", s, names)
 	}
-	return fmt.Sprintf(", which is not a built-in task (%s); a task of your own takes --payload JSON", strings.Join(taskNames(), ", "))
+	return fmt.Sprintf("not a built-in task (%s); a task of your own takes --payload JSON", names)
+}
+
+// closestTask is the task type among names that the user's typed name is closest to,
+// compared as the command line reads names (any case, kebab-case), or "".
+func closestTask(typed string, names []string) string {
+	norm := make([]string, len(names))
+	byNorm := make(map[string]string, len(names))
+	for i, n := range names {
+		norm[i] = taskName(n)
+		byNorm[norm[i]] = n
+	}
+	if s := closest(taskName(typed), norm); s != "" && s != taskName(typed) {
+		return byNorm[s]
+	}
+	return ""
 }
 
 func taskNames() []string {

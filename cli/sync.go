@@ -11,7 +11,7 @@ import (
 // syncFlagUsage documents --sync on serve and bench.
 const syncFlagUsage = "when JetStream writes are fsynced: default (every 2 minutes, NATS's default), " +
 	"always (every job write before anything depends on it: survives power loss; a lone server syncs writes " +
-	"in groups, a cluster syncs each one), or an interval for the embedded server (1s, 100ms)"
+	"in groups, a cluster syncs each one), or an interval for the embedded server (1s, 100ms); see docs/performance.md"
 
 // syncOptions maps --sync onto the embedded server's options. A lone server does not
 // sync each write for --sync always: the coordinator syncs the jobs stream itself, a

@@ -23,7 +23,7 @@ func typesCommand() *cli.Command {
 declared (kept in the TASK_TYPES bucket, so they outlive their workers), with the workers
 serving each now, its queued and running jobs and its options (default max attempts,
 execution timeout, concurrency limit across workers). --schema prints each declared
-type's JSON Schema.
+type's JSON Schema. Declaring types: docs/task-types.md.
 
 Example:
    jobbus types

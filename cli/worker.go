@@ -21,7 +21,8 @@ func workerCommand() *cli.Command {
 		Description: `By default the worker speaks NATS (the global --nats, default nats://127.0.0.1:4222).
 With --connect host:7070 it is the reference TCP worker of docs/PROTOCOL.md on a bridge's worker
 port: it registers, heartbeats every --heartbeat-interval-millis (2 s), and after a lost connection interrupts its
-running tasks, waits --reconnect-delay-millis and registers again.
+running tasks, waits --reconnect-delay-millis and registers again. Task types of your own
+are served by a worker you write: docs/task-types.md.
 
 Example:
    jobbus --nats nats://127.0.0.1:4222 worker --capacity 8

@@ -93,8 +93,40 @@ func (t *tcpTransport) RoundTrip(ctx context.Context, typ protocol.Type, body []
 	if closesConnection(reply) {
 		t.drop(conn) // the bridge closes after it; the next request dials afresh
 	}
+	if isWorkerPortGreeting(reply) {
+		t.drop(conn)
+		return nil, &workerPortError{addr: t.addr} // whatever the request, the port is wrong
+	}
 	return reply, nil
 }
+
+// ErrWorkerPort means the address given for the client port is a bridge's worker
+// port: it answered a client request as it answers a worker that has not registered.
+var ErrWorkerPort = errors.New("a worker port, not the client port")
+
+// isWorkerPortGreeting reports whether reply is the worker port's ERROR to a first
+// message that is no WORKER_REGISTER.
+func isWorkerPortGreeting(reply []byte) bool {
+	if t, err := protocol.PeekType(reply); err != nil || t != protocol.TypeError {
+		return false
+	}
+	e, err := protocol.DecodeAs[protocol.Error](reply)
+	return err == nil && e.Message == protocol.FirstMessageMustRegister().Message
+}
+
+// workerPortError names the port a client should have used. It matches ErrWorkerPort.
+type workerPortError struct{ addr string }
+
+func (e *workerPortError) Error() string {
+	host, port, err := net.SplitHostPort(e.addr)
+	if err == nil && port == "7070" {
+		return fmt.Sprintf("%s is the worker port; clients use 7071 (%s)", port, net.JoinHostPort(host, "7071"))
+	}
+	return fmt.Sprintf("%s is a worker port (it answered %q); clients use the bridge's client port (7071 by default)",
+		e.addr, protocol.FirstMessageMustRegister().Message)
+}
+
+func (e *workerPortError) Unwrap() error { return ErrWorkerPort }
 
 // closesConnection reports whether reply is the ERROR PROTOCOL.md sends before closing
 // a connection that sent a malformed frame.

@@ -418,3 +418,27 @@ func TestTCPMalformedReply(t *testing.T) {
 		t.Fatalf("Status = %v, want protocol.ErrMalformed", err)
 	}
 }
+
+// TestTCPWorkerPort: an address that answers a client request as the worker port
+// answers an unregistered worker is reported as the wrong port, whatever the request.
+func TestTCPWorkerPort(t *testing.T) {
+	t.Parallel()
+	p := newBridgePeer(t, func(int, protocol.Message) response {
+		return response{reply: protocol.FirstMessageMustRegister()}
+	})
+	c, err := client.DialTCP(context.Background(), p.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for range 2 { // the connection the port closed is dialled again, and judged again
+		_, err := c.Status(context.Background(), "some-id")
+		if !errors.Is(err, client.ErrWorkerPort) {
+			t.Fatalf("Status = %v, want ErrWorkerPort", err)
+		}
+		want := p.addr() + ` is a worker port (it answered "First message must be WORKER_REGISTER"); clients use the bridge's client port (7071 by default)`
+		if err.Error() != want {
+			t.Fatalf("error %q, want %q", err, want)
+		}
+	}
+}

@@ -288,6 +288,7 @@ func (c *Coordinator) releaseLease(j *job) {
 	}
 	c.deadlines.remove(j)
 	c.leaseEnded(j)
+	j.rec.LastWorkerID = j.rec.WorkerID // a finished job says who ran it
 	j.rec.WorkerID = ""
 	j.rec.AttemptID = ""
 }

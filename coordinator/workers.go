@@ -127,7 +127,7 @@ func (c *Coordinator) loseWorker(w *worker, cause string) {
 		if j == nil || j.rec.State != protocol.StateRunning || j.rec.AttemptID != a.attempt {
 			continue
 		}
-		j.rec.WorkerID, j.rec.AttemptID = "", ""
+		j.rec.LastWorkerID, j.rec.WorkerID, j.rec.AttemptID = w.id, "", ""
 		c.deadlines.remove(j)
 		c.leaseEnded(j)
 		c.retryOrFail(j, fmt.Sprintf("worker %s lost (%s)", w.id, cause))

@@ -165,6 +165,9 @@ func TestStartStoreLocked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if !embeddednats.StoreLocked(dir) {
+		t.Error("StoreLocked = false while a server holds the store")
+	}
 	_, err = embeddednats.Start(context.Background(),
 		embeddednats.WithListen("127.0.0.1:-1"), embeddednats.WithStoreDir(dir))
 	if !errors.Is(err, embeddednats.ErrStoreLocked) {
@@ -176,6 +179,9 @@ func TestStartStoreLocked(t *testing.T) {
 	}
 	shutdown(t, first)
 	// Once the first server is gone the directory is free again.
+	if embeddednats.StoreLocked(dir) || embeddednats.StoreLocked(filepath.Join(dir, "none")) {
+		t.Error("StoreLocked = true for a store nobody holds, or none at all")
+	}
 	start(t, dir)
 }
 

@@ -52,3 +52,16 @@ func lockDir(dir string) (*dirLock, error) {
 func (l *dirLock) release() error {
 	return l.f.Close()
 }
+
+// StoreLocked reports whether another server holds the lock of the store directory
+// dir at this moment, so that a command can name every obstacle to its start at once.
+// A directory or lock file that does not exist, or cannot be opened, is not locked:
+// Start says what is wrong with it.
+func StoreLocked(dir string) bool {
+	f, err := os.OpenFile(filepath.Join(dir, lockFileName), os.O_RDWR, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close() // releases a lock taken here
+	return errors.Is(lockFile(f), errLocked)
+}

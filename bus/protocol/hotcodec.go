@@ -175,7 +175,7 @@ func strLen(s *string) int {
 // MarshalJSON writes, a pass that costs more than its reflective encoding of a record.
 func (r *Record) AppendJSON(b []byte) ([]byte, error) {
 	start := len(b)
-	b = slices.Grow(b, 256+len(r.JobID)+len(r.TaskType)+len(r.Payload)+len(r.WorkerID)+len(r.AttemptID)+
+	b = slices.Grow(b, 256+len(r.JobID)+len(r.TaskType)+len(r.Payload)+len(r.WorkerID)+len(r.AttemptID)+len(r.LastWorkerID)+
 		strLen(r.Result)+strLen(r.Error)+len(r.IdempotencyKey)+len(r.Fingerprint))
 	if out, ok := r.appendFast(b); ok {
 		return out, nil
@@ -220,6 +220,7 @@ func (r *Record) appendFast(b []byte) ([]byte, bool) {
 	b = strconv.AppendUint(b, r.Seq, 10)
 	str(`,"workerId":`, r.WorkerID, true)
 	str(`,"attemptId":`, r.AttemptID, true)
+	str(`,"lastWorkerId":`, r.LastWorkerID, true)
 	if r.Result != nil {
 		str(`,"result":`, *r.Result, false)
 	}

@@ -163,7 +163,7 @@ func FuzzHotEncode(f *testing.F) {
 		}
 		res := "r"
 		recs := []Record{{JobID: s, TaskType: "t", Payload: data, State: State(s), Attempts: len(s), Seq: uint64(len(s)) << 40,
-			Result: &res, CreatedAt: -1, IdempotencyKey: s, Fingerprint: s}, {WorkerID: s, Error: &s, EndedAt: 1, RetryAt: 2}}
+			Result: &res, CreatedAt: -1, IdempotencyKey: s, Fingerprint: s}, {WorkerID: s, LastWorkerID: s, Error: &s, EndedAt: 1, RetryAt: 2}, {LastWorkerID: s}}
 		var rec Record
 		if json.Unmarshal(data, &rec) == nil {
 			recs = append(recs, rec)

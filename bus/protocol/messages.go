@@ -248,6 +248,20 @@ type Job struct {
 	CreatedAtMillis int64    `json:"createdAtMillis"`
 	UpdatedAtMillis int64    `json:"updatedAtMillis"`
 	Priority        Priority `json:"priority"`
+	// LastWorkerID (an extension spec peers ignore) is the worker of the job's latest
+	// attempt that ended, while the job is not RUNNING: which worker ran a finished job.
+	LastWorkerID *string `json:"lastWorkerId,omitempty"`
+}
+
+// RanBy is the worker of the job's current attempt, else of its latest one, else "".
+func (j *Job) RanBy() string {
+	switch {
+	case j.WorkerID != nil:
+		return *j.WorkerID
+	case j.LastWorkerID != nil:
+		return *j.LastWorkerID
+	}
+	return ""
 }
 
 // Worker is a live worker's snapshot.

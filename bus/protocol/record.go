@@ -12,24 +12,28 @@ import "encoding/json"
 // bucket). A finished record expires after the coordinator's retention (a JetStream
 // per-message TTL); the key then reads as absent.
 type Record struct {
-	JobID          string          `json:"jobId"`
-	TaskType       string          `json:"taskType"`
-	Payload        json.RawMessage `json:"payload"`
-	State          State           `json:"state"`
-	Attempts       int             `json:"attempts"`
-	MaxAttempts    int             `json:"maxAttempts"`
-	Priority       Priority        `json:"priority"`
-	Seq            uint64          `json:"seq"` // submission order, from 1
-	WorkerID       string          `json:"workerId,omitempty"`
-	AttemptID      string          `json:"attemptId,omitempty"` // the current lease, while RUNNING
-	Result         *string         `json:"result,omitempty"`
-	Error          *string         `json:"error,omitempty"`
-	CreatedAt      int64           `json:"createdAtMillis"`
-	UpdatedAt      int64           `json:"updatedAtMillis"`
-	EndedAt        int64           `json:"endedAtMillis,omitempty"` // once finished: retention counts from it
-	RetryAt        int64           `json:"retryAtMillis,omitempty"` // while RETRY_WAIT
-	IdempotencyKey string          `json:"idempotencyKey,omitempty"`
-	Fingerprint    string          `json:"fingerprint,omitempty"`
+	JobID       string          `json:"jobId"`
+	TaskType    string          `json:"taskType"`
+	Payload     json.RawMessage `json:"payload"`
+	State       State           `json:"state"`
+	Attempts    int             `json:"attempts"`
+	MaxAttempts int             `json:"maxAttempts"`
+	Priority    Priority        `json:"priority"`
+	Seq         uint64          `json:"seq"`                 // submission order, from 1
+	WorkerID    string          `json:"workerId,omitempty"`  // the current lease's worker, while RUNNING
+	AttemptID   string          `json:"attemptId,omitempty"` // the current lease, while RUNNING
+	// LastWorkerID is the worker of the latest attempt that ended (with a result, a
+	// cancel, its deadline, the worker's loss or a coordinator restart), kept when the
+	// lease's WorkerID is cleared: a finished job says which worker ran it.
+	LastWorkerID   string  `json:"lastWorkerId,omitempty"`
+	Result         *string `json:"result,omitempty"`
+	Error          *string `json:"error,omitempty"`
+	CreatedAt      int64   `json:"createdAtMillis"`
+	UpdatedAt      int64   `json:"updatedAtMillis"`
+	EndedAt        int64   `json:"endedAtMillis,omitempty"` // once finished: retention counts from it
+	RetryAt        int64   `json:"retryAtMillis,omitempty"` // while RETRY_WAIT
+	IdempotencyKey string  `json:"idempotencyKey,omitempty"`
+	Fingerprint    string  `json:"fingerprint,omitempty"`
 }
 
 // Headers of a stored record.
@@ -41,7 +45,8 @@ const (
 	HeaderExpires = "Jobbus-Expires"
 )
 
-// Snapshot is the record as the client port shows it: the worker only while RUNNING.
+// Snapshot is the record as the client port shows it: workerId only while RUNNING, as
+// PROTOCOL.md says, and lastWorkerId (an extension) once an attempt ended.
 func (r *Record) Snapshot() Job {
 	s := Job{
 		JobID:           r.JobID,
@@ -61,6 +66,10 @@ func (r *Record) Snapshot() Job {
 	if r.State == StateRunning && r.WorkerID != "" {
 		w := r.WorkerID
 		s.WorkerID = &w
+	}
+	if r.LastWorkerID != "" && s.WorkerID == nil {
+		w := r.LastWorkerID
+		s.LastWorkerID = &w
 	}
 	return s
 }

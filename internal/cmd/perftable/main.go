@@ -1,8 +1,8 @@
-// Command perftable prints the table of issue 13 from benchmark result files: every
+// Command perftable prints the performance table (docs/performance.md) from benchmark result files: every
 // *.json under the directories given, in the shape both `jobbus bench --json` and the
-// River and Asynq benchmarks (../shared/peers) write ({"system","settings","metrics"}).
+// River and Asynq benchmarks (the peers' harness, PEERS_DIR in .ci/perf) write ({"system","settings","metrics"}).
 // Runs of the same configuration become one row: the median of each figure, with its
-// spread [min-max] and the number of runs, then the ratios the issue's targets name.
+// spread [min-max] and the number of runs, then the ratios against the peers.
 //
 //	go run ./internal/cmd/perftable /tmp/perf-results     (.ci/perf runs it)
 package main
@@ -168,7 +168,7 @@ func printTable(w io.Writer, rows []*row) {
 	printRatios(w, rows)
 }
 
-// printRatios prints the ratios of the issue's targets, from the medians: TCP to
+// printRatios prints the ratios the performance page quotes, from the medians: TCP to
 // native, --sync always to default, and jobbus to Asynq's steady rate.
 func printRatios(w io.Writer, rows []*row) {
 	find := func(pred func(string) bool) *row {

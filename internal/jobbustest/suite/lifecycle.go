@@ -17,7 +17,7 @@ import (
 
 func testExecution(t *testing.T, tr Transport) {
 	s := Setup(t, tr)
-	s.StartWorker(4)
+	w, _ := s.StartWorker(4)
 	cases := []struct {
 		task    string
 		payload string
@@ -39,6 +39,9 @@ func testExecution(t *testing.T, tr Transport) {
 			}
 			if j.WorkerID != nil {
 				t.Errorf("workerId = %q on a finished job, want null", *j.WorkerID)
+			}
+			if Deref(j.LastWorkerID) != w.ID() {
+				t.Errorf("lastWorkerId = %q on a finished job, want %q, the worker that ran it", Deref(j.LastWorkerID), w.ID())
 			}
 			if j.Priority != protocol.PriorityNormal || j.MaxAttempts != 3 {
 				t.Errorf("priority %s maxAttempts %d, want NORMAL and the default 3", j.Priority, j.MaxAttempts)
@@ -137,10 +140,16 @@ func testWorkerLoss(t *testing.T, tr Transport) {
 				j := s.Status(id)
 				return j.State != protocol.StateRunning && Deref(j.Error) == want
 			})
-			s.StartWorker(4)
+			if j := s.Status(id); Deref(j.LastWorkerID) != "doomed" || j.WorkerID != nil {
+				t.Errorf("after the loss: workerId %q, lastWorkerId %q; want none and doomed", Deref(j.WorkerID), Deref(j.LastWorkerID))
+			}
+			w, _ := s.StartWorker(4)
 			j := s.Wait(id)
 			if j.State != protocol.StateCompleted || j.Attempts != 2 || Deref(j.Error) != want {
 				t.Fatalf("job %+v error %q, want COMPLETED on attempt 2 with error %q", j, Deref(j.Error), want)
+			}
+			if Deref(j.LastWorkerID) != w.ID() {
+				t.Errorf("lastWorkerId %q, want %q, which ran the second attempt", Deref(j.LastWorkerID), w.ID())
 			}
 			s.Reject(dead, a, true, "late")
 		})
@@ -235,6 +244,9 @@ func testDeadline(t *testing.T, tr Transport) {
 	if want := "execution deadline exceeded (100 ms) on worker slow (all 1 attempts used)"; Deref(j.Error) != want {
 		t.Fatalf("error %q, want %q", Deref(j.Error), want)
 	}
+	if Deref(j.LastWorkerID) != "slow" {
+		t.Errorf("lastWorkerId %q, want slow", Deref(j.LastWorkerID))
+	}
 	s.Reject(m, a, true, "too late")
 }
 
@@ -251,6 +263,9 @@ func testCancel(t *testing.T, tr Transport) {
 	Must(t, err)
 	if !ok || j.State != protocol.StateCancelled || Deref(j.Error) != "cancelled by client request" || j.WorkerID != nil {
 		t.Fatalf("cancel running: %v %+v", ok, j)
+	}
+	if Deref(j.LastWorkerID) != w.ID() {
+		t.Errorf("cancelled while running: lastWorkerId %q, want %q", Deref(j.LastWorkerID), w.ID())
 	}
 	// The slot is free again: the queued job runs on the same single-slot worker.
 	if j := s.Wait(queued); j.State != protocol.StateCompleted {
@@ -625,8 +640,8 @@ func testRestart(t *testing.T, tr Transport) {
 		}
 		s.Reject(m, first, true, "from the old lease")
 		s.Accept(fresh, again, true, "done")
-		if j := s.Wait(id); j.State != protocol.StateCompleted || j.Attempts != 2 {
-			t.Fatalf("job %+v, want COMPLETED on attempt 2", j)
+		if j := s.Wait(id); j.State != protocol.StateCompleted || j.Attempts != 2 || Deref(j.LastWorkerID) != "fresh" {
+			t.Fatalf("job %+v (last worker %q), want COMPLETED on attempt 2, on fresh", j, Deref(j.LastWorkerID))
 		}
 	})
 	t.Run("FinalAttemptFails", func(t *testing.T) {
@@ -637,8 +652,8 @@ func testRestart(t *testing.T, tr Transport) {
 		s.NextAssign(m)
 		s.RestartCoordinator(t, func(c *coordinator.Config) { c.ClaimGrace = 300 * time.Millisecond })
 		j := s.WaitState(id, protocol.StateFailed)
-		if Deref(j.Error) != "coordinator restarted during final attempt; outcome unknown" {
-			t.Fatalf("after restart %+v error %q", j, Deref(j.Error))
+		if Deref(j.Error) != "coordinator restarted during final attempt; outcome unknown" || Deref(j.LastWorkerID) != "gone" {
+			t.Fatalf("after restart %+v error %q last worker %q", j, Deref(j.Error), Deref(j.LastWorkerID))
 		}
 	})
 	t.Run("ResultAfterRestartCounts", func(t *testing.T) {

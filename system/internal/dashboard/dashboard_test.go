@@ -182,7 +182,9 @@ func TestJobDetailHasPayloadHistoryAndError(t *testing.T) {
 			State protocol.State `json:"state"`
 			Error string         `json:"error"`
 		} `json:"history"`
-		Fingerprint *string `json:"fingerprint"`
+		Fingerprint  *string `json:"fingerprint"`
+		WorkerID     string  `json:"workerId"`
+		LastWorkerID string  `json:"lastWorkerId"`
 	}
 	testkit.Eventually(t, waitFor, "the job failed, its history seen", func() bool {
 		getJSON(t, s.url+"/api/jobs/"+id, &d)
@@ -205,6 +207,24 @@ func TestJobDetailHasPayloadHistoryAndError(t *testing.T) {
 	}
 	if d.Fingerprint != nil {
 		t.Error("detail shows the idempotency fingerprint")
+	}
+	// The worker that ran the failed job stays on it: in the detail, and in the list.
+	workers, err := s.cl.Workers(context.Background())
+	if err != nil || len(workers) != 1 {
+		t.Fatalf("workers %+v, %v", workers, err)
+	}
+	if ran := workers[0].WorkerID; d.WorkerID != "" || d.LastWorkerID != ran {
+		t.Errorf("detail: workerId %q, lastWorkerId %q; want none while not running, and %s", d.WorkerID, d.LastWorkerID, ran)
+	}
+	var rows struct {
+		Jobs []struct {
+			JobID    string `json:"jobId"`
+			WorkerID string `json:"workerId"`
+		} `json:"jobs"`
+	}
+	getJSON(t, s.url+"/api/jobs", &rows)
+	if len(rows.Jobs) != 1 || rows.Jobs[0].WorkerID != workers[0].WorkerID {
+		t.Errorf("list rows %+v, want the failed job with worker %s", rows.Jobs, workers[0].WorkerID)
 	}
 	var e struct{ Error string }
 	if code := getJSON(t, s.url+"/api/jobs/no-such-job", &e); code != http.StatusNotFound || !strings.Contains(e.Error, "Unknown job") {

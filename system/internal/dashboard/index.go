@@ -19,7 +19,7 @@ type row struct {
 	Attempts    int               `json:"attempts"`
 	MaxAttempts int               `json:"maxAttempts"`
 	Priority    protocol.Priority `json:"priority"`
-	WorkerID    string            `json:"workerId,omitempty"`
+	WorkerID    string            `json:"workerId,omitempty"` // running it, else the last to run it
 	Error       string            `json:"error,omitempty"`
 	CreatedAt   int64             `json:"createdAtMillis"`
 	UpdatedAt   int64             `json:"updatedAtMillis"`
@@ -96,7 +96,7 @@ func (x *index) apply(rec *storedJob, now time.Time, live bool) {
 	}
 	changed := r.State != rec.State || r.Attempts != rec.Attempts
 	r.State, r.Attempts, r.MaxAttempts, r.Priority = rec.State, rec.Attempts, rec.MaxAttempts, rec.Priority
-	r.WorkerID = ""
+	r.WorkerID = rec.LastWorkerID // the worker that ran it, once an attempt ended
 	if rec.State == protocol.StateRunning {
 		r.WorkerID = rec.WorkerID
 	}

@@ -240,7 +240,7 @@ async function loadJob() {
     ["task type", j.taskType],
     ["priority", j.priority || "NORMAL"],
     ["attempts", j.attempts + " of " + j.maxAttempts],
-    ["worker", j.workerId || "–"],
+    ["worker", j.workerId || j.lastWorkerId || "–"],
     ["submitted", when(j.createdAtMillis)],
     ["updated", when(j.updatedAtMillis)],
   ];
