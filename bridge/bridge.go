@@ -1,5 +1,6 @@
 // Package bridge serves the two framed TCP ports of PROTOCOL.md in front of a jobbus
-// coordinator that lives on NATS. It forwards; the coordinator decides.
+// coordinator that lives on NATS, and a third for Mu nodes. It forwards; the
+// coordinator decides.
 //
 // The client port (default 7071) is strict request/reply: each frame's payload is sent
 // unchanged to the coordinator's API endpoint for its type (protocol.EndpointFor) and
@@ -18,6 +19,12 @@
 // live worker id supersedes the first, which closes without reporting a loss. This
 // holds within one bridge: one worker id live on two bridges at once is a
 // misconfiguration, as two native workers of one id are.
+//
+// The Mu port (off unless Config.MuListen is set; the seed deploys it on 7700) speaks
+// PowerJob's MuMessage frames (seeds/004, package bus/protocol/mu): a node that
+// registers with a HEARTBEAT carrying its senderAddress becomes the bus node
+// mu/<host:port>, reached through the connection it opened, and routes its TELLs and
+// ASKs by path to any bus node; the client API answers it on jobbus.api.* (mu.go).
 //
 // # Errors on the wire
 //
@@ -95,6 +102,13 @@ type Config struct {
 	// "" disables that port; port 0 picks a free one (see WorkerAddr, ClientAddr).
 	WorkerListen string
 	ClientListen string
+	// MuListen is the listen address of the Mu port (mu.go): PowerJob's Mu frames,
+	// whose nodes join the bus. "" (the default) disables it; the seed deploys it on
+	// 7700.
+	MuListen string
+	// MuIdleTimeout closes a Mu connection that sends nothing, not even a HEARTBEAT,
+	// for this long (default 30s).
+	MuIdleTimeout time.Duration
 	// MaxConns bounds the open connections of each port (default 1024).
 	MaxConns int
 	// MaxInFlight bounds the client-port requests waiting for the coordinator at once,
@@ -137,6 +151,7 @@ func DefaultConfig() Config {
 		RequestTimeout:    5 * time.Second,
 		WriteQueue:        256,
 		ResultRetryFor:    time.Minute,
+		MuIdleTimeout:     30 * time.Second,
 	}
 }
 
@@ -144,10 +159,10 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("bridge: "+format, args...)) }
-	if c.WorkerListen == "" && c.ClientListen == "" {
-		bad("no port to serve: WorkerListen and ClientListen are both empty")
+	if c.WorkerListen == "" && c.ClientListen == "" && c.MuListen == "" {
+		bad("no port to serve: WorkerListen, ClientListen and MuListen are all empty")
 	}
-	for _, l := range []struct{ name, addr string }{{"WorkerListen", c.WorkerListen}, {"ClientListen", c.ClientListen}} {
+	for _, l := range []struct{ name, addr string }{{"WorkerListen", c.WorkerListen}, {"ClientListen", c.ClientListen}, {"MuListen", c.MuListen}} {
 		if l.addr == "" {
 			continue
 		}
@@ -170,6 +185,7 @@ func (c Config) Validate() error {
 	}{
 		{"FrameStallTimeout", c.FrameStallTimeout}, {"WriteTimeout", c.WriteTimeout},
 		{"RequestTimeout", c.RequestTimeout}, {"ResultRetryFor", c.ResultRetryFor},
+		{"MuIdleTimeout", c.MuIdleTimeout},
 	} {
 		if d.v <= 0 {
 			bad("%s must be positive, got %v", d.name, d.v)
@@ -192,6 +208,8 @@ type Bridge struct {
 	leaderSub *nats.Subscription // leader announcements, while started
 	// workers are the live worker sessions by worker id.
 	workers registry
+	// muNodes are the registered nodes of the Mu port by address (mu.go).
+	muNodes muRegistry
 
 	// mu guards the fields below: the listeners and every open connection, so that
 	// Close can close them all.
@@ -253,6 +271,7 @@ func (b *Bridge) Start(ctx context.Context) error {
 	}{
 		{"worker", b.cfg.WorkerListen, "worker-port", b.serveWorker},
 		{"client", b.cfg.ClientListen, "client-port", b.serveClient},
+		{"mu", b.cfg.MuListen, "mu-port", b.serveMu},
 	} {
 		if spec.addr == "" {
 			continue

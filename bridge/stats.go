@@ -28,16 +28,16 @@ type PortStats struct {
 
 // Stats is a snapshot of a bridge's counters, for metrics.
 type Stats struct {
-	Ports map[string]PortStats // by port: "worker", "client"
-	// Bus sums the bus nodes of the TCP workers' sessions, live and ended.
+	Ports map[string]PortStats // by port: "worker", "client", "mu"
+	// Bus sums the bus nodes of the TCP workers' and Mu nodes' sessions, live and ended.
 	Bus bus.Stats
 }
 
 // counters are the bridge's own counts; the ports' open connections are counted in
 // port.open under Bridge.mu.
 type counters struct {
-	accepted, refused [2]atomic.Uint64 // worker, client
-	frameErrs         [2][len(frameReasons)]atomic.Uint64
+	accepted, refused [3]atomic.Uint64 // worker, client, mu
+	frameErrs         [3][len(frameReasons)]atomic.Uint64
 
 	mu      sync.Mutex
 	nodes   map[*bus.Node]struct{} // the bus nodes of sessions, until closed
@@ -45,8 +45,11 @@ type counters struct {
 }
 
 func portIndex(name string) int {
-	if name == "client" {
+	switch name {
+	case "client":
 		return 1
+	case "mu":
+		return 2
 	}
 	return 0
 }
@@ -102,14 +105,14 @@ func (c *counters) busStats() bus.Stats {
 
 // Stats returns a snapshot of the bridge's counters.
 func (b *Bridge) Stats() Stats {
-	s := Stats{Ports: make(map[string]PortStats, 2)}
+	s := Stats{Ports: make(map[string]PortStats, 3)}
 	b.mu.Lock()
 	open := map[string]int{}
 	for _, p := range b.ports {
 		open[p.name] = p.open
 	}
 	b.mu.Unlock()
-	for i, name := range []string{"worker", "client"} {
+	for i, name := range []string{"worker", "client", "mu"} {
 		ps := PortStats{Open: open[name], Accepted: b.stats.accepted[i].Load(), Refused: b.stats.refused[i].Load(),
 			FrameErrors: make(map[string]uint64, len(frameReasons))}
 		for r, reason := range frameReasons {

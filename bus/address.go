@@ -16,6 +16,9 @@ const (
 	RoleWorker      Role = "worker"
 	RoleBridge      Role = "bridge"
 	RoleClient      Role = "client"
+	// RoleMu is the role of the nodes that speak PowerJob's Mu frames on the bridge's
+	// Mu port; such a node's id is its address, "host:port".
+	RoleMu Role = "mu"
 )
 
 // MaxIDLen bounds a node id in bytes. Ids come from the network (TCP workers choose their

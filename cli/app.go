@@ -82,6 +82,7 @@ func App(stdout, stderr io.Writer) *cli.App {
 			coordinatorCommand(),
 			workerCommand(),
 			bridgeCommand(),
+			muNodeCommand(),
 			dashboardCommand(),
 			benchCommand(),
 			versionCommand(),

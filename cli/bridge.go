@@ -24,6 +24,8 @@ func bridgeFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.IntFlag{Name: "worker-port", Value: 7070, Usage: "TCP port for spec workers (-1: off, 0: any free port)", EnvVars: env("worker-port")},
 		&cli.IntFlag{Name: "client-port", Value: 7071, Usage: "TCP port for spec clients (-1: off, 0: any free port)", EnvVars: env("client-port")},
+		&cli.IntFlag{Name: "mu-port", Value: -1, Usage: "TCP port for Mu nodes (PowerJob's MuMessage frames; PowerJob's examples use 7700) (-1: off, 0: any free port)", EnvVars: env("mu-port")},
+		millisFlag("mu-idle-timeout-millis", d.MuIdleTimeout, "a Mu connection that sends nothing (not even a HEARTBEAT) for this long is closed"),
 		&cli.StringFlag{Name: "listen-host", Value: "127.0.0.1", Usage: "address the TCP ports listen on (loopback by default; 0.0.0.0 for every interface)", EnvVars: env("listen-host")},
 		&cli.IntFlag{Name: "max-conns", Value: d.MaxConns, Usage: "open connections per TCP port; more are refused", EnvVars: env("max-conns")},
 		&cli.IntFlag{Name: "max-requests", Value: d.MaxInFlight, Usage: "client-port requests waiting for the coordinator at once, across connections", EnvVars: env("max-requests")},
@@ -72,7 +74,7 @@ func bridgeConfig(c *cli.Context, log *slog.Logger) (bridge.Config, error) {
 	for _, p := range []struct {
 		flag string
 		addr *string
-	}{{"worker-port", &cfg.WorkerListen}, {"client-port", &cfg.ClientListen}} {
+	}{{"worker-port", &cfg.WorkerListen}, {"client-port", &cfg.ClientListen}, {"mu-port", &cfg.MuListen}} {
 		port := c.Int(p.flag)
 		switch {
 		case port == -1:
@@ -88,6 +90,7 @@ func bridgeConfig(c *cli.Context, log *slog.Logger) (bridge.Config, error) {
 	cfg.FrameStallTimeout = ms("frame-stall-timeout-millis")
 	cfg.WriteTimeout = ms("write-timeout-millis")
 	cfg.RequestTimeout = ms("request-timeout-millis")
+	cfg.MuIdleTimeout = ms("mu-idle-timeout-millis")
 	cfg.Logger = log
 	tlsCfg, err := bridgeTLS(c)
 	if err != nil {
@@ -97,11 +100,11 @@ func bridgeConfig(c *cli.Context, log *slog.Logger) (bridge.Config, error) {
 	return cfg, nil
 }
 
-// bridgeSystemConfig is the bridge of the TCP ports' flags in a system, nil when both
-// ports are off; it warns when they listen beyond loopback unauthenticated.
+// bridgeSystemConfig is the bridge of the TCP ports' flags in a system, nil when every
+// port is off; it warns when they listen beyond loopback unauthenticated.
 func bridgeSystemConfig(c *cli.Context, log *slog.Logger) (*bridge.Config, error) {
 	cfg, err := bridgeConfig(c, log)
-	if err != nil || cfg.WorkerListen == "" && cfg.ClientListen == "" {
+	if err != nil || cfg.WorkerListen == "" && cfg.ClientListen == "" && cfg.MuListen == "" {
 		return nil, err
 	}
 	if err := cfg.Validate(); err != nil {
@@ -117,6 +120,7 @@ func bridgeCommand() *cli.Command {
 		Usage: "serve the TCP worker and client ports of docs/PROTOCOL.md for a coordinator on NATS (--nats)",
 		Description: `Listens on --worker-port and --client-port (on --listen-host, loopback by default) and
 forwards to the coordinator reachable through NATS. Several bridges may serve one coordinator.
+With --mu-port it also serves Mu nodes (PowerJob's MuMessage frames), which join the bus.
 A port of -1 is off; 0 picks a free port.
 
 More: docs/PROTOCOL.md (the ports), docs/security.md (TLS and client certificates).
@@ -134,7 +138,7 @@ Example:
 				return err
 			}
 			if bcfg == nil {
-				return usageError("--worker-port and --client-port are both -1: nothing to serve")
+				return usageError("--worker-port, --client-port and --mu-port are all -1: nothing to serve")
 			}
 			if err := checkFree(servePorts(c, false), ""); err != nil {
 				return err
