@@ -5,13 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/jobbus/jobbus/bus"
@@ -19,19 +18,38 @@ import (
 	"github.com/jobbus/jobbus/internal/version"
 )
 
+// api serves the scheduler to workers (the bus handlers of the worker protocol) and to
+// clients (the `jobbus` micro service, PROTOCOL.md's client-port JSON). It owns the bus
+// node and the service, under a lock of its own, and withdraws both when the
+// coordinator stops or is fenced (stop). Every handler answers only while the leader
+// lease is certainly held (leaseclock.go).
+type api struct {
+	nc    *nats.Conn
+	log   *slog.Logger
+	sched *scheduler
+	reg   *registry
+	lease *leaseClock
+	store jobStore // whose health names why a lapsed lease cannot be renewed
+
+	mu   sync.Mutex
+	node *bus.Node
+	svc  micro.Service
+}
+
 // serve registers the worker handlers on the bus and the client API service.
-func (c *Coordinator) serve() error {
-	node, err := bus.New(c.nc, bus.Address{Role: bus.RoleCoordinator, ID: newID()[:8]}, bus.WithLogger(c.log))
+func (a *api) serve() error {
+	node, err := bus.New(a.nc, bus.Address{Role: bus.RoleCoordinator, ID: newID()[:8]}, bus.WithLogger(a.log))
 	if err != nil {
 		return fmt.Errorf("bus node: %w", err)
 	}
-	c.mu.Lock()
-	c.node = node
-	c.unlock()
-	if err := c.handleWorkers(); err != nil {
+	a.mu.Lock()
+	a.node = node
+	a.mu.Unlock()
+	a.sched.sendThrough(node)
+	if err := a.handleWorkers(); err != nil {
 		return err
 	}
-	svc, err := micro.AddService(c.nc, micro.Config{
+	svc, err := micro.AddService(a.nc, micro.Config{
 		Name:        protocol.ServiceName,
 		Version:     version.String(),
 		Description: "jobbus job coordinator: client API (PROTOCOL.md client-port JSON)",
@@ -39,50 +57,47 @@ func (c *Coordinator) serve() error {
 	if err != nil {
 		return fmt.Errorf("api service: %w", err)
 	}
-	c.mu.Lock()
-	c.svc = svc
-	c.unlock()
+	a.mu.Lock()
+	a.svc = svc
+	a.mu.Unlock()
 	group := svc.AddGroup(protocol.APIPrefix)
 	for _, e := range protocol.Endpoints {
-		if err := group.AddEndpoint(e.Name, c.endpoint(e.Request)); err != nil {
+		if err := group.AddEndpoint(e.Name, a.endpoint(e.Request)); err != nil {
 			return fmt.Errorf("api endpoint %s: %w", e.Name, err)
 		}
 	}
 	// A writer may have fenced the coordinator during recovery, when there was nothing
-	// yet for stopServing to withdraw.
-	c.mu.Lock()
-	fenced := c.fenced
-	c.unlock()
-	if fenced != nil {
+	// yet for stop to withdraw.
+	if fenced := a.sched.fencedBy(); fenced != nil {
 		return fmt.Errorf("fenced while starting: %w", fenced)
 	}
 	return nil
 }
 
-func (c *Coordinator) handleWorkers() error {
+func (a *api) handleWorkers() error {
 	return errors.Join(
-		handleWorker(c, protocol.PathRegister, true, func(_ context.Context, req *protocol.WorkerRegister) (*protocol.WorkerRegistered, error) {
-			ans, err := c.register(req)
-			c.flushed() // the mark in the answer counts only assignments sent before it
+		handleWorker(a, protocol.PathRegister, true, func(_ context.Context, req *protocol.WorkerRegister) (*protocol.WorkerRegistered, error) {
+			ans, err := a.reg.register(req)
+			a.sched.out.flushed() // the mark in the answer counts only assignments sent before it
 			return ans, err
 		}),
-		handleWorker(c, protocol.PathHeartbeat, true, func(_ context.Context, req *protocol.Heartbeat) (protocol.HeartbeatAck, error) {
-			ack, err := c.heartbeat(req)
-			c.flushed() // the mark in the answer counts only assignments sent before it
+		handleWorker(a, protocol.PathHeartbeat, true, func(_ context.Context, req *protocol.Heartbeat) (protocol.HeartbeatAck, error) {
+			ack, err := a.reg.heartbeat(req)
+			a.sched.out.flushed() // the mark in the answer counts only assignments sent before it
 			return ack, err
 		}),
-		handleWorker(c, protocol.PathDrain, true, func(_ context.Context, req *protocol.Drain) (protocol.DrainAck, error) {
-			return c.drain(req)
+		handleWorker(a, protocol.PathDrain, true, func(_ context.Context, req *protocol.Drain) (protocol.DrainAck, error) {
+			return a.reg.drain(req)
 		}),
 		// A goodbye needs no lease: it only forgets the worker.
-		handleWorker(c, protocol.PathDisconnect, false, func(_ context.Context, req *protocol.Disconnect) (struct{}, error) {
-			c.disconnect(req)
+		handleWorker(a, protocol.PathDisconnect, false, func(_ context.Context, req *protocol.Disconnect) (struct{}, error) {
+			a.reg.disconnect(req)
 			return struct{}{}, nil
 		}),
 		// A result for an attempt this coordinator does not know may be for one granted
 		// by a newer leader: it is refused (503, not final: the worker offers it again)
 		// unless this one certainly leads, and so knows every attempt.
-		handleWorker(c, protocol.PathResult, true, c.resultDurable),
+		handleWorker(a, protocol.PathResult, true, a.resultDurable),
 	)
 }
 
@@ -95,13 +110,13 @@ type workerRequest[T any] interface {
 // handleWorker serves path of the worker protocol with fn, for requests from the
 // worker they name only (identity.go) and, with leased, only while this coordinator
 // certainly holds the lease (leaseclock.go).
-func handleWorker[Req any, PR workerRequest[Req], Resp any](c *Coordinator, path string, leased bool, fn func(context.Context, *Req) (Resp, error)) error {
-	err := bus.Handle(c.node, path, func(ctx context.Context, from bus.Address, req Req) (Resp, error) {
+func handleWorker[Req any, PR workerRequest[Req], Resp any](a *api, path string, leased bool, fn func(context.Context, *Req) (Resp, error)) error {
+	err := bus.Handle(a.node, path, func(ctx context.Context, from bus.Address, req Req) (Resp, error) {
 		var none Resp
 		if err := speaksFor(from, PR(&req).Worker()); err != nil {
 			return none, err
 		}
-		if leased && !c.lease.held() {
+		if leased && !a.lease.held() {
 			return none, leaseLapsed()
 		}
 		return fn(ctx, &req)
@@ -113,25 +128,25 @@ func handleWorker[Req any, PR workerRequest[Req], Resp any](c *Coordinator, path
 }
 
 // resultDurable applies a worker's result and answers once its outcome is durable.
-func (c *Coordinator) resultDurable(ctx context.Context, req *protocol.TaskResult) (protocol.ResultAck, error) {
+func (a *api) resultDurable(ctx context.Context, req *protocol.TaskResult) (protocol.ResultAck, error) {
 	type answer struct {
 		ack protocol.ResultAck
 		err error
 	}
 	done := make(chan answer, 1)
-	c.result(req, func(ack protocol.ResultAck, err error) { done <- answer{ack, err} })
+	a.sched.result(req, func(ack protocol.ResultAck, err error) { done <- answer{ack, err} })
 	select {
-	case a := <-done:
+	case ans := <-done:
 		switch {
-		case errors.Is(a.err, bus.CodeForbidden): // another worker's attempt
-			return a.ack, a.err
-		case a.err != nil: // not durable: offer it again, here or to the next leader
-			return a.ack, bus.WithCode(bus.CodeUnavailable, a.err)
+		case errors.Is(ans.err, bus.CodeForbidden): // another worker's attempt
+			return ans.ack, ans.err
+		case ans.err != nil: // not durable: offer it again, here or to the next leader
+			return ans.ack, bus.WithCode(bus.CodeUnavailable, ans.err)
 		}
-		if !c.lease.held() {
+		if !a.lease.held() {
 			return protocol.ResultAck{}, leaseLapsed()
 		}
-		return a.ack, nil
+		return ans.ack, nil
 	case <-ctx.Done():
 		return protocol.ResultAck{}, bus.WithCode(bus.CodeUnavailable, ctx.Err())
 	}
@@ -143,18 +158,18 @@ func (c *Coordinator) resultDurable(ctx context.Context, req *protocol.TaskResul
 // without them says the request decoded: the bridge relies on it, bridge/client.go); one given
 // while the handler runs also counts in `nats micro stats`. A reply that comes later,
 // from a writer once the outcome is durable, is published on the reply subject.
-func (c *Coordinator) endpoint(want protocol.Type) micro.Handler {
+func (a *api) endpoint(want protocol.Type) micro.Handler {
 	return micro.HandlerFunc(func(req micro.Request) {
 		var mu sync.Mutex
 		returned := false
-		c.serveRequest(req.Data(), want, func(m protocol.Message) {
+		a.serveRequest(req.Data(), want, func(m protocol.Message) {
 			mu.Lock()
 			defer mu.Unlock()
-			if !c.lease.held() {
-				m = c.notLeader() // whatever it was, another coordinator may know better
+			if !a.lease.held() {
+				m = a.notLeader() // whatever it was, another coordinator may know better
 			}
 			if returned {
-				c.replyLate(req.Reply(), m)
+				a.replyLate(req.Reply(), m)
 				return
 			}
 			data, e := encodeReply(m)
@@ -183,7 +198,7 @@ func encodeReply(m protocol.Message) ([]byte, *protocol.Error) {
 
 // replyLate publishes a reply after the handler returned, with micro's error headers
 // on an ERROR.
-func (c *Coordinator) replyLate(subject string, m protocol.Message) {
+func (a *api) replyLate(subject string, m protocol.Message) {
 	if subject == "" {
 		return
 	}
@@ -194,7 +209,7 @@ func (c *Coordinator) replyLate(subject string, m protocol.Message) {
 		msg.Header.Set(micro.ErrorHeader, e.Message)
 		msg.Header.Set(micro.ErrorCodeHeader, strconv.Itoa(errorCode(e)))
 	}
-	_ = c.nc.PublishMsg(msg)
+	_ = a.nc.PublishMsg(msg)
 }
 
 // errorCode classifies an ERROR reply for micro's code header: 503 while this
@@ -211,7 +226,7 @@ func errorCode(e *protocol.Error) int {
 }
 
 // serveRequest serves one request body, which must be of type want.
-func (c *Coordinator) serveRequest(data []byte, want protocol.Type, reply func(protocol.Message)) {
+func (a *api) serveRequest(data []byte, want protocol.Type, reply func(protocol.Message)) {
 	msg, err := protocol.Decode(data)
 	if err != nil {
 		reply(protocol.MalformedRequest(err))
@@ -224,22 +239,22 @@ func (c *Coordinator) serveRequest(data []byte, want protocol.Type, reply func(p
 	}
 	switch m := msg.(type) {
 	case *protocol.SubmitJob:
-		c.submit(m, reply)
+		a.sched.submit(m, reply)
 	case *protocol.GetJobStatus:
-		reply(c.status(m.JobID))
+		reply(a.status(m.JobID))
 	case *protocol.ListJobs:
-		reply(c.list(m))
+		reply(a.list(m))
 	case *protocol.ListWorkers:
-		reply(&protocol.WorkerList{Workers: c.workerList()})
+		reply(&protocol.WorkerList{Workers: a.reg.workerList()})
 	case *protocol.CancelJob:
-		c.cancelJob(m.JobID, reply)
+		a.sched.cancelJob(m.JobID, reply)
 	case *protocol.ListTaskTypes:
-		reply(c.taskTypeList())
+		reply(a.sched.taskTypeList())
 	}
 }
 
-func (c *Coordinator) status(id string) protocol.Message {
-	snap, err := c.snapshot(id)
+func (a *api) status(id string) protocol.Message {
+	snap, err := a.sched.snapshot(id)
 	switch {
 	case errors.Is(err, errUnknownJob):
 		return protocol.UnknownJob(id)
@@ -249,66 +264,10 @@ func (c *Coordinator) status(id string) protocol.Message {
 	return &protocol.JobStatus{Job: snap}
 }
 
-// errUnknownJob: no job of that id is kept.
-var errUnknownJob = errors.New("unknown job")
-
-// snapshot is job id's snapshot: from memory while it is active, else from its record in
-// KV. The error is errUnknownJob, or a *protocol.Error to answer.
-func (c *Coordinator) snapshot(id string) (protocol.Job, error) {
-	c.mu.Lock()
-	var refusal *protocol.Error
-	if c.fenced != nil {
-		refusal = c.refuse()
-	}
-	j := c.jobs[id]
-	var snap protocol.Job
-	if j != nil {
-		snap = j.snapshot()
-	}
-	c.unlock()
-	switch {
-	case refusal != nil:
-		return snap, refusal
-	case j != nil:
-		return snap, nil
-	}
-	return c.readSnapshot(id)
-}
-
-// readSnapshot reads a finished job's record from KV. A record whose job this
-// coordinator no longer keeps (its retention ended; JetStream's own expiry may lag or
-// lead by a moment) is unknown, so status, lists and idempotency keys agree.
-func (c *Coordinator) readSnapshot(id string) (protocol.Job, error) {
-	if !protocol.IsRecordKey(id) {
-		return protocol.Job{}, errUnknownJob
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	data, err := c.readRecord(ctx, id)
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted), errors.Is(err, jetstream.ErrInvalidKey):
-		return protocol.Job{}, errUnknownJob
-	case err != nil:
-		return protocol.Job{}, &protocol.Error{Message: fmt.Sprintf("read job %s: %v", id, err)}
-	}
-	var r protocol.Record
-	if err := json.Unmarshal(data, &r); err != nil {
-		return protocol.Job{}, &protocol.Error{Message: fmt.Sprintf("read job %s: %v", id, err)}
-	}
-	c.mu.Lock()
-	kept := c.index.find(r.Seq)
-	known := kept != nil && c.index.hasID(kept, id)
-	c.unlock()
-	if !known {
-		return protocol.Job{}, errUnknownJob
-	}
-	return r.Snapshot(), nil
-}
-
 // list returns jobs newest first, filtered by state, from the cursor (a sequence number),
 // at most limit of them and never more than fit in one reply. Active jobs come from
 // memory, finished ones from KV: a page costs its own jobs, not every stored one.
-func (c *Coordinator) list(req *protocol.ListJobs) protocol.Message {
+func (a *api) list(req *protocol.ListJobs) protocol.Message {
 	var from uint64 = 1<<64 - 1
 	if req.Cursor != "" {
 		n, err := strconv.ParseUint(req.Cursor, 10, 64)
@@ -337,7 +296,7 @@ func (c *Coordinator) list(req *protocol.ListJobs) protocol.Message {
 	var lastSeq uint64
 	more := true
 	for more {
-		picked, left, refusal := c.pick(from, state, limit-len(out.Jobs))
+		picked, left, refusal := a.sched.pick(from, state, limit-len(out.Jobs))
 		if refusal != nil {
 			return refusal
 		}
@@ -346,7 +305,7 @@ func (c *Coordinator) list(req *protocol.ListJobs) protocol.Message {
 			break
 		}
 		from = picked[len(picked)-1].seq
-		c.readFinished(picked)
+		a.readFinished(picked)
 		for _, p := range picked {
 			if p.gone {
 				continue
@@ -384,49 +343,8 @@ type listed struct {
 	gone bool
 }
 
-// pick takes, newest first, up to limit jobs below sequence from in state (any if ""),
-// stopping early once even a lower bound of their size exceeds the list budget. more
-// reports that matching jobs were left.
-func (c *Coordinator) pick(from uint64, state protocol.State, limit int) (picked []listed, more bool, refusal protocol.Message) {
-	c.mu.Lock()
-	defer c.unlock()
-	if c.fenced != nil {
-		return nil, false, c.refuse()
-	}
-	least := 0
-	for i := c.index.below(from) - 1; i >= 0; i-- {
-		e := &c.index.entries[i]
-		if !e.live() {
-			continue
-		}
-		st := e.state()
-		if e.j != nil {
-			st = e.j.rec.State
-		}
-		if state != "" && st != state {
-			continue
-		}
-		if len(picked) == limit || least > listBudget {
-			return picked, true, nil
-		}
-		p := listed{seq: e.seq}
-		switch {
-		case e.j != nil:
-			p.snap = e.j.snapshot()
-		case e.snap != nil:
-			p.snap = *e.snap
-		default:
-			id := c.index.id(e)
-			p.id, p.snap = id, protocol.Job{JobID: id, State: st}
-		}
-		least += minSnapshotSize(&p.snap)
-		picked = append(picked, p)
-	}
-	return picked, false, nil
-}
-
 // readFinished reads the records of the finished jobs picked, a few at a time.
-func (c *Coordinator) readFinished(picked []listed) {
+func (a *api) readFinished(picked []listed) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 8)
 	for i := range picked {
@@ -437,7 +355,7 @@ func (c *Coordinator) readFinished(picked []listed) {
 		sem <- struct{}{}
 		go func(p *listed) {
 			defer func() { <-sem; wg.Done() }()
-			snap, err := c.readSnapshot(p.id)
+			snap, err := a.sched.readSnapshot(p.id)
 			p.snap, p.gone = snap, err != nil
 		}(&picked[i])
 	}
@@ -460,4 +378,34 @@ func minSnapshotSize(s *protocol.Job) int {
 func snapshotSize(s *protocol.Job) int {
 	b, _ := json.Marshal(s)
 	return len(b) + 1
+}
+
+// stop withdraws the API and the worker handlers, so that clients and workers reach a
+// coordinator whose memory is the truth, or none.
+func (a *api) stop() {
+	a.mu.Lock()
+	svc, node := a.svc, a.node
+	a.mu.Unlock()
+	if svc != nil {
+		_ = svc.Stop()
+	}
+	if node != nil {
+		_ = node.Close()
+	}
+}
+
+// stats are the bus node's counters, and whether it still serves.
+func (a *api) stats() (bus.Stats, bool) {
+	a.mu.Lock()
+	node := a.node
+	a.mu.Unlock()
+	if node == nil {
+		return bus.Stats{}, false
+	}
+	select {
+	case <-node.Done():
+		return node.Stats(), false
+	default:
+		return node.Stats(), true
+	}
 }

@@ -30,9 +30,9 @@ import (
 // (leaseclock.go).
 
 // claimTerm starts this coordinator's term.
-func (c *Coordinator) claimTerm(ctx context.Context) error {
+func (s *jsStore) claimTerm(ctx context.Context) error {
 	var prev, rev uint64
-	e, err := c.jobsKV.Get(ctx, protocol.TermKey)
+	e, err := s.kv.Get(ctx, protocol.TermKey)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 	case err != nil:
@@ -42,12 +42,12 @@ func (c *Coordinator) claimTerm(ctx context.Context) error {
 		prev, _ = strconv.ParseUint(strings.Fields(string(e.Value()) + " 0")[0], 10, 64)
 	}
 	term := prev + 1
-	value := []byte(strconv.FormatUint(term, 10) + " " + c.cfg.ID)
+	value := []byte(strconv.FormatUint(term, 10) + " " + s.cfg.ID)
 	var seq uint64
 	if rev == 0 {
-		seq, err = c.jobsKV.Create(ctx, protocol.TermKey, value)
+		seq, err = s.kv.Create(ctx, protocol.TermKey, value)
 	} else {
-		seq, err = c.jobsKV.Update(ctx, protocol.TermKey, value, rev)
+		seq, err = s.kv.Update(ctx, protocol.TermKey, value, rev)
 	}
 	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return fmt.Errorf("%w (term %d claimed by another coordinator meanwhile)", ErrFenced, term)
@@ -55,13 +55,9 @@ func (c *Coordinator) claimTerm(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("write term %d: %w", term, err)
 	}
-	c.prevTerm, c.term, c.termSeq = prev, term, seq
+	s.prevTerm, s.term, s.termSeq = prev, term, seq
 	return nil
 }
-
-// Term is this coordinator's leadership term: 1 for the first leader of a store, one
-// more for each after it.
-func (c *Coordinator) Term() uint64 { return c.term }
 
 // batchAck is JetStream's answer to an atomic batch's commit.
 type batchAck struct {
@@ -73,13 +69,13 @@ type batchAck struct {
 // messages are w's messages: its idempotency binding when the job is finishing (stored
 // first, so a crash between the two leaves the key known: an active record carries it
 // too), then its record, the last.
-func (c *Coordinator) messages(w *pendingWrite) []*nats.Msg {
+func (s *jsStore) messages(w *pendingWrite) []*nats.Msg {
 	m := nats.NewMsg(jobsSubjects + w.id)
 	m.Data = w.data
 	m.Header.Set(protocol.HeaderSeq, strconv.FormatUint(w.seq, 10))
 	m.Header.Set(protocol.HeaderState, string(w.state))
 	if w.rev == 0 {
-		c.termChecked(m)
+		s.termChecked(m)
 	} else {
 		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(w.rev, 10))
 	}
@@ -93,26 +89,26 @@ func (c *Coordinator) messages(w *pendingWrite) []*nats.Msg {
 	b := nats.NewMsg(jobsSubjects + bindingKey(w.key))
 	b.Data, _ = json.Marshal(w.bind)
 	b.Header.Set(jetstream.MsgTTLHeader, w.ttl.String())
-	c.termChecked(b)
+	s.termChecked(b)
 	return []*nats.Msg{b, m}
 }
 
 // termChecked makes m land only while this coordinator's term is the last.
-func (c *Coordinator) termChecked(m *nats.Msg) {
-	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(c.termSeq, 10))
+func (s *jsStore) termChecked(m *nats.Msg) {
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(s.termSeq, 10))
 	m.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, termSubject)
 }
 
 // publishOne writes w's messages one after the other and returns its record's
 // revision.
-func (c *Coordinator) publishOne(ctx context.Context, w *pendingWrite) (uint64, error) {
+func (s *jsStore) publishOne(ctx context.Context, w *pendingWrite) (uint64, error) {
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	var rev uint64
-	for _, m := range c.messages(w) {
-		ack, err := c.js.PublishMsg(wctx, m)
+	for _, m := range s.messages(w) {
+		ack, err := s.js.PublishMsg(wctx, m)
 		if err != nil {
-			return 0, c.refused(ctx, err, w.rev == 0)
+			return 0, s.refused(ctx, err, w.rev == 0)
 		}
 		rev = ack.Sequence
 	}
@@ -121,18 +117,18 @@ func (c *Coordinator) publishOne(ctx context.Context, w *pendingWrite) (uint64, 
 
 // publishBatch writes the messages of every write in ws as one atomic batch (group
 // commit) and returns the revision of each record.
-func (c *Coordinator) publishBatch(ctx context.Context, ws []pendingWrite) ([]uint64, error) {
+func (s *jsStore) publishBatch(ctx context.Context, ws []pendingWrite) ([]uint64, error) {
 	var msgs []*nats.Msg
 	at := make([]int, len(ws))
 	creates := true
 	for i := range ws {
-		msgs = append(msgs, c.messages(&ws[i])...)
+		msgs = append(msgs, s.messages(&ws[i])...)
 		at[i] = len(msgs) - 1
 		creates = creates && ws[i].rev == 0
 	}
-	first, err := c.publishAtomic(ctx, msgs)
+	first, err := s.publishAtomic(ctx, msgs)
 	if err != nil {
-		return nil, c.refused(ctx, err, creates)
+		return nil, s.refused(ctx, err, creates)
 	}
 	revs := make([]uint64, len(ws))
 	for i, n := range at {
@@ -143,7 +139,7 @@ func (c *Coordinator) publishBatch(ctx context.Context, ws []pendingWrite) ([]ui
 
 // publishAtomic publishes msgs as one atomic batch and returns the first one's
 // sequence: msgs[i] is stored at that plus i.
-func (c *Coordinator) publishAtomic(ctx context.Context, msgs []*nats.Msg) (uint64, error) {
+func (s *jsStore) publishAtomic(ctx context.Context, msgs []*nats.Msg) (uint64, error) {
 	id := nuid.Next()
 	for i, m := range msgs {
 		m.Header.Set(headerBatchID, id)
@@ -152,13 +148,13 @@ func (c *Coordinator) publishAtomic(ctx context.Context, msgs []*nats.Msg) (uint
 	last := msgs[len(msgs)-1]
 	last.Header.Set(headerBatchCommit, "1")
 	for _, m := range msgs[:len(msgs)-1] {
-		if err := c.nc.PublishMsg(m); err != nil {
+		if err := s.nc.PublishMsg(m); err != nil {
 			return 0, err
 		}
 	}
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	reply, err := c.nc.RequestMsgWithContext(wctx, last)
+	reply, err := s.nc.RequestMsgWithContext(wctx, last)
 	if err != nil {
 		return 0, err
 	}
@@ -186,14 +182,14 @@ const (
 // outcome was unknown landed after all). Either way this coordinator's memory is no
 // longer the truth. Writes that check only the term (creates) and were refused while
 // the term holds met a check still being replicated: they are tried again.
-func (c *Coordinator) refused(ctx context.Context, err error, termOnly bool) error {
+func (s *jsStore) refused(ctx context.Context, err error, termOnly bool) error {
 	if !wrongLastSequence(err) {
 		return err
 	}
-	e, gerr := c.jobsKV.Get(ctx, protocol.TermKey)
+	e, gerr := s.kv.Get(ctx, protocol.TermKey)
 	switch {
-	case gerr == nil && e.Revision() != c.termSeq:
-		return fmt.Errorf("%w: term %d ended; now %q (%v)", ErrFenced, c.term, e.Value(), err)
+	case gerr == nil && e.Revision() != s.termSeq:
+		return fmt.Errorf("%w: term %d ended; now %q (%v)", ErrFenced, s.term, e.Value(), err)
 	case gerr != nil || termOnly:
 		return err
 	}

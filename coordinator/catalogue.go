@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nats-io/nats.go"
 	"log/slog"
 	"maps"
 	"slices"
@@ -27,7 +28,7 @@ import (
 // PROTOCOL.md's (Config.TaskTypes), which no declaration can change.
 //
 // The catalogue has a lock of its own, so that submissions validate against it outside
-// Coordinator.mu; the scheduler reads options under Coordinator.mu, then this lock
+// scheduler.mu; the scheduler reads options under scheduler.mu, then this lock
 // (never the other way round).
 type catalogue struct {
 	builtins *tasktype.Set
@@ -51,17 +52,21 @@ func newCatalogue(builtins *tasktype.Set, log *slog.Logger) *catalogue {
 	return &catalogue{builtins: builtins, log: log, types: make(map[string]*catalogued)}
 }
 
-// openCatalogue opens the TASK_TYPES bucket and reads every task type in it.
-func (c *Coordinator) openCatalogue(ctx context.Context) error {
-	kv, err := c.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+// open opens the TASK_TYPES bucket and reads every task type in it.
+func (cat *catalogue) open(ctx context.Context, nc *nats.Conn, replicas int) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: protocol.TaskTypesBucket, Description: "jobbus task type catalogue",
-		History: 1, Storage: jetstream.FileStorage, Replicas: c.cfg.Replicas,
+		History: 1, Storage: jetstream.FileStorage, Replicas: replicas,
 	})
 	if err != nil {
 		return fmt.Errorf("open bucket %s: %w", protocol.TaskTypesBucket, err)
 	}
-	c.cat.kv = kv
-	return c.cat.load(ctx)
+	cat.kv = kv
+	return cat.load(ctx)
 }
 
 func (cat *catalogue) load(ctx context.Context) error {

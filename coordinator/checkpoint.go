@@ -6,7 +6,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -46,90 +49,113 @@ func openCheckpoints(ctx context.Context, js jetstream.JetStream, replicas int) 
 	return store, nil
 }
 
-// countWrite counts a durable write and starts a checkpoint when enough were made
-// since the last. Called with c.mu held.
-func (c *Coordinator) countWrite() {
-	c.sinceCheckpoint++
-	if c.checkpointing || c.runCtx == nil || c.sinceCheckpoint < max(minCheckpointWrites, len(c.index.entries)) {
-		return
-	}
-	c.checkpointing = true
-	c.goRun(func() {
-		if err := c.checkpoint(c.runCtx); err != nil && c.runCtx.Err() == nil {
-			c.log.Warn("checkpoint not written; a restart reads every record's headers", "err", err)
-		}
-		c.mu.Lock()
-		c.checkpointing = false
-		c.unlock()
-	})
+// checkpointer writes checkpoints of the job index through the store: once the
+// durable writes since the last are as many as the jobs kept (at least
+// minCheckpointWrites), and as the coordinator stops. It owns the count, the one
+// checkpoint in flight and the goroutine that writes it. Its state is atomic: count is
+// called for every durable write with the scheduler's mu held, and must not lengthen
+// that critical section by more than an increment.
+type checkpointer struct {
+	store jobStore
+	log   *slog.Logger
+	// index returns the index as it stands and resets the count, under the scheduler's
+	// lock; nil when the coordinator is fenced, whose memory is not the truth.
+	index func() []head
+
+	ctx     atomic.Pointer[context.Context] // set once serving: from then on, writes may start checkpoints
+	since   atomic.Int64                    // durable writes since the last checkpoint
+	running atomic.Bool                     // a checkpoint is being written
+	wg      sync.WaitGroup
 }
 
-// finalCheckpoint writes a checkpoint as the coordinator stops, so that the next start
-// reads little but it. A fenced coordinator writes none: its memory is not the truth.
-func (c *Coordinator) finalCheckpoint() {
-	c.mu.Lock()
-	skip := c.ckpt == nil || c.fenced != nil || c.checkpointing || !c.lease.held()
-	c.checkpointing = true
-	c.unlock()
-	if skip {
+// begin lets writes start checkpoints, until ctx ends.
+func (k *checkpointer) begin(ctx context.Context) { k.ctx.Store(&ctx) }
+
+// count counts a durable write and starts a checkpoint when enough were made since
+// the last, kept being the jobs the index holds.
+func (k *checkpointer) count(kept int) {
+	if k.since.Add(1) < int64(max(minCheckpointWrites, kept)) {
+		return
+	}
+	p := k.ctx.Load()
+	if p == nil || !k.running.CompareAndSwap(false, true) {
+		return
+	}
+	ctx := *p
+	k.wg.Add(1)
+	go func() {
+		defer k.wg.Done()
+		if err := k.write(ctx); err != nil && ctx.Err() == nil {
+			k.log.Warn("checkpoint not written; a restart reads every record's headers", "err", err)
+		}
+		k.running.Store(false)
+	}()
+}
+
+// reset starts counting again, as a checkpoint copies the index.
+func (k *checkpointer) reset() { k.since.Store(0) }
+
+// final writes a checkpoint as the coordinator stops, so that the next start reads
+// little but it, unless ok is false (nothing opened, fenced, or the lease not
+// certainly held) or one is being written. No checkpoint starts after it.
+func (k *checkpointer) final(ok bool) {
+	if busy := k.running.Swap(true); busy || !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := c.checkpoint(ctx); err != nil {
-		c.log.Warn("checkpoint not written at stop; the next start reads every record's headers", "err", err)
+	if err := k.write(ctx); err != nil {
+		k.log.Warn("checkpoint not written at stop; the next start reads every record's headers", "err", err)
 	}
 }
 
-// checkpoint writes the index as of the stream's current last sequence.
-func (c *Coordinator) checkpoint(ctx context.Context) error {
-	info, err := c.stream.Info(ctx)
-	if err != nil {
-		return err
-	}
-	c.mu.Lock()
-	if c.fenced != nil {
-		c.unlock()
+// wait returns once no checkpoint is being written.
+func (k *checkpointer) wait() { k.wg.Wait() }
+
+// write writes the index as of the store's last write.
+func (k *checkpointer) write(ctx context.Context) error {
+	_, err := k.store.checkpoint(ctx, k.index)
+	return err
+}
+
+// indexCopy is the checkpointer's copy of the index: nil once fenced. It resets the
+// checkpointer's count under s.mu, so that no write counted after the copy is lost.
+func (s *scheduler) indexCopy() []head {
+	s.mu.Lock()
+	defer s.unlock()
+	if s.fenced != nil {
 		return nil
 	}
-	heads := c.heads()
-	c.sinceCheckpoint = 0
-	c.unlock()
-	start := time.Now()
-	data := encodeCheckpoint(c.term, info.State.LastSeq, heads)
-	if _, err := c.ckpt.PutBytes(ctx, checkpointObject, data); err != nil {
-		return err
-	}
-	c.log.Debug("checkpoint written", "jobs", len(heads), "bytes", len(data), "took", time.Since(start))
-	return nil
+	s.ckpt.reset()
+	return s.kept.heads()
 }
 
 // heads copies the index: finished jobs whole, active ones (state "") to be read.
 // The ids are written into one string, which they slice: a million small strings would
-// cost a million allocations while c.mu is held. Called with c.mu held.
-func (c *Coordinator) heads() []head {
-	exp := make(map[uint64]int64, len(c.expiring)-c.expHead)
-	for _, x := range c.expiring[c.expHead:] {
+// cost a million allocations while the scheduler's mu is held. Called with the scheduler's mu held.
+func (rt *retention) heads() []head {
+	exp := make(map[uint64]int64, len(rt.expiring)-rt.expHead)
+	for _, x := range rt.expiring[rt.expHead:] {
 		exp[x.seq] = x.at
 	}
-	n := len(c.index.entries) - c.index.holes
+	n := len(rt.index.entries) - rt.index.holes
 	hs := make([]head, 0, n)
 	ids := make([]byte, 0, 36*n)
 	ends := make([]int, 0, n)
-	for i := range c.index.entries {
-		e := &c.index.entries[i]
+	for i := range rt.index.entries {
+		e := &rt.index.entries[i]
 		if !e.live() {
 			continue
 		}
-		ids = c.index.appendID(ids, e)
+		ids = rt.index.appendID(ids, e)
 		ends = append(ends, len(ids))
 		if e.j != nil {
 			hs = append(hs, head{seq: e.seq})
 			continue
 		}
 		h := head{seq: e.seq, state: e.state(), expires: exp[e.seq]}
-		if k := c.index.key(e); k != "" {
-			if d, ok := c.doneKeys[k]; ok && c.index.hasID(e, d.jobID) {
+		if k := rt.index.key(e); k != "" {
+			if d, ok := rt.doneKeys[k]; ok && rt.index.hasID(e, d.jobID) {
 				h.key, h.fingerprint = k, d.fingerprint
 			}
 		}
@@ -141,34 +167,6 @@ func (c *Coordinator) heads() []head {
 		start = ends[i]
 	}
 	return hs
-}
-
-// loadCheckpoint reads the checkpoint written in term, if there is one.
-func (c *Coordinator) loadCheckpoint(ctx context.Context, term uint64) (at uint64, heads []head, ok bool) {
-	if c.cfg.fullRecovery {
-		return 0, nil, false
-	}
-	data, err := c.ckpt.GetBytes(ctx, checkpointObject)
-	if err != nil {
-		if !errors.Is(err, jetstream.ErrObjectNotFound) {
-			c.log.Warn("checkpoint not read; reading every record's headers", "err", err)
-		}
-		return 0, nil, false
-	}
-	written, at, heads, err := decodeCheckpoint(data)
-	switch {
-	case err != nil:
-		c.log.Warn("checkpoint not usable; reading every record's headers", "err", err)
-		return 0, nil, false
-	case written != term:
-		c.log.Info("checkpoint of another term; reading every record's headers", "checkpoint_term", written, "last_term", term)
-		return 0, nil, false
-	}
-	now := time.Now()
-	for i := range heads {
-		heads[i].at = now // retention of a job kept for ever, should it be turned on, counts from now
-	}
-	return at, heads, true
 }
 
 func encodeCheckpoint(term, at uint64, heads []head) []byte {

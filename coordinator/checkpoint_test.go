@@ -85,14 +85,12 @@ func TestRestartFromCheckpoint(t *testing.T) {
 	}
 	expect("after a stop", map[string]protocol.State{a: protocol.StateCancelled, b: protocol.StateQueued}, map[string]string{"a": a, "b": b})
 
-	must(t, c2.checkpoint(ctx)) // as the term's writes would start one
+	must(t, c2.ckpt.write(ctx)) // as the term's writes would start one
 	d := submit("d")
 	cancel(d)
 	e := submit("")
 	cancel(b)
-	c2.mu.Lock()
-	c2.checkpointing = true // a crash: no checkpoint at the stop
-	c2.unlock()
+	c2.ckpt.running.Store(true) // a crash: no checkpoint at the stop
 	must(t, c2.Close())
 
 	start(cfg)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 )
@@ -13,14 +14,21 @@ import (
 // the cause until a sync succeeds.
 var ErrNotDurable = errors.New("coordinator: job writes not made durable")
 
-// A groupSync holds writes JetStream has acknowledged until Config.SyncJobs has made
-// them durable, and only then records them (written), which answers their waiters and
-// lets each job's next write go. Writes acknowledged while one sync runs wait for the
-// next: under load one fsync covers many writes (group commit), while a lone write
-// waits for one fsync only.
-type groupSync struct {
-	sync func() error
-	wake chan struct{}
+// A syncedStore is a jobStore whose writes count only once Config.SyncJobs has made
+// them durable: it holds the writes the store under it acknowledged and records them
+// (written) only after a sync that began after their acknowledgement, which answers
+// their waiters and lets each job's next write go. Writes acknowledged while one sync
+// runs wait for the next: under load one fsync covers many writes (group commit),
+// while a lone write waits for one fsync only. It owns the acknowledged writes and the
+// goroutines that sync them and record them.
+type syncedStore struct {
+	jobStore  // what it writes through
+	storeSink // what it tells, once durable
+	sync      func() error
+	obs       Observer
+	log       *slog.Logger
+	wake      chan struct{}
+	wg        sync.WaitGroup
 
 	mu    sync.Mutex
 	acked []ackedWrite
@@ -32,21 +40,33 @@ type ackedWrite struct {
 	rev, version uint64
 }
 
-func newGroupSync(sync func() error) *groupSync {
-	if sync == nil {
-		return nil
-	}
-	return &groupSync{sync: sync, wake: make(chan struct{}, 1)}
+// newSyncedStore makes the writes of inner durable with sync.
+func newSyncedStore(inner jobStore, sync func() error, cfg *Config) *syncedStore {
+	return &syncedStore{jobStore: inner, sync: sync, obs: cfg.Observer, log: cfg.Logger, wake: make(chan struct{}, 1)}
 }
 
-// stored records a write JetStream acknowledged at revision rev: at once, or once it
-// is durable when the coordinator syncs the store itself.
-func (c *Coordinator) stored(j *job, rev, version uint64) {
-	g := c.durable
-	if g == nil {
-		c.written(j, rev, version)
-		return
+// start starts the store under it, which reports to g, and the syncer.
+func (g *syncedStore) start(ctx context.Context, sink storeSink) error {
+	g.storeSink = sink
+	if err := g.jobStore.start(ctx, g); err != nil {
+		return err
 	}
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		g.syncer(ctx)
+	}()
+	return nil
+}
+
+func (g *syncedStore) wait() {
+	g.jobStore.wait()
+	g.wg.Wait()
+}
+
+// written holds a write the store under it acknowledged at revision rev until it is
+// durable.
+func (g *syncedStore) written(j *job, rev, version uint64) {
 	g.mu.Lock()
 	g.acked = append(g.acked, ackedWrite{j, rev, version})
 	g.mu.Unlock()
@@ -60,21 +80,22 @@ func (c *Coordinator) stored(j *job, rev, version uint64) {
 // still waiting then fail with ctx's error. Another goroutine records each group
 // synced (written: answering its waiters, queueing its jobs' next writes) while the
 // next fsync runs, so that the fsyncs follow one another as closely as the disk allows.
-func (c *Coordinator) syncer(ctx context.Context) {
-	g := c.durable
+func (g *syncedStore) syncer(ctx context.Context) {
 	synced := make(chan []ackedWrite, 4)
 	defer close(synced)
-	c.goRun(func() {
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
 		for ws := range synced {
 			for _, w := range ws {
-				c.written(w.j, w.rev, w.version)
+				g.storeSink.written(w.j, w.rev, w.version)
 			}
 		}
-	})
+	}()
 	for {
 		select {
 		case <-ctx.Done():
-			c.failAll(g.take(), ctx.Err())
+			g.failAll(g.take(), ctx.Err())
 			return
 		case <-g.wake:
 		}
@@ -82,44 +103,44 @@ func (c *Coordinator) syncer(ctx context.Context) {
 		if len(ws) == 0 {
 			continue
 		}
-		for err := c.syncGroup(len(ws)); err != nil; err = c.syncGroup(len(ws)) {
+		for err := g.syncGroup(len(ws)); err != nil; err = g.syncGroup(len(ws)) {
 			// Never answered for: the writes wait, the store counts as failing (new
 			// submissions are refused with the cause), and the sync is tried again.
-			c.notDurable(err)
+			g.notDurable(err)
 			select {
 			case <-ctx.Done():
-				c.failAll(append(ws, g.take()...), ctx.Err())
+				g.failAll(append(ws, g.take()...), ctx.Err())
 				return
 			case <-time.After(storeProbeEvery):
 			}
 			ws = append(ws, g.take()...)
 		}
-		c.storage.synced()
+		g.health().synced()
 		synced <- ws
 	}
 }
 
 // syncGroup makes a group of n writes durable, and tells the observer.
-func (c *Coordinator) syncGroup(n int) error {
+func (g *syncedStore) syncGroup(n int) error {
 	start := time.Now()
-	err := c.durable.sync()
-	if obs := c.cfg.Observer; obs != nil {
+	err := g.sync()
+	if g.obs != nil {
 		if err != nil {
 			n = 0
 		}
-		obs.Synced(time.Since(start), n, err)
+		g.obs.Synced(time.Since(start), n, err)
 	}
 	return err
 }
 
-func (c *Coordinator) failAll(ws []ackedWrite, err error) {
+func (g *syncedStore) failAll(ws []ackedWrite, err error) {
 	for _, w := range ws {
-		c.fail(w.j, err)
+		g.storeSink.fail(w.j, err)
 	}
 }
 
 // take removes the writes waiting for a sync.
-func (g *groupSync) take() []ackedWrite {
+func (g *syncedStore) take() []ackedWrite {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	ws := g.acked
@@ -128,9 +149,9 @@ func (g *groupSync) take() []ackedWrite {
 }
 
 // notDurable notes a failed sync: the store is failing with err until a sync succeeds.
-func (c *Coordinator) notDurable(err error) {
+func (g *syncedStore) notDurable(err error) {
 	err = fmt.Errorf("%w: %w", ErrNotDurable, err)
-	if c.storage.unsynced.Swap(&err) == nil {
-		c.log.Error("job writes not made durable: they wait, and new submissions are refused, until the store syncs again", "err", err)
+	if g.health().unsynced.Swap(&err) == nil {
+		g.log.Error("job writes not made durable: they wait, and new submissions are refused, until the store syncs again", "err", err)
 	}
 }

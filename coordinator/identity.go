@@ -29,7 +29,7 @@ func speaksFor(from bus.Address, workerID string) error {
 // worker the attempt was not granted to. Attempt ids are random and new for every
 // grant, so an attempt's worker never changes: the check needs no more than the
 // record. A result for another attempt is stale, which the caller decides. Called with
-// c.mu held.
+// the scheduler's mu held.
 func assignedTo(j *job, res *protocol.TaskResult) error {
 	if j == nil || j.rec.State != protocol.StateRunning || j.rec.AttemptID != res.AttemptID || j.rec.WorkerID == res.WorkerID {
 		return nil

@@ -224,7 +224,7 @@ func TestFencedWhileStartingDoesNotServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	c.fence(fmt.Errorf("%w (as a recovery write would find it)", ErrFenced))
+	c.sched.fence(fmt.Errorf("%w (as a recovery write would find it)", ErrFenced))
 	if err := c.Start(ctx); !errors.Is(err, ErrFenced) {
 		t.Fatalf("Start = %v, want ErrFenced", err)
 	}

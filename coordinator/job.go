@@ -14,11 +14,11 @@ import (
 )
 
 // job is a record in memory plus what the coordinator needs to schedule and persist it.
-// Every field is guarded by Coordinator.mu.
+// Every field is guarded by scheduler.mu.
 type job struct {
 	rec        protocol.Record
 	deadline   time.Time     // of the current attempt, while RUNNING
-	deadlineAt int           // 1 + its index in Coordinator.deadlines; 0 when not in it
+	deadlineAt int           // 1 + its index in scheduler.deadlines; 0 when not in it
 	timeout    time.Duration // the current attempt's execution timeout (routing.go)
 	leased     bool          // its attempt counts against its type's concurrency (routing.go)
 

@@ -47,21 +47,40 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, onLead func(*Coordinato
 	if cfg.ID == "" {
 		cfg.ID = newID()
 	}
-	p := startPresence(nc, cfg.ID, cfg.Logger) // presence.go: for jobbus cluster
+	e := &elector{nc: nc, kv: kv, cfg: cfg, log: cfg.Logger, onLead: onLead}
+	return e.run(ctx)
+}
+
+// elector campaigns for the leader lease and, while it holds it, runs a coordinator,
+// as River's internal/leadership does: a follower state (campaign) and a leader state
+// (lead), one after the other until its context ends. It owns the lease bucket, the
+// lease it holds (renewed by keepLease, which tells the coordinator's lease clock) and
+// the presence that answers jobbus cluster.
+type elector struct {
+	nc     *nats.Conn
+	kv     jetstream.KeyValue // protocol.LeaderBucket
+	cfg    Config
+	log    *slog.Logger
+	onLead func(*Coordinator)
+}
+
+// run alternates standing by and leading until ctx ends.
+func (e *elector) run(ctx context.Context) error {
+	p := startPresence(e.nc, e.cfg.ID, e.log) // presence.go: for jobbus cluster
 	defer p.close()
 	for {
-		l, err := campaign(ctx, kv, cfg.ID, cfg.LeaderLease/3, cfg.Logger)
+		l, err := e.campaign(ctx)
 		if err != nil {
 			return nil // ctx ended while standing by
 		}
-		cfg.Logger.Info("leading", "coordinator", cfg.ID)
+		e.log.Info("leading", "coordinator", e.cfg.ID)
 		p.set(protocol.CoordinatorLeading)
-		err = lead(ctx, nc, kv, cfg, l, onLead)
+		err = e.lead(ctx, l)
 		p.set(protocol.CoordinatorStandby)
 		if err != nil {
-			cfg.Logger.Error("lost leadership", "coordinator", cfg.ID, "err", err)
+			e.log.Error("lost leadership", "coordinator", e.cfg.ID, "err", err)
 		}
-		cfg.fullRecovery = errors.Is(err, errFenced)
+		e.cfg.fullRecovery = errors.Is(err, errFenced)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -79,7 +98,8 @@ type lease struct {
 // already names id was left by this coordinator before a crash: it is taken back at
 // once. Otherwise it watches the lease and tries again as soon as it is deleted or
 // expires, and every `every` in any case.
-func campaign(ctx context.Context, kv jetstream.KeyValue, id string, every time.Duration, log *slog.Logger) (lease, error) {
+func (e *elector) campaign(ctx context.Context) (lease, error) {
+	kv, id, every, log := e.kv, e.cfg.ID, e.cfg.LeaderLease/3, e.log
 	var gone <-chan jetstream.KeyValueEntry
 	if w, err := kv.Watch(ctx, leaderKey, jetstream.UpdatesOnly()); err == nil {
 		defer func() { _ = w.Stop() }()
@@ -94,7 +114,7 @@ func campaign(ctx context.Context, kv jetstream.KeyValue, id string, every time.
 			return lease{rev, sent}, nil
 		}
 		if errors.Is(err, jetstream.ErrKeyExists) {
-			if l, ok := takeBack(ctx, kv, id); ok {
+			if l, ok := e.takeBack(ctx); ok {
 				log.Info("taking back this coordinator's own lease", "coordinator", id)
 				return l, nil
 			}
@@ -138,8 +158,9 @@ func waitLeaseGone(ctx context.Context, gone <-chan jetstream.KeyValueEntry, eve
 // renewals alone do not end it: while the lease is not certainly held the coordinator
 // answers nothing (leaseclock.go), and once a renewal gets through, nobody else took
 // over.
-func lead(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, cfg Config, l lease, onLead func(*Coordinator)) error {
-	tnc, err := nc.Opts.Connect()
+func (e *elector) lead(ctx context.Context, l lease) error {
+	kv, cfg := e.kv, e.cfg
+	tnc, err := e.nc.Opts.Connect()
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
@@ -152,29 +173,29 @@ func lead(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, cfg Config,
 	// Renewals start before recovery, which may outlast a lease on a large store.
 	rctx, stopRenewing := context.WithCancel(ctx)
 	ended := make(chan leaseEnd, 1)
-	go func() { ended <- keepLease(rctx, kv, cfg, c, l) }()
+	go func() { ended <- e.keepLease(rctx, c, l) }()
 	var end *leaseEnd
 	stop := func() leaseEnd {
 		if end == nil {
 			stopRenewing()
-			e := <-ended
-			end = &e
+			got := <-ended
+			end = &got
 		}
 		return *end
 	}
 	defer stop()
 	giveUp := func() { // after the coordinator stopped, so no standby overlaps it
 		c.Close()
-		if e := stop(); e.err == nil {
-			_ = kv.Delete(context.Background(), leaderKey, jetstream.LastRevision(e.rev))
+		if end := stop(); end.err == nil {
+			_ = kv.Delete(context.Background(), leaderKey, jetstream.LastRevision(end.rev))
 		}
 	}
 	if err := c.Start(ctx); err != nil {
 		giveUp()
 		return err
 	}
-	if onLead != nil {
-		onLead(c)
+	if e.onLead != nil {
+		e.onLead(c)
 	}
 	select {
 	case <-ctx.Done():
@@ -184,10 +205,10 @@ func lead(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, cfg Config,
 		// Holding the lease while serving nothing would stall every standby.
 		giveUp()
 		return errFenced
-	case e := <-ended:
-		end = &e
+	case got := <-ended:
+		end = &got
 		c.Close()
-		return e.err
+		return got.err
 	}
 }
 
@@ -199,7 +220,8 @@ type leaseEnd struct {
 
 // keepLease renews l every third of a lease until ctx ends or another coordinator
 // holds the lease.
-func keepLease(ctx context.Context, kv jetstream.KeyValue, cfg Config, c *Coordinator, l lease) leaseEnd {
+func (e *elector) keepLease(ctx context.Context, c *Coordinator, l lease) leaseEnd {
+	cfg := e.cfg
 	t := time.NewTicker(cfg.LeaderLease / 3)
 	defer t.Stop()
 	for {
@@ -210,7 +232,7 @@ func keepLease(ctx context.Context, kv jetstream.KeyValue, cfg Config, c *Coordi
 		}
 		sent := time.Now()
 		rctx, cancel := context.WithTimeout(ctx, cfg.LeaderLease/3)
-		next, err := renew(rctx, kv, cfg.ID, l.rev)
+		next, err := e.renew(rctx, l.rev)
 		cancel()
 		switch {
 		case err == nil:
@@ -222,20 +244,21 @@ func keepLease(ctx context.Context, kv jetstream.KeyValue, cfg Config, c *Coordi
 			return leaseEnd{err: err}
 		default:
 			cfg.Logger.Warn("lease renewal failed; retrying", "coordinator", cfg.ID, "err", err)
-			c.leaseWriteFailed(ctx, err) // storage.go
+			c.store.health().leaseWriteFailed(ctx, err) // storage.go
 		}
 	}
 }
 
 // takeBack renews a lease that names id, at the revision read: the CAS keeps it from
 // taking a lease that changed hands meanwhile.
-func takeBack(ctx context.Context, kv jetstream.KeyValue, id string) (lease, bool) {
+func (e *elector) takeBack(ctx context.Context) (lease, bool) {
+	kv, id := e.kv, e.cfg.ID
 	sent := time.Now()
-	e, err := kv.Get(ctx, leaderKey)
-	if err != nil || string(e.Value()) != id {
+	got, err := kv.Get(ctx, leaderKey)
+	if err != nil || string(got.Value()) != id {
 		return lease{}, false
 	}
-	rev, err := kv.Update(ctx, leaderKey, []byte(id), e.Revision())
+	rev, err := kv.Update(ctx, leaderKey, []byte(id), got.Revision())
 	return lease{rev, sent}, err == nil
 }
 
@@ -247,12 +270,13 @@ var errLeaseLost = errors.New("lease lost to another coordinator")
 
 // renew extends the lease written at rev. An entry moved past rev that still names id
 // is a renewal whose acknowledgement was lost: it is renewed at its own revision.
-func renew(ctx context.Context, kv jetstream.KeyValue, id string, rev uint64) (uint64, error) {
+func (e *elector) renew(ctx context.Context, rev uint64) (uint64, error) {
+	kv, id := e.kv, e.cfg.ID
 	next, err := kv.Update(ctx, leaderKey, []byte(id), rev)
 	if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return next, err
 	}
-	e, gerr := kv.Get(ctx, leaderKey)
+	got, gerr := kv.Get(ctx, leaderKey)
 	switch {
 	case errors.Is(gerr, jetstream.ErrKeyNotFound):
 		// It expired (an outage longer than the lease) and nobody took it: whoever
@@ -261,10 +285,10 @@ func renew(ctx context.Context, kv jetstream.KeyValue, id string, rev uint64) (u
 			return rev, nil
 		}
 		return 0, fmt.Errorf("%w: %w", errLeaseLost, err)
-	case gerr == nil && string(e.Value()) != id:
+	case gerr == nil && string(got.Value()) != id:
 		return 0, fmt.Errorf("%w: %w", errLeaseLost, err)
 	case gerr != nil:
 		return 0, gerr
 	}
-	return kv.Update(ctx, leaderKey, []byte(id), e.Revision())
+	return kv.Update(ctx, leaderKey, []byte(id), got.Revision())
 }

@@ -52,8 +52,8 @@ var errNotLeader = errors.New("this coordinator's leader lease may have run out 
 
 // notLeader is the API's answer while the lease is not certainly held: 503, so that
 // callers try again, reaching the leader.
-func (c *Coordinator) notLeader() *protocol.Error {
-	if err := c.storage.failing(); err != nil { // the lease is a write too (storage.go)
+func (a *api) notLeader() *protocol.Error {
+	if err := a.store.health().failing(); err != nil { // the lease is a write too (storage.go)
 		what, until := storeFaultWords(err)
 		return &protocol.Error{Message: ErrNotServing.Error() + ": " + what + " (" + err.Error() +
 			"), so its leader lease cannot be renewed; jobs already accepted are kept, requests are answered again once " + until}
@@ -72,9 +72,7 @@ func leaseLapsed() error { return bus.WithCode(bus.CodeUnavailable, errNotLeader
 func (c *Coordinator) RenewedLease(sent time.Time, lease time.Duration) {
 	c.lease.extend(sent, lease)
 	if c.lease.lapsed.Swap(false) {
-		c.mu.Lock()
-		c.graceWorkers(c.now())
-		c.unlock()
+		c.sched.reg.grace()
 		c.log.Info("lease renewed after it lapsed; workers get a heartbeat timeout of grace", "and", reconnectAllowance)
 	}
 }

@@ -32,20 +32,20 @@ type replyFunc func(protocol.Message)
 
 // submit validates, deduplicates, admits and stores a new job; reply gets JOB_SUBMITTED
 // only once the job is durable.
-func (c *Coordinator) submit(req *protocol.SubmitJob, reply replyFunc) {
+func (s *scheduler) submit(req *protocol.SubmitJob, reply replyFunc) {
 	if perr := req.CheckSubmission(); perr != nil {
-		c.noteSubmit(SubmitInvalid)
+		s.note.submitted(SubmitInvalid)
 		reply(perr)
 		return
 	}
-	if err := c.validatePayload(req.TaskType, req.Payload); err != nil {
-		c.noteSubmit(SubmitInvalid)
+	if err := s.route.validatePayload(req.TaskType, req.Payload); err != nil {
+		s.note.submitted(SubmitInvalid)
 		reply(validationError(req.TaskType, err))
 		return
 	}
 	maxAttempts := req.MaxAttempts
 	if maxAttempts <= 0 {
-		maxAttempts = c.defaultMaxAttempts(req.TaskType)
+		maxAttempts = s.route.defaultMaxAttempts(req.TaskType)
 	}
 	prio := protocol.OrNormal(req.Priority)
 	var key, fp string
@@ -53,59 +53,59 @@ func (c *Coordinator) submit(req *protocol.SubmitJob, reply replyFunc) {
 		key = *req.IdempotencyKey
 		var err error
 		if fp, err = fingerprint(req.TaskType, req.Payload, maxAttempts, prio); err != nil {
-			c.noteSubmit(SubmitInvalid)
+			s.note.submitted(SubmitInvalid)
 			reply(protocol.InvalidPayload(err.Error()))
 			return
 		}
 	}
 
-	c.mu.Lock()
-	defer c.unlock()
-	if c.fenced != nil {
-		c.noteSubmit(SubmitFailed)
-		c.replyLater(reply, c.refuse())
+	s.mu.Lock()
+	defer s.unlock()
+	if s.fenced != nil {
+		s.note.submitted(SubmitFailed)
+		s.out.reply(reply, s.refuse())
 		return
 	}
 	if req.IdempotencyKey != nil {
-		if j := c.keys[key]; j != nil {
-			c.noteSubmit(SubmitDuplicate)
-			c.answerDuplicate(j, key, fp, reply)
+		if j := s.keys[key]; j != nil {
+			s.note.submitted(SubmitDuplicate)
+			s.answerDuplicate(j, key, fp, reply)
 			return
 		}
-		if d, ok := c.doneKeys[key]; ok { // bound to a finished job, durable
+		if d, ok := s.kept.doneKeys[key]; ok { // bound to a finished job, durable
 			if d.fingerprint != fp {
-				c.replyLater(reply, protocol.IdempotencyConflict(key, d.jobID))
+				s.out.reply(reply, protocol.IdempotencyConflict(key, d.jobID))
 			} else {
-				c.replyLater(reply, &protocol.JobSubmitted{JobID: d.jobID})
+				s.out.reply(reply, &protocol.JobSubmitted{JobID: d.jobID})
 			}
 			return
 		}
 	}
-	if c.active >= c.cfg.MaxActiveJobs {
-		c.noteSubmit(SubmitRejected)
-		c.replyLater(reply, protocol.AtCapacity(c.active, c.cfg.MaxActiveJobs))
+	if s.active >= s.cfg.MaxActiveJobs {
+		s.note.submitted(SubmitRejected)
+		s.out.reply(reply, protocol.AtCapacity(s.active, s.cfg.MaxActiveJobs))
 		return
 	}
-	if e := c.storage.refusal(); e != nil { // a duplicate above needs no room
-		c.noteSubmit(SubmitFailed)
-		c.replyLater(reply, e)
+	if e := s.store.health().refusal(); e != nil { // a duplicate above needs no room
+		s.note.submitted(SubmitFailed)
+		s.out.reply(reply, e)
 		return
 	}
-	j := c.newJob(req, maxAttempts, prio, key, fp)
-	defer c.assignAtOnce(j)
-	c.markDirty(j, func(err error) {
-		c.noteSubmit(outcomeOf(err))
+	j := s.newJob(req, maxAttempts, prio, key, fp)
+	defer s.assignAtOnce(j)
+	s.markDirty(j, func(err error) {
+		s.note.submitted(outcomeOf(err))
 		if err != nil {
 			reply(notStored(j.rec.JobID, err))
 			return
 		}
 		reply(&protocol.JobSubmitted{JobID: j.rec.JobID})
-		c.mu.Lock()
+		s.mu.Lock()
 		if j.rec.State == protocol.StateQueued {
-			c.ready.push(j)
-			c.schedule()
+			s.ready.push(j)
+			s.schedule()
 		}
-		c.unlock()
+		s.unlock()
 	})
 }
 
@@ -122,14 +122,14 @@ func validationError(taskType string, err error) *protocol.Error {
 
 // answerDuplicate replies to a submission whose idempotency key is already bound: the
 // original job id (once that job is durable) for the same request, an ERROR otherwise.
-func (c *Coordinator) answerDuplicate(j *job, key, fp string, reply replyFunc) {
+func (s *scheduler) answerDuplicate(j *job, key, fp string, reply replyFunc) {
 	if j.rec.Fingerprint != fp {
-		c.replyLater(reply, protocol.IdempotencyConflict(key, j.rec.JobID))
+		s.out.reply(reply, protocol.IdempotencyConflict(key, j.rec.JobID))
 		return
 	}
 	answer := &protocol.JobSubmitted{JobID: j.rec.JobID}
 	if j.rev != 0 {
-		c.replyLater(reply, answer)
+		s.out.reply(reply, answer)
 		return
 	}
 	j.waiters = append(j.waiters, waiter{version: 1, fn: func(err error) {
@@ -141,10 +141,10 @@ func (c *Coordinator) answerDuplicate(j *job, key, fp string, reply replyFunc) {
 	}})
 }
 
-func (c *Coordinator) newJob(req *protocol.SubmitJob, maxAttempts int, prio protocol.Priority, key, fp string) *job {
-	c.seq++
-	now := max(c.now().UnixMilli(), c.lastMilli)
-	c.lastMilli = now
+func (s *scheduler) newJob(req *protocol.SubmitJob, maxAttempts int, prio protocol.Priority, key, fp string) *job {
+	s.seq++
+	now := max(s.now().UnixMilli(), s.lastMilli)
+	s.lastMilli = now
 	j := &job{rec: protocol.Record{
 		JobID:          newID(),
 		TaskType:       req.TaskType,
@@ -152,52 +152,52 @@ func (c *Coordinator) newJob(req *protocol.SubmitJob, maxAttempts int, prio prot
 		State:          protocol.StateQueued,
 		MaxAttempts:    maxAttempts,
 		Priority:       prio,
-		Seq:            c.seq,
+		Seq:            s.seq,
 		CreatedAt:      now,
 		IdempotencyKey: key,
 		Fingerprint:    fp,
 	}}
-	c.jobs[j.rec.JobID] = j
-	c.index.add(j.rec.Seq, j.rec.JobID, j.rec.State, "", j)
+	s.jobs[j.rec.JobID] = j
+	s.kept.index.add(j.rec.Seq, j.rec.JobID, j.rec.State, "", j)
 	if key != "" {
-		c.keys[key] = j
+		s.keys[key] = j
 	}
-	c.active++
+	s.active++
 	return j
 }
 
 // schedule assigns queued jobs while some worker has a free slot for them. Called with
-// c.mu held.
-func (c *Coordinator) schedule() {
-	if c.fenced != nil || !c.lease.held() {
+// the scheduler's mu held.
+func (s *scheduler) schedule() {
+	if s.fenced != nil || !s.lease.held() {
 		return
 	}
-	for c.ready.size > 0 {
-		now := c.now()
-		j := c.ready.best(now, c.cfg.AgingStep, c.runnable)
+	for s.ready.size > 0 {
+		now := s.now()
+		j := s.ready.best(now, s.cfg.AgingStep, s.route.runnable)
 		if j == nil {
 			return
 		}
-		w := c.pickWorker(j.rec.TaskType)
-		c.ready.pop(j)
-		c.assign(j, w)
+		w := s.reg.pickWorker(j.rec.TaskType)
+		s.ready.pop(j)
+		s.assign(j, w)
 	}
 }
 
 // assign starts a new attempt of j on w under a fresh lease.
-func (c *Coordinator) assign(j *job, w *worker) {
-	now := c.now()
+func (s *scheduler) assign(j *job, w *worker) {
+	now := s.now()
 	j.rec.State = protocol.StateRunning
 	j.rec.Attempts++
 	j.rec.AttemptID = newID()
 	j.rec.WorkerID = w.id
 	j.rec.RetryAt = 0
-	c.leaseStarted(j, now)
+	s.route.leaseStarted(j, now)
 	w.seq++
 	w.running[j.rec.JobID] = assignment{attempt: j.rec.AttemptID, seq: w.seq}
-	heap.Push(&c.deadlines, j)
-	c.markDirty(j, nil)
-	c.log.Debug("job assigned", "job", j.rec.JobID, "attempt", j.rec.Attempts, "worker", w.id)
+	heap.Push(&s.deadlines, j)
+	s.markDirty(j, nil)
+	s.log.Debug("job assigned", "job", j.rec.JobID, "attempt", j.rec.Attempts, "worker", w.id)
 	m := &protocol.TaskAssign{
 		JobID:         j.rec.JobID,
 		AttemptID:     j.rec.AttemptID,
@@ -206,20 +206,20 @@ func (c *Coordinator) assign(j *job, w *worker) {
 		Payload:       j.rec.Payload,
 	}
 	tell := func() error {
-		return c.node.Tell(context.Background(), bus.Address{Role: bus.RoleWorker, ID: w.id}, protocol.PathAssign, m)
+		return s.link.Tell(context.Background(), bus.Address{Role: bus.RoleWorker, ID: w.id}, protocol.PathAssign, m)
 	}
 	if j.rev != 0 {
-		c.later(tell, w)
+		s.out.later(tell, w)
 		return
 	}
 	// Not stored yet (assignAtOnce): the assignment rides on the job's first write and
 	// goes once that is durable, so that a job whose creation fails never runs.
 	attempt := j.rec.AttemptID
 	j.waiters = append(j.waiters, waiter{version: j.version, fn: func(err error) {
-		c.mu.Lock()
-		defer c.unlock()
+		s.mu.Lock()
+		defer s.unlock()
 		if err == nil && j.rec.State == protocol.StateRunning && j.rec.AttemptID == attempt {
-			c.later(tell, w)
+			s.out.later(tell, w)
 		}
 	}})
 }
@@ -228,79 +228,79 @@ func (c *Coordinator) assign(j *job, w *worker) {
 // before it and a worker has a free slot for it: then one write stores it already
 // RUNNING, where queueing it first cost a write of its own (3 writes a job became 2
 // in the peers' benchmark). Its submitter and its worker both hear once that write is
-// durable. Called with c.mu held.
-func (c *Coordinator) assignAtOnce(j *job) {
-	if c.ready.size > 0 || j.rec.State != protocol.StateQueued || c.jobs[j.rec.JobID] != j {
+// durable. Called with the scheduler's mu held.
+func (s *scheduler) assignAtOnce(j *job) {
+	if s.ready.size > 0 || j.rec.State != protocol.StateQueued || s.jobs[j.rec.JobID] != j {
 		return
 	}
-	c.ready.push(j)
-	c.schedule()
+	s.ready.push(j)
+	s.schedule()
 	if j.rec.State == protocol.StateQueued {
-		c.ready.forget(j) // it is made ready once stored, as any job is
+		s.ready.forget(j) // it is made ready once stored, as any job is
 	}
 }
 
 // result applies a worker's TASK_RESULT. reply gets the acknowledgement once the outcome
 // is durable; a stale result changes nothing and is acknowledged at once.
-func (c *Coordinator) result(res *protocol.TaskResult, reply func(protocol.ResultAck, error)) {
-	c.mu.Lock()
-	defer c.unlock()
-	if w := c.workers[res.WorkerID]; w != nil && w.running[res.JobID].attempt == res.AttemptID {
+func (s *scheduler) result(res *protocol.TaskResult, reply func(protocol.ResultAck, error)) {
+	s.mu.Lock()
+	defer s.unlock()
+	if w := s.reg.workers[res.WorkerID]; w != nil && w.running[res.JobID].attempt == res.AttemptID {
 		delete(w.running, res.JobID)
 	}
-	j := c.jobs[res.JobID]
+	j := s.jobs[res.JobID]
 	if err := assignedTo(j, res); err != nil {
-		c.later(func() error { reply(protocol.ResultAck{JobID: res.JobID, Accepted: false}, err); return nil }, nil)
+		s.out.later(func() error { reply(protocol.ResultAck{JobID: res.JobID, Accepted: false}, err); return nil }, nil)
 		return
 	}
-	if j == nil || j.rec.State != protocol.StateRunning || j.rec.AttemptID != res.AttemptID || c.fenced != nil {
-		c.log.Debug("stale result ignored", "job", res.JobID, "attempt", res.AttemptID, "worker", res.WorkerID)
-		c.later(func() error { reply(protocol.ResultAck{JobID: res.JobID, Accepted: false}, nil); return nil }, nil)
-		c.schedule()
+	if j == nil || j.rec.State != protocol.StateRunning || j.rec.AttemptID != res.AttemptID || s.fenced != nil {
+		s.log.Debug("stale result ignored", "job", res.JobID, "attempt", res.AttemptID, "worker", res.WorkerID)
+		s.out.later(func() error { reply(protocol.ResultAck{JobID: res.JobID, Accepted: false}, nil); return nil }, nil)
+		s.schedule()
 		return
 	}
-	c.releaseLease(j)
+	s.releaseLease(j)
 	if res.Success {
 		j.rec.State = protocol.StateCompleted
 		j.rec.Result = clip(res.Result)
-		c.active--
+		s.active--
 	} else {
 		cause := "task failed"
 		if res.Error != nil && *res.Error != "" {
 			cause = *clip(res.Error)
 		}
 		if res.Permanent {
-			c.failPermanently(j, cause)
+			s.failPermanently(j, cause)
 		} else {
-			c.retryOrFail(j, cause)
+			s.retryOrFail(j, cause)
 		}
 	}
-	c.markDirty(j, func(err error) { reply(protocol.ResultAck{JobID: res.JobID, Accepted: err == nil}, err) })
-	c.log.Debug("job result", "job", j.rec.JobID, "state", j.rec.State, "attempt", j.rec.Attempts)
-	c.schedule()
+	s.markDirty(j, func(err error) { reply(protocol.ResultAck{JobID: res.JobID, Accepted: err == nil}, err) })
+	s.log.Debug("job result", "job", j.rec.JobID, "state", j.rec.State, "attempt", j.rec.Attempts)
+	s.schedule()
 }
 
 // releaseLease ends j's current attempt: its worker's slot is freed and the lease id
 // forgotten, so any later result for it is stale.
-func (c *Coordinator) releaseLease(j *job) {
-	if w := c.workers[j.rec.WorkerID]; w != nil && w.running[j.rec.JobID].attempt == j.rec.AttemptID {
+func (s *scheduler) releaseLease(j *job) {
+	if w := s.reg.workers[j.rec.WorkerID]; w != nil && w.running[j.rec.JobID].attempt == j.rec.AttemptID {
 		delete(w.running, j.rec.JobID)
 	}
-	c.deadlines.remove(j)
-	c.leaseEnded(j)
+	s.deadlines.remove(j)
+	s.route.leaseEnded(j)
 	j.rec.LastWorkerID = j.rec.WorkerID // a finished job says who ran it
 	j.rec.WorkerID = ""
 	j.rec.AttemptID = ""
 }
 
 // revoke ends a RUNNING attempt early and tells its worker to stop it (best effort).
-func (c *Coordinator) revoke(j *job) {
+func (s *scheduler) revoke(j *job) {
 	w, attempt := j.rec.WorkerID, j.rec.AttemptID
-	c.releaseLease(j)
-	if c.workers[w] != nil {
+	s.releaseLease(j)
+	if s.reg.workers[w] != nil {
 		m := &protocol.TaskCancel{JobID: j.rec.JobID, AttemptID: attempt}
-		c.later(func() error {
-			_ = c.node.Tell(context.Background(), bus.Address{Role: bus.RoleWorker, ID: w}, protocol.PathCancel, m)
+		s.out.later(func() error {
+			_ = s.link.Tell(context.Background(), bus.Address{Role: bus.RoleWorker, ID: w}, protocol.PathCancel, m)
 			return nil
 		}, nil)
 	}
@@ -308,65 +308,65 @@ func (c *Coordinator) revoke(j *job) {
 
 // retryOrFail moves a job whose attempt ended badly to RETRY_WAIT, or to FAILED when no
 // attempts are left. The lease must already be released.
-func (c *Coordinator) retryOrFail(j *job, cause string) {
+func (s *scheduler) retryOrFail(j *job, cause string) {
 	if j.rec.Attempts < j.rec.MaxAttempts {
 		j.rec.State = protocol.StateRetryWait
 		j.rec.Error = ptr(cause)
-		j.rec.RetryAt = c.now().Add(c.cfg.retryDelay(j.rec.Attempts)).UnixMilli()
-		c.pushRetry(j)
+		j.rec.RetryAt = s.now().Add(s.cfg.retryDelay(j.rec.Attempts)).UnixMilli()
+		s.pushRetry(j)
 		return
 	}
 	j.rec.State = protocol.StateFailed
 	j.rec.Error = ptr(fmt.Sprintf("%s (all %d attempts used)", cause, j.rec.MaxAttempts))
-	c.active--
+	s.active--
 }
 
 // cancel moves an active job to CANCELLED; reply gets JOB_CANCEL once that is durable.
-func (c *Coordinator) cancelJob(id string, reply replyFunc) {
-	c.mu.Lock()
-	j := c.jobs[id]
+func (s *scheduler) cancelJob(id string, reply replyFunc) {
+	s.mu.Lock()
+	j := s.jobs[id]
 	if j == nil { // finished (its record is in KV), or unknown
-		c.unlock()
-		c.cancelFinished(id, reply)
+		s.unlock()
+		s.cancelFinished(id, reply)
 		return
 	}
-	defer c.unlock()
+	defer s.unlock()
 	if j.rec.State.Terminal() {
-		c.replyLater(reply, &protocol.JobCancel{Cancelled: false, Job: j.snapshot()})
+		s.out.reply(reply, &protocol.JobCancel{Cancelled: false, Job: j.snapshot()})
 		return
 	}
-	if c.fenced != nil {
-		c.replyLater(reply, c.refuse())
+	if s.fenced != nil {
+		s.out.reply(reply, s.refuse())
 		return
 	}
 	switch j.rec.State {
 	case protocol.StateQueued:
-		c.ready.forget(j)
+		s.ready.forget(j)
 	case protocol.StateRunning:
-		c.revoke(j)
+		s.revoke(j)
 	}
 	j.rec.State = protocol.StateCancelled
 	j.rec.Error = ptr("cancelled by client request")
 	j.rec.RetryAt = 0
-	c.active--
-	c.markDirty(j, func(err error) {
+	s.active--
+	s.markDirty(j, func(err error) {
 		if err != nil {
 			reply(&protocol.Error{Message: fmt.Sprintf("cancel of job %s was not stored: %v", id, err)})
 			return
 		}
-		c.mu.Lock()
+		s.mu.Lock()
 		snap := j.snapshot()
-		c.unlock()
+		s.unlock()
 		reply(&protocol.JobCancel{Cancelled: true, Job: snap})
 	})
-	c.log.Debug("job cancelled", "job", id)
-	c.schedule()
+	s.log.Debug("job cancelled", "job", id)
+	s.schedule()
 }
 
 // cancelFinished answers the cancel of a job that is not active: cancelled:false with
 // its snapshot, read from KV, or Unknown job.
-func (c *Coordinator) cancelFinished(id string, reply replyFunc) {
-	snap, err := c.snapshot(id)
+func (s *scheduler) cancelFinished(id string, reply replyFunc) {
+	snap, err := s.snapshot(id)
 	switch {
 	case errors.Is(err, errUnknownJob):
 		reply(protocol.UnknownJob(id))
@@ -378,46 +378,46 @@ func (c *Coordinator) cancelFinished(id string, reply replyFunc) {
 }
 
 // sweep releases due retries, enforces deadlines, loses silent workers, then schedules.
-func (c *Coordinator) sweep() {
-	c.mu.Lock()
-	defer c.unlock()
-	if c.fenced != nil || !c.lease.held() {
+func (s *scheduler) sweep() {
+	s.mu.Lock()
+	defer s.unlock()
+	if s.fenced != nil || !s.lease.held() {
 		return // another may lead; or NATS is cut off, and silence is not the workers'
 	}
-	now := c.now()
-	c.expire(now)
-	for _, t := range c.retries.due(now) {
+	now := s.now()
+	s.kept.expire(now)
+	for _, t := range s.retries.due(now) {
 		j := t.j
 		if j.rec.State != protocol.StateRetryWait || itoa(j.rec.Attempts) != t.key {
 			continue
 		}
 		j.rec.State = protocol.StateQueued
 		j.rec.RetryAt = 0
-		c.markDirty(j, nil)
-		c.ready.push(j)
+		s.markDirty(j, nil)
+		s.ready.push(j)
 	}
-	for _, j := range c.deadlines.due(now) {
+	for _, j := range s.deadlines.due(now) {
 		if j.rec.State != protocol.StateRunning {
 			continue
 		}
 		w := j.rec.WorkerID
-		c.noteDeadline(j)
-		c.revoke(j)
-		c.retryOrFail(j, fmt.Sprintf("execution deadline exceeded (%d ms) on worker %s", j.timeout.Milliseconds(), w))
-		c.markDirty(j, nil)
+		s.note.deadline(j)
+		s.revoke(j)
+		s.retryOrFail(j, fmt.Sprintf("execution deadline exceeded (%d ms) on worker %s", j.timeout.Milliseconds(), w))
+		s.markDirty(j, nil)
 	}
-	if !c.cutOff(now) {
-		for _, w := range c.workers {
-			if now.Sub(w.lastSeen) > c.cfg.HeartbeatTimeout && now.After(w.graceUntil) {
-				c.loseWorker(w, "heartbeat timeout")
+	if !s.reg.cutOff(now) {
+		for _, w := range s.reg.workers {
+			if now.Sub(w.lastSeen) > s.cfg.HeartbeatTimeout && now.After(w.graceUntil) {
+				s.reg.loseWorker(w, "heartbeat timeout")
 			}
 		}
-		c.expireClaims(now)
+		s.claims.expire(now)
 	}
-	c.schedule()
+	s.schedule()
 }
 
 // pushRetry arms the timer that returns a RETRY_WAIT job to the queue.
-func (c *Coordinator) pushRetry(j *job) {
-	heap.Push(&c.retries, timer{at: time.UnixMilli(j.rec.RetryAt), j: j, key: itoa(j.rec.Attempts)})
+func (s *scheduler) pushRetry(j *job) {
+	heap.Push(&s.retries, timer{at: time.UnixMilli(j.rec.RetryAt), j: j, key: itoa(j.rec.Attempts)})
 }

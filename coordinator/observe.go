@@ -64,33 +64,17 @@ type Stats struct {
 // Stats returns a snapshot of the coordinator's jobs, workers and bus counters. It
 // counts every job it holds: call it at scrape intervals, not per request.
 func (c *Coordinator) Stats() Stats {
-	s := Stats{Jobs: make(map[protocol.State]int, 6), Workers: c.workerList()}
-	c.mu.Lock()
-	for i := range c.index.entries {
-		switch e := &c.index.entries[i]; {
-		case e.j != nil:
-			s.Jobs[e.j.rec.State]++
-		case e.live():
-			s.Jobs[e.state()]++
-		}
-	}
-	node, fenced := c.node, c.fenced
-	c.unlock()
-	if node != nil {
-		s.Bus = node.Stats()
-		select {
-		case <-node.Done():
-		default:
-			s.Serving = fenced == nil
-		}
-	}
+	s := Stats{Workers: c.sched.reg.workerList(), Jobs: c.sched.jobCounts()}
+	var serving bool
+	s.Bus, serving = c.api.stats()
+	s.Serving = serving && c.sched.fencedBy() == nil
 	return s
 }
 
-// noteSubmit reports a submission's outcome. Called with c.mu held, or before taking it.
-func (c *Coordinator) noteSubmit(o SubmitOutcome) {
-	if obs := c.cfg.Observer; obs != nil {
-		obs.Submitted(o)
+// submitted reports a submission's outcome. Called with the scheduler's mu held, or before taking it.
+func (o *observer) submitted(outcome SubmitOutcome) {
+	if obs := o.obs; obs != nil {
+		obs.Submitted(outcome)
 	}
 }
 
@@ -101,46 +85,31 @@ func outcomeOf(err error) SubmitOutcome {
 	return SubmitAccepted
 }
 
-// noteChange reports j's state change since it was last reported, if any. Called with
-// c.mu held, from markDirty, which every change goes through, once it has stamped the
+// changed reports j's state change since it was last reported, if any. Called with
+// the scheduler's mu held, from markDirty, which every change goes through, once it has stamped the
 // record's update time: the change's time, to the millisecond the record keeps.
-func (c *Coordinator) noteChange(j *job) {
+func (o *observer) changed(j *job) {
 	if j.seen == j.rec.State {
 		return
 	}
 	from := j.seen
 	j.seen = j.rec.State
-	if obs := c.cfg.Observer; obs != nil {
+	if obs := o.obs; obs != nil {
 		obs.JobChanged(JobChange{TaskType: j.rec.TaskType, From: from, To: j.rec.State, Attempts: j.rec.Attempts,
 			Created: time.UnixMilli(j.rec.CreatedAt), At: time.UnixMilli(j.rec.UpdatedAt)})
 	}
 }
 
-// noteDeadline reports an attempt of j that overran. Called with c.mu held.
-func (c *Coordinator) noteDeadline(j *job) {
-	if obs := c.cfg.Observer; obs != nil {
+// deadline reports an attempt of j that overran. Called with the scheduler's mu held.
+func (o *observer) deadline(j *job) {
+	if obs := o.obs; obs != nil {
 		obs.DeadlineExpired(j.rec.TaskType)
 	}
 }
 
-// noteStored reports a write of j that began at start: a failure at once, a success
-// when written records it (noteWritten), under the lock it takes anyway. Only j's
-// writer calls it, so j.took needs no lock.
-func (c *Coordinator) noteStored(j *job, start time.Time, err error) {
-	c.storage.noteWrite(err)
-	obs := c.cfg.Observer
-	if obs == nil {
-		return
-	}
-	j.took = time.Since(start)
-	if err != nil {
-		obs.Stored(j.took, err, false, 0)
-	}
-}
-
-// noteWritten reports the durable write of j's version. Called with c.mu held.
-func (c *Coordinator) noteWritten(j *job, version uint64) {
-	obs := c.cfg.Observer
+// written reports the durable write of j's version. Called with the scheduler's mu held.
+func (o *observer) written(j *job, version uint64) {
+	obs := o.obs
 	if obs == nil {
 		return
 	}
@@ -151,6 +120,10 @@ func (c *Coordinator) noteWritten(j *job, version uint64) {
 	}
 	obs.Stored(j.took, nil, terminal, j.writes)
 }
+
+// observer tells the Config's Observer what the scheduler does, if there is one; each
+// call is made with the scheduler's mu held, which guards the counts it keeps in jobs.
+type observer struct{ obs Observer }
 
 // ErrNoLeader means no coordinator holds the leader lease.
 var ErrNoLeader = errors.New("no coordinator leads")

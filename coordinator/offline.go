@@ -15,18 +15,18 @@ import (
 const reconnectAllowance = nats.DefaultReconnectWait + time.Second
 
 // graceWorkers gives every worker a heartbeat timeout, and the reconnect allowance, of
-// grace from now: their silence was this coordinator's. Called with c.mu held.
-func (c *Coordinator) graceWorkers(now time.Time) {
-	until := now.Add(c.cfg.HeartbeatTimeout + reconnectAllowance)
-	for _, w := range c.workers {
+// grace from now: their silence was this coordinator's. Called with the scheduler's mu held.
+func (reg *registry) graceWorkers(now time.Time) {
+	until := now.Add(reg.s.cfg.HeartbeatTimeout + reconnectAllowance)
+	for _, w := range reg.workers {
 		w.graceUntil = until
 	}
-	c.extendClaims(until) // nor could the workers claim their attempts
+	reg.s.claims.extend(until) // nor could the workers claim their attempts
 }
 
 // offline is what the sweeper knows of the coordinator's own NATS connection: whether
 // it was down at the last sweep, and how often it had reconnected. Guarded by
-// Coordinator.mu.
+// scheduler.mu.
 type offline struct {
 	seen       bool
 	down       bool
@@ -38,18 +38,21 @@ type offline struct {
 // them. Once the connection is back (or came back between sweeps), every worker gets a
 // heartbeat timeout of grace, counted from now. The lease clock (leaseclock.go) pauses
 // the sweeper too, but only once the lease may have lapsed, which a heartbeat timeout
-// shorter than the lease outlasts: this covers the start of an outage. Called with c.mu
-// held.
-func (c *Coordinator) cutOff(now time.Time) bool {
-	if !c.nc.IsConnected() {
-		c.off.down = true
+// shorter than the lease outlasts: this covers the start of an outage. Called with the
+// scheduler's mu held.
+func (reg *registry) cutOff(now time.Time) bool {
+	if reg.nc == nil { // a coordinator of the lifecycle's tests: no connection to lose
+		return false
+	}
+	if !reg.nc.IsConnected() {
+		reg.off.down = true
 		return true
 	}
-	r := c.nc.Stats().Reconnects
-	if c.off.seen && (c.off.down || r != c.off.reconnects) {
-		c.graceWorkers(now)
-		c.log.Info("NATS connection back; workers get a heartbeat timeout of grace", "and", reconnectAllowance)
+	r := reg.nc.Stats().Reconnects
+	if reg.off.seen && (reg.off.down || r != reg.off.reconnects) {
+		reg.graceWorkers(now)
+		reg.s.log.Info("NATS connection back; workers get a heartbeat timeout of grace", "and", reconnectAllowance)
 	}
-	c.off = offline{seen: true, reconnects: r}
+	reg.off = offline{seen: true, reconnects: r}
 	return false
 }

@@ -17,13 +17,13 @@ import (
 // before sending the next write: where writes are not batched (a single server that
 // does not sync each write), a round trip per write in a pool of goroutines cost
 // a context, a timer and a goroutine switch per write. Each job still has at most one
-// write in flight (committer), so writes of different jobs may land in any order and
+// write in flight (the committer), so writes of different jobs may land in any order and
 // each remains a CAS on the revision its predecessor returned. Acknowledgements come
 // to one subscription, whose callback settles the write: a success is recorded at
 // once; a failure goes to commit, which retries it the way a single write is retried.
 type pipeline struct {
-	c      *Coordinator
-	ctx    context.Context // the committers' context
+	s      *jsStore
+	ctx    context.Context // ends when writing stops
 	prefix string          // reply subjects are prefix + the write's number
 	slots  chan struct{}   // one per write in flight
 	sub    *nats.Subscription
@@ -47,24 +47,36 @@ type flight struct {
 // (its outcome unknown: commit retries it, and a CAS that finds it landed fences).
 const writeTimeout = 5 * time.Second
 
-// startPipeline subscribes to the acknowledgements. Writes may be in flight up to
-// the coordinator's Writers.
-func (c *Coordinator) startPipeline(ctx context.Context) (*pipeline, error) {
-	p := &pipeline{
-		c: c, ctx: ctx, prefix: c.nc.NewRespInbox() + ".",
-		slots:  make(chan struct{}, c.cfg.Writers),
-		flying: make(map[uint64]*flight),
-	}
-	sub, err := c.nc.Subscribe(p.prefix+"*", p.acknowledged)
+// start subscribes to the acknowledgements. Writes may be in flight up to the
+// coordinator's Writers.
+func (p *pipeline) start(ctx context.Context) error {
+	p.ctx, p.prefix = ctx, p.s.nc.NewRespInbox()+"."
+	p.slots = make(chan struct{}, p.s.cfg.Writers)
+	p.flying = make(map[uint64]*flight)
+	sub, err := p.s.nc.Subscribe(p.prefix+"*", p.acknowledged)
 	if err != nil {
-		return nil, fmt.Errorf("write acknowledgements: %w", err)
+		return fmt.Errorf("write acknowledgements: %w", err)
 	}
 	// Acknowledgements must never be dropped as a slow consumer's: the slots bound
 	// how many can be pending.
 	_ = sub.SetPendingLimits(-1, -1)
 	p.sub = sub
-	c.goRun(p.expire)
-	return p, nil
+	p.s.goRun(p.expire)
+	return nil
+}
+
+// write sends each of ws, without waiting for one acknowledgement before sending the
+// next; it returns false once ctx ended (the writes not sent failed).
+func (p *pipeline) write(ctx context.Context, ws []pendingWrite) bool {
+	for i, w := range ws {
+		if !p.send(w) {
+			for _, w := range ws[i+1:] {
+				p.s.sink.fail(w.j, ctx.Err())
+			}
+			return false
+		}
+	}
+	return true
 }
 
 // send starts w's write, once a slot is free. It returns false when ctx ended first.
@@ -72,10 +84,10 @@ func (p *pipeline) send(w pendingWrite) bool {
 	select {
 	case p.slots <- struct{}{}:
 	case <-p.ctx.Done():
-		p.c.fail(w.j, p.ctx.Err())
+		p.s.sink.fail(w.j, p.ctx.Err())
 		return false
 	}
-	f := &flight{w: w, msgs: p.c.messages(&w), start: time.Now()}
+	f := &flight{w: w, msgs: p.s.messages(&w), start: time.Now()}
 	p.mu.Lock()
 	p.next++
 	id := p.next
@@ -92,7 +104,7 @@ func (p *pipeline) publish(id uint64, f *flight) {
 	p.mu.Unlock()
 	m := f.msgs[0]
 	m.Reply = p.prefix + strconv.FormatUint(id, 36)
-	if err := p.c.nc.PublishMsg(m); err != nil {
+	if err := p.s.nc.PublishMsg(m); err != nil {
 		if p.take(id) != nil {
 			p.settle(f, 0, err)
 		}
@@ -156,17 +168,17 @@ func (p *pipeline) sendNext(id uint64) bool {
 // which classifies it (fenced, store full, permanent) and retries what it can.
 func (p *pipeline) settle(f *flight, rev uint64, err error) {
 	<-p.slots
-	c := p.c
-	c.noteStored(f.w.j, f.start, err)
+	s := p.s
+	s.noteStored(f.w.j, f.start, err)
 	switch {
 	case err == nil:
-		c.stored(f.w.j, rev, f.w.version)
+		s.sink.written(f.w.j, rev, f.w.version)
 	case errors.Is(err, nats.ErrConnectionClosed) || p.ctx.Err() != nil:
-		c.fail(f.w.j, err)
+		s.sink.fail(f.w.j, err)
 	default:
-		c.goRun(func() {
-			if !c.gaveUpCreate(p.ctx, f.w, err) { // storage.go
-				c.commit(p.ctx, []pendingWrite{f.w})
+		s.goRun(func() {
+			if !s.gaveUpCreate(p.ctx, f.w, err) { // storage.go
+				s.commit(p.ctx, []pendingWrite{f.w})
 			}
 		})
 	}
@@ -187,7 +199,7 @@ func (p *pipeline) expire() {
 			return
 		case now := <-tick.C:
 			wait := writeTimeout
-			if p.c.storage.failing() != nil { // storage.go: no acknowledgement is coming
+			if p.s.storage.failing() != nil { // storage.go: no acknowledgement is coming
 				wait = writeTimeout / 5
 			}
 			for _, f := range p.overdue(now.Add(-wait)) {

@@ -27,19 +27,8 @@ type assignment struct {
 // and is sent before an answer carrying the mark (see flushed).
 func (w *worker) mark() *protocol.Mark { return &protocol.Mark{Session: w.session, Seq: w.seq} }
 
-// flushed returns once every message decided before it was called has been handed to
-// NATS. The goroutine releasing c.mu sends what was decided under it while holding
-// sendMu (outbox.go), so taking sendMu waits for those sends. A mark answered after
-// flushed leaves the coordinator's connection after the assignments it counts, and
-// NATS delivers them to the worker in that order.
-func (c *Coordinator) flushed() {
-	c.sendMu.Lock()
-	//lint:ignore SA2001 the lock is the wait: it is taken once the sends decided earlier are done
-	c.sendMu.Unlock()
-}
-
 // reconcile compares what w reports it holds with the leases it has here. Called with
-// c.mu held.
+// the scheduler's mu held.
 //
 //   - A lease numbered up to the report's mark that the worker does not hold was never
 //     delivered: the worker heard a later answer of this coordinator, and NATS delivers
@@ -50,7 +39,7 @@ func (c *Coordinator) flushed() {
 //     again, while a TASK_CANCEL could not reach it) gets a TASK_CANCEL again. Its
 //     result, if it comes, is stale as before. One the worker reports done (its result
 //     on its way) needs none.
-func (c *Coordinator) reconcile(w *worker, h *protocol.Held) {
+func (reg *registry) reconcile(w *worker, h *protocol.Held) {
 	holds := make(map[string]bool, len(h.Attempts))
 	for _, a := range h.Attempts {
 		holds[a.AttemptID] = true
@@ -59,31 +48,31 @@ func (c *Coordinator) reconcile(w *worker, h *protocol.Held) {
 	if h.Session == w.session {
 		for jobID, a := range w.running {
 			if a.seq <= h.Seq && !holds[a.attempt] {
-				c.undelivered(w, jobID, a)
+				reg.undelivered(w, jobID, a)
 				requeued++
 			}
 		}
 	}
 	for _, a := range h.Attempts {
-		if w.running[a.JobID].attempt == a.AttemptID || c.claim(w, a.AttemptRef) || a.Done {
+		if w.running[a.JobID].attempt == a.AttemptID || reg.s.claims.claim(w, a.AttemptRef) || a.Done {
 			continue
 		}
-		c.log.Debug("worker holds an attempt under no lease; cancelling it", "worker", w.id, "job", a.JobID, "attempt", a.AttemptID)
+		reg.s.log.Debug("worker holds an attempt under no lease; cancelling it", "worker", w.id, "job", a.JobID, "attempt", a.AttemptID)
 		m := &protocol.TaskCancel{JobID: a.JobID, AttemptID: a.AttemptID}
 		to := bus.Address{Role: bus.RoleWorker, ID: w.id}
-		c.later(func() error {
-			_ = c.node.Tell(context.Background(), to, protocol.PathCancel, m)
+		reg.s.out.later(func() error {
+			_ = reg.s.link.Tell(context.Background(), to, protocol.PathCancel, m)
 			return nil
 		}, nil)
 	}
 	if requeued > 0 {
-		c.log.Info("assignments never delivered; jobs queued again", "worker", w.id, "jobs", requeued)
-		c.schedule()
+		reg.s.log.Info("assignments never delivered; jobs queued again", "worker", w.id, "jobs", requeued)
+		reg.s.schedule()
 	}
 }
 
 // undelivered ends the lease of an assignment that never reached w and queues its job
-// again, without counting the attempt. Called with c.mu held.
+// again, without counting the attempt. Called with the scheduler's mu held.
 //
 // Why the attempt does not count: an attempt is spent when it ran, or may have run
 // (a worker lost with it, a restart while it ran: its outcome is unknown, and
@@ -93,21 +82,21 @@ func (c *Coordinator) reconcile(w *worker, h *protocol.Held) {
 // attemptNumber the task sees (FAIL counts executions by it). So the job is QUEUED
 // again at once, keeping its place (submission sequence), its attempts as before the
 // assignment, and its last error.
-func (c *Coordinator) undelivered(w *worker, jobID string, a assignment) {
+func (reg *registry) undelivered(w *worker, jobID string, a assignment) {
 	delete(w.running, jobID)
-	j := c.jobs[jobID]
+	j := reg.s.jobs[jobID]
 	if j == nil || j.rec.State != protocol.StateRunning || j.rec.AttemptID != a.attempt {
 		return
 	}
-	c.log.Debug("assignment never delivered; job queued again", "job", jobID, "attempt", a.attempt, "worker", w.id)
-	c.deadlines.remove(j)
-	c.leaseEnded(j)
+	reg.s.log.Debug("assignment never delivered; job queued again", "job", jobID, "attempt", a.attempt, "worker", w.id)
+	reg.s.deadlines.remove(j)
+	reg.s.route.leaseEnded(j)
 	j.rec.WorkerID, j.rec.AttemptID = "", ""
 	j.rec.Attempts--
 	j.rec.State = protocol.StateQueued
 	j.rec.RetryAt = 0
-	c.markDirty(j, nil)
-	c.ready.push(j)
+	reg.s.markDirty(j, nil)
+	reg.s.ready.push(j)
 }
 
 // handOver settles the leases of old, a registration being superseded by req, before
@@ -126,8 +115,8 @@ func (c *Coordinator) undelivered(w *worker, jobID string, a assignment) {
 //   - From another process, or one that reports nothing, none: old's attempts are lost
 //     with the worker, as before.
 //
-// Called with c.mu held.
-func (c *Coordinator) handOver(old *worker, req *protocol.WorkerRegister) map[string]assignment {
+// Called with the scheduler's mu held.
+func (reg *registry) handOver(old *worker, req *protocol.WorkerRegister) map[string]assignment {
 	kept := make(map[string]assignment)
 	h := req.Held
 	if h == nil {

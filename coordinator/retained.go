@@ -220,6 +220,23 @@ func (x *jobIndex) remove(seq uint64) {
 	}
 }
 
+// retention is every job the coordinator keeps, by sequence (index): an active one by
+// its entry and job, a finished one by its entry alone, with its idempotency key's
+// binding (doneKeys), until its retention ends (expiring, in order from expHead; the
+// sweeper's expire forgets it), and the snapshots of the jobs that finished last
+// (recent). Guarded by the scheduler's mu, like the jobs it indexes.
+type retention struct {
+	s   *scheduler
+	cfg *Config
+
+	index      jobIndex           // every kept job by sequence
+	doneKeys   map[string]doneKey // idempotency keys of finished jobs, until they expire
+	expiring   []expiring         // finished jobs by the end of their retention, from expHead
+	expHead    int
+	recent     []uint64 // sequences of the jobs that finished last
+	recentNext int
+}
+
 // doneKey is the binding of a finished job's idempotency key.
 type doneKey struct {
 	jobID, fingerprint string
@@ -231,74 +248,70 @@ type expiring struct {
 	seq uint64
 }
 
-// retire moves a finished job whose record is durable out of memory: only its entry,
-// and its key's binding, stay until its retention ends. Called with c.mu held.
-func (c *Coordinator) retire(j *job) {
+// retire keeps a finished job whose record is durable, and which the scheduler no
+// longer holds, by its entry only, and its key's binding, until its retention ends.
+func (rt *retention) retire(j *job) {
 	r := &j.rec
-	delete(c.jobs, r.JobID)
-	if e := c.index.find(r.Seq); e != nil && e.j == j {
+	if e := rt.index.find(r.Seq); e != nil && e.j == j {
 		snap := j.snapshot()
 		e.j, e.snap = nil, &snap
 		e.setState(r.State)
-		c.index.setKey(e, r.IdempotencyKey)
-		c.remember(r.Seq)
+		rt.index.setKey(e, r.IdempotencyKey)
+		rt.remember(r.Seq)
 	}
 	if k := r.IdempotencyKey; k != "" {
-		if c.keys[k] == j {
-			delete(c.keys, k)
-		}
-		c.doneKeys[k] = doneKey{jobID: r.JobID, fingerprint: r.Fingerprint}
+		rt.doneKeys[k] = doneKey{jobID: r.JobID, fingerprint: r.Fingerprint}
 	}
-	c.expireAt(r.Seq, time.UnixMilli(r.EndedAt))
+	rt.expireAt(r.Seq, time.UnixMilli(r.EndedAt))
 }
 
 // remember keeps seq among the recently finished jobs whose snapshots stay in memory,
-// forgetting the snapshot of the oldest. Called with c.mu held.
-func (c *Coordinator) remember(seq uint64) {
-	if len(c.recent) < recentFinished {
-		c.recent = append(c.recent, seq)
+// forgetting the snapshot of the oldest. Called with the scheduler's mu held.
+func (rt *retention) remember(seq uint64) {
+	if len(rt.recent) < recentFinished {
+		rt.recent = append(rt.recent, seq)
 		return
 	}
-	if e := c.index.find(c.recent[c.recentNext]); e != nil && e.j == nil {
+	if e := rt.index.find(rt.recent[rt.recentNext]); e != nil && e.j == nil {
 		e.snap = nil
 	}
-	c.recent[c.recentNext] = seq
-	c.recentNext = (c.recentNext + 1) % recentFinished
+	rt.recent[rt.recentNext] = seq
+	rt.recentNext = (rt.recentNext + 1) % recentFinished
 }
 
 // expireAt schedules a finished job's removal from memory when its retention ends.
-// Called with c.mu held.
-func (c *Coordinator) expireAt(seq uint64, ended time.Time) {
-	if c.cfg.Retention == 0 {
+// Called with the scheduler's mu held.
+func (rt *retention) expireAt(seq uint64, ended time.Time) {
+	if rt.cfg.Retention == 0 {
 		return
 	}
-	at := ended.Add(c.cfg.Retention).UnixMilli()
+	at := ended.Add(rt.cfg.Retention).UnixMilli()
 	// Jobs retire in the order they end, so the queue stays sorted; a clock step
 	// back must not break that.
-	if n := len(c.expiring); n > 0 {
-		at = max(at, c.expiring[n-1].at)
+	if n := len(rt.expiring); n > 0 {
+		at = max(at, rt.expiring[n-1].at)
 	}
-	c.expiring = append(c.expiring, expiring{at: at, seq: seq})
+	rt.expiring = append(rt.expiring, expiring{at: at, seq: seq})
 }
 
 // expire forgets the finished jobs whose retention has ended: JetStream removes their
-// records by itself. Called with c.mu held.
-func (c *Coordinator) expire(now time.Time) {
-	for c.expHead < len(c.expiring) && c.expiring[c.expHead].at <= now.UnixMilli() {
-		x := c.expiring[c.expHead]
-		c.expiring[c.expHead] = expiring{}
-		c.expHead++
-		if e := c.index.find(x.seq); e != nil && e.j == nil {
-			if k := c.index.key(e); k != "" {
-				if d, ok := c.doneKeys[k]; ok && c.index.hasID(e, d.jobID) {
-					delete(c.doneKeys, k)
+// records by itself. Called with the scheduler's mu held.
+func (rt *retention) expire(now time.Time) {
+	for rt.expHead < len(rt.expiring) && rt.expiring[rt.expHead].at <= now.UnixMilli() {
+		x := rt.expiring[rt.expHead]
+		rt.expiring[rt.expHead] = expiring{}
+		rt.expHead++
+		if e := rt.index.find(x.seq); e != nil && e.j == nil {
+			if k := rt.index.key(e); k != "" {
+				if d, ok := rt.doneKeys[k]; ok && rt.index.hasID(e, d.jobID) {
+					delete(rt.doneKeys, k)
 				}
 			}
-			c.index.remove(x.seq)
+			rt.index.remove(x.seq)
 		}
 	}
-	if c.expHead > 1024 && c.expHead > len(c.expiring)/2 {
-		c.expiring = slices.Clone(c.expiring[c.expHead:])
-		c.expHead = 0
+	if rt.expHead > 1024 && rt.expHead > len(rt.expiring)/2 {
+		rt.expiring = slices.Clone(rt.expiring[rt.expHead:])
+		rt.expHead = 0
 	}
 }

@@ -4,76 +4,81 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
-	"sort"
 	"time"
 
 	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
 )
 
-// Routing by task type: a job goes only to a worker that serves its type, and a type at
-// its concurrency limit waits without holding back the jobs of other types (the ready
-// queue skips the types runnable refuses). Guarded by Coordinator.mu, like the rest of
-// scheduling.
+// routing routes jobs by task type: a job goes only to a worker that serves its type,
+// and a type at its concurrency limit waits without holding back the jobs of other
+// types (the ready queue skips the types runnable refuses). It owns the count of
+// RUNNING jobs by type (typeRuns) and reads each type's options from the catalogue;
+// guarded by the scheduler's mu, like the rest of scheduling.
+type routing struct {
+	cfg      *Config
+	cat      *catalogue
+	reg      *registry
+	typeRuns map[string]int
+}
 
 // runnable reports whether a job of taskType can start now: the type is below its
 // concurrency limit and some worker serving it has a free slot.
-func (c *Coordinator) runnable(taskType string) bool {
-	if limit := c.cat.options(taskType).Concurrency; limit > 0 && c.typeRuns[taskType] >= limit {
+func (rt *routing) runnable(taskType string) bool {
+	if limit := rt.cat.options(taskType).Concurrency; limit > 0 && rt.typeRuns[taskType] >= limit {
 		return false
 	}
-	return c.hasFreeWorker(taskType)
+	return rt.reg.hasFreeWorker(taskType)
 }
 
 // leaseStarted counts j's new attempt against its type, and fixes the attempt's
 // execution deadline from the type's timeout (else the coordinator's).
-func (c *Coordinator) leaseStarted(j *job, now time.Time) {
-	j.timeout = c.cfg.TaskTimeout
-	if ms := c.cat.options(j.rec.TaskType).TimeoutMillis; ms > 0 {
+func (rt *routing) leaseStarted(j *job, now time.Time) {
+	j.timeout = rt.cfg.TaskTimeout
+	if ms := rt.cat.options(j.rec.TaskType).TimeoutMillis; ms > 0 {
 		j.timeout = time.Duration(ms) * time.Millisecond
 	}
 	j.deadline = now.Add(j.timeout)
 	if !j.leased {
 		j.leased = true
-		c.typeRuns[j.rec.TaskType]++
+		rt.typeRuns[j.rec.TaskType]++
 	}
 }
 
 // leaseEnded stops counting j's attempt, however it ended.
-func (c *Coordinator) leaseEnded(j *job) {
+func (rt *routing) leaseEnded(j *job) {
 	if !j.leased {
 		return
 	}
 	j.leased = false
-	if n := c.typeRuns[j.rec.TaskType] - 1; n > 0 {
-		c.typeRuns[j.rec.TaskType] = n
+	if n := rt.typeRuns[j.rec.TaskType] - 1; n > 0 {
+		rt.typeRuns[j.rec.TaskType] = n
 	} else {
-		delete(c.typeRuns, j.rec.TaskType)
+		delete(rt.typeRuns, j.rec.TaskType)
 	}
 }
 
 // defaultMaxAttempts is the max attempts of a submission that asked for none.
-func (c *Coordinator) defaultMaxAttempts(taskType string) int {
-	if n := c.cat.options(taskType).MaxAttempts; n > 0 {
+func (rt *routing) defaultMaxAttempts(taskType string) int {
+	if n := rt.cat.options(taskType).MaxAttempts; n > 0 {
 		return n
 	}
-	return c.cfg.MaxAttempts
+	return rt.cfg.MaxAttempts
 }
 
 // failPermanently ends a job whose attempt failed with a permanent error: FAILED at
 // once, whatever attempts it has left. The lease must already be released.
-func (c *Coordinator) failPermanently(j *job, cause string) {
+func (s *scheduler) failPermanently(j *job, cause string) {
 	j.rec.State = protocol.StateFailed
 	j.rec.Error = ptr(fmt.Sprintf("%s (permanent failure on attempt %d of %d; not retried)", cause, j.rec.Attempts, j.rec.MaxAttempts))
 	j.rec.RetryAt = 0
-	c.active--
+	s.active--
 }
 
 // workerTypes is what a registration serves: its list, or the built-ins without one
 // (a spec peer).
-func (c *Coordinator) workerTypes(req *protocol.WorkerRegister) map[string]bool {
-	names := c.cfg.TaskTypes.Names()
+func (reg *registry) workerTypes(req *protocol.WorkerRegister) map[string]bool {
+	names := reg.s.cfg.TaskTypes.Names()
 	if req.TaskTypes != nil {
 		names = protocol.Names(req.TaskTypes)
 	}
@@ -86,53 +91,53 @@ func (c *Coordinator) workerTypes(req *protocol.WorkerRegister) map[string]bool 
 
 // declare catalogues the task types of a registration before the worker counts as
 // registered.
-func (c *Coordinator) declare(req *protocol.WorkerRegister) error {
+func (reg *registry) declare(req *protocol.WorkerRegister) error {
 	if req.TaskTypes == nil {
 		return nil
 	}
 	// A fenced coordinator, or one not certainly holding its lease, declares nothing
 	// (the catalogue's writes are not fenced by the term themselves: this narrows the
 	// window to a leader deposed mid-declaration).
-	c.mu.Lock()
+	reg.s.mu.Lock()
 	var refused error
 	switch {
-	case c.fenced != nil:
-		refused = bus.WithCode(bus.CodeUnavailable, c.refuse())
-	case !c.lease.held():
+	case reg.s.fenced != nil:
+		refused = bus.WithCode(bus.CodeUnavailable, reg.s.refuse())
+	case !reg.s.lease.held():
 		refused = leaseLapsed()
 	}
-	c.unlock()
+	reg.s.unlock()
 	if refused != nil {
 		return refused
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return c.cat.declare(ctx, req.WorkerID, req.TaskTypes, c.now())
+	return reg.s.cat.declare(ctx, req.WorkerID, req.TaskTypes, reg.s.now())
 }
 
 // unserved notes, in the background, when the catalogue's types that w served lost
-// their last worker. Called with c.mu held, after w left c.workers.
-func (c *Coordinator) unserved(w *worker) {
+// their last worker. Called with the scheduler's mu held, after w left the registry.
+func (reg *registry) unserved(w *worker) {
 	var gone []string
 	for t := range w.taskTypes {
-		if _, builtin := c.cfg.TaskTypes.Lookup(t); builtin || c.hasWorker(t) {
+		if _, builtin := reg.s.cfg.TaskTypes.Lookup(t); builtin || reg.hasWorker(t) {
 			continue
 		}
 		gone = append(gone, t)
 	}
-	if len(gone) == 0 || c.cat.kv == nil {
+	if len(gone) == 0 || reg.s.cat.kv == nil {
 		return
 	}
-	now := c.now()
-	c.goRun(func() {
+	now := reg.s.now()
+	reg.s.run(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		c.cat.served(ctx, gone, now)
+		reg.s.cat.served(ctx, gone, now)
 	})
 }
 
-func (c *Coordinator) hasWorker(taskType string) bool {
-	for _, w := range c.workers {
+func (reg *registry) hasWorker(taskType string) bool {
+	for _, w := range reg.workers {
 		if w.runs(taskType) {
 			return true
 		}
@@ -140,66 +145,7 @@ func (c *Coordinator) hasWorker(taskType string) bool {
 	return false
 }
 
-// taskTypeList is the catalogue as it stands: each type with its live workers and its
-// queued and running jobs; the built-ins first, then by name.
-func (c *Coordinator) taskTypeList() *protocol.TaskTypeList {
-	recs := c.cat.records()
-	c.mu.Lock()
-	infos := make(map[string]*protocol.TaskTypeInfo, len(recs)+5)
-	info := func(name string) *protocol.TaskTypeInfo {
-		if i := infos[name]; i != nil {
-			return i
-		}
-		i := &protocol.TaskTypeInfo{Name: name, Workers: []string{}}
-		infos[name] = i
-		return i
-	}
-	for _, name := range c.cfg.TaskTypes.Names() {
-		info(name).Builtin = true
-	}
-	for name, r := range recs {
-		i := info(name)
-		i.Schema, i.Options, i.LastServedMillis = r.Schema, r.Options, r.LastServedMillis
-	}
-	for _, w := range c.workers {
-		for t := range w.taskTypes {
-			i := info(t)
-			i.Workers = append(i.Workers, w.id)
-		}
-	}
-	for _, j := range c.jobs {
-		switch j.rec.State {
-		case protocol.StateQueued:
-			info(j.rec.TaskType).Queued++
-		case protocol.StateRunning:
-			info(j.rec.TaskType).Running++
-		}
-	}
-	c.unlock()
-	out := make([]protocol.TaskTypeInfo, 0, len(infos))
-	for _, i := range infos {
-		sort.Strings(i.Workers)
-		out = append(out, *i)
-	}
-	slices.SortFunc(out, func(a, b protocol.TaskTypeInfo) int {
-		if a.Builtin != b.Builtin {
-			if a.Builtin {
-				return -1
-			}
-			return 1
-		}
-		if a.Name < b.Name {
-			return -1
-		}
-		if a.Name > b.Name {
-			return 1
-		}
-		return 0
-	})
-	return &protocol.TaskTypeList{TaskTypes: out}
-}
-
 // validatePayload checks a submission's payload against its task type.
-func (c *Coordinator) validatePayload(taskType string, payload json.RawMessage) error {
-	return c.cat.validate(taskType, payload)
+func (rt *routing) validatePayload(taskType string, payload json.RawMessage) error {
+	return rt.cat.validate(taskType, payload)
 }

@@ -42,7 +42,7 @@ func StoreFull(err error) bool {
 // storeHealth remembers whether the store takes job writes: whether the last job write
 // found it full (JetStream's limit), what Config.StoreFault says, and whether writes go
 // unanswered while JetStream answers (stalled). Writes set and clear it from the
-// writer goroutines, without c.mu.
+// writer goroutines, without the scheduler's mu.
 type storeHealth struct {
 	full    atomic.Pointer[string] // JetStream's words, while full
 	fault   func() error           // Config.StoreFault; nil: none
@@ -51,6 +51,10 @@ type storeHealth struct {
 	unsynced atomic.Pointer[error]
 	since    atomic.Int64 // when full or stalled was last set, or probed: Unix nanoseconds
 	said     atomic.Int64 // when storeFailure last logged, Unix nanoseconds
+	// answers reports whether the store answers requests other than writes (the jobs
+	// stream's information comes back); nil until the store is open. Set by open while
+	// the lease's renewals may already read it.
+	answers atomic.Pointer[func(ctx context.Context) bool]
 }
 
 // storeProbeEvery is how often, while the store is full or stalled, one submission is
@@ -181,84 +185,61 @@ func storeFaultWords(err error) (what, until string) {
 // while the jobs stream still answers is the sign of a stream nats-server stopped
 // writing (filestore's write error): the store is then marked stalled until a write
 // succeeds, and the operator told what to do, every 30 s while it lasts.
-func (c *Coordinator) storeFailure(ctx context.Context, err error) error {
+func (s *jsStore) storeFailure(ctx context.Context, err error) error {
 	if StoreFull(err) {
 		return err
 	}
-	f := c.storage.failing()
-	if f == nil && c.writesStalled(ctx, err) {
+	f := s.storage.failing()
+	if f == nil && s.storage.writesStalled(ctx, err) {
 		f = errStoreStalled
-		c.storage.stall(f)
+		s.storage.stall(f)
 	}
 	if f == nil {
 		return nil
 	}
 	f = &storeFault{f}
-	c.refuseWaitingCreates(f)
-	if now := time.Now().UnixNano(); now-c.storage.said.Load() >= int64(30*time.Second) {
-		c.storage.said.Store(now)
+	s.sink.refuseWaitingCreates(f)
+	if now := time.Now().UnixNano(); now-s.storage.said.Load() >= int64(30*time.Second) {
+		s.storage.said.Store(now)
 		what, until := storeFaultWords(f)
-		c.log.Error(what+": accepted jobs are kept in memory and written when it recovers; new submissions are refused until "+until,
+		s.log.Error(what+": accepted jobs are kept in memory and written when it recovers; new submissions are refused until "+until,
 			"err", f)
 	}
 	return f
 }
 
-// refuseWaitingCreates gives up, with err, the jobs waiting for their first write:
-// behind a write that keeps failing (a batching committer retries one batch until it
-// lands; the pipeline's slots fill up) their submitters would otherwise hear nothing.
-func (c *Coordinator) refuseWaitingCreates(err error) {
-	c.mu.Lock()
-	var gone []*job
-	kept := c.dirty[:0]
-	for _, j := range c.dirty {
-		if j.rev == 0 {
-			gone = append(gone, j)
-		} else {
-			kept = append(kept, j)
-		}
-	}
-	clear(c.dirty[len(kept):])
-	c.dirty = kept
-	c.unlock()
-	for _, j := range gone {
-		c.giveUp(j, err)
-	}
-}
-
 // gaveUpCreate gives up w, a create that failed with err, when err says the store
 // cannot take it (storeFailure), so that its submitter hears why now instead of after
 // another write's timeout; it reports whether it did.
-func (c *Coordinator) gaveUpCreate(ctx context.Context, w pendingWrite, err error) bool {
+func (s *jsStore) gaveUpCreate(ctx context.Context, w pendingWrite, err error) bool {
 	if w.rev != 0 {
 		return false
 	}
-	ferr := c.storeFailure(ctx, err)
+	ferr := s.storeFailure(ctx, err)
 	if ferr == nil {
 		return false
 	}
-	c.giveUp(w.j, ferr)
+	s.sink.giveUp(w.j, ferr)
 	return true
 }
 
-// writesStalled reports a write that timed out while JetStream answers: the jobs
-// stream's information comes back.
-func (c *Coordinator) writesStalled(ctx context.Context, err error) bool {
-	if !timedOut(err) || c.stream == nil {
+// writesStalled reports a write that timed out while the store answers otherwise.
+func (h *storeHealth) writesStalled(ctx context.Context, err error) bool {
+	answers := h.answers.Load()
+	if !timedOut(err) || answers == nil {
 		return false
 	}
 	ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	_, ierr := c.stream.Info(ictx)
-	return ierr == nil
+	return (*answers)(ictx)
 }
 
 // leaseWriteFailed notes a lease renewal that failed with err: one that timed out
 // while JetStream answers stalls the store as a job write would, so that the answer of
 // a coordinator whose lease lapsed names the cause (notLeader).
-func (c *Coordinator) leaseWriteFailed(ctx context.Context, err error) {
-	if c.storage.failing() == nil && c.writesStalled(ctx, err) {
-		c.storage.stall(errStoreStalled)
+func (h *storeHealth) leaseWriteFailed(ctx context.Context, err error) {
+	if h.failing() == nil && h.writesStalled(ctx, err) {
+		h.stall(errStoreStalled)
 	}
 }
 

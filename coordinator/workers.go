@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"fmt"
+	"github.com/nats-io/nats.go"
 	"sort"
 	"time"
 
@@ -9,8 +10,20 @@ import (
 	"github.com/jobbus/jobbus/bus/protocol"
 )
 
+// registry is the workers the scheduler assigns to: each registration, its capacity
+// and the leases it holds (reconcile.go), and what the sweeper knows of the
+// coordinator's own connection (offline.go). It is guarded by the scheduler's mu, since
+// an assignment changes a job and a worker at once; it changes jobs only through the
+// scheduler (s), whose lock it holds when it does.
+type registry struct {
+	s       *scheduler
+	nc      *nats.Conn // the coordinator's connection, whose outages the sweeper sees; nil in tests
+	workers map[string]*worker
+	off     offline
+}
+
 // worker is a registered worker as the coordinator sees it: it tracks capacity itself,
-// from the leases it handed out. Guarded by Coordinator.mu.
+// from the leases it handed out. Guarded by scheduler.mu.
 type worker struct {
 	id        string
 	capacity  int
@@ -41,45 +54,45 @@ func (w *worker) runs(taskType string) bool {
 
 // register adds a worker, superseding a live one with the same id. The attempts of the
 // live one that the registration reports it holds are kept (reconcile.go).
-func (c *Coordinator) register(req *protocol.WorkerRegister) (*protocol.WorkerRegistered, error) {
+func (reg *registry) register(req *protocol.WorkerRegister) (*protocol.WorkerRegistered, error) {
 	if perr := req.Validate(); perr != nil {
 		return nil, bus.WithCode(bus.CodeBadRequest, perr)
 	}
-	if err := c.declare(req); err != nil {
+	if err := reg.declare(req); err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	defer c.unlock()
-	if c.fenced != nil {
-		return nil, bus.WithCode(bus.CodeUnavailable, c.refuse())
+	reg.s.mu.Lock()
+	defer reg.s.unlock()
+	if reg.s.fenced != nil {
+		return nil, bus.WithCode(bus.CodeUnavailable, reg.s.refuse())
 	}
 	kept := make(map[string]assignment)
-	if old := c.workers[req.WorkerID]; old != nil {
-		kept = c.handOver(old, req)
-		c.loseWorker(old, "worker re-registered")
+	if old := reg.workers[req.WorkerID]; old != nil {
+		kept = reg.handOver(old, req)
+		reg.loseWorker(old, "worker re-registered")
 	}
-	w := &worker{id: req.WorkerID, capacity: req.Capacity, running: kept, lastSeen: c.now(),
-		taskTypes: c.workerTypes(req), session: newID(), instance: req.Instance}
-	claimed := c.claimReported(w, req.Held) // attempts it ran before a restart (recover.go): kept too
-	c.workers[w.id] = w
-	c.log.Info("worker registered", "worker", w.id, "capacity", w.capacity, "kept", len(kept)-claimed, "claimed", claimed)
-	c.schedule()
+	w := &worker{id: req.WorkerID, capacity: req.Capacity, running: kept, lastSeen: reg.s.now(),
+		taskTypes: reg.workerTypes(req), session: newID(), instance: req.Instance}
+	claimed := reg.s.claims.reported(w, req.Held) // attempts it ran before a restart (claims.go): kept too
+	reg.workers[w.id] = w
+	reg.s.log.Info("worker registered", "worker", w.id, "capacity", w.capacity, "kept", len(kept)-claimed, "claimed", claimed)
+	reg.s.schedule()
 	return &protocol.WorkerRegistered{WorkerID: w.id, Mark: w.mark(), Kept: keptRefs(kept, req.Held)}, nil
 }
 
 // heartbeat refreshes a worker, reconciles what it reports it holds (reconcile.go),
 // and answers where its assignments stand; an unknown worker is told so, and registers
 // again.
-func (c *Coordinator) heartbeat(hb *protocol.Heartbeat) (protocol.HeartbeatAck, error) {
-	c.mu.Lock()
-	defer c.unlock()
-	w := c.workers[hb.WorkerID]
+func (reg *registry) heartbeat(hb *protocol.Heartbeat) (protocol.HeartbeatAck, error) {
+	reg.s.mu.Lock()
+	defer reg.s.unlock()
+	w := reg.workers[hb.WorkerID]
 	if w == nil {
 		return protocol.HeartbeatAck{}, bus.Errorf(bus.CodeNotFound, "unknown worker %s: register again", hb.WorkerID)
 	}
-	w.lastSeen = c.now()
-	if hb.Held != nil && c.fenced == nil {
-		c.reconcile(w, hb.Held)
+	w.lastSeen = reg.s.now()
+	if hb.Held != nil && reg.s.fenced == nil {
+		reg.reconcile(w, hb.Held)
 	}
 	return protocol.HeartbeatAck{Mark: w.mark()}, nil
 }
@@ -87,59 +100,59 @@ func (c *Coordinator) heartbeat(hb *protocol.Heartbeat) (protocol.HeartbeatAck, 
 // drain stops assigning to a worker that is shutting down; its running attempts go on.
 // The answer counts them, assignments not yet delivered included, so the worker knows
 // when it is done.
-func (c *Coordinator) drain(d *protocol.Drain) (protocol.DrainAck, error) {
-	c.mu.Lock()
-	defer c.unlock()
-	if c.fenced != nil {
-		return protocol.DrainAck{}, c.refuse()
+func (reg *registry) drain(d *protocol.Drain) (protocol.DrainAck, error) {
+	reg.s.mu.Lock()
+	defer reg.s.unlock()
+	if reg.s.fenced != nil {
+		return protocol.DrainAck{}, reg.s.refuse()
 	}
-	w := c.workers[d.WorkerID]
+	w := reg.workers[d.WorkerID]
 	if w == nil {
 		return protocol.DrainAck{}, bus.Errorf(bus.CodeNotFound, "unknown worker %s: register again", d.WorkerID)
 	}
 	if !w.draining {
 		w.draining = true
-		c.log.Info("worker draining", "worker", w.id, "running", len(w.running))
+		reg.s.log.Info("worker draining", "worker", w.id, "running", len(w.running))
 	}
 	return protocol.DrainAck{Running: len(w.running)}, nil
 }
 
 // disconnect loses a worker whose connection is gone.
-func (c *Coordinator) disconnect(d *protocol.Disconnect) {
-	c.mu.Lock()
-	defer c.unlock()
-	if w := c.workers[d.WorkerID]; w != nil {
-		c.loseWorker(w, d.Cause)
-		c.schedule()
+func (reg *registry) disconnect(d *protocol.Disconnect) {
+	reg.s.mu.Lock()
+	defer reg.s.unlock()
+	if w := reg.workers[d.WorkerID]; w != nil {
+		reg.loseWorker(w, d.Cause)
+		reg.s.schedule()
 	}
 }
 
 // loseWorker removes w; each of its running attempts goes to retry-or-fail. Called with
-// c.mu held.
-func (c *Coordinator) loseWorker(w *worker, cause string) {
-	if c.workers[w.id] != w {
+// the scheduler's mu held.
+func (reg *registry) loseWorker(w *worker, cause string) {
+	if reg.workers[w.id] != w {
 		return
 	}
-	delete(c.workers, w.id)
-	c.log.Info("worker lost", "worker", w.id, "cause", cause, "running", len(w.running))
+	delete(reg.workers, w.id)
+	reg.s.log.Info("worker lost", "worker", w.id, "cause", cause, "running", len(w.running))
 	for jobID, a := range w.running {
-		j := c.jobs[jobID]
+		j := reg.s.jobs[jobID]
 		if j == nil || j.rec.State != protocol.StateRunning || j.rec.AttemptID != a.attempt {
 			continue
 		}
 		j.rec.LastWorkerID, j.rec.WorkerID, j.rec.AttemptID = w.id, "", ""
-		c.deadlines.remove(j)
-		c.leaseEnded(j)
-		c.retryOrFail(j, fmt.Sprintf("worker %s lost (%s)", w.id, cause))
-		c.markDirty(j, nil)
+		reg.s.deadlines.remove(j)
+		reg.s.route.leaseEnded(j)
+		reg.s.retryOrFail(j, fmt.Sprintf("worker %s lost (%s)", w.id, cause))
+		reg.s.markDirty(j, nil)
 	}
 	w.running = nil
-	c.unserved(w)
+	reg.unserved(w)
 }
 
 // hasFreeWorker reports whether some worker has a free slot for taskType.
-func (c *Coordinator) hasFreeWorker(taskType string) bool {
-	for _, w := range c.workers {
+func (reg *registry) hasFreeWorker(taskType string) bool {
+	for _, w := range reg.workers {
 		if w.free() > 0 && w.runs(taskType) {
 			return true
 		}
@@ -148,9 +161,9 @@ func (c *Coordinator) hasFreeWorker(taskType string) bool {
 }
 
 // pickWorker chooses the worker with the most free slots for taskType, ties by id.
-func (c *Coordinator) pickWorker(taskType string) *worker {
+func (reg *registry) pickWorker(taskType string) *worker {
 	var best *worker
-	for _, w := range c.workers {
+	for _, w := range reg.workers {
 		if w.free() <= 0 || !w.runs(taskType) {
 			continue
 		}
@@ -162,11 +175,11 @@ func (c *Coordinator) pickWorker(taskType string) *worker {
 }
 
 // workerList is the live workers sorted by id.
-func (c *Coordinator) workerList() []protocol.Worker {
-	c.mu.Lock()
-	defer c.unlock()
-	out := make([]protocol.Worker, 0, len(c.workers))
-	for _, w := range c.workers {
+func (reg *registry) workerList() []protocol.Worker {
+	reg.s.mu.Lock()
+	defer reg.s.unlock()
+	out := make([]protocol.Worker, 0, len(reg.workers))
+	for _, w := range reg.workers {
 		out = append(out, protocol.Worker{
 			WorkerID:            w.id,
 			Capacity:            w.capacity,
