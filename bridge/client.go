@@ -41,26 +41,11 @@ func (v verdict) String() string {
 }
 
 // classifyClient decides what to do with one client-port payload: forward it to the
-// subject of its endpoint, or answer (and maybe close) with the ERROR returned.
-// Decoding the whole message, not only peeking its type, catches wrong field types
-// before anything reaches the coordinator.
+// subject of its endpoint, or answer (and maybe close) with the ERROR returned. A
+// client request is forwarded on its type alone, undecoded: the coordinator decodes it
+// anyway, and its answer says whether it could; when it does not vouch for the
+// payload, malformed judges it (serveClient). Anything else is decoded here.
 func classifyClient(payload []byte) (verdict, string, *protocol.Error) {
-	msg, err := protocol.Decode(payload)
-	if err != nil {
-		return reject, "", protocol.MalformedRequest(err)
-	}
-	t := msg.MessageType()
-	e, ok := protocol.EndpointFor(t)
-	if !ok {
-		return answer, "", protocol.UnexpectedType(t, "client")
-	}
-	return forward, e.Subject(), nil
-}
-
-// peekClient is classifyClient reading only the type: a client request is forwarded
-// to its endpoint undecoded, since the coordinator decodes it anyway and its answer
-// says whether it could (serveClient). Anything else is classified in full.
-func peekClient(payload []byte) (verdict, string, *protocol.Error) {
 	t, err := protocol.PeekType(payload)
 	if err != nil {
 		// Decode's own error: it reads the type with PeekType first.
@@ -69,7 +54,18 @@ func peekClient(payload []byte) (verdict, string, *protocol.Error) {
 	if subject, ok := endpointSubjects[t]; ok {
 		return forward, subject, nil
 	}
-	return classifyClient(payload)
+	if e := malformed(payload); e != nil {
+		return reject, "", e
+	}
+	return answer, "", protocol.UnexpectedType(t, "client")
+}
+
+// malformed is the ERROR for a payload Decode rejects, nil for one it accepts.
+func malformed(payload []byte) *protocol.Error {
+	if _, err := protocol.Decode(payload); err != nil {
+		return protocol.MalformedRequest(err)
+	}
+	return nil
 }
 
 // endpointSubjects maps each client request type to its endpoint's subject, which
@@ -100,18 +96,18 @@ func (b *Bridge) serveClient(c net.Conn, release func()) {
 			})
 			return
 		}
-		v, subject, e := peekClient(payload)
+		v, subject, e := classifyClient(payload)
 		var reply []byte
 		if v == forward {
 			var decoded bool
 			reply, decoded, e = b.request(subject, payload, log)
 			if !decoded {
 				// The coordinator did not vouch for the payload: it refused it (maybe as
-				// malformed), or did not answer. Judge it here, as classifyClient always
-				// did before forwarding, so that a malformed frame gets the same ERROR
-				// and closes the connection whatever the coordinator could say.
-				if cv, _, ce := classifyClient(payload); cv == reject {
-					v, reply, e = reject, nil, ce
+				// malformed), or did not answer. Judge it here, as the bridge did before
+				// it forwarded requests undecoded, so that a malformed frame gets the
+				// same ERROR and closes the connection whatever the coordinator could say.
+				if me := malformed(payload); me != nil {
+					v, reply, e = reject, nil, me
 				}
 			}
 		}
@@ -174,28 +170,15 @@ func (b *Bridge) request(subject string, payload []byte, log *slog.Logger) (repl
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, b.cfg.RequestTimeout)
 	defer cancel()
-	msg, err := b.requestRetryingReads(ctx, subject, payload) // readretry.go
+	// A read-only request that goes unanswered is sent again, and any request while no
+	// coordinator serves its subject (one is starting, or failing over).
+	msg, err := natsreq.Request(ctx, b.nc, subject, payload, natsreq.Options{WaitForResponders: true})
 	if err != nil {
 		log.Debug("request failed", "subject", subject, "err", err)
 		return nil, false, b.unavailable(subject, err)
 	}
 	reply, e = checkReply(msg, log)
 	return reply, e == nil && msg.Header.Get(micro.ErrorHeader) == "", e
-}
-
-// requestServed sends a request, and sends it again while no coordinator serves its
-// subject (one is starting, or failing over) until ctx ends. A request nobody received
-// cannot have been acted on, so sending it again is safe; one that went unanswered is
-// not sent again.
-func (b *Bridge) requestServed(ctx context.Context, subject string, payload []byte) (*nats.Msg, error) {
-	first := true
-	return untilServed(ctx, func(err error) bool { return errors.Is(err, nats.ErrNoResponders) }, func() (*nats.Msg, error) {
-		if !first && !b.nc.IsConnected() {
-			return nil, nats.ErrConnectionReconnecting
-		}
-		first = false
-		return b.nc.RequestMsgWithContext(ctx, natsreq.Request(ctx, subject, payload))
-	})
 }
 
 // checkReply vets a reply body before it is written as a frame unchanged.

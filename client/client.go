@@ -18,6 +18,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/internal/backoff"
+	"github.com/jobbus/jobbus/internal/natsreq"
 )
 
 // Errors callers test with errors.Is.
@@ -140,7 +142,7 @@ func (n natsTransport) RoundTrip(ctx context.Context, t protocol.Type, body []by
 	if !ok {
 		return nil, fmt.Errorf("%s is not a client request", t)
 	}
-	msg, err := request(ctx, n.nc, t, e.Subject(), body) // readretry.go
+	msg, err := natsreq.Request(ctx, n.nc, e.Subject(), body, natsreq.Options{})
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, fmt.Errorf("%w on %s (is `jobbus serve` running?)", ErrNoCoordinator, n.nc.ConnectedUrlRedacted())
@@ -248,8 +250,7 @@ func (c *Client) Cancel(ctx context.Context, id string) (cancelled bool, job pro
 
 // Wait polls a job until it is terminal or ctx ends, and returns its last snapshot.
 func (c *Client) Wait(ctx context.Context, id string) (protocol.Job, error) {
-	delay := 5 * time.Millisecond
-	for {
+	for poll := waitPoll.Start(); ; {
 		job, err := c.Status(ctx, id)
 		if err != nil {
 			return job, err
@@ -257,14 +258,14 @@ func (c *Client) Wait(ctx context.Context, id string) (protocol.Job, error) {
 		if job.State.Terminal() {
 			return job, nil
 		}
-		select {
-		case <-ctx.Done():
+		if !poll.Wait(ctx) {
 			return job, fmt.Errorf("wait for job %s (%s): %w", id, job.State, ctx.Err())
-		case <-time.After(delay):
 		}
-		delay = min(delay*2, 250*time.Millisecond)
 	}
 }
+
+// waitPoll is how often Wait asks: soon at first, for a short job.
+var waitPoll = backoff.Policy{Base: 5 * time.Millisecond, Max: 250 * time.Millisecond}
 
 func unexpected(m protocol.Message) error {
 	if e, ok := m.(*protocol.Error); ok {

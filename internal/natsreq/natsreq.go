@@ -1,9 +1,12 @@
-// Package natsreq sends a read-only NATS request again when it goes unanswered, and
-// takes the first reply to any of its sends. NATS hands a request to one member of a
-// queue group; a member that is frozen (SIGSTOP, a stalled VM) keeps its subscription
-// until its server drops it, so the next send may reach one that answers. Every send
-// shares one reply subject, so a slow answer to an early send still counts: a resend
-// never makes a slow reply arrive later. Only for requests that change nothing.
+// Package natsreq sends requests to the coordinator again when that is safe, for the
+// client and the bridge alike: a read-only request when it goes unanswered (Resend),
+// and any request while nobody serves its subject (UntilServed). Request says which
+// is which, once.
+//
+// NATS hands a request to one member of a queue group; a member that is frozen
+// (SIGSTOP, a stalled VM) keeps its subscription until its server drops it, so the
+// next send may reach one that answers. Every send shares one reply subject, so a slow
+// answer to an early send still counts: a resend never makes a slow reply arrive later.
 package natsreq
 
 import (
@@ -15,7 +18,58 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/internal/backoff"
 )
+
+// untilServedRetry is how often a request nobody received is sent again.
+var untilServedRetry = backoff.Policy{Base: 10 * time.Millisecond, Max: 250 * time.Millisecond}
+
+// Request sends a client API request, body to subject, and returns the reply. It is
+// the one place that says which requests are sent again: a read-only one
+// (protocol.ReadOnlySubject: status, list, workers) whenever it goes unanswered
+// (Resend); a submission or a cancel only while nobody serves subject, with
+// opts.WaitForResponders (a request nobody received cannot have been acted on), and
+// never once it may have been received: whether it was acted on is unknown.
+func Request(ctx context.Context, nc *nats.Conn, subject string, body []byte, opts Options) (*nats.Msg, error) {
+	if protocol.ReadOnlySubject(subject) {
+		return Resend(ctx, nc, subject, body, opts)
+	}
+	if !opts.WaitForResponders {
+		return nc.RequestMsgWithContext(ctx, Msg(ctx, subject, body))
+	}
+	first := true
+	return UntilServed(ctx, func(err error) bool { return errors.Is(err, nats.ErrNoResponders) }, func() (*nats.Msg, error) {
+		if !first && !nc.IsConnected() {
+			return nil, nats.ErrConnectionReconnecting
+		}
+		first = false
+		return nc.RequestMsgWithContext(ctx, Msg(ctx, subject, body))
+	})
+}
+
+// UntilServed calls ask until it fails otherwise than unserved says (nobody serves
+// the request: a coordinator is starting, or failing over), asking again after 10 ms,
+// doubling to 250 ms, until ctx ends. An ask nobody received cannot have been acted
+// on, so asking again is safe. When the time runs out while asking again, the error is
+// the last unserved one, not the timeout.
+func UntilServed[T any](ctx context.Context, unserved func(error) bool, ask func() (T, error)) (T, error) {
+	var none T
+	var last error
+	for b := untilServedRetry.Start(); ; {
+		v, err := ask()
+		switch {
+		case err != nil && unserved(err):
+			last = err
+		case err != nil && last != nil && ctx.Err() != nil:
+			return none, last
+		default:
+			return v, err
+		}
+		if !b.Wait(ctx) {
+			return none, last
+		}
+	}
+}
 
 // DefaultFirstTry is how long the first send waits before the request is sent again;
 // each later wait doubles. A healthy responder answers in milliseconds; a loaded one
@@ -65,7 +119,7 @@ func Resend(ctx context.Context, nc *nats.Conn, subject string, body []byte, opt
 	// ctx ends most likely found nobody again.
 	unanswered, nobody := false, false
 	next := time.Now().Add(try)
-	for pause := 10 * time.Millisecond; ; {
+	for pause := untilServedRetry.Start(); ; {
 		wctx, cancel := context.WithDeadline(ctx, next)
 		var m *nats.Msg
 		select {
@@ -83,14 +137,9 @@ func Resend(ctx context.Context, nc *nats.Conn, subject string, body []byte, opt
 			if !opts.WaitForResponders && !unanswered {
 				return nil, nats.ErrNoResponders
 			}
-			t := time.NewTimer(pause)
-			select {
-			case <-ctx.Done():
-				t.Stop()
+			if !pause.Wait(ctx) {
 				return nil, nats.ErrNoResponders
-			case <-t.C:
 			}
-			pause = min(2*pause, 250*time.Millisecond)
 		case ctx.Err() != nil && nobody:
 			return nil, nats.ErrNoResponders
 		case ctx.Err() != nil:
@@ -112,11 +161,11 @@ func noResponders(m *nats.Msg) bool {
 	return len(m.Data) == 0 && m.Header.Get("Status") == "503"
 }
 
-// Request is a request message of body to subject that says, in
+// Msg is a request message of body to subject that says, in
 // protocol.HeaderTimeout, how long ctx lets its sender wait for the reply: the
 // coordinator answers a submission or a cancel within it, "Outcome unknown" if its
 // write is not confirmed by then.
-func Request(ctx context.Context, subject string, body []byte) *nats.Msg {
+func Msg(ctx context.Context, subject string, body []byte) *nats.Msg {
 	m := nats.NewMsg(subject)
 	m.Data = body
 	if d, ok := ctx.Deadline(); ok {

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.uber.org/goleak"
 
+	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/embeddednats"
 	"github.com/jobbus/jobbus/internal/natsreq"
 	"github.com/jobbus/jobbus/internal/testkit"
@@ -154,4 +155,101 @@ func TestResend(t *testing.T) {
 			t.Fatalf("%v, %v", m, err)
 		}
 	})
+}
+
+// TestRequest: Request sends a read-only request again when it goes unanswered, and a
+// submission or a cancel only while nobody serves its subject.
+func TestRequest(t *testing.T) {
+	t.Parallel()
+	status, submit := endpoint(t, protocol.TypeGetJobStatus), endpoint(t, protocol.TypeSubmitJob)
+	opts := natsreq.Options{FirstTry: 50 * time.Millisecond}
+
+	t.Run("ReadOnlyUnansweredIsSentAgain", func(t *testing.T) {
+		t.Parallel()
+		nc := connect(t)
+		f := frozenAt(t, nc, status)
+		go func() {
+			time.Sleep(100 * time.Millisecond) // past the first try
+			_ = f.Unsubscribe()                // its server dropped it
+			answerAt(t, nc, status)
+		}()
+		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if m, err := natsreq.Request(rctx, nc, status, nil, opts); err != nil || string(m.Data) != "ok" {
+			t.Fatalf("%v, %v", m, err)
+		}
+	})
+	t.Run("SubmissionUnansweredIsNotSentAgain", func(t *testing.T) {
+		t.Parallel()
+		nc := connect(t)
+		f := frozenAt(t, nc, submit)
+		var answered atomic.Int32
+		go func() {
+			time.Sleep(100 * time.Millisecond)
+			_ = f.Unsubscribe()
+			sub, _ := nc.QueueSubscribe(submit, "q", func(m *nats.Msg) {
+				answered.Add(1)
+				_ = m.Respond([]byte("ok"))
+			})
+			t.Cleanup(func() { _ = sub.Unsubscribe() })
+		}()
+		rctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		if _, err := natsreq.Request(rctx, nc, submit, nil, natsreq.Options{FirstTry: 50 * time.Millisecond, WaitForResponders: true}); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err = %v, want the deadline", err)
+		}
+		if n := answered.Load(); n != 0 {
+			t.Fatalf("the submission was sent again: answered %d times", n)
+		}
+	})
+	t.Run("SubmissionWaitsForResponders", func(t *testing.T) {
+		t.Parallel()
+		nc := connect(t)
+		go func() {
+			time.Sleep(100 * time.Millisecond)
+			answerAt(t, nc, submit)
+		}()
+		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if m, err := natsreq.Request(rctx, nc, submit, nil, natsreq.Options{WaitForResponders: true}); err != nil || string(m.Data) != "ok" {
+			t.Fatalf("%v, %v", m, err)
+		}
+	})
+	t.Run("SubmissionWithoutRespondersAtOnce", func(t *testing.T) {
+		t.Parallel()
+		nc := connect(t)
+		if _, err := natsreq.Request(context.Background(), nc, submit, nil, natsreq.Options{}); !errors.Is(err, nats.ErrNoResponders) {
+			t.Fatalf("err = %v, want ErrNoResponders", err)
+		}
+	})
+}
+
+func endpoint(t *testing.T, typ protocol.Type) string {
+	t.Helper()
+	e, ok := protocol.EndpointFor(typ)
+	if !ok {
+		t.Fatalf("no endpoint for %s", typ)
+	}
+	return e.Subject()
+}
+
+// frozenAt is a queue member of subject that takes requests and never answers.
+func frozenAt(t *testing.T, nc *nats.Conn, subject string) *nats.Subscription {
+	t.Helper()
+	sub, err := nc.QueueSubscribeSync(subject, "q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return sub
+}
+
+// answerAt is a queue member of subject that answers "ok".
+func answerAt(t *testing.T, nc *nats.Conn, subject string) {
+	sub, err := nc.QueueSubscribe(subject, "q", func(m *nats.Msg) { _ = m.Respond([]byte("ok")) })
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
 }
