@@ -8,10 +8,12 @@ import (
 	"github.com/jobbus/jobbus/bus/protocol/frame"
 )
 
-// FuzzClassifyClient checks the client port's decision on any payload: only a
-// decodable client request is forwarded, to its endpoint; anything undecodable closes
-// the connection after a Malformed ERROR; a decodable non-request is answered with an
-// ERROR that keeps the connection. Every ERROR fits in a frame and decodes back.
+// FuzzClassifyClient checks the client port's decision on any payload, taken as
+// serveClient takes it when the coordinator vouches for nothing (a forwarded payload
+// is then judged by malformed): only a decodable client request is forwarded, to its
+// endpoint; anything undecodable closes the connection after a Malformed ERROR; a
+// decodable non-request is answered with an ERROR that keeps the connection. Every
+// ERROR fits in a frame and decodes back.
 func FuzzClassifyClient(f *testing.F) {
 	for _, seed := range []string{
 		`{"type":"SUBMIT_JOB","taskType":"SLEEP","payload":{"durationMillis":1},"maxAttempts":0}`,
@@ -29,6 +31,14 @@ func FuzzClassifyClient(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		v, subject, e := classifyClient(payload)
+		if _, err := protocol.PeekType(payload); v == forward && err != nil {
+			t.Fatalf("forwarded a payload without a type: %v", err)
+		}
+		if v == forward {
+			if me := malformed(payload); me != nil {
+				v, e = reject, me
+			}
+		}
 		msg, decodeErr := protocol.Decode(payload)
 		switch v {
 		case forward:

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/bus/protocol/frame"
+	"github.com/jobbus/jobbus/internal/natsreq"
 )
 
 // verdict is what the client port does with a frame.
@@ -40,26 +41,11 @@ func (v verdict) String() string {
 }
 
 // classifyClient decides what to do with one client-port payload: forward it to the
-// subject of its endpoint, or answer (and maybe close) with the ERROR returned.
-// Decoding the whole message, not only peeking its type, catches wrong field types
-// before anything reaches the coordinator.
+// subject of its endpoint, or answer (and maybe close) with the ERROR returned. A
+// client request is forwarded on its type alone, undecoded: the coordinator decodes it
+// anyway, and its answer says whether it could; when it does not vouch for the
+// payload, malformed judges it (serveClient). Anything else is decoded here.
 func classifyClient(payload []byte) (verdict, string, *protocol.Error) {
-	msg, err := protocol.Decode(payload)
-	if err != nil {
-		return reject, "", protocol.MalformedRequest(err)
-	}
-	t := msg.MessageType()
-	e, ok := protocol.EndpointFor(t)
-	if !ok {
-		return answer, "", protocol.UnexpectedType(t, "client")
-	}
-	return forward, e.Subject(), nil
-}
-
-// peekClient is classifyClient reading only the type: a client request is forwarded
-// to its endpoint undecoded, since the coordinator decodes it anyway and its answer
-// says whether it could (serveClient). Anything else is classified in full.
-func peekClient(payload []byte) (verdict, string, *protocol.Error) {
 	t, err := protocol.PeekType(payload)
 	if err != nil {
 		// Decode's own error: it reads the type with PeekType first.
@@ -68,7 +54,18 @@ func peekClient(payload []byte) (verdict, string, *protocol.Error) {
 	if subject, ok := endpointSubjects[t]; ok {
 		return forward, subject, nil
 	}
-	return classifyClient(payload)
+	if e := malformed(payload); e != nil {
+		return reject, "", e
+	}
+	return answer, "", protocol.UnexpectedType(t, "client")
+}
+
+// malformed is the ERROR for a payload Decode rejects, nil for one it accepts.
+func malformed(payload []byte) *protocol.Error {
+	if _, err := protocol.Decode(payload); err != nil {
+		return protocol.MalformedRequest(err)
+	}
+	return nil
 }
 
 // endpointSubjects maps each client request type to its endpoint's subject, which
@@ -99,18 +96,18 @@ func (b *Bridge) serveClient(c net.Conn, release func()) {
 			})
 			return
 		}
-		v, subject, e := peekClient(payload)
+		v, subject, e := classifyClient(payload)
 		var reply []byte
 		if v == forward {
 			var decoded bool
 			reply, decoded, e = b.request(subject, payload, log)
 			if !decoded {
 				// The coordinator did not vouch for the payload: it refused it (maybe as
-				// malformed), or did not answer. Judge it here, as classifyClient always
-				// did before forwarding, so that a malformed frame gets the same ERROR
-				// and closes the connection whatever the coordinator could say.
-				if cv, _, ce := classifyClient(payload); cv == reject {
-					v, reply, e = reject, nil, ce
+				// malformed), or did not answer. Judge it here, as the bridge did before
+				// it forwarded requests undecoded, so that a malformed frame gets the
+				// same ERROR and closes the connection whatever the coordinator could say.
+				if me := malformed(payload); me != nil {
+					v, reply, e = reject, nil, me
 				}
 			}
 		}
@@ -173,7 +170,16 @@ func (b *Bridge) request(subject string, payload []byte, log *slog.Logger) (repl
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, b.cfg.RequestTimeout)
 	defer cancel()
-	msg, jobID, err := b.requestRetrying(ctx, subject, payload) // failover.go
+	// Sent again while no coordinator serves its subject (one is starting, or failing
+	// over), and as natsreq.Request says: the TCP client hears one reply, only later. A
+	// submission's request id names the job it creates, for an "Outcome unknown".
+	var jobID string
+	opts := natsreq.Options{WaitForResponders: true}
+	if subject == submitSubject {
+		opts.RequestID = protocol.NewRequestID()
+		jobID = protocol.RequestJobID(opts.RequestID)
+	}
+	msg, err := natsreq.Request(ctx, b.nc, subject, payload, opts)
 	if err != nil {
 		log.Debug("request failed", "subject", subject, "err", err)
 		return nil, false, b.unavailable(subject, jobID, err)
@@ -181,6 +187,8 @@ func (b *Bridge) request(subject string, payload []byte, log *slog.Logger) (repl
 	reply, e = checkReply(msg, log)
 	return reply, e == nil && msg.Header.Get(micro.ErrorHeader) == "", e
 }
+
+var submitSubject = func() string { e, _ := protocol.EndpointFor(protocol.TypeSubmitJob); return e.Subject() }()
 
 // checkReply vets a reply body before it is written as a frame unchanged.
 func checkReply(msg *nats.Msg, log *slog.Logger) ([]byte, *protocol.Error) {

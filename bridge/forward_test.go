@@ -10,8 +10,8 @@ import (
 
 // TestForwardedUndecoded covers what the bridge forwards without decoding it: client
 // requests (the coordinator's answer vouches for them) and results and assignments as
-// Encode writes them (protocol.ParseCanonicalTaskAssign and ...TaskResult). Anything
-// else must be judged exactly as a full decode judges it.
+// Encode writes them (protocol.DecodeExact). Anything else must be judged exactly as a
+// full decode judges it.
 func TestForwardedUndecoded(t *testing.T) {
 	t.Parallel()
 

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"net"
 	"time"
+
+	"github.com/jobbus/jobbus/internal/backoff"
 )
 
 // port is one listening port and its session function.
@@ -20,10 +22,13 @@ type port struct {
 	open int
 }
 
+// acceptRetry is the backoff after a failed accept.
+var acceptRetry = backoff.Policy{Base: 5 * time.Millisecond, Max: time.Second}
+
 // accept accepts connections until the listener closes.
 func (b *Bridge) accept(p *port) {
 	defer b.wg.Done()
-	var delay time.Duration
+	retry := acceptRetry.Start()
 	for {
 		c, err := p.ln.Accept()
 		if err != nil {
@@ -31,16 +36,14 @@ func (b *Bridge) accept(p *port) {
 				return
 			}
 			// Out of file descriptors and the like: back off instead of spinning.
-			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			delay := retry.Next()
 			b.log.Warn("accept failed", "port", p.name, "err", err, "retry_in", delay)
-			select {
-			case <-b.ctx.Done():
+			if !backoff.Sleep(b.ctx, delay) {
 				return
-			case <-time.After(delay):
 			}
 			continue
 		}
-		delay = 0
+		retry.Reset()
 		b.admit(p, c)
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/bus/protocol/frame"
+	"github.com/jobbus/jobbus/internal/backoff"
+	"github.com/jobbus/jobbus/internal/natsreq"
 	"github.com/jobbus/jobbus/internal/workerproto"
 )
 
@@ -27,10 +29,10 @@ const (
 	// the coordinator frees a slot, and assigns it again, before the result is durable.
 	maxPendingResults     = 256
 	maxPendingResultBytes = 8 << 20
-	// Backoff between offers of a result the coordinator did not answer.
-	resultRetryBase = 50 * time.Millisecond
-	resultRetryMax  = 2 * time.Second
 )
+
+// resultRetry is the backoff between offers of a result the coordinator did not answer.
+var resultRetry = backoff.Policy{Base: 50 * time.Millisecond, Max: 2 * time.Second}
 
 // workerSession is one worker-port connection. Its goroutine (serveWorker) owns the
 // reading; the outbox's goroutine owns the writing; bus handlers and heartbeat and
@@ -217,7 +219,7 @@ func (s *workerSession) register() bool {
 func (s *workerSession) registerServed() (*protocol.WorkerRegistered, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, s.b.cfg.RequestTimeout)
 	defer cancel()
-	return untilServed(ctx, func(err error) bool { return errors.Is(err, bus.ErrNoPeer) }, func() (*protocol.WorkerRegistered, error) {
+	return natsreq.UntilServed(ctx, func(err error) bool { return errors.Is(err, bus.ErrNoPeer) }, func() (*protocol.WorkerRegistered, error) {
 		return workerproto.Register(ctx, s.node, &s.reg)
 	})
 }
@@ -277,20 +279,15 @@ func (s *workerSession) relay(want protocol.Type) bus.HandlerFunc {
 }
 
 // relayed is the frame a message of type want from the coordinator becomes, and the
-// attempt it names. A TASK_ASSIGN as the coordinator encodes it is forwarded as it is:
-// decoding and encoding it again would write the same bytes (see
-// protocol.ParseCanonicalTaskAssign), at a cost paid once per job.
+// attempt it names. A message as Encode writes it (a TASK_ASSIGN as the coordinator
+// encodes it) is forwarded as it is: encoding it again would write the same bytes
+// (protocol.DecodeExact), at a cost paid once per job.
 func relayed(want protocol.Type, data []byte) ([]byte, protocol.AttemptRef, error) {
-	if want == protocol.TypeTaskAssign {
-		if m, ok := protocol.ParseCanonicalTaskAssign(data); ok {
-			return data, protocol.AttemptRef{JobID: m.JobID, AttemptID: m.AttemptID}, nil
-		}
-	}
-	msg, err := protocol.Decode(data)
+	msg, exact, err := protocol.DecodeExact(data)
 	if err == nil && msg.MessageType() != want {
 		err = fmt.Errorf("got %s", msg.MessageType())
 	}
-	if err == nil {
+	if err == nil && !exact {
 		data, err = protocol.Encode(msg)
 	}
 	if err != nil {
@@ -319,20 +316,7 @@ func (s *workerSession) loop() {
 			s.b.readFailed(s.log, err, "worker", s.out.finish)
 			return
 		}
-		if res, ok := protocol.ParseCanonicalTaskResult(payload); ok {
-			// A result as Encode writes it, the one message per job a worker sends:
-			// read without encoding/json and, when it names the registered worker as it
-			// should, forwarded as it is (see result).
-			var encoded []byte
-			if res.WorkerID == s.reg.WorkerID {
-				encoded = payload
-			}
-			if !s.result(&res, encoded, len(payload)) {
-				return
-			}
-			continue
-		}
-		msg, err := protocol.Decode(payload)
+		msg, exact, err := protocol.DecodeExact(payload)
 		if err != nil {
 			s.b.stats.malformed("worker")
 			s.log.Info("malformed message; closing", "err", err)
@@ -344,7 +328,13 @@ func (s *workerSession) loop() {
 			s.lastBeat.Store(time.Now().UnixNano())
 			s.heartbeat()
 		case *protocol.TaskResult:
-			if !s.result(m, nil, len(payload)) {
+			// The one message per job a worker sends: as Encode writes it, and naming
+			// the registered worker as it should, it is forwarded as it is (see result).
+			var encoded []byte
+			if exact && m.WorkerID == s.reg.WorkerID {
+				encoded = payload
+			}
+			if !s.result(m, encoded, len(payload)) {
 				return
 			}
 		default:
@@ -418,14 +408,14 @@ func (s *workerSession) deliver(res *protocol.TaskResult, encoded []byte, size i
 	defer s.held.Remove(protocol.AttemptRef{JobID: res.JobID, AttemptID: res.AttemptID})
 	// Each offer waits the node's ask timeout, RequestTimeout.
 	until := time.Now().Add(s.b.cfg.ResultRetryFor)
-	backoff := workerproto.NewBackoff(resultRetryBase, resultRetryMax)
 	var ack protocol.ResultAck
 	var tries int
 	var err error
-	if encoded != nil {
-		ack, tries, err = workerproto.DeliverEncoded(s.b.ctx, s.node, encoded, until, backoff)
-	} else {
-		ack, tries, err = workerproto.Deliver(s.b.ctx, s.node, res, until, backoff)
+	if encoded == nil {
+		encoded, err = protocol.Encode(res)
+	}
+	if err == nil {
+		ack, tries, err = workerproto.Deliver(s.b.ctx, s.node, encoded, until, resultRetry)
 	}
 	// The job's attributes are added per line, not with log.With per result: that
 	// would cost an allocation for every result to log a debug line.

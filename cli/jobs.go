@@ -14,6 +14,7 @@ import (
 
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
+	"github.com/jobbus/jobbus/internal/backoff"
 )
 
 // clientCommands are the commands that talk to a running coordinator.
@@ -119,8 +120,7 @@ func orUnknown(s protocol.State) string {
 // waitJob polls a job until it is terminal or ctx ends, telling progress each snapshot.
 func waitJob(ctx context.Context, cl *client.Client, id string, progress func(protocol.Job)) (protocol.Job, error) {
 	var last protocol.Job
-	delay := 5 * time.Millisecond
-	for {
+	for poll := waitPoll.Start(); ; {
 		job, err := cl.Status(ctx, id)
 		if err != nil {
 			return last, err
@@ -132,14 +132,14 @@ func waitJob(ctx context.Context, cl *client.Client, id string, progress func(pr
 		if job.State.Terminal() {
 			return job, nil
 		}
-		select {
-		case <-ctx.Done():
+		if !poll.Wait(ctx) {
 			return job, ctx.Err()
-		case <-time.After(delay):
 		}
-		delay = min(delay*2, 250*time.Millisecond)
 	}
 }
+
+// waitPoll is how often waitJob asks: soon at first, for a short job.
+var waitPoll = backoff.Policy{Base: 5 * time.Millisecond, Max: 250 * time.Millisecond}
 
 // spinner is the progress line of a wait on a terminal.
 type spinner struct {

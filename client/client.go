@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/internal/backoff"
 )
 
 // Errors callers test with errors.Is.
@@ -267,8 +268,7 @@ func (c *Client) Cancel(ctx context.Context, id string) (cancelled bool, job pro
 
 // Wait polls a job until it is terminal or ctx ends, and returns its last snapshot.
 func (c *Client) Wait(ctx context.Context, id string) (protocol.Job, error) {
-	delay := 5 * time.Millisecond
-	for {
+	for poll := waitPoll.Start(); ; {
 		job, err := c.Status(ctx, id)
 		if err != nil {
 			return job, err
@@ -276,14 +276,14 @@ func (c *Client) Wait(ctx context.Context, id string) (protocol.Job, error) {
 		if job.State.Terminal() {
 			return job, nil
 		}
-		select {
-		case <-ctx.Done():
+		if !poll.Wait(ctx) {
 			return job, fmt.Errorf("wait for job %s (%s): %w", id, job.State, ctx.Err())
-		case <-time.After(delay):
 		}
-		delay = min(delay*2, 250*time.Millisecond)
 	}
 }
+
+// waitPoll is how often Wait asks: soon at first, for a short job.
+var waitPoll = backoff.Policy{Base: 5 * time.Millisecond, Max: 250 * time.Millisecond}
 
 func unexpected(m protocol.Message) error {
 	if e, ok := m.(*protocol.Error); ok {

@@ -3,10 +3,10 @@ package client
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/internal/backoff"
 )
 
 // Defaults of WithSubmitRetries, those of the reference client.
@@ -51,29 +51,13 @@ func (c *Client) submit(ctx context.Context, req *protocol.SubmitJob) (protocol.
 		if !ok || !r.Retryable || i >= c.retry.n {
 			return m, nil
 		}
-		t := time.NewTimer(c.retry.backoff(i))
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !backoff.Sleep(ctx, c.retry.backoff(i)) {
 			return nil, fmt.Errorf("%w (gave up retrying after %d attempts: %w)", &RejectedError{*r}, i+1, ctx.Err())
-		case <-t.C:
 		}
 	}
 }
 
 // backoff is the sleep before retry i+1: uniform in [0, min(max, base*2^i)).
 func (r submitRetry) backoff(i int) time.Duration {
-	ceil := r.base
-	for ; i > 0 && ceil < r.max; i-- {
-		if ceil > r.max/2 { // doubling would pass max, or overflow
-			ceil = r.max
-			break
-		}
-		ceil *= 2
-	}
-	ceil = min(ceil, r.max)
-	if ceil <= 0 {
-		return 0
-	}
-	return rand.N(ceil)
+	return backoff.Policy{Base: r.base, Max: r.max, Jitter: 1}.Delay(i)
 }

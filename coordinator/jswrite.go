@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/internal/backoff"
 )
 
 // How the JetStream store writes job records: commit, the classification of failures
@@ -99,7 +100,7 @@ func (s *jsStore) commit(ctx context.Context, ws []pendingWrite) {
 		case <-ctx.Done():
 			s.oc.abandon(ws, batch, ctx.Err())
 			return
-		case <-time.After(min(time.Duration(attempt+1)*50*time.Millisecond, time.Second)):
+		case <-time.After(backoff.Policy{Base: 50 * time.Millisecond, Max: time.Second}.Delay(attempt)):
 		}
 	}
 }

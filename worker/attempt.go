@@ -79,7 +79,12 @@ func (w *Worker) debug() bool { return w.log.Enabled(context.Background(), slog.
 // its answer comes once the outcome is durable, so a result survives a coordinator
 // restart or failover.
 func (w *Worker) report(m *protocol.TaskAssign, res *protocol.TaskResult) {
-	ack, tries, err := workerproto.Deliver(w.sendCtx, w.node, res, time.Time{}, workerproto.NewBackoff(w.cfg.retryBase, w.cfg.retryMax))
+	data, err := protocol.Encode(res)
+	if err != nil {
+		w.attemptLog(m).Warn("result not delivered", "err", err)
+		return
+	}
+	ack, tries, err := workerproto.Deliver(w.sendCtx, w.node, data, time.Time{}, w.cfg.retry())
 	switch {
 	case err == nil:
 		if w.debug() {

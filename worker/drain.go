@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/jobbus/jobbus/bus"
+	"github.com/jobbus/jobbus/internal/backoff"
 	"github.com/jobbus/jobbus/internal/workerproto"
 )
 
@@ -25,7 +26,7 @@ func (w *Worker) Drain(ctx context.Context) error {
 	if !w.draining.Swap(true) {
 		w.log.Info("worker draining: no new attempts; waiting for the running ones", "running", w.attempts.Len())
 	}
-	b := workerproto.NewBackoff(w.cfg.retryBase, w.cfg.Heartbeat)
+	b := backoff.Policy{Base: w.cfg.retryBase, Max: w.cfg.Heartbeat}.Start()
 	for {
 		select {
 		case <-w.inflight.idle():
@@ -42,7 +43,7 @@ func (w *Worker) Drain(ctx context.Context) error {
 		case errors.Is(err, bus.ErrClosed):
 			return fmt.Errorf("worker: drain: %w", err)
 		}
-		if !workerproto.Sleep(ctx, b.Delay()) {
+		if !b.Wait(ctx) {
 			return ctx.Err()
 		}
 	}

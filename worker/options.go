@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jobbus/jobbus/bus"
+	"github.com/jobbus/jobbus/internal/backoff"
 	"github.com/jobbus/jobbus/worker/internal/workercfg"
 	"github.com/jobbus/jobbus/worker/tasks"
 )
@@ -85,6 +86,9 @@ func newConfig(opts []Option) (config, error) {
 	c.Complete()
 	return c, c.validate()
 }
+
+// retry is the backoff between offers of a result, and between registrations.
+func (c *config) retry() backoff.Policy { return backoff.Policy{Base: c.retryBase, Max: c.retryMax} }
 
 // validate returns every problem at once.
 func (c *config) validate() error {

@@ -88,7 +88,7 @@ const waitingGrace = time.Second
 // coordinator did not keep are cancelled: the new registration ended their leases. It
 // returns nil early when ctx ends.
 func (w *Worker) register(ctx context.Context, reason string) error {
-	b := workerproto.NewBackoff(w.cfg.retryBase, w.cfg.retryMax)
+	b := w.cfg.retry().Start()
 	start, said := time.Now(), false
 	for try := 1; ; try++ {
 		session := w.attempts.NextGeneration() // attempts assigned from now on belong to it
@@ -124,7 +124,7 @@ func (w *Worker) register(ctx context.Context, reason string) error {
 		default:
 			w.log.Debug("worker registration not answered; retrying", "err", err, "try", try)
 		}
-		if !workerproto.Sleep(ctx, b.Delay()) {
+		if !b.Wait(ctx) {
 			return nil
 		}
 	}

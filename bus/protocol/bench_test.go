@@ -34,8 +34,8 @@ func BenchmarkEncodeTaskAssign(b *testing.B) {
 	}
 }
 
-// The worker port's hot messages as the bridge reads them: Decode, and the canonical
-// parsers that skip it for bytes as Encode writes them (canonical.go).
+// The worker port's hot messages as the bridge reads them: Decode, and DecodeExact,
+// which also says whether the bytes may be forwarded as they are.
 var (
 	benchAssign = []byte(`{"type":"TASK_ASSIGN","jobId":"7f3c2a9e-5b1d-4c8e-9a0f-1e2d3c4b5a69","attemptId":"0b8e6f4d-2c3a-4e1f-8d7c-6b5a49382716","attemptNumber":1,"taskType":"SHA256","payload":{"data":"the quick brown fox jumps over the lazy dog","iterations":1}}`)
 	benchResult = []byte(`{"type":"TASK_RESULT","workerId":"worker-1","jobId":"7f3c2a9e-5b1d-4c8e-9a0f-1e2d3c4b5a69","attemptId":"0b8e6f4d-2c3a-4e1f-8d7c-6b5a49382716","success":true,"result":"05c6e08f1d9fdafa03147fcb8f82f124c76d2f70e3d989dc8aadb5e7d7450bec","error":null}`)
@@ -54,13 +54,11 @@ func BenchmarkWorkerPortDecode(b *testing.B) {
 				}
 			}
 		})
-		b.Run(m.name+"/ParseCanonical", func(b *testing.B) {
+		b.Run(m.name+"/DecodeExact", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				_, ok1 := protocol.ParseCanonicalTaskAssign(m.data)
-				_, ok2 := protocol.ParseCanonicalTaskResult(m.data)
-				if !ok1 && !ok2 {
-					b.Fatal("not canonical")
+				if _, exact, err := protocol.DecodeExact(m.data); err != nil || !exact {
+					b.Fatal("not exact", err)
 				}
 			}
 		})
@@ -78,11 +76,12 @@ func BenchmarkResultAckDecode(b *testing.B) {
 			}
 		}
 	})
-	b.Run("ParseCanonical", func(b *testing.B) {
+	b.Run("DecodeJSON", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, ok := protocol.ParseCanonicalResultAck(data); !ok {
-				b.Fatal("not canonical")
+			var ack protocol.ResultAck
+			if err := ack.DecodeJSON(data); err != nil {
+				b.Fatal(err)
 			}
 		}
 	})

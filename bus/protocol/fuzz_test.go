@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/jobbus/jobbus/bus/protocol"
@@ -13,9 +14,11 @@ import (
 // FuzzDecode feeds the decoder arbitrary frames. It must never panic, must report
 // every failure as ErrMalformed, and whatever it accepts must survive Encode: the
 // re-encoding decodes to the same message and re-encodes to the same bytes.
-// The seed corpus is in testdata/fuzz/FuzzDecode.
+// DecodeExact must agree with Decode, and what it calls exact Encode must write back
+// byte for byte (checkExact). The seed corpus is in testdata/fuzz/FuzzDecode.
 func FuzzDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
+		checkExact(t, data)
 		m, err := protocol.Decode(data)
 		if err != nil {
 			if m != nil {
@@ -51,8 +54,8 @@ func FuzzDecode(f *testing.F) {
 }
 
 // semantic returns a copy of m in which the differences Encode may legitimately make
-// are erased: payloads are compared as JSON values (Encode compacts them and escapes
-// HTML), and a nil list equals an empty one (Encode writes nil as []).
+// are erased: payloads and schemas are compared as JSON values (Encode compacts them
+// and escapes HTML), and a nil list equals an empty one (Encode writes nil as []).
 func semantic(t *testing.T, m protocol.Message) protocol.Message {
 	t.Helper()
 	switch m := m.(type) {
@@ -74,6 +77,20 @@ func semantic(t *testing.T, m protocol.Message) protocol.Message {
 		c := *m
 		if c.Workers == nil {
 			c.Workers = []protocol.Worker{}
+		}
+		return &c
+	case *protocol.WorkerRegister:
+		c := *m
+		c.TaskTypes = slices.Clone(c.TaskTypes)
+		for i := range c.TaskTypes {
+			c.TaskTypes[i].Schema = canonicalJSON(t, c.TaskTypes[i].Schema)
+		}
+		return &c
+	case *protocol.TaskTypeList:
+		c := *m
+		c.TaskTypes = append([]protocol.TaskTypeInfo{}, c.TaskTypes...) // nil as []
+		for i := range c.TaskTypes {
+			c.TaskTypes[i].Schema = canonicalJSON(t, c.TaskTypes[i].Schema)
 		}
 		return &c
 	}

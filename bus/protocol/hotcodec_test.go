@@ -52,11 +52,19 @@ var hotSeeds = []string{
 	`{"payload":` + strings.Repeat("[", 70) + strings.Repeat("]", 70) + `}`,
 	`{"payload":{"a":"\u2028","b":"` + "\u2029" + `"},"type":"X","extra":[1,{"x":null}]}`,
 	`{"payload": { "a" : 1 } }`, `{"payload":[1,]}`, `{"payload":tru}`, `{"payload":-01}`, `{"payload":1.}`, `{"payload":2e}`,
+	// As Encode writes them (exact), and near misses.
+	`{"type":"TASK_ASSIGN","jobId":"j","attemptId":"a","attemptNumber":0,"taskType":"T","payload":null}`,
+	`{"type":"TASK_ASSIGN","jobId":"j","attemptId":"a","attemptNumber":1,"taskType":"T","payload":["\u003c",{"k":"v\"w"}]}`,
+	`{"type":"TASK_RESULT","workerId":"w","jobId":"j","attemptId":"a","success":false,"result":null,"error":"say \"hi\" \u003cb\u003e\n","permanent":true}`,
+	`{"type":"TASK_RESULT","workerId":"w","jobId":"j","attemptId":"a","success":true,"result":"\/\u003C","error":null,"permanent":false}`,
+	`{"type":"JOB_SUBMITTED","jobId":"j","jobId":"k"}`, `{"jobId":"j","accepted":false}`,
 }
 
-// FuzzHotDecode holds each hot message's DecodeJSON to json.Unmarshal: the same
-// message, the same error, from a zero message and from one whose fields are set.
-// Seeds here and in testdata/fuzz/FuzzHotDecode.
+// FuzzHotDecode holds each hot message's scanner to encoding/json: DecodeJSON reads
+// what json.Unmarshal reads, with the same error, from a zero message and from one
+// whose fields are set; and what the scanner calls exact, encoding/json writes back
+// byte for byte from the message read (Encode for a message, json.Marshal for a
+// ResultAck). Seeds here and in testdata/fuzz/FuzzHotDecode.
 func FuzzHotDecode(f *testing.F) {
 	for _, s := range hotSeeds {
 		f.Add([]byte(s))
@@ -73,9 +81,56 @@ func FuzzHotDecode(f *testing.F) {
 				if !reflect.DeepEqual(want, got) {
 					t.Fatalf("%s from %q: DecodeJSON %+v, json.Unmarshal %+v", d.name, data, got, want)
 				}
+				checkScanExact(t, d.name, start(), data)
 			}
 		}
 	})
+}
+
+// checkScanExact fails t when m's scanner calls data exact but encoding/json writes
+// the message it read otherwise.
+func checkScanExact(t *testing.T, name string, m any, data []byte) {
+	t.Helper()
+	exact, ok := m.(interface{ scan([]byte) (bool, bool) }).scan(data)
+	if !exact {
+		return
+	}
+	if !ok {
+		t.Fatalf("%s from %q: exact, but left to encoding/json", name, data)
+	}
+	var again []byte
+	var err error
+	if msg, isMsg := m.(Message); isMsg {
+		again, err = Encode(msg)
+	} else {
+		again, err = json.Marshal(m)
+	}
+	if err != nil || !bytes.Equal(again, data) {
+		t.Fatalf("%s from %q: exact, but encoding/json writes %q (%v)", name, data, again, err)
+	}
+}
+
+// TestScanResultAck: the scanner calls a ResultAck exact as json.Marshal writes it,
+// and nothing else.
+func TestScanResultAck(t *testing.T) {
+	for _, tt := range []struct {
+		data  string
+		exact bool
+	}{
+		{`{"jobId":"j-1","accepted":true}`, true},
+		{`{"jobId":"j-1","accepted":false}`, true},
+		{`{"jobId":"j-1","accepted":true} `, false},
+		{`{"accepted":true,"jobId":"j-1"}`, false},
+		{`{"jobId":"j\u002d1","accepted":true}`, false},
+		{`{"jobId":"j-1","accepted":1}`, false},
+		{`{"jobId":"j-1"}`, false},
+	} {
+		var ack ResultAck
+		if exact, _ := ack.scan([]byte(tt.data)); exact != tt.exact {
+			t.Errorf("scan(%s) exact = %v, want %v", tt.data, exact, tt.exact)
+		}
+		checkScanExact(t, "ResultAck", new(ResultAck), []byte(tt.data))
+	}
 }
 
 func errText(err error) string {

@@ -111,24 +111,36 @@ func PeekType(data []byte) (Type, error) {
 // field types (an integer given as a string or as 1.5); it ignores unknown fields and
 // leaves absent optional fields nil.
 func Decode(data []byte) (Message, error) {
-	t, err := PeekType(data)
-	if err != nil {
-		return nil, err
-	}
-	m := newMessage[t]()
-	if err := unmarshal(data, m); err != nil {
-		return nil, fmt.Errorf("%w: %s: %s", ErrMalformed, t, describe(err))
-	}
-	normalize(m)
-	return m, nil
+	m, _, err := DecodeExact(data)
+	return m, err
 }
 
-// unmarshal is json.Unmarshal, through a hot message's own decoder (hotcodec.go).
-func unmarshal(data []byte, m Message) error {
-	if d, ok := m.(interface{ DecodeJSON([]byte) error }); ok {
-		return d.DecodeJSON(data)
+// DecodeExact is Decode that also reports whether data is exactly what Encode(m)
+// writes, so that it may be forwarded as it is instead of encoded again. It says so
+// for the hot messages (TASK_ASSIGN, TASK_RESULT, SUBMIT_JOB, JOB_SUBMITTED) as
+// jobbus writes them, which its scanner reads in the same pass (scan.go); for other
+// messages exact is false.
+func DecodeExact(data []byte) (m Message, exact bool, err error) {
+	if m, exact, ok := scanHot(data); ok {
+		normalize(m)
+		return m, exact, nil
 	}
-	return json.Unmarshal(data, m)
+	t, err := PeekType(data)
+	if err != nil {
+		return nil, false, err
+	}
+	m = newMessage[t]()
+	ok := false
+	if s, hot := m.(interface{ scan([]byte) (exact, ok bool) }); hot {
+		exact, ok = s.scan(data)
+	}
+	if !ok {
+		if err := json.Unmarshal(data, m); err != nil {
+			return nil, false, fmt.Errorf("%w: %s: %s", ErrMalformed, t, describe(err))
+		}
+	}
+	normalize(m)
+	return m, exact, nil
 }
 
 // leadingType reads the type of a message whose first member is "type" with a known

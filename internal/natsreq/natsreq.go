@@ -1,23 +1,136 @@
-// Package natsreq sends a NATS request again when it goes unanswered, and takes the
-// first reply that serves it. NATS hands a request to one member of a queue group; a
-// member that is frozen (SIGSTOP, a stalled VM) keeps its subscription until its server
-// drops it, so the next send may reach one that answers; and while a coordinator fails
-// over, nobody may serve for a moment, or a deposed one may answer that it does not
-// serve while its successor does. Only for requests that are safe to send again: those
-// that change nothing, and submissions that carry a request id (the coordinator answers
-// a send again with the job the first one created).
+// Package natsreq sends requests to the coordinator, and sends them again where that is
+// safe, for the client and the bridge alike. Request is the one statement of which
+// requests are sent again and when; Resend is how; UntilServed holds any call while
+// nobody serves it.
+//
+// NATS hands a request to one member of a queue group; a member that is frozen
+// (SIGSTOP, a stalled VM) keeps its subscription until its server drops it, so the next
+// send may reach one that answers; and while a coordinator fails over, nobody may serve
+// for a moment, or a deposed one may answer that it does not serve while its successor
+// does. A request is sent again only when that is safe: one that changes nothing, a
+// submission that carries a request id (the coordinator answers a send again with the
+// job the first one created), and any request nobody received.
 package natsreq
 
 import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/internal/backoff"
 )
+
+// Request sends a client API request, body to subject, and returns the reply. It is the
+// one place that says which requests are sent again, and when (protocol.ReadOnly says
+// which change nothing):
+//   - any request nobody receives (no responders: the leader died, its successor is not
+//     serving yet) is sent again, while opts.WaitForResponders or opts.Nobody says to
+//     wait: nobody received it, so nobody acted on it;
+//   - an answer that its coordinator is not serving (code 503: its lease lapsed; it
+//     acted on nothing) is waited past, and the request sent again;
+//   - a submission carries a request id (protocol.HeaderRequestID; opts.RequestID, or a
+//     fresh one) and its send's number, so it is sent again every SendEvery it goes
+//     unanswered, and when answered "Outcome unknown" while a send's wait is left: the
+//     coordinator answers every send with the one job the request created, on
+//     whichever coordinator leads by then;
+//   - a status or the workers, answered from memory, are sent again every SendEvery
+//     they go unanswered; a list or the task types, which may take a while to build,
+//     after DefaultFirstTry, then twice that; the first reply to any send counts;
+//   - a cancel is never sent again once it may have been received unless answered
+//     "Outcome unknown" (a cancel again changes nothing more): whether it was acted on
+//     is unknown.
+//
+// A submission and a cancel say how long they may still wait (protocol.HeaderTimeout),
+// so the coordinator answers within it; a request waiting out a failover is sent again
+// at once when a new leader announces itself (protocol.LeaderSubject).
+func Request(ctx context.Context, nc *nats.Conn, subject string, body []byte, opts Options) (*nats.Msg, error) {
+	opts.Unserved, opts.Wake = notServing, protocol.LeaderSubject
+	switch t := requestType(subject); {
+	case t == protocol.TypeSubmitJob:
+		rid := opts.RequestID
+		if rid == "" {
+			rid = protocol.NewRequestID()
+		}
+		opts.Fresh, opts.FirstTry, opts.MaxTry = true, SendEvery, SendEvery
+		opts.Header = nats.Header{protocol.HeaderRequestID: {rid}, protocol.HeaderRequestTry: firstTry}
+		opts.TryHeader, opts.TimeoutHeader = protocol.HeaderRequestTry, protocol.HeaderTimeout
+		opts.Unsure = outcomeUnknown // sent again, it finds the job if it was stored
+	case t == protocol.TypeGetJobStatus || t == protocol.TypeListWorkers:
+		opts.FirstTry, opts.MaxTry = SendEvery, SendEvery
+	case protocol.ReadOnly(t):
+	case t == protocol.TypeCancelJob:
+		opts.Fresh, opts.Once, opts.TimeoutHeader = true, true, protocol.HeaderTimeout
+		opts.Unsure = outcomeUnknown // a cancel again changes nothing more
+	default:
+		opts.Fresh, opts.Once = true, true
+	}
+	return Resend(ctx, nc, subject, body, opts)
+}
+
+// SendEvery is how long a submission, a status or the workers wait for a reply before
+// they are sent again. A coordinator answers in milliseconds, and a send again costs it
+// a lookup (no more than one a second per request while it is slow), whereas a send
+// that reached a frozen leader is lost: a request that finds its leader paused reaches
+// the one that takes over within SendEvery of it, or at its announcement.
+const SendEvery = time.Second
+
+// firstTry is the HeaderRequestTry of a first send, shared by every request.
+var firstTry = []string{protocol.TryValue(1)}
+
+// requestType is the request type the API endpoint on subject serves, "" for none.
+func requestType(subject string) protocol.Type {
+	for _, e := range protocol.Endpoints {
+		if e.Subject() == subject {
+			return e.Request
+		}
+	}
+	return ""
+}
+
+// notServing reports an ERROR reply of a coordinator that does not serve now (micro's
+// code 503: its lease lapsed, and it acted on nothing), which another may serve.
+func notServing(m *nats.Msg) bool {
+	return m.Header.Get(micro.ErrorCodeHeader) == "503"
+}
+
+// outcomeUnknown reports an "Outcome unknown" answer: its write not confirmed in the
+// time the send said it had.
+func outcomeUnknown(m *nats.Msg) bool {
+	return strings.HasPrefix(m.Header.Get(micro.ErrorHeader), protocol.OutcomeUnknownPrefix)
+}
+
+// untilServedRetry is how often a request nobody received is sent again.
+var untilServedRetry = backoff.Policy{Base: 10 * time.Millisecond, Max: 250 * time.Millisecond}
+
+// UntilServed calls ask until it fails otherwise than unserved says (nobody serves
+// the request: a coordinator is starting, or failing over), asking again after 10 ms,
+// doubling to 250 ms, until ctx ends. An ask nobody received cannot have been acted
+// on, so asking again is safe. When the time runs out while asking again, the error is
+// the last unserved one, not the timeout.
+func UntilServed[T any](ctx context.Context, unserved func(error) bool, ask func() (T, error)) (T, error) {
+	var none T
+	var last error
+	for b := untilServedRetry.Start(); ; {
+		v, err := ask()
+		switch {
+		case err != nil && unserved(err):
+			last = err
+		case err != nil && last != nil && ctx.Err() != nil:
+			return none, last
+		default:
+			return v, err
+		}
+		if !b.Wait(ctx) {
+			return none, last
+		}
+	}
+}
 
 // DefaultFirstTry is how long the first send waits before the request is sent again;
 // each later wait doubles. A healthy responder answers in milliseconds; a loaded one
@@ -28,8 +141,13 @@ const DefaultFirstTry = 2 * time.Second
 // Options shape Resend.
 type Options struct {
 	// FirstTry is how long the first send waits for a reply; 0 means DefaultFirstTry.
-	// Each later wait doubles, up to MaxTry if it is set.
+	// Each later wait doubles, up to MaxTry if it is set. Once: a send that goes
+	// unanswered is never sent again (it may have been acted on).
 	FirstTry, MaxTry time.Duration
+	Once             bool
+	// RequestID is a submission's request id (Request); "" draws a fresh one. A caller
+	// that sets it knows the job the submission creates (protocol.RequestJobID).
+	RequestID string
 	// Within bounds the whole request, from the call, when ctx has no deadline: as
 	// context.WithTimeout would, without a context of its own besides each send's.
 	Within time.Duration
@@ -114,12 +232,15 @@ func (r *resend) run(ctx context.Context) (*nats.Msg, error) {
 	if _, has := ctx.Deadline(); !has && r.opts.Within > 0 {
 		r.end = time.Now().Add(r.opts.Within)
 	}
+	if r.opts.Once {
+		try = 1 << 62 // longer than any request
+	}
 	if err := r.send(ctx); err != nil {
 		return nil, err
 	}
 	waitOut := r.opts.WaitForResponders
 	next := time.Now().Add(try)
-	for pause := 10 * time.Millisecond; ; {
+	for pause := untilServedRetry.Start(); ; {
 		until := next
 		if !r.end.IsZero() && r.end.Before(until) {
 			until = r.end
@@ -143,7 +264,7 @@ func (r *resend) run(ctx context.Context) (*nats.Msg, error) {
 				}
 				r.last = nobody
 			}
-			wait := pause
+			wait := pause.Next()
 			if !r.end.IsZero() {
 				wait = min(wait, time.Until(r.end))
 			}
@@ -160,7 +281,6 @@ func (r *resend) run(ctx context.Context) (*nats.Msg, error) {
 			if r.over() {
 				return r.final(ctx)
 			}
-			pause = min(2*pause, 250*time.Millisecond)
 		case ctx.Err() != nil || r.over():
 			return r.final(ctx)
 		case errors.Is(err, errWoken): // a new responder: send again now
@@ -379,19 +499,4 @@ func (x *exchange) wait(ctx context.Context, until time.Time) (*nats.Msg, error)
 // noResponders reports whether m is the server's "503 no responders" status.
 func noResponders(m *nats.Msg) bool {
 	return len(m.Data) == 0 && m.Header.Get("Status") == "503"
-}
-
-// Request is a request message of body to subject that says, in
-// protocol.HeaderTimeout, how long ctx lets its sender wait for the reply: the
-// coordinator answers a submission or a cancel within it, "Outcome unknown" if its
-// write is not confirmed by then.
-func Request(ctx context.Context, subject string, body []byte) *nats.Msg {
-	m := nats.NewMsg(subject)
-	m.Data = body
-	if d, ok := ctx.Deadline(); ok {
-		if left := time.Until(d); left > 0 {
-			m.Header.Set(protocol.HeaderTimeout, strconv.FormatInt(left.Milliseconds(), 10))
-		}
-	}
-	return m
 }

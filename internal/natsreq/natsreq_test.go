@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.uber.org/goleak"
 
+	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/embeddednats"
 	"github.com/jobbus/jobbus/internal/natsreq"
 	"github.com/jobbus/jobbus/internal/testkit"
@@ -412,4 +414,131 @@ func TestResendRidesOutAFailover(t *testing.T) {
 			t.Fatalf("err = %v, want the connection closed", err)
 		}
 	})
+}
+
+// TestRequest: Request sends a read-only request again when it goes unanswered, a
+// submission too under its request id, and a cancel only while nobody serves its
+// subject.
+func TestRequest(t *testing.T) {
+	t.Parallel()
+	status, submit := endpoint(t, protocol.TypeGetJobStatus), endpoint(t, protocol.TypeSubmitJob)
+	opts := natsreq.Options{FirstTry: 50 * time.Millisecond}
+
+	t.Run("ReadOnlyUnansweredIsSentAgain", func(t *testing.T) {
+		t.Parallel()
+		nc := connect(t)
+		f := frozenAt(t, nc, status)
+		go func() {
+			time.Sleep(100 * time.Millisecond) // past the first try
+			_ = f.Unsubscribe()                // its server dropped it
+			answerAt(t, nc, status)
+		}()
+		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if m, err := natsreq.Request(rctx, nc, status, nil, opts); err != nil || string(m.Data) != "ok" {
+			t.Fatalf("%v, %v", m, err)
+		}
+	})
+	t.Run("SubmissionUnansweredIsSentAgainUnderItsRequestID", func(t *testing.T) {
+		t.Parallel()
+		nc := connect(t)
+		f := frozenAt(t, nc, submit)
+		var mu sync.Mutex
+		var seen []string
+		go func() {
+			time.Sleep(100 * time.Millisecond)
+			_ = f.Unsubscribe()
+			sub, _ := nc.QueueSubscribe(submit, "q", func(m *nats.Msg) {
+				mu.Lock()
+				seen = append(seen, m.Header.Get(protocol.HeaderRequestID)+" "+m.Header.Get(protocol.HeaderRequestTry))
+				mu.Unlock()
+				_ = m.Respond([]byte("ok"))
+			})
+			t.Cleanup(func() { _ = sub.Unsubscribe() })
+		}()
+		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if m, err := natsreq.Request(rctx, nc, submit, nil, natsreq.Options{WaitForResponders: true, RequestID: "r-1"}); err != nil || string(m.Data) != "ok" {
+			t.Fatalf("%v, %v", m, err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(seen) == 0 || !strings.HasPrefix(seen[0], "r-1 ") || strings.HasSuffix(seen[0], " 1") {
+			t.Fatalf("sends seen %q, want the request id r-1 sent again (try 2 or later)", seen)
+		}
+	})
+	t.Run("CancelUnansweredIsNotSentAgain", func(t *testing.T) {
+		t.Parallel()
+		cancelSubject := endpoint(t, protocol.TypeCancelJob)
+		nc := connect(t)
+		f := frozenAt(t, nc, cancelSubject)
+		var answered atomic.Int32
+		go func() {
+			time.Sleep(100 * time.Millisecond)
+			_ = f.Unsubscribe()
+			sub, _ := nc.QueueSubscribe(cancelSubject, "q", func(m *nats.Msg) {
+				answered.Add(1)
+				_ = m.Respond([]byte("ok"))
+			})
+			t.Cleanup(func() { _ = sub.Unsubscribe() })
+		}()
+		rctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+		defer cancel()
+		if _, err := natsreq.Request(rctx, nc, cancelSubject, nil, natsreq.Options{WaitForResponders: true}); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err = %v, want the deadline", err)
+		}
+		if n := answered.Load(); n != 0 {
+			t.Fatalf("the cancel was sent again: answered %d times", n)
+		}
+	})
+	t.Run("SubmissionWaitsForResponders", func(t *testing.T) {
+		t.Parallel()
+		nc := connect(t)
+		go func() {
+			time.Sleep(100 * time.Millisecond)
+			answerAt(t, nc, submit)
+		}()
+		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if m, err := natsreq.Request(rctx, nc, submit, nil, natsreq.Options{WaitForResponders: true}); err != nil || string(m.Data) != "ok" {
+			t.Fatalf("%v, %v", m, err)
+		}
+	})
+	t.Run("SubmissionWithoutRespondersAtOnce", func(t *testing.T) {
+		t.Parallel()
+		nc := connect(t)
+		if _, err := natsreq.Request(context.Background(), nc, submit, nil, natsreq.Options{}); !errors.Is(err, nats.ErrNoResponders) {
+			t.Fatalf("err = %v, want ErrNoResponders", err)
+		}
+	})
+}
+
+func endpoint(t *testing.T, typ protocol.Type) string {
+	t.Helper()
+	e, ok := protocol.EndpointFor(typ)
+	if !ok {
+		t.Fatalf("no endpoint for %s", typ)
+	}
+	return e.Subject()
+}
+
+// frozenAt is a queue member of subject that takes requests and never answers.
+func frozenAt(t *testing.T, nc *nats.Conn, subject string) *nats.Subscription {
+	t.Helper()
+	sub, err := nc.QueueSubscribeSync(subject, "q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return sub
+}
+
+// answerAt is a queue member of subject that answers "ok".
+func answerAt(t *testing.T, nc *nats.Conn, subject string) {
+	sub, err := nc.QueueSubscribe(subject, "q", func(m *nats.Msg) { _ = m.Respond([]byte("ok")) })
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
 }

@@ -9,8 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"time"
+
+	"github.com/jobbus/jobbus/internal/backoff"
 )
 
 // Backoff bounds of Wait: the first retry after about Initial, doubling up to Max, with
@@ -64,7 +65,8 @@ func Wait(ctx context.Context, log *slog.Logger, what string, try func(context.C
 	start := time.Now()
 	var lastText string
 	var lastLog time.Time
-	delay, limit := Initial, FirstTry
+	b := backoff.Policy{Base: Initial, Max: Max, Jitter: 0.5}.Start()
+	limit := FirstTry
 	for attempt := 1; ; attempt++ {
 		tctx, cancel := context.WithTimeout(ctx, limit)
 		err := try(tctx)
@@ -87,14 +89,8 @@ func Wait(ctx context.Context, log *slog.Logger, what string, try func(context.C
 			log.Info("waiting for "+what, "err", err, "attempt", attempt, "waited", time.Since(start).Round(time.Millisecond))
 			lastText, lastLog = text, time.Now()
 		}
-		sleep := delay/2 + rand.N(delay/2+1)
-		t := time.NewTimer(sleep)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !b.Wait(ctx) {
 			return fmt.Errorf("%s: %w (last error: %w)", what, ctx.Err(), err)
-		case <-t.C:
 		}
-		delay = min(2*delay, Max)
 	}
 }

@@ -1,6 +1,6 @@
 // Package testkit holds the test helpers every jobbus package may use: it imports only
-// the standard library, so leaf packages can use it without linking the
-// whole system, as internal/jobbustest does.
+// the standard library, goleak and the leaf internal/backoff, so leaf packages can use
+// it without linking the whole system, as internal/jobbustest does.
 package testkit
 
 import (
@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/jobbus/jobbus/internal/backoff"
 )
 
 // Wait polls check, backing off from 1 ms to 50 ms, until it returns nil, and fails the
@@ -17,7 +19,7 @@ import (
 func Wait(t testing.TB, limit time.Duration, check func() error) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
-	for delay := time.Millisecond; ; delay = min(delay*2, 50*time.Millisecond) {
+	for poll := (backoff.Policy{Base: time.Millisecond, Max: 50 * time.Millisecond}).Start(); ; {
 		err := check()
 		if err == nil {
 			return
@@ -25,7 +27,7 @@ func Wait(t testing.TB, limit time.Duration, check func() error) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %v: %v", limit, err)
 		}
-		time.Sleep(delay)
+		time.Sleep(poll.Next())
 	}
 }
 

@@ -10,11 +10,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/internal/backoff"
 )
 
 // Coordinator addresses any coordinator; NATS balances asks over them and the leader
@@ -69,51 +69,25 @@ func Heartbeat(ctx context.Context, node *bus.Node, hb *protocol.Heartbeat) (bea
 	return Unanswered, nil, err
 }
 
-// Deliver offers a result to the coordinator until it answers finally (the answer
-// comes once the outcome is durable, so a result outlives a coordinator restart or
-// failover), ctx ends, the node closes, or (unless zero) the time is past until. Each
-// offer waits at most the node's ask timeout; between offers it waits per b. It makes
-// no context of its own: every result passes here.
-func Deliver(ctx context.Context, node *bus.Node, res *protocol.TaskResult, until time.Time, b Backoff) (ack protocol.ResultAck, tries int, err error) {
-	return deliver(ctx, until, b, func() (protocol.ResultAck, error) {
-		return bus.Ask[protocol.ResultAck](ctx, node, Coordinator, protocol.PathResult, res)
-	})
-}
-
-// DeliverEncoded is Deliver for a TASK_RESULT already encoded, as protocol.Encode
-// writes it: the bridge forwards a TCP worker's result this way, without encoding it
-// again, and reads the answer without encoding/json when it can
-// (protocol.ParseCanonicalResultAck).
-func DeliverEncoded(ctx context.Context, node *bus.Node, res json.RawMessage, until time.Time, b Backoff) (ack protocol.ResultAck, tries int, err error) {
-	return deliver(ctx, until, b, func() (protocol.ResultAck, error) {
-		var ack protocol.ResultAck
-		data, err := bus.Ask[json.RawMessage](ctx, node, Coordinator, protocol.PathResult, res)
-		if err != nil || len(data) == 0 { // an empty answer is the zero ack, as bus.Ask reads it
-			return ack, err
-		}
-		if ack, ok := protocol.ParseCanonicalResultAck(data); ok {
-			return ack, nil
-		}
-		if err := json.Unmarshal(data, &ack); err != nil {
-			// As bus.Ask words it: not final, so the result is offered again.
-			return ack, fmt.Errorf("ask %s %s: decode answer: %w", Coordinator, protocol.PathResult, err)
-		}
-		return ack, nil
-	})
-}
-
-// deliver offers a result with ask until it answers finally (see Deliver).
-func deliver(ctx context.Context, until time.Time, b Backoff, ask func() (protocol.ResultAck, error)) (ack protocol.ResultAck, tries int, err error) {
+// Deliver offers a result, res as protocol.Encode writes a TASK_RESULT, to the
+// coordinator until it answers finally (the answer comes once the outcome is durable,
+// so a result outlives a coordinator restart or failover), ctx ends, the node closes,
+// or (unless zero) the time is past until. Each offer waits at most the node's ask
+// timeout; between offers it waits per retry. The bytes are sent as they are: the
+// bridge forwards a TCP worker's result without encoding it again. It makes no context
+// of its own: every result passes here.
+func Deliver(ctx context.Context, node *bus.Node, res json.RawMessage, until time.Time, retry backoff.Policy) (ack protocol.ResultAck, tries int, err error) {
+	b := retry.Start()
 	for tries = 1; ; tries++ {
-		ack, err = ask()
+		ack, err = bus.Ask[protocol.ResultAck](ctx, node, Coordinator, protocol.PathResult, res)
 		if Final(err) {
 			return ack, tries, err
 		}
-		delay := b.Delay()
+		delay := b.Next()
 		if !until.IsZero() && time.Now().Add(delay).After(until) {
 			return ack, tries, err
 		}
-		if !Sleep(ctx, delay) {
+		if !backoff.Sleep(ctx, delay) {
 			return ack, tries, err
 		}
 	}
@@ -134,31 +108,4 @@ func Disconnect(ctx context.Context, node *bus.Node, workerID, cause string) err
 	_, err := bus.Ask[json.RawMessage](ctx, node, Coordinator, protocol.PathDisconnect,
 		&protocol.Disconnect{WorkerID: workerID, Cause: cause})
 	return err
-}
-
-// Backoff yields retry delays: a base, doubling up to a maximum.
-type Backoff struct {
-	next, max time.Duration
-}
-
-// NewBackoff starts at base and doubles up to max.
-func NewBackoff(base, max time.Duration) Backoff { return Backoff{next: base, max: max} }
-
-// Delay returns the next delay.
-func (b *Backoff) Delay() time.Duration {
-	d := b.next
-	b.next = min(2*b.next, b.max)
-	return d
-}
-
-// Sleep waits d, reporting false if ctx ended first.
-func Sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

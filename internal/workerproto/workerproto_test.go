@@ -40,15 +40,3 @@ func TestFinal(t *testing.T) {
 		})
 	}
 }
-
-func TestBackoffDoublesUpToItsMaximum(t *testing.T) {
-	t.Parallel()
-	b := workerproto.NewBackoff(10, 35)
-	var got []int
-	for range 5 {
-		got = append(got, int(b.Delay()))
-	}
-	if fmt.Sprint(got) != "[10 20 35 35 35]" {
-		t.Fatalf("delays %v", got)
-	}
-}

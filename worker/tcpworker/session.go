@@ -2,7 +2,6 @@ package tcpworker
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -134,13 +133,9 @@ func (s *session) readErr(err error) error {
 }
 
 // handle acts on one frame. A frame the worker port does not allow ends the session.
+// Decode reads an assignment, the frame every job brings, without encoding/json, and
+// copies its payload out of p, which the next read overwrites.
 func (s *session) handle(p []byte) error {
-	if m, ok := protocol.ParseCanonicalTaskAssign(p); ok {
-		// An assignment as Encode writes it, the frame every job brings: read without
-		// encoding/json. Its payload is a slice of p, which the next read overwrites.
-		m.Payload = bytes.Clone(m.Payload)
-		return s.assign(&m)
-	}
 	m, err := protocol.Decode(p)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrProtocol, err)

@@ -26,6 +26,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jobbus/jobbus/internal/backoff"
 	"github.com/jobbus/jobbus/worker/internal/attempts"
 )
 
@@ -106,7 +107,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		default:
 			w.log.Debug("coordinator still unreachable", "err", err, "try", try)
 		}
-		if !sleep(ctx, w.cfg.reconnectDelay) {
+		if !backoff.Sleep(ctx, w.cfg.reconnectDelay) {
 			w.log.Info("worker stopped")
 			return nil
 		}
@@ -143,16 +144,4 @@ func (w *Worker) session(ctx context.Context) (registered bool, err error) {
 // loses the worker, the next read fails, and the session interrupts its attempts.
 func (w *Worker) silenceLimit() time.Duration {
 	return max(2*w.cfg.Heartbeat, time.Second)
-}
-
-// sleep waits d, reporting false if ctx ended first.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

@@ -3,13 +3,17 @@ package protocol_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"testing"
 
 	"github.com/jobbus/jobbus/bus/protocol"
 )
 
-func TestParseCanonicalTaskAssign(t *testing.T) {
+// TestDecodeExact: DecodeExact calls exact the bytes Encode writes, and only those
+// (checkExact), with the escapes Encode writes in strings; it errs on the safe side for
+// a negative integer and for strings beyond ASCII.
+func TestDecodeExactTaskAssign(t *testing.T) {
 	encoded := func(m protocol.TaskAssign) string {
 		data, err := protocol.Encode(&m)
 		if err != nil {
@@ -19,9 +23,9 @@ func TestParseCanonicalTaskAssign(t *testing.T) {
 	}
 	base := protocol.TaskAssign{JobID: "j-1", AttemptID: "a-1", AttemptNumber: 3, TaskType: "SHA256", Payload: json.RawMessage(`{"data":"x y"}`)}
 	tests := []struct {
-		name string
-		data string
-		ok   bool
+		name  string
+		data  string
+		exact bool
 	}{
 		{"as encoded", encoded(base), true},
 		{"null payload", encoded(protocol.TaskAssign{JobID: "j", AttemptID: "a", TaskType: "T"}), true},
@@ -47,16 +51,16 @@ func TestParseCanonicalTaskAssign(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, ok := protocol.ParseCanonicalTaskAssign([]byte(tt.data))
-			if ok != tt.ok {
-				t.Fatalf("ParseCanonicalTaskAssign(%s) ok = %v, want %v", tt.data, ok, tt.ok)
+			m, exact, _ := protocol.DecodeExact([]byte(tt.data))
+			if _, assign := m.(*protocol.TaskAssign); exact != tt.exact || exact && !assign {
+				t.Fatalf("DecodeExact(%s) = %T, exact %v; want exact %v", tt.data, m, exact, tt.exact)
 			}
-			checkCanonical(t, []byte(tt.data))
+			checkExact(t, []byte(tt.data))
 		})
 	}
 }
 
-func TestParseCanonicalTaskResult(t *testing.T) {
+func TestDecodeExactTaskResult(t *testing.T) {
 	encoded := func(m protocol.TaskResult) string {
 		data, err := protocol.Encode(&m)
 		if err != nil {
@@ -64,16 +68,21 @@ func TestParseCanonicalTaskResult(t *testing.T) {
 		}
 		return string(data)
 	}
-	text, quoted := "0123abcd", `say "hi"`
+	text, quoted, html := "0123abcd", `say "hi"`, "<b>\x01\n & co</b>"
 	tests := []struct {
-		name string
-		data string
-		ok   bool
+		name  string
+		data  string
+		exact bool
 	}{
 		{"success", encoded(protocol.TaskResult{WorkerID: "w", JobID: "j", AttemptID: "a", Success: true, Result: &text}), true},
 		{"failure", encoded(protocol.TaskResult{WorkerID: "w", JobID: "j", AttemptID: "a", Error: &text}), true},
 		{"permanent", encoded(protocol.TaskResult{WorkerID: "w", JobID: "j", AttemptID: "a", Error: &text, Permanent: true}), true},
-		{"escaped error", encoded(protocol.TaskResult{WorkerID: "w", JobID: "j", AttemptID: "a", Error: &quoted}), false},
+		{"escaped error", encoded(protocol.TaskResult{WorkerID: "w", JobID: "j", AttemptID: "a", Error: &quoted}), true},
+		{"error with what Encode escapes", encoded(protocol.TaskResult{WorkerID: "w", JobID: "j", AttemptID: "a", Error: &html}), true},
+		{"escape Encode does not write", `{"type":"TASK_RESULT","workerId":"w","jobId":"j","attemptId":"a","success":false,"result":null,"error":"a\/b"}`, false},
+		{"quote as a unicode escape", `{"type":"TASK_RESULT","workerId":"w","jobId":"j","attemptId":"a","success":false,"result":null,"error":"\u0022"}`, false},
+		{"upper-case unicode escape", `{"type":"TASK_RESULT","workerId":"w","jobId":"j","attemptId":"a","success":false,"result":null,"error":"\u003C"}`, false},
+		{"raw <", `{"type":"TASK_RESULT","workerId":"w","jobId":"j","attemptId":"a","success":false,"result":null,"error":"<"}`, false},
 		{"permanent false written", `{"type":"TASK_RESULT","workerId":"w","jobId":"j","attemptId":"a","success":false,"result":null,"error":null,"permanent":false}`, false},
 		{"spec peer without result", `{"type":"TASK_RESULT","workerId":"w","jobId":"j","attemptId":"a","success":true}`, false},
 		{"success as string", `{"type":"TASK_RESULT","workerId":"w","jobId":"j","attemptId":"a","success":"true","result":null,"error":null}`, false},
@@ -84,88 +93,32 @@ func TestParseCanonicalTaskResult(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, ok := protocol.ParseCanonicalTaskResult([]byte(tt.data))
-			if ok != tt.ok {
-				t.Fatalf("ParseCanonicalTaskResult(%s) ok = %v, want %v", tt.data, ok, tt.ok)
+			m, exact, _ := protocol.DecodeExact([]byte(tt.data))
+			if _, result := m.(*protocol.TaskResult); exact != tt.exact || exact && !result {
+				t.Fatalf("DecodeExact(%s) = %T, exact %v; want exact %v", tt.data, m, exact, tt.exact)
 			}
-			checkCanonical(t, []byte(tt.data))
+			checkExact(t, []byte(tt.data))
 		})
 	}
 }
 
-func TestParseCanonicalResultAck(t *testing.T) {
-	tests := []struct {
-		data string
-		ok   bool
-	}{
-		{`{"jobId":"j-1","accepted":true}`, true},
-		{`{"jobId":"j-1","accepted":false}`, true},
-		{`{"jobId":"j-1","accepted":true} `, false},
-		{`{"accepted":true,"jobId":"j-1"}`, false},
-		{`{"jobId":"j\u002d1","accepted":true}`, false},
-		{`{"jobId":"j-1","accepted":1}`, false},
-		{`{"jobId":"j-1"}`, false},
-	}
-	for _, tt := range tests {
-		if _, ok := protocol.ParseCanonicalResultAck([]byte(tt.data)); ok != tt.ok {
-			t.Errorf("ParseCanonicalResultAck(%s) ok = %v, want %v", tt.data, ok, tt.ok)
-		}
-		checkCanonical(t, []byte(tt.data))
-	}
-}
-
-// FuzzParseCanonical checks the promise of the canonical parsers on arbitrary bytes:
-// whatever they accept, Decode accepts as the same message, and Encode writes back
-// byte for byte.
-func FuzzParseCanonical(f *testing.F) {
-	for _, s := range []string{
-		`{"type":"TASK_ASSIGN","jobId":"j","attemptId":"a","attemptNumber":1,"taskType":"SHA256","payload":{"data":"abc"}}`,
-		`{"type":"TASK_ASSIGN","jobId":"j","attemptId":"a","attemptNumber":0,"taskType":"T","payload":null}`,
-		`{"type":"TASK_ASSIGN","jobId":"j","attemptId":"a","attemptNumber":1,"taskType":"T","payload":["\u003c",{"k":"v\"w"}]}`,
-		`{"type":"TASK_RESULT","workerId":"w","jobId":"j","attemptId":"a","success":true,"result":"r","error":null}`,
-		`{"type":"TASK_RESULT","workerId":"w","jobId":"j","attemptId":"a","success":false,"result":null,"error":"e","permanent":true}`,
-		`{"jobId":"j","accepted":true}`,
-		`{"jobId":"j","accepted":false}`,
-	} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		checkCanonical(t, data)
-	})
-}
-
-// checkCanonical fails t when a canonical parser accepts data that Decode reads
-// otherwise, or that Encode would not write back unchanged.
-func checkCanonical(t *testing.T, data []byte) {
+// checkExact fails t when DecodeExact calls data exact but Decode reads it otherwise,
+// or Encode would not write it back byte for byte. FuzzDecode runs it on every input.
+func checkExact(t *testing.T, data []byte) {
 	t.Helper()
-	check := func(got protocol.Message) {
-		t.Helper()
-		want, err := protocol.Decode(data)
-		if err != nil {
-			t.Fatalf("accepted %q, which Decode rejects: %v", data, err)
-		}
-		if !reflect.DeepEqual(got, want) {
-			t.Fatalf("read %q as\n  %#v\nDecode reads\n  %#v", data, got, want)
-		}
-		again, err := protocol.Encode(got)
-		if err != nil || !bytes.Equal(again, data) {
-			t.Fatalf("accepted %q, which Encode writes as %q (%v)", data, again, err)
-		}
+	got, exact, err := protocol.DecodeExact(data)
+	want, werr := protocol.Decode(data)
+	if fmt.Sprint(err) != fmt.Sprint(werr) || !reflect.DeepEqual(got, want) {
+		t.Fatalf("DecodeExact(%q) = %#v, %v; Decode %#v, %v", data, got, err, want, werr)
 	}
-	if m, ok := protocol.ParseCanonicalTaskAssign(data); ok {
-		check(&m)
+	if !exact {
+		return
 	}
-	if m, ok := protocol.ParseCanonicalTaskResult(data); ok {
-		check(&m)
+	if err != nil {
+		t.Fatalf("exact %q, which Decode rejects: %v", data, err)
 	}
-	if ack, ok := protocol.ParseCanonicalResultAck(data); ok {
-		var want protocol.ResultAck
-		if err := json.Unmarshal(data, &want); err != nil || ack != want {
-			t.Fatalf("read %q as %+v; json.Unmarshal reads %+v (%v)", data, ack, want, err)
-		}
-		again, err := json.Marshal(ack)
-		if err != nil || !bytes.Equal(again, data) {
-			t.Fatalf("accepted %q, which encoding/json writes as %q (%v)", data, again, err)
-		}
+	again, err := protocol.Encode(got)
+	if err != nil || !bytes.Equal(again, data) {
+		t.Fatalf("exact %q, which Encode writes as %q (%v)", data, again, err)
 	}
 }
