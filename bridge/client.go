@@ -173,15 +173,17 @@ func (b *Bridge) request(subject string, payload []byte, log *slog.Logger) (repl
 	// Sent again while no coordinator serves its subject (one is starting, or failing
 	// over), and as natsreq.Request says: the TCP client hears one reply, only later. A
 	// submission's request id names the job it creates, for an "Outcome unknown".
-	var jobID string
 	opts := natsreq.Options{WaitForResponders: true}
 	if subject == submitSubject {
 		opts.RequestID = protocol.NewRequestID()
-		jobID = protocol.RequestJobID(opts.RequestID)
 	}
 	msg, err := natsreq.Request(ctx, b.nc, subject, payload, opts)
 	if err != nil {
 		log.Debug("request failed", "subject", subject, "err", err)
+		var jobID string
+		if opts.RequestID != "" {
+			jobID = protocol.RequestJobID(opts.RequestID)
+		}
 		return nil, false, b.unavailable(subject, jobID, err)
 	}
 	reply, e = checkReply(msg, log)

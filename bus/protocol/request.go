@@ -17,10 +17,11 @@ const (
 	// by then. 1 to MaxRequestID bytes; a client makes a fresh one per submission
 	// (NewRequestID) and never reuses it for another.
 	HeaderRequestID = "Jobbus-Request-Id"
-	// HeaderRequestTry counts the sends of one request from 1. The first send of a
-	// fresh request id cannot have created anything yet, so only a later one (or a
-	// request id without this header) costs the coordinator a look among the jobs
-	// that already finished.
+	// HeaderRequestTry numbers a send again of one request, from 2; a first send
+	// carries none (or 1). The first send of a fresh request id cannot have created
+	// anything yet, so only a later one costs the coordinator a look among the jobs that
+	// already finished: a request id sent again without this header may create its job
+	// anew once the first one has left memory.
 	HeaderRequestTry = "Jobbus-Request-Try"
 	// MaxRequestID bounds a request id.
 	MaxRequestID = 128
@@ -56,8 +57,8 @@ func RequestJobID(rid string) string {
 }
 
 // FirstTry reports whether a request's HeaderRequestTry value says it is its first
-// send. Anything else, an absent header too, may be a send again.
-func FirstTry(try string) bool { return try == "1" }
+// send: none, or 1.
+func FirstTry(try string) bool { return try == "" || try == "1" }
 
 // TryValue is the HeaderRequestTry value of send n (from 1).
 func TryValue(n int) string { return strconv.Itoa(n) }

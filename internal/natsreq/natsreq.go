@@ -58,7 +58,7 @@ func Request(ctx context.Context, nc *nats.Conn, subject string, body []byte, op
 			rid = protocol.NewRequestID()
 		}
 		opts.Fresh, opts.FirstTry, opts.MaxTry = true, SendEvery, SendEvery
-		opts.Header = nats.Header{protocol.HeaderRequestID: {rid}, protocol.HeaderRequestTry: firstTry}
+		opts.Header = nats.Header{protocol.HeaderRequestID: {rid}}
 		opts.TryHeader, opts.TimeoutHeader = protocol.HeaderRequestTry, protocol.HeaderTimeout
 		opts.Unsure = outcomeUnknown // sent again, it finds the job if it was stored
 	case t == protocol.TypeGetJobStatus || t == protocol.TypeListWorkers:
@@ -79,9 +79,6 @@ func Request(ctx context.Context, nc *nats.Conn, subject string, body []byte, op
 // that reached a frozen leader is lost: a request that finds its leader paused reaches
 // the one that takes over within SendEvery of it, or at its announcement.
 const SendEvery = time.Second
-
-// firstTry is the HeaderRequestTry of a first send, shared by every request.
-var firstTry = []string{protocol.TryValue(1)}
 
 // requestType is the request type the API endpoint on subject serves, "" for none.
 func requestType(subject string) protocol.Type {
@@ -161,10 +158,10 @@ type Options struct {
 	// reply to any send instead.
 	Fresh bool
 	// Header goes with every send, and TryHeader, if set, names a header that carries
-	// the send's number from 1 (a Header that holds TryHeader 1 already goes with the
-	// first send as it is, uncopied). TimeoutHeader, if set, names a header that
-	// carries how long the request may still wait, in milliseconds, so that its
-	// responder answers within it.
+	// the number of a send after the first, from 2 (a first send goes with Header as
+	// it is). TimeoutHeader, if set, names a header that carries how long the request
+	// may still wait, in milliseconds, so that its responder answers within it; the
+	// first send sets it in Header itself, which therefore belongs to the request.
 	Header        nats.Header
 	TryHeader     string
 	TimeoutHeader string
@@ -383,11 +380,14 @@ func (r *resend) send(ctx context.Context) error {
 }
 
 // header is the header of the send about to go: Header with TryHeader set to its number
-// and TimeoutHeader to the time left; Header itself when that is all it needs (a first
-// send's, at no cost).
+// after the first and TimeoutHeader to the time left; Header itself when that is all it
+// needs.
 func (r *resend) header(ctx context.Context) nats.Header {
 	o := &r.opts
-	v := strconv.Itoa(r.sends)
+	var v string
+	if o.TryHeader != "" && r.sends > 1 {
+		v = strconv.Itoa(r.sends)
+	}
 	var left string
 	if o.TimeoutHeader != "" {
 		end, ok := ctx.Deadline()
@@ -398,14 +398,21 @@ func (r *resend) header(ctx context.Context) nats.Header {
 			left = strconv.FormatInt(ms, 10)
 		}
 	}
-	if left == "" && (o.TryHeader == "" || o.Header.Get(o.TryHeader) == v) {
+	switch {
+	case left == "" && v == "":
+		return o.Header
+	case r.sends == 1: // Header is the request's own: no copy
+		if o.Header == nil {
+			o.Header = make(nats.Header, 1)
+		}
+		o.Header.Set(o.TimeoutHeader, left)
 		return o.Header
 	}
 	h := make(nats.Header, len(o.Header)+2)
 	for k, v := range o.Header {
 		h[k] = v
 	}
-	if o.TryHeader != "" {
+	if v != "" {
 		h.Set(o.TryHeader, v)
 	}
 	if left != "" {
