@@ -3,6 +3,7 @@ package cli_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -478,6 +479,13 @@ func TestCLISaysAFailoverIsUnderWay(t *testing.T) {
 	leader, standby := s.leaderAndStandby("--leader-lease-millis", "3000")
 	leader.signal(syscall.SIGKILL)
 	<-leader.done
+	// Once its server has dropped the dead leader's subscriptions, nobody serves: a
+	// request sent before that would go to the dead one, unanswered, and be sent again.
+	workers, _ := protocol.EndpointFor(protocol.TypeListWorkers)
+	eventually(t, "the dead leader's subscriptions gone", func() bool {
+		_, err := s.NC.Request(workers.Subject(), []byte(`{"type":"LIST_WORKERS"}`), 100*time.Millisecond)
+		return errors.Is(err, nats.ErrNoResponders)
+	})
 	code, out, errs := cliRun([]string{"--nats", s.url}, "submit", "sha256", "--text", "during", "--json")
 	took := servingSince(t, standby, time.Time{})
 	if code != 0 || strings.Count(errs, client.FailoverNotice) != 1 || strings.Contains(errs, "running?") {
