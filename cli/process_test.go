@@ -60,12 +60,18 @@ type proc struct {
 // startProc runs jobbus with args; the test's end kills it if it still runs.
 func startProc(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(jobbusBin, args...)
+	return startCommand(t, "jobbus "+strings.Join(args, " "), exec.Command(jobbusBin, args...), env)
+}
+
+// startCommand starts cmd with env added, named name in the failed test's log; the
+// test's end kills it if it still runs.
+func startCommand(t *testing.T, name string, cmd *exec.Cmd, env []string) *proc {
+	t.Helper()
 	cmd.Env = append(os.Environ(), env...)
 	p := &proc{t: t, cmd: cmd, stdout: &testkit.Buffer{}, stderr: &testkit.Buffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.stdout, p.stderr
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("start jobbus: %v", err)
+		t.Fatalf("start %s: %v", name, err)
 	}
 	go func() {
 		defer close(p.done)
@@ -76,7 +82,7 @@ func startProc(t *testing.T, env []string, args ...string) *proc {
 		_ = cmd.Process.Kill()
 		<-p.done
 		if t.Failed() {
-			t.Logf("jobbus %s stderr:\n%s", strings.Join(args, " "), p.stderr.String())
+			t.Logf("%s stderr:\n%s", name, p.stderr.String())
 		}
 	})
 	return p

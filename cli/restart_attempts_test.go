@@ -165,26 +165,8 @@ func startRecordingWorker(t *testing.T, url, id, record string) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), recorderEnv+"="+record, recorderNATSEnv+"="+url, recorderIDEnv+"="+id)
-	p := &proc{t: t, cmd: cmd, stdout: &testkit.Buffer{}, stderr: &testkit.Buffer{}, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p.stdout, p.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start recording worker: %v", err)
-	}
-	go func() {
-		defer close(p.done)
-		_ = cmd.Wait()
-		p.code = cmd.ProcessState.ExitCode()
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-p.done
-		if t.Failed() {
-			t.Logf("recording worker %s stderr:\n%s", id, p.stderr.String())
-		}
-	})
-	return p
+	return startCommand(t, "recording worker "+id, exec.Command(self),
+		[]string{recorderEnv + "=" + record, recorderNATSEnv + "=" + url, recorderIDEnv + "=" + id})
 }
 
 // TestServeKilledCostsNativeWorkersNoAttempt is issue 21's restart row as a test: jobbus
