@@ -186,7 +186,9 @@ func TestJobDetailHasPayloadHistoryAndError(t *testing.T) {
 		WorkerID     string  `json:"workerId"`
 		LastWorkerID string  `json:"lastWorkerId"`
 	}
+	zero := d // each poll decodes afresh: a field an earlier answer had and this one omits must not linger
 	testkit.Eventually(t, waitFor, "the job failed, its history seen", func() bool {
+		d = zero
 		getJSON(t, s.url+"/api/jobs/"+id, &d)
 		return d.State == protocol.StateFailed && len(d.History) > 0 && d.History[len(d.History)-1].State == protocol.StateFailed
 	})
