@@ -103,3 +103,142 @@ func (r Rate) String() string {
 
 // PerSecond is the rate in starts per second.
 func (r Rate) PerSecond() float64 { return float64(r.Count) / r.Period.Seconds() }
+
+// Message types of the rate limit API (native extensions).
+const (
+	TypeSetLimit     Type = "SET_LIMIT"
+	TypeRemoveLimit  Type = "REMOVE_LIMIT"
+	TypeListLimits   Type = "LIST_LIMITS"
+	TypeLimitList    Type = "LIMIT_LIST"
+	TypeLimitRemoved Type = "LIMIT_REMOVED"
+)
+
+// LimitControlPrefix starts the key of a rate limit among the coordinator's durable
+// controls: limit.type.<task type> or limit.queue.<queue>.
+const LimitControlPrefix = "limit."
+
+// LimitControlKey is the control key of the limit of scope on name.
+func LimitControlKey(scope, name string) string { return LimitControlPrefix + scope + "." + name }
+
+// SetLimit creates or replaces the rate limit of a task type or a queue. Burst is the
+// most starts that may follow one another at once (the bucket's size); 0 means 1.
+type SetLimit struct {
+	Scope string `json:"scope"` // LimitTaskType or LimitQueue
+	Name  string `json:"name"`
+	Rate  string `json:"rate"` // as ParseRate reads it: 100/s, 100/m
+	Burst int64  `json:"burst,omitempty"`
+}
+
+// RemoveLimit removes a rate limit; LIMIT_REMOVED answers it.
+type RemoveLimit struct {
+	Scope string `json:"scope"`
+	Name  string `json:"name"`
+}
+
+// ListLimits asks for every rate limit and its state; LIMIT_LIST answers it, and SET_LIMIT
+// too (with the limit set).
+type ListLimits struct{}
+
+// LimitList is rate limits with their state, sorted by scope and name.
+type LimitList struct {
+	Limits []LimitInfo `json:"limits"`
+}
+
+// LimitRemoved answers REMOVE_LIMIT: the limit that was removed.
+type LimitRemoved struct {
+	Limit LimitInfo `json:"limit"`
+}
+
+// LimitInfo is a rate limit and its state on the leading coordinator.
+type LimitInfo struct {
+	Scope     string  `json:"scope"`
+	Name      string  `json:"name"`
+	Rate      string  `json:"rate"`
+	Burst     int64   `json:"burst"`
+	PerSecond float64 `json:"perSecond"`
+	// Tokens is what the bucket holds now: starts that may follow at once.
+	Tokens float64 `json:"tokens"`
+	// Throttled counts the starts that had to wait for a token, since this coordinator
+	// took the lead.
+	Throttled uint64 `json:"throttled"`
+	// NextTokenMillis is when the next token is due while the bucket is empty.
+	NextTokenMillis int64 `json:"nextTokenMillis,omitempty"`
+}
+
+// LimitSpec is a rate limit as stored, the value of its control.
+type LimitSpec struct {
+	Rate  string `json:"rate"`
+	Burst int64  `json:"burst"`
+}
+
+// Check validates a SET_LIMIT and returns its rate and effective burst.
+func (m *SetLimit) Check() (Rate, int64, error) {
+	if err := CheckLimitTarget(m.Scope, m.Name); err != nil {
+		return Rate{}, 0, err
+	}
+	r, err := ParseRate(m.Rate)
+	if err != nil {
+		return Rate{}, 0, err
+	}
+	burst := m.Burst
+	switch {
+	case burst == 0:
+		burst = 1
+	case burst < 0 || burst > MaxLimitBurst:
+		return Rate{}, 0, fmt.Errorf("%w: burst must be 1 to %d, got %d", ErrBadLimit, MaxLimitBurst, burst)
+	}
+	return r, burst, nil
+}
+
+// CheckLimitTarget reports whether scope and name can name a rate limit: scope
+// LimitTaskType with a task type's name, or LimitQueue with a queue's.
+func CheckLimitTarget(scope, name string) error {
+	switch scope {
+	case LimitTaskType, LimitQueue:
+	default:
+		return fmt.Errorf("%w: scope must be %q or %q, got %q", ErrBadLimit, LimitTaskType, LimitQueue, scope)
+	}
+	if len(name) == 0 || len(name) > MaxTaskTypeName || !taskTypeName.MatchString(name) {
+		return fmt.Errorf("%w: %s name %q must be 1 to %d letters, digits, '_', '.' or '-'", ErrBadLimit, scope, name, MaxTaskTypeName)
+	}
+	return nil
+}
+
+// UnknownLimit is the ERROR text for removing a limit that is not set.
+func UnknownLimit(scope, name string) *Error {
+	return &Error{Message: fmt.Sprintf("Unknown limit: %s %s", scope, name)}
+}
+
+// BadLimit is the ERROR text for a SET_LIMIT or REMOVE_LIMIT that cannot be acted on.
+func BadLimit(err error) *Error { return &Error{Message: "Invalid limit: " + err.Error()} }
+
+func (SetLimit) MessageType() Type     { return TypeSetLimit }
+func (RemoveLimit) MessageType() Type  { return TypeRemoveLimit }
+func (ListLimits) MessageType() Type   { return TypeListLimits }
+func (LimitList) MessageType() Type    { return TypeLimitList }
+func (LimitRemoved) MessageType() Type { return TypeLimitRemoved }
+
+func (m SetLimit) MarshalJSON() ([]byte, error) {
+	type plain SetLimit
+	return encode(m.MessageType(), plain(m))
+}
+
+func (m RemoveLimit) MarshalJSON() ([]byte, error) {
+	type plain RemoveLimit
+	return encode(m.MessageType(), plain(m))
+}
+
+func (m ListLimits) MarshalJSON() ([]byte, error) { return encode(m.MessageType(), struct{}{}) }
+
+func (m LimitList) MarshalJSON() ([]byte, error) {
+	type plain LimitList
+	if m.Limits == nil {
+		m.Limits = []LimitInfo{}
+	}
+	return encode(m.MessageType(), plain(m))
+}
+
+func (m LimitRemoved) MarshalJSON() ([]byte, error) {
+	type plain LimitRemoved
+	return encode(m.MessageType(), plain(m))
+}

@@ -1,0 +1,161 @@
+package coordinator
+
+import (
+	"cmp"
+	"slices"
+	"time"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+)
+
+// limiter holds the rate limits of task types and queues and their token buckets, in
+// the leader's memory: dispatch asks it whether a job may start (admits) and tells it
+// when one did (started). Guarded by the scheduler's mu.
+//
+// A limit's setting is durable (a control, limit.<scope>.<name>); its bucket is not.
+// A coordinator that takes the lead starts every bucket empty: the leader before it may
+// have spent the whole burst just before it stopped, and an empty bucket then allows at
+// most rate*w starts in the first w, so that the two leaders together never exceed
+// burst + rate*w in any window w (no second above rate + burst). A limit set while
+// leading starts full.
+type limiter struct {
+	byType  map[string]*rateLimit
+	byQueue map[string]*rateLimit
+	// wake asks dispatch to look again at at: set by the scheduler (a timer).
+	wake func(at time.Time)
+}
+
+// rateLimit is one limit and its bucket.
+type rateLimit struct {
+	scope, name string
+	rate        protocol.Rate
+	burst       int64
+	rev         uint64 // of its control
+	bucket      *tokenBucket
+	throttled   uint64    // starts that waited for a token
+	refused     bool      // a start was refused since the last one
+	wakeAt      time.Time // dispatch is woken then; zero: no wake-up armed
+}
+
+func newLimiter() *limiter {
+	return &limiter{byType: make(map[string]*rateLimit), byQueue: make(map[string]*rateLimit)}
+}
+
+// queueName is the name a job's queue field stands for: "" is the default queue.
+func queueName(q string) string { return cmp.Or(q, "default") }
+
+func (l *limiter) table(scope string) map[string]*rateLimit {
+	if scope == protocol.LimitQueue {
+		return l.byQueue
+	}
+	return l.byType
+}
+
+// get returns the limit of scope on name, or nil.
+func (l *limiter) get(scope, name string) *rateLimit { return l.table(scope)[name] }
+
+// set creates or reshapes the limit of scope on name; a new one starts full when full.
+func (l *limiter) set(scope, name string, r protocol.Rate, burst int64, rev uint64, full bool, now time.Time) *rateLimit {
+	t := l.table(scope)
+	if lim := t[name]; lim != nil {
+		lim.rate, lim.burst, lim.rev = r, burst, rev
+		lim.bucket.reshape(r, burst, now)
+		lim.wakeAt = time.Time{} // the next token moved: the next refusal arms a new wake-up
+		return lim
+	}
+	lim := &rateLimit{scope: scope, name: name, rate: r, burst: burst, rev: rev, bucket: newTokenBucket(r, burst, full, now)}
+	t[name] = lim
+	return lim
+}
+
+// remove forgets the limit of scope on name.
+func (l *limiter) remove(scope, name string) { delete(l.table(scope), name) }
+
+// empty reports whether no limit is set: dispatch's common case costs two map lengths.
+func (l *limiter) empty() bool { return len(l.byType) == 0 && len(l.byQueue) == 0 }
+
+// admits reports whether a job of queue and taskType may start at now; if not, when
+// a token will be there, and a wake-up of dispatch is armed for then.
+func (l *limiter) admits(queue, taskType string, now time.Time) (ok bool, next time.Time) {
+	if l.empty() {
+		return true, time.Time{}
+	}
+	ok = true
+	for _, lim := range [2]*rateLimit{l.byType[taskType], l.byQueue[queueName(queue)]} {
+		if lim == nil {
+			continue
+		}
+		if yes, at := lim.bucket.allow(now); !yes {
+			ok = false
+			if at.After(next) { // both must have a token
+				next = at
+			}
+			lim.refused = true
+			lim.armWake(l.wake, at)
+		}
+	}
+	return ok, next
+}
+
+// armWake arms a wake-up of dispatch at at, unless one is armed no later.
+func (lim *rateLimit) armWake(wake func(time.Time), at time.Time) {
+	if wake == nil || !lim.wakeAt.IsZero() && !lim.wakeAt.After(at) {
+		return
+	}
+	lim.wakeAt = at
+	wake(at)
+}
+
+// woke clears the wake-ups due by now: dispatch is looking again.
+func (l *limiter) woke(now time.Time) {
+	for _, t := range []map[string]*rateLimit{l.byType, l.byQueue} {
+		for _, lim := range t {
+			if !lim.wakeAt.IsZero() && !lim.wakeAt.After(now) {
+				lim.wakeAt = time.Time{}
+			}
+		}
+	}
+}
+
+// started takes a token for a job of queue and taskType that starts at now.
+func (l *limiter) started(queue, taskType string, now time.Time) {
+	if l.empty() {
+		return
+	}
+	for _, lim := range [2]*rateLimit{l.byType[taskType], l.byQueue[queueName(queue)]} {
+		if lim == nil {
+			continue
+		}
+		lim.bucket.take(now)
+		if lim.refused {
+			lim.throttled++
+			lim.refused = false
+		}
+	}
+}
+
+// info is lim's state at now.
+func (lim *rateLimit) info(now time.Time) protocol.LimitInfo {
+	in := protocol.LimitInfo{
+		Scope: lim.scope, Name: lim.name, Rate: lim.rate.String(), Burst: lim.burst,
+		PerSecond: lim.rate.PerSecond(), Tokens: lim.bucket.tokens(now), Throttled: lim.throttled,
+	}
+	if ok, next := lim.bucket.allow(now); !ok {
+		in.NextTokenMillis = next.UnixMilli()
+	}
+	return in
+}
+
+// list is every limit's state at now, sorted by scope and name.
+func (l *limiter) list(now time.Time) []protocol.LimitInfo {
+	out := make([]protocol.LimitInfo, 0, len(l.byType)+len(l.byQueue))
+	for _, t := range []map[string]*rateLimit{l.byQueue, l.byType} {
+		for _, lim := range t {
+			out = append(out, lim.info(now))
+		}
+	}
+	slices.SortFunc(out, func(a, b protocol.LimitInfo) int {
+		return cmp.Or(cmp.Compare(a.Scope, b.Scope), cmp.Compare(a.Name, b.Name))
+	})
+	return out
+}
