@@ -70,6 +70,8 @@ Example:
 			&cli.BoolFlag{Name: "custom", Usage: "submit " + benchCustomType + " jobs (SHA256's work as a task type the workers declare, with a JSON Schema) instead of SHA256; native transport only", EnvVars: env("bench-custom")},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the run to this file (go tool pprof)", EnvVars: env("bench-cpuprofile")},
 			&cli.StringFlag{Name: "memprofile", Usage: "write a profile of the run's heap allocations to this file (go tool pprof -sample_index alloc_space)", EnvVars: env("bench-memprofile")},
+			&cli.StringFlag{Name: "limit", Usage: "set a rate limit on the task type bench submits before the run, as jobbus limit set --rate (1000000/s: configured but not binding)", EnvVars: env("bench-limit")},
+			&cli.Int64Flag{Name: "limit-burst", Value: 1, Usage: "with --limit, the limit's burst", EnvVars: env("bench-limit-burst")},
 		},
 		Action: bench,
 	}
@@ -107,6 +109,9 @@ func bench(c *cli.Context) error {
 	if err := checkLocalWorkers(c, 1); err != nil {
 		return err
 	}
+	if err := checkBenchLimit(c); err != nil {
+		return err
+	}
 	syncOpts, err := syncOptions(c.String("sync"), true) // the bench's server is lone
 	if err != nil {
 		return err
@@ -134,6 +139,9 @@ func bench(c *cli.Context) error {
 	}
 	defer sys.close()
 	sys.taskType = taskType
+	if err := setBenchLimit(ctx, c, sys); err != nil {
+		return exitErr(err)
+	}
 	out := c.App.Writer
 	asJSON := c.Bool("json")
 	if !asJSON {
