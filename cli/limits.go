@@ -191,3 +191,24 @@ func limitTaskType(ctx context.Context, cl *client.Client, typed string) string 
 	}
 	return typed
 }
+
+// uniqueOption is submit's --unique-for or --unique-while, as a submit option.
+func uniqueOption(c *cli.Context) ([]client.SubmitOption, error) {
+	forSet, whileSet := c.IsSet("unique-for"), c.IsSet("unique-while")
+	switch {
+	case forSet && whileSet:
+		return nil, usageError("--unique-for and --unique-while cannot be combined: a job is unique for a window or while active")
+	case forSet:
+		d := c.Duration("unique-for")
+		if d < time.Millisecond {
+			return nil, usageError("--unique-for must be positive (1ms or more), got %v", d)
+		}
+		return []client.SubmitOption{client.UniqueFor(d)}, nil
+	case whileSet:
+		if w := c.String("unique-while"); w != protocol.UniqueWhileActive {
+			return nil, usageError("--unique-while must be %q, got %q", protocol.UniqueWhileActive, w)
+		}
+		return []client.SubmitOption{client.UniqueWhileActive()}, nil
+	}
+	return nil, nil
+}

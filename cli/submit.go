@@ -69,6 +69,8 @@ Examples:
 			&cli.IntFlag{Name: "max-attempts", Usage: "attempts before the job fails (0: the coordinator's default)", EnvVars: submitEnv("max-attempts")},
 			&cli.StringFlag{Name: "priority", Usage: "high, normal or low (default normal)", EnvVars: submitEnv("priority")},
 			&cli.StringFlag{Name: "idempotency-key", Usage: "submit at most once under this key: a repeat returns the first job's id", EnvVars: submitEnv("idempotency-key")},
+			&cli.DurationFlag{Name: "unique-for", Usage: "unique by task type and payload for this long (1h): a repeat within it returns this job's id, unless this job failed or was cancelled", EnvVars: submitEnv("unique-for")},
+			&cli.StringFlag{Name: "unique-while", Usage: "active: unique by task type and payload while this job is active; a repeat returns its id", EnvVars: submitEnv("unique-while")},
 			&cli.IntFlag{Name: "submit-retries", Usage: "retry an overload rejection this many times", EnvVars: env("submit-retries")},
 			&cli.Int64Flag{Name: "submit-retry-base-millis", Value: 200, Usage: "first retry delay (full jitter, doubling)", EnvVars: env("submit-retry-base-millis")},
 			&cli.Int64Flag{Name: "submit-retry-max-millis", Value: 5000, Usage: "longest retry delay", EnvVars: env("submit-retry-max-millis")},
@@ -224,7 +226,11 @@ func submitOptions(c *cli.Context) ([]client.SubmitOption, error) {
 	if c.IsSet("idempotency-key") {
 		opts = append(opts, client.IdempotencyKey(c.String("idempotency-key")))
 	}
-	return opts, nil
+	unique, err := uniqueOption(c)
+	if err != nil {
+		return nil, err
+	}
+	return append(opts, unique...), nil
 }
 
 func parsePriority(s string) (protocol.Priority, error) {

@@ -83,6 +83,9 @@ func (s *jsStore) messages(w *pendingWrite) []*nats.Msg {
 		m.Header.Set(jetstream.MsgTTLHeader, w.ttl.String())
 		m.Header.Set(protocol.HeaderExpires, strconv.FormatInt(w.expires, 10))
 	}
+	if w.uniqueUntil > 0 {
+		m.Header.Set(protocol.HeaderUniqueUntil, strconv.FormatInt(w.uniqueUntil, 10))
+	}
 	if w.key == "" || w.ttl == 0 {
 		return []*nats.Msg{m}
 	}

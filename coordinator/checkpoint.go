@@ -166,6 +166,7 @@ func (rt *retention) heads() []head {
 		hs[i].id = all[start:ends[i]]
 		start = ends[i]
 	}
+	rt.s.uniq.readWhole(hs) // finished jobs that hold a unique window (unique.go)
 	return hs
 }
 

@@ -1,18 +1,249 @@
 package coordinator
 
-import "time"
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
 
-// flow holds starts back where a limit says so (rate limits by task type or queue):
-// dispatch asks it before it starts a job and tells it once it did. A job held back
-// stays QUEUED; flow names when to look again, and dispatch arms a timer for then.
-// Guarded by scheduler.mu.
-type flow struct{}
+	"github.com/jobbus/jobbus/bus/protocol"
+)
 
-// admits reports whether a job of queue and taskType may start at now; if not, next is
-// when one may.
-func (f *flow) admits(queue, taskType string, now time.Time) (ok bool, next time.Time) {
-	return true, time.Time{}
+// flow holds starts back where a limit says so (rate limits by task type or queue,
+// limits.go): dispatch asks it before it starts a job and tells it once it did. A job
+// held back stays QUEUED; flow names when to look again, and dispatch arms a timer for
+// then. The limits' settings are durable controls (limit.<scope>.<name>), written here
+// and read back by the coordinator that recovers. Its memory is guarded by the
+// scheduler's mu; writeMu orders the writes of settings, which happen outside it.
+type flow struct {
+	s       *scheduler
+	limits  *limiter
+	writeMu sync.Mutex // one setting written at a time: each a CAS on the revision memory holds
 }
 
-// started records that a job of queue and taskType started at now.
-func (f *flow) started(queue, taskType string, now time.Time) {}
+// init readies f for s, as newScheduler builds it.
+func (f *flow) init(s *scheduler) {
+	f.s, f.limits = s, newLimiter()
+}
+
+// admits: may a job of this queue and type start now? If not, when to look again.
+// Called by dispatch with s.mu held.
+func (f *flow) admits(queue, taskType string, now time.Time) (ok bool, next time.Time) {
+	return f.limits.admits(queue, taskType, now)
+}
+
+// started: a job of this queue and type started now (it takes a token). Called by
+// dispatch with s.mu held.
+func (f *flow) started(queue, taskType string, now time.Time) {
+	f.limits.started(queue, taskType, now)
+}
+
+// serve answers a request of the limit API (protocol.SetLimit, RemoveLimit, ListLimits).
+// A write goes on off the API's goroutine: it waits for the store.
+func (f *flow) serve(m protocol.Message, reply func(protocol.Message)) {
+	switch m := m.(type) {
+	case *protocol.ListLimits:
+		reply(f.listLimits())
+	case *protocol.SetLimit:
+		f.s.run(func() { reply(f.setLimit(context.Background(), m)) })
+	case *protocol.RemoveLimit:
+		f.s.run(func() { reply(f.removeLimit(context.Background(), m)) })
+	}
+}
+
+// controlTimeout bounds a write of a setting.
+const controlTimeout = 5 * time.Second
+
+// recoverLimits reads the limits' settings, before serving: each bucket starts empty
+// (limiter's doc comment says why). A setting that cannot be read is skipped, loudly.
+func (f *flow) recoverLimits(ctx context.Context) error {
+	cs, err := f.s.store.controls().list(ctx, protocol.LimitControlPrefix)
+	if err != nil {
+		return fmt.Errorf("read rate limits: %w", err)
+	}
+	s := f.s
+	s.mu.Lock()
+	defer s.unlock()
+	now := s.now()
+	for _, c := range cs {
+		scope, name, ok := strings.Cut(strings.TrimPrefix(c.key, protocol.LimitControlPrefix), ".")
+		var spec protocol.LimitSpec
+		var r protocol.Rate
+		if ok {
+			err = json.Unmarshal(c.value, &spec)
+		}
+		if ok && err == nil {
+			r, err = protocol.ParseRate(spec.Rate)
+		}
+		if !ok || err != nil || protocol.CheckLimitTarget(scope, name) != nil || spec.Burst < 1 || spec.Burst > protocol.MaxLimitBurst {
+			s.log.Error("rate limit setting unreadable; not enforced", "key", c.key, "value", string(c.value), "err", err)
+			continue
+		}
+		f.limits.set(scope, name, r, spec.Burst, c.rev, false, now)
+	}
+	return nil
+}
+
+// setLimit creates or changes a rate limit: durable first, then in force.
+func (f *flow) setLimit(ctx context.Context, req *protocol.SetLimit) protocol.Message {
+	r, burst, err := req.Check()
+	if err != nil {
+		return protocol.BadLimit(err)
+	}
+	f.writeMu.Lock()
+	defer f.writeMu.Unlock()
+	s := f.s
+	s.mu.Lock()
+	if s.fenced != nil {
+		defer s.unlock()
+		return s.refuse()
+	}
+	var rev uint64
+	if lim := f.limits.get(req.Scope, req.Name); lim != nil {
+		rev = lim.rev
+	}
+	s.unlock()
+	value, _ := json.Marshal(protocol.LimitSpec{Rate: r.String(), Burst: burst})
+	key := protocol.LimitControlKey(req.Scope, req.Name)
+	wctx, cancel := context.WithTimeout(ctx, controlTimeout)
+	defer cancel()
+	prior := rev
+	rev, err = s.store.controls().put(wctx, key, value, rev)
+	if err != nil {
+		var landed bool
+		if rev, landed, err = f.reconcile(ctx, key, value, prior, err); !landed {
+			return controlFailed("limit of "+req.Scope+" "+req.Name, err)
+		}
+	}
+	s.mu.Lock()
+	defer s.unlock()
+	now := s.now()
+	lim := f.limits.set(req.Scope, req.Name, r, burst, rev, true, now)
+	info := lim.info(now)
+	s.log.Info("rate limit set", "scope", req.Scope, "name", req.Name, "rate", info.Rate, "burst", burst)
+	s.schedule() // a higher rate may let waiting jobs start
+	return settled{&protocol.LimitList{Limits: []protocol.LimitInfo{info}}}
+}
+
+// removeLimit removes a rate limit: durable first, then out of force.
+func (f *flow) removeLimit(ctx context.Context, req *protocol.RemoveLimit) protocol.Message {
+	if err := protocol.CheckLimitTarget(req.Scope, req.Name); err != nil {
+		return protocol.BadLimit(err)
+	}
+	f.writeMu.Lock()
+	defer f.writeMu.Unlock()
+	s := f.s
+	s.mu.Lock()
+	if s.fenced != nil {
+		defer s.unlock()
+		return s.refuse()
+	}
+	lim := f.limits.get(req.Scope, req.Name)
+	if lim == nil {
+		s.unlock()
+		return protocol.UnknownLimit(req.Scope, req.Name)
+	}
+	rev := lim.rev
+	s.unlock()
+	key := protocol.LimitControlKey(req.Scope, req.Name)
+	wctx, cancel := context.WithTimeout(ctx, controlTimeout)
+	defer cancel()
+	if err := s.store.controls().remove(wctx, key, rev); err != nil {
+		if _, landed, err := f.reconcile(ctx, key, nil, rev, err); !landed {
+			return controlFailed("limit of "+req.Scope+" "+req.Name, err)
+		}
+	}
+	s.mu.Lock()
+	defer s.unlock()
+	info := lim.info(s.now())
+	f.limits.remove(req.Scope, req.Name)
+	s.log.Info("rate limit removed", "scope", req.Scope, "name", req.Name)
+	s.schedule()
+	return settled{&protocol.LimitRemoved{Limit: info}}
+}
+
+// listLimits is every limit's state now.
+func (f *flow) listLimits() protocol.Message {
+	s := f.s
+	s.mu.Lock()
+	defer s.unlock()
+	if s.fenced != nil {
+		return s.refuse()
+	}
+	return &protocol.LimitList{Limits: f.limits.list(s.now())}
+}
+
+// limitStats is every limit's state now, for Stats.
+func (f *flow) limitStats() []protocol.LimitInfo {
+	s := f.s
+	s.mu.Lock()
+	defer s.unlock()
+	return f.limits.list(s.now())
+}
+
+// reconcile reads back the setting under key after a write of value (nil: its
+// removal) over revision prior failed with err: a write whose answer was lost may have
+// landed, and a later CAS on the revision memory holds would then fail for ever.
+// landed reports that the store holds what was written (rev: its revision). If it
+// holds neither that nor what memory held, memory adopts it and the error says so.
+func (f *flow) reconcile(ctx context.Context, key string, value []byte, prior uint64, err error) (rev uint64, landed bool, _ error) {
+	rctx, cancel := context.WithTimeout(ctx, controlTimeout)
+	defer cancel()
+	cs, lerr := f.s.store.controls().list(rctx, protocol.LimitControlPrefix)
+	if lerr != nil {
+		return 0, false, fmt.Errorf("%w: %w; reading it back failed too: %w", errControlUnknown, err, lerr)
+	}
+	var cur *control
+	for i := range cs {
+		if cs[i].key == key {
+			cur = &cs[i]
+		}
+	}
+	switch {
+	case cur == nil && value == nil:
+		return 0, true, nil
+	case cur != nil && value != nil && string(cur.value) == string(value):
+		return cur.rev, true, nil
+	case cur == nil && prior == 0, cur != nil && cur.rev == prior:
+		return 0, false, err // nothing landed
+	}
+	f.adopt(key, cur)
+	return 0, false, fmt.Errorf("%w: %w", errControlChanged, err)
+}
+
+// errControlUnknown: whether a setting's write landed is not known.
+var errControlUnknown = errors.New("outcome unknown")
+
+// adopt makes memory hold the setting stored under key (nil: none).
+func (f *flow) adopt(key string, c *control) {
+	s := f.s
+	s.mu.Lock()
+	defer s.unlock()
+	scope, name, _ := strings.Cut(strings.TrimPrefix(key, protocol.LimitControlPrefix), ".")
+	if c == nil {
+		f.limits.remove(scope, name)
+		return
+	}
+	var spec protocol.LimitSpec
+	if json.Unmarshal(c.value, &spec) != nil {
+		return
+	}
+	if r, err := protocol.ParseRate(spec.Rate); err == nil {
+		f.limits.set(scope, name, r, spec.Burst, c.rev, false, s.now())
+	}
+}
+
+// controlFailed is the answer to a write of a setting that failed: changed meanwhile
+// (memory now holds what is stored), not known to have landed, or not stored.
+func controlFailed(what string, err error) *protocol.Error {
+	switch {
+	case errors.Is(err, errControlChanged):
+		return &protocol.Error{Message: fmt.Sprintf("the %s changed meanwhile (%v); nothing was written, try again", what, err)}
+	case errors.Is(err, errControlUnknown):
+		return &protocol.Error{Message: fmt.Sprintf("%sthe %s may or may not be stored (%v): jobbus limit ls tells", protocol.OutcomeUnknownPrefix, what, err)}
+	}
+	return &protocol.Error{Message: fmt.Sprintf("%v: the %s was not stored (%v)", ErrNotServing, what, err)}
+}

@@ -139,6 +139,9 @@ type pendingWrite struct {
 	ttl     time.Duration // how long a finished record is kept; 0 for ever
 	expires int64         // when the job's retention ends, Unix milliseconds; with ttl
 	bind    binding
+	// uniqueUntil is the end of the unique window a COMPLETED job holds (unique.go), 0
+	// if none: a header of the record (protocol.HeaderUniqueUntil).
+	uniqueUntil int64
 }
 
 // binding is an idempotency key's value in protocol.JobsBucket, under bindingKey(key).

@@ -147,7 +147,8 @@ func readHead(id string, h nats.Header, meta *jetstream.MsgMetadata) (head, bool
 	seq, _ := strconv.ParseUint(h.Get(protocol.HeaderSeq), 10, 64)
 	st, _ := protocol.ParseState(h.Get(protocol.HeaderState)) // the constant, not a copy per job
 	expires, _ := strconv.ParseInt(h.Get(protocol.HeaderExpires), 10, 64)
-	return head{id: id, seq: seq, state: st, at: meta.Timestamp, expires: expires}, true
+	until, _ := strconv.ParseInt(h.Get(protocol.HeaderUniqueUntil), 10, 64)
+	return head{id: id, seq: seq, state: st, at: meta.Timestamp, expires: expires, uniqueUntil: until}, true
 }
 
 // consume hands fn the messages of an ordered consumer of stream with cfg, until none
@@ -351,9 +352,11 @@ func (s *jsStore) load(ctx context.Context) (*loaded, error) {
 	if err != nil {
 		return nil, err
 	}
-	var whole []string // active jobs, and records older than the headers
-	for _, h := range heads {
-		if h.state == "" || h.state.Active() {
+	var whole []string // active jobs, records older than the headers, unique windows held
+	now := s.cfg.Now().UnixMilli()
+	for i, h := range heads {
+		if h.state == "" || h.state.Active() || h.uniqueUntil > now {
+			heads[i] = readWhole(h)
 			whole = append(whole, h.id)
 		}
 	}

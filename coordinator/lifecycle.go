@@ -62,6 +62,12 @@ func (s *scheduler) submit(req *protocol.SubmitJob, from request, reply replyFun
 			return
 		}
 	}
+	wish, perr := uniqueOf(req) // unique.go
+	if perr != nil {
+		s.note.submitted(SubmitInvalid)
+		reply(perr)
+		return
+	}
 	id, ok := s.requestJob(req, from, maxAttempts, prio, reply) // request.go
 	if !ok {
 		return
@@ -92,6 +98,9 @@ func (s *scheduler) submit(req *protocol.SubmitJob, from request, reply replyFun
 			return
 		}
 	}
+	if wish.key != "" && s.answerUnique(wish.key, due, reply) {
+		return
+	}
 	if s.active >= s.cfg.MaxActiveJobs {
 		s.note.submitted(SubmitRejected)
 		s.out.reply(reply, protocol.AtCapacity(s.active, s.cfg.MaxActiveJobs))
@@ -103,6 +112,7 @@ func (s *scheduler) submit(req *protocol.SubmitJob, from request, reply replyFun
 		return
 	}
 	j := s.newJob(id, req, maxAttempts, prio, key, fp)
+	s.uniq.hold(j, wish)
 	defer s.assignAtOnce(j)
 	r := s.replies.by(reply, due, "submission", id)
 	j.answer = r

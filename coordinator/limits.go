@@ -21,8 +21,6 @@ import (
 type limiter struct {
 	byType  map[string]*rateLimit
 	byQueue map[string]*rateLimit
-	// wake asks dispatch to look again at at: set by the scheduler (a timer).
-	wake func(at time.Time)
 }
 
 // rateLimit is one limit and its bucket.
@@ -32,9 +30,8 @@ type rateLimit struct {
 	burst       int64
 	rev         uint64 // of its control
 	bucket      *tokenBucket
-	throttled   uint64    // starts that waited for a token
-	refused     bool      // a start was refused since the last one
-	wakeAt      time.Time // dispatch is woken then; zero: no wake-up armed
+	throttled   uint64 // starts that waited for a token
+	refused     bool   // a start was refused since the last one
 }
 
 func newLimiter() *limiter {
@@ -60,7 +57,6 @@ func (l *limiter) set(scope, name string, r protocol.Rate, burst int64, rev uint
 	if lim := t[name]; lim != nil {
 		lim.rate, lim.burst, lim.rev = r, burst, rev
 		lim.bucket.reshape(r, burst, now)
-		lim.wakeAt = time.Time{} // the next token moved: the next refusal arms a new wake-up
 		return lim
 	}
 	lim := &rateLimit{scope: scope, name: name, rate: r, burst: burst, rev: rev, bucket: newTokenBucket(r, burst, full, now)}
@@ -75,7 +71,7 @@ func (l *limiter) remove(scope, name string) { delete(l.table(scope), name) }
 func (l *limiter) empty() bool { return len(l.byType) == 0 && len(l.byQueue) == 0 }
 
 // admits reports whether a job of queue and taskType may start at now; if not, when
-// a token will be there, and a wake-up of dispatch is armed for then.
+// a token will be there (dispatch looks again then).
 func (l *limiter) admits(queue, taskType string, now time.Time) (ok bool, next time.Time) {
 	if l.empty() {
 		return true, time.Time{}
@@ -91,30 +87,9 @@ func (l *limiter) admits(queue, taskType string, now time.Time) (ok bool, next t
 				next = at
 			}
 			lim.refused = true
-			lim.armWake(l.wake, at)
 		}
 	}
 	return ok, next
-}
-
-// armWake arms a wake-up of dispatch at at, unless one is armed no later.
-func (lim *rateLimit) armWake(wake func(time.Time), at time.Time) {
-	if wake == nil || !lim.wakeAt.IsZero() && !lim.wakeAt.After(at) {
-		return
-	}
-	lim.wakeAt = at
-	wake(at)
-}
-
-// woke clears the wake-ups due by now: dispatch is looking again.
-func (l *limiter) woke(now time.Time) {
-	for _, t := range []map[string]*rateLimit{l.byType, l.byQueue} {
-		for _, lim := range t {
-			if !lim.wakeAt.IsZero() && !lim.wakeAt.After(now) {
-				lim.wakeAt = time.Time{}
-			}
-		}
-	}
 }
 
 // started takes a token for a job of queue and taskType that starts at now.

@@ -11,8 +11,6 @@ func TestLimiterTypeAndQueue(t *testing.T) {
 	t.Parallel()
 	t0 := time.UnixMilli(1_700_000_000_000)
 	l := newLimiter()
-	var wakes []time.Time
-	l.wake = func(at time.Time) { wakes = append(wakes, at) }
 	if ok, _ := l.admits("", "SLEEP", t0); !ok {
 		t.Fatal("no limit set, yet a start was refused")
 	}
@@ -42,15 +40,6 @@ func TestLimiterTypeAndQueue(t *testing.T) {
 	ok, next = l.admits("", "SLEEP", t0)
 	if ok || !next.Equal(t0.Add(time.Second)) {
 		t.Fatalf("both empty: next +%v, want +1s", next.Sub(t0))
-	}
-	// One wake-up per limit and due time: +1s for the queue, +100ms for the type.
-	if len(wakes) != 2 {
-		t.Fatalf("wake-ups armed: %v, want 2 (one per limit)", wakes)
-	}
-	l.woke(t0.Add(100 * time.Millisecond))
-	l.admits("critical", "SLEEP", t0.Add(50*time.Millisecond))
-	if len(wakes) != 3 {
-		t.Fatalf("after the type's wake-up fired, a refusal arms a new one: %d wake-ups", len(wakes))
 	}
 
 	t1 := t0.Add(time.Second)

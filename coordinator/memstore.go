@@ -38,6 +38,7 @@ type memMessage struct {
 	at      time.Time
 	expires time.Time
 	ends    int64 // a finished record's end of retention, Unix milliseconds (HeaderExpires)
+	unique  int64 // a record's protocol.HeaderUniqueUntil
 }
 
 func newMemBackend() *memBackend {
@@ -148,7 +149,7 @@ func (s *memStore) apply(ws []pendingWrite) ([]uint64, error) {
 			b.bindings[bindingKey(w.key)] = memMessage{data: data, seq: b.seq, at: now, expires: expires}
 		}
 		b.seq++
-		b.records[w.id] = memMessage{data: w.data, seq: b.seq, state: w.state, recSeq: w.seq, at: now, expires: expires, ends: ends}
+		b.records[w.id] = memMessage{data: w.data, seq: b.seq, state: w.state, recSeq: w.seq, at: now, expires: expires, ends: ends, unique: w.uniqueUntil}
 		revs[i] = b.seq
 	}
 	return revs, nil
@@ -182,8 +183,12 @@ func (s *memStore) load(context.Context) (*loaded, error) {
 		if !b.live(m, now) {
 			continue
 		}
-		ld.heads = append(ld.heads, head{id: id, seq: m.recSeq, state: m.state, at: m.at, expires: m.ends})
-		if m.state.Active() {
+		h := head{id: id, seq: m.recSeq, state: m.state, at: m.at, expires: m.ends, uniqueUntil: m.unique}
+		if m.state.Active() || m.unique > now.UnixMilli() {
+			h = readWhole(h)
+		}
+		ld.heads = append(ld.heads, h)
+		if m.state.Active() || m.unique > now.UnixMilli() {
 			var r protocol.Record
 			if err := json.Unmarshal(m.data, &r); err != nil {
 				return nil, fmt.Errorf("job %s: %w", id, err)

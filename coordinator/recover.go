@@ -54,6 +54,9 @@ func (s *scheduler) recover(ctx context.Context) error {
 		s.restore(r.Record, r.rev)
 	}
 	s.kept.index.sort()
+	for i := range recs { // once the index is sorted: a finished one's entry is found
+		s.uniq.restored(&recs[i].Record)
+	}
 	slices.SortFunc(s.kept.expiring, func(a, b expiring) int { return cmp.Compare(a.at, b.at) })
 	// Every job took at least one message of the stream, so its last sequence bounds
 	// every job sequence ever given, those of expired jobs included. The last message
@@ -71,6 +74,9 @@ func (s *scheduler) recover(ctx context.Context) error {
 		return s.kept.keepBinding(key, value, finished())
 	}
 	if err := s.store.bindings(ctx, !fromCheckpoint, keep); err != nil {
+		return err
+	}
+	if err := s.flow.recoverLimits(ctx); err != nil {
 		return err
 	}
 	// Reading a large store allocates far more than memory then keeps: give it back now
@@ -92,6 +98,8 @@ type head struct {
 	expires int64          // when the job's retention ends, Unix milliseconds; 0: never
 
 	key, fingerprint string // a finished job's idempotency binding, from a checkpoint
+
+	uniqueUntil int64 // a COMPLETED job's unique window (protocol.HeaderUniqueUntil); 0: none
 }
 
 // restore adds one stored job to memory: a finished one only as its entry, unless its

@@ -115,6 +115,9 @@ func (q *writeQueue) pendingWrite(j *job) (pendingWrite, error) {
 		ttl:     q.ttl(j.rec.EndedAt),
 		expires: time.UnixMilli(j.rec.EndedAt).Add(q.cfg.Retention).UnixMilli(),
 		bind:    binding{JobID: j.rec.JobID, Fingerprint: j.rec.Fingerprint},
+		// uniqueUntil: the record of a job that holds its unique key past its end
+		// says so in a header, for recovery (unique.go).
+		uniqueUntil: heldUntil(&j.rec),
 	}, err
 }
 
@@ -208,6 +211,7 @@ func (s *scheduler) retire(j *job) {
 		delete(s.keys, k)
 	}
 	s.kept.retire(j)
+	s.uniq.retired(j)
 }
 
 // takeCreates takes the jobs waiting for their first write out of the queue. Called

@@ -35,6 +35,10 @@ var Endpoints = []Endpoint{
 	{Name: "workers", Request: TypeListWorkers},
 	{Name: "cancel", Request: TypeCancelJob},
 	{Name: "types", Request: TypeListTaskTypes}, // native: the task type catalogue
+	// native: rate limits (limits.go)
+	{Name: "limit.set", Request: TypeSetLimit},
+	{Name: "limit.list", Request: TypeListLimits},
+	{Name: "limit.remove", Request: TypeRemoveLimit},
 }
 
 // EndpointFor returns the endpoint that serves request type t; ok is false for a type

@@ -82,6 +82,11 @@ var newMessage = map[Type]func() Message{
 	TypeJobCancel:        func() Message { return new(JobCancel) },
 	TypeListTaskTypes:    func() Message { return new(ListTaskTypes) },
 	TypeTaskTypeList:     func() Message { return new(TaskTypeList) },
+	TypeSetLimit:         func() Message { return new(SetLimit) },
+	TypeRemoveLimit:      func() Message { return new(RemoveLimit) },
+	TypeListLimits:       func() Message { return new(ListLimits) },
+	TypeLimitList:        func() Message { return new(LimitList) },
+	TypeLimitRemoved:     func() Message { return new(LimitRemoved) },
 }
 
 // PeekType returns the "type" of a JSON message without decoding the rest: the first

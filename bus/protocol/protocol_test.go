@@ -81,6 +81,15 @@ var roundTripCases = []struct {
 	{"CancelJob", &protocol.CancelJob{JobID: "job-1"}},
 	{"JobCancelCancelled", &protocol.JobCancel{Cancelled: true, Job: protocol.Job{JobID: "j", TaskType: "SLEEP", State: protocol.StateCancelled, Priority: protocol.PriorityNormal}}},
 	{"JobCancelAlreadyTerminal", &protocol.JobCancel{Job: finishedJob()}},
+	{"SetLimit", &protocol.SetLimit{Scope: "type", Name: "SEND_EMAIL", Rate: "100/m", Burst: 10}},
+	{"SetLimitNoBurst", &protocol.SetLimit{Scope: "queue", Name: "low", Rate: "5/s"}},
+	{"RemoveLimit", &protocol.RemoveLimit{Scope: "queue", Name: "low"}},
+	{"ListLimits", &protocol.ListLimits{}},
+	{"LimitListEmpty", &protocol.LimitList{Limits: []protocol.LimitInfo{}}},
+	{"LimitList", &protocol.LimitList{Limits: []protocol.LimitInfo{
+		{Scope: "type", Name: "SEND_EMAIL", Rate: "100/m", Burst: 10, PerSecond: 100.0 / 60, Tokens: 2.5, Throttled: 7, NextTokenMillis: 1700000000000},
+	}}},
+	{"LimitRemoved", &protocol.LimitRemoved{Limit: protocol.LimitInfo{Scope: "queue", Name: "low", Rate: "5/s", Burst: 1, PerSecond: 5, Tokens: 1}}},
 }
 
 func TestRoundTrip(t *testing.T) {
@@ -110,9 +119,10 @@ func TestRoundTripCoversEveryMessageType(t *testing.T) {
 		covered[tc.msg.MessageType()] = true
 	}
 	known := protocol.KnownTypes()
-	// PROTOCOL.md's 18, and the task type catalogue's two (native extensions).
-	if len(known) != 20 {
-		t.Errorf("Decode knows %d message types, PROTOCOL.md has 18 and jobbus adds 2: %v", len(known), known)
+	// PROTOCOL.md's 18, the task type catalogue's two and the rate limits' five
+	// (native extensions).
+	if len(known) != 25 {
+		t.Errorf("Decode knows %d message types, PROTOCOL.md has 18 and jobbus adds 7: %v", len(known), known)
 	}
 	for _, typ := range known {
 		if !covered[typ] {
@@ -234,6 +244,11 @@ var specFields = map[protocol.Type][]string{
 	// Native extensions, in no spec.
 	protocol.TypeListTaskTypes: {},
 	protocol.TypeTaskTypeList:  {"taskTypes"},
+	protocol.TypeSetLimit:      {"scope", "name", "rate"},
+	protocol.TypeRemoveLimit:   {"scope", "name"},
+	protocol.TypeListLimits:    {},
+	protocol.TypeLimitList:     {"limits"},
+	protocol.TypeLimitRemoved:  {"limit"},
 }
 
 var snapshotFields = []string{"jobId", "taskType", "state", "attempts", "maxAttempts", "workerId",

@@ -17,6 +17,9 @@ func TestReadOnly(t *testing.T) {
 		protocol.TypeListJobs:      true,
 		protocol.TypeListWorkers:   true,
 		protocol.TypeListTaskTypes: true,
+		protocol.TypeSetLimit:      false,
+		protocol.TypeRemoveLimit:   false,
+		protocol.TypeListLimits:    true,
 	}
 	if len(protocol.Endpoints) != len(want) {
 		t.Fatalf("%d endpoints, %d decided here", len(protocol.Endpoints), len(want))

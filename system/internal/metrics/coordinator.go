@@ -97,7 +97,7 @@ func (r *Registry) Coordinator() *Coordinator {
 	}
 	r.reg.MustRegister(m.submissions, m.assigned, m.completed, m.failed, m.retried, m.cancelled, m.deadlines,
 		m.startLat, m.doneLat, m.writeLat, m.writeErrs, m.writesPer, m.syncLat, m.syncWrites, m.syncErrs, m.leads,
-		&coordinatorCollector{m})
+		&coordinatorCollector{m}, &limitCollector{m})
 	r.AddBus("coordinator", m.busStats)
 	r.coord = m
 	return m

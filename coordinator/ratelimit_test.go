@@ -1,0 +1,371 @@
+package coordinator_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/client"
+	"github.com/jobbus/jobbus/coordinator"
+)
+
+// startLog is a coordinator.Observer that keeps the time of every start (a job moving
+// to RUNNING) of one task type, across the coordinators that share it.
+type startLog struct {
+	taskType string
+	mu       sync.Mutex
+	starts   []time.Time
+}
+
+func (o *startLog) Submitted(coordinator.SubmitOutcome)    {}
+func (o *startLog) DeadlineExpired(string)                 {}
+func (o *startLog) Stored(time.Duration, error, bool, int) {}
+func (o *startLog) Synced(time.Duration, int, error)       {}
+func (o *startLog) JobChanged(ch coordinator.JobChange) {
+	if ch.To != protocol.StateRunning || ch.TaskType != o.taskType {
+		return
+	}
+	o.mu.Lock()
+	o.starts = append(o.starts, ch.At)
+	o.mu.Unlock()
+}
+
+func (o *startLog) times() []time.Time {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := slices.Clone(o.starts)
+	slices.SortFunc(out, func(a, b time.Time) int { return a.Compare(b) })
+	return out
+}
+
+// busiestWindow is the most starts within any window of length w (from each start),
+// and where that window begins.
+func busiestWindow(starts []time.Time, w time.Duration) (most int, at time.Time) {
+	j := 0
+	for i := range starts {
+		for j < len(starts) && starts[j].Sub(starts[i]) < w {
+			j++
+		}
+		if j-i > most {
+			most, at = j-i, starts[i]
+		}
+	}
+	return most, at
+}
+
+// windowBound is the most starts a limit of rate and burst allows in a window w as
+// the observer sees it: starts are stamped to the millisecond, so a window of w holds
+// starts up to w+1ms apart.
+func windowBound(r protocol.Rate, burst int64, w time.Duration) int {
+	return int(burst) + int(float64(r.Count)*float64(w+time.Millisecond)/float64(r.Period))
+}
+
+// submitBacklog submits n SHA256 jobs of distinct payloads and returns their ids.
+func submitBacklog(t *testing.T, cl *client.Client, n int, opts ...client.SubmitOption) []string {
+	t.Helper()
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 32)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			id, err := cl.Submit(context.Background(), "SHA256", text(fmt.Sprintf("backlog %d", i)), opts...)
+			ids[i] = id
+			if err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("submit: %v", err)
+	}
+	return ids
+}
+
+// TestRateLimitBoundsStarts: a rate limit on a task type holds a backlog to its rate:
+// no window of one period has more than rate + burst starts, the whole backlog takes
+// at least (jobs - burst) / rate, and every job completes (none fails for the limit).
+func TestRateLimitBoundsStarts(t *testing.T) {
+	t.Parallel()
+	obs := &startLog{taskType: "SHA256"}
+	s := setup(t, func(c *coordinator.Config) { c.Observer = obs })
+	ctx := context.Background()
+	const rate, burst, jobs = "10/100ms", 3, 80
+	info, err := s.Client.SetLimit(ctx, client.ForTaskType("SHA256"), rate, burst)
+	must(t, err)
+	if info.Rate != "10/100ms" || info.Burst != burst || info.Tokens != burst || info.PerSecond != 100 {
+		t.Fatalf("limit set: %+v, want 10/100ms burst 3, full, 100/s", info)
+	}
+	ids := submitBacklog(t, s.Client, jobs)
+	s.StartWorker(64)
+	for _, id := range ids {
+		if j := s.Wait(id); j.State != protocol.StateCompleted || j.Attempts != 1 {
+			t.Fatalf("job %+v: every job completes on its first attempt, the limit fails none", j)
+		}
+	}
+	starts := obs.times()
+	if len(starts) != jobs {
+		t.Fatalf("%d starts seen, want %d", len(starts), jobs)
+	}
+	r, _ := protocol.ParseRate(rate)
+	if most, at := busiestWindow(starts, r.Period); most > windowBound(r, burst, r.Period) {
+		t.Fatalf("%d starts within %v from %v: more than rate + burst (%d)", most, r.Period, at, windowBound(r, burst, r.Period))
+	}
+	least := time.Duration(jobs-burst) * r.Period / time.Duration(r.Count)
+	if span := starts[len(starts)-1].Sub(starts[0]); span < least-time.Millisecond {
+		t.Fatalf("%d starts within %v: the limit of %s with burst %d needs at least %v", jobs, span, rate, burst, least)
+	}
+	limits, err := s.Client.Limits(ctx)
+	must(t, err)
+	if len(limits) != 1 || limits[0].Throttled == 0 || limits[0].Throttled > jobs-burst {
+		t.Fatalf("limit ls: %+v, want the one limit with 1..%d throttled starts", limits, jobs-burst)
+	}
+}
+
+// TestRateLimitedJobsWaitQueued: jobs over a limit wait QUEUED, never fail, and start
+// as soon as the limit is raised or removed; jobs of other types are not held back.
+func TestRateLimitedJobsWaitQueued(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	sha := client.ForTaskType("SHA256")
+	_, err := s.Client.SetLimit(ctx, sha, "1/h", 1)
+	must(t, err)
+	s.StartWorker(4)
+	s.Wait(s.Submit("SHA256", text("takes the one token")))
+	held := []string{s.Submit("SHA256", text("a")), s.Submit("SHA256", text("b"))}
+	other := s.Submit("WORD_COUNT", text("another type is not held back"))
+	if j := s.Wait(other); j.State != protocol.StateCompleted {
+		t.Fatalf("a job of another type: %+v", j)
+	}
+	expectQueued := func(when string, ids ...string) {
+		t.Helper()
+		for _, id := range ids {
+			if j := s.Status(id); j.State != protocol.StateQueued || j.Attempts != 0 {
+				t.Fatalf("%s: job over the limit %+v, want QUEUED, never started", when, j)
+			}
+		}
+	}
+	expectQueued("1/h", held...)
+	limits, err := s.Client.Limits(ctx)
+	must(t, err)
+	if len(limits) != 1 || limits[0].Tokens >= 1 || limits[0].NextTokenMillis < time.Now().Add(50*time.Minute).UnixMilli() {
+		t.Fatalf("limit ls: %+v, want an empty bucket whose next token is an hour away", limits)
+	}
+
+	// Raised: a token every 100 ms.
+	info, err := s.Client.SetLimit(ctx, sha, "10/s", 1)
+	must(t, err)
+	if info.Tokens >= 1 {
+		t.Fatalf("a changed limit keeps its bucket's tokens (none): %+v", info)
+	}
+	for _, id := range held {
+		if j := s.Wait(id); j.State != protocol.StateCompleted {
+			t.Fatalf("after the limit was raised: %+v", j)
+		}
+	}
+
+	// Lowered again once the bucket is full (the token it holds stays), then removed.
+	s.Eventually("the bucket is full again", func() bool {
+		l, err := s.Client.Limits(ctx)
+		return err == nil && len(l) == 1 && l[0].Tokens == 1
+	})
+	info, err = s.Client.SetLimit(ctx, sha, "1/h", 1)
+	must(t, err)
+	if info.Tokens != 1 {
+		t.Fatalf("lowered: %+v, want the full bucket's token kept", info)
+	}
+	s.Wait(s.Submit("SHA256", text("takes the token")))
+	last := s.Submit("SHA256", text("c"))
+	expectQueued("1/h again", last)
+	removed, err := s.Client.RemoveLimit(ctx, sha)
+	must(t, err)
+	if removed.Rate != "1/h" || removed.Scope != "type" || removed.Name != "SHA256" {
+		t.Fatalf("removed %+v", removed)
+	}
+	if j := s.Wait(last); j.State != protocol.StateCompleted {
+		t.Fatalf("after the limit was removed: %+v", j)
+	}
+	if limits, err := s.Client.Limits(ctx); err != nil || len(limits) != 0 {
+		t.Fatalf("limit ls after rm: %+v %v", limits, err)
+	}
+}
+
+// TestRateLimitBadInput: a limit that cannot be enforced is refused with a clear error,
+// by the client before sending and by the coordinator for a request sent as is.
+func TestRateLimitBadInput(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	cases := []struct {
+		req  protocol.SetLimit
+		says string
+	}{
+		{protocol.SetLimit{Scope: "type", Name: "SHA256", Rate: "0/s"}, "Invalid limit: invalid rate limit: rate count must be positive, got 0"},
+		{protocol.SetLimit{Scope: "type", Name: "SHA256", Rate: "-5/m"}, "rate count must be positive, got -5"},
+		{protocol.SetLimit{Scope: "type", Name: "SHA256", Rate: "100"}, `rate "100" must be COUNT/PERIOD`},
+		{protocol.SetLimit{Scope: "type", Name: "SHA256", Rate: "100/fortnight"}, `unknown unit "fortnight"`},
+		{protocol.SetLimit{Scope: "type", Name: "SHA256", Rate: "ten/s"}, "is not an integer"},
+		{protocol.SetLimit{Scope: "type", Name: "SHA256", Rate: "1/s", Burst: -1}, "burst must be 1 to 100000, got -1"},
+		{protocol.SetLimit{Scope: "worker", Name: "SHA256", Rate: "1/s"}, `scope must be "type" or "queue", got "worker"`},
+		{protocol.SetLimit{Scope: "queue", Name: "has space", Rate: "1/s"}, `queue name "has space" must be`},
+	}
+	for _, c := range cases {
+		_, err := s.Client.SetLimit(ctx, client.LimitTarget{Scope: c.req.Scope, Name: c.req.Name}, c.req.Rate, c.req.Burst)
+		if !errors.Is(err, protocol.ErrBadLimit) || !strings.Contains(err.Error(), strings.TrimPrefix(c.says, "Invalid limit: ")) {
+			t.Errorf("client SetLimit(%+v) = %v, want ErrBadLimit saying %q", c.req, err, c.says)
+		}
+		m, err := s.Client.Do(ctx, &c.req)
+		if err != nil {
+			t.Fatalf("send %+v: %v", c.req, err)
+		}
+		e, ok := m.(*protocol.Error)
+		if !ok || !strings.HasPrefix(e.Message, "Invalid limit: ") || !strings.Contains(e.Message, strings.TrimPrefix(c.says, "Invalid limit: ")) {
+			t.Errorf("coordinator answered %+v to %+v, want an ERROR saying %q", m, c.req, c.says)
+		}
+	}
+	_, err := s.Client.RemoveLimit(ctx, client.ForQueue("nothing-set"))
+	var se *client.ServerError
+	if !errors.As(err, &se) || se.Message != "Unknown limit: queue nothing-set" {
+		t.Fatalf("remove of a limit not set: %v", err)
+	}
+	if limits, err := s.Client.Limits(ctx); err != nil || len(limits) != 0 {
+		t.Fatalf("after bad input, limits %+v %v: nothing was set", limits, err)
+	}
+}
+
+// TestRateLimitSurvivesFailover runs two campaigning coordinators on one server under a
+// rate-limited backlog, and stops the leader midway: the standby takes over with the
+// limit (a durable setting) and starts its bucket empty, so no window of one period,
+// across the failover too, has more than rate + burst starts.
+func TestRateLimitSurvivesFailover(t *testing.T) {
+	t.Parallel()
+	obs := &startLog{taskType: "SHA256"}
+	s := setup(t, func(c *coordinator.Config) { c.Observer = obs })
+	ctx := context.Background()
+	const rate, burst, jobs = "20/200ms", 5, 200
+	_, err := s.Client.SetLimit(ctx, client.ForTaskType("SHA256"), rate, burst)
+	must(t, err)
+	_ = s.Coordinator.Close() // the campaigners below replace the plain coordinator
+	cfg := s.Config
+	cfg.LeaderLease = 600 * time.Millisecond
+	var mu sync.Mutex
+	leads := map[int]int{}
+	run := func(n int) (stop func()) {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if err := coordinator.Run(ctx, s.NC, cfg, func(*coordinator.Coordinator) {
+				mu.Lock()
+				leads[n]++
+				mu.Unlock()
+			}); err != nil {
+				t.Error(err)
+			}
+		}()
+		var once sync.Once
+		stop = func() { once.Do(func() { cancel(); <-done }) }
+		t.Cleanup(stop)
+		return stop
+	}
+	led := func(n int) bool { mu.Lock(); defer mu.Unlock(); return leads[n] > 0 }
+	stop1 := run(1)
+	s.Eventually("coordinator 1 leads", func() bool { return led(1) })
+	run(2)
+	ids := submitBacklog(t, s.Client, jobs)
+	s.StartWorker(64)
+	s.Eventually("a third of the backlog started", func() bool { return len(obs.times()) >= jobs/3 })
+	stop1()
+	failedOver := time.Now()
+	s.Eventually("coordinator 2 leads", func() bool { return led(2) })
+	limits, err := s.Client.Limits(ctx)
+	must(t, err)
+	if len(limits) != 1 || limits[0].Rate != rate || limits[0].Burst != burst {
+		t.Fatalf("the new leader's limits: %+v, want %s burst %d", limits, rate, burst)
+	}
+	for _, id := range ids {
+		if j := s.Wait(id); j.State != protocol.StateCompleted {
+			t.Fatalf("job %+v", j)
+		}
+	}
+	starts := obs.times()
+	r, _ := protocol.ParseRate(rate)
+	if most, at := busiestWindow(starts, r.Period); most > windowBound(r, burst, r.Period) {
+		t.Fatalf("%d starts within %v from %v (failover at %v): more than rate + burst (%d)", most, r.Period, at, failedOver, windowBound(r, burst, r.Period))
+	}
+	var after []time.Time
+	for _, at := range starts {
+		if at.After(failedOver) {
+			after = append(after, at)
+		}
+	}
+	if len(after) < 2 {
+		t.Fatalf("%d starts after the failover", len(after))
+	}
+	// The new leader's bucket starts empty: its starts are held to the rate alone.
+	least := time.Duration(len(after)-1) * r.Period / time.Duration(r.Count)
+	if span := after[len(after)-1].Sub(failedOver); span < least-time.Millisecond {
+		t.Fatalf("%d starts within %v of the failover; the limit allows them in no less than %v", len(after), span, least)
+	}
+}
+
+// TestRateLimitHeldForAMinute (long: JOBBUS_LONG_TESTS=1, task test-limits) holds a
+// backlog to 100/s with burst 10 for 60 s: 6,010 starts +- 1%, and no second with more
+// than 110.
+func TestRateLimitHeldForAMinute(t *testing.T) {
+	if os.Getenv("JOBBUS_LONG_TESTS") == "" {
+		t.Skip("long: set JOBBUS_LONG_TESTS=1 (task test-limits)")
+	}
+	obs := &startLog{taskType: "SHA256"}
+	s := setup(t, func(c *coordinator.Config) { c.Observer = obs })
+	ctx := context.Background()
+	const rate, burst, jobs = "100/s", 10, 6600
+	_, err := s.Client.SetLimit(ctx, client.ForTaskType("SHA256"), rate, burst)
+	must(t, err)
+	submitBacklog(t, s.Client, jobs)
+	s.StartWorker(64)
+	s.Eventually("the first start", func() bool { return len(obs.times()) > 0 })
+	first := obs.times()[0]
+	// A start stamped a minute after the first closes the minute.
+	var starts []time.Time
+	for deadline := time.Now().Add(90 * time.Second); ; {
+		starts = obs.times()
+		if starts[len(starts)-1].Sub(first) >= time.Minute {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d starts, the last %v after the first: the limit held more than 100/s back", len(starts), starts[len(starts)-1].Sub(first))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var inMinute []time.Time
+	for _, at := range starts {
+		if at.Sub(first) < time.Minute {
+			inMinute = append(inMinute, at)
+		}
+	}
+	r, _ := protocol.ParseRate(rate)
+	want := 6000 + burst
+	most, at := busiestWindow(inMinute, time.Second)
+	t.Logf("limit %s burst %d: %d starts in the first 60 s (want %d +- 1%%), busiest second %d (from +%v), bound %d",
+		rate, burst, len(inMinute), want, most, at.Sub(first), windowBound(r, burst, time.Second))
+	if n := len(inMinute); n < want*99/100 || n > want*101/100 {
+		t.Fatalf("%d starts in 60 s, want %d +- 1%%", n, want)
+	}
+	if most > windowBound(r, burst, time.Second) {
+		t.Fatalf("%d starts within one second from +%v: more than rate + burst", most, at.Sub(first))
+	}
+}

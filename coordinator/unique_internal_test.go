@@ -1,0 +1,135 @@
+package coordinator
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/client"
+	"github.com/jobbus/jobbus/embeddednats"
+	"github.com/jobbus/jobbus/internal/testkit"
+	jobworker "github.com/jobbus/jobbus/worker"
+	"github.com/jobbus/jobbus/worker/tasks"
+)
+
+// TestUniqueSurvivesRestart: the jobs that hold a unique key hold it after a restart,
+// whichever way recovery reads the store: after a graceful stop (its checkpoint), after
+// a crash (a checkpoint from the middle of the term, then writes), and with the
+// checkpoint ignored (every record's headers). A job that completed within its window
+// holds it; one still active holds it; a cancelled one does not.
+func TestUniqueSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv, err := embeddednats.Start(ctx, embeddednats.WithListen("127.0.0.1:-1"), embeddednats.WithStoreDir(t.TempDir()))
+	must(t, err)
+	t.Cleanup(func() { _ = srv.Shutdown(ctx) })
+	nc, err := srv.Connect()
+	must(t, err)
+	t.Cleanup(nc.Close)
+	logs := &testkit.Buffer{}
+	cfg := DefaultConfig()
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	start := func(cfg Config) *Coordinator {
+		t.Helper()
+		c, err := New(nc, cfg)
+		must(t, err)
+		must(t, c.Start(ctx))
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	cl := client.New(nc)
+	submit := func(taskType, text string, opts ...client.SubmitOption) string {
+		t.Helper()
+		id, err := cl.Submit(ctx, taskType, map[string]string{"text": text}, opts...)
+		must(t, err)
+		return id
+	}
+	waitState := func(id string, st protocol.State) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			j, err := cl.Status(ctx, id)
+			if err == nil && j.State == st {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("job %s: %+v %v, want %s", id, j, err, st)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	// A worker that runs SHA256 only: WORD_COUNT jobs stay QUEUED, active.
+	wctx, stopWorker := context.WithCancel(ctx)
+	only := tasks.NewRegistry()
+	sha, _ := tasks.Builtins().Lookup("SHA256")
+	must(t, only.Register("SHA256", sha))
+	w, err := jobworker.New(nc, jobworker.WithCapacity(4), jobworker.WithLogger(nil), jobworker.WithTasks(only))
+	must(t, err)
+	workerDone := make(chan struct{})
+	go func() { defer close(workerDone); _ = w.Run(wctx) }()
+	t.Cleanup(func() { stopWorker(); <-workerDone; _ = w.Close() })
+
+	c1 := start(cfg)
+	done := submit("SHA256", "done", client.UniqueFor(time.Hour), client.IdempotencyKey("done-key"))
+	waitState(done, protocol.StateCompleted)
+	active := submit("WORD_COUNT", "active", client.UniqueWhileActive())
+	cancelled := submit("WORD_COUNT", "cancelled", client.UniqueFor(time.Hour))
+	_, _, err = cl.Cancel(ctx, cancelled)
+	must(t, err)
+
+	expect := func(when string) {
+		t.Helper()
+		if got := submit("SHA256", "done", client.UniqueFor(time.Hour)); got != done {
+			t.Fatalf("%s: the completed job within its window is %s, a resubmission got %s", when, done, got)
+		}
+		if got := submit("SHA256", "done", client.IdempotencyKey("done-key")); got != done {
+			t.Fatalf("%s: its idempotency key names %s, want %s", when, got, done)
+		}
+		if got := submit("WORD_COUNT", "active", client.UniqueWhileActive()); got != active {
+			t.Fatalf("%s: the active job is %s, a resubmission got %s", when, active, got)
+		}
+		fresh := submit("WORD_COUNT", "cancelled", client.UniqueFor(time.Hour))
+		if fresh == cancelled {
+			t.Fatalf("%s: a cancelled job still holds its key", when)
+		}
+		_, _, err := cl.Cancel(ctx, fresh) // it holds the key now: release it for the next round
+		must(t, err)
+	}
+	expect("before a restart")
+	must(t, c1.Close()) // a graceful stop writes the checkpoint
+	logs.Take()
+
+	c2 := start(cfg)
+	if !strings.Contains(logs.Take(), "recovering from a checkpoint") {
+		t.Fatal("the checkpoint written at the stop was not used")
+	}
+	expect("after a stop")
+
+	must(t, c2.ckpt.write(ctx)) // a checkpoint in the middle of the term, then writes
+	later := submit("SHA256", "later", client.UniqueFor(time.Hour))
+	waitState(later, protocol.StateCompleted)
+	c2.ckpt.running.Store(true) // a crash: no checkpoint at the stop
+	must(t, c2.Close())
+	c3 := start(cfg)
+	if !strings.Contains(logs.Take(), "recovering from a checkpoint") {
+		t.Fatal("the checkpoint of the term before was not used")
+	}
+	expect("after a crash")
+	if got := submit("SHA256", "later", client.UniqueFor(time.Hour)); got != later {
+		t.Fatalf("after a crash: the job completed after the checkpoint is %s, a resubmission got %s", later, got)
+	}
+	must(t, c3.Close())
+
+	full := cfg
+	full.fullRecovery = true
+	start(full)
+	if strings.Contains(logs.Take(), "recovering from a checkpoint") {
+		t.Fatal("a checkpoint was used for the full recovery")
+	}
+	expect("from every record's headers")
+	if got := submit("SHA256", "later", client.UniqueFor(time.Hour)); got != later {
+		t.Fatalf("from every record's headers: %s holds the key, a resubmission got %s", later, got)
+	}
+}
