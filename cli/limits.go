@@ -60,6 +60,9 @@ Examples:
 					if !c.IsSet("rate") {
 						return usageError("limit set needs --rate COUNT/PERIOD, as 100/m")
 					}
+					if b := c.Int64("burst"); b < 1 || b > protocol.MaxLimitBurst {
+						return usageError("limit set: --burst must be 1 to %d, got %d", protocol.MaxLimitBurst, b)
+					}
 					info, err := s.cl.SetLimit(c.Context, t, c.String("rate"), c.Int64("burst"))
 					if errors.Is(err, protocol.ErrBadLimit) {
 						return usageError("limit set: %v", err)

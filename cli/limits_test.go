@@ -65,7 +65,7 @@ func TestLimitUsageErrors(t *testing.T) {
 		{[]string{"limit", "set", "--type", "SHA256", "--rate", "-3/m"}, "rate count must be positive, got -3"},
 		{[]string{"limit", "set", "--type", "SHA256", "--rate", "5/fortnight"}, `unknown unit "fortnight"`},
 		{[]string{"limit", "set", "--type", "SHA256", "--rate", "lots"}, "must be COUNT/PERIOD"},
-		{[]string{"limit", "set", "--type", "SHA256", "--rate", "1/s", "--burst", "0"}, "burst must be 1 to 100000, got 0"},
+		{[]string{"limit", "set", "--type", "SHA256", "--rate", "1/s", "--burst", "0"}, "--burst must be 1 to 100000, got 0"},
 		{[]string{"limit", "set", "--queue", "a b", "--rate", "1/s"}, `queue name "a b" must be`},
 		{[]string{"limit", "rm"}, "needs --type TASK_TYPE or --queue NAME"},
 		{[]string{"submit", "SHA256", "--text", "x", "--unique-while", "forever"}, `--unique-while must be "active"`},
@@ -93,15 +93,16 @@ func TestSubmitUnique(t *testing.T) {
 		if a != b {
 			t.Errorf("unique for an hour: %q then %q", a, b)
 		}
-		c, _ := o.mustRun(cli.ExitOK, "submit", "SLEEP", "--milliseconds", "300", "--unique-while", "active")
-		d, _ := o.mustRun(cli.ExitOK, "submit", "SLEEP", "--milliseconds", "300", "--unique-while", "active")
+		c, _ := o.mustRun(cli.ExitOK, "submit", "SLEEP", "--milliseconds", "600000", "--unique-while", "active")
+		d, _ := o.mustRun(cli.ExitOK, "submit", "SLEEP", "--milliseconds", "600000", "--unique-while", "active")
 		if c != d {
 			t.Errorf("unique while active: %q then %q", c, d)
 		}
-		o.mustRun(cli.ExitOK, "wait", strings.TrimSpace(c))
-		e, _ := o.mustRun(cli.ExitOK, "submit", "SLEEP", "--milliseconds", "300", "--unique-while", "active")
+		o.mustRun(cli.ExitOK, "cancel", strings.TrimSpace(c))
+		e, _ := o.mustRun(cli.ExitOK, "submit", "SLEEP", "--milliseconds", "600000", "--unique-while", "active")
 		if e == c {
 			t.Errorf("unique while active, after it ended: the same job %q", e)
 		}
+		o.mustRun(cli.ExitOK, "cancel", strings.TrimSpace(e))
 	})
 }

@@ -33,12 +33,15 @@ func TestRateLimitMetrics(t *testing.T) {
 	for name, want := range map[string]float64{
 		`jobbus_limit_rate_per_second{name="SHA256",scope="type"}`:   1.0 / 3600,
 		`jobbus_limit_rate_per_second{name="default",scope="queue"}`: 50,
-		`jobbus_limit_tokens{name="SHA256",scope="type"}`:            0,
 		`jobbus_limit_throttled_total{name="SHA256",scope="type"}`:   0,
 	} {
 		if got, ok := m[name]; !ok || got < want-1e-9 || got > want+1e-9 {
 			t.Errorf("%s = %v (present %v), want %v", name, got, ok, want)
 		}
+	}
+	// Its one token taken, a bucket of 1/h holds a sliver of the next.
+	if got, ok := m[`jobbus_limit_tokens{name="SHA256",scope="type"}`]; !ok || got >= 0.01 {
+		t.Errorf("jobbus_limit_tokens of SHA256 = %v (present %v), want its token taken", got, ok)
 	}
 	if _, err := s.cl.RemoveLimit(ctx, client.ForTaskType("SHA256")); err != nil {
 		t.Fatal(err)
