@@ -369,3 +369,34 @@ func TestRateLimitHeldForAMinute(t *testing.T) {
 		t.Fatalf("%d starts within one second from +%v: more than rate + burst", most, at.Sub(first))
 	}
 }
+
+// TestQueueRateLimit: a limit on a queue holds back the jobs of every task type in it,
+// together: one token for both types.
+func TestQueueRateLimit(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	_, err := s.Client.SetLimit(ctx, client.ForQueue("default"), "1/h", 1)
+	must(t, err)
+	s.StartWorker(4)
+	first := s.Submit("SHA256", text("takes the queue's token"))
+	s.Wait(first)
+	held := s.Submit("WORD_COUNT", text("another type, the same queue"))
+	// A free worker runs WORD_COUNT: without the limit it would start at once. A window
+	// to see it not start in, not a synchronisation.
+	for end := time.Now().Add(300 * time.Millisecond); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if j := s.Status(held); j.State != protocol.StateQueued {
+			t.Fatalf("a job of the limited queue: %+v, want QUEUED", j)
+		}
+	}
+	limits, err := s.Client.Limits(ctx)
+	must(t, err)
+	if len(limits) != 1 || limits[0].Scope != protocol.LimitQueue || limits[0].Name != "default" || limits[0].Tokens >= 1 {
+		t.Fatalf("limit ls: %+v, want the default queue's, its token taken", limits)
+	}
+	_, err = s.Client.RemoveLimit(ctx, client.ForQueue("default"))
+	must(t, err)
+	if j := s.Wait(held); j.State != protocol.StateCompleted {
+		t.Fatalf("after the queue's limit was removed: %+v", j)
+	}
+}
