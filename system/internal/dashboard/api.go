@@ -106,6 +106,7 @@ type summary struct {
 	Total    int                    `json:"total"`
 	Types    []string               `json:"taskTypes"`
 	Workers  []protocol.Worker      `json:"workers"`
+	Limits   []protocol.LimitInfo   `json:"limits"`
 	Chart    []point                `json:"chart"`
 }
 
@@ -119,7 +120,7 @@ func (s *Server) summary() summary {
 	}
 	sum := summary{Version: x.version, NowMilli: now.UnixMilli(), Loaded: x.loaded, Problem: s.watchErr,
 		Counts: make(map[protocol.State]int, len(protocol.States)), Total: len(x.jobs),
-		Workers: append([]protocol.Worker{}, s.workers...), Chart: x.chart(now)}
+		Workers: append([]protocol.Worker{}, s.workers...), Limits: append([]protocol.LimitInfo{}, s.limits...), Chart: x.chart(now)}
 	for _, st := range protocol.States {
 		sum.Counts[st] = x.counts[st]
 	}

@@ -68,8 +68,9 @@ type Server struct {
 	mu       sync.Mutex
 	x        *index
 	workers  []protocol.Worker
-	running  bool      // the watch is running
-	lastUse  time.Time // of the last request
+	limits   []protocol.LimitInfo // the rate limits, polled with the workers
+	running  bool                 // the watch is running
+	lastUse  time.Time            // of the last request
 	changed  chan struct{}
 	watchErr string // why the jobs are not being watched, for the page
 
@@ -237,10 +238,14 @@ func (s *Server) pollWorkers(ctx context.Context, stop func()) {
 	defer t.Stop()
 	for {
 		ws, err := s.cl.Workers(ctx)
+		ls, lerr := s.cl.Limits(ctx)
 		s.mu.Lock()
 		if err == nil {
 			s.workers = ws
 			s.notify()
+		}
+		if lerr == nil {
+			s.limits = ls
 		}
 		idle := time.Since(s.lastUse) > s.cfg.IdleStop
 		if idle {

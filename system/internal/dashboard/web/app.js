@@ -107,6 +107,19 @@ function renderWorkers(sum) {
   $("workers").replaceChildren(...rows);
 }
 
+function renderLimits(sum) {
+  const ls = sum.limits || [];
+  $("limits-panel").hidden = ls.length === 0;
+  $("limits").replaceChildren(...ls.map((l) =>
+    el("tr", { "data-limit": l.scope + " " + l.name },
+      el("td", {}, l.scope + " ", el("code", {}, l.name)),
+      el("td", {}, l.rate),
+      el("td", {}, String(l.burst)),
+      el("td", {}, loadBar(l.burst ? Math.round((100 * l.tokens) / l.burst) : 0), l.tokens.toFixed(2)),
+      el("td", {}, String(l.throttled)),
+      el("td", {}, l.nextTokenMillis ? "in " + Math.max(0, l.nextTokenMillis - sum.nowMillis) + " ms" : "now"))));
+}
+
 function renderTypes(sum) {
   const sel = $("f-type");
   const have = Array.from(sel.options).map((o) => o.value).join("|");
@@ -169,6 +182,7 @@ function renderSummary(sum) {
   p.textContent = sum.problem || "";
   renderCounts(sum);
   renderWorkers(sum);
+  renderLimits(sum);
   renderTypes(sum);
   renderCharts(sum);
   if (sum.version !== ui.version) {
