@@ -64,3 +64,31 @@ func TestLimiterTypeAndQueue(t *testing.T) {
 		t.Fatal("limits removed, yet a start is refused")
 	}
 }
+
+// BenchmarkLimiter is what dispatch pays per start: admits and started, without a
+// limit (the common case) and with a limit on the type and one on the queue that do
+// not bind.
+func BenchmarkLimiter(b *testing.B) {
+	t0 := time.UnixMilli(1_700_000_000_000)
+	for _, limited := range []bool{false, true} {
+		name := "none"
+		if limited {
+			name = "type+queue"
+		}
+		b.Run(name, func(b *testing.B) {
+			l := newLimiter()
+			if limited {
+				huge := protocol.Rate{Count: protocol.MaxLimitCount, Period: time.Millisecond}
+				l.set(protocol.LimitTaskType, "SHA256", huge, protocol.MaxLimitBurst, 1, true, t0)
+				l.set(protocol.LimitQueue, "default", huge, protocol.MaxLimitBurst, 2, true, t0)
+			}
+			for i := range b.N {
+				now := t0.Add(time.Duration(i) * time.Microsecond)
+				if ok, _ := l.admits("", "SHA256", now); !ok {
+					b.Fatal("a limit that does not bind refused a start")
+				}
+				l.started("", "SHA256", now)
+			}
+		})
+	}
+}
