@@ -36,10 +36,9 @@ type scheduler struct {
 	route     *routing        // by task type (routing.go)
 	claims    *claims         // attempts running before recovery, until their workers claim them (claims.go)
 	ready     *readyQueue
-	timers    *timers      // every "later": run times, retries, ticks (timers.go)
-	flow      flow         // what limits hold back (flow.go)
-	uniq      *uniqueIndex // which job holds each unique key (unique.go)
-	flowWake  time.Time    // when a timer looks again at what flow held back; zero if none
+	timers    *timers   // every "later": run times, retries, ticks (timers.go)
+	flow      flow      // what limits hold back (flow.go)
+	flowWake  time.Time // when a timer looks again at what flow held back; zero if none
 	deadlines deadlineHeap
 	active    int
 	seq       uint64
@@ -50,6 +49,8 @@ type scheduler struct {
 	link      workerLink // what TASK_ASSIGN and TASK_CANCEL go through: the bus node, once serving
 
 	fencedCh chan struct{} // closed with fenced set
+
+	uniq *uniqueIndex // which job holds each unique key (unique.go)
 }
 
 func newScheduler(c *Coordinator) *scheduler {

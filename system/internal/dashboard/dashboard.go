@@ -68,9 +68,8 @@ type Server struct {
 	mu       sync.Mutex
 	x        *index
 	workers  []protocol.Worker
-	limits   []protocol.LimitInfo // the rate limits, polled with the workers
-	running  bool                 // the watch is running
-	lastUse  time.Time            // of the last request
+	running  bool      // the watch is running
+	lastUse  time.Time // of the last request
 	changed  chan struct{}
 	watchErr string // why the jobs are not being watched, for the page
 
@@ -79,6 +78,8 @@ type Server struct {
 	cached   summary
 	cachedAt time.Time
 	cachedX  *index
+
+	limits []protocol.LimitInfo // the rate limits, polled with the workers
 }
 
 // New returns a dashboard for the jobbus system on cfg.NC.
