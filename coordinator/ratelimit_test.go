@@ -348,8 +348,18 @@ func TestRateLimitHeldForAMinute(t *testing.T) {
 	r, _ := protocol.ParseRate(rate)
 	want := 6000 + burst
 	most, at := busiestWindow(inMinute, time.Second)
-	t.Logf("limit %s burst %d: %d starts in the first 60 s (want %d +- 1%%), busiest second %d (from +%v), bound %d",
-		rate, burst, len(inMinute), want, most, at.Sub(first), windowBound(r, burst, time.Second))
+	// A bucket full for longer than it takes to fill drops what it would gain: starts
+	// lost to a coordinator that started nothing for more than burst/rate (a stall of
+	// the process on a loaded machine), which no limit can give back.
+	var stalled int
+	fill := time.Duration(burst) * r.Period / time.Duration(r.Count)
+	for i := 1; i < len(inMinute); i++ {
+		if gap := inMinute[i].Sub(inMinute[i-1]); gap > fill {
+			stalled += int((gap - fill) * time.Duration(r.Count) / r.Period)
+		}
+	}
+	t.Logf("limit %s burst %d: %d starts in the first 60 s (want %d +- 1%%), busiest second %d (from +%v), bound %d; about %d lost to stalls over %v",
+		rate, burst, len(inMinute), want, most, at.Sub(first), windowBound(r, burst, time.Second), stalled, fill)
 	if n := len(inMinute); n < want*99/100 || n > want*101/100 {
 		t.Fatalf("%d starts in 60 s, want %d +- 1%%", n, want)
 	}
