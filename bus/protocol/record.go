@@ -34,6 +34,11 @@ type Record struct {
 	RetryAt        int64   `json:"retryAtMillis,omitempty"` // while RETRY_WAIT
 	IdempotencyKey string  `json:"idempotencyKey,omitempty"`
 	Fingerprint    string  `json:"fingerprint,omitempty"`
+	After          []string `json:"after,omitempty"`
+	AfterAnyEnd    bool     `json:"afterAnyEnd,omitempty"`
+	WorkflowID     string   `json:"workflowId,omitempty"`
+	Step           string   `json:"step,omitempty"`
+	BatchID        string   `json:"batchId,omitempty"`
 }
 
 // Headers of a stored record.
@@ -59,6 +64,10 @@ func (r *Record) Snapshot() Job {
 		CreatedAtMillis: r.CreatedAt,
 		UpdatedAtMillis: r.UpdatedAt,
 		Priority:        r.Priority,
+		After:           r.After,
+		WorkflowID:      r.WorkflowID,
+		Step:            r.Step,
+		BatchID:         r.BatchID,
 	}
 	if s.Priority == "" { // records written before priorities
 		s.Priority = PriorityNormal
