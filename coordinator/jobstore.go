@@ -64,6 +64,8 @@ type jobStore interface {
 	// health is whether the store takes writes (storage.go).
 	health() *storeHealth
 	controls() controlStore
+	// writeAll stores new records all or nothing (writeall.go).
+	writeAll(ctx context.Context, ws []pendingWrite) error
 }
 
 // storeSink hears how the writes handed to a jobStore ended: the lifecycle, which owns

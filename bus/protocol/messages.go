@@ -254,11 +254,14 @@ type Job struct {
 	Priority        Priority `json:"priority"`
 	// LastWorkerID (an extension spec peers ignore) is the worker of the job's latest
 	// attempt that ended, while the job is not RUNNING: which worker ran a finished job.
-	LastWorkerID *string `json:"lastWorkerId,omitempty"`
+	LastWorkerID *string  `json:"lastWorkerId,omitempty"`
 	After        []string `json:"after,omitempty"`
 	WorkflowID   string   `json:"workflowId,omitempty"`
 	Step         string   `json:"step,omitempty"`
 	BatchID      string   `json:"batchId,omitempty"`
+	// Parents (workflows' extension) are the outcomes of the jobs in After, in a job
+	// status answer (not in lists).
+	Parents []ParentResult `json:"parents,omitempty"`
 }
 
 // RanBy is the worker of the job's current attempt, else of its latest one, else "".
