@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"bytes"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -142,6 +143,9 @@ func (m *ResultAck) scan(data []byte) (exact, ok bool) {
 
 func (m *SubmitJob) scan(data []byte) (exact, ok bool) {
 	if m.Payload != nil || m.IdempotencyKey != nil || m.Priority != nil {
+		return false, false
+	}
+	if bytes.Contains(data, []byte(`"after`)) { // TEMP stub of the foundation's
 		return false, false
 	}
 	var v [6]value
