@@ -47,10 +47,6 @@ type jsStore struct {
 
 	mu       sync.Mutex
 	stopping bool // wait began: no goroutine starts any more (later); guarded by mu
-
-	ctlOnce sync.Once
-	ctlKV   jetstream.KeyValue
-	ctlErr  error
 }
 
 // jobWriter is how a jsStore writes: batchWriter or pipeline.

@@ -25,7 +25,6 @@ type memBackend struct {
 	bindings map[string]memMessage
 	index    []head // the last checkpoint, with the sequence it was taken at
 	indexAt  uint64
-	ctl      memControls
 }
 
 // memMessage is a stored message: its data, sequence, when it was written and when

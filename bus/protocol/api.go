@@ -84,7 +84,6 @@ const (
 	// CheckpointBucket is an object store holding the coordinator's checkpoint of its
 	// job index, which a restart reads instead of every record's headers.
 	CheckpointBucket = "JOBBUS_CHECKPOINT"
-	ControlsBucket   = "JOBBUS_CONTROLS"
 	// TaskTypesBucket (tasktypes.go) is the catalogue of task types.
 )
 
