@@ -50,9 +50,6 @@ func (m *TaskResult) appendFast(b []byte) ([]byte, bool) {
 }
 
 func (m *SubmitJob) appendFast(b []byte) ([]byte, bool) {
-	if len(m.After) > 0 || m.AfterAnyEnd {
-		return b, false
-	}
 	b = append(b, `{"type":"SUBMIT_JOB","taskType":`...)
 	b, ok1 := appendString(b, m.TaskType)
 	b = append(b, `,"payload":`...)
@@ -194,9 +191,6 @@ func (r *Record) AppendJSON(b []byte) ([]byte, error) {
 func (r Record) marshalSlow() ([]byte, error) { return json.Marshal(r) }
 
 func (r *Record) appendFast(b []byte) ([]byte, bool) {
-	if len(r.After) > 0 || r.AfterAnyEnd || r.WorkflowID != "" || r.Step != "" || r.BatchID != "" {
-		return b, false
-	}
 	ok := true
 	str := func(name, s string, omitEmpty bool) {
 		if omitEmpty && s == "" {

@@ -18,12 +18,10 @@ const (
 	StateCompleted State = "COMPLETED"
 	StateFailed    State = "FAILED"
 	StateCancelled State = "CANCELLED"
-	StateScheduled State = "SCHEDULED"
-	StateWaiting   State = "WAITING"
 )
 
 // States lists every state in lifecycle order.
-var States = []State{StateQueued, StateRunning, StateRetryWait, StateCompleted, StateFailed, StateCancelled, StateScheduled, StateWaiting}
+var States = []State{StateQueued, StateRunning, StateRetryWait, StateCompleted, StateFailed, StateCancelled}
 
 // Terminal reports whether no further transition can leave s.
 func (s State) Terminal() bool {
@@ -32,7 +30,7 @@ func (s State) Terminal() bool {
 
 // Active reports whether s counts against the admission limit.
 func (s State) Active() bool {
-	return s == StateQueued || s == StateRunning || s == StateRetryWait || s == StateScheduled || s == StateWaiting
+	return s == StateQueued || s == StateRunning || s == StateRetryWait
 }
 
 // ParseState reads a state name, case-insensitively.
@@ -179,8 +177,6 @@ type SubmitJob struct {
 	MaxAttempts    int             `json:"maxAttempts"`
 	IdempotencyKey *string         `json:"idempotencyKey"`
 	Priority       *Priority       `json:"priority"`
-	After          []string        `json:"after,omitempty"`
-	AfterAnyEnd    bool            `json:"afterAnyEnd,omitempty"`
 }
 
 // JobSubmitted answers an accepted (or deduplicated) submission.
@@ -254,11 +250,7 @@ type Job struct {
 	Priority        Priority `json:"priority"`
 	// LastWorkerID (an extension spec peers ignore) is the worker of the job's latest
 	// attempt that ended, while the job is not RUNNING: which worker ran a finished job.
-	LastWorkerID *string  `json:"lastWorkerId,omitempty"`
-	After        []string `json:"after,omitempty"`
-	WorkflowID   string   `json:"workflowId,omitempty"`
-	Step         string   `json:"step,omitempty"`
-	BatchID      string   `json:"batchId,omitempty"`
+	LastWorkerID *string `json:"lastWorkerId,omitempty"`
 	// Parents (workflows' extension) are the outcomes of the jobs in After, in a job
 	// status answer (not in lists).
 	Parents []ParentResult `json:"parents,omitempty"`

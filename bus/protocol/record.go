@@ -25,20 +25,15 @@ type Record struct {
 	// LastWorkerID is the worker of the latest attempt that ended (with a result, a
 	// cancel, its deadline, the worker's loss or a coordinator restart), kept when the
 	// lease's WorkerID is cleared: a finished job says which worker ran it.
-	LastWorkerID   string   `json:"lastWorkerId,omitempty"`
-	Result         *string  `json:"result,omitempty"`
-	Error          *string  `json:"error,omitempty"`
-	CreatedAt      int64    `json:"createdAtMillis"`
-	UpdatedAt      int64    `json:"updatedAtMillis"`
-	EndedAt        int64    `json:"endedAtMillis,omitempty"` // once finished: retention counts from it
-	RetryAt        int64    `json:"retryAtMillis,omitempty"` // while RETRY_WAIT
-	IdempotencyKey string   `json:"idempotencyKey,omitempty"`
-	Fingerprint    string   `json:"fingerprint,omitempty"`
-	After          []string `json:"after,omitempty"`
-	AfterAnyEnd    bool     `json:"afterAnyEnd,omitempty"`
-	WorkflowID     string   `json:"workflowId,omitempty"`
-	Step           string   `json:"step,omitempty"`
-	BatchID        string   `json:"batchId,omitempty"`
+	LastWorkerID   string  `json:"lastWorkerId,omitempty"`
+	Result         *string `json:"result,omitempty"`
+	Error          *string `json:"error,omitempty"`
+	CreatedAt      int64   `json:"createdAtMillis"`
+	UpdatedAt      int64   `json:"updatedAtMillis"`
+	EndedAt        int64   `json:"endedAtMillis,omitempty"` // once finished: retention counts from it
+	RetryAt        int64   `json:"retryAtMillis,omitempty"` // while RETRY_WAIT
+	IdempotencyKey string  `json:"idempotencyKey,omitempty"`
+	Fingerprint    string  `json:"fingerprint,omitempty"`
 }
 
 // Headers of a stored record.
@@ -64,10 +59,6 @@ func (r *Record) Snapshot() Job {
 		CreatedAtMillis: r.CreatedAt,
 		UpdatedAtMillis: r.UpdatedAt,
 		Priority:        r.Priority,
-		After:           r.After,
-		WorkflowID:      r.WorkflowID,
-		Step:            r.Step,
-		BatchID:         r.BatchID,
 	}
 	if s.Priority == "" { // records written before priorities
 		s.Priority = PriorityNormal
