@@ -63,6 +63,8 @@ type jobStore interface {
 	checkpoint(ctx context.Context, index func() []head) (int, error)
 	// health is whether the store takes writes (storage.go).
 	health() *storeHealth
+	// controls are the durable settings beside the jobs (controls.go); open first.
+	controls() controlStore
 	// writeAll stores new records all or nothing (writeall.go).
 	writeAll(ctx context.Context, ws []pendingWrite) error
 }

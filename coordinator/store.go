@@ -191,7 +191,7 @@ func (s *scheduler) dropUnstored(j *job) {
 		s.active--
 	}
 	s.ready.forget(j)
-	s.forgetWaiting(j) // deps.go
+	s.forgetWaiting(j)                        // deps.go
 	if j.rec.State == protocol.StateRunning { // assigned at once; its assignment never went
 		if w := s.reg.workers[j.rec.WorkerID]; w != nil && w.running[j.rec.JobID].attempt == j.rec.AttemptID {
 			delete(w.running, j.rec.JobID)
