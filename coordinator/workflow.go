@@ -787,22 +787,23 @@ func (s *scheduler) retryGroup(id string, due time.Duration, reply replyFunc) {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			r, err := s.readKept(jid)
-			if err == nil {
-				recs[i] = r
-				return
-			}
-			s.mu.Lock()
+			s.mu.Lock() // memory first: a record may not be written yet
 			j := s.jobs[jid]
 			if j != nil {
 				recs[i] = j.rec
 			}
 			s.unlock()
-			if j == nil {
-				mu.Lock()
-				rerr = fmt.Errorf("step %s (job %s): %v", g.ctl.Steps[i], jid, err)
-				mu.Unlock()
+			if j != nil {
+				return
 			}
+			r, err := s.readKept(jid)
+			if err == nil {
+				recs[i] = r
+				return
+			}
+			mu.Lock()
+			rerr = fmt.Errorf("step %s (job %s): %v", g.ctl.Steps[i], jid, err)
+			mu.Unlock()
 		}()
 	}
 	wg.Wait()
