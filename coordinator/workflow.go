@@ -59,6 +59,9 @@ type group struct {
 	reported protocol.State // the end reported to metrics
 }
 
+// groupWriteTimeout bounds the writes of a group's submission or retry.
+const groupWriteTimeout = 30 * time.Second
+
 func controlKey(kind, id string) string { return kind + "." + id }
 
 // stepJobID derives the job id of step name of group id at generation gen: a UUID
@@ -379,7 +382,10 @@ func (s *scheduler) submitGroup(req *protocol.SubmitWorkflow, due time.Duration,
 		}
 	}
 	value, _ := json.Marshal(ctl)
-	ctx, cancel := context.WithTimeout(context.Background(), max(due, time.Second))
+	// Not the request's due: a large workflow may take longer to store than its
+	// submitter waits, and cutting the write short only leaves its outcome unknown.
+	// Sent again under the same id, it is answered as the first time (resubmitted).
+	ctx, cancel := context.WithTimeout(context.Background(), max(due, groupWriteTimeout))
 	defer cancel()
 	key := controlKey(p.kind, p.id)
 	rev, err := s.store.controls().put(ctx, key, value, 0)
@@ -829,7 +835,7 @@ func (s *scheduler) retryGroup(id string, due time.Duration, reply replyFunc) {
 		reply(settled{out})
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), max(due, time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), max(due, groupWriteTimeout))
 	defer cancel()
 	s.mu.Lock()
 	ctl := g.ctl
