@@ -387,26 +387,25 @@ func (s *scheduler) submitGroup(req *protocol.SubmitWorkflow, due time.Duration,
 	// Sent again under the same id, it is answered as the first time (resubmitted).
 	ctx, cancel := context.WithTimeout(context.Background(), max(due, groupWriteTimeout))
 	defer cancel()
-	key := controlKey(p.kind, p.id)
-	rev, err := s.store.controls().put(ctx, key, value, 0)
-	if errors.Is(err, errControlChanged) {
+	s.mu.Lock()
+	exists := s.groups.get(p.id) != nil
+	s.unlock()
+	if exists {
 		reply(s.resubmitted(p))
 		return
 	}
-	if err != nil {
-		reply(&protocol.Error{Message: fmt.Sprintf("workflow %s was not stored: %v", p.id, err)})
-		return
-	}
-	g := newGroup(p.id, ctl, rev)
+	g := newGroup(p.id, ctl, 0)
 	jobs, refusal := s.createSteps(g, p, nil)
 	if refusal != nil {
-		_ = s.store.controls().remove(ctx, key, rev)
 		reply(refusal)
 		return
 	}
-	if err := s.writeSteps(ctx, g, jobs); err != nil {
-		_ = s.store.controls().remove(ctx, key, rev)
-		reply(&protocol.Error{Message: fmt.Sprintf("workflow %s was not stored: %v", p.id, err)})
+	if err := s.writeSteps(ctx, g, jobs, value, nil); err != nil {
+		if errors.Is(err, errControlChanged) { // stored by an earlier send whose answer was lost
+			reply(s.resubmitted(p))
+			return
+		}
+		reply(&protocol.Error{Message: fmt.Sprintf("%s %s was not stored: %v", p.kind, p.id, err)})
 		return
 	}
 	out := &protocol.WorkflowSubmitted{WorkflowID: p.id, Jobs: make(map[string]string, len(jobs))}
@@ -531,9 +530,11 @@ func topoOrder(after [][]int32) []int32 {
 	return order
 }
 
-// writeSteps stores the records of jobs at once (jobStore.writeAll) and then lets them
-// run; if they were not stored they are forgotten as if never submitted.
-func (s *scheduler) writeSteps(ctx context.Context, g *group, jobs []*job) error {
+// writeSteps stores g's control (value, a create or a CAS on g.rev) and the records of
+// jobs at once (jobStore.writeAll), then lets them run. If they were not stored they
+// are forgotten as if never submitted, and g gives way to old (a retry's group
+// before it), or goes.
+func (s *scheduler) writeSteps(ctx context.Context, g *group, jobs []*job, value []byte, old *group) error {
 	s.mu.Lock()
 	ws := make([]pendingWrite, 0, len(jobs))
 	var encErr error
@@ -545,12 +546,14 @@ func (s *scheduler) writeSteps(ctx context.Context, g *group, jobs []*job) error
 		}
 		ws = append(ws, w)
 	}
+	ctl := control{key: controlKey(g.ctl.Kind, g.id), value: value, rev: g.rev}
 	s.unlock()
 	var err error
+	var rev uint64
 	if encErr != nil {
 		err = encErr
 	} else {
-		err = s.store.writeAll(ctx, ws)
+		rev, err = s.store.writeAll(ctx, ctl, ws)
 	}
 	if err != nil {
 		for _, j := range jobs {
@@ -558,15 +561,22 @@ func (s *scheduler) writeSteps(ctx context.Context, g *group, jobs []*job) error
 		}
 		s.mu.Lock()
 		g.creating = false
-		if s.groups.get(g.id) == g && g.rev != 0 && allGone(s, g) {
+		if s.groups.get(g.id) == g {
 			delete(s.groups.byID, g.id)
+			if old != nil {
+				s.groups.put(old)
+			}
 		}
 		s.unlock()
+		if errors.Is(err, ErrFenced) {
+			s.fence(err)
+		}
 		return err
 	}
 	s.mu.Lock()
 	defer s.unlock()
 	g.creating = false
+	g.rev = rev
 	for _, j := range jobs {
 		if j.rec.State == protocol.StateQueued && s.jobs[j.rec.JobID] == j {
 			s.ready.push(j)
@@ -849,13 +859,8 @@ func (s *scheduler) retryGroup(id string, due time.Duration, reply replyFunc) {
 	rev := g.rev
 	s.unlock()
 	value, _ := json.Marshal(ctl)
-	newRev, err := s.store.controls().put(ctx, controlKey(ctl.Kind, id), value, rev)
-	if err != nil {
-		reply(&protocol.Error{Message: fmt.Sprintf("retry of workflow %s was not stored: %v", id, err)})
-		return
-	}
 	s.mu.Lock()
-	ng := newGroup(id, ctl, newRev)
+	ng := newGroup(id, ctl, rev)
 	for i, st := range g.final {
 		if !redo[i] {
 			ng.final[i] = st
@@ -866,14 +871,20 @@ func (s *scheduler) retryGroup(id string, due time.Duration, reply replyFunc) {
 			ng.errs[i] = e
 		}
 	}
+	ng.reported = ""
 	delete(s.groups.byID, id)
 	s.unlock()
 	jobs, refusal := s.createSteps(ng, p, redo)
 	if refusal != nil {
+		s.mu.Lock()
+		if s.groups.get(id) == ng || s.groups.get(id) == nil {
+			s.groups.put(g)
+		}
+		s.unlock()
 		reply(refusal)
 		return
 	}
-	if err := s.writeSteps(ctx, ng, jobs); err != nil {
+	if err := s.writeSteps(ctx, ng, jobs, value, g); err != nil {
 		reply(&protocol.Error{Message: fmt.Sprintf("retry of workflow %s was not stored: %v", id, err)})
 		return
 	}

@@ -85,7 +85,7 @@ func TestLargeWorkflows(t *testing.T) {
 	if err != nil || st.Counts[protocol.StateWaiting] != n-1 || (len(st.Steps) != n && !st.Truncated) {
 		t.Fatalf("chain: %v %v (%d steps, truncated %v), want %d WAITING", err, st.Counts, len(st.Steps), st.Truncated, n-1)
 	}
-	if got, err := s.Client.CancelWorkflow(ctx, "chain"); err != nil || got != n {
+	if got, err := slow.CancelWorkflow(ctx, "chain"); err != nil || got != n {
 		t.Fatalf("cancel chain: %d %v", got, err)
 	}
 	if st, _ := s.Client.WorkflowStatus(ctx, "chain"); st.State != "CANCELLED" || st.Counts[protocol.StateCancelled] != n {
