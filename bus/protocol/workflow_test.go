@@ -64,21 +64,3 @@ func TestValidStepName(t *testing.T) {
 	}
 }
 
-// TestSubmitExtensionsDecode: a SUBMIT_JOB's extension members survive Decode (the
-// scanner of the hot path skips members it does not know).
-func TestSubmitExtensionsDecode(t *testing.T) {
-	t.Parallel()
-	for _, body := range []string{
-		`{"type":"SUBMIT_JOB","taskType":"SHA256","payload":{"text":"a"},"maxAttempts":0,"idempotencyKey":null,"priority":null,"after":["p1","p2"],"afterAnyEnd":true}`,
-		`{"type":"SUBMIT_JOB","taskType":"SHA256","payload":{"text":"a"},"after":["p1","p2"],"afterAnyEnd":true}`,
-	} {
-		m, err := protocol.Decode([]byte(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := m.(*protocol.SubmitJob)
-		if len(s.After) != 2 || s.After[1] != "p2" || !s.AfterAnyEnd {
-			t.Errorf("decoded %+v from %s, want after [p1 p2] and afterAnyEnd", s, body)
-		}
-	}
-}
