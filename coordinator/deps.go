@@ -2,8 +2,8 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/jobbus/jobbus/bus/protocol"
@@ -184,7 +184,7 @@ func (s *scheduler) finishedParents(after []string) (map[string]protocol.State, 
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
-			case err == errUnknownJob:
+			case errors.Is(err, errUnknownJob):
 				if first == nil {
 					first = &protocol.Error{Message: "Unknown parent job: " + id}
 				}
@@ -249,19 +249,34 @@ func (s *scheduler) recoverWaiting(ctx context.Context) error {
 		return nil
 	}
 	ended := make(map[string]protocol.Record, len(need))
+	var mu sync.Mutex
+	var failed error
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
 	for id := range need {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		r, err := s.readKept(id)
-		switch {
-		case err == errUnknownJob:
-			ended[id] = protocol.Record{JobID: id, State: protocol.StateCancelled} // expired: it ended long ago
-		case err != nil:
-			return fmt.Errorf("recover waiting jobs: parent %s: %v", id, err)
-		default:
-			ended[id] = r
-		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			r, err := s.readKept(id)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case errors.Is(err, errUnknownJob):
+				ended[id] = protocol.Record{JobID: id, State: protocol.StateCancelled} // expired: it ended long ago
+			case err != nil && failed == nil:
+				failed = fmt.Errorf("recover waiting jobs: parent %s: %v", id, err)
+			default:
+				ended[id] = r
+			}
+		}()
+	}
+	wg.Wait()
+	if failed != nil {
+		return failed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
 	}
 	s.mu.Lock()
 	defer s.unlock()
@@ -313,13 +328,4 @@ func (s *scheduler) parentResults(after []string) []protocol.ParentResult {
 		out = append(out, protocol.ParentResult{JobID: id, Step: snap.Step, State: snap.State, Result: snap.Result})
 	}
 	return out
-}
-
-// stateList names states for messages.
-func stateList(sts []protocol.State) string {
-	b := make([]string, len(sts))
-	for i, st := range sts {
-		b[i] = string(st)
-	}
-	return strings.Join(b, ", ")
 }

@@ -586,16 +586,6 @@ func (s *scheduler) writeSteps(ctx context.Context, g *group, jobs []*job, value
 	return nil
 }
 
-// allGone reports whether no step of g has a job in memory.
-func allGone(s *scheduler, g *group) bool {
-	for _, id := range g.ids {
-		if s.jobs[id] != nil {
-			return false
-		}
-	}
-	return true
-}
-
 // groupStatus answers GET_WORKFLOW.
 func (s *scheduler) groupStatus(id string) protocol.Message {
 	s.mu.Lock()
@@ -944,9 +934,17 @@ func withoutCounts(payload json.RawMessage) json.RawMessage {
 	return out
 }
 
-// recoverGroups reads every group's control back into memory; a control whose jobs
-// were never stored (the coordinator stopped between the two writes) is removed.
+// recoverGroups reads every group's control back into memory. A group none of whose
+// jobs is kept any more (retention ended) goes, its control too.
 func (s *scheduler) recoverGroups(ctx context.Context) error {
+	s.mu.Lock()
+	active := make(map[string][]*job) // group id -> its active jobs
+	for _, j := range s.jobs {
+		if id := groupOf(j); id != "" {
+			active[id] = append(active[id], j)
+		}
+	}
+	s.unlock()
 	for _, kind := range []string{protocol.KindWorkflow, protocol.KindBatch} {
 		cs, err := s.store.controls().list(ctx, kind+".")
 		if err != nil {
@@ -962,41 +960,30 @@ func (s *scheduler) recoverGroups(ctx context.Context) error {
 			g := newGroup(id, ctl, c.rev)
 			s.mu.Lock()
 			s.groups.put(g)
-			// A step whose job ran again but whose control was not updated.
-			for _, j := range s.jobs {
-				if groupOf(j) == id {
-					if i, ok := g.byID[j.rec.JobID]; ok {
-						_ = i
-						continue
-					}
-					for i, name := range ctl.Steps {
-						if name == j.rec.Step {
-							delete(g.byID, g.ids[i])
-							g.ids[i] = j.rec.JobID
-							g.byID[j.rec.JobID] = int32(i)
-						}
-					}
+			for _, j := range active[id] {
+				if _, ok := g.byID[j.rec.JobID]; ok {
+					continue
 				}
-			}
-			stored := false
-			for _, jid := range g.ids {
-				if s.jobs[jid] != nil {
-					stored = true
-					break
+				// A job of a step that ran again under a generation the control does not
+				// say (written before a later one failed over): the job is the truth.
+				for i, name := range ctl.Steps {
+					if name == j.rec.Step {
+						delete(g.byID, g.ids[i])
+						g.ids[i] = j.rec.JobID
+						g.byID[j.rec.JobID] = int32(i)
+					}
 				}
 			}
 			s.unlock()
-			if !stored {
-				// Every job finished, or none was ever stored (the coordinator stopped
-				// between the control and the jobs' batch, which can no longer land:
-				// this coordinator's term fences it). One record says which.
-				if _, err := s.readKept(g.ids[0]); errors.Is(err, errUnknownJob) {
-					s.mu.Lock()
-					delete(s.groups.byID, id)
-					s.unlock()
-					if err := s.store.controls().remove(ctx, c.key, c.rev); err != nil {
-						s.log.Warn("stale group control not removed", "key", c.key, "err", err)
-					}
+			if len(active[id]) > 0 {
+				continue
+			}
+			if _, err := s.readKept(g.ids[0]); errors.Is(err, errUnknownJob) {
+				s.mu.Lock()
+				delete(s.groups.byID, id)
+				s.unlock()
+				if err := s.store.controls().remove(ctx, c.key, c.rev); err != nil {
+					s.log.Warn("expired group's control not removed", "key", c.key, "err", err)
 				}
 			}
 		}

@@ -22,9 +22,6 @@ import (
 // write handed to write would, and writeAll returns the control's new revision; on
 // an error nothing was stored and the sink hears nothing.
 
-// errGroupExists: the control writeAll would create exists (or moved since read).
-var errGroupExists = errControlChanged
-
 // writeAll stores ctl and ws in one step of the memory store.
 func (s *memStore) writeAll(ctx context.Context, ctl control, ws []pendingWrite) (uint64, error) {
 	if err := ctx.Err(); err != nil {
