@@ -133,7 +133,7 @@ func (s *scheduler) stepEnded(j *job) {
 
 // groupEnded reports a group whose steps all ended to the metrics, once per end.
 func (s *scheduler) groupEnded(g *group) {
-	st := g.state(nil)
+	st := g.state()
 	if st == g.reported {
 		return
 	}
@@ -150,21 +150,14 @@ type WorkflowObserver interface {
 	WorkflowChanged(kind string, state protocol.State)
 }
 
-// state is the group's overall state: RUNNING while a step is active, else COMPLETED
-// if all completed, FAILED if one failed, else CANCELLED. active says whether step i
-// is active, for steps not in final (nil: none is).
-func (g *group) state(active func(i int32) bool) protocol.State {
+// state is the group's overall state as far as final says: RUNNING while a step has
+// not ended, else FAILED if one failed, CANCELLED if one was cancelled, else COMPLETED.
+func (g *group) state() protocol.State {
 	failed, cancelled := false, false
 	for i := range g.ids {
 		st, ok := g.final[int32(i)]
 		if !ok {
-			if active != nil && active(int32(i)) {
-				return "RUNNING"
-			}
-			if active == nil {
-				return "RUNNING"
-			}
-			continue
+			return "RUNNING"
 		}
 		switch st {
 		case protocol.StateFailed:
@@ -721,7 +714,19 @@ func (s *scheduler) cancelGroup(id string, due time.Duration, reply replyFunc) {
 			todo = append(todo, j)
 		}
 	}
-	out := &protocol.WorkflowCancelled{WorkflowID: id, Cancelled: len(todo)}
+	// The answer counts the steps cancelled by the workflow's cancel, this call's and
+	// earlier ones': a cancel sent again is answered as the first.
+	before := 0
+	for i, jid := range g.ids {
+		if j := s.jobs[jid]; j != nil {
+			if j.rec.State == protocol.StateCancelled && j.rec.Error != nil && *j.rec.Error == cause && !slices.Contains(todo, j) {
+				before++
+			}
+		} else if g.final[int32(i)] == protocol.StateCancelled && g.errs[int32(i)] == cause {
+			before++
+		}
+	}
+	out := &protocol.WorkflowCancelled{WorkflowID: id, Cancelled: before + len(todo)}
 	if len(todo) == 0 {
 		s.out.reply(reply, settled{out})
 		return

@@ -114,7 +114,9 @@ type CancelWorkflow struct {
 	WorkflowID string `json:"workflowId"`
 }
 
-// WorkflowCancelled answers CancelWorkflow: how many steps this call cancelled.
+// WorkflowCancelled answers CancelWorkflow: how many steps the workflow's cancel
+// cancelled (this call's and any earlier one's, so that a cancel sent again is
+// answered as the first).
 type WorkflowCancelled struct {
 	WorkflowID string `json:"workflowId"`
 	Cancelled  int    `json:"cancelled"`
