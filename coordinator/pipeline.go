@@ -104,7 +104,8 @@ func (p *pipeline) publish(id uint64, f *flight) {
 	f.sent = time.Now()
 	p.mu.Unlock()
 	m := f.msgs[0]
-	m.Reply = p.prefix + strconv.FormatUint(id, 36)
+	var buf [64]byte
+	m.Reply = string(strconv.AppendUint(append(buf[:0], p.prefix...), id, 36))
 	if err := p.s.nc.PublishMsg(m); err != nil {
 		if p.take(id) != nil {
 			p.settle(f, 0, err)
@@ -134,26 +135,32 @@ func (p *pipeline) acknowledged(m *nats.Msg) {
 	if err != nil {
 		return
 	}
-	var ack pubAck
 	seq, plain := ackSeq(m.Data)
 	switch {
 	case len(m.Data) == 0: // a status message: no stream answered
 		err = jetstream.ErrNoStreamResponse
-	case plain:
-		ack.Sequence = seq
-		if p.sendNext(id) {
-			return
-		}
-	case json.Unmarshal(m.Data, &ack) != nil:
-		err = fmt.Errorf("bad acknowledgement %q", m.Data)
-	case ack.Error != nil:
-		err = ack.Error
-	case p.sendNext(id):
+	case !plain:
+		seq, err = decodeAck(m.Data)
+	}
+	if err == nil && p.sendNext(id) {
 		return
 	}
 	if f := p.take(id); f != nil { // else expired meanwhile: commit has retried it
-		p.settle(f, ack.Sequence, err)
+		p.settle(f, seq, err)
 	}
+}
+
+// decodeAck reads an acknowledgement other than a plain one (ackSeq) with
+// encoding/json: the API's error, or the sequence.
+func decodeAck(data []byte) (uint64, error) {
+	var ack pubAck
+	switch {
+	case json.Unmarshal(data, &ack) != nil:
+		return 0, fmt.Errorf("bad acknowledgement %q", data)
+	case ack.Error != nil:
+		return 0, ack.Error
+	}
+	return ack.Sequence, nil
 }
 
 // ackSeq reads the sequence of a plain acknowledgement as nats-server writes it,
@@ -229,7 +236,9 @@ func (p *pipeline) settle(f *flight, rev uint64, err error) {
 	<-p.slots
 	s := p.s
 	s.noteStored(f.w.j, f.start, err)
-	s.oc.note([]pendingWrite{f.w}, err) // outcome.go
+	if err != nil {
+		s.oc.note([]pendingWrite{f.w}, err) // outcome.go
+	}
 	switch {
 	case err == nil:
 		s.sink.written(f.w.j, rev, f.w.version)
