@@ -40,7 +40,10 @@ type api struct {
 
 // serve registers the worker handlers on the bus and the client API service.
 func (a *api) serve() error {
-	node, err := bus.New(a.nc, bus.Address{Role: bus.RoleCoordinator, ID: newID()[:8]}, bus.WithLogger(a.log))
+	// Envelope2: the worker protocol's tells and answers go without headers; every
+	// worker reads them (bus.EnvelopeVersion).
+	node, err := bus.New(a.nc, bus.Address{Role: bus.RoleCoordinator, ID: newID()[:8]}, bus.WithLogger(a.log),
+		bus.WithEnvelope(bus.Envelope2))
 	if err != nil {
 		return fmt.Errorf("bus node: %w", err)
 	}
