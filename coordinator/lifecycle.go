@@ -62,10 +62,16 @@ func (s *scheduler) submit(req *protocol.SubmitJob, from request, reply replyFun
 			return
 		}
 	}
-	wish, perr := uniqueOf(req) // unique.go
+	parents, perr := s.finishedParents(req.After) // deps.go
 	if perr != nil {
 		s.note.submitted(SubmitInvalid)
 		reply(perr)
+		return
+	}
+	wish, uerr := uniqueOf(req) // unique.go
+	if uerr != nil {
+		s.note.submitted(SubmitInvalid)
+		reply(uerr)
 		return
 	}
 	id, ok := s.requestJob(req, from, maxAttempts, prio, reply) // request.go
@@ -111,8 +117,20 @@ func (s *scheduler) submit(req *protocol.SubmitJob, from request, reply replyFun
 		s.out.reply(reply, e)
 		return
 	}
+	var waitOn []*job
+	if len(req.After) > 0 {
+		if waitOn, perr = s.activeParents(req.After, req.AfterAnyEnd, parents); perr != nil { // deps.go
+			s.note.submitted(SubmitInvalid)
+			s.out.reply(reply, perr)
+			return
+		}
+	}
 	j := s.newJob(id, req, maxAttempts, prio, key, fp)
 	s.uniq.hold(j, wish)
+	if len(req.After) > 0 {
+		j.rec.After, j.rec.AfterAnyEnd = req.After, req.AfterAnyEnd
+		s.waitFor(j, waitOn)
+	}
 	defer s.assignAtOnce(j)
 	r := s.replies.by(reply, due, "submission", id)
 	j.answer = r

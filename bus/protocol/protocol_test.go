@@ -119,10 +119,10 @@ func TestRoundTripCoversEveryMessageType(t *testing.T) {
 		covered[tc.msg.MessageType()] = true
 	}
 	known := protocol.KnownTypes()
-	// PROTOCOL.md's 18, the task type catalogue's two and the rate limits' five
-	// (native extensions).
-	if len(known) != 25 {
-		t.Errorf("Decode knows %d message types, PROTOCOL.md has 18 and jobbus adds 7: %v", len(known), known)
+	// PROTOCOL.md's 18, the task type catalogue's two, workflows' eight and the rate
+	// limits' five (native extensions).
+	if len(known) != 33 {
+		t.Errorf("Decode knows %d message types, PROTOCOL.md has 18 and jobbus adds 15: %v", len(known), known)
 	}
 	for _, typ := range known {
 		if !covered[typ] {

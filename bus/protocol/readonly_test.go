@@ -17,9 +17,15 @@ func TestReadOnly(t *testing.T) {
 		protocol.TypeListJobs:      true,
 		protocol.TypeListWorkers:   true,
 		protocol.TypeListTaskTypes: true,
-		protocol.TypeSetLimit:      false,
-		protocol.TypeRemoveLimit:   false,
-		protocol.TypeListLimits:    true,
+		// workflows: a submission names its workflow (sent again, the same one is
+		// answered as the first); cancel and retry change state.
+		protocol.TypeSubmitWorkflow: false,
+		protocol.TypeGetWorkflow:    true,
+		protocol.TypeCancelWorkflow: false,
+		protocol.TypeRetryWorkflow:  false,
+		protocol.TypeSetLimit:       false,
+		protocol.TypeRemoveLimit:    false,
+		protocol.TypeListLimits:     true,
 	}
 	if len(protocol.Endpoints) != len(want) {
 		t.Fatalf("%d endpoints, %d decided here", len(protocol.Endpoints), len(want))
