@@ -352,14 +352,16 @@ func TestRateLimitHeldForAMinute(t *testing.T) {
 	// lost to a coordinator that started nothing for more than burst/rate (a stall of
 	// the process on a loaded machine), which no limit can give back.
 	var stalled int
+	var stalls []string
 	fill := time.Duration(burst) * r.Period / time.Duration(r.Count)
 	for i := 1; i < len(inMinute); i++ {
 		if gap := inMinute[i].Sub(inMinute[i-1]); gap > fill {
 			stalled += int((gap - fill) * time.Duration(r.Count) / r.Period)
+			stalls = append(stalls, fmt.Sprintf("%v at +%v", gap, inMinute[i-1].Sub(first).Round(time.Millisecond)))
 		}
 	}
-	t.Logf("limit %s burst %d: %d starts in the first 60 s (want %d +- 1%%), busiest second %d (from +%v), bound %d; about %d lost to stalls over %v",
-		rate, burst, len(inMinute), want, most, at.Sub(first), windowBound(r, burst, time.Second), stalled, fill)
+	t.Logf("limit %s burst %d: %d starts in the first 60 s (want %d +- 1%%), busiest second %d (from +%v), bound %d; about %d lost to %d stalls over %v: %v",
+		rate, burst, len(inMinute), want, most, at.Sub(first), windowBound(r, burst, time.Second), stalled, len(stalls), fill, stalls)
 	if n := len(inMinute); n < want*99/100 || n > want*101/100 {
 		t.Fatalf("%d starts in 60 s, want %d +- 1%%", n, want)
 	}
