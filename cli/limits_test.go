@@ -1,11 +1,18 @@
 package cli_test
 
 import (
+	"context"
+	"slices"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/cli"
+	"github.com/jobbus/jobbus/client"
+	"github.com/jobbus/jobbus/worker"
 )
 
 // TestLimitCommands: jobbus limit set, ls and rm, over both transports.
@@ -105,4 +112,68 @@ func TestSubmitUnique(t *testing.T) {
 		}
 		o.mustRun(cli.ExitOK, "cancel", strings.TrimSpace(e))
 	})
+}
+
+// TestRateLimitSurvivesLeaderKill: two coordinator processes share a NATS server; the
+// leader spends a limit's whole burst and is SIGKILLed. The standby takes over with the
+// limit (a durable setting) and an empty bucket: in no 10 s are more than rate + burst
+// started, where a standby starting with a full bucket would start a second burst at
+// once. Starts are seen by the worker that runs them.
+func TestRateLimitSurvivesLeaderKill(t *testing.T) {
+	t.Parallel()
+	s := startNATS(t)
+	coordinatorProc := func() *proc {
+		return startProc(t, nil, "--nats", s.url, "coordinator", "--http-listen", "-", "--leader-lease-millis", "1000")
+	}
+	leader := coordinatorProc()
+	leader.logged(`msg="coordinator serving"`)
+	standby := coordinatorProc()
+	standby.logged(`msg="standing by`)
+
+	var mu sync.Mutex
+	var starts []time.Time
+	s.StartFunctionWorker(t, func(w *worker.Worker) error {
+		return worker.HandleJSON(w, "TICK", func(_ context.Context, _ int, _ struct{ N int }) (string, error) {
+			mu.Lock()
+			starts = append(starts, time.Now())
+			mu.Unlock()
+			return "tick", nil
+		})
+	}, worker.WithCapacity(64))
+	seen := func() []time.Time { mu.Lock(); defer mu.Unlock(); return slices.Clone(starts) }
+
+	cl := client.New(s.NC, client.WithTimeout(10*time.Second))
+	const rate, burst = "5/10s", 10 // 10 at once, then one every 2 s: at most 15 in 10 s
+	eventually(t, "the limit set", func() bool {
+		_, err := cl.SetLimit(context.Background(), client.ForTaskType("TICK"), rate, burst)
+		return err == nil
+	})
+	for i := range 30 {
+		if _, err := cl.Submit(context.Background(), "TICK", map[string]int{"N": i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "the leader spent its burst", func() bool { return len(seen()) >= burst })
+	leader.signal(syscall.SIGKILL)
+	killed := time.Now()
+	servingSince(t, standby, killed.Add(-time.Second))
+	limits, err := cl.Limits(context.Background())
+	if err != nil || len(limits) != 1 || limits[0].Rate != rate || limits[0].Burst != burst {
+		t.Fatalf("the new leader's limits: %+v %v, want %s burst %d", limits, err, rate, burst)
+	}
+	eventually(t, "the new leader starts a job as its first token comes", func() bool { return len(seen()) > burst })
+	got := seen()
+	slices.SortFunc(got, func(a, b time.Time) int { return a.Compare(b) })
+	most := 0
+	for i, j := 0, 0; i < len(got); i++ {
+		for j < len(got) && got[j].Sub(got[i]) < 10*time.Second {
+			j++
+		}
+		most = max(most, j-i)
+	}
+	t.Logf("limit %s burst %d, the burst spent, then the leader SIGKILLed: %d starts by %v after the kill, the busiest 10 s holds %d (bound 15)",
+		rate, burst, len(got), got[len(got)-1].Sub(killed).Round(time.Millisecond), most)
+	if most > 15 {
+		t.Fatalf("%d starts within 10 s across the kill: more than rate + burst (15)", most)
+	}
 }
