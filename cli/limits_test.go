@@ -177,3 +177,49 @@ func TestRateLimitSurvivesLeaderKill(t *testing.T) {
 		t.Fatalf("%d starts within 10 s across the kill: more than rate + burst (15)", most)
 	}
 }
+
+// TestUniqueSurvivesServeKill: jobbus serve SIGKILLed and run again on its store still
+// answers a unique job's repeats with its id: one that completed within its window, and
+// one still active; the rate limit set before the kill is still in force.
+func TestUniqueSurvivesServeKill(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	p, url := serveProc(t, dir, "--workers", "1")
+	cl := client.New(natsConnect(t, url), client.WithTimeout(10*time.Second))
+	ctx := context.Background()
+	done, err := cl.Submit(ctx, "SHA256", map[string]string{"text": "once an hour"}, client.UniqueFor(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j, err := cl.Wait(ctx, done); err != nil || j.State != protocol.StateCompleted {
+		t.Fatalf("unique job %+v %v", j, err)
+	}
+	if _, err := cl.SetLimit(ctx, client.ForTaskType("SLEEP"), "1/h", 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Submit(ctx, "SLEEP", map[string]int{"durationMillis": 1}); err != nil { // takes the token
+		t.Fatal(err)
+	}
+	active, err := cl.Submit(ctx, "SLEEP", map[string]int{"durationMillis": 2}, client.UniqueWhileActive())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.signal(syscall.SIGKILL)
+	p.wait()
+
+	_, url = serveProc(t, dir, "--workers", "1")
+	cl = client.New(natsConnect(t, url), client.WithTimeout(10*time.Second))
+	if got, err := cl.Submit(ctx, "SHA256", map[string]string{"text": "once an hour"}, client.UniqueFor(time.Hour)); err != nil || got != done {
+		t.Fatalf("after the kill, the completed unique job is %s; a repeat got %s %v", done, got, err)
+	}
+	if got, err := cl.Submit(ctx, "SLEEP", map[string]int{"durationMillis": 2}, client.UniqueWhileActive()); err != nil || got != active {
+		t.Fatalf("after the kill, the active unique job is %s; a repeat got %s %v", active, got, err)
+	}
+	if j, err := cl.Status(ctx, active); err != nil || j.State != protocol.StateQueued {
+		t.Fatalf("the job held back by the limit: %+v %v, want QUEUED still", j, err)
+	}
+	limits, err := cl.Limits(ctx)
+	if err != nil || len(limits) != 1 || limits[0].Rate != "1/h" || limits[0].Tokens >= 1 {
+		t.Fatalf("limits after the kill: %+v %v, want 1/h with an empty bucket", limits, err)
+	}
+}
