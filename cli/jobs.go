@@ -28,6 +28,7 @@ func clientCommands() []*cli.Command {
 		workersCommand(),
 		typesCommand(),
 		watchCommand(),
+		logsCommand(), // logs.go
 		clusterCommand(),
 	}
 }
