@@ -1,0 +1,202 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/client"
+	"github.com/jobbus/jobbus/internal/jobbustest"
+	"github.com/jobbus/jobbus/internal/testkit"
+	"github.com/jobbus/jobbus/worker"
+)
+
+// logArgs is the payload of the LOGGER test type: it writes Lines records, then
+// waits for release (when Hold) before it returns.
+type logArgs struct {
+	Lines       int  `json:"lines"`
+	Hold        bool `json:"hold,omitempty"`
+	FloodMillis int  `json:"floodMillis,omitempty"` // then logs as fast as it can for this long
+}
+
+// visibilitySetup starts a system with a worker serving LOGGER, whose held jobs wait
+// for release to be closed.
+func visibilitySetup(t *testing.T) (*jobbustest.System, *client.Client, func()) {
+	t.Helper()
+	sys := jobbustest.Start(t)
+	release := make(chan struct{})
+	releaseAll := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(releaseAll)
+	w, _ := sys.StartFunctionWorker(t, func(w *worker.Worker) error {
+		return worker.HandleJSON(w, "LOGGER", func(ctx context.Context, attempt int, a logArgs) (string, error) {
+			log := worker.Logger(ctx)
+			for i := range a.Lines {
+				log.Info("step", "i", i, "of", a.Lines)
+			}
+			for end, i := time.Now().Add(time.Duration(a.FloodMillis)*time.Millisecond), 0; time.Now().Before(end); i++ {
+				log.Info("flood", "i", i, "filler", "0123456789abcdef0123456789abcdef")
+			}
+			if a.Hold {
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return "", ctx.Err()
+				}
+				log.Warn("released")
+			}
+			return "logged", nil
+		})
+	})
+	cl := client.New(sys.NC)
+	testkit.Eventually(t, 15*time.Second, "worker listed", func() bool { return jobbustest.WorkerListed(cl, w.ID()) })
+	return sys, cl, releaseAll
+}
+
+func TestJobLogsOverNATS(t *testing.T) {
+	t.Parallel()
+	_, cl, _ := visibilitySetup(t)
+	ctx := context.Background()
+	id, err := cl.Submit(ctx, "LOGGER", logArgs{Lines: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job, err := cl.Wait(ctx, id); err != nil || job.State != protocol.StateCompleted {
+		t.Fatalf("job %s: %+v, %v", id, job, err)
+	}
+	var got []string
+	err = cl.Logs(ctx, id, false, func(r client.LogRecord) error {
+		_, level, msg := r.Fields()
+		var f struct {
+			I       int `json:"i"`
+			Attempt int `json:"attempt"`
+		}
+		if err := json.Unmarshal(r.JSON, &f); err != nil {
+			t.Errorf("record %s: %v", r.JSON, err)
+		}
+		if r.Attempt != 1 || f.Attempt != 1 {
+			t.Errorf("record %s: attempt %d, want 1", r.JSON, r.Attempt)
+		}
+		got = append(got, fmt.Sprintf("%s %s %d", level, msg, f.I))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "INFO step 0,INFO step 1,INFO step 2,INFO step 3,INFO step 4"
+	if strings.Join(got, ",") != want {
+		t.Fatalf("log records\n got %s\nwant %s", strings.Join(got, ","), want)
+	}
+}
+
+// TestJobLogsFollowEndsWithTheJob: a follow hands records as they are written, and
+// returns once the job has ended, with its last record.
+func TestJobLogsFollowEndsWithTheJob(t *testing.T) {
+	t.Parallel()
+	_, cl, release := visibilitySetup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	id, err := cl.Submit(ctx, "LOGGER", logArgs{Lines: 2, Hold: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	records := make(chan string, 100)
+	done := make(chan error, 1)
+	go func() {
+		done <- cl.Logs(ctx, id, true, func(r client.LogRecord) error {
+			_, _, msg := r.Fields()
+			records <- msg
+			return nil
+		})
+	}()
+	for i := range 2 { // live, while the job still runs
+		select {
+		case msg := <-records:
+			if msg != "step" {
+				t.Fatalf("record %d: %q, want step", i, msg)
+			}
+		case err := <-done:
+			t.Fatalf("follow ended while the job runs: %v", err)
+		case <-ctx.Done():
+			t.Fatal("no record while the job runs")
+		}
+	}
+	if job, err := cl.Status(ctx, id); err != nil || job.State != protocol.StateRunning {
+		t.Fatalf("job %s: %s, %v; want RUNNING", id, job.State, err)
+	}
+	release()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("follow: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("follow did not end with the job")
+	}
+	if msg := <-records; msg != "released" {
+		t.Fatalf("last record %q, want released", msg)
+	}
+}
+
+// TestJobLogFloodIsBounded: a handler that logs far more than a job keeps loses its
+// own oldest records (the stream keeps LogChunksPerJob chunks of its subject), with a
+// marker, and its job still completes.
+func TestJobLogFloodIsBounded(t *testing.T) {
+	t.Parallel()
+	sys, cl, _ := visibilitySetup(t)
+	ctx := context.Background()
+	// Shipped at worker.LogBytesPerSecond, 5 s of flood is more than a job keeps.
+	flood := 5 * time.Second
+	if worker.LogBytesPerSecond*int(flood/time.Second) < 3*protocol.MaxLogBytesPerJob/2 {
+		t.Fatalf("%v of flood ships too little to overflow a job's log", flood)
+	}
+	id, err := cl.Submit(ctx, "LOGGER", logArgs{FloodMillis: int(flood.Milliseconds())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job, err := cl.Wait(ctx, id); err != nil || job.State != protocol.StateCompleted {
+		t.Fatalf("job %s: %+v, %v", id, job, err)
+	}
+	js, err := jetstream.New(sys.NC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(ctx, protocol.LogsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(protocol.LogSubject(id)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.State.Subjects[protocol.LogSubject(id)]; n == 0 || n > protocol.LogChunksPerJob {
+		t.Fatalf("job log holds %d chunks, want 1..%d", n, protocol.LogChunksPerJob)
+	}
+	var bytes, shipDropped, streamDropped int
+	err = cl.Logs(ctx, id, false, func(r client.LogRecord) error {
+		bytes += len(r.JSON) + 1
+		_, _, msg := r.Fields()
+		switch {
+		case r.Dropped:
+			streamDropped++
+		case strings.Contains(msg, "log records dropped"):
+			shipDropped++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes > protocol.MaxLogBytesPerJob+16<<10 {
+		t.Fatalf("job log is %d bytes, want at most about %d", bytes, protocol.MaxLogBytesPerJob)
+	}
+	if shipDropped == 0 || streamDropped != 1 {
+		t.Fatalf("markers: %d of records the worker dropped (want some), %d of chunks the stream dropped (want 1)", shipDropped, streamDropped)
+	}
+}
