@@ -37,6 +37,10 @@ type replyFunc func(protocol.Message)
 // that job (request.go).
 func (s *scheduler) submit(req *protocol.SubmitJob, from request, reply replyFunc) {
 	due := from.due
+	var arrived time.Time
+	if s.tracer.On() {
+		arrived = s.now()
+	}
 	if perr := req.CheckSubmission(); perr != nil {
 		s.note.submitted(SubmitInvalid)
 		reply(perr)
@@ -103,10 +107,14 @@ func (s *scheduler) submit(req *protocol.SubmitJob, from request, reply replyFun
 		return
 	}
 	j := s.newJob(id, req, maxAttempts, prio, key, fp)
+	stored := s.traceSubmission(j, from, arrived) // trace.go
 	defer s.assignAtOnce(j)
 	r := s.replies.by(reply, due, "submission", id)
 	j.answer = r
 	s.markDirty(j, func(err error) {
+		if stored != nil {
+			stored(err)
+		}
 		if err != nil {
 			s.mu.Lock()
 			j.answer = nil
@@ -215,6 +223,7 @@ func (s *scheduler) schedule() {
 // assign starts a new attempt of j on w under a fresh lease.
 func (s *scheduler) assign(j *job, w *worker) {
 	now := s.now()
+	queuedSince := j.queuedSince()
 	j.rec.State = protocol.StateRunning
 	j.rec.Attempts++
 	j.rec.AttemptID = newID()
@@ -230,6 +239,8 @@ func (s *scheduler) assign(j *job, w *worker) {
 	heap.Push(&s.deadlines, j)
 	s.markDirty(j, nil)
 	s.log.Debug("job assigned", "job", j.rec.JobID, "attempt", j.rec.Attempts, "worker", w.id)
+	j.clearProgress() // the new attempt's own, once it reports
+	s.traceQueued(j, queuedSince, w.id)
 	m := &protocol.TaskAssign{
 		JobID:         j.rec.JobID,
 		AttemptID:     j.rec.AttemptID,
@@ -237,6 +248,7 @@ func (s *scheduler) assign(j *job, w *worker) {
 		TaskType:      j.rec.TaskType,
 		Payload:       j.rec.Payload,
 	}
+	m.TraceParent, m.TraceState = j.traceContext()
 	tell := func() error {
 		return s.link.Tell(context.Background(), bus.Address{Role: bus.RoleWorker, ID: w.id}, protocol.PathAssign, m)
 	}
@@ -298,6 +310,7 @@ func (s *scheduler) result(res *protocol.TaskResult, reply func(protocol.ResultA
 		s.schedule()
 		return
 	}
+	settled := s.traceResult(j, res) // trace.go
 	s.releaseLease(j)
 	if res.Success {
 		j.rec.State = protocol.StateCompleted
@@ -314,7 +327,15 @@ func (s *scheduler) result(res *protocol.TaskResult, reply func(protocol.ResultA
 			s.retryOrFail(j, cause)
 		}
 	}
-	s.markDirty(j, func(err error) { reply(protocol.ResultAck{JobID: res.JobID, Accepted: err == nil}, err) })
+	if settled != nil {
+		state := j.rec.State
+		s.markDirty(j, func(err error) {
+			settled(state, err)
+			reply(protocol.ResultAck{JobID: res.JobID, Accepted: err == nil}, err)
+		})
+	} else {
+		s.markDirty(j, func(err error) { reply(protocol.ResultAck{JobID: res.JobID, Accepted: err == nil}, err) })
+	}
 	s.log.Debug("job result", "job", j.rec.JobID, "state", j.rec.State, "attempt", j.rec.Attempts)
 	s.schedule()
 }
@@ -352,6 +373,7 @@ func (s *scheduler) retryOrFail(j *job, cause string) {
 		j.rec.State = protocol.StateRetryWait
 		j.rec.Error = ptr(cause)
 		j.rec.RetryAt = s.now().Add(s.cfg.retryDelay(j.rec.Attempts)).UnixMilli()
+		j.vis.queuedFrom = j.rec.RetryAt // queued again then (trace.go)
 		s.pushRetry(j)
 		return
 	}
