@@ -104,7 +104,6 @@ func (r *otlpReceiver) byTrace(first string) map[string]string {
 	return out
 }
 
-
 // TestTracesReachAnOTLPReceiver: `jobbus serve` and `jobbus submit --wait` configured
 // only by the standard OTEL_* variables export one trace of the job, from the client's
 // submit span to the worker's attempt and the coordinator's result, to an OTLP
