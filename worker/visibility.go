@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/internal/jobctx"
 	"github.com/jobbus/jobbus/internal/tracing"
@@ -54,6 +55,7 @@ const (
 	logBurst          = 4 * protocol.LogChunkBytes
 	LogBytesPerSecond = logBurst * int(time.Second/logFlushEvery)
 	logPublishTimeout = 2 * time.Second
+	finalProgressWait = time.Second
 )
 
 // WithTracerProvider has the worker trace each attempt with a "jobbus attempt" span
@@ -205,7 +207,13 @@ func (s *scope) end() {
 	ls := s.log
 	s.mu.Unlock()
 	if r != nil {
-		s.send(r)
+		// Asked, not told: the coordinator takes it before the result, which would
+		// make it stale; the last report of an attempt is the one a user sees.
+		ctx, cancel := context.WithTimeout(s.w.sendCtx, finalProgressWait)
+		if _, err := bus.Ask[struct{}](ctx, s.w.node, coordinator, protocol.PathProgress, r); err != nil && s.w.debug() {
+			s.w.attemptLog(s.m).Debug("last progress not taken", "err", err)
+		}
+		cancel()
 	}
 	if ls != nil {
 		ls.close()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -198,5 +199,121 @@ func TestJobLogFloodIsBounded(t *testing.T) {
 	}
 	if shipDropped == 0 || streamDropped != 1 {
 		t.Fatalf("markers: %d of records the worker dropped (want some), %d of chunks the stream dropped (want 1)", shipDropped, streamDropped)
+	}
+}
+
+// TestProgressOverNATSAPI: a handler's progress reaches the job's snapshot on the
+// plain NATS API (progress, progressMessage); a handler reporting as fast as it can
+// (hundreds of thousands a second) costs its job's record a few writes a second, and
+// the job's states are the ones it would have had without it.
+func TestProgressOverNATSAPI(t *testing.T) {
+	t.Parallel()
+	sys := jobbustest.Start(t)
+	gate := make(chan struct{})
+	release := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(release)
+	var reports atomic.Int64
+	w, _ := sys.StartFunctionWorker(t, func(w *worker.Worker) error {
+		return w.Handle("PROGRESS", func(ctx context.Context, _ int, _ json.RawMessage) (string, error) {
+			for i := 0; ; i++ {
+				select {
+				case <-gate:
+					worker.Progress(ctx, 1, "all done")
+					return "ok", nil
+				case <-ctx.Done():
+					return "", ctx.Err()
+				default:
+				}
+				worker.Progress(ctx, float64(i%100)/100, fmt.Sprintf("report %d", i))
+				reports.Add(1)
+			}
+		})
+	})
+	cl := client.New(sys.NC)
+	testkit.Eventually(t, 15*time.Second, "worker listed", func() bool { return jobbustest.WorkerListed(cl, w.ID()) })
+	ctx := context.Background()
+	id, err := cl.Submit(ctx, "PROGRESS", map[string]any{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(sys.NC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, protocol.JobsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watch, err := kv.Watch(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = watch.Stop() }()
+
+	// The snapshot on the NATS API, as `nats req jobbus.api.status` shows it.
+	status := func() map[string]any {
+		msg, err := sys.NC.Request(protocol.APIPrefix+".status", []byte(`{"type":"GET_JOB_STATUS","jobId":"`+id+`"}`), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var reply struct {
+			Job map[string]any `json:"job"`
+		}
+		if err := json.Unmarshal(msg.Data, &reply); err != nil {
+			t.Fatal(err)
+		}
+		return reply.Job
+	}
+	testkit.Eventually(t, 15*time.Second, "progress in the snapshot", func() bool {
+		j := status()
+		msg, _ := j["progressMessage"].(string)
+		_, has := j["progress"].(float64)
+		return j["state"] == "RUNNING" && has && strings.HasPrefix(msg, "report ")
+	})
+	// Count the record's writes over two seconds of flood.
+	drain := func() (n int, states []string) {
+		for {
+			select {
+			case e := <-watch.Updates():
+				if e == nil {
+					continue
+				}
+				n++
+				var r protocol.Record
+				if err := json.Unmarshal(e.Value(), &r); err == nil {
+					states = append(states, string(r.State))
+				}
+			default:
+				return n, states
+			}
+		}
+	}
+	drain()
+	from, before := time.Now(), reports.Load()
+	time.Sleep(2 * time.Second)
+	writes, _ := drain()
+	secs := time.Since(from).Seconds()
+	rate := float64(reports.Load()-before) / secs
+	if rate < 10_000 {
+		t.Logf("the handler reported only %.0f/s (a loaded machine)", rate)
+	}
+	// One write per coordinator.ProgressWriteEvery (4/s), and a little slack for timers.
+	if perSec := float64(writes) / secs; perSec > 6 || writes == 0 {
+		t.Fatalf("the job's record was written %d times in %.1fs (%.1f/s) while its handler reported %.0f/s; want a few a second", writes, secs, perSec, rate)
+	}
+	t.Logf("handler reported %.0f/s; record written %.1f/s", rate, float64(writes)/secs)
+	release()
+	job, err := cl.Wait(ctx, id)
+	if err != nil || job.State != protocol.StateCompleted || job.Attempts != 1 {
+		t.Fatalf("job: %+v %v", job, err)
+	}
+	_, states := drain()
+	for _, st := range states {
+		if st != string(protocol.StateRunning) && st != string(protocol.StateCompleted) {
+			t.Fatalf("states written after the flood: %v", states)
+		}
+	}
+	if j := status(); j["progress"] != 1.0 || j["progressMessage"] != "all done" {
+		t.Fatalf("finished job's progress %v %q, want 1 and the last message", j["progress"], j["progressMessage"])
 	}
 }
