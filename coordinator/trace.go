@@ -40,10 +40,14 @@ func traceRequest(get func(string) string) (traceparent, tracestate string) {
 	return traceparent, get(protocol.HeaderTraceState)
 }
 
-// jobTrace is the context of j's stored trace, for its spans' parent.
+// jobTrace is the context of j's stored trace, for its spans' parent: parsed once
+// per job and coordinator, then kept beside the record.
 func jobTrace(j *job) context.Context {
-	tp, ts := j.traceContext()
-	return tracing.ContextWith(context.Background(), tp, ts)
+	if j.vis.trace == nil {
+		sc := tracing.Parse(j.traceContext())
+		j.vis.trace = &sc
+	}
+	return trace.ContextWithRemoteSpanContext(context.Background(), *j.vis.trace)
 }
 
 // traceSubmission stores the trace context of j's submission and starts its spans;
@@ -54,6 +58,7 @@ func (s *scheduler) traceSubmission(j *job, from request, arrived time.Time) fun
 	parent := tracing.Parse(from.traceParent, from.traceState)
 	if parent.IsValid() {
 		j.setTraceContext(tracing.Format(parent)) // normalised: what a worker can parse
+		j.vis.trace = &parent
 	}
 	if !s.tracer.On() {
 		return nil
@@ -69,7 +74,9 @@ func (s *scheduler) traceSubmission(j *job, from request, arrived time.Time) fun
 	admit.End()
 	if !parent.IsValid() { // the admission roots the job's trace
 		ctx = actx
-		j.setTraceContext(tracing.Format(admit.SpanContext()))
+		sc := admit.SpanContext()
+		j.vis.trace = &sc
+		j.setTraceContext(tracing.Format(sc))
 	}
 	_, store := s.tracer.Start(ctx, "jobbus store", trace.WithSpanKind(trace.SpanKindInternal), attrs)
 	return func(err error) {

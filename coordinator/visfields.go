@@ -1,6 +1,10 @@
 package coordinator
 
-import "time"
+import (
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+)
 
 // A job's trace context and progress live in its record (TraceParent, TraceState,
 // Progress, ProgressMessage); what the coordinator keeps beside them is here.
@@ -28,7 +32,8 @@ func (j *job) clearProgress()                    { j.rec.Progress, j.rec.Progres
 
 // visFields is what the coordinator keeps of a job for its spans, in memory only.
 type visFields struct {
-	queuedFrom int64 // when a retry is queued again (Unix ms)
+	queuedFrom int64              // when a retry is queued again (Unix ms)
+	trace      *trace.SpanContext // its record's trace context, parsed once traced (trace.go)
 }
 
 // queuedSince is when j last became QUEUED, as near as its record says: for a retry
