@@ -32,6 +32,7 @@ type progressFlood struct {
 	writes     atomic.Int64 // record writes of the flood jobs seen while measuring
 	measuring  atomic.Bool
 	from, to   time.Time
+	reported   [2]int64 // reports at from and to
 	cancel     context.CancelFunc
 	wg         sync.WaitGroup
 }
@@ -72,10 +73,11 @@ func (f *progressFlood) run(ctx context.Context, _ int, _ json.RawMessage) (stri
 		case <-f.stop:
 			return fmt.Sprintf("%d progress reports", n), nil
 		case now := <-t.C:
+			from := n
 			for due := int64(now.Sub(start).Seconds() * float64(f.rate)); n < due; n++ {
 				worker.Progress(ctx, float64(n%1000)/1000, "flooding")
 			}
-			f.reports.Store(n)
+			f.reports.Add(n - from)
 		}
 	}
 }
@@ -143,6 +145,7 @@ func (f *progressFlood) start(ctx context.Context, sys *benchSystem) error {
 	}
 	time.Sleep(time.Second) // the flood at full rate before the measured run
 	f.from = time.Now()
+	f.reported[0] = f.reports.Load()
 	f.measuring.Store(true)
 	return nil
 }
@@ -151,6 +154,7 @@ func (f *progressFlood) start(ctx context.Context, sys *benchSystem) error {
 func (f *progressFlood) finish() {
 	f.measuring.Store(false)
 	f.to = time.Now()
+	f.reported[1] = f.reports.Load()
 	close(f.stop)
 	if f.cancel != nil {
 		f.cancel()
@@ -164,8 +168,8 @@ func (f *progressFlood) report(w io.Writer) {
 	if secs <= 0 {
 		return
 	}
-	fmt.Fprintf(w, "progress flood: %d jobs, each reporting %d/s: each job's record written %.1f/s while measured (%d writes in %.1fs)\n",
-		f.jobs, f.rate, float64(f.writes.Load())/float64(f.jobs)/secs, f.writes.Load(), secs)
+	fmt.Fprintf(w, "progress flood: %d jobs, each reporting %.0f/s: each job's record written %.1f/s while measured (%d writes in %.1fs)\n",
+		f.jobs, float64(f.reported[1]-f.reported[0])/float64(f.jobs)/secs, float64(f.writes.Load())/float64(f.jobs)/secs, f.writes.Load(), secs)
 }
 
 // running is the flood's jobs, which run on while the measured ones finish.
