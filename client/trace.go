@@ -24,9 +24,12 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // submitSpan starts the span of a submission of taskType; end ends it with the job's
 // id or the error.
 func (c *Client) submitSpan(ctx context.Context, taskType string) (context.Context, func(string, error)) {
-	ctx, span := c.tracer.Start(ctx, "jobbus submit", trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(tracing.System, tracing.AttrOperation.String("create"),
-			tracing.AttrDestination.String(taskType), tracing.AttrTaskType.String(taskType)))
+	ctx, span := c.tracer.Start(ctx, "jobbus submit", trace.WithSpanKind(trace.SpanKindProducer))
+	if !span.IsRecording() { // not sampled: its context still travels
+		return ctx, func(string, error) { span.End() }
+	}
+	span.SetAttributes(tracing.System, tracing.AttrOperation.String("create"),
+		tracing.AttrDestination.String(taskType), tracing.AttrTaskType.String(taskType))
 	return ctx, func(id string, err error) {
 		if err != nil {
 			span.RecordError(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
@@ -67,10 +68,11 @@ func (s *scheduler) traceSubmission(j *job, from request, arrived time.Time) fun
 	if parent.IsValid() {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, parent)
 	}
-	attrs := trace.WithAttributes(tracing.System, tracing.AttrOperation.String("create"),
-		tracing.AttrMessageID.String(j.rec.JobID), tracing.AttrTaskType.String(j.rec.TaskType),
-		tracing.AttrDestination.String(j.rec.TaskType), tracing.AttrPriority.String(string(j.rec.Priority)))
-	actx, admit := s.tracer.Start(ctx, "jobbus admit", trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(arrived), attrs)
+	actx, admit := s.tracer.Start(ctx, "jobbus admit", trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(arrived))
+	recording := admit.IsRecording() // the sampler's word, for the job's spans here
+	if recording {
+		admit.SetAttributes(s.jobAttrs(j, "create")...)
+	}
 	admit.End()
 	if !parent.IsValid() { // the admission roots the job's trace
 		ctx = actx
@@ -78,7 +80,11 @@ func (s *scheduler) traceSubmission(j *job, from request, arrived time.Time) fun
 		j.vis.trace = &sc
 		j.setTraceContext(tracing.Format(sc))
 	}
-	_, store := s.tracer.Start(ctx, "jobbus store", trace.WithSpanKind(trace.SpanKindInternal), attrs)
+	if !recording {
+		return nil
+	}
+	_, store := s.tracer.Start(ctx, "jobbus store", trace.WithSpanKind(trace.SpanKindInternal))
+	store.SetAttributes(s.jobAttrs(j, "create")...)
 	return func(err error) {
 		if err != nil {
 			store.RecordError(err)
@@ -88,6 +94,14 @@ func (s *scheduler) traceSubmission(j *job, from request, arrived time.Time) fun
 	}
 }
 
+// jobAttrs are the attributes every span of j carries, for operation op.
+func (s *scheduler) jobAttrs(j *job, op string) []attribute.KeyValue {
+	return []attribute.KeyValue{tracing.System, tracing.AttrOperation.String(op),
+		tracing.AttrMessageID.String(j.rec.JobID), tracing.AttrTaskType.String(j.rec.TaskType),
+		tracing.AttrDestination.String(j.rec.TaskType), tracing.AttrQueue.String(j.queueName()),
+		tracing.AttrPriority.String(string(j.rec.Priority))}
+}
+
 // traceQueued records j's wait in the ready queue, from since to its assignment to
 // worker, which starts attempt. Called with the scheduler's mu held.
 func (s *scheduler) traceQueued(j *job, since time.Time, worker string) {
@@ -95,11 +109,11 @@ func (s *scheduler) traceQueued(j *job, since time.Time, worker string) {
 		return
 	}
 	now := s.now()
-	_, span := s.tracer.Start(jobTrace(j), "jobbus queued", trace.WithTimestamp(since),
-		trace.WithAttributes(tracing.System, tracing.AttrMessageID.String(j.rec.JobID),
-			tracing.AttrTaskType.String(j.rec.TaskType), tracing.AttrQueue.String(j.queueName()),
-			tracing.AttrPriority.String(string(j.rec.Priority)), tracing.AttrAttempt.Int(j.rec.Attempts),
-			tracing.AttrWorker.String(worker)))
+	_, span := s.tracer.Start(jobTrace(j), "jobbus queued", trace.WithTimestamp(since))
+	if !span.IsRecording() {
+		return
+	}
+	span.SetAttributes(append(s.jobAttrs(j, "receive"), tracing.AttrAttempt.Int(j.rec.Attempts), tracing.AttrWorker.String(worker))...)
 	span.End(trace.WithTimestamp(now))
 }
 
@@ -118,11 +132,12 @@ func (s *scheduler) traceResult(j *job, res *protocol.TaskResult) func(state pro
 	default:
 		outcome = "failure"
 	}
-	_, span := s.tracer.Start(jobTrace(j), "jobbus result", trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(tracing.System, tracing.AttrOperation.String("settle"),
-			tracing.AttrMessageID.String(j.rec.JobID), tracing.AttrTaskType.String(j.rec.TaskType),
-			tracing.AttrAttempt.Int(j.rec.Attempts), tracing.AttrWorker.String(res.WorkerID),
-			tracing.AttrOutcome.String(outcome)))
+	_, span := s.tracer.Start(jobTrace(j), "jobbus result", trace.WithSpanKind(trace.SpanKindServer))
+	if !span.IsRecording() {
+		return nil
+	}
+	span.SetAttributes(append(s.jobAttrs(j, "settle"), tracing.AttrAttempt.Int(j.rec.Attempts),
+		tracing.AttrWorker.String(res.WorkerID), tracing.AttrOutcome.String(outcome))...)
 	return func(state protocol.State, err error) {
 		span.SetAttributes(tracing.AttrState.String(string(state)))
 		if err != nil {

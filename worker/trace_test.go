@@ -217,4 +217,3 @@ func byAttempt(spans tracetest.SpanStubs) tracetest.SpanStubs {
 	}
 	return out
 }
-

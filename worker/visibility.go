@@ -91,11 +91,15 @@ func (w *Worker) startAttempt(m *protocol.TaskAssign) (context.Context, *scope, 
 	ctx := tracing.ContextWith(context.Background(), m.TraceParent, m.TraceState)
 	var span trace.Span
 	if w.cfg.tracer.On() {
-		ctx, span = w.cfg.tracer.Start(ctx, "jobbus attempt", trace.WithSpanKind(trace.SpanKindConsumer),
-			trace.WithAttributes(tracing.System, tracing.AttrOperation.String("process"),
+		ctx, span = w.cfg.tracer.Start(ctx, "jobbus attempt", trace.WithSpanKind(trace.SpanKindConsumer))
+		if span.IsRecording() { // attributes only for a sampled span
+			span.SetAttributes(tracing.System, tracing.AttrOperation.String("process"),
 				tracing.AttrDestination.String(m.TaskType), tracing.AttrTaskType.String(m.TaskType),
 				tracing.AttrMessageID.String(m.JobID), tracing.AttrAttempt.Int(m.AttemptNumber),
-				tracing.AttrWorker.String(w.cfg.ID)))
+				tracing.AttrWorker.String(w.cfg.ID))
+		} else {
+			span = nil // nothing to end
+		}
 	}
 	s := &scope{w: w, m: m}
 	return jobctx.With(ctx, s), s, span
