@@ -199,7 +199,7 @@ func one(t *testing.T, spans tracetest.SpanStubs, name string) tracetest.SpanStu
 func attr(s tracetest.SpanStub, key string) string {
 	for _, a := range s.Attributes {
 		if string(a.Key) == key {
-			return a.Value.Emit()
+			return a.Value.String()
 		}
 	}
 	return ""
