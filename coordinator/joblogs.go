@@ -19,17 +19,22 @@ import (
 //   - per job: the last protocol.LogChunksPerJob chunks of protocol.LogChunkBytes
 //     (MaxMsgsPerSubject, oldest first; MaxMsgSize refuses a bigger chunk), so 1 MiB;
 //   - as a whole: Config.JobLogBytes (MaxBytes, the oldest chunks of any job first);
-//   - in time: MaxAge = Retention + logAgeMargin. A chunk is written before its job
-//     ends, so it outlives the job's record by at most the margin (and readers ask for
-//     the job first: an expired job has no log); a log written during the job's last
-//     hour of running is kept as long as the job. Retention 0 (keep forever) keeps
-//     logs until MaxBytes pushes them out.
+//   - in time: MaxAge = Retention + logAgeMargin(cfg). A chunk is written while its
+//     job runs, so it outlives the job's record by at most the margin (and readers ask
+//     for the job first: an expired job has no log); and it lasts as long as the record
+//     for a job whose attempts all fit the margin (by default every attempt's deadline
+//     and retry wait: about half an hour). Retention 0 (keep forever) keeps logs until
+//     MaxBytes pushes them out.
 //
 // One replica: a log is a diagnostic, not state, and losing it with its server costs
 // no job anything.
 
-// logAgeMargin is how much longer than the retention a log chunk is kept.
-const logAgeMargin = time.Hour
+// logAgeMargin is how much longer than the retention a log chunk is kept: at least
+// an hour, and the longest a job runs with the default timeouts (every attempt's
+// deadline and the retry waits between them).
+func logAgeMargin(cfg *Config) time.Duration {
+	return max(time.Hour, time.Duration(cfg.MaxAttempts)*(cfg.TaskTimeout+cfg.RetryMaxDelay))
+}
 
 // DefaultJobLogBytes bounds the logs stream as a whole.
 const DefaultJobLogBytes = 1 << 30
@@ -38,7 +43,7 @@ const DefaultJobLogBytes = 1 << 30
 func logStreamConfig(cfg *Config) jetstream.StreamConfig {
 	var age time.Duration
 	if cfg.Retention > 0 {
-		age = cfg.Retention + logAgeMargin
+		age = cfg.Retention + logAgeMargin(cfg)
 	}
 	limit := cfg.JobLogBytes
 	if limit == 0 {
