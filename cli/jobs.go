@@ -30,6 +30,7 @@ func clientCommands() []*cli.Command {
 		watchCommand(),
 		logsCommand(), // logs.go
 		clusterCommand(),
+		workflowCommand(), // workflow.go
 	}
 }
 

@@ -139,6 +139,7 @@ func (p *printer) job(j protocol.Job) error {
 	if t := progressText(j); t != "" { // only for a job whose handler reported some
 		rows = slices.Insert(rows, 8, [2]string{"PROGRESS", oneLine(strings.TrimSpace(t))})
 	}
+	rows = append(rows, workflowRows(j)...) // workflow.go
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])
 	}

@@ -31,7 +31,7 @@ func (w *Worker) onAssign(_ context.Context, _ bus.Address, m protocol.TaskAssig
 	ref := protocol.AttemptRef{JobID: m.JobID, AttemptID: m.AttemptID}
 	added := w.held.Add(ref) // before it starts: it may finish at once
 	w.inflight.add()
-	ctx, sc, span := w.startAttempt(&m) // visibility.go
+	ctx, sc, span := w.startAttempt(w.attemptContext(m.JobID), &m) // visibility.go; parents.go
 	if !w.attempts.Start(ctx, &m, func(o attempts.Outcome) {
 		defer w.inflight.done()
 		defer w.held.Remove(ref) // its result is acknowledged, or given up

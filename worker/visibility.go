@@ -87,8 +87,8 @@ type scope struct {
 }
 
 // start begins attempt m: its span and scope, in the context its handler gets.
-func (w *Worker) startAttempt(m *protocol.TaskAssign) (context.Context, *scope, trace.Span) {
-	ctx := tracing.ContextWith(context.Background(), m.TraceParent, m.TraceState)
+func (w *Worker) startAttempt(base context.Context, m *protocol.TaskAssign) (context.Context, *scope, trace.Span) {
+	ctx := tracing.ContextWith(base, m.TraceParent, m.TraceState)
 	var span trace.Span
 	if w.cfg.tracer.On() {
 		ctx, span = w.cfg.tracer.Start(ctx, "jobbus attempt", trace.WithSpanKind(trace.SpanKindConsumer))
