@@ -25,7 +25,11 @@ func (s *scheduler) progress(m *protocol.TaskProgress) {
 	if j == nil || s.fenced != nil || j.rec.State != protocol.StateRunning || j.rec.AttemptID != m.AttemptID || j.rec.WorkerID != m.WorkerID {
 		return // stale: another attempt's, or the job moved on
 	}
-	j.setProgress(m.Progress, protocol.ClipProgressMessage(m.Message))
+	msg := protocol.ClipProgressMessage(m.Message)
+	if p := j.rec.Progress; p != nil && *p == m.Progress && j.rec.ProgressMessage == msg {
+		return // the same again (an attempt's last report is asked once more)
+	}
+	j.setProgress(m.Progress, msg)
 	s.writeProgress(j)
 }
 

@@ -55,7 +55,7 @@ const (
 	logBurst          = 4 * protocol.LogChunkBytes
 	LogBytesPerSecond = logBurst * int(time.Second/logFlushEvery)
 	logPublishTimeout = 2 * time.Second
-	finalProgressWait = time.Second
+	finalProgressWait = 5 * time.Second
 )
 
 // WithTracerProvider has the worker trace each attempt with a "jobbus attempt" span
@@ -171,6 +171,11 @@ func (s *scope) sendDue() {
 func (s *scope) takeLocked() *protocol.TaskProgress {
 	s.pending = false
 	s.sentAt = time.Now()
+	return s.report()
+}
+
+// report is the latest report. Called with s.mu held.
+func (s *scope) report() *protocol.TaskProgress {
 	return &protocol.TaskProgress{WorkerID: s.w.cfg.ID, JobID: s.m.JobID, AttemptID: s.m.AttemptID,
 		Progress: s.fraction, Message: protocol.ClipProgressMessage(s.message)}
 }
@@ -205,8 +210,13 @@ func (s *scope) end() {
 		s.timer = nil
 	}
 	var r *protocol.TaskProgress
-	if s.pending {
+	switch {
+	case s.pending:
 		r = s.takeLocked()
+	case !s.sentAt.IsZero():
+		// The last report went as a tell, which the result may overtake: asked
+		// again, it is taken first (the same values cost the record no write).
+		r = s.report()
 	}
 	ls := s.log
 	s.mu.Unlock()
