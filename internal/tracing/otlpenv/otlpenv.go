@@ -42,8 +42,8 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 	return p.sdk.Shutdown(ctx)
 }
 
-// Enabled reports whether the environment asks for traces: OTEL_TRACES_EXPORTER=otlp,
-// or an OTLP endpoint (OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
+// Enabled reports whether the environment asks for traces: OTEL_TRACES_EXPORTER set
+// (otlp; FromEnv refuses any other), or an OTLP endpoint (OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
 // with OTEL_TRACES_EXPORTER unset; never with OTEL_SDK_DISABLED=true or
 // OTEL_TRACES_EXPORTER=none. Tracing is off by default.
 func Enabled(getenv func(string) string) bool {
@@ -53,8 +53,10 @@ func Enabled(getenv func(string) string) bool {
 	switch exp := strings.ToLower(strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER"))); exp {
 	case "":
 		return getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
-	default:
-		return exp == "otlp"
+	case "none":
+		return false
+	default: // otlp, or one FromEnv refuses by name
+		return true
 	}
 }
 

@@ -18,7 +18,7 @@ func TestEnabled(t *testing.T) {
 		{"TracesEndpoint", map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector:4318/v1/traces"}, true},
 		{"ExporterNone", map[string]string{"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, false},
 		{"SDKDisabled", map[string]string{"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "otlp"}, false},
-		{"OtherExporter", map[string]string{"OTEL_TRACES_EXPORTER": "zipkin"}, false},
+		{"OtherExporter", map[string]string{"OTEL_TRACES_EXPORTER": "zipkin"}, true}, // refused by FromEnv
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -31,6 +31,11 @@ func TestEnabled(t *testing.T) {
 }
 
 func TestFromEnvRefusesWhatItCannotExport(t *testing.T) {
+	t.Setenv("OTEL_TRACES_EXPORTER", "zipkin")
+	if _, err := FromEnv(t.Context(), "test"); !errors.Is(err, ErrExporter) {
+		t.Fatalf("zipkin: %v, want ErrExporter", err)
+	}
+	t.Setenv("OTEL_TRACES_EXPORTER", "")
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
 	if _, err := FromEnv(t.Context(), "test"); !errors.Is(err, ErrExporter) {
