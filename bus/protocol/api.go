@@ -35,6 +35,13 @@ var Endpoints = []Endpoint{
 	{Name: "workers", Request: TypeListWorkers},
 	{Name: "cancel", Request: TypeCancelJob},
 	{Name: "types", Request: TypeListTaskTypes}, // native: the task type catalogue
+	// native: the schedules (schedules.go)
+	{Name: "schedule.add", Request: TypeAddSchedule},
+	{Name: "schedule.list", Request: TypeListSchedules},
+	{Name: "schedule.pause", Request: TypePauseSchedule},
+	{Name: "schedule.resume", Request: TypeResumeSchedule},
+	{Name: "schedule.remove", Request: TypeRemoveSchedule},
+	{Name: "schedule.trigger", Request: TypeTriggerSchedule},
 }
 
 // EndpointFor returns the endpoint that serves request type t; ok is false for a type
