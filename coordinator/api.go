@@ -70,7 +70,9 @@ func (a *api) serve() error {
 	a.mu.Unlock()
 	group := svc.AddGroup(protocol.APIPrefix)
 	for _, e := range protocol.Endpoints {
-		if err := group.AddEndpoint(e.Name, a.endpoint(e.Request)); err != nil {
+		// micro's endpoint names take no dots: schedule.add is named schedule-add.
+		name := strings.ReplaceAll(e.Name, ".", "-")
+		if err := group.AddEndpoint(name, a.endpoint(e.Request), micro.WithEndpointSubject(e.Name)); err != nil {
 			return fmt.Errorf("api endpoint %s: %w", e.Name, err)
 		}
 	}
@@ -240,7 +242,8 @@ func errorCode(e *protocol.Error) int {
 		return 503
 	case strings.HasPrefix(e.Message, protocol.OutcomeUnknownPrefix):
 		return 504
-	case strings.HasPrefix(e.Message, protocol.UnknownJob("").Message):
+	case strings.HasPrefix(e.Message, protocol.UnknownJob("").Message),
+		strings.HasPrefix(e.Message, protocol.UnknownSchedulePrefix):
 		return 404
 	}
 	return 400
@@ -256,6 +259,9 @@ type request struct {
 	since  uint64
 	// due: a write is answered within it (protocol.HeaderTimeout; outcome.go).
 	due time.Duration
+	// schedule names the schedule whose tick submits the job (schedules.go); "": a
+	// client's submission.
+	schedule string
 }
 
 func (a *api) sentBy(h nats.Header) request {
@@ -287,6 +293,9 @@ func (a *api) serveRequest(data []byte, from request, want protocol.Type, reply 
 		a.sched.cancelJob(m.JobID, from.due, reply)
 	case *protocol.ListTaskTypes:
 		reply(a.sched.taskTypeList())
+	case *protocol.AddSchedule, *protocol.ListSchedules, *protocol.PauseSchedule, *protocol.ResumeSchedule,
+		*protocol.RemoveSchedule, *protocol.TriggerSchedule:
+		a.sched.sch.serve(m, reply) // schedules.go
 	}
 }
 

@@ -103,6 +103,7 @@ func (s *scheduler) submit(req *protocol.SubmitJob, from request, reply replyFun
 		return
 	}
 	j := s.newJob(id, req, maxAttempts, prio, key, fp)
+	j.rec.Schedule = from.schedule // the schedule whose tick this is (schedules.go), or none
 	defer s.assignAtOnce(j)
 	r := s.replies.by(reply, due, "submission", id)
 	j.answer = r
