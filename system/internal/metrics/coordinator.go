@@ -31,6 +31,7 @@ type Coordinator struct {
 	syncWrites  prometheus.Histogram
 	syncErrs    prometheus.Counter
 	leads       prometheus.Counter
+	schedTicks  *prometheus.CounterVec // schedules.go
 
 	// byType caches the series of each task type: the hot path then costs a map read.
 	byType  sync.Map // string -> *typeSeries
@@ -89,6 +90,7 @@ func (r *Registry) Coordinator() *Coordinator {
 			Help: "Fsyncs of the job store that failed: job writes wait, and submissions are refused, until one succeeds."}),
 		leads: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "leader_changes_total",
 			Help: "Times a coordinator of this process took the lead."}),
+		schedTicks: newScheduleTicks(),
 	}
 	m.outcome = make(map[coordinator.SubmitOutcome]prometheus.Counter)
 	for _, o := range []coordinator.SubmitOutcome{coordinator.SubmitAccepted, coordinator.SubmitRejected,
@@ -97,7 +99,7 @@ func (r *Registry) Coordinator() *Coordinator {
 	}
 	r.reg.MustRegister(m.submissions, m.assigned, m.completed, m.failed, m.retried, m.cancelled, m.deadlines,
 		m.startLat, m.doneLat, m.writeLat, m.writeErrs, m.writesPer, m.syncLat, m.syncWrites, m.syncErrs, m.leads,
-		&coordinatorCollector{m})
+		&coordinatorCollector{m}, m.schedTicks)
 	r.AddBus("coordinator", m.busStats)
 	r.coord = m
 	return m
@@ -212,7 +214,7 @@ var (
 type coordinatorCollector struct{ m *Coordinator }
 
 func (c *coordinatorCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{jobsDesc, workersDesc, capacityDesc, busyDesc, leadingDesc} {
+	for _, d := range []*prometheus.Desc{jobsDesc, workersDesc, capacityDesc, busyDesc, leadingDesc, scheduleFailuresDesc} {
 		ch <- d
 	}
 }
@@ -236,6 +238,7 @@ func (c *coordinatorCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(workersDesc, prometheus.GaugeValue, float64(len(s.Workers)))
 			ch <- prometheus.MustNewConstMetric(capacityDesc, prometheus.GaugeValue, float64(capacity))
 			ch <- prometheus.MustNewConstMetric(busyDesc, prometheus.GaugeValue, float64(busy))
+			collectSchedules(ch, cur) // schedules.go
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(leadingDesc, prometheus.GaugeValue, leading)
