@@ -9,13 +9,13 @@ import (
 )
 
 // Schedules (a native extension; spec peers never see them): named, durable, periodic
-// submissions. The leading coordinator keeps each schedule as a control (KV bucket
-// ControlsBucket, key SchedulePrefix + name, value the Schedule's JSON) and submits one
-// job per tick, through its normal submit path, under the idempotency key
+// submissions. The leading coordinator keeps each schedule as a durable setting (in
+// JobsBucket under ControlPrefix + SchedulePrefix + name, the Schedule's JSON) and
+// submits one job per tick, through its normal submit path, under the idempotency key
 // ScheduleTickKey(name, tick): a failover or a restart in the middle of a tick finds
 // the job the last one stored instead of submitting another.
 
-// SchedulePrefix starts the control key of a schedule: "schedule.<name>".
+// SchedulePrefix starts a schedule's setting key after ControlPrefix: "schedule.<name>".
 const SchedulePrefix = "schedule."
 
 // MaxScheduleName bounds a schedule's name.
