@@ -330,3 +330,51 @@ func TestScheduleFailsVisibly(t *testing.T) {
 		t.Fatalf("trigger of the failing schedule: %v, want its refusal", err)
 	}
 }
+
+// TestScheduleCronAcrossDST: a cron schedule in Europe/Berlin, its coordinator down
+// across each DST change (an injected clock), catches up with catch-up all exactly the
+// ticks of wall time: in spring the 02:30 that does not exist runs at the change, in
+// autumn the 02:30 that happens twice runs once.
+func TestScheduleCronAcrossDST(t *testing.T) {
+	t.Parallel()
+	utc := func(s string) time.Time {
+		at, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	cases := []struct {
+		name      string
+		from, to  string
+		wantTicks []string
+	}{
+		{"Spring", "2026-03-28T12:00:00Z", "2026-03-30T12:00:00Z", []string{"2026-03-29T01:00:00Z", "2026-03-30T00:30:00Z"}},
+		{"Autumn", "2026-10-24T12:00:00Z", "2026-10-26T12:00:00Z", []string{"2026-10-25T00:30:00Z", "2026-10-26T01:30:00Z"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			clock := newFakeClock(utc(tc.from))
+			s := setup(t, func(c *coordinator.Config) { c.Now = clock.now })
+			addSchedule(t, s, client.Schedule{Name: "night", Cron: "0 30 2 * * *", TimeZone: "Europe/Berlin", CatchUp: protocol.CatchUpAll,
+				TaskType: "SHA256", Payload: text("n")})
+			_ = s.Coordinator.Close()
+			clock.ms.Store(utc(tc.to).UnixMilli())
+			s.RestartCoordinator(t)
+			last := utc(tc.wantTicks[len(tc.wantTicks)-1]).UnixMilli()
+			s.Eventually("the catch-up done", func() bool { return scheduleNamed(t, s, "night").LastTickMillis == last })
+			jobs := scheduleJobs(t, s, "night")
+			if len(jobs) != len(tc.wantTicks) {
+				t.Fatalf("%d jobs, want one for each of %v", len(jobs), tc.wantTicks)
+			}
+			for i, tick := range tc.wantTicks {
+				key := protocol.ScheduleTickKey("night", utc(tick).UnixMilli())
+				id, err := s.Client.Submit(context.Background(), "SHA256", text("n"), client.IdempotencyKey(key))
+				if err != nil || id != jobs[i].JobID {
+					t.Errorf("tick %s: its key gives %s, %v; want job %s", tick, id, err, jobs[i].JobID)
+				}
+			}
+		})
+	}
+}
