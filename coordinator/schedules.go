@@ -575,6 +575,13 @@ func (sch *schedules) list() []protocol.Schedule {
 		out = append(out, sch.view(e))
 	}
 	slices.SortFunc(out, func(a, b protocol.Schedule) int { return strings.Compare(a.Name, b.Name) })
+	if b, _ := json.Marshal(out); len(b) > listBudget {
+		// Payloads may be large; the list must fit in one reply. What a list is for
+		// (when, state, last run and error) stays.
+		for i := range out {
+			out[i].Payload = nil
+		}
+	}
 	return out
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -376,5 +377,25 @@ func TestScheduleCronAcrossDST(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestScheduleListFitsOneReply: schedules whose payloads together exceed a reply are
+// listed without their payloads rather than not at all.
+func TestScheduleListFitsOneReply(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	big := strings.Repeat("x", 190_000)
+	for i := range 7 {
+		addSchedule(t, s, client.Schedule{Name: fmt.Sprintf("big%d", i), Every: time.Hour, TaskType: "SHA256", Payload: text(big)})
+	}
+	scs, err := s.Client.Schedules(context.Background())
+	if err != nil || len(scs) != 7 {
+		t.Fatalf("list: %d schedules, %v", len(scs), err)
+	}
+	for _, sc := range scs {
+		if sc.Payload != nil || sc.TaskType != "SHA256" || sc.NextTickMillis == 0 {
+			t.Fatalf("listed %s with a %d-byte payload, task %q, next %d", sc.Name, len(sc.Payload), sc.TaskType, sc.NextTickMillis)
+		}
 	}
 }

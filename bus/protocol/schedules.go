@@ -79,7 +79,7 @@ type ScheduleSpec struct {
 	CatchUp  CatchUp `json:"catchUp,omitempty"`
 	// The submission of each tick.
 	TaskType    string          `json:"taskType"`
-	Payload     json.RawMessage `json:"payload"`
+	Payload     json.RawMessage `json:"payload,omitempty"` // left out of a list too large for one reply
 	MaxAttempts int             `json:"maxAttempts,omitempty"`
 	Priority    *Priority       `json:"priority,omitempty"`
 }
