@@ -324,15 +324,21 @@ func (sch *schedules) write(e *schedEntry, sc protocol.Schedule) error {
 	if err != nil {
 		return err
 	}
+	// Only the leader writes: one whose lease lapsed (paused, cut off) may have a
+	// successor that wrote since.
+	if !sch.s.lease.held() || sch.s.fencedBy() != nil {
+		return fmt.Errorf("store schedule %s: %w", sc.Name, ErrNotServing)
+	}
 	sch.mu.Lock()
 	rev := e.rev
 	sch.mu.Unlock()
 	ctx, cancel := context.WithTimeout(sch.ctx, scheduleIOTimeout)
 	defer cancel()
 	rev, err = sch.controls().put(ctx, protocol.SchedulePrefix+sc.Name, data, rev)
-	if errors.Is(err, errControlChanged) {
-		// Most likely a write of this coordinator whose answer was lost: read the
-		// revision stored, and write over it once.
+	if errors.Is(err, errControlChanged) && sch.s.lease.held() {
+		// Most likely a write of this coordinator whose answer was lost (a successor
+		// would have taken the lease first): read the revision stored, and write over
+		// it once.
 		if cur, ok := sch.read(ctx, sc.Name); ok {
 			rev, err = sch.controls().put(ctx, protocol.SchedulePrefix+sc.Name, data, cur.rev)
 		}
