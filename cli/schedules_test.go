@@ -95,14 +95,44 @@ func TestScheduleCommands(t *testing.T) {
 	})
 }
 
-// TestScheduleSIGKILLAtTick: jobbus serve SIGKILLed at the instant of a schedule's
-// tick, twice, and started again on its store: every tick from the first to the last
-// has exactly one job, found under the tick's key, and no tick has two.
+// TestScheduleSIGKILLAtTick: the leading coordinator SIGKILLed at the instant of a
+// schedule's tick, twice: jobbus serve started again on its store, or a standby
+// jobbus coordinator taking over. Either way every tick from the first to the last has
+// exactly one job, found under the tick's key, and no tick has two.
 func TestScheduleSIGKILLAtTick(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	p, url := serveProc(t, dir, "--workers", "1")
-	cl := client.New(natsConnect(t, url))
+	t.Run("ServeRestarts", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		p, url := serveProc(t, dir, "--workers", "1")
+		killAtTicks(t, client.New(natsConnect(t, url)), func() *client.Client {
+			p.signal(syscall.SIGKILL)
+			p.wait()
+			p, url = serveProc(t, dir, "--workers", "1")
+			return client.New(natsConnect(t, url))
+		})
+	})
+	t.Run("StandbyTakesOver", func(t *testing.T) {
+		t.Parallel()
+		s := startNATS(t)
+		lead, standby := s.leaderAndStandby()
+		s.StartNativeWorker(t)
+		cl := client.New(s.NC)
+		killAtTicks(t, cl, func() *client.Client {
+			killed := time.Now()
+			lead.signal(syscall.SIGKILL)
+			lead = standby
+			servingSince(t, lead, killed)
+			standby = startProc(t, nil, "--nats", s.url, "coordinator", "--http-listen", "-")
+			standby.logged(`msg="standing by`)
+			return cl
+		})
+	})
+}
+
+// killAtTicks adds a schedule ticking every second on cl, kills its coordinator at a
+// tick twice (kill returns the client to use after), and checks one job per tick.
+func killAtTicks(t *testing.T, cl *client.Client, kill func() *client.Client) {
 	ctx := context.Background()
 	added, err := cl.AddSchedule(ctx, client.Schedule{Name: "tick", Every: time.Second, CatchUp: protocol.CatchUpAll,
 		TaskType: "SHA256", Payload: map[string]string{"text": "t"}})
@@ -121,11 +151,8 @@ func TestScheduleSIGKILLAtTick(t *testing.T) {
 		eventually(t, "two ticks done", func() bool { return schedule(cl).LastTickMillis >= added.CreatedAtMillis+int64(round+2)*1000 })
 		next := time.UnixMilli(schedule(cl).NextTickMillis)
 		time.Sleep(time.Until(next) + offset) // the fault's timing, not a synchronisation
-		p.signal(syscall.SIGKILL)
-		p.wait()
-		p, url = serveProc(t, dir, "--workers", "1")
-		cl = client.New(natsConnect(t, url))
-		eventually(t, "ticks after the restart", func() bool { return schedule(cl).LastTickMillis > next.UnixMilli()+1000 })
+		cl = kill()
+		eventually(t, "ticks after the kill", func() bool { return schedule(cl).LastTickMillis > next.UnixMilli()+1000 })
 	}
 	sc, err := cl.PauseSchedule(ctx, "tick")
 	if err != nil {
@@ -142,7 +169,7 @@ func TestScheduleSIGKILLAtTick(t *testing.T) {
 		}
 	}
 	ticks := int((sc.LastTickMillis - added.CreatedAtMillis) / 1000)
-	seen := map[string]int64{}
+	seen := map[string]int{}
 	for k := 1; k <= ticks; k++ {
 		tick := added.CreatedAtMillis + int64(k)*1000
 		id, err := cl.Submit(ctx, "SHA256", map[string]string{"text": "t"}, client.IdempotencyKey(protocol.ScheduleTickKey("tick", tick)))
@@ -152,9 +179,9 @@ func TestScheduleSIGKILLAtTick(t *testing.T) {
 		case !jobs[id]:
 			t.Errorf("tick %d had no job: its key made a new one", k)
 		case seen[id] != 0:
-			t.Errorf("ticks %d and %d share job %s", seen[id], tick, id)
+			t.Errorf("ticks %d and %d share job %s", seen[id], k, id)
 		}
-		seen[id] = tick
+		seen[id] = k
 	}
 	if len(jobs) != ticks {
 		t.Errorf("%d jobs of the schedule for %d ticks: a tick has more than one", len(jobs), ticks)
