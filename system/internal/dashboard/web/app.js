@@ -323,6 +323,7 @@ async function loadJob() {
     ["updated", when(j.updatedAtMillis)],
   ];
   if (j.retryAtMillis) f.push(["next retry", when(j.retryAtMillis)]);
+  if (j.schedule) f.push(["schedule", j.schedule]);
   f.push(["sequence", j.seq]);
   $("j-fields").replaceChildren(...f.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { "data-field": k }, v)]));
   $("j-error").textContent = j.error || "–";
