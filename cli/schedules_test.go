@@ -98,7 +98,8 @@ func TestScheduleCommands(t *testing.T) {
 // TestScheduleSIGKILLAtTick: the leading coordinator SIGKILLed at the instant of a
 // schedule's tick, twice: jobbus serve started again on its store, or a standby
 // jobbus coordinator taking over. Either way every tick from the first to the last has
-// exactly one job, found under the tick's key, and no tick has two.
+// exactly one job, found under the tick's key, and no tick has two. JOBBUS_LONG_TESTS=1
+// kills six times each.
 func TestScheduleSIGKILLAtTick(t *testing.T) {
 	t.Parallel()
 	t.Run("ServeRestarts", func(t *testing.T) {
@@ -131,7 +132,8 @@ func TestScheduleSIGKILLAtTick(t *testing.T) {
 }
 
 // killAtTicks adds a schedule ticking every second on cl, kills its coordinator at a
-// tick twice (kill returns the client to use after), and checks one job per tick.
+// tick twice, or six times with JOBBUS_LONG_TESTS=1 (kill returns the client to use
+// after), and checks one job per tick.
 func killAtTicks(t *testing.T, cl *client.Client, kill func() *client.Client) {
 	ctx := context.Background()
 	added, err := cl.AddSchedule(ctx, client.Schedule{Name: "tick", Every: time.Second, CatchUp: protocol.CatchUpAll,
@@ -147,7 +149,11 @@ func killAtTicks(t *testing.T, cl *client.Client, kill func() *client.Client) {
 		}
 		return scs[0]
 	}
-	for round, offset := range []time.Duration{time.Millisecond, 4 * time.Millisecond} {
+	offsets := []time.Duration{time.Millisecond, 4 * time.Millisecond}
+	if longTests() { // more kills, spread over the tick's first milliseconds
+		offsets = append(offsets, 0, 2*time.Millisecond, 8*time.Millisecond, 16*time.Millisecond)
+	}
+	for round, offset := range offsets {
 		eventually(t, "two ticks done", func() bool { return schedule(cl).LastTickMillis >= added.CreatedAtMillis+int64(round+2)*1000 })
 		next := time.UnixMilli(schedule(cl).NextTickMillis)
 		time.Sleep(time.Until(next) + offset) // the fault's timing, not a synchronisation
@@ -186,5 +192,5 @@ func killAtTicks(t *testing.T, cl *client.Client, kill func() *client.Client) {
 	if len(jobs) != ticks {
 		t.Errorf("%d jobs of the schedule for %d ticks: a tick has more than one", len(jobs), ticks)
 	}
-	t.Logf("%d ticks across 2 SIGKILLs at a tick, one job each", ticks)
+	t.Logf("%d ticks across %d SIGKILLs at a tick, one job each", ticks, len(offsets))
 }
