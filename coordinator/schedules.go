@@ -191,7 +191,7 @@ func (sch *schedules) tick(e *schedEntry, gen uint64, recovering bool) {
 		return
 	}
 	now := sch.s.now()
-	p := plan(spec, sinceDone(&sc), now, sc.CatchUp, recovering)
+	p := planTicks(spec, sinceDone(&sc), now, sc.CatchUp, recovering)
 	if p.skipped > 0 {
 		sch.log.Info("schedule ticks skipped", "schedule", sc.Name, "ticks", p.skipped, "catch_up", orOne(sc.CatchUp))
 		sch.observe(sc.Name, ScheduleSkipped, p.skipped)

@@ -154,13 +154,13 @@ type tickPlan struct {
 	next    time.Time
 }
 
-// plan decides, at now, about the ticks of sp after done (the last tick done, or when
+// planTicks decides, at now, about the ticks of sp after done (the last tick done, or when
 // ticks started counting). recovering says that no coordinator watched the schedule
 // until now (a restart, a takeover): then catch-up decides about the due ticks, which
 // passed while none ran. Otherwise a timer fired for the first of them, and catch-up
 // only decides about the ones after it that this coordinator fell behind on: none and
 // one run the latest due tick (the one on time, or nearest to it), all runs each.
-func plan(sp tickSpec, done, now time.Time, catchUp protocol.CatchUp, recovering bool) tickPlan {
+func planTicks(sp tickSpec, done, now time.Time, catchUp protocol.CatchUp, recovering bool) tickPlan {
 	var p tickPlan
 	var due []time.Time
 	t := sp.next(done)

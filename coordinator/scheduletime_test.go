@@ -162,7 +162,7 @@ func TestSchedulePlan(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			p := plan(sp, at(tc.done), at(tc.now), tc.catchUp, tc.recovering)
+			p := planTicks(sp, at(tc.done), at(tc.now), tc.catchUp, tc.recovering)
 			var run []int
 			for _, r := range p.run {
 				run = append(run, int(r.Sub(created)/time.Second))
@@ -189,7 +189,7 @@ func TestSchedulePlanLongDowntime(t *testing.T) {
 	for _, spec := range []protocol.ScheduleSpec{{EveryMillis: 1000}, {Cron: "* * * * * *"}} {
 		sp := mustSpec(t, spec, created)
 		start := time.Now()
-		p := plan(sp, created, now, protocol.CatchUpOne, true)
+		p := planTicks(sp, created, now, protocol.CatchUpOne, true)
 		if len(p.run) != 1 || !p.run[0].Equal(created.Add(365*24*time.Hour)) || !p.next.Equal(p.run[0].Add(time.Second)) {
 			t.Errorf("%+v: catch-up one ran %v, next %v; want the last second of the year", spec, p.run, p.next)
 		}
@@ -199,7 +199,7 @@ func TestSchedulePlanLongDowntime(t *testing.T) {
 		if took := time.Since(start); took > time.Second {
 			t.Errorf("%+v: plan took %v", spec, took)
 		}
-		all := plan(sp, created, now, protocol.CatchUpAll, true)
+		all := planTicks(sp, created, now, protocol.CatchUpAll, true)
 		if len(all.run) != maxPlanTicks || !all.next.Equal(created.Add((maxPlanTicks+1)*time.Second)) {
 			t.Errorf("%+v: catch-up all ran %d, next %v; want a round of %d", spec, len(all.run), all.next, maxPlanTicks)
 		}

@@ -54,7 +54,8 @@ func (s *Server) mux() http.Handler {
 		m.HandleFunc("GET /api/jobs/{id}", s.jobDetail)
 		m.HandleFunc("POST /api/jobs/{id}/cancel", s.guard(s.cancelJob))
 		m.HandleFunc("POST /api/jobs/{id}/resubmit", s.guard(s.resubmitJob))
-		m.HandleFunc("GET /api/schedules", s.listSchedules) // schedules.go
+		m.HandleFunc("GET /api/workflows/{id}", s.workflowDetail) // workflow.go
+		m.HandleFunc("GET /api/schedules", s.listSchedules)       // schedules.go
 		m.HandleFunc("POST /api/schedules/{name}/pause", s.guard(s.changeSchedule(true)))
 		m.HandleFunc("POST /api/schedules/{name}/resume", s.guard(s.changeSchedule(false)))
 		s.handler = m
