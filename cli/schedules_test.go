@@ -22,10 +22,11 @@ func TestScheduleCommands(t *testing.T) {
 		if !strings.HasPrefix(out, "schedule beat added: every 1s, next run ") {
 			t.Fatalf("add said %q", out)
 		}
-		out, _ = o.mustRun(0, "schedule", "add", "nightly", "--cron", "0 0 3 * * *", "--tz", "Europe/Berlin", "WORD_COUNT", "--text", "a b", "--catch-up", "all", "--json")
+		out, _ = o.mustRun(0, "schedule", "add", "nightly", "--cron", "0 0 3 * * *", "--tz", "Europe/Berlin", "WORD_COUNT", "--text", "a b", "--catch-up", "all", "--priority", "high", "--max-attempts", "2", "--json")
 		var nightly protocol.Schedule
 		if err := json.Unmarshal([]byte(out), &nightly); err != nil || nightly.Cron != "0 0 3 * * *" || nightly.TimeZone != "Europe/Berlin" ||
-			nightly.CatchUp != protocol.CatchUpAll || nightly.TaskType != "WORD_COUNT" || nightly.NextTickMillis <= time.Now().UnixMilli() {
+			nightly.CatchUp != protocol.CatchUpAll || nightly.TaskType != "WORD_COUNT" || nightly.NextTickMillis <= time.Now().UnixMilli() ||
+			nightly.MaxAttempts != 2 || nightly.Priority == nil || *nightly.Priority != protocol.PriorityHigh {
 			t.Fatalf("add --json: %s (%v)", out, err)
 		}
 		eventually(t, "a tick of beat listed", func() bool {
@@ -50,7 +51,7 @@ func TestScheduleCommands(t *testing.T) {
 		id, _ := o.mustRun(0, "schedule", "trigger", "nightly")
 		id = strings.TrimSpace(id)
 		out, _ = o.mustRun(0, "status", id, "--json")
-		if j := jsonJob(t, out); j.TaskType != "WORD_COUNT" || j.Schedule != "nightly" {
+		if j := jsonJob(t, out); j.TaskType != "WORD_COUNT" || j.Schedule != "nightly" || j.MaxAttempts != 2 || j.Priority != protocol.PriorityHigh {
 			t.Errorf("the triggered job: %s", out)
 		}
 		out, _ = o.mustRun(0, "schedule", "ls")
