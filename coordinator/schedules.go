@@ -205,18 +205,20 @@ func (sch *schedules) tick(e *schedEntry, gen uint64, recovering bool) {
 		}
 	}
 	for _, t := range p.run {
-		if !sch.runTick(e, t) {
-			sch.mu.Lock()
+		ok := sch.runTick(e, t)
+		sch.mu.Lock()
+		if ok {
+			e.retries = 0 // the backoff counts failures since the last progress
+		} else {
 			e.retries++
-			delay := min(time.Second<<min(e.retries-1, 5), scheduleRetryMax)
-			sch.mu.Unlock()
+		}
+		delay := min(time.Second<<min(max(e.retries-1, 0), 5), scheduleRetryMax)
+		sch.mu.Unlock()
+		if !ok {
 			sch.arm(e, sch.s.now().Add(delay))
 			return
 		}
 	}
-	sch.mu.Lock()
-	e.retries = 0
-	sch.mu.Unlock()
 	sch.arm(e, p.next)
 }
 

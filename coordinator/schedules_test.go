@@ -399,3 +399,55 @@ func TestScheduleListFitsOneReply(t *testing.T) {
 		}
 	}
 }
+
+// TestScheduleRetriesATickNotStored: a tick refused for now (the coordinator at
+// capacity) shows its error and is tried again under its key until it is stored; with
+// catch-up all, no tick is lost meanwhile, and each has one job.
+func TestScheduleRetriesATickNotStored(t *testing.T) {
+	t.Parallel()
+	obs := &tickCounter{}
+	s := setup(t, func(c *coordinator.Config) { c.MaxActiveJobs = 2; c.Observer = obs })
+	ctx := context.Background()
+	var blockers []string // no worker yet: they stay QUEUED, and the coordinator is full
+	for range 2 {
+		blockers = append(blockers, s.Submit("SLEEP", map[string]int{"durationMillis": 1}))
+	}
+	added := addSchedule(t, s, client.Schedule{Name: "full", Every: time.Second, CatchUp: protocol.CatchUpAll, TaskType: "SHA256", Payload: text("f")})
+	s.Eventually("a tick refused for now", func() bool {
+		sc := scheduleNamed(t, s, "full")
+		return sc.Failures >= 1 && strings.Contains(sc.LastError, "coordinator at capacity") && sc.LastTickMillis == 0
+	})
+	if n := obs.count("full", coordinator.ScheduleRetried); n < 1 {
+		t.Fatalf("%d retried ticks counted", n)
+	}
+	for _, id := range blockers {
+		if _, _, err := s.Client.Cancel(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.StartWorker(2)
+	s.Eventually("ticks stored again", func() bool {
+		sc := scheduleNamed(t, s, "full")
+		return sc.LastError == "" && sc.LastTickMillis >= added.CreatedAtMillis+3000
+	})
+	sc, err := s.Client.PauseSchedule(ctx, "full")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs := map[string]bool{}
+	for _, j := range scheduleJobs(t, s, "full") {
+		jobs[j.JobID] = true
+	}
+	ticks := int((sc.LastTickMillis - added.CreatedAtMillis) / 1000)
+	if len(jobs) != ticks {
+		t.Fatalf("%d jobs for %d ticks", len(jobs), ticks)
+	}
+	for k := 1; k <= ticks; k++ {
+		key := protocol.ScheduleTickKey("full", added.CreatedAtMillis+int64(k)*1000)
+		// The tick's own key finds its job (the same submission, so no conflict).
+		id, err := s.Client.Submit(ctx, "SHA256", text("f"), client.IdempotencyKey(key))
+		if err != nil || !jobs[id] {
+			t.Errorf("tick %d: its key gives %s, %v: not one of the schedule's jobs", k, id, err)
+		}
+	}
+}
