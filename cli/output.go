@@ -136,6 +136,7 @@ func (p *printer) job(j protocol.Job) error {
 		{"ERROR", oneLine(orDash(j.Error))},
 	}
 	rows = append(rows, workflowRows(j)...) // workflow.go
+	rows = append(rows, scheduleRows(j)...) // schedules.go
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])
 	}

@@ -331,3 +331,11 @@ func nextRun(now time.Time, sc protocol.Schedule) string {
 	}
 	return at.UTC().Format("2006-01-02T15:04:05Z") + " (in " + short(d) + ")"
 }
+
+// scheduleRows are the rows jobbus status adds for a job a schedule's tick made.
+func scheduleRows(j protocol.Job) [][2]string {
+	if j.Schedule == "" {
+		return nil
+	}
+	return [][2]string{{"SCHEDULE", j.Schedule}}
+}

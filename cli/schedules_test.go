@@ -3,6 +3,7 @@ package cli_test
 import (
 	"context"
 	"encoding/json"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -53,6 +54,9 @@ func TestScheduleCommands(t *testing.T) {
 		out, _ = o.mustRun(0, "status", id, "--json")
 		if j := jsonJob(t, out); j.TaskType != "WORD_COUNT" || j.Schedule != "nightly" || j.MaxAttempts != 2 || j.Priority != protocol.PriorityHigh {
 			t.Errorf("the triggered job: %s", out)
+		}
+		if out, _ = o.mustRun(0, "status", id); !regexp.MustCompile(`(?m)^SCHEDULE\s+nightly$`).MatchString(out) {
+			t.Errorf("status of the triggered job does not name its schedule:\n%s", out)
 		}
 		out, _ = o.mustRun(0, "schedule", "ls")
 		if !strings.Contains(out, "paused") || !strings.Contains(out, id) {
