@@ -41,6 +41,7 @@ var globalsOf = map[string][]string{
 	"types":       slices.Concat(natsGlobals, connectGlobal),
 	"watch":       slices.Concat(natsGlobals, connectGlobal),
 	"cluster":     natsGlobals,
+	"schedule":    slices.Concat(natsGlobals, connectGlobal),
 	"limit":       slices.Concat(natsGlobals, connectGlobal),
 }
 

@@ -31,6 +31,7 @@ func clientCommands() []*cli.Command {
 		logsCommand(), // logs.go
 		clusterCommand(),
 		workflowCommand(), // workflow.go
+		scheduleCommand(),
 		limitCommand(),
 	}
 }

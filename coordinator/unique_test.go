@@ -13,19 +13,19 @@ import (
 	"github.com/jobbus/jobbus/coordinator"
 )
 
-// fakeClock is a coordinator clock a test moves.
-type fakeClock struct {
+// uniqueClock is a coordinator clock a test moves.
+type uniqueClock struct {
 	mu  sync.Mutex
 	now time.Time
 }
 
-func (c *fakeClock) Now() time.Time {
+func (c *uniqueClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.now
 }
 
-func (c *fakeClock) advance(d time.Duration) {
+func (c *uniqueClock) advance(d time.Duration) {
 	c.mu.Lock()
 	c.now = c.now.Add(d)
 	c.mu.Unlock()
@@ -37,7 +37,7 @@ func (c *fakeClock) advance(d time.Duration) {
 // types and submissions that ask for no uniqueness are jobs of their own.
 func TestUniqueFor(t *testing.T) {
 	t.Parallel()
-	clk := &fakeClock{now: time.Now()}
+	clk := &uniqueClock{now: time.Now()}
 	s := setup(t, func(c *coordinator.Config) { c.Now, c.HeartbeatTimeout = clk.Now, 48*time.Hour })
 	hour := client.UniqueFor(time.Hour)
 	first := s.Submit("SHA256", text("x"), hour)

@@ -23,9 +23,16 @@ func TestReadOnly(t *testing.T) {
 		protocol.TypeGetWorkflow:    true,
 		protocol.TypeCancelWorkflow: false,
 		protocol.TypeRetryWorkflow:  false,
-		protocol.TypeSetLimit:       false,
-		protocol.TypeRemoveLimit:    false,
-		protocol.TypeListLimits:     true,
+		// schedules: only the list changes nothing
+		protocol.TypeAddSchedule:     false,
+		protocol.TypeListSchedules:   true,
+		protocol.TypePauseSchedule:   false,
+		protocol.TypeResumeSchedule:  false,
+		protocol.TypeRemoveSchedule:  false,
+		protocol.TypeTriggerSchedule: false,
+		protocol.TypeSetLimit:        false,
+		protocol.TypeRemoveLimit:     false,
+		protocol.TypeListLimits:      true,
 	}
 	if len(protocol.Endpoints) != len(want) {
 		t.Fatalf("%d endpoints, %d decided here", len(protocol.Endpoints), len(want))
