@@ -148,6 +148,10 @@ func TestRateLimitSurvivesLeaderKill(t *testing.T) {
 		_, err := cl.SetLimit(context.Background(), client.ForTaskType("TICK"), rate, burst)
 		return err == nil
 	})
+	eventually(t, "the worker serving TICK", func() bool {
+		types, err := cl.TaskTypes(context.Background())
+		return err == nil && slices.ContainsFunc(types, func(ty protocol.TaskTypeInfo) bool { return ty.Name == "TICK" && len(ty.Workers) > 0 })
+	})
 	for i := range 30 {
 		if _, err := cl.Submit(context.Background(), "TICK", map[string]int{"N": i}); err != nil {
 			t.Fatal(err)
