@@ -70,7 +70,9 @@ func (a *api) serve() error {
 	a.mu.Unlock()
 	group := svc.AddGroup(protocol.APIPrefix)
 	for _, e := range protocol.Endpoints {
-		if err := group.AddEndpoint(e.Name, a.endpoint(e.Request)); err != nil {
+		// micro names an endpoint without dots; its subject may have them (queue.list).
+		name := strings.ReplaceAll(e.Name, ".", "-")
+		if err := group.AddEndpoint(name, a.endpoint(e.Request), micro.WithEndpointSubject(e.Name)); err != nil {
 			return fmt.Errorf("api endpoint %s: %w", e.Name, err)
 		}
 	}
@@ -287,6 +289,8 @@ func (a *api) serveRequest(data []byte, from request, want protocol.Type, reply 
 		a.sched.cancelJob(m.JobID, from.due, reply)
 	case *protocol.ListTaskTypes:
 		reply(a.sched.taskTypeList())
+	default:
+		a.serveQueues(m, from, reply) // queueapi.go
 	}
 }
 

@@ -35,6 +35,11 @@ var Endpoints = []Endpoint{
 	{Name: "workers", Request: TypeListWorkers},
 	{Name: "cancel", Request: TypeCancelJob},
 	{Name: "types", Request: TypeListTaskTypes}, // native: the task type catalogue
+	// native: named queues (queues.go)
+	{Name: "queue.list", Request: TypeListQueues},
+	{Name: "queue.pause", Request: TypePauseQueue},
+	{Name: "queue.resume", Request: TypeResumeQueue},
+	{Name: "queue.set", Request: TypeSetQueue},
 }
 
 // EndpointFor returns the endpoint that serves request type t; ok is false for a type

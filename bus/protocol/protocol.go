@@ -82,6 +82,12 @@ var newMessage = map[Type]func() Message{
 	TypeJobCancel:        func() Message { return new(JobCancel) },
 	TypeListTaskTypes:    func() Message { return new(ListTaskTypes) },
 	TypeTaskTypeList:     func() Message { return new(TaskTypeList) },
+	TypeListQueues:       func() Message { return new(ListQueues) },
+	TypeQueueList:        func() Message { return new(QueueList) },
+	TypePauseQueue:       func() Message { return new(PauseQueue) },
+	TypeResumeQueue:      func() Message { return new(ResumeQueue) },
+	TypeSetQueue:         func() Message { return new(SetQueue) },
+	TypeQueueUpdated:     func() Message { return new(QueueUpdated) },
 }
 
 // PeekType returns the "type" of a JSON message without decoding the rest: the first

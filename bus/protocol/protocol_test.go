@@ -81,6 +81,17 @@ var roundTripCases = []struct {
 	{"CancelJob", &protocol.CancelJob{JobID: "job-1"}},
 	{"JobCancelCancelled", &protocol.JobCancel{Cancelled: true, Job: protocol.Job{JobID: "j", TaskType: "SLEEP", State: protocol.StateCancelled, Priority: protocol.PriorityNormal}}},
 	{"JobCancelAlreadyTerminal", &protocol.JobCancel{Job: finishedJob()}},
+	{"WorkerRegisterWithQueues", &protocol.WorkerRegister{WorkerID: "w", Capacity: 2, Queues: []protocol.QueueWeight{{Name: "critical", Weight: 6}, {Name: "default", Weight: 1}}, StrictQueues: true}},
+	{"ListQueues", &protocol.ListQueues{}},
+	{"QueueList", &protocol.QueueList{Queues: []protocol.QueueInfo{
+		{Name: "default", Queued: 3, Running: 1, Keys: 1, Workers: 2, Started: 10, StartedPerMinute: 4, LatencyMillis: 250},
+		{Name: "low", QueueSettings: protocol.QueueSettings{Paused: true, MaxRunning: 20, KeyConcurrency: 2}, Throttled: 7},
+	}}},
+	{"PauseQueue", &protocol.PauseQueue{Queue: "low"}},
+	{"ResumeQueue", &protocol.ResumeQueue{Queue: "low"}},
+	{"SetQueue", &protocol.SetQueue{Queue: "low", MaxRunning: ptr(20), KeyConcurrency: ptr(0)}},
+	{"SetQueueNothing", &protocol.SetQueue{Queue: "low"}},
+	{"QueueUpdated", &protocol.QueueUpdated{Queue: protocol.QueueInfo{Name: "low", QueueSettings: protocol.QueueSettings{Paused: true}}}},
 }
 
 func TestRoundTrip(t *testing.T) {
@@ -110,9 +121,9 @@ func TestRoundTripCoversEveryMessageType(t *testing.T) {
 		covered[tc.msg.MessageType()] = true
 	}
 	known := protocol.KnownTypes()
-	// PROTOCOL.md's 18, and the task type catalogue's two (native extensions).
-	if len(known) != 20 {
-		t.Errorf("Decode knows %d message types, PROTOCOL.md has 18 and jobbus adds 2: %v", len(known), known)
+	// PROTOCOL.md's 18, the task type catalogue's two and the queues' six (native extensions).
+	if len(known) != 26 {
+		t.Errorf("Decode knows %d message types, PROTOCOL.md has 18 and jobbus adds 8: %v", len(known), known)
 	}
 	for _, typ := range known {
 		if !covered[typ] {
@@ -234,6 +245,12 @@ var specFields = map[protocol.Type][]string{
 	// Native extensions, in no spec.
 	protocol.TypeListTaskTypes: {},
 	protocol.TypeTaskTypeList:  {"taskTypes"},
+	protocol.TypeListQueues:    {},
+	protocol.TypeQueueList:     {"queues"},
+	protocol.TypePauseQueue:    {"queue"},
+	protocol.TypeResumeQueue:   {"queue"},
+	protocol.TypeSetQueue:      {"queue"},
+	protocol.TypeQueueUpdated:  {"queue"},
 }
 
 var snapshotFields = []string{"jobId", "taskType", "state", "attempts", "maxAttempts", "workerId",

@@ -17,6 +17,10 @@ func TestReadOnly(t *testing.T) {
 		protocol.TypeListJobs:      true,
 		protocol.TypeListWorkers:   true,
 		protocol.TypeListTaskTypes: true,
+		protocol.TypeListQueues:    true,
+		protocol.TypePauseQueue:    false,
+		protocol.TypeResumeQueue:   false,
+		protocol.TypeSetQueue:      false,
 	}
 	if len(protocol.Endpoints) != len(want) {
 		t.Fatalf("%d endpoints, %d decided here", len(protocol.Endpoints), len(want))
