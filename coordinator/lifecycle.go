@@ -194,21 +194,28 @@ func (s *scheduler) newJob(id string, req *protocol.SubmitJob, maxAttempts int, 
 	return j
 }
 
-// schedule assigns queued jobs while some worker has a free slot for them. Called with
-// the scheduler's mu held.
+// schedule assigns queued jobs while some worker has a free slot for them
+// (dispatch.go). Called with the scheduler's mu held.
 func (s *scheduler) schedule() {
-	if s.fenced != nil || !s.lease.held() {
+	if s.fenced != nil || !s.lease.held() || s.ready.size == 0 {
 		return
 	}
+	now := s.now()
+	s.ready.round++
+	round := s.ready.round
 	for s.ready.size > 0 {
-		now := s.now()
-		j := s.ready.best(now, s.cfg.AgingStep, s.route.runnable)
-		if j == nil {
+		w := s.reg.freest(round)
+		if w == nil {
 			return
 		}
-		w := s.reg.pickWorker(j.rec.TaskType)
+		j := s.jobFor(w, now)
+		if j == nil {
+			w.idleRound = round
+			continue
+		}
 		s.ready.pop(j)
 		s.assign(j, w)
+		s.started(j, now)
 	}
 }
 
@@ -269,7 +276,7 @@ func (s *scheduler) assign(j *job, w *worker) {
 // in the peers' benchmark). Its submitter and its worker both hear once that write is
 // durable. Called with the scheduler's mu held.
 func (s *scheduler) assignAtOnce(j *job) {
-	if s.ready.size > 0 || j.rec.State != protocol.StateQueued || s.jobs[j.rec.JobID] != j {
+	if s.ready.waiting(queueOf(j)) || j.rec.State != protocol.StateQueued || s.jobs[j.rec.JobID] != j {
 		return
 	}
 	s.ready.push(j)

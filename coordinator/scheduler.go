@@ -64,7 +64,7 @@ func newScheduler(c *Coordinator) *scheduler {
 	s.kept = &retention{s: s, cfg: &c.cfg, doneKeys: make(map[string]doneKey)}
 	s.reg = &registry{s: s, nc: c.nc, workers: make(map[string]*worker)}
 	s.claims = &claims{s: s}
-	s.route = &routing{cfg: &c.cfg, cat: c.cat, reg: s.reg, typeRuns: make(map[string]int)}
+	s.route = &routing{s: s, cfg: &c.cfg, cat: c.cat, reg: s.reg, typeRuns: make(map[string]int)}
 	return s
 }
 

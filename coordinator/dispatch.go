@@ -1,0 +1,204 @@
+package coordinator
+
+import (
+	"time"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+)
+
+// Dispatch: which job starts on which worker. A pass (schedule) repeatedly takes the
+// worker with the most free slots (ties by id), and that worker takes the job its
+// queues offer: by weight (smooth weighted round robin, deterministic: with all its
+// queues full, weights 6:3:1 give exactly 6, 3 and 1 starts of every 10), or in strict
+// order (the first of its queues with a job it can start). A queue offers nothing while
+// paused or at its max running; within it, each task type the worker serves that is
+// below its concurrency limit and admitted by flow control (rate limits, flow.go)
+// offers the job of the key whose turn it is (queue.go), and the best of those starts.
+// A worker that finds nothing sits the rest of the pass out, so a pass ends.
+
+// servedQueue is a queue a worker serves, its weight, and its smooth weighted round
+// robin credit.
+type servedQueue struct {
+	name    string
+	weight  int
+	current int
+}
+
+// defaultQueues is what a worker that names no queues serves.
+var defaultQueues = []protocol.QueueWeight{{Name: protocol.DefaultQueue, Weight: 1}}
+
+// servedQueues is the queues of a registration, in its order.
+func servedQueues(req *protocol.WorkerRegister) []servedQueue {
+	qs := req.Queues
+	if len(qs) == 0 {
+		qs = defaultQueues
+	}
+	out := make([]servedQueue, len(qs))
+	for i, q := range qs {
+		out[i] = servedQueue{name: q.Name, weight: q.Weight}
+	}
+	return out
+}
+
+// serves reports whether w takes jobs of the queue named name.
+func (w *worker) serves(name string) bool {
+	for _, q := range w.queues {
+		if q.name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// freest returns the worker with the most free slots, ties by id, among those that
+// have not found nothing in this pass.
+func (reg *registry) freest(round uint64) *worker {
+	var best *worker
+	for _, w := range reg.workers {
+		free := w.free()
+		if free <= 0 || w.idleRound == round {
+			continue
+		}
+		if best == nil || free > best.free() || (free == best.free() && w.id < best.id) {
+			best = w
+		}
+	}
+	return best
+}
+
+// jobFor returns the job w takes next, or nil when none of its queues offers one.
+func (s *scheduler) jobFor(w *worker, now time.Time) *job {
+	qs := w.queues
+	if len(qs) == 1 {
+		return s.offer(s.ready.queues[qs[0].name], w, now)
+	}
+	if w.strict {
+		for i := range qs {
+			if j := s.offer(s.ready.queues[qs[i].name], w, now); j != nil {
+				return j
+			}
+		}
+		return nil
+	}
+	var pick *servedQueue
+	var picked *job
+	total := 0
+	for i := range qs {
+		e := &qs[i]
+		j := s.offer(s.ready.queues[e.name], w, now)
+		if j == nil {
+			continue
+		}
+		e.current += e.weight
+		total += e.weight
+		if pick == nil || e.current > pick.current {
+			pick, picked = e, j
+		}
+	}
+	if pick != nil {
+		pick.current -= total
+	}
+	return picked
+}
+
+// offer returns the job q offers worker w now, or nil.
+func (s *scheduler) offer(q *jobQueue, w *worker, now time.Time) *job {
+	if q == nil || q.size == 0 || q.settings.Paused {
+		return nil
+	}
+	if q.settings.MaxRunning > 0 && q.running >= q.settings.MaxRunning {
+		s.throttled(q)
+		return nil
+	}
+	var best *job
+	bestEff := -1
+	for taskType, tl := range q.byType {
+		if tl.size == 0 || !w.runs(taskType) {
+			continue
+		}
+		opts := s.cat.options(taskType)
+		if opts.Concurrency > 0 && s.route.typeRuns[taskType] >= opts.Concurrency {
+			continue
+		}
+		if ok, next := s.admits(q.name, taskType, now); !ok {
+			s.throttled(q)
+			s.wakeDispatch(next, now)
+			continue
+		}
+		kl := tl.front(keyLimit(q, opts))
+		if kl == nil {
+			continue
+		}
+		j, eff := kl.best(now, s.cfg.AgingStep)
+		if j != nil && (eff > bestEff || (eff == bestEff && j.rec.Seq < best.rec.Seq)) {
+			best, bestEff = j, eff
+		}
+	}
+	return best
+}
+
+// keyLimit is how many RUNNING jobs one concurrency key may have in q, for a task
+// type with options opts: the type's KeyConcurrency, else the queue's; 0 is unbounded.
+func keyLimit(q *jobQueue, opts protocol.TaskTypeOptions) int {
+	if opts.KeyConcurrency > 0 {
+		return opts.KeyConcurrency
+	}
+	return q.settings.KeyConcurrency
+}
+
+// laneLimit is keyLimit for a type lane.
+func (s *scheduler) laneLimit(tl *typeLane) int {
+	return keyLimit(tl.q, s.cat.options(tl.taskType))
+}
+
+// throttled counts, once per pass, that a limit held q's next job back.
+func (s *scheduler) throttled(q *jobQueue) {
+	if q.throttledRound != s.ready.round {
+		q.throttledRound = s.ready.round
+		q.throttled++
+	}
+}
+
+// wakeDispatch makes a pass at next, when flow control said to look again then; one
+// wake-up at a time, the earliest.
+func (s *scheduler) wakeDispatch(next, now time.Time) {
+	if next.IsZero() {
+		return
+	}
+	if at := s.ready.wakeAt; !at.IsZero() && !at.After(next) && at.After(now) {
+		return
+	}
+	s.ready.wakeAt = next
+	s.callAt(next, func(time.Time) {
+		if s.ready.wakeAt.Equal(next) {
+			s.ready.wakeAt = time.Time{}
+		}
+		s.schedule()
+	})
+}
+
+// queueStarted counts j's new attempt against its queue and key (routing.leaseStarted).
+func (r *readyQueue) queueStarted(j *job) {
+	q := r.queue(queueOf(j))
+	q.running++
+	if k := keyOf(j); k != "" {
+		q.keyRuns[k]++
+	}
+}
+
+// queueEnded stops counting j's attempt (routing.leaseEnded); its key takes turns
+// again if it was at its limit.
+func (s *scheduler) queueEnded(j *job) {
+	q := s.ready.queue(queueOf(j))
+	q.running--
+	k := keyOf(j)
+	if k == "" {
+		return
+	}
+	if n := q.keyRuns[k] - 1; n > 0 {
+		q.keyRuns[k] = n
+	} else {
+		delete(q.keyRuns, k)
+	}
+	q.unpark(k, s.laneLimit)
+}
