@@ -242,7 +242,7 @@ func errorCode(e *protocol.Error) int {
 		return 503
 	case strings.HasPrefix(e.Message, protocol.OutcomeUnknownPrefix):
 		return 504
-	case strings.HasPrefix(e.Message, protocol.UnknownJob("").Message):
+	case strings.HasPrefix(e.Message, protocol.UnknownJob("").Message), protocol.IsUnknownQueue(e.Message):
 		return 404
 	}
 	return 400

@@ -50,6 +50,13 @@ func (w *worker) serves(name string) bool {
 	return false
 }
 
+// served makes the queues w serves known: a queue exists from its first use.
+func (r *readyQueue) served(w *worker) {
+	for _, q := range w.queues {
+		r.queue(q.name)
+	}
+}
+
 // freest returns the worker with the most free slots, ties by id, among those that
 // have not found nothing in this pass.
 func (reg *registry) freest(round uint64) *worker {

@@ -47,6 +47,10 @@ type scheduler struct {
 	link      workerLink // what TASK_ASSIGN and TASK_CANCEL go through: the bus node, once serving
 
 	fencedCh chan struct{} // closed with fenced set
+
+	// queueWrites serialises changes of queue settings (queueapi.go), taken before mu.
+	queueWrites sync.Mutex
+	tmpControls memControls
 }
 
 func newScheduler(c *Coordinator) *scheduler {

@@ -84,6 +84,7 @@ func (reg *registry) register(req *protocol.WorkerRegister) (*protocol.WorkerReg
 		queues: servedQueues(req), strict: req.StrictQueues}
 	claimed := reg.s.claims.reported(w, req.Held) // attempts it ran before a restart (claims.go): kept too
 	reg.workers[w.id] = w
+	reg.s.ready.served(w)
 	reg.s.log.Info("worker registered", "worker", w.id, "capacity", w.capacity, "kept", len(kept)-claimed, "claimed", claimed)
 	reg.s.schedule()
 	return &protocol.WorkerRegistered{WorkerID: w.id, Mark: w.mark(), Kept: keptRefs(kept, req.Held)}, nil
