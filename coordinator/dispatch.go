@@ -127,9 +127,8 @@ func (s *scheduler) offer(q *jobQueue, w *worker, now time.Time) *job {
 		if opts.Concurrency > 0 && s.route.typeRuns[taskType] >= opts.Concurrency {
 			continue
 		}
-		if ok, next := s.admits(q.name, taskType, now); !ok {
+		if !s.admitted(q.name, taskType, now) {
 			s.throttled(q)
-			s.wakeDispatch(next, now)
 			continue
 		}
 		kl := tl.front(keyLimit(q, opts))
@@ -137,7 +136,7 @@ func (s *scheduler) offer(q *jobQueue, w *worker, now time.Time) *job {
 			continue
 		}
 		j, eff := kl.best(now, s.cfg.AgingStep)
-		if j != nil && (eff > bestEff || (eff == bestEff && j.rec.Seq < best.rec.Seq)) {
+		if j != nil && (eff > bestEff || (eff == bestEff && waitedLonger(j, best))) {
 			best, bestEff = j, eff
 		}
 	}
@@ -164,24 +163,6 @@ func (s *scheduler) throttled(q *jobQueue) {
 		q.throttledRound = s.ready.round
 		q.throttled++
 	}
-}
-
-// wakeDispatch makes a pass at next, when flow control said to look again then; one
-// wake-up at a time, the earliest.
-func (s *scheduler) wakeDispatch(next, now time.Time) {
-	if next.IsZero() {
-		return
-	}
-	if at := s.ready.wakeAt; !at.IsZero() && !at.After(next) && at.After(now) {
-		return
-	}
-	s.ready.wakeAt = next
-	s.callAt(next, func(time.Time) {
-		if s.ready.wakeAt.Equal(next) {
-			s.ready.wakeAt = time.Time{}
-		}
-		s.schedule()
-	})
 }
 
 // queueStarted counts j's new attempt against its queue and key (routing.leaseStarted).

@@ -123,7 +123,7 @@ func (r *readyQueue) best(now time.Time, aging time.Duration, runnable func(task
 				continue
 			}
 			j, eff := kl.best(now, aging)
-			if j != nil && (eff > bestEff || (eff == bestEff && j.rec.Seq < best.rec.Seq)) {
+			if j != nil && (eff > bestEff || (eff == bestEff && waitedLonger(j, best))) {
 				best, bestEff = j, eff
 			}
 		}

@@ -25,9 +25,8 @@ import (
 // since, is dropped when it reaches a head. Guarded by the scheduler's mu.
 type readyQueue struct {
 	queues map[string]*jobQueue
-	size   int       // live entries in all queues, stale ones excluded
-	round  uint64    // the dispatch pass (dispatch.go)
-	wakeAt time.Time // a pass armed then, for flow control (dispatch.go)
+	size   int    // live entries in all queues, stale ones excluded
+	round  uint64 // the dispatch pass (dispatch.go)
 }
 
 // jobQueue is one named queue: its jobs waiting, its settings, and what it runs.
@@ -135,6 +134,14 @@ func (r *readyQueue) forget(j *job) {
 	r.left(j)
 }
 
+// waitedLonger reports whether a began to wait before b (submission order among equals).
+func waitedLonger(a, b *job) bool {
+	if fa, fb := a.rec.AgingFrom(), b.rec.AgingFrom(); fa != fb {
+		return fa < fb
+	}
+	return a.rec.Seq < b.rec.Seq
+}
+
 // pop removes j, which dispatch just chose: the head of its key's level, its key the
 // one whose turn it was. The key goes to the back of the ring.
 func (r *readyQueue) pop(j *job) {
@@ -212,7 +219,7 @@ func (kl *keyLane) best(now time.Time, aging time.Duration) (*job, int) {
 			continue
 		}
 		eff := effectivePriority(e.j.rec.Priority, e.at, now, aging)
-		if eff > bestEff || (eff == bestEff && e.seq < best.rec.Seq) {
+		if eff > bestEff || (eff == bestEff && waitedLonger(e.j, best)) {
 			best, bestEff = e.j, eff
 		}
 	}
@@ -328,37 +335,6 @@ func (h *seqHeap) head() (queued, bool) {
 		heap.Pop(h)
 	}
 	return queued{}, false
-}
-
-// timer is a job due at a time: a retry to release. key is what must still hold when it
-// fires (the attempt count), so stale timers are skipped.
-type timer struct {
-	at  time.Time
-	j   *job
-	key string
-}
-
-type timerHeap []timer
-
-func (h timerHeap) Len() int           { return len(h) }
-func (h timerHeap) Less(a, b int) bool { return h[a].at.Before(h[b].at) }
-func (h timerHeap) Swap(a, b int)      { h[a], h[b] = h[b], h[a] }
-func (h *timerHeap) Push(x any)        { *h = append(*h, x.(timer)) }
-func (h *timerHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	old[len(old)-1] = timer{}
-	*h = old[:len(old)-1]
-	return x
-}
-
-// due pops every timer at or before now.
-func (h *timerHeap) due(now time.Time) []timer {
-	var out []timer
-	for h.Len() > 0 && !(*h)[0].at.After(now) {
-		out = append(out, heap.Pop(h).(timer))
-	}
-	return out
 }
 
 // deadlineHeap holds the RUNNING jobs by the deadline of their attempt. An attempt that

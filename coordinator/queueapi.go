@@ -103,13 +103,13 @@ func (s *scheduler) storeQueueSettings(ctx context.Context, name string, st prot
 		if rev == 0 {
 			return 0, nil
 		}
-		return 0, s.controls().remove(ctx, key, rev)
+		return 0, s.store.controls().remove(ctx, key, rev)
 	}
 	value, err := json.Marshal(st)
 	if err != nil {
 		return 0, err
 	}
-	return s.controls().put(ctx, key, value, rev)
+	return s.store.controls().put(ctx, key, value, rev)
 }
 
 // applyQueueSettings makes st q's settings, and dispatches what they let start. Called
@@ -128,7 +128,7 @@ func (s *scheduler) applyQueueSettings(q *jobQueue, st protocol.QueueSettings, r
 
 // reloadQueue reads the queue's stored settings again, after a conflict.
 func (s *scheduler) reloadQueue(ctx context.Context, name string) {
-	cs, err := s.controls().list(ctx, protocol.QueueControlPrefix+name)
+	cs, err := s.store.controls().list(ctx, protocol.QueueControlPrefix+name)
 	if err != nil {
 		return
 	}
@@ -152,7 +152,7 @@ func (s *scheduler) reloadQueue(ctx context.Context, name string) {
 // loadQueues reads every queue's stored settings: a new leader does, before it
 // schedules anything, so that a paused queue stays paused across a failover.
 func (s *scheduler) loadQueues(ctx context.Context) error {
-	cs, err := s.controls().list(ctx, protocol.QueueControlPrefix)
+	cs, err := s.store.controls().list(ctx, protocol.QueueControlPrefix)
 	if err != nil {
 		return fmt.Errorf("read queue settings: %w", err)
 	}
