@@ -166,3 +166,32 @@ func (p *printer) queues(qs []protocol.QueueInfo) error {
 	}
 	return tw.Flush()
 }
+
+// queueFlag is submit's --queue.
+func queueFlag() cli.Flag {
+	return &cli.StringFlag{Name: "queue", Usage: "the job's named queue (default: default)", EnvVars: submitEnv("queue")}
+}
+
+// keyConcurrencyFlag is submit's --key-concurrency: the job's concurrency key.
+func keyConcurrencyFlag() cli.Flag {
+	return &cli.StringFlag{Name: "key-concurrency", Aliases: []string{"concurrency-key"},
+		Usage:   "the job's concurrency key (e.g. customer-42): keys take turns, and a queue or task type may bound how many of one key run at once",
+		EnvVars: submitEnv("key-concurrency")}
+}
+
+// queueOptions adds submit's --queue and --key-concurrency to opts.
+func queueOptions(c *cli.Context, opts []client.SubmitOption) ([]client.SubmitOption, error) {
+	if c.IsSet("queue") {
+		if err := protocol.CheckQueueName(c.String("queue")); err != nil {
+			return nil, usageError("--queue: %v", err)
+		}
+		opts = append(opts, client.Queue(c.String("queue")))
+	}
+	if c.IsSet("key-concurrency") {
+		if err := protocol.CheckConcurrencyKey(c.String("key-concurrency")); err != nil {
+			return nil, usageError("--key-concurrency: %v", err)
+		}
+		opts = append(opts, client.ConcurrencyKey(c.String("key-concurrency")))
+	}
+	return opts, nil
+}

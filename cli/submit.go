@@ -59,7 +59,8 @@ Examples:
    jobbus submit sha256 --text hello
    jobbus submit SLEEP --milliseconds 1500 --priority high --wait
    jobbus submit PRIME_COUNT --payload '{"limit":1000000}' --submit-retries 5 --json
-   jobbus submit TEXT_REVERSE --payload '{"text":"hello"}' --wait`,
+   jobbus submit TEXT_REVERSE --payload '{"text":"hello"}' --wait
+   jobbus submit SLEEP --milliseconds 100 --queue low --key-concurrency customer-42`,
 		Flags: []cli.Flag{
 			&cli.Int64Flag{Name: "milliseconds", Usage: "SLEEP: durationMillis, 0..600000", EnvVars: submitEnv("milliseconds")},
 			&cli.StringFlag{Name: "text", Usage: "WORD_COUNT, SHA256: the text", EnvVars: submitEnv("text")},
@@ -69,6 +70,7 @@ Examples:
 			&cli.IntFlag{Name: "max-attempts", Usage: "attempts before the job fails (0: the coordinator's default)", EnvVars: submitEnv("max-attempts")},
 			&cli.StringFlag{Name: "priority", Usage: "high, normal or low (default normal)", EnvVars: submitEnv("priority")},
 			&cli.StringFlag{Name: "idempotency-key", Usage: "submit at most once under this key: a repeat returns the first job's id", EnvVars: submitEnv("idempotency-key")},
+			queueFlag(), keyConcurrencyFlag(), // queues.go
 			&cli.IntFlag{Name: "submit-retries", Usage: "retry an overload rejection this many times", EnvVars: env("submit-retries")},
 			&cli.Int64Flag{Name: "submit-retry-base-millis", Value: 200, Usage: "first retry delay (full jitter, doubling)", EnvVars: env("submit-retry-base-millis")},
 			&cli.Int64Flag{Name: "submit-retry-max-millis", Value: 5000, Usage: "longest retry delay", EnvVars: env("submit-retry-max-millis")},
@@ -224,7 +226,7 @@ func submitOptions(c *cli.Context) ([]client.SubmitOption, error) {
 	if c.IsSet("idempotency-key") {
 		opts = append(opts, client.IdempotencyKey(c.String("idempotency-key")))
 	}
-	return opts, nil
+	return queueOptions(c, opts) // queues.go
 }
 
 func parsePriority(s string) (protocol.Priority, error) {

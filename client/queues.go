@@ -75,3 +75,15 @@ func IsUnknownQueue(err error) bool {
 	var se *ServerError
 	return errors.As(err, &se) && protocol.IsUnknownQueue(se.Message)
 }
+
+// Queue sends the job to the named queue (default "default"): 1 to 64 characters of
+// A-Z, a-z, 0-9, '_' and '-'.
+func Queue(name string) SubmitOption { return func(s *protocol.SubmitJob) { s.Queue = name } }
+
+// ConcurrencyKey gives the job a concurrency key: the jobs of one key in a queue take
+// turns with those of other keys, and at most the queue's (or task type's) key
+// concurrency of them run at once. A task type may take the key from the payload
+// instead (its options' concurrencyKey, a JSON Pointer).
+func ConcurrencyKey(key string) SubmitOption {
+	return func(s *protocol.SubmitJob) { s.ConcurrencyKey = key }
+}

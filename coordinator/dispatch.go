@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/jobbus/jobbus/bus/protocol"
@@ -189,4 +190,65 @@ func (s *scheduler) queueEnded(j *job) {
 		delete(q.keyRuns, k)
 	}
 	q.unpark(k, s.laneLimit)
+}
+
+// queueFields checks a submission's queue and concurrency key, and completes them:
+// the default queue is written as none (""), and a task type whose options name a
+// JSON Pointer takes the key from the payload when the submission names none.
+func (rt *routing) queueFields(req *protocol.SubmitJob) *protocol.Error {
+	if req.Queue != "" {
+		if err := protocol.CheckQueueName(req.Queue); err != nil {
+			return &protocol.Error{Message: "Invalid queue: " + err.Error()}
+		}
+		if req.Queue == protocol.DefaultQueue {
+			req.Queue = ""
+		}
+	}
+	if req.ConcurrencyKey != "" {
+		if err := protocol.CheckConcurrencyKey(req.ConcurrencyKey); err != nil {
+			return &protocol.Error{Message: "Invalid concurrency key: " + err.Error()}
+		}
+		return nil
+	}
+	if ptr := rt.cat.options(req.TaskType).ConcurrencyKey; ptr != "" {
+		key, err := protocol.ConcurrencyKeyAt(req.Payload, ptr)
+		if err != nil {
+			return protocol.InvalidPayload(fmt.Sprintf("task type %s takes its concurrency key from the payload at %s: %v", req.TaskType, ptr, err))
+		}
+		req.ConcurrencyKey = key
+	}
+	return nil
+}
+
+// collectEvery is how often idle queues are forgotten: a queue with nothing waiting or
+// running, no stored settings and no worker serving it, into which no job came for a
+// whole period, is dropped from memory (its counters with it); its next use makes it
+// again.
+const collectEvery = time.Minute
+
+// collect forgets idle queues, at most once per collectEvery. Called with the
+// scheduler's mu held.
+func (r *readyQueue) collect(now time.Time, reg *registry) {
+	if now.Sub(r.collected) < collectEvery {
+		return
+	}
+	r.collected = now
+	for name, q := range r.queues {
+		if q.size > 0 || q.running > 0 || q.rev != 0 || q.settings != (protocol.QueueSettings{}) {
+			continue
+		}
+		if q.used {
+			q.used = false
+			continue
+		}
+		served := false
+		for _, w := range reg.workers {
+			if served = w.serves(name); served {
+				break
+			}
+		}
+		if !served {
+			delete(r.queues, name)
+		}
+	}
 }

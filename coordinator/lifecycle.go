@@ -47,6 +47,11 @@ func (s *scheduler) submit(req *protocol.SubmitJob, from request, reply replyFun
 		reply(validationError(req.TaskType, err))
 		return
 	}
+	if perr := s.route.queueFields(req); perr != nil { // dispatch.go
+		s.note.submitted(SubmitInvalid)
+		reply(perr)
+		return
+	}
 	maxAttempts := req.MaxAttempts
 	if maxAttempts <= 0 {
 		maxAttempts = s.route.defaultMaxAttempts(req.TaskType)
@@ -184,6 +189,8 @@ func (s *scheduler) newJob(id string, req *protocol.SubmitJob, maxAttempts int, 
 		CreatedAt:      now,
 		IdempotencyKey: key,
 		Fingerprint:    fp,
+		Queue:          req.Queue,
+		ConcurrencyKey: req.ConcurrencyKey,
 	}}
 	s.jobs[j.rec.JobID] = j
 	s.kept.index.add(j.rec.Seq, j.rec.JobID, j.rec.State, "", j)
@@ -449,6 +456,7 @@ func (s *scheduler) sweep() {
 	}
 	now := s.now()
 	s.kept.expire(now)
+	s.ready.collect(now, s.reg)
 	s.timers.fire(now) // the driver's backstop, and an injected clock's
 	for _, j := range s.deadlines.due(now) {
 		if j.rec.State != protocol.StateRunning {

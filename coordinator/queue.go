@@ -24,9 +24,10 @@ import (
 // Entries are removed lazily: an entry whose job left QUEUED, or was queued again
 // since, is dropped when it reaches a head. Guarded by the scheduler's mu.
 type readyQueue struct {
-	queues map[string]*jobQueue
-	size   int    // live entries in all queues, stale ones excluded
-	round  uint64 // the dispatch pass (dispatch.go)
+	queues    map[string]*jobQueue
+	size      int       // live entries in all queues, stale ones excluded
+	round     uint64    // the dispatch pass (dispatch.go)
+	collected time.Time // when idle queues were last forgotten (dispatch.go)
 }
 
 // jobQueue is one named queue: its jobs waiting, its settings, and what it runs.
@@ -43,6 +44,7 @@ type jobQueue struct {
 	throttledRound     uint64 // the dispatch pass last counted in throttled
 	perSec             [60]uint32
 	perSecAt           [60]int64 // the Unix second perSec[i] counts
+	used               bool      // a job came since the last collect (dispatch.go)
 }
 
 // typeLane is the jobs of one task type in one queue, by concurrency key.
@@ -113,10 +115,11 @@ func (r *readyQueue) push(j *job) {
 	j.queueGen++
 	j.inQueue = true
 	j.lane = kl
-	heap.Push(&kl.levels[j.rec.Priority.Level()], queued{j: j, at: agingFrom(j), seq: j.rec.Seq, gen: j.queueGen})
+	kl.levels[j.rec.Priority.Level()].push(queued{j: j, at: agingFrom(j), seq: j.rec.Seq, gen: j.queueGen})
 	kl.size++
 	tl.size++
 	q.size++
+	q.used = true
 	r.size++
 	if !kl.inRing && !kl.parked {
 		kl.inRing = true
@@ -146,7 +149,7 @@ func waitedLonger(a, b *job) bool {
 // one whose turn it was. The key goes to the back of the ring.
 func (r *readyQueue) pop(j *job) {
 	kl := j.lane
-	heap.Pop(&kl.levels[j.rec.Priority.Level()])
+	kl.levels[j.rec.Priority.Level()].pop()
 	j.queueGen++
 	j.inQueue = false
 	r.left(j)
@@ -316,14 +319,6 @@ func (h seqHeap) Less(a, b int) bool {
 	return h[a].seq < h[b].seq
 }
 func (h seqHeap) Swap(a, b int) { h[a], h[b] = h[b], h[a] }
-func (h *seqHeap) Push(x any)   { *h = append(*h, x.(queued)) }
-func (h *seqHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	old[len(old)-1] = queued{}
-	*h = old[:len(old)-1]
-	return x
-}
 
 // head returns the first live entry, dropping stale entries on the way.
 func (h *seqHeap) head() (queued, bool) {
@@ -332,9 +327,46 @@ func (h *seqHeap) head() (queued, bool) {
 		if e.j.rec.State == protocol.StateQueued && e.j.queueGen == e.gen {
 			return e, true
 		}
-		heap.Pop(h)
+		h.pop()
 	}
 	return queued{}, false
+}
+
+// push and pop are container/heap's, without boxing each entry in an interface (an
+// allocation per push and per pop on dispatch's path).
+func (h *seqHeap) push(e queued) {
+	*h = append(*h, e)
+	for i := len(*h) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if !h.Less(i, parent) {
+			break
+		}
+		h.Swap(i, parent)
+		i = parent
+	}
+}
+
+func (h *seqHeap) pop() {
+	old := *h
+	n := len(old) - 1
+	old[0] = old[n]
+	old[n] = queued{}
+	*h = old[:n]
+	for i := 0; ; {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && h.Less(r, l) {
+			m = r
+		}
+		if !h.Less(m, i) {
+			break
+		}
+		h.Swap(i, m)
+		i = m
+	}
 }
 
 // deadlineHeap holds the RUNNING jobs by the deadline of their attempt. An attempt that
