@@ -198,6 +198,7 @@ func (s *scheduler) newJob(id string, req *protocol.SubmitJob, maxAttempts int, 
 		s.keys[key] = j
 	}
 	s.active++
+	s.ready.queue(req.Queue).used = true // a queue exists from its first job (queue.go)
 	return j
 }
 

@@ -132,3 +132,23 @@ func TestQueueSettingsCheck(t *testing.T) {
 		t.Fatal("a pointer without '/' passed")
 	}
 }
+
+// TestSubmitExtensionsDecode: the scanner of hot messages leaves a SUBMIT_JOB with
+// extension fields to encoding/json, which reads them (it once dropped them).
+func TestSubmitExtensionsDecode(t *testing.T) {
+	t.Parallel()
+	for _, data := range []string{
+		`{"type":"SUBMIT_JOB","taskType":"SHA256","payload":{"text":"x"},"maxAttempts":0,"idempotencyKey":null,"priority":null,"queue":"reports","concurrencyKey":"k"}`,
+		`{"type":"SUBMIT_JOB","taskType":"SHA256","payload":{"text":"x"},"QUEUE":"reports","ConcurrencyKey":"k"}`,
+	} {
+		m, err := protocol.DecodeAs[protocol.SubmitJob]([]byte(data))
+		if err != nil || m.Queue != "reports" || m.ConcurrencyKey != "k" || m.TaskType != "SHA256" {
+			t.Errorf("decoded %s as %+v, %v", data, m, err)
+		}
+	}
+	m := &protocol.SubmitJob{TaskType: "SHA256", Payload: json.RawMessage(`{"text":"x"}`), Queue: "q"}
+	data, _ := protocol.Encode(m)
+	if back, err := protocol.DecodeAs[protocol.SubmitJob](data); err != nil || !reflect.DeepEqual(back, m) {
+		t.Errorf("round trip of %s: %+v, %v", data, back, err)
+	}
+}

@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"encoding/json"
+	"reflect"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -48,6 +49,9 @@ type layout struct {
 	typ      string // the quoted "type" value Encode writes first; "" for none
 	fields   []field
 	optional int // how many of the last fields Encode leaves out when they are zero
+	// others are the keys of the message's fields the scanner does not read (SUBMIT_JOB's
+	// extensions): a member of one leaves the whole message to encoding/json.
+	others []string
 }
 
 func newLayout(typ string, optional int, fields ...field) *layout {
@@ -88,6 +92,9 @@ var (
 		field{name: "priority", kind: kindPriority})
 	submittedLayout = newLayout(`"JOB_SUBMITTED"`, 0, field{name: "type"}, field{name: "jobId", kind: kindString})
 )
+
+// SUBMIT_JOB's extension fields (queue, runAtMillis, ...) are encoding/json's to read.
+func init() { submitLayout.others = submitLayout.unread(SubmitJob{}) }
 
 // scan reads data into m; ok is false, m untouched, for what it leaves to
 // encoding/json. exact says that Encode(m) writes data.
@@ -296,7 +303,7 @@ func readKey(data []byte, i int, l *layout, n int, exact bool) (f, next int, _ b
 		return -1, -1, false
 	}
 	i, exact = space(data, i+1, exact)
-	if f = l.find(key); f < 0 && !ignorable(key, l.fields) {
+	if f = l.find(key); f < 0 && (!ignorable(key, l.fields) || l.other(key)) {
 		return -1, -1, false
 	}
 	return f, i, exact && f == n
@@ -313,6 +320,30 @@ func space(data []byte, i int, exact bool) (int, bool) {
 
 func hasPrefix(b []byte, prefix string) bool {
 	return len(b) >= len(prefix) && string(b[:len(prefix)]) == prefix
+}
+
+// other reports whether key names one of the fields the scanner does not read (as
+// encoding/json matches keys: case-insensitively).
+func (l *layout) other(key []byte) bool {
+	for _, name := range l.others {
+		if len(name) == len(key) && strings.EqualFold(name, string(key)) {
+			return true
+		}
+	}
+	return false
+}
+
+// unread returns the JSON keys of struct v's fields that the layout does not read.
+func (l *layout) unread(v any) []string {
+	var out []string
+	t := reflect.TypeOf(v)
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name != "" && name != "-" && l.find([]byte(name)) < 0 {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // find returns the index of the field named key, or -1.
