@@ -68,6 +68,7 @@ Example:
 			&cli.BoolFlag{Name: "json", Usage: "print the results as one JSON object", EnvVars: env("bench-json")},
 			&cli.BoolFlag{Name: "metrics", Usage: "in-process system: collect Prometheus metrics and scrape them every second, as serve does", EnvVars: env("bench-metrics")},
 			&cli.BoolFlag{Name: "custom", Usage: "submit " + benchCustomType + " jobs (SHA256's work as a task type the workers declare, with a JSON Schema) instead of SHA256; native transport only", EnvVars: env("bench-custom")},
+			benchQueuesFlag(), benchKeysFlag(), // bench_queues.go
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the run to this file (go tool pprof)", EnvVars: env("bench-cpuprofile")},
 			&cli.StringFlag{Name: "memprofile", Usage: "write a profile of the run's heap allocations to this file (go tool pprof -sample_index alloc_space)", EnvVars: env("bench-memprofile")},
 		},
@@ -79,6 +80,10 @@ Example:
 type benchSystem struct {
 	clients []*client.Client
 	close   func()
+	// queues and keys spread the jobs over named queues and concurrency keys
+	// (bench_queues.go); none by default.
+	queues []string
+	keys   int
 	// nc, when set, reaches the system's NATS: the idle run watches completions on it.
 	nc *nats.Conn
 	// probe sees the in-process workers start jobs; nil for a system bench did not build.
@@ -134,6 +139,9 @@ func bench(c *cli.Context) error {
 	}
 	defer sys.close()
 	sys.taskType = taskType
+	if err := sys.useQueues(ctx, c); err != nil { // bench_queues.go
+		return exitErr(err)
+	}
 	out := c.App.Writer
 	asJSON := c.Bool("json")
 	if !asJSON {
@@ -243,6 +251,10 @@ func dialClients(ctx context.Context, n int, dial func() (*client.Client, error)
 // fsync every job write, a group at a time, before anything depends on it.
 func inProcessSystem(ctx context.Context, c *cli.Context, transport string, syncOpts []embeddednats.Option, probe *startProbe) (*benchSystem, error) {
 	workers, capacity := c.Int("workers"), c.Int("worker-capacity")
+	qs, err := benchQueues(c)
+	if err != nil {
+		return nil, err
+	}
 	cfg := coordinator.DefaultConfig()
 	cfg.MaxActiveJobs = 1 << 30
 	scfg := system.Config{
@@ -266,7 +278,7 @@ func inProcessSystem(ctx context.Context, c *cli.Context, transport string, sync
 		// process, so that both transports pay for their sockets.
 		scfg.Workers = system.Workers{Count: workers, Dial: true,
 			Options: func() []worker.Option {
-				return []worker.Option{worker.WithCapacity(capacity), worker.WithLogger(nil), worker.WithTasks(probe.tasks())}
+				return []worker.Option{worker.WithCapacity(capacity), worker.WithLogger(nil), worker.WithTasks(probe.tasks()), worker.WithQueues(qs...)}
 			},
 			Setup: func(w *worker.Worker) error { return worker.HandleJSON(w, benchCustomType, probe.custom) },
 		}
@@ -294,7 +306,7 @@ func inProcessSystem(ctx context.Context, c *cli.Context, transport string, sync
 		var wg sync.WaitGroup
 		cleanups = append(cleanups, func() { stopWorkers(); wg.Wait() })
 		for range workers {
-			w, err := tcpworker.New(br.WorkerAddr().String(), tcpworker.WithCapacity(capacity), tcpworker.WithLogger(nil), tcpworker.WithTasks(probe.tasks()))
+			w, err := tcpworker.New(br.WorkerAddr().String(), tcpworker.WithCapacity(capacity), tcpworker.WithLogger(nil), tcpworker.WithTasks(probe.tasks()), tcpworker.WithQueues(qs...))
 			if err != nil {
 				return fail(err)
 			}
@@ -348,7 +360,7 @@ func runBench(ctx context.Context, sys *benchSystem, n, first int, progress func
 					return
 				}
 				t0 := time.Now()
-				id, err := cl.Submit(ctx, sys.taskType, benchPayload(first+k))
+				id, err := cl.Submit(ctx, sys.taskType, benchPayload(first+k), sys.submitOptions(first+k)...)
 				if err != nil {
 					errs <- err
 					return
