@@ -133,9 +133,9 @@ func TestQueueSettingsCheck(t *testing.T) {
 	}
 }
 
-// TestSubmitExtensionsDecode: the scanner of hot messages leaves a SUBMIT_JOB with
+// TestSubmitExtensionsDecodeAnyCase: the scanner of hot messages leaves a SUBMIT_JOB with
 // extension fields to encoding/json, which reads them (it once dropped them).
-func TestSubmitExtensionsDecode(t *testing.T) {
+func TestSubmitExtensionsDecodeAnyCase(t *testing.T) {
 	t.Parallel()
 	for _, data := range []string{
 		`{"type":"SUBMIT_JOB","taskType":"SHA256","payload":{"text":"x"},"maxAttempts":0,"idempotencyKey":null,"priority":null,"queue":"reports","concurrencyKey":"k"}`,
