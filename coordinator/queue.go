@@ -161,7 +161,7 @@ func (r *readyQueue) pop(j *job) {
 			tl.ring = append(tl.ring, kl)
 		} else {
 			kl.inRing = false
-			delete(tl.keys, kl.key)
+			tl.drop(kl)
 		}
 		tl.compact()
 	}
@@ -176,7 +176,16 @@ func (r *readyQueue) left(j *job) {
 	kl.t.q.size--
 	r.size--
 	if kl.size == 0 && !kl.inRing {
-		delete(kl.t.keys, kl.key) // parked, or already out of the ring: nothing refers to it
+		kl.t.drop(kl) // parked, or already out of the ring: nothing refers to it
+	}
+}
+
+// drop forgets an empty key, which no ring holds: memory stays bounded by the keys
+// with jobs waiting. The lane of jobs without a key stays, and with it its heaps'
+// arrays, so a steady flow of such jobs allocates nothing here.
+func (tl *typeLane) drop(kl *keyLane) {
+	if kl.key != "" {
+		delete(tl.keys, kl.key)
 	}
 }
 
@@ -198,7 +207,7 @@ func (tl *typeLane) front(limit int) *keyLane {
 		kl := tl.ring[tl.head]
 		switch {
 		case kl.size == 0:
-			delete(tl.keys, kl.key)
+			tl.drop(kl)
 		case kl.key != "" && limit > 0 && tl.q.keyRuns[kl.key] >= limit:
 			kl.parked = true
 		default:
@@ -238,7 +247,8 @@ func (q *jobQueue) unpark(key string, limitOf func(*typeLane) int) {
 			continue
 		}
 		if kl.size == 0 {
-			delete(tl.keys, key)
+			kl.parked = false
+			tl.drop(kl)
 			continue
 		}
 		if l := limitOf(tl); l > 0 && q.keyRuns[key] >= l {
