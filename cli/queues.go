@@ -18,7 +18,7 @@ func queueCommand() *cli.Command {
 		Description: `A job goes to a queue (submit --queue NAME; default "default"), created by its first
 use. Workers serve queues by weight or in strict order (worker --queues, --strict-queues).
 A paused queue accepts jobs and starts none, until resumed; pause and limits are durable
-(they survive restarts and failovers). More: docs/queues.md.
+(they survive restarts and failovers). More: docs/PROTOCOL.md, "Extensions: named queues".
 
 Example:
    jobbus queue ls
