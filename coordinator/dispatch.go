@@ -233,6 +233,15 @@ func (r *readyQueue) collect(now time.Time, reg *registry) {
 		return
 	}
 	r.collected = now
+	for _, q := range r.queues {
+		for _, tl := range q.byType {
+			for key, kl := range tl.keys {
+				if key != "" && kl.size == 0 { // a ring still holding it drops it at its turn
+					delete(tl.keys, key)
+				}
+			}
+		}
+	}
 	for name, q := range r.queues {
 		if q.size > 0 || q.running > 0 || q.rev != 0 || q.settings != (protocol.QueueSettings{}) {
 			continue

@@ -161,7 +161,6 @@ func (r *readyQueue) pop(j *job) {
 			tl.ring = append(tl.ring, kl)
 		} else {
 			kl.inRing = false
-			tl.drop(kl)
 		}
 		tl.compact()
 	}
@@ -175,18 +174,6 @@ func (r *readyQueue) left(j *job) {
 	kl.t.size--
 	kl.t.q.size--
 	r.size--
-	if kl.size == 0 && !kl.inRing {
-		kl.t.drop(kl) // parked, or already out of the ring: nothing refers to it
-	}
-}
-
-// drop forgets an empty key, which no ring holds: memory stays bounded by the keys
-// with jobs waiting. The lane of jobs without a key stays, and with it its heaps'
-// arrays, so a steady flow of such jobs allocates nothing here.
-func (tl *typeLane) drop(kl *keyLane) {
-	if kl.key != "" {
-		delete(tl.keys, kl.key)
-	}
 }
 
 // compact moves the ring's live part to its start once the dead part is the larger.
@@ -200,14 +187,14 @@ func (tl *typeLane) compact() {
 }
 
 // front returns the key whose turn it is, dropping from the ring the keys with no job
-// left and parking those at their limit (limit: the most RUNNING jobs a key of this
+// left (an empty key stays known until collect, dispatch.go, so that a key's steady
+// flow of jobs allocates nothing here) and parking those at their limit (limit: the most RUNNING jobs a key of this
 // lane may have; 0 is unbounded).
 func (tl *typeLane) front(limit int) *keyLane {
 	for tl.head < len(tl.ring) {
 		kl := tl.ring[tl.head]
 		switch {
 		case kl.size == 0:
-			tl.drop(kl)
 		case kl.key != "" && limit > 0 && tl.q.keyRuns[kl.key] >= limit:
 			kl.parked = true
 		default:
@@ -247,8 +234,7 @@ func (q *jobQueue) unpark(key string, limitOf func(*typeLane) int) {
 			continue
 		}
 		if kl.size == 0 {
-			kl.parked = false
-			tl.drop(kl)
+			kl.parked = false // it takes turns again with its next job
 			continue
 		}
 		if l := limitOf(tl); l > 0 && q.keyRuns[key] >= l {

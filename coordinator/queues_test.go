@@ -449,3 +449,39 @@ func BenchmarkDispatch(b *testing.B) {
 }
 
 func intp(n int) *int { return &n }
+
+func TestQueuesIdleOnesForgotten(t *testing.T) {
+	s := startMem(t, nil)
+	s.registerQueues("w1", 1, "tmp", false)
+	s.done("w1", func() *protocol.TaskAssign {
+		s.accepted(withConcurrencyKey(inQueue(sha("x"), "tmp"), "k"))
+		return s.assigned("w1")
+	}())
+	s.accepted(inQueue(sha("y"), "unserved"))
+	s.accepted(inQueue(sha("z"), "gone"))
+	s.waitQueued("gone", 1)
+	s.sched.mu.Lock()
+	for _, j := range s.sched.jobs {
+		if j.rec.Queue == "gone" {
+			s.sched.ready.forget(j) // as a cancel does
+			j.rec.State = protocol.StateCancelled
+		}
+	}
+	s.sched.mu.Unlock()
+	s.sweep(collectEvery) // marks them idle
+	s.sweep(collectEvery) // forgets what stayed idle
+	var names []string
+	for _, q := range s.sched.queueList() {
+		names = append(names, q.Name)
+	}
+	// tmp is served; unserved holds a job; gone held nothing for a whole period.
+	if strings.Join(names, ",") != "tmp,unserved" {
+		t.Fatalf("queues %v, want tmp and unserved", names)
+	}
+	s.sched.mu.Lock()
+	keys := len(s.sched.ready.queues["tmp"].byType["SHA256"].keys)
+	s.sched.mu.Unlock()
+	if keys != 0 {
+		t.Fatalf("tmp still knows %d keys, want its empty key forgotten", keys)
+	}
+}
