@@ -485,3 +485,145 @@ func TestQueuesIdleOnesForgotten(t *testing.T) {
 		t.Fatalf("tmp still knows %d keys, want its empty key forgotten", keys)
 	}
 }
+
+// TestQueuesRandomisedLimitsHold drives dispatch with random queues, keys, cancels,
+// pauses and completions on three workers, and checks at every assignment that no
+// key runs more than its limit and no queue more than its max running, and at the
+// end that every job not cancelled completed: no job is lost in a lane.
+func TestQueuesRandomisedLimitsHold(t *testing.T) {
+	for seed := range uint64(12) {
+		t.Run(fmt.Sprint("Seed", seed), func(t *testing.T) { randomisedDispatch(t, seed) })
+	}
+}
+
+func randomisedDispatch(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 8))
+	s := startMem(t, nil, func(c *Config) { c.TaskTimeout = 24 * time.Hour })
+	sweeps := 0
+	queues := []string{"a", "b", "c"}
+	s.updated(&protocol.SetQueue{Queue: "a", KeyConcurrency: intp(1)})
+	s.updated(&protocol.SetQueue{Queue: "b", MaxRunning: intp(3), KeyConcurrency: intp(2)})
+	s.updated(&protocol.SetQueue{Queue: "c"})
+	limits := map[string][2]int{"a": {0, 1}, "b": {3, 2}, "c": {0, 0}} // max running, per key
+	type job struct{ queue, key string }
+	jobs := map[string]job{}
+	submit := func() {
+		q := queues[rng.IntN(3)]
+		key := ""
+		if rng.IntN(4) > 0 {
+			key = fmt.Sprint("k", rng.IntN(5))
+		}
+		req := inQueue(sha(fmt.Sprint(len(jobs), q, key)), q)
+		if key != "" {
+			req = withConcurrencyKey(req, key)
+		}
+		jobs[s.accepted(req)] = job{q, key}
+	}
+	for range 60 {
+		submit()
+	}
+	for i, w := range []string{"w1", "w2", "w3"} {
+		s.registerQueues(w, 2+i, []string{"a=3,b=2,c=1", "c,b,a", "b=1,a=1"}[i], i == 1)
+	}
+	running := map[string]*protocol.TaskAssign{}
+	runKey := map[[2]string]int{}
+	runQueue := map[string]int{}
+	cancelled := map[string]bool{}
+	finish := func(id string, w string) {
+		a := running[id]
+		delete(running, id)
+		j := jobs[id]
+		runQueue[j.queue]--
+		if j.key != "" {
+			runKey[[2]string{j.queue, j.key}]--
+		}
+		s.done(w, a)
+	}
+	owner := map[string]string{}
+	paused := false
+	for step := 0; ; step++ {
+		select {
+		case m := <-s.told:
+			a, ok := m.msg.(*protocol.TaskAssign)
+			if !ok {
+				continue
+			}
+			j := jobs[a.JobID]
+			running[a.JobID], owner[a.JobID] = a, m.worker
+			runQueue[j.queue]++
+			if l := limits[j.queue][0]; l > 0 && runQueue[j.queue] > l {
+				t.Fatalf("queue %s runs %d, over its max %d", j.queue, runQueue[j.queue], l)
+			}
+			if j.key != "" {
+				k := [2]string{j.queue, j.key}
+				runKey[k]++
+				if l := limits[j.queue][1]; l > 0 && runKey[k] > l {
+					t.Fatalf("key %v runs %d, over its limit %d", k, runKey[k], l)
+				}
+			}
+			continue
+		default:
+		}
+		s.settle()
+		if len(s.told) > 0 {
+			continue
+		}
+		switch r := rng.IntN(10); {
+		case r < 6 && len(running) > 0:
+			for id := range running { // any one
+				finish(id, owner[id])
+				break
+			}
+		case r == 6 && step < 400:
+			submit()
+		case r == 7 && step < 400:
+			for id := range jobs {
+				if running[id] == nil && !cancelled[id] && rng.IntN(20) == 0 {
+					if c, ok := s.cancel(id).(*protocol.JobCancel); ok && c.Cancelled {
+						cancelled[id] = true
+					}
+				}
+			}
+		case r == 9 && sweeps < 20: // idle keys and queues forgotten meanwhile
+			sweeps++
+			s.sweep(collectEvery)
+		case r == 8:
+			if paused {
+				s.updated(&protocol.ResumeQueue{Queue: "c"})
+			} else if step < 400 {
+				s.updated(&protocol.PauseQueue{Queue: "c"})
+			}
+			paused = !paused && step < 400
+		}
+		if step > 400 && len(running) == 0 && !paused {
+			s.settle()
+			s.sched.mu.Lock()
+			left := 0
+			for _, j := range s.sched.jobs {
+				if j.rec.State == protocol.StateQueued || j.rec.State == protocol.StateRunning {
+					left++
+				}
+			}
+			s.sched.mu.Unlock()
+			if left == 0 {
+				break
+			}
+			s.told <- s.next() // an assignment on its way (sent once its write landed)
+		}
+		if step > 20_000 {
+			t.Fatal("no end in sight")
+		}
+	}
+	for id, j := range jobs {
+		st := s.status(id).State
+		if want := protocol.StateCompleted; cancelled[id] {
+			want = protocol.StateCancelled
+			if st != want {
+				t.Errorf("job %s (%+v): %s, want %s", id, j, st, want)
+			}
+		} else if st != want {
+			t.Errorf("job %s (%+v): %s, want %s", id, j, st, want)
+		}
+	}
+	t.Logf("%d jobs, %d cancelled", len(jobs), len(cancelled))
+}
