@@ -30,6 +30,7 @@ func clientCommands() []*cli.Command {
 		queueCommand(),
 		watchCommand(),
 		clusterCommand(),
+		workflowCommand(), // workflow.go
 	}
 }
 

@@ -56,6 +56,7 @@ func (s *Server) mux() http.Handler {
 		m.HandleFunc("POST /api/jobs/{id}/resubmit", s.guard(s.resubmitJob))
 		m.HandleFunc("POST /api/queues/{name}/pause", s.guard(s.pauseQueue))
 		m.HandleFunc("POST /api/queues/{name}/resume", s.guard(s.resumeQueue))
+		m.HandleFunc("GET /api/workflows/{id}", s.workflowDetail) // workflow.go
 		s.handler = m
 	})
 	return s.handler
