@@ -380,3 +380,11 @@ func kindOf(v any) string {
 	}
 	return fmt.Sprintf("%T", v)
 }
+
+// extendedBeyondQueue reports whether s uses an extension field besides its queue and
+// concurrency key, which the fast encoder writes (hotcodec.go).
+func (s *SubmitJob) extendedBeyondQueue() bool {
+	c := *s
+	c.Queue, c.ConcurrencyKey = "", ""
+	return c.extended()
+}

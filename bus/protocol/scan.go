@@ -86,10 +86,11 @@ var (
 		field{name: "result", kind: kindStringPtr}, field{name: "error", kind: kindStringPtr},
 		field{name: "permanent", kind: kindBool})
 	resultAckLayout = newLayout("", 0, field{name: "jobId", kind: kindString}, field{name: "accepted", kind: kindBool})
-	submitLayout    = newLayout(`"SUBMIT_JOB"`, 0, field{name: "type"},
+	submitLayout    = newLayout(`"SUBMIT_JOB"`, 2, field{name: "type"}, // queue, concurrencyKey: omitempty
 		field{name: "taskType", kind: kindString}, field{name: "payload", kind: kindRaw},
 		field{name: "maxAttempts", kind: kindInt}, field{name: "idempotencyKey", kind: kindStringPtr},
-		field{name: "priority", kind: kindPriority})
+		field{name: "priority", kind: kindPriority},
+		field{name: "queue", kind: kindString}, field{name: "concurrencyKey", kind: kindString})
 	submittedLayout = newLayout(`"JOB_SUBMITTED"`, 0, field{name: "type"}, field{name: "jobId", kind: kindString})
 )
 
@@ -151,7 +152,7 @@ func (m *SubmitJob) scan(data []byte) (exact, ok bool) {
 	if m.Payload != nil || m.IdempotencyKey != nil || m.Priority != nil {
 		return false, false
 	}
-	var v [6]value
+	var v [8]value
 	all, exact, ok := scanObject(data, submitLayout, v[:])
 	if !ok {
 		return false, false
@@ -161,6 +162,12 @@ func (m *SubmitJob) scan(data []byte) (exact, ok bool) {
 	v[3].integer(&m.MaxAttempts)
 	v[4].strPtr(&m.IdempotencyKey, all)
 	v[5].priority(&m.Priority, data)
+	v[6].str(&m.Queue, all)
+	v[7].str(&m.ConcurrencyKey, all)
+	// Encode leaves an empty queue or key out (omitempty), and a null one is not its.
+	for _, f := range v[6:] {
+		exact = exact && (!f.set || f.text && f.hi > f.lo)
+	}
 	return exact, true
 }
 
