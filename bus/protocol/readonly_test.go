@@ -23,10 +23,10 @@ func TestReadOnly(t *testing.T) {
 		protocol.TypeGetWorkflow:    true,
 		protocol.TypeCancelWorkflow: false,
 		protocol.TypeRetryWorkflow:  false,
-		protocol.TypeListQueues:    true,
-		protocol.TypePauseQueue:    false,
-		protocol.TypeResumeQueue:   false,
-		protocol.TypeSetQueue:      false,
+		protocol.TypeListQueues:     true,
+		protocol.TypePauseQueue:     false,
+		protocol.TypeResumeQueue:    false,
+		protocol.TypeSetQueue:       false,
 	}
 	if len(protocol.Endpoints) != len(want) {
 		t.Fatalf("%d endpoints, %d decided here", len(protocol.Endpoints), len(want))
