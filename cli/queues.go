@@ -80,8 +80,8 @@ Example:
    jobbus queue set low --max-running 20
    jobbus queue set emails --key-concurrency 1`,
 				Flags: []cli.Flag{jsonFlag(),
-					&cli.IntFlag{Name: "max-running", Usage: "most RUNNING jobs of the queue (0: unbounded)"},
-					&cli.IntFlag{Name: "key-concurrency", Usage: "most RUNNING jobs of one concurrency key in the queue (0: unbounded)"},
+					&cli.IntFlag{Name: "max-running", Usage: "most RUNNING jobs of the queue (0: unbounded)", EnvVars: env("queue-max-running")},
+					&cli.IntFlag{Name: "key-concurrency", Usage: "most RUNNING jobs of one concurrency key in the queue (0: unbounded)", EnvVars: env("queue-key-concurrency")},
 				},
 				Action: onQueue(func(c *cli.Context) error {
 					for _, f := range []string{"max-running", "key-concurrency"} {
