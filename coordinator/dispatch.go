@@ -17,6 +17,15 @@ import (
 // offers the job of the key whose turn it is (queue.go), and the best of those starts.
 // A worker that finds nothing sits the rest of the pass out, so a pass ends.
 
+// queueOf is the name of j's queue: "" in the record is the default one.
+func queueOf(j *job) string { return protocol.QueueOf(j.rec.Queue) }
+
+// keyOf is j's concurrency key; "" for none.
+func keyOf(j *job) string { return j.rec.ConcurrencyKey }
+
+// agingFrom is when j began to wait (Record.AgingFrom).
+func agingFrom(j *job) int64 { return j.rec.AgingFrom() }
+
 // servedQueue is a queue a worker serves, its weight, and its smooth weighted round
 // robin credit.
 type servedQueue struct {
