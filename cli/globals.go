@@ -42,6 +42,7 @@ var globalsOf = map[string][]string{
 	"queue":       slices.Concat(natsGlobals, connectGlobal),
 	"watch":       slices.Concat(natsGlobals, connectGlobal),
 	"cluster":     natsGlobals,
+	"schedule":    slices.Concat(natsGlobals, connectGlobal),
 }
 
 // globalFlags are the flags every command takes, before or after its name. Each call

@@ -32,6 +32,7 @@ func clientCommands() []*cli.Command {
 		logsCommand(), // logs.go
 		clusterCommand(),
 		workflowCommand(), // workflow.go
+		scheduleCommand(),
 	}
 }
 

@@ -140,6 +140,7 @@ func (p *printer) job(j protocol.Job) error {
 		rows = slices.Insert(rows, 8, [2]string{"PROGRESS", oneLine(strings.TrimSpace(t))})
 	}
 	rows = append(rows, workflowRows(j)...) // workflow.go
+	rows = append(rows, scheduleRows(j)...) // schedules.go
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])
 	}

@@ -100,6 +100,11 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The schedules' due ticks are submitted once recovery has bound every key.
+	if err := c.sched.sch.start(ctx); err != nil {
+		c.Close()
+		return fmt.Errorf("coordinator: %w", err)
+	}
 	// What recovery found, read before serving: the first requests change it.
 	recovered := append(c.sched.recovered(), "term", c.term)
 	if err := c.api.serve(); err != nil {
@@ -160,6 +165,7 @@ func (c *Coordinator) open(ctx context.Context) (context.Context, error) {
 func (c *Coordinator) Close() error {
 	c.closed.Do(func() {
 		c.api.stop()
+		c.sched.sch.stop()
 		if c.cancel != nil {
 			c.sched.drainWrites(2 * time.Second)
 		}

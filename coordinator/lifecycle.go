@@ -126,6 +126,7 @@ func (s *scheduler) submit(req *protocol.SubmitJob, from request, reply replyFun
 		}
 	}
 	j := s.newJob(id, req, maxAttempts, prio, key, fp)
+	j.rec.Schedule = from.schedule // the schedule whose tick this is (schedules.go), or none
 	if len(req.After) > 0 {
 		j.rec.After, j.rec.AfterAnyEnd = req.After, req.AfterAnyEnd
 		s.waitFor(j, waitOn)

@@ -36,6 +36,7 @@ type scheduler struct {
 	reg       *registry       // the workers (workers.go)
 	route     *routing        // by task type (routing.go)
 	claims    *claims         // attempts running before recovery, until their workers claim them (claims.go)
+	sch       *schedules      // the schedules, under their own locks (schedules.go)
 	ready     *readyQueue
 	timers    *timers   // every "later": run times, retries, ticks (timers.go)
 	flow      flow      // what limits hold back (flow.go)
@@ -75,6 +76,7 @@ func newScheduler(c *Coordinator) *scheduler {
 	s.reg = &registry{s: s, nc: c.nc, workers: make(map[string]*worker)}
 	s.claims = &claims{s: s}
 	s.timers = newTimers(s)
+	s.sch = newSchedules(s)
 	s.route = &routing{s: s, cfg: &c.cfg, cat: c.cat, reg: s.reg, typeRuns: make(map[string]int)}
 	return s
 }

@@ -58,6 +58,9 @@ func (s *Server) mux() http.Handler {
 		m.HandleFunc("POST /api/queues/{name}/pause", s.guard(s.pauseQueue))
 		m.HandleFunc("POST /api/queues/{name}/resume", s.guard(s.resumeQueue))
 		m.HandleFunc("GET /api/workflows/{id}", s.workflowDetail) // workflow.go
+		m.HandleFunc("GET /api/schedules", s.listSchedules)       // schedules.go
+		m.HandleFunc("POST /api/schedules/{name}/pause", s.guard(s.changeSchedule(true)))
+		m.HandleFunc("POST /api/schedules/{name}/resume", s.guard(s.changeSchedule(false)))
 		s.handler = m
 	})
 	return s.handler
@@ -372,7 +375,7 @@ func writeClientError(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusServiceUnavailable, "%v", err)
 	case errors.Is(err, client.ErrServer):
 		status := http.StatusBadRequest
-		if strings.HasPrefix(err.Error(), "Unknown job") || client.IsUnknownQueue(err) {
+		if strings.HasPrefix(err.Error(), "Unknown job") || strings.Contains(err.Error(), protocol.UnknownSchedulePrefix) || client.IsUnknownQueue(err) {
 			status = http.StatusNotFound
 		}
 		writeError(w, status, "%v", err)

@@ -32,6 +32,7 @@ type Coordinator struct {
 	syncErrs    prometheus.Counter
 	leads       prometheus.Counter
 	workflows   *prometheus.CounterVec // workflows.go
+	schedTicks  *prometheus.CounterVec // schedules.go
 
 	// byType caches the series of each task type: the hot path then costs a map read.
 	byType  sync.Map // string -> *typeSeries
@@ -90,6 +91,7 @@ func (r *Registry) Coordinator() *Coordinator {
 			Help: "Fsyncs of the job store that failed: job writes wait, and submissions are refused, until one succeeds."}),
 		leads: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "leader_changes_total",
 			Help: "Times a coordinator of this process took the lead."}),
+		schedTicks: newScheduleTicks(),
 	}
 	m.workflows = newWorkflows()
 	m.outcome = make(map[coordinator.SubmitOutcome]prometheus.Counter)
@@ -99,7 +101,7 @@ func (r *Registry) Coordinator() *Coordinator {
 	}
 	r.reg.MustRegister(m.submissions, m.assigned, m.completed, m.failed, m.retried, m.cancelled, m.deadlines,
 		m.startLat, m.doneLat, m.writeLat, m.writeErrs, m.writesPer, m.syncLat, m.syncWrites, m.syncErrs, m.leads, m.workflows,
-		&coordinatorCollector{m})
+		&coordinatorCollector{m}, m.schedTicks)
 	r.AddBus("coordinator", m.busStats)
 	r.coord = m
 	return m
@@ -226,7 +228,7 @@ var (
 type coordinatorCollector struct{ m *Coordinator }
 
 func (c *coordinatorCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{jobsDesc, workersDesc, capacityDesc, busyDesc, leadingDesc,
+	for _, d := range []*prometheus.Desc{jobsDesc, workersDesc, capacityDesc, busyDesc, leadingDesc, scheduleFailuresDesc,
 		queueDepthDesc, queueRunningDesc, queuePausedDesc, queueLatencyDesc, queueStartedDesc, queueThrottledDesc} {
 		ch <- d
 	}
@@ -251,6 +253,7 @@ func (c *coordinatorCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(workersDesc, prometheus.GaugeValue, float64(len(s.Workers)))
 			ch <- prometheus.MustNewConstMetric(capacityDesc, prometheus.GaugeValue, float64(capacity))
 			ch <- prometheus.MustNewConstMetric(busyDesc, prometheus.GaugeValue, float64(busy))
+			collectSchedules(ch, cur) // schedules.go
 			collectQueues(ch, s.Queues)
 		}
 	}

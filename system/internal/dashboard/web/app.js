@@ -220,10 +220,88 @@ function renderSummary(sum) {
   renderTypes(sum);
   renderCharts(sum);
   renderQueues(sum);
+  maybeLoadSchedules();
   if (sum.version !== ui.version) {
     ui.version = sum.version;
     refresh();
   }
+}
+
+// ---- schedules ----
+
+// The schedules are asked for with the summary, at most every 2 s: a list costs the
+// coordinator little, but it is one request per look.
+let schedulesAt = 0;
+
+function maybeLoadSchedules() {
+  if (Date.now() - schedulesAt < 2000) return;
+  schedulesAt = Date.now();
+  loadSchedules();
+}
+
+function scheduleWhen(sc) {
+  if (sc.everyMillis) return "every " + (sc.everyMillis % 1000 ? sc.everyMillis + " ms" : sc.everyMillis / 1000 + " s");
+  return "cron " + sc.cron + " " + (sc.timeZone || "UTC");
+}
+
+function scheduleState(sc) {
+  if (sc.paused) return "paused";
+  return sc.failures ? "failing" : "active";
+}
+
+function inFuture(ms, now) {
+  if (!ms) return "–";
+  const s = Math.max(0, Math.round((ms - now) / 1000));
+  const rel = s < 60 ? s + "s" : s < 3600 ? Math.floor(s / 60) + "m" : s < 86400 ? Math.floor(s / 3600) + "h" : Math.floor(s / 86400) + "d";
+  return "in " + rel;
+}
+
+async function loadSchedules() {
+  let page;
+  try {
+    page = await getJSON("/api/schedules");
+  } catch (e) {
+    $("schedules-sum").textContent = "unavailable: " + e.message;
+    return;
+  }
+  const now = page.nowMillis;
+  const scs = page.schedules || [];
+  const failing = scs.filter((sc) => sc.failures).length;
+  $("schedules-sum").textContent = scs.length + " schedules" + (failing ? ", " + failing + " failing" : "");
+  const rows = scs.map((sc) => {
+    const st = scheduleState(sc);
+    const btn = el("button", {
+      type: "button", class: "small", "data-schedule-action": sc.paused ? "resume" : "pause",
+      onclick: (ev) => { ev.preventDefault(); changeSchedule(sc.name, sc.paused ? "resume" : "pause", ev.target); },
+    }, sc.paused ? "resume" : "pause");
+    const last = sc.lastJobId
+      ? el("span", {}, ago(sc.lastRunMillis, now) + " ", el("a", { href: "#/job/" + encodeURIComponent(sc.lastJobId), title: sc.lastJobId }, sc.lastJobId.slice(0, 8)))
+      : "–";
+    const err = sc.lastError ? sc.lastError + " (" + ago(sc.lastErrorMillis, now) + ", " + sc.failures + " in a row)" : "";
+    return el("tr", { "data-schedule": sc.name, "data-state": st },
+      el("td", { "data-k": "name" }, el("code", {}, sc.name)),
+      el("td", { "data-k": "when" }, scheduleWhen(sc)),
+      el("td", { "data-k": "task" }, sc.taskType),
+      el("td", { "data-k": "state" }, el("span", { class: "sched " + st }, st)),
+      el("td", { "data-k": "next", title: sc.nextTickMillis ? new Date(sc.nextTickMillis).toLocaleString() : "" }, sc.paused ? "–" : inFuture(sc.nextTickMillis, now)),
+      el("td", { "data-k": "last" }, last),
+      el("td", { "data-k": "error", class: "error-text" }, err),
+      el("td", { "data-k": "actions" }, btn));
+  });
+  if (!rows.length) rows.push(el("tr", {}, el("td", { colspan: 8, class: "empty" }, "no schedules (jobbus schedule add)")));
+  $("schedules").replaceChildren(...rows);
+}
+
+async function changeSchedule(name, action, button) {
+  if (button) button.disabled = true;
+  try {
+    await post("/api/schedules/" + encodeURIComponent(name) + "/" + action);
+    $("s-msg").textContent = "schedule " + name + (action === "pause" ? " paused" : " resumed");
+  } catch (e) {
+    $("s-msg").textContent = action + " failed: " + e.message;
+  }
+  schedulesAt = 0;
+  maybeLoadSchedules();
 }
 
 // ---- the job table ----
@@ -302,6 +380,7 @@ async function loadJob() {
   if (j.after && j.after.length) {
     f.push(["after", el("span", {}, ...j.after.flatMap((p, i) => [i ? ", " : "", el("a", { href: "#/job/" + encodeURIComponent(p) }, p.slice(0, 8))]))]);
   }
+  if (j.schedule) f.push(["schedule", j.schedule]);
   f.push(["sequence", j.seq]);
   $("j-fields").replaceChildren(...f.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { "data-field": k }, v)]));
   renderProgress(j);
