@@ -229,7 +229,9 @@ func (s *scheduler) assign(j *job, w *worker) {
 	w.running[j.rec.JobID] = a
 	heap.Push(&s.deadlines, j)
 	s.markDirty(j, nil)
-	s.log.Debug("job assigned", "job", j.rec.JobID, "attempt", j.rec.Attempts, "worker", w.id)
+	if s.debugging() { // hotlog.go
+		s.log.Debug("job assigned", "job", j.rec.JobID, "attempt", j.rec.Attempts, "worker", w.id)
+	}
 	m := &protocol.TaskAssign{
 		JobID:         j.rec.JobID,
 		AttemptID:     j.rec.AttemptID,
@@ -315,7 +317,9 @@ func (s *scheduler) result(res *protocol.TaskResult, reply func(protocol.ResultA
 		}
 	}
 	s.markDirty(j, func(err error) { reply(protocol.ResultAck{JobID: res.JobID, Accepted: err == nil}, err) })
-	s.log.Debug("job result", "job", j.rec.JobID, "state", j.rec.State, "attempt", j.rec.Attempts)
+	if s.debugging() {
+		s.log.Debug("job result", "job", j.rec.JobID, "state", j.rec.State, "attempt", j.rec.Attempts)
+	}
 	s.schedule()
 }
 
