@@ -135,6 +135,7 @@ func (p *printer) job(j protocol.Job) error {
 		{"RESULT", oneLine(orDash(j.Result))},
 		{"ERROR", oneLine(orDash(j.Error))},
 	}
+	rows = append(rows, workflowRows(j)...) // workflow.go
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])
 	}

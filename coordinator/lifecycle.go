@@ -62,6 +62,12 @@ func (s *scheduler) submit(req *protocol.SubmitJob, from request, reply replyFun
 			return
 		}
 	}
+	parents, perr := s.finishedParents(req.After) // deps.go
+	if perr != nil {
+		s.note.submitted(SubmitInvalid)
+		reply(perr)
+		return
+	}
 	id, ok := s.requestJob(req, from, maxAttempts, prio, reply) // request.go
 	if !ok {
 		return
@@ -102,7 +108,19 @@ func (s *scheduler) submit(req *protocol.SubmitJob, from request, reply replyFun
 		s.out.reply(reply, e)
 		return
 	}
+	var waitOn []*job
+	if len(req.After) > 0 {
+		if waitOn, perr = s.activeParents(req.After, req.AfterAnyEnd, parents); perr != nil { // deps.go
+			s.note.submitted(SubmitInvalid)
+			s.out.reply(reply, perr)
+			return
+		}
+	}
 	j := s.newJob(id, req, maxAttempts, prio, key, fp)
+	if len(req.After) > 0 {
+		j.rec.After, j.rec.AfterAnyEnd = req.After, req.AfterAnyEnd
+		s.waitFor(j, waitOn)
+	}
 	defer s.assignAtOnce(j)
 	r := s.replies.by(reply, due, "submission", id)
 	j.answer = r
@@ -202,7 +220,9 @@ func (s *scheduler) schedule() {
 	}
 	for s.ready.size > 0 {
 		now := s.now()
-		j := s.ready.best(now, s.cfg.AgingStep, s.route.runnable)
+		j := s.ready.best(now, s.cfg.AgingStep, func(taskType string) bool {
+			return s.route.runnable(taskType) && s.admitted("", taskType, now)
+		})
 		if j == nil {
 			return
 		}
@@ -212,9 +232,21 @@ func (s *scheduler) schedule() {
 	}
 }
 
+// admitted asks flow whether a job of queue and taskType may start at now; when not,
+// dispatch looks again once flow says one may.
+func (s *scheduler) admitted(queue, taskType string, now time.Time) bool {
+	ok, next := s.flow.admits(queue, taskType, now)
+	if !ok && (s.flowWake.IsZero() || next.Before(s.flowWake)) {
+		s.flowWake = next // one wake-up, however many jobs are held back
+		s.timers.call(next, func(time.Time) { s.flowWake = time.Time{} })
+	}
+	return ok
+}
+
 // assign starts a new attempt of j on w under a fresh lease.
 func (s *scheduler) assign(j *job, w *worker) {
 	now := s.now()
+	s.flow.started(j.rec.Queue, j.rec.TaskType, now)
 	j.rec.State = protocol.StateRunning
 	j.rec.Attempts++
 	j.rec.AttemptID = newID()
@@ -425,7 +457,7 @@ func (s *scheduler) cancelFinished(id string, reply replyFunc) {
 	}
 }
 
-// sweep releases due retries, enforces deadlines, loses silent workers, then schedules.
+// sweep enforces deadlines, loses silent workers, then schedules.
 func (s *scheduler) sweep() {
 	s.mu.Lock()
 	defer s.unlock()
@@ -434,16 +466,7 @@ func (s *scheduler) sweep() {
 	}
 	now := s.now()
 	s.kept.expire(now)
-	for _, t := range s.retries.due(now) {
-		j := t.j
-		if j.rec.State != protocol.StateRetryWait || itoa(j.rec.Attempts) != t.key {
-			continue
-		}
-		j.rec.State = protocol.StateQueued
-		j.rec.RetryAt = 0
-		s.markDirty(j, nil)
-		s.ready.push(j)
-	}
+	s.timers.fire(now) // the driver's backstop, and an injected clock's
 	for _, j := range s.deadlines.due(now) {
 		if j.rec.State != protocol.StateRunning {
 			continue
@@ -466,6 +489,4 @@ func (s *scheduler) sweep() {
 }
 
 // pushRetry arms the timer that returns a RETRY_WAIT job to the queue.
-func (s *scheduler) pushRetry(j *job) {
-	heap.Push(&s.retries, timer{at: time.UnixMilli(j.rec.RetryAt), j: j, key: itoa(j.rec.Attempts)})
-}
+func (s *scheduler) pushRetry(j *job) { s.timers.wakeJob(j, time.UnixMilli(j.rec.RetryAt)) }

@@ -36,7 +36,9 @@ type scheduler struct {
 	route     *routing        // by task type (routing.go)
 	claims    *claims         // attempts running before recovery, until their workers claim them (claims.go)
 	ready     *readyQueue
-	retries   timerHeap
+	timers    *timers   // every "later": run times, retries, ticks (timers.go)
+	flow      flow      // what limits hold back (flow.go)
+	flowWake  time.Time // when a timer looks again at what flow held back; zero if none
 	deadlines deadlineHeap
 	active    int
 	seq       uint64
@@ -45,6 +47,8 @@ type scheduler struct {
 	out       outbox     // messages to send once mu is released (outbox.go)
 	replies   *replies   // the answers of write requests, due or not (outcome.go)
 	link      workerLink // what TASK_ASSIGN and TASK_CANCEL go through: the bus node, once serving
+	deps      dependents // jobs WAITING for parents (deps.go)
+	groups    groups     // workflows and batches (workflow.go)
 
 	fencedCh chan struct{} // closed with fenced set
 }
@@ -64,6 +68,7 @@ func newScheduler(c *Coordinator) *scheduler {
 	s.kept = &retention{s: s, cfg: &c.cfg, doneKeys: make(map[string]doneKey)}
 	s.reg = &registry{s: s, nc: c.nc, workers: make(map[string]*worker)}
 	s.claims = &claims{s: s}
+	s.timers = newTimers(s)
 	s.route = &routing{cfg: &c.cfg, cat: c.cat, reg: s.reg, typeRuns: make(map[string]int)}
 	return s
 }

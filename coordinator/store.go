@@ -17,6 +17,7 @@ func (s *scheduler) markDirty(j *job, fn func(error)) {
 		j.rec.EndedAt = j.rec.UpdatedAt
 	}
 	s.note.changed(j)
+	s.ended(j) // deps.go
 	if fn != nil {
 		j.waiters = append(j.waiters, waiter{version: j.version, fn: fn})
 	}
@@ -190,6 +191,7 @@ func (s *scheduler) dropUnstored(j *job) {
 		s.active--
 	}
 	s.ready.forget(j)
+	s.forgetWaiting(j)                        // deps.go
 	if j.rec.State == protocol.StateRunning { // assigned at once; its assignment never went
 		if w := s.reg.workers[j.rec.WorkerID]; w != nil && w.running[j.rec.JobID].attempt == j.rec.AttemptID {
 			delete(w.running, j.rec.JobID)
