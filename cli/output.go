@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -134,6 +135,9 @@ func (p *printer) job(j protocol.Job) error {
 		{"UPDATED", stamp(now, j.UpdatedAtMillis)},
 		{"RESULT", oneLine(orDash(j.Result))},
 		{"ERROR", oneLine(orDash(j.Error))},
+	}
+	if t := progressText(j); t != "" { // only for a job whose handler reported some
+		rows = slices.Insert(rows, 8, [2]string{"PROGRESS", oneLine(strings.TrimSpace(t))})
 	}
 	rows = append(rows, workflowRows(j)...) // workflow.go
 	for _, r := range rows {
