@@ -285,7 +285,9 @@ func (s *scheduler) assign(j *job, w *worker) {
 	heap.Push(&s.deadlines, j)
 	j.clearProgress() // the new attempt's own, once it reports
 	s.markDirty(j, nil)
-	s.log.Debug("job assigned", "job", j.rec.JobID, "attempt", j.rec.Attempts, "worker", w.id)
+	if s.debugging() { // hotlog.go
+		s.log.Debug("job assigned", "job", j.rec.JobID, "attempt", j.rec.Attempts, "worker", w.id)
+	}
 	s.traceQueued(j, queuedSince, w.id)
 	m := &protocol.TaskAssign{
 		JobID:         j.rec.JobID,
@@ -382,7 +384,9 @@ func (s *scheduler) result(res *protocol.TaskResult, reply func(protocol.ResultA
 	} else {
 		s.markDirty(j, func(err error) { reply(protocol.ResultAck{JobID: res.JobID, Accepted: err == nil}, err) })
 	}
-	s.log.Debug("job result", "job", j.rec.JobID, "state", j.rec.State, "attempt", j.rec.Attempts)
+	if s.debugging() {
+		s.log.Debug("job result", "job", j.rec.JobID, "state", j.rec.State, "attempt", j.rec.Attempts)
+	}
 	s.schedule()
 }
 

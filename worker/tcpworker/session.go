@@ -178,7 +178,10 @@ func (s *session) finished(m *protocol.TaskAssign, o attempts.Outcome) {
 	}
 	res, data, err := s.result(m, o)
 	if err == nil {
-		s.log.Debug("attempt finished", "job", m.JobID, "attempt", m.AttemptID, "success", res.Success, "err", o.Err)
+		// Guarded: the arguments would be boxed on every attempt even with debug off.
+		if s.log.Enabled(s.ctx, slog.LevelDebug) {
+			s.log.Debug("attempt finished", "job", m.JobID, "attempt", m.AttemptID, "success", res.Success, "err", o.Err)
+		}
 		err = s.queue(data)
 	}
 	if err != nil {
