@@ -39,6 +39,7 @@ var globalsOf = map[string][]string{
 	"jobs":        slices.Concat(natsGlobals, connectGlobal),
 	"workers":     slices.Concat(natsGlobals, connectGlobal),
 	"types":       slices.Concat(natsGlobals, connectGlobal),
+	"queue":       slices.Concat(natsGlobals, connectGlobal),
 	"watch":       slices.Concat(natsGlobals, connectGlobal),
 	"cluster":     natsGlobals,
 	"schedule":    slices.Concat(natsGlobals, connectGlobal),

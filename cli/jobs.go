@@ -27,6 +27,7 @@ func clientCommands() []*cli.Command {
 		jobsCommand(),
 		workersCommand(),
 		typesCommand(),
+		queueCommand(),
 		watchCommand(),
 		logsCommand(), // logs.go
 		clusterCommand(),

@@ -60,6 +60,7 @@ Examples:
    jobbus submit SLEEP --milliseconds 1500 --priority high --wait
    jobbus submit PRIME_COUNT --payload '{"limit":1000000}' --submit-retries 5 --json
    jobbus submit TEXT_REVERSE --payload '{"text":"hello"}' --wait
+   jobbus submit SLEEP --milliseconds 100 --queue low --key-concurrency customer-42
    jobbus submit sha256 --text done --after 0b7c2f0e-8a41-4d7e-9b43-3f6a1c2d9e10`,
 		Flags: append([]cli.Flag{
 			&cli.Int64Flag{Name: "milliseconds", Usage: "SLEEP: durationMillis, 0..600000", EnvVars: submitEnv("milliseconds")},
@@ -70,6 +71,7 @@ Examples:
 			&cli.IntFlag{Name: "max-attempts", Usage: "attempts before the job fails (0: the coordinator's default)", EnvVars: submitEnv("max-attempts")},
 			&cli.StringFlag{Name: "priority", Usage: "high, normal or low (default normal)", EnvVars: submitEnv("priority")},
 			&cli.StringFlag{Name: "idempotency-key", Usage: "submit at most once under this key: a repeat returns the first job's id", EnvVars: submitEnv("idempotency-key")},
+			queueFlag(), keyConcurrencyFlag(), // queues.go
 			&cli.DurationFlag{Name: "unique-for", Usage: "unique by task type and payload for this long (1h): a repeat within it returns this job's id, unless this job failed or was cancelled", EnvVars: submitEnv("unique-for")},
 			&cli.StringFlag{Name: "unique-while", Usage: "active: unique by task type and payload while this job is active; a repeat returns its id", EnvVars: submitEnv("unique-while")},
 			&cli.IntFlag{Name: "submit-retries", Usage: "retry an overload rejection this many times", EnvVars: env("submit-retries")},
@@ -235,7 +237,7 @@ func submitOptions(c *cli.Context) ([]client.SubmitOption, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append(append(opts, after...), unique...), nil
+	return queueOptions(c, append(append(opts, after...), unique...)) // queues.go
 }
 
 func parsePriority(s string) (protocol.Priority, error) {

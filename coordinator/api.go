@@ -253,7 +253,7 @@ func errorCode(e *protocol.Error) int {
 	case strings.HasPrefix(e.Message, protocol.OutcomeUnknownPrefix):
 		return 504
 	case strings.HasPrefix(e.Message, protocol.UnknownJob("").Message),
-		strings.HasPrefix(e.Message, protocol.UnknownSchedulePrefix):
+		strings.HasPrefix(e.Message, protocol.UnknownSchedulePrefix), protocol.IsUnknownQueue(e.Message):
 		return 404
 	}
 	return 400
@@ -310,6 +310,8 @@ func (a *api) serveRequest(data []byte, from request, want protocol.Type, reply 
 	case *protocol.AddSchedule, *protocol.ListSchedules, *protocol.PauseSchedule, *protocol.ResumeSchedule,
 		*protocol.RemoveSchedule, *protocol.TriggerSchedule:
 		a.sched.sch.serve(m, reply) // schedules.go
+	case *protocol.ListQueues, *protocol.PauseQueue, *protocol.ResumeQueue, *protocol.SetQueue:
+		a.serveQueues(m, from, reply) // queueapi.go
 	case *protocol.SetLimit, *protocol.RemoveLimit, *protocol.ListLimits:
 		a.sched.flow.serve(m, reply) // flow.go
 	default:

@@ -149,6 +149,11 @@ func (c *Coordinator) open(ctx context.Context) (context.Context, error) {
 	}
 	c.opened = true
 	c.goRun(func() { c.sched.committer(runCtx) })
+	// Queue settings first: a queue paused stays paused from the first job recovered.
+	if err := c.sched.loadQueues(ctx); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("coordinator: %w", err)
+	}
 	if err := c.sched.recover(ctx); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("coordinator: recover: %w", err)

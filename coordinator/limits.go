@@ -38,9 +38,6 @@ func newLimiter() *limiter {
 	return &limiter{byType: make(map[string]*rateLimit), byQueue: make(map[string]*rateLimit)}
 }
 
-// queueName is the name a job's queue field stands for: "" is the default queue.
-func queueName(q string) string { return cmp.Or(q, "default") }
-
 func (l *limiter) table(scope string) map[string]*rateLimit {
 	if scope == protocol.LimitQueue {
 		return l.byQueue
@@ -77,7 +74,7 @@ func (l *limiter) admits(queue, taskType string, now time.Time) (ok bool, next t
 		return true, time.Time{}
 	}
 	ok = true
-	for _, lim := range [2]*rateLimit{l.byType[taskType], l.byQueue[queueName(queue)]} {
+	for _, lim := range [2]*rateLimit{l.byType[taskType], l.byQueue[protocol.QueueOf(queue)]} {
 		if lim == nil {
 			continue
 		}
@@ -97,7 +94,7 @@ func (l *limiter) started(queue, taskType string, now time.Time) {
 	if l.empty() {
 		return
 	}
-	for _, lim := range [2]*rateLimit{l.byType[taskType], l.byQueue[queueName(queue)]} {
+	for _, lim := range [2]*rateLimit{l.byType[taskType], l.byQueue[protocol.QueueOf(queue)]} {
 		if lim == nil {
 			continue
 		}

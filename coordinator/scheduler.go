@@ -55,6 +55,9 @@ type scheduler struct {
 
 	fencedCh chan struct{} // closed with fenced set
 
+	// queueWrites serialises changes of queue settings (queueapi.go), taken before mu.
+	queueWrites sync.Mutex
+
 	uniq *uniqueIndex // which job holds each unique key (unique.go)
 }
 
@@ -78,7 +81,7 @@ func newScheduler(c *Coordinator) *scheduler {
 	s.sch = newSchedules(s)
 	s.flow.init(s)
 	s.uniq = newUniqueIndex(s)
-	s.route = &routing{cfg: &c.cfg, cat: c.cat, reg: s.reg, typeRuns: make(map[string]int)}
+	s.route = &routing{s: s, cfg: &c.cfg, cat: c.cat, reg: s.reg, typeRuns: make(map[string]int)}
 	return s
 }
 

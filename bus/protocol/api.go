@@ -55,6 +55,11 @@ var Endpoints = []Endpoint{
 	{Name: "schedule_resume", Token: "schedule.resume", Request: TypeResumeSchedule},
 	{Name: "schedule_remove", Token: "schedule.remove", Request: TypeRemoveSchedule},
 	{Name: "schedule_trigger", Token: "schedule.trigger", Request: TypeTriggerSchedule},
+	// native: named queues (queues.go)
+	{Name: "queue_list", Token: "queue.list", Request: TypeListQueues},
+	{Name: "queue_pause", Token: "queue.pause", Request: TypePauseQueue},
+	{Name: "queue_resume", Token: "queue.resume", Request: TypeResumeQueue},
+	{Name: "queue_set", Token: "queue.set", Request: TypeSetQueue},
 	// native: rate limits (limits.go)
 	{Name: "limit_set", Token: "limit.set", Request: TypeSetLimit},
 	{Name: "limit_list", Token: "limit.list", Request: TypeListLimits},

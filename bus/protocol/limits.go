@@ -194,7 +194,12 @@ func (m *SetLimit) Check() (Rate, int64, error) {
 // LimitTaskType with a task type's name, or LimitQueue with a queue's.
 func CheckLimitTarget(scope, name string) error {
 	switch scope {
-	case LimitTaskType, LimitQueue:
+	case LimitTaskType:
+	case LimitQueue:
+		if CheckQueueName(name) != nil {
+			return fmt.Errorf("%w: queue name %q must be 1 to %d characters of A-Z, a-z, 0-9, '_' or '-'", ErrBadLimit, name, MaxQueueName)
+		}
+		return nil
 	default:
 		return fmt.Errorf("%w: scope must be %q or %q, got %q", ErrBadLimit, LimitTaskType, LimitQueue, scope)
 	}

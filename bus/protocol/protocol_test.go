@@ -92,6 +92,17 @@ var roundTripCases = []struct {
 	{"ScheduleInfo", &protocol.ScheduleInfo{Schedule: protocol.Schedule{ScheduleSpec: protocol.ScheduleSpec{Name: "tick", EveryMillis: 1000, TaskType: "SLEEP", Payload: json.RawMessage(`{}`)},
 		Paused: true, CreatedAtMillis: 1, SinceMillis: 2, LastTickMillis: 3, LastJobID: "j", LastRunMillis: 4, LastError: "Unknown task type: X", LastErrorMillis: 5, Failures: 6, NextTickMillis: 7}}},
 	{"ScheduleListEmpty", &protocol.ScheduleList{Schedules: []protocol.Schedule{}}},
+	{"WorkerRegisterWithQueues", &protocol.WorkerRegister{WorkerID: "w", Capacity: 2, Queues: []protocol.QueueWeight{{Name: "critical", Weight: 6}, {Name: "default", Weight: 1}}, StrictQueues: true}},
+	{"ListQueues", &protocol.ListQueues{}},
+	{"QueueList", &protocol.QueueList{Queues: []protocol.QueueInfo{
+		{Name: "default", Queued: 3, Running: 1, Keys: 1, Workers: 2, Started: 10, StartedPerMinute: 4, LatencyMillis: 250},
+		{Name: "low", QueueSettings: protocol.QueueSettings{Paused: true, MaxRunning: 20, KeyConcurrency: 2}, Throttled: 7},
+	}}},
+	{"PauseQueue", &protocol.PauseQueue{Queue: "low"}},
+	{"ResumeQueue", &protocol.ResumeQueue{Queue: "low"}},
+	{"SetQueue", &protocol.SetQueue{Queue: "low", MaxRunning: ptr(20), KeyConcurrency: ptr(0)}},
+	{"SetQueueNothing", &protocol.SetQueue{Queue: "low"}},
+	{"QueueUpdated", &protocol.QueueUpdated{Queue: protocol.QueueInfo{Name: "low", QueueSettings: protocol.QueueSettings{Paused: true}}}},
 	{"SetLimit", &protocol.SetLimit{Scope: "type", Name: "SEND_EMAIL", Rate: "100/m", Burst: 10}},
 	{"SetLimitNoBurst", &protocol.SetLimit{Scope: "queue", Name: "low", Rate: "5/s"}},
 	{"RemoveLimit", &protocol.RemoveLimit{Scope: "queue", Name: "low"}},
@@ -131,9 +142,9 @@ func TestRoundTripCoversEveryMessageType(t *testing.T) {
 	}
 	known := protocol.KnownTypes()
 	// PROTOCOL.md's 18, the task type catalogue's two, workflows' eight, schedules'
-	// eight and the rate limits' five (native extensions).
-	if len(known) != 41 {
-		t.Errorf("Decode knows %d message types, PROTOCOL.md has 18 and jobbus adds 23: %v", len(known), known)
+	// eight, the queues' six and the rate limits' five (native extensions).
+	if len(known) != 47 {
+		t.Errorf("Decode knows %d message types, PROTOCOL.md has 18 and jobbus adds 29: %v", len(known), known)
 	}
 	for _, typ := range known {
 		if !covered[typ] {
@@ -264,6 +275,12 @@ var specFields = map[protocol.Type][]string{
 	protocol.TypeTriggerSchedule: {"name"},
 	protocol.TypeScheduleInfo:    {"schedule"},
 	protocol.TypeScheduleList:    {"schedules"},
+	protocol.TypeListQueues:      {},
+	protocol.TypeQueueList:       {"queues"},
+	protocol.TypePauseQueue:      {"queue"},
+	protocol.TypeResumeQueue:     {"queue"},
+	protocol.TypeSetQueue:        {"queue"},
+	protocol.TypeQueueUpdated:    {"queue"},
 	protocol.TypeSetLimit:        {"scope", "name", "rate"},
 	protocol.TypeRemoveLimit:     {"scope", "name"},
 	protocol.TypeListLimits:      {},

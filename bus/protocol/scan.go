@@ -1,8 +1,8 @@
 package protocol
 
 import (
-	"bytes"
 	"encoding/json"
+	"reflect"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -49,6 +49,9 @@ type layout struct {
 	typ      string // the quoted "type" value Encode writes first; "" for none
 	fields   []field
 	optional int // how many of the last fields Encode leaves out when they are zero
+	// others are the keys of the message's fields the scanner does not read (SUBMIT_JOB's
+	// extensions): a member of one leaves the whole message to encoding/json.
+	others []string
 }
 
 func newLayout(typ string, optional int, fields ...field) *layout {
@@ -84,12 +87,16 @@ var (
 		field{name: "result", kind: kindStringPtr}, field{name: "error", kind: kindStringPtr},
 		field{name: "permanent", kind: kindBool})
 	resultAckLayout = newLayout("", 0, field{name: "jobId", kind: kindString}, field{name: "accepted", kind: kindBool})
-	submitLayout    = newLayout(`"SUBMIT_JOB"`, 0, field{name: "type"},
+	submitLayout    = newLayout(`"SUBMIT_JOB"`, 2, field{name: "type"}, // queue, concurrencyKey: omitempty
 		field{name: "taskType", kind: kindString}, field{name: "payload", kind: kindRaw},
 		field{name: "maxAttempts", kind: kindInt}, field{name: "idempotencyKey", kind: kindStringPtr},
-		field{name: "priority", kind: kindPriority})
+		field{name: "priority", kind: kindPriority},
+		field{name: "queue", kind: kindString}, field{name: "concurrencyKey", kind: kindString})
 	submittedLayout = newLayout(`"JOB_SUBMITTED"`, 0, field{name: "type"}, field{name: "jobId", kind: kindString})
 )
+
+// SUBMIT_JOB's extension fields (queue, runAtMillis, ...) are encoding/json's to read.
+func init() { submitLayout.others = submitLayout.unread(SubmitJob{}) }
 
 // scan reads data into m; ok is false, m untouched, for what it leaves to
 // encoding/json. exact says that Encode(m) writes data.
@@ -149,10 +156,7 @@ func (m *SubmitJob) scan(data []byte) (exact, ok bool) {
 	if m.Payload != nil || m.IdempotencyKey != nil || m.Priority != nil {
 		return false, false
 	}
-	if hasSubmitExtension(data) { // the scanner would skip them: encoding/json's to read
-		return false, false
-	}
-	var v [6]value
+	var v [8]value
 	all, exact, ok := scanObject(data, submitLayout, v[:])
 	if !ok {
 		return false, false
@@ -162,6 +166,12 @@ func (m *SubmitJob) scan(data []byte) (exact, ok bool) {
 	v[3].integer(&m.MaxAttempts)
 	v[4].strPtr(&m.IdempotencyKey, all)
 	v[5].priority(&m.Priority, data)
+	v[6].str(&m.Queue, all)
+	v[7].str(&m.ConcurrencyKey, all)
+	// Encode leaves an empty queue or key out (omitempty), and a null one is not its.
+	for _, f := range v[6:] {
+		exact = exact && (!f.set || f.text && f.hi > f.lo)
+	}
 	return exact, true
 }
 
@@ -304,7 +314,7 @@ func readKey(data []byte, i int, l *layout, n int, exact bool) (f, next int, _ b
 		return -1, -1, false
 	}
 	i, exact = space(data, i+1, exact)
-	if f = l.find(key); f < 0 && !ignorable(key, l.fields) {
+	if f = l.find(key); f < 0 && (!ignorable(key, l.fields) || l.other(key)) {
 		return -1, -1, false
 	}
 	return f, i, exact && f == n
@@ -321,6 +331,30 @@ func space(data []byte, i int, exact bool) (int, bool) {
 
 func hasPrefix(b []byte, prefix string) bool {
 	return len(b) >= len(prefix) && string(b[:len(prefix)]) == prefix
+}
+
+// other reports whether key names one of the fields the scanner does not read (as
+// encoding/json matches keys: case-insensitively).
+func (l *layout) other(key []byte) bool {
+	for _, name := range l.others {
+		if len(name) == len(key) && strings.EqualFold(name, string(key)) {
+			return true
+		}
+	}
+	return false
+}
+
+// unread returns the JSON keys of struct v's fields that the layout does not read.
+func (l *layout) unread(v any) []string {
+	var out []string
+	t := reflect.TypeOf(v)
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name != "" && name != "-" && l.find([]byte(name)) < 0 {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // find returns the index of the field named key, or -1.
@@ -844,19 +878,4 @@ func skipDigits(b []byte, i int) int {
 		i++
 	}
 	return i
-}
-
-// submitExtensionKeys are the SUBMIT_JOB extension members (SubmitJob.extended), which
-// the scanner's layout does not read.
-var submitExtensionKeys = [][]byte{[]byte(`"queue"`), []byte(`"runAtMillis"`), []byte(`"runInMillis"`),
-	[]byte(`"concurrencyKey"`), []byte(`"uniqueForMillis"`), []byte(`"uniqueWhile"`), []byte(`"after"`), []byte(`"afterAnyEnd"`)}
-
-// hasSubmitExtension reports whether a SUBMIT_JOB may carry an extension member.
-func hasSubmitExtension(data []byte) bool {
-	for _, k := range submitExtensionKeys {
-		if bytes.Contains(data, k) {
-			return true
-		}
-	}
-	return false
 }

@@ -137,9 +137,11 @@ function svg(tag, attrs) {
   return e;
 }
 
-// drawChart draws series (arrays of numbers over the same x) into an svg of 600x160.
+// drawChart draws series (arrays of numbers over the same x) into an svg, whose
+// viewBox gives its size (600x160 for the big charts).
 function drawChart(node, series, unit) {
-  const W = 600, H = 160, top = 14;
+  const vb = node.viewBox.baseVal;
+  const W = vb.width, H = vb.height, top = 14;
   let max = 0;
   for (const s of series) for (const v of s.values) max = Math.max(max, v);
   max = max > 0 ? max * 1.1 : 1;
@@ -175,6 +177,52 @@ function renderCharts(sum) {
   $("lat-now").textContent = last && last.p50Millis ? "now p50 " + Math.round(last.p50Millis) + " ms" : "";
 }
 
+// ---- the queues page ----
+
+function queueRow(q) {
+  const spark = svg("svg", { class: "spark", viewBox: "0 0 200 40", preserveAspectRatio: "none", role: "img", "aria-label": "depth of " + q.name });
+  drawChart(spark, [{ name: "depth", values: (q.history || []).map((p) => p.depth) }], "queued");
+  const limits = [];
+  if (q.maxRunning) limits.push("max running " + q.maxRunning);
+  if (q.keyConcurrency) limits.push("per key " + q.keyConcurrency);
+  const lat = q.latencyMillis ? (q.latencyMillis < 1000 ? q.latencyMillis + " ms" : Math.round(q.latencyMillis / 1000) + " s") : "–";
+  const action = q.paused
+    ? el("button", { type: "button", class: "small", "data-resume": q.name, onclick: (ev) => changeQueue(q.name, "resume", ev.target) }, "resume")
+    : el("button", { type: "button", class: "small danger", "data-pause": q.name, onclick: (ev) => changeQueue(q.name, "pause", ev.target) }, "pause");
+  return el("tr", { "data-queue": q.name, "data-paused": q.paused ? "yes" : "no" },
+    el("td", { "data-k": "name" }, el("code", {}, q.name)),
+    el("td", { "data-k": "state" }, el("span", { class: "state " + (q.paused ? "paused" : "active-q") }, q.paused ? "paused" : "running")),
+    el("td", { "data-k": "queued" }, q.queued),
+    el("td", { "data-k": "running" }, q.running),
+    el("td", { "data-k": "rate" }, q.startedPerMinute),
+    el("td", { "data-k": "latency" }, lat),
+    el("td", { "data-k": "workers" }, q.workers),
+    el("td", { "data-k": "limits" }, limits.join(", ") || "–"),
+    el("td", { "data-k": "depth" }, spark),
+    el("td", { "data-k": "actions" }, action));
+}
+
+function renderQueues(sum) {
+  const rows = (sum.queues || []).map(queueRow);
+  if (!rows.length) rows.push(el("tr", {}, el("td", { colspan: 10, class: "empty" }, "no queues yet")));
+  $("queues").replaceChildren(...rows);
+}
+
+async function changeQueue(name, what, button) {
+  if (button) button.disabled = true;
+  try {
+    const q = await post("/api/queues/" + encodeURIComponent(name) + "/" + what);
+    $("q-msg").textContent = "queue " + q.name + (q.paused ? " paused" : " resumed");
+    if (ui.summary) { // show it at once; the next summary confirms it
+      ui.summary.queues = (ui.summary.queues || []).map((x) => x.name === q.name ? Object.assign({}, x, q) : x);
+      renderQueues(ui.summary);
+    }
+  } catch (e) {
+    $("q-msg").textContent = what + " failed: " + e.message;
+    if (button) button.disabled = false;
+  }
+}
+
 function renderSummary(sum) {
   ui.summary = sum;
   const p = $("problem");
@@ -185,6 +233,7 @@ function renderSummary(sum) {
   renderLimits(sum);
   renderTypes(sum);
   renderCharts(sum);
+  renderQueues(sum);
   maybeLoadSchedules();
   if (sum.version !== ui.version) {
     ui.version = sum.version;
@@ -574,7 +623,7 @@ async function refresh() {
   try {
     if (ui.view === "job") await loadJob();
     else if (ui.view === "workflow") await loadWorkflow();
-    else await loadList();
+    else if (ui.view === "list") await loadList();
   } catch (e) {
     $("problem").hidden = false;
     $("problem").textContent = e.message;
@@ -588,11 +637,15 @@ function route() {
   const m = location.hash.match(/^#\/job\/(.+)$/);
   const wm = location.hash.match(/^#\/workflow\/(.+)$/);
   const job = !!m;
-  ui.view = job ? "job" : wm ? "workflow" : "list";
+  const queues = location.hash === "#/queues";
+  ui.view = job ? "job" : wm ? "workflow" : queues ? "queues" : "list";
   $("overview").hidden = ui.view !== "list";
   $("jobs-view").hidden = ui.view !== "list";
   $("job-view").hidden = !job;
   $("workflow-view").hidden = ui.view !== "workflow";
+  $("queues-view").hidden = !queues;
+  $("nav-jobs").className = ui.view === "queues" ? "" : "active";
+  $("nav-queues").className = ui.view === "queues" ? "active" : "";
   if (wm) ui.workflowId = decodeURIComponent(wm[1]);
   if (job) {
     const id = decodeURIComponent(m[1]);
