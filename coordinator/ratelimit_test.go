@@ -14,6 +14,7 @@ import (
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/coordinator"
+	"github.com/jobbus/jobbus/worker"
 )
 
 // startLog is a coordinator.Observer that keeps the time of every start (a job moving
@@ -398,5 +399,31 @@ func TestQueueRateLimit(t *testing.T) {
 	must(t, err)
 	if j := s.Wait(held); j.State != protocol.StateCompleted {
 		t.Fatalf("after the queue's limit was removed: %+v", j)
+	}
+}
+
+// TestQueueRateLimitHoldsItsQueueOnly: a limit on one queue holds back that queue's
+// jobs and no other's, for the same task type.
+func TestQueueRateLimitHoldsItsQueueOnly(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	_, err := s.Client.SetLimit(ctx, client.ForQueue("low"), "1/h", 1)
+	must(t, err)
+	s.StartNativeWorker(t, worker.WithCapacity(4),
+		worker.WithQueues(protocol.QueueWeight{Name: "default", Weight: 1}, protocol.QueueWeight{Name: "low", Weight: 1}))
+	s.Wait(s.Submit("SHA256", text("takes low's token"), client.Queue("low")))
+	held := s.Submit("SHA256", text("waits in low"), client.Queue("low"))
+	other := s.Submit("SHA256", text("the default queue is not held back"))
+	if j := s.Wait(other); j.State != protocol.StateCompleted {
+		t.Fatalf("a job of another queue: %+v", j)
+	}
+	if j := s.Status(held); j.State != protocol.StateQueued || j.Queue != "low" {
+		t.Fatalf("a job over its queue's limit: %+v, want QUEUED in low", j)
+	}
+	_, err = s.Client.RemoveLimit(ctx, client.ForQueue("low"))
+	must(t, err)
+	if j := s.Wait(held); j.State != protocol.StateCompleted {
+		t.Fatalf("after low's limit was removed: %+v", j)
 	}
 }
