@@ -160,6 +160,9 @@ type TaskResult struct {
 	// Permanent (a native extension) says a failure must not be retried: the job fails
 	// at once, whatever attempts it has left. Spec peers never send it.
 	Permanent bool `json:"permanent,omitzero"`
+	// SnoozeMillis (a native extension, with success false) asks to run the job again
+	// after this many milliseconds without using an attempt: it goes back to SCHEDULED.
+	SnoozeMillis int64 `json:"snoozeMillis,omitzero"`
 }
 
 // Error tells a peer its request was wrong.
