@@ -117,7 +117,9 @@ func TestMeasureNATSMessageSchedules(t *testing.T) {
 		t.Fatalf("only %d of %d scheduled messages delivered", got.Load(), n)
 	}
 	slices.Sort(late)
-	pct := func(p float64) time.Duration { return late[min(len(late)-1, int(p*float64(len(late))))].Round(time.Millisecond) }
+	pct := func(p float64) time.Duration {
+		return late[min(len(late)-1, int(p*float64(len(late))))].Round(time.Millisecond)
+	}
 	t.Logf("nats-server %s, %d @at messages (one subject each) due over %v: publish %v (%.0f msg/s), store %d bytes (%d per message), server heap +%d MiB (%d bytes per message)",
 		server.VERSION, n, window, published.Round(time.Millisecond), float64(n)/published.Seconds(),
 		info.State.Bytes, info.State.Bytes/uint64(n), (heap1-heap0)>>20, (heap1-heap0)/uint64(n))
