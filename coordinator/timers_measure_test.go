@@ -72,7 +72,7 @@ func TestMeasureNATSMessageSchedules(t *testing.T) {
 		m.Header.Set("Nats-Schedule", "@at "+due[i].UTC().Format(time.RFC3339Nano))
 		m.Header.Set("Nats-Schedule-Target", "due."+strconv.Itoa(i))
 		m.Data = []byte(`{"jobId":"` + strconv.Itoa(i) + `"}`)
-		if _, err := js.PublishMsgAsync(m); err != nil {
+		if _, err := js.PublishMsgAsync(m, jetstream.WithStallWait(time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 	}
