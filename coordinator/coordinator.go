@@ -37,6 +37,7 @@ import (
 //   - lease (leaseclock.go): whether the leader lease is certainly held (Run's elector,
 //     leader.go, renews it);
 //   - sweeper (sweeper.go): the ticker that runs the scheduler's sweep;
+//   - the scheduler's timers (timers.go): the driver that wakes what is due;
 //   - checkpointer (checkpoint.go): checkpoints of the job index;
 //   - catalogue (catalogue.go): the task types workers declared.
 //
@@ -114,6 +115,7 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	c.ckpt.begin(runCtx) // from now on, writes may start checkpoints
 	sw := sweeper{every: c.cfg.SweepInterval, sweep: c.sched.sweep}
 	c.goRun(func() { sw.run(runCtx) })
+	c.goRun(func() { c.sched.timers.run(runCtx, c.cfg.SweepInterval) })
 	c.log.Info("coordinator serving", recovered...)
 	hello, _ := json.Marshal(protocol.LeaderAnnouncement{Coordinator: c.cfg.ID, Term: c.term})
 	_ = c.nc.Publish(protocol.LeaderSubject, hello) // best effort: heartbeats find it anyway

@@ -51,10 +51,10 @@ type waiter struct {
 func (j *job) snapshot() protocol.Job { return j.rec.Snapshot() }
 
 // effectivePriority is the base level raised one level per whole aging step waited since
-// submission, capped at HIGH.
-func effectivePriority(base protocol.Priority, createdAt int64, now time.Time, step time.Duration) int {
+// from (Record.AgingFrom: submission, or a delayed job's run time), capped at HIGH.
+func effectivePriority(base protocol.Priority, from int64, now time.Time, step time.Duration) int {
 	level := base.Level()
-	waited := now.UnixMilli() - createdAt
+	waited := now.UnixMilli() - from
 	if waited > 0 && step > 0 {
 		steps := waited / step.Milliseconds()
 		if steps >= 2 {

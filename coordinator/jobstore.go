@@ -63,6 +63,8 @@ type jobStore interface {
 	checkpoint(ctx context.Context, index func() []head) (int, error)
 	// health is whether the store takes writes (storage.go).
 	health() *storeHealth
+	// controls are the durable settings beside the jobs (controls.go); open first.
+	controls() controlStore
 }
 
 // storeSink hears how the writes handed to a jobStore ended: the lifecycle, which owns

@@ -5,10 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/embeddednats"
@@ -94,6 +97,7 @@ func TestJobStoreContract(t *testing.T) {
 		{"LoadsWhatWasWritten", testStoreLoads},
 		{"ChecksPointsTheIndex", testStoreCheckpoints},
 		{"ReadsBackWithTheRevision", testStoreReadsBackWithTheRevision},
+		{"ControlsAreCASOnTheRevision", testStoreControls},
 	}
 	for _, b := range storeBackends() {
 		t.Run(b.name, func(t *testing.T) {
@@ -456,5 +460,71 @@ func testStoreReadsBackWithTheRevision(t *testing.T, newStore func() jobStore) {
 	}
 	if _, rev, err := s.readAt(ctx, newID()); !errors.Is(err, errNoRecord) || rev != 0 {
 		t.Fatalf("read back of a job never written: revision %d, %v; want errNoRecord", rev, err)
+	}
+}
+
+// Controls are created once, replaced and removed only at the revision last read, and
+// listed by prefix, in key order, by whoever opens the store next.
+func testStoreControls(t *testing.T, newStore func() jobStore) {
+	ctx := context.Background()
+	s := newStore()
+	startStore(t, s)
+	c := s.controls()
+	rev, err := c.put(ctx, "queue.low", []byte(`{"paused":true}`), 0)
+	if err != nil || rev == 0 {
+		t.Fatalf("create: revision %d, %v", rev, err)
+	}
+	if _, err := c.put(ctx, "queue.low", []byte(`{}`), 0); !errors.Is(err, errControlChanged) {
+		t.Fatalf("a second create: %v, want errControlChanged", err)
+	}
+	rev2, err := c.put(ctx, "queue.low", []byte(`{"paused":false}`), rev)
+	if err != nil || rev2 <= rev {
+		t.Fatalf("update at the revision read: %d, %v", rev2, err)
+	}
+	if _, err := c.put(ctx, "queue.low", []byte(`{}`), rev); !errors.Is(err, errControlChanged) {
+		t.Fatalf("update at a stale revision: %v, want errControlChanged", err)
+	}
+	if _, err := c.put(ctx, "queue.critical", []byte(`{"maxRunning":2}`), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.put(ctx, "limit.type.SHA256", []byte(`{}`), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.remove(ctx, "queue.critical", rev); !errors.Is(err, errControlChanged) {
+		t.Fatalf("remove at a stale revision: %v, want errControlChanged", err)
+	}
+
+	next := newStore() // the next leader reads them back
+	startStore(t, next)
+	got, err := next.controls().list(ctx, "queue.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].key != "queue.critical" || got[1].key != "queue.low" ||
+		string(got[1].value) != `{"paused":false}` || got[1].rev != rev2 {
+		t.Fatalf("listed %+v, want queue.critical then queue.low at revision %d", got, rev2)
+	}
+	if err := next.controls().remove(ctx, "queue.critical", got[0].rev); err != nil {
+		t.Fatal(err)
+	}
+	if err := next.controls().remove(ctx, "queue.gone", 0); err != nil {
+		t.Fatalf("removing what is not there: %v", err)
+	}
+	if got, _ := next.controls().list(ctx, "queue."); len(got) != 1 || got[0].key != "queue.low" {
+		t.Fatalf("after remove: %+v, want queue.low only", got)
+	}
+}
+
+// Both codes JetStream answers a wrong expected revision with are a CAS conflict: a
+// replicated stream's atomic batch uses its own.
+func TestWrongLastSequenceCodes(t *testing.T) {
+	for _, code := range []jetstream.ErrorCode{jetstream.JSErrCodeStreamWrongLastSequence, jetstream.JSErrCodeStreamWrongLastSequenceConstant} {
+		err := fmt.Errorf("publish: %w", &jetstream.APIError{ErrorCode: code})
+		if !wrongLastSequence(err) || !isCASConflict(err) {
+			t.Errorf("code %d is not taken for a wrong last sequence", code)
+		}
+	}
+	if wrongLastSequence(&jetstream.APIError{ErrorCode: jetstream.JSErrCodeStreamNotFound}) {
+		t.Error("stream not found taken for a wrong last sequence")
 	}
 }

@@ -258,3 +258,5 @@ func (s *jsStore) noteStored(j *job, start time.Time, err error) {
 		obs.Stored(j.took, err, false, 0)
 	}
 }
+
+func (s *jsStore) controls() controlStore { return kvControls{s.kv} }

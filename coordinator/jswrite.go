@@ -145,10 +145,12 @@ func (s *jsStore) publishSingle(ctx context.Context, ws []pendingWrite) ([]uint6
 }
 
 // wrongLastSequence reports a publish refused because the subject's last message was
-// not the one expected: someone else wrote the record.
+// not the one expected: someone else wrote the record. A replicated stream says so
+// with a code of its own.
 func wrongLastSequence(err error) bool {
 	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 // permanent reports a write error that retrying cannot cure. The submission bounds

@@ -202,7 +202,9 @@ func (s *scheduler) schedule() {
 	}
 	for s.ready.size > 0 {
 		now := s.now()
-		j := s.ready.best(now, s.cfg.AgingStep, s.route.runnable)
+		j := s.ready.best(now, s.cfg.AgingStep, func(taskType string) bool {
+			return s.route.runnable(taskType) && s.admitted("", taskType, now)
+		})
 		if j == nil {
 			return
 		}
@@ -212,9 +214,21 @@ func (s *scheduler) schedule() {
 	}
 }
 
+// admitted asks flow whether a job of queue and taskType may start at now; when not,
+// dispatch looks again once flow says one may.
+func (s *scheduler) admitted(queue, taskType string, now time.Time) bool {
+	ok, next := s.flow.admits(queue, taskType, now)
+	if !ok && (s.flowWake.IsZero() || next.Before(s.flowWake)) {
+		s.flowWake = next // one wake-up, however many jobs are held back
+		s.timers.call(next, func(time.Time) { s.flowWake = time.Time{} })
+	}
+	return ok
+}
+
 // assign starts a new attempt of j on w under a fresh lease.
 func (s *scheduler) assign(j *job, w *worker) {
 	now := s.now()
+	s.flow.started(j.rec.Queue, j.rec.TaskType, now)
 	j.rec.State = protocol.StateRunning
 	j.rec.Attempts++
 	j.rec.AttemptID = newID()
@@ -421,7 +435,7 @@ func (s *scheduler) cancelFinished(id string, reply replyFunc) {
 	}
 }
 
-// sweep releases due retries, enforces deadlines, loses silent workers, then schedules.
+// sweep enforces deadlines, loses silent workers, then schedules.
 func (s *scheduler) sweep() {
 	s.mu.Lock()
 	defer s.unlock()
@@ -430,16 +444,7 @@ func (s *scheduler) sweep() {
 	}
 	now := s.now()
 	s.kept.expire(now)
-	for _, t := range s.retries.due(now) {
-		j := t.j
-		if j.rec.State != protocol.StateRetryWait || itoa(j.rec.Attempts) != t.key {
-			continue
-		}
-		j.rec.State = protocol.StateQueued
-		j.rec.RetryAt = 0
-		s.markDirty(j, nil)
-		s.ready.push(j)
-	}
+	s.timers.fire(now) // the driver's backstop, and an injected clock's
 	for _, j := range s.deadlines.due(now) {
 		if j.rec.State != protocol.StateRunning {
 			continue
@@ -462,6 +467,4 @@ func (s *scheduler) sweep() {
 }
 
 // pushRetry arms the timer that returns a RETRY_WAIT job to the queue.
-func (s *scheduler) pushRetry(j *job) {
-	heap.Push(&s.retries, timer{at: time.UnixMilli(j.rec.RetryAt), j: j, key: itoa(j.rec.Attempts)})
-}
+func (s *scheduler) pushRetry(j *job) { s.timers.wakeJob(j, time.UnixMilli(j.rec.RetryAt)) }

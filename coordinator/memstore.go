@@ -23,7 +23,8 @@ type memBackend struct {
 	termSeq  uint64 // the sequence of the last term claimed
 	records  map[string]memMessage
 	bindings map[string]memMessage
-	index    []head // the last checkpoint, with the sequence it was taken at
+	controls map[string]memMessage // controls.go
+	index    []head                // the last checkpoint, with the sequence it was taken at
 	indexAt  uint64
 }
 
@@ -40,7 +41,7 @@ type memMessage struct {
 }
 
 func newMemBackend() *memBackend {
-	return &memBackend{records: make(map[string]memMessage), bindings: make(map[string]memMessage)}
+	return &memBackend{records: make(map[string]memMessage), bindings: make(map[string]memMessage), controls: make(map[string]memMessage)}
 }
 
 func (b *memBackend) clock() time.Time {
@@ -227,3 +228,5 @@ func (s *memStore) checkpoint(_ context.Context, index func() []head) (int, erro
 	s.b.mu.Unlock()
 	return len(heads), nil
 }
+
+func (s *memStore) controls() controlStore { return memControls{s.b} }

@@ -8,9 +8,10 @@ import (
 )
 
 // readyQueue holds QUEUED jobs: per task type, one heap per base priority ordered by
-// submission sequence. Since a lower sequence was submitted no later, the head of each
-// heap has the highest effective (aged) priority of its level, so the best job overall is
-// the best of the heads: O(log n) per assignment, however many jobs wait.
+// when each began to wait (Record.AgingFrom), then submission sequence. The head of each
+// heap has waited longest, so it has the highest effective (aged) priority of its
+// level, and the best job overall is the best of the heads: O(log n) per assignment,
+// however many jobs wait.
 //
 // Entries are removed lazily: an entry whose job left QUEUED, or was queued again
 // since, is dropped when it reaches a head.
@@ -20,9 +21,10 @@ type readyQueue struct {
 }
 
 type queued struct {
-	j   *job
-	seq uint64
-	gen uint64
+	j    *job
+	from int64 // Record.AgingFrom
+	seq  uint64
+	gen  uint64
 }
 
 func newReadyQueue() *readyQueue {
@@ -37,7 +39,7 @@ func (q *readyQueue) push(j *job) {
 		levels = new([3]seqHeap)
 		q.byType[j.rec.TaskType] = levels
 	}
-	heap.Push(&levels[j.rec.Priority.Level()], queued{j: j, seq: j.rec.Seq, gen: j.queueGen})
+	heap.Push(&levels[j.rec.Priority.Level()], queued{j: j, from: j.rec.AgingFrom(), seq: j.rec.Seq, gen: j.queueGen})
 	q.size++
 }
 
@@ -64,8 +66,8 @@ func (q *readyQueue) best(now time.Time, aging time.Duration, runnable func(task
 			if j == nil {
 				continue
 			}
-			eff := effectivePriority(j.rec.Priority, j.rec.CreatedAt, now, aging)
-			if eff > bestEff || (eff == bestEff && j.rec.Seq < best.rec.Seq) {
+			eff := effectivePriority(j.rec.Priority, j.rec.AgingFrom(), now, aging)
+			if eff > bestEff || (eff == bestEff && waitedLonger(j, best)) {
 				best, bestEff = j, eff
 			}
 		}
@@ -82,12 +84,25 @@ func (q *readyQueue) pop(j *job) {
 	q.size--
 }
 
+// waitedLonger reports whether a began to wait before b (submission order among equals).
+func waitedLonger(a, b *job) bool {
+	if fa, fb := a.rec.AgingFrom(), b.rec.AgingFrom(); fa != fb {
+		return fa < fb
+	}
+	return a.rec.Seq < b.rec.Seq
+}
+
 type seqHeap []queued
 
-func (h seqHeap) Len() int           { return len(h) }
-func (h seqHeap) Less(a, b int) bool { return h[a].seq < h[b].seq }
-func (h seqHeap) Swap(a, b int)      { h[a], h[b] = h[b], h[a] }
-func (h *seqHeap) Push(x any)        { *h = append(*h, x.(queued)) }
+func (h seqHeap) Len() int { return len(h) }
+func (h seqHeap) Less(a, b int) bool {
+	if h[a].from != h[b].from {
+		return h[a].from < h[b].from
+	}
+	return h[a].seq < h[b].seq
+}
+func (h seqHeap) Swap(a, b int) { h[a], h[b] = h[b], h[a] }
+func (h *seqHeap) Push(x any)   { *h = append(*h, x.(queued)) }
 func (h *seqHeap) Pop() any {
 	old := *h
 	x := old[len(old)-1]
@@ -106,37 +121,6 @@ func (h *seqHeap) head() *job {
 		heap.Pop(h)
 	}
 	return nil
-}
-
-// timer is a job due at a time: a retry to release. key is what must still hold when it
-// fires (the attempt count), so stale timers are skipped.
-type timer struct {
-	at  time.Time
-	j   *job
-	key string
-}
-
-type timerHeap []timer
-
-func (h timerHeap) Len() int           { return len(h) }
-func (h timerHeap) Less(a, b int) bool { return h[a].at.Before(h[b].at) }
-func (h timerHeap) Swap(a, b int)      { h[a], h[b] = h[b], h[a] }
-func (h *timerHeap) Push(x any)        { *h = append(*h, x.(timer)) }
-func (h *timerHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	old[len(old)-1] = timer{}
-	*h = old[:len(old)-1]
-	return x
-}
-
-// due pops every timer at or before now.
-func (h *timerHeap) due(now time.Time) []timer {
-	var out []timer
-	for h.Len() > 0 && !(*h)[0].at.After(now) {
-		out = append(out, heap.Pop(h).(timer))
-	}
-	return out
 }
 
 // deadlineHeap holds the RUNNING jobs by the deadline of their attempt. An attempt that

@@ -36,7 +36,9 @@ type scheduler struct {
 	route     *routing        // by task type (routing.go)
 	claims    *claims         // attempts running before recovery, until their workers claim them (claims.go)
 	ready     *readyQueue
-	retries   timerHeap
+	timers    *timers   // every "later": run times, retries, ticks (timers.go)
+	flow      flow      // what limits hold back (flow.go)
+	flowWake  time.Time // when a timer looks again at what flow held back; zero if none
 	deadlines deadlineHeap
 	active    int
 	seq       uint64
@@ -64,6 +66,7 @@ func newScheduler(c *Coordinator) *scheduler {
 	s.kept = &retention{s: s, cfg: &c.cfg, doneKeys: make(map[string]doneKey)}
 	s.reg = &registry{s: s, nc: c.nc, workers: make(map[string]*worker)}
 	s.claims = &claims{s: s}
+	s.timers = newTimers(s)
 	s.route = &routing{cfg: &c.cfg, cat: c.cat, reg: s.reg, typeRuns: make(map[string]int)}
 	return s
 }

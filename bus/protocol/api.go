@@ -61,7 +61,9 @@ const (
 	//   - a job's Record under the job's id (a single token: a UUID);
 	//   - an idempotency binding under KeyPrefix + base64url(key) (IsRecordKey tells
 	//     the two apart: watch "*" sees records only);
-	//   - the leadership term under TermKey.
+	//   - the leadership term under TermKey;
+	//   - the coordinator's durable settings (queues, limits, schedules, workflows,
+	//     batches) under ControlPrefix + kind + "." + name.
 	JobsBucket = "JOBS"
 	// KeysBucket held idempotency bindings before they moved into JobsBucket; a
 	// coordinator moves what it finds there and removes the bucket.
@@ -101,6 +103,9 @@ const (
 	// reads any job, and every later create of its term checks that it is still the
 	// last message of TermKey.
 	TermKey = "_jobbus.term"
+	// ControlPrefix starts the key of a durable setting: "c.queue.critical",
+	// "c.schedule.nightly". Record scans ("*") never see them.
+	ControlPrefix = "c."
 )
 
 // IsRecordKey reports whether a JobsBucket key names a job record.

@@ -54,6 +54,9 @@ func (m *TaskResult) appendFast(b []byte) ([]byte, bool) {
 }
 
 func (m *SubmitJob) appendFast(b []byte) ([]byte, bool) {
+	if m.extended() {
+		return b, false
+	}
 	b = append(b, `{"type":"SUBMIT_JOB","taskType":`...)
 	b, ok1 := appendString(b, m.TaskType)
 	b = append(b, `,"payload":`...)
@@ -237,5 +240,24 @@ func (r *Record) appendFast(b []byte) ([]byte, bool) {
 	num(`,"retryAtMillis":`, r.RetryAt, true)
 	str(`,"idempotencyKey":`, r.IdempotencyKey, true)
 	str(`,"fingerprint":`, r.Fingerprint, true)
+	str(`,"queue":`, r.Queue, true)
+	num(`,"runAtMillis":`, r.RunAt, true)
+	num(`,"snoozes":`, int64(r.Snoozes), true)
+	str(`,"schedule":`, r.Schedule, true)
+	str(`,"concurrencyKey":`, r.ConcurrencyKey, true)
+	str(`,"uniqueKey":`, r.UniqueKey, true)
+	num(`,"uniqueUntilMillis":`, r.UniqueUntil, true)
+	if r.After != nil || r.Progress != nil { // rare: encoding/json writes them
+		return b, false
+	}
+	if r.AfterAnyEnd {
+		b = append(b, `,"afterAnyEnd":true`...)
+	}
+	str(`,"workflowId":`, r.WorkflowID, true)
+	str(`,"step":`, r.Step, true)
+	str(`,"batchId":`, r.BatchID, true)
+	str(`,"traceparent":`, r.TraceParent, true)
+	str(`,"tracestate":`, r.TraceState, true)
+	str(`,"progressMessage":`, r.ProgressMessage, true)
 	return append(b, '}'), ok && okPayload
 }

@@ -159,11 +159,15 @@ func FuzzHotEncode(f *testing.F) {
 			TaskAssign{JobID: s, AttemptID: "a", AttemptNumber: -len(s), TaskType: s, Payload: data},
 			TaskResult{WorkerID: s, Result: &s, Error: &s, Permanent: len(s)%2 == 0, SnoozeMillis: int64(len(s) % 3)},
 			SubmitJob{TaskType: s, Payload: data, MaxAttempts: len(s), IdempotencyKey: &s, Priority: &p},
+			SubmitJob{TaskType: s, Payload: data, Queue: s, RunInMillis: int64(len(s))},
 			JobSubmitted{JobID: s},
 		}
 		res := "r"
 		recs := []Record{{JobID: s, TaskType: "t", Payload: data, State: State(s), Attempts: len(s), Seq: uint64(len(s)) << 40,
-			Result: &res, CreatedAt: -1, IdempotencyKey: s, Fingerprint: s}, {WorkerID: s, LastWorkerID: s, Error: &s, EndedAt: 1, RetryAt: 2}, {LastWorkerID: s}}
+			Result: &res, CreatedAt: -1, IdempotencyKey: s, Fingerprint: s}, {WorkerID: s, LastWorkerID: s, Error: &s, EndedAt: 1, RetryAt: 2}, {LastWorkerID: s},
+			{Queue: s, RunAt: 3, Snoozes: len(s), Schedule: s, ConcurrencyKey: s, UniqueKey: s, UniqueUntil: 4, AfterAnyEnd: len(s)%2 == 1,
+				WorkflowID: s, Step: s, BatchID: s, TraceParent: s, TraceState: s, ProgressMessage: s},
+			{After: []string{s}, Progress: new(float64)}}
 		var rec Record
 		if json.Unmarshal(data, &rec) == nil {
 			recs = append(recs, rec)

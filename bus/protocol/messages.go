@@ -20,8 +20,15 @@ const (
 	StateCancelled State = "CANCELLED"
 )
 
+// States beyond PROTOCOL.md's, shown on the client port as documented extensions: a job
+// waiting for its time (a delayed job, a snoozed one) or for its parent jobs.
+const (
+	StateScheduled State = "SCHEDULED"
+	StateWaiting   State = "WAITING"
+)
+
 // States lists every state in lifecycle order.
-var States = []State{StateQueued, StateRunning, StateRetryWait, StateCompleted, StateFailed, StateCancelled}
+var States = []State{StateScheduled, StateWaiting, StateQueued, StateRunning, StateRetryWait, StateCompleted, StateFailed, StateCancelled}
 
 // Terminal reports whether no further transition can leave s.
 func (s State) Terminal() bool {
@@ -30,7 +37,7 @@ func (s State) Terminal() bool {
 
 // Active reports whether s counts against the admission limit.
 func (s State) Active() bool {
-	return s == StateQueued || s == StateRunning || s == StateRetryWait
+	return s == StateQueued || s == StateRunning || s == StateRetryWait || s == StateScheduled || s == StateWaiting
 }
 
 // ParseState reads a state name, case-insensitively.
@@ -40,7 +47,7 @@ func ParseState(s string) (State, error) {
 			return st, nil
 		}
 	}
-	return "", fmt.Errorf("unknown state %q (one of QUEUED, RUNNING, RETRY_WAIT, COMPLETED, FAILED, CANCELLED)", s)
+	return "", fmt.Errorf("unknown state %q (one of SCHEDULED, WAITING, QUEUED, RUNNING, RETRY_WAIT, COMPLETED, FAILED, CANCELLED)", s)
 }
 
 // Priority is a job's base scheduling priority.
@@ -180,6 +187,22 @@ type SubmitJob struct {
 	MaxAttempts    int             `json:"maxAttempts"`
 	IdempotencyKey *string         `json:"idempotencyKey"`
 	Priority       *Priority       `json:"priority"`
+
+	// Extensions spec peers never send (docs/PROTOCOL.md "Extensions"), all optional.
+	Queue           string   `json:"queue,omitempty"`           // its named queue; "" is the default one
+	RunAtMillis     int64    `json:"runAtMillis,omitempty"`     // not before this time (Unix ms): SCHEDULED until then
+	RunInMillis     int64    `json:"runInMillis,omitempty"`     // not before this long from now
+	ConcurrencyKey  string   `json:"concurrencyKey,omitempty"`  // bounds how many jobs of one key run at once
+	UniqueForMillis int64    `json:"uniqueForMillis,omitempty"` // an equal job within this window answers for it
+	UniqueWhile     string   `json:"uniqueWhile,omitempty"`     // "active": an equal active job answers for it
+	After           []string `json:"after,omitempty"`           // parent jobs: WAITING until they end
+	AfterAnyEnd     bool     `json:"afterAnyEnd,omitempty"`     // run however the parents end
+}
+
+// extended reports whether s uses any extension field: those take encoding/json.
+func (s *SubmitJob) extended() bool {
+	return s.Queue != "" || s.RunAtMillis != 0 || s.RunInMillis != 0 || s.ConcurrencyKey != "" ||
+		s.UniqueForMillis != 0 || s.UniqueWhile != "" || s.After != nil || s.AfterAnyEnd
 }
 
 // JobSubmitted answers an accepted (or deduplicated) submission.
@@ -254,6 +277,17 @@ type Job struct {
 	// LastWorkerID (an extension spec peers ignore) is the worker of the job's latest
 	// attempt that ended, while the job is not RUNNING: which worker ran a finished job.
 	LastWorkerID *string `json:"lastWorkerId,omitempty"`
+
+	// Extensions of time, queues, workflows and progress (docs/PROTOCOL.md "Extensions").
+	Queue           string   `json:"queue,omitempty"`
+	RunAtMillis     int64    `json:"runAtMillis,omitempty"`
+	Schedule        string   `json:"schedule,omitempty"`
+	After           []string `json:"after,omitempty"`
+	WorkflowID      string   `json:"workflowId,omitempty"`
+	Step            string   `json:"step,omitempty"`
+	BatchID         string   `json:"batchId,omitempty"`
+	Progress        *float64 `json:"progress,omitempty"`
+	ProgressMessage string   `json:"progressMessage,omitempty"`
 }
 
 // RanBy is the worker of the job's current attempt, else of its latest one, else "".

@@ -92,6 +92,8 @@ func TestStateTerminalAndActive(t *testing.T) {
 		s        protocol.State
 		terminal bool
 	}{
+		{protocol.StateScheduled, false},
+		{protocol.StateWaiting, false},
 		{protocol.StateQueued, false},
 		{protocol.StateRunning, false},
 		{protocol.StateRetryWait, false},
@@ -100,7 +102,7 @@ func TestStateTerminalAndActive(t *testing.T) {
 		{protocol.StateCancelled, true},
 	}
 	if len(tests) != len(protocol.States) {
-		t.Fatalf("States has %d entries, the spec has %d", len(protocol.States), len(tests))
+		t.Fatalf("States has %d entries, the spec and its extensions have %d", len(protocol.States), len(tests))
 	}
 	for i, tc := range tests {
 		if protocol.States[i] != tc.s {

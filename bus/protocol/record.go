@@ -34,7 +34,31 @@ type Record struct {
 	RetryAt        int64   `json:"retryAtMillis,omitempty"` // while RETRY_WAIT
 	IdempotencyKey string  `json:"idempotencyKey,omitempty"`
 	Fingerprint    string  `json:"fingerprint,omitempty"`
+
+	// One layout for time, queues, workflows and visibility (docs/design.md): each
+	// field is empty for a job that does not use it, and the fast encoder writes them
+	// in this order.
+	Queue           string   `json:"queue,omitempty"`             // its named queue; "" is the default one
+	RunAt           int64    `json:"runAtMillis,omitempty"`       // not before: SCHEDULED until then; aging counts from it
+	Snoozes         int      `json:"snoozes,omitempty"`           // how often its handler snoozed it
+	Schedule        string   `json:"schedule,omitempty"`          // the schedule whose tick made it
+	ConcurrencyKey  string   `json:"concurrencyKey,omitempty"`    // bounds how many jobs of one key run at once
+	UniqueKey       string   `json:"uniqueKey,omitempty"`         // a unique job's key (type and payload)
+	UniqueUntil     int64    `json:"uniqueUntilMillis,omitempty"` // the end of its uniqueness window
+	After           []string `json:"after,omitempty"`             // parent jobs it waits for while WAITING
+	AfterAnyEnd     bool     `json:"afterAnyEnd,omitempty"`       // it runs however its parents end
+	WorkflowID      string   `json:"workflowId,omitempty"`
+	Step            string   `json:"step,omitempty"` // its step's name in its workflow
+	BatchID         string   `json:"batchId,omitempty"`
+	TraceParent     string   `json:"traceparent,omitempty"` // W3C trace context
+	TraceState      string   `json:"tracestate,omitempty"`
+	Progress        *float64 `json:"progress,omitempty"` // the latest its handler reported, 0 to 1
+	ProgressMessage string   `json:"progressMessage,omitempty"`
 }
+
+// AgingFrom is when the job's wait for a worker began, in Unix milliseconds: its
+// submission, or its run time when it was delayed. Priority aging counts from it.
+func (r *Record) AgingFrom() int64 { return max(r.CreatedAt, r.RunAt) }
 
 // Headers of a stored record.
 const (
@@ -71,5 +95,8 @@ func (r *Record) Snapshot() Job {
 		w := r.LastWorkerID
 		s.LastWorkerID = &w
 	}
+	s.Queue, s.RunAtMillis, s.Schedule, s.After = r.Queue, r.RunAt, r.Schedule, r.After
+	s.WorkflowID, s.Step, s.BatchID = r.WorkflowID, r.Step, r.BatchID
+	s.Progress, s.ProgressMessage = r.Progress, r.ProgressMessage
 	return s
 }

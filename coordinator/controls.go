@@ -1,0 +1,153 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+)
+
+// Controls are the coordinator's durable settings beside its jobs: a queue's pause and
+// limits, a rate limit, a schedule, a workflow, a batch. Each is a value (JSON of its
+// owner's choosing) under a key "<kind>.<name>", stored in the jobs bucket under
+// protocol.ControlPrefix, where a record scan never sees it, and changed only as a
+// CAS on the revision it was read at. Only the leader writes them: the API checks
+// the lease before a write, as it does for every request that changes state. The
+// leader that recovers reads them back (list) and re-arms what they imply (timers,
+// pauses, buckets).
+
+// errControlChanged means a control changed (or appeared, or went) since it was read:
+// read it again and decide again.
+var errControlChanged = errors.New("setting changed since it was read")
+
+// control is one stored setting.
+type control struct {
+	key   string // "<kind>.<name>", without protocol.ControlPrefix
+	value []byte
+	rev   uint64
+}
+
+// controlStore reads and writes controls.
+type controlStore interface {
+	// put creates key (rev 0) or replaces it (a CAS on rev); errControlChanged when
+	// the store holds another revision. It returns the new revision.
+	put(ctx context.Context, key string, value []byte, rev uint64) (uint64, error)
+	// remove deletes key: a CAS on rev, or whatever its revision with rev 0.
+	// Removing a key that is not there is no error.
+	remove(ctx context.Context, key string, rev uint64) error
+	// list returns every control whose key starts with prefix ("queue."), by key.
+	list(ctx context.Context, prefix string) ([]control, error)
+}
+
+// kvControls keeps controls in the jobs bucket.
+type kvControls struct{ kv jetstream.KeyValue }
+
+func (c kvControls) put(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	var err error
+	var got uint64
+	if rev == 0 {
+		got, err = c.kv.Create(ctx, protocol.ControlPrefix+key, value)
+	} else {
+		got, err = c.kv.Update(ctx, protocol.ControlPrefix+key, value, rev)
+	}
+	if isCASConflict(err) {
+		return 0, fmt.Errorf("%s: %w", key, errControlChanged)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("store setting %s: %w", key, err)
+	}
+	return got, nil
+}
+
+func (c kvControls) remove(ctx context.Context, key string, rev uint64) error {
+	var opts []jetstream.KVDeleteOpt
+	if rev != 0 {
+		opts = append(opts, jetstream.LastRevision(rev))
+	}
+	err := c.kv.Purge(ctx, protocol.ControlPrefix+key, opts...)
+	switch {
+	case isCASConflict(err):
+		return fmt.Errorf("%s: %w", key, errControlChanged)
+	case err != nil && !errors.Is(err, jetstream.ErrKeyNotFound):
+		return fmt.Errorf("remove setting %s: %w", key, err)
+	}
+	return nil
+}
+
+func (c kvControls) list(ctx context.Context, prefix string) ([]control, error) {
+	lister, err := c.kv.ListKeysFiltered(ctx, protocol.ControlPrefix+prefix+">")
+	if err != nil {
+		return nil, fmt.Errorf("list settings %s: %w", prefix, err)
+	}
+	var keys []string
+	for k := range lister.Keys() {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var out []control
+	for _, k := range keys {
+		e, err := c.kv.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+			continue // removed since it was listed
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read setting %s: %w", k, err)
+		}
+		out = append(out, control{key: strings.TrimPrefix(k, protocol.ControlPrefix), value: e.Value(), rev: e.Revision()})
+	}
+	return out, nil
+}
+
+// isCASConflict reports whether err is JetStream refusing a write for its expected
+// revision: the key exists (a create) or holds another revision (an update).
+func isCASConflict(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyExists) || wrongLastSequence(err)
+}
+
+// memControls keeps controls in a memBackend, with the same revisions as its records.
+type memControls struct{ b *memBackend }
+
+func (c memControls) put(_ context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	b := c.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.controls[key].seq != rev {
+		return 0, fmt.Errorf("%s: %w", key, errControlChanged)
+	}
+	b.seq++
+	b.controls[key] = memMessage{data: slices.Clone(value), seq: b.seq, at: b.clock()}
+	return b.seq, nil
+}
+
+func (c memControls) remove(_ context.Context, key string, rev uint64) error {
+	b := c.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	m, ok := b.controls[key]
+	if rev != 0 && m.seq != rev {
+		return fmt.Errorf("%s: %w", key, errControlChanged)
+	}
+	if ok {
+		delete(b.controls, key)
+	}
+	return nil
+}
+
+func (c memControls) list(_ context.Context, prefix string) ([]control, error) {
+	b := c.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []control
+	for k, m := range b.controls {
+		if strings.HasPrefix(k, prefix) {
+			out = append(out, control{key: k, value: slices.Clone(m.data), rev: m.seq})
+		}
+	}
+	slices.SortFunc(out, func(a, b control) int { return strings.Compare(a.key, b.key) })
+	return out, nil
+}
