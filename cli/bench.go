@@ -55,7 +55,7 @@ Example:
    jobbus bench --jobs 20000 --submitters 16 --workers 1 --worker-capacity 64 --idle 200
    jobbus bench --transport tcp --sync always
    jobbus bench --custom          # the cost of a custom task type against the built-in`,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.IntFlag{Name: "jobs", Value: 20000, Usage: "jobs to run under load (0: only the --idle run)", EnvVars: env("bench-jobs")},
 			&cli.IntFlag{Name: "workers", Value: 4, Usage: "in-process workers", EnvVars: env("bench-workers")},
 			&cli.IntFlag{Name: "worker-capacity", Value: 64, Usage: "capacity of each worker", EnvVars: env("bench-worker-capacity")},
@@ -70,7 +70,7 @@ Example:
 			&cli.BoolFlag{Name: "custom", Usage: "submit " + benchCustomType + " jobs (SHA256's work as a task type the workers declare, with a JSON Schema) instead of SHA256; native transport only", EnvVars: env("bench-custom")},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the run to this file (go tool pprof)", EnvVars: env("bench-cpuprofile")},
 			&cli.StringFlag{Name: "memprofile", Usage: "write a profile of the run's heap allocations to this file (go tool pprof -sample_index alloc_space)", EnvVars: env("bench-memprofile")},
-		},
+		}, scheduledBenchFlags()...),
 		Action: bench,
 	}
 }
@@ -124,9 +124,13 @@ func bench(c *cli.Context) error {
 	}
 	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	scheduled := c.Int("scheduled")
+	if scheduled < 0 || scheduled > 0 && external {
+		return usageError("--scheduled must be at least 0, and needs the in-process system (its workers see when each job starts)")
+	}
 	probeJobs := 0
 	if !external {
-		probeJobs = warmup + n + idleWarmup + idle
+		probeJobs = warmup + n + idleWarmup + idle + scheduled
 	}
 	sys, err := benchTarget(ctx, c, transport, syncOpts, probeJobs)
 	if err != nil {
@@ -153,6 +157,11 @@ func bench(c *cli.Context) error {
 	if err != nil {
 		return exitErr(err)
 	}
+	var waitScheduled func() (scheduledResult, error)
+	if scheduled > 0 { // numbered after every other job
+		waitScheduled = scheduledBench(ctx, sys, scheduled, probeJobs-scheduled, c.Duration("scheduled-lead"), c.Duration("scheduled-spread"))
+	}
+	loadStart := time.Now()
 	var run *benchResult
 	if n > 0 {
 		progress := func(int) {}
@@ -168,6 +177,14 @@ func bench(c *cli.Context) error {
 		next += n
 	}
 	stopProfile()
+	var sched *scheduledResult
+	if waitScheduled != nil {
+		res, err := waitScheduled()
+		if err != nil {
+			return exitErr(err)
+		}
+		sched = &res
+	}
 	var idleRes *idleResult
 	if idle > 0 {
 		res, err := runIdle(ctx, sys, idle, next)
@@ -183,10 +200,21 @@ func bench(c *cli.Context) error {
 		"idle": strconv.Itoa(idle), "in_process": strconv.FormatBool(!external), "task_type": taskType,
 		"kept_at_start": strconv.Itoa(sys.kept),
 	}, run, idleRes)
+	if sched != nil {
+		rep.Settings["scheduled"] = strconv.Itoa(scheduled)
+		sched.put(rep.Metrics)
+	}
 	if asJSON {
 		return rep.writeJSON(out)
 	}
 	rep.writeText(out, !external)
+	if sched != nil {
+		var loadEnd time.Time
+		if run != nil {
+			loadEnd = loadStart.Add(run.lastDone)
+		}
+		sched.writeText(out, loadEnd)
+	}
 	return nil
 }
 
@@ -245,6 +273,7 @@ func inProcessSystem(ctx context.Context, c *cli.Context, transport string, sync
 	workers, capacity := c.Int("workers"), c.Int("worker-capacity")
 	cfg := coordinator.DefaultConfig()
 	cfg.MaxActiveJobs = 1 << 30
+	cfg.MaxScheduledJobs = 1 << 30
 	scfg := system.Config{
 		NATS: system.NATS{
 			Server: append([]embeddednats.Option{

@@ -59,8 +59,10 @@ Examples:
    jobbus submit sha256 --text hello
    jobbus submit SLEEP --milliseconds 1500 --priority high --wait
    jobbus submit PRIME_COUNT --payload '{"limit":1000000}' --submit-retries 5 --json
-   jobbus submit TEXT_REVERSE --payload '{"text":"hello"}' --wait`,
-		Flags: []cli.Flag{
+   jobbus submit TEXT_REVERSE --payload '{"text":"hello"}' --wait
+   jobbus submit sha256 --text later --in 10m
+   jobbus submit sha256 --text merry --at 2026-12-24T09:00:00Z`,
+		Flags: append([]cli.Flag{
 			&cli.Int64Flag{Name: "milliseconds", Usage: "SLEEP: durationMillis, 0..600000", EnvVars: submitEnv("milliseconds")},
 			&cli.StringFlag{Name: "text", Usage: "WORD_COUNT, SHA256: the text", EnvVars: submitEnv("text")},
 			&cli.Int64Flag{Name: "limit", Usage: "PRIME_COUNT: count primes below this, 2..50000000", EnvVars: submitEnv("limit")},
@@ -75,7 +77,7 @@ Examples:
 			&cli.BoolFlag{Name: "wait", Usage: "wait until the job ends; exit 0 if it COMPLETED, 1 otherwise", EnvVars: env("wait")},
 			timeoutFlag("with --wait, how long to wait"),
 			jsonFlag(),
-		},
+		}, laterFlags()...),
 		Action: submit,
 	}
 }
@@ -224,7 +226,8 @@ func submitOptions(c *cli.Context) ([]client.SubmitOption, error) {
 	if c.IsSet("idempotency-key") {
 		opts = append(opts, client.IdempotencyKey(c.String("idempotency-key")))
 	}
-	return opts, nil
+	later, err := laterOptions(c) // later.go
+	return append(opts, later...), err
 }
 
 func parsePriority(s string) (protocol.Priority, error) {

@@ -83,12 +83,19 @@ func (s *jsStore) messages(w *pendingWrite) []*nats.Msg {
 		m.Header.Set(jetstream.MsgTTLHeader, w.ttl.String())
 		m.Header.Set(protocol.HeaderExpires, strconv.FormatInt(w.expires, 10))
 	}
-	if w.key == "" || w.ttl == 0 {
+	if w.runAt != 0 {
+		m.Header.Set(protocol.HeaderRunAt, strconv.FormatInt(w.runAt, 10))
+	}
+	// A SCHEDULED job's binding is stored too (for ever, until its finishing write
+	// gives it a TTL): a far-future job is not read whole by recovery (delayed.go).
+	if w.key == "" || (w.ttl == 0 && w.runAt == 0) {
 		return []*nats.Msg{m}
 	}
 	b := nats.NewMsg(jobsSubjects + bindingKey(w.key))
 	b.Data, _ = json.Marshal(w.bind)
-	b.Header.Set(jetstream.MsgTTLHeader, w.ttl.String())
+	if w.ttl > 0 {
+		b.Header.Set(jetstream.MsgTTLHeader, w.ttl.String())
+	}
 	s.termChecked(b)
 	return []*nats.Msg{b, m}
 }

@@ -147,7 +147,8 @@ func readHead(id string, h nats.Header, meta *jetstream.MsgMetadata) (head, bool
 	seq, _ := strconv.ParseUint(h.Get(protocol.HeaderSeq), 10, 64)
 	st, _ := protocol.ParseState(h.Get(protocol.HeaderState)) // the constant, not a copy per job
 	expires, _ := strconv.ParseInt(h.Get(protocol.HeaderExpires), 10, 64)
-	return head{id: id, seq: seq, state: st, at: meta.Timestamp, expires: expires}, true
+	due, _ := strconv.ParseInt(h.Get(protocol.HeaderRunAt), 10, 64)
+	return head{id: id, seq: seq, state: st, at: meta.Timestamp, expires: expires, due: due}, true
 }
 
 // consume hands fn the messages of an ordered consumer of stream with cfg, until none
@@ -351,9 +352,12 @@ func (s *jsStore) load(ctx context.Context) (*loaded, error) {
 	if err != nil {
 		return nil, err
 	}
-	var whole []string // active jobs, and records older than the headers
+	// Active jobs, and records older than the headers, but SCHEDULED ones due beyond
+	// the window (delayed.go).
+	var whole []string
+	coldAfter := s.cfg.Now().Add(s.cfg.ScheduleWindow).UnixMilli()
 	for _, h := range heads {
-		if h.state == "" || h.state.Active() {
+		if readWhole(h, coldAfter) {
 			whole = append(whole, h.id)
 		}
 	}
@@ -361,7 +365,7 @@ func (s *jsStore) load(ctx context.Context) (*loaded, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &loaded{heads: heads, records: recs, lastSeq: lastSeq, binds: binds, fromCheckpoint: fromCheckpoint}, nil
+	return &loaded{heads: heads, records: recs, lastSeq: lastSeq, binds: binds, fromCheckpoint: fromCheckpoint, coldAfter: coldAfter}, nil
 }
 
 // bindings moves the bindings of the old keys bucket and, with every, hands keep every

@@ -42,6 +42,12 @@ func (s *scheduler) submit(req *protocol.SubmitJob, from request, reply replyFun
 		reply(perr)
 		return
 	}
+	runAt, perr := runTimeOf(req, s.now()) // delayed.go; 0: now
+	if perr != nil {
+		s.note.submitted(SubmitInvalid)
+		reply(perr)
+		return
+	}
 	if err := s.route.validatePayload(req.TaskType, req.Payload); err != nil {
 		s.note.submitted(SubmitInvalid)
 		reply(validationError(req.TaskType, err))
@@ -92,9 +98,9 @@ func (s *scheduler) submit(req *protocol.SubmitJob, from request, reply replyFun
 			return
 		}
 	}
-	if s.active >= s.cfg.MaxActiveJobs {
+	if rej := s.admits(runAt != 0); rej != nil { // delayed.go
 		s.note.submitted(SubmitRejected)
-		s.out.reply(reply, protocol.AtCapacity(s.active, s.cfg.MaxActiveJobs))
+		s.out.reply(reply, rej)
 		return
 	}
 	if e := s.store.health().refusal(); e != nil { // a duplicate above needs no room
@@ -103,6 +109,9 @@ func (s *scheduler) submit(req *protocol.SubmitJob, from request, reply replyFun
 		return
 	}
 	j := s.newJob(id, req, maxAttempts, prio, key, fp)
+	if runAt != 0 {
+		s.delay(j, runAt) // delayed.go
+	}
 	defer s.assignAtOnce(j)
 	r := s.replies.by(reply, due, "submission", id)
 	j.answer = r
@@ -121,9 +130,12 @@ func (s *scheduler) submit(req *protocol.SubmitJob, from request, reply replyFun
 		}
 		s.mu.Lock()
 		j.answer = nil
-		if j.rec.State == protocol.StateQueued {
+		switch j.rec.State {
+		case protocol.StateQueued:
 			s.ready.push(j)
 			s.schedule()
+		case protocol.StateScheduled:
+			s.stored(j) // delayed.go
 		}
 		s.unlock()
 	})
@@ -322,9 +334,12 @@ func (s *scheduler) result(res *protocol.TaskResult, reply func(protocol.ResultA
 		if res.Error != nil && *res.Error != "" {
 			cause = *clip(res.Error)
 		}
-		if res.Permanent {
+		switch {
+		case res.SnoozeMillis > 0:
+			s.snooze(j, res.SnoozeMillis) // delayed.go
+		case res.Permanent:
 			s.failPermanently(j, cause)
-		} else {
+		default:
 			s.retryOrFail(j, cause)
 		}
 	}
@@ -380,9 +395,11 @@ func (s *scheduler) retryOrFail(j *job, cause string) {
 func (s *scheduler) cancelJob(id string, due time.Duration, reply replyFunc) {
 	s.mu.Lock()
 	j := s.jobs[id]
-	if j == nil { // finished (its record is in KV), or unknown
+	if j == nil { // finished (its record is in KV), SCHEDULED far ahead, or unknown
 		s.unlock()
-		s.cancelFinished(id, reply)
+		if !s.cancelCold(id, due, reply) { // delayed.go
+			s.cancelFinished(id, reply)
+		}
 		return
 	}
 	defer s.unlock()

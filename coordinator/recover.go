@@ -26,12 +26,16 @@ func (s *scheduler) recover(ctx context.Context) error {
 		return fmt.Errorf("load %s: %w", protocol.JobsBucket, err)
 	}
 	heads, recs, lastSeq, fromCheckpoint := ld.heads, ld.records, ld.lastSeq, ld.fromCheckpoint
-	// id -> sequence of every finished job, for bindings read apart from the jobs;
-	// built only if some are (a million entries take a while).
+	// A SCHEDULED job due beyond the window was not read whole: it is kept by its
+	// entry and due time, as a finished job by its entry (delayed.go).
+	cold := func(h head) bool { return h.state != "" && !h.state.Terminal() && !readWhole(h, ld.coldAfter) }
+	// id -> sequence of every job kept by its entry only (finished, or SCHEDULED far
+	// ahead), for bindings read apart from the jobs; built only if some are (a million
+	// entries take a while).
 	finished := sync.OnceValue(func() map[string]uint64 {
 		m := make(map[string]uint64)
 		for _, h := range heads {
-			if h.state != "" && h.state.Terminal() {
+			if h.state != "" && h.state.Terminal() || cold(h) {
 				m[h.id] = h.seq
 			}
 		}
@@ -45,11 +49,16 @@ func (s *scheduler) recover(ctx context.Context) error {
 	s.mu.Lock()
 	s.kept.index.entries = slices.Grow(s.kept.index.entries, len(heads))
 	for _, h := range heads {
-		if h.state != "" && h.state.Terminal() {
+		switch {
+		case h.state != "" && h.state.Terminal():
 			s.seq = max(s.seq, h.seq)
 			s.kept.restoreFinished(h)
+		case cold(h):
+			s.seq = max(s.seq, h.seq)
+			s.kept.restoreCold(h)
 		}
 	}
+	s.restoredCold()
 	for _, r := range recs {
 		s.restore(r.Record, r.rev)
 	}
@@ -90,6 +99,7 @@ type head struct {
 	state   protocol.State // "" for a record written before the headers
 	at      time.Time      // of the record's last write
 	expires int64          // when the job's retention ends, Unix milliseconds; 0: never
+	due     int64          // a SCHEDULED job's due time, Unix milliseconds (delayed.go)
 
 	key, fingerprint string // a finished job's idempotency binding, from a checkpoint
 }
@@ -123,6 +133,8 @@ func (s *scheduler) restore(r protocol.Record, rev uint64) {
 		s.pushRetry(j)
 	case protocol.StateRunning:
 		s.claims.await(j)
+	case protocol.StateScheduled:
+		s.restoreScheduled(j) // delayed.go
 	}
 }
 

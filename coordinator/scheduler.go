@@ -37,6 +37,7 @@ type scheduler struct {
 	claims    *claims         // attempts running before recovery, until their workers claim them (claims.go)
 	ready     *readyQueue
 	timers    *timers   // every "later": run times, retries, ticks (timers.go)
+	delayed   delayed   // SCHEDULED jobs: their count, the cold ones by due time (delayed.go)
 	flow      flow      // what limits hold back (flow.go)
 	flowWake  time.Time // when a timer looks again at what flow held back; zero if none
 	deadlines deadlineHeap

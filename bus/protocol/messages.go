@@ -281,6 +281,7 @@ type Job struct {
 	// Extensions of time, queues, workflows and progress (docs/PROTOCOL.md "Extensions").
 	Queue           string   `json:"queue,omitempty"`
 	RunAtMillis     int64    `json:"runAtMillis,omitempty"`
+	Snoozes         int      `json:"snoozes,omitempty"` // how often its handler snoozed it
 	Schedule        string   `json:"schedule,omitempty"`
 	After           []string `json:"after,omitempty"`
 	WorkflowID      string   `json:"workflowId,omitempty"`

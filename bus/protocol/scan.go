@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"encoding/json"
+	"reflect"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -48,6 +49,28 @@ type layout struct {
 	typ      string // the quoted "type" value Encode writes first; "" for none
 	fields   []field
 	optional int // how many of the last fields Encode leaves out when they are zero
+	// rest are the JSON names of the message's fields beyond the layout (extensions):
+	// a member of one is left to encoding/json, which sets it, not skipped.
+	rest []string
+}
+
+// leaving names the fields of msg, a struct, that l does not scan (restOf).
+func (l *layout) leaving(msg any) *layout {
+	l.rest = restOf(msg, l)
+	return l
+}
+
+// restOf is the JSON names of msg's fields that are not among l's.
+func restOf(msg any, l *layout) []string {
+	var rest []string
+	t := reflect.TypeOf(msg)
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name != "" && name != "-" && l.find([]byte(name)) < 0 {
+			rest = append(rest, name)
+		}
+	}
+	return rest
 }
 
 func newLayout(typ string, optional int, fields ...field) *layout {
@@ -80,12 +103,12 @@ var (
 		field{name: "workerId", kind: kindString}, field{name: "jobId", kind: kindString},
 		field{name: "attemptId", kind: kindString}, field{name: "success", kind: kindBool},
 		field{name: "result", kind: kindStringPtr}, field{name: "error", kind: kindStringPtr},
-		field{name: "permanent", kind: kindBool}, field{name: "snoozeMillis", kind: kindInt})
+		field{name: "permanent", kind: kindBool}, field{name: "snoozeMillis", kind: kindInt}).leaving(TaskResult{})
 	resultAckLayout = newLayout("", 0, field{name: "jobId", kind: kindString}, field{name: "accepted", kind: kindBool})
 	submitLayout    = newLayout(`"SUBMIT_JOB"`, 0, field{name: "type"},
 		field{name: "taskType", kind: kindString}, field{name: "payload", kind: kindRaw},
 		field{name: "maxAttempts", kind: kindInt}, field{name: "idempotencyKey", kind: kindStringPtr},
-		field{name: "priority", kind: kindPriority})
+		field{name: "priority", kind: kindPriority}).leaving(SubmitJob{})
 	submittedLayout = newLayout(`"JOB_SUBMITTED"`, 0, field{name: "type"}, field{name: "jobId", kind: kindString})
 )
 
@@ -299,7 +322,7 @@ func readKey(data []byte, i int, l *layout, n int, exact bool) (f, next int, _ b
 		return -1, -1, false
 	}
 	i, exact = space(data, i+1, exact)
-	if f = l.find(key); f < 0 && !ignorable(key, l.fields) {
+	if f = l.find(key); f < 0 && !ignorable(key, l) {
 		return -1, -1, false
 	}
 	return f, i, exact && f == n
@@ -330,14 +353,19 @@ func (l *layout) find(key []byte) int {
 
 // ignorable reports whether encoding/json ignores key, given the fields: it matches a
 // field case-insensitively too (with Unicode folding, hence plain ASCII only here).
-func ignorable(key []byte, fields []field) bool {
+func ignorable(key []byte, l *layout) bool {
 	for _, c := range key {
 		if c >= utf8.RuneSelf {
 			return false
 		}
 	}
-	for _, f := range fields {
+	for _, f := range l.fields {
 		if f.kind != kindType && len(f.name) == len(key) && strings.EqualFold(f.name, string(key)) {
+			return false
+		}
+	}
+	for _, name := range l.rest {
+		if len(name) == len(key) && strings.EqualFold(name, string(key)) {
 			return false
 		}
 	}

@@ -41,3 +41,26 @@ func TestCheckRunTime(t *testing.T) {
 		})
 	}
 }
+
+// TestDecodeKeepsExtensionFields: the scanner of the hot messages leaves a member of
+// an extension field to encoding/json rather than skipping it, so that a submission's
+// run time (and every other extension) arrives, in any case of its name.
+func TestDecodeKeepsExtensionFields(t *testing.T) {
+	t.Parallel()
+	for _, data := range []string{
+		`{"type":"SUBMIT_JOB","taskType":"SHA256","payload":{"text":"x"},"maxAttempts":0,"idempotencyKey":null,"priority":null,"runAtMillis":1796000000000,"queue":"q"}`,
+		`{"type":"SUBMIT_JOB","taskType":"SHA256","payload":{"text":"x"},"RunAtMillis":1796000000000,"queue":"q"}`,
+	} {
+		m, _, err := protocol.DecodeExact([]byte(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := m.(*protocol.SubmitJob); s.RunAtMillis != 1796000000000 || s.Queue != "q" || s.TaskType != "SHA256" {
+			t.Errorf("%s decoded to %+v", data, s)
+		}
+		var s protocol.SubmitJob
+		if err := s.DecodeJSON([]byte(data)); err != nil || s.RunAtMillis != 1796000000000 {
+			t.Errorf("DecodeJSON(%s) = %+v, %v", data, s, err)
+		}
+	}
+}
