@@ -172,14 +172,21 @@ func (s *scheduler) arm(j *job) {
 	s.coldAt(j.rec.RunAt, j.rec.Seq)
 }
 
-// restoreScheduled arms a SCHEDULED job recovery read whole, and lets it leave memory
-// at once if it is due beyond the window (its record is durable). Called with the
-// scheduler's mu held.
+// restoreScheduled arms a SCHEDULED job recovery read whole (chillRestored lets it
+// leave memory if it is due beyond the window). Called with the scheduler's mu held.
 func (s *scheduler) restoreScheduled(j *job) {
 	s.delayed.countState("", protocol.StateScheduled)
 	s.arm(j)
-	if s.chillable(j, j.version) {
-		s.chill(j)
+}
+
+// chillRestored lets the SCHEDULED jobs recovery read whole leave memory if they are
+// due beyond the window (their records are durable): once the index is sorted, in
+// which chill finds their entries. Called with the scheduler's mu held.
+func (s *scheduler) chillRestored() {
+	for _, j := range s.jobs {
+		if s.chillable(j, j.version) {
+			s.chill(j)
+		}
 	}
 }
 
@@ -217,11 +224,11 @@ func (s *scheduler) chillable(j *job, version uint64) bool {
 // scheduler's mu held.
 func (s *scheduler) chill(j *job) {
 	r := &j.rec
-	delete(s.jobs, r.JobID)
 	e := s.kept.index.find(r.Seq)
 	if e == nil || e.j != j {
-		return
+		return // not indexed (yet): it stays whole
 	}
+	delete(s.jobs, r.JobID)
 	e.j = nil
 	e.setState(protocol.StateScheduled)
 	if k := r.IdempotencyKey; k != "" {

@@ -63,6 +63,7 @@ func (s *scheduler) recover(ctx context.Context) error {
 		s.restore(r.Record, r.rev)
 	}
 	s.kept.index.sort()
+	s.chillRestored() // delayed.go: far SCHEDULED jobs read whole leave memory
 	slices.SortFunc(s.kept.expiring, func(a, b expiring) int { return cmp.Compare(a.at, b.at) })
 	// Every job took at least one message of the stream, so its last sequence bounds
 	// every job sequence ever given, those of expired jobs included. The last message
