@@ -1,6 +1,9 @@
 package coordinator
 
 import (
+	"runtime"
+	"runtime/metrics"
+	"slices"
 	"testing"
 	"time"
 
@@ -79,4 +82,33 @@ func eventuallyTrue(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// BenchmarkGCColdScheduledJobs is BenchmarkGCKeptJobs for SCHEDULED jobs due beyond the
+// window: an index entry and a cold entry each, as a finished job has an index entry
+// and an expiring entry.
+func BenchmarkGCColdScheduledJobs(b *testing.B) {
+	const n = 1_000_000
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	var x jobIndex
+	var d delayed
+	for i := range n {
+		x.add(uint64(i+1), newID(), protocol.StateScheduled, "", nil)
+		d.cold = append(d.cold, coldEntry{at: int64(i), seq: uint64(i + 1)})
+	}
+	x.entries, d.cold = slices.Clip(x.entries), slices.Clip(d.cold)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	scan := []metrics.Sample{{Name: "/gc/scan/heap:bytes"}}
+	metrics.Read(scan)
+	for b.Loop() {
+		runtime.GC()
+	}
+	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "heap-B/job")
+	b.ReportMetric(float64(after.HeapObjects-before.HeapObjects)/n, "objects/job")
+	b.ReportMetric(float64(scan[0].Value.Uint64())/n, "scan-B/job")
+	runtime.KeepAlive(&x)
+	runtime.KeepAlive(&d)
 }
