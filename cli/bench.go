@@ -101,9 +101,6 @@ func bench(c *cli.Context) error {
 	if n < 0 || submitters < 1 || warmup < 0 || idle < 0 {
 		return usageError("--jobs, --warmup and --idle must be at least 0, --submitters at least 1")
 	}
-	if n == 0 && idle == 0 {
-		return usageError("nothing to measure: give --jobs or --idle")
-	}
 	if err := checkLocalWorkers(c, 1); err != nil {
 		return err
 	}
@@ -128,6 +125,10 @@ func bench(c *cli.Context) error {
 	if scheduled < 0 || scheduled > 0 && external {
 		return usageError("--scheduled must be at least 0, and needs the in-process system (its workers see when each job starts)")
 	}
+	if n == 0 && idle == 0 && scheduled == 0 {
+		return usageError("nothing to measure: give --jobs, --idle or --scheduled")
+	}
+
 	probeJobs := 0
 	if !external {
 		probeJobs = warmup + n + idleWarmup + idle + scheduled
@@ -159,7 +160,10 @@ func bench(c *cli.Context) error {
 	}
 	var waitScheduled func() (scheduledResult, error)
 	if scheduled > 0 { // numbered after every other job
-		waitScheduled = scheduledBench(ctx, sys, scheduled, probeJobs-scheduled, c.Duration("scheduled-lead"), c.Duration("scheduled-spread"))
+		waitScheduled, err = scheduledBench(ctx, sys, scheduled, probeJobs-scheduled, c.Duration("scheduled-lead"), c.Duration("scheduled-spread"))
+		if err != nil {
+			return exitErr(err)
+		}
 	}
 	loadStart := time.Now()
 	var run *benchResult

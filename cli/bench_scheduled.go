@@ -19,8 +19,8 @@ import (
 
 func scheduledBenchFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.IntFlag{Name: "scheduled", Usage: "in-process system: also submit this many delayed jobs, due over --scheduled-spread from --scheduled-lead after the start, and report how late each starts while the --jobs load runs", EnvVars: env("bench-scheduled")},
-		&cli.DurationFlag{Name: "scheduled-lead", Value: 5 * time.Second, Usage: "with --scheduled: the first due time, after the start", EnvVars: env("bench-scheduled-lead")},
+		&cli.IntFlag{Name: "scheduled", Usage: "in-process system: first submit this many delayed jobs, due over --scheduled-spread from --scheduled-lead after the start, then run the --jobs load, and report how late each delayed job starts", EnvVars: env("bench-scheduled")},
+		&cli.DurationFlag{Name: "scheduled-lead", Value: 10 * time.Second, Usage: "with --scheduled: the first due time, after the start (longer than submitting them takes)", EnvVars: env("bench-scheduled-lead")},
 		&cli.DurationFlag{Name: "scheduled-spread", Value: 10 * time.Second, Usage: "with --scheduled: the due times spread evenly over this long", EnvVars: env("bench-scheduled-spread")},
 	}
 }
@@ -35,9 +35,9 @@ type scheduledResult struct {
 }
 
 // scheduledBench submits n delayed jobs, numbered from first for the probe, due over
-// spread from lead after now, as the load runs; wait returns once they all started (or
-// a minute after the last was due) with their lateness.
-func scheduledBench(ctx context.Context, sys *benchSystem, n, first int, lead, spread time.Duration) (wait func() (scheduledResult, error)) {
+// spread from lead after now, and returns once they are submitted; wait returns once
+// they all started (or a minute after the last was due) with their lateness.
+func scheduledBench(ctx context.Context, sys *benchSystem, n, first int, lead, spread time.Duration) (wait func() (scheduledResult, error), err error) {
 	start := time.Now()
 	due := make([]time.Time, n)
 	for k := range due {
@@ -47,7 +47,7 @@ func scheduledBench(ctx context.Context, sys *benchSystem, n, first int, lead, s
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, len(sys.clients))
-	for _, cl := range sys.clients[:min(8, len(sys.clients))] {
+	for _, cl := range sys.clients {
 		wg.Go(func() {
 			for {
 				k := int(next.Add(1)) - 1
@@ -62,12 +62,12 @@ func scheduledBench(ctx context.Context, sys *benchSystem, n, first int, lead, s
 			}
 		})
 	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return nil, fmt.Errorf("submit delayed jobs: %w", err)
+	}
 	return func() (scheduledResult, error) {
-		wg.Wait()
-		close(errs)
-		if err := <-errs; err != nil {
-			return scheduledResult{}, fmt.Errorf("submit delayed jobs: %w", err)
-		}
 		res := scheduledResult{n: n, firstDue: due[0], lastDue: due[n-1]}
 		deadline := due[n-1].Add(time.Minute)
 		for {
@@ -93,7 +93,7 @@ func scheduledBench(ctx context.Context, sys *benchSystem, n, first int, lead, s
 			case <-time.After(50 * time.Millisecond):
 			}
 		}
-	}
+	}, nil
 }
 
 // put adds the delayed jobs' figures to a report's metrics.
