@@ -62,9 +62,6 @@ func (h *coldHeap) Pop() any {
 // warmBatch bounds the records the warmer reads at a time.
 const warmBatch = 4096
 
-// errInvalidRunTime wraps the refusals of a submission's run time.
-var errInvalidRunTime = errors.New("invalid run time")
-
 // runTimeOf is the time a submission asks its job to run at (Unix milliseconds); 0
 // runs it now. A time not after now is now.
 func runTimeOf(req *protocol.SubmitJob, now time.Time) (int64, *protocol.Error) {
