@@ -302,7 +302,7 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"RetryMaxBelowBase", []string{"submit", "SLEEP", "--milliseconds", "1", "--submit-retry-max-millis", "10"}, "must be at least"},
 		{"StatusWithoutID", []string{"status"}, "status needs ID"},
 		{"WaitTwoIDs", []string{"wait", "a", "b"}, "wait needs ID, got 2"},
-		{"BadState", []string{"jobs", "--state", "done"}, "--state must be one of queued, running"},
+		{"BadState", []string{"jobs", "--state", "done"}, "--state must be one of scheduled, waiting, queued, running"},
 		{"BadLimit", []string{"jobs", "--limit", "0"}, "--limit must be in 1..10000"},
 		{"JobsWithArgument", []string{"jobs", "extra"}, "jobs takes no arguments"},
 		{"BadInterval", []string{"watch", "--interval-millis", "0"}, "--interval-millis must be positive"},

@@ -153,3 +153,22 @@ func TestErrorIsAGoError(t *testing.T) {
 		t.Errorf("errors.As did not find the protocol error")
 	}
 }
+
+// A SUBMIT_JOB's extension members survive Decode: the hot path's scanner skips members
+// it does not know, so a submission carrying one is read by encoding/json.
+func TestSubmitExtensionsDecode(t *testing.T) {
+	t.Parallel()
+	for _, body := range []string{
+		`{"type":"SUBMIT_JOB","taskType":"SHA256","payload":{"text":"a"},"maxAttempts":0,"idempotencyKey":null,"priority":null,"after":["p1","p2"],"afterAnyEnd":true,"queue":"low","runInMillis":5}`,
+		`{"type":"SUBMIT_JOB","taskType":"SHA256","payload":{"text":"a"},"after":["p1","p2"],"afterAnyEnd":true,"queue":"low","runInMillis":5}`,
+	} {
+		m, err := protocol.Decode([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := m.(*protocol.SubmitJob)
+		if len(s.After) != 2 || s.After[1] != "p2" || !s.AfterAnyEnd || s.Queue != "low" || s.RunInMillis != 5 {
+			t.Errorf("decoded %+v from %s, want after [p1 p2], afterAnyEnd, queue low, runInMillis 5", s, body)
+		}
+	}
+}

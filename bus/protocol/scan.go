@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"bytes"
 	"encoding/json"
 	"reflect"
 	"strconv"
@@ -168,6 +169,9 @@ func (m *ResultAck) scan(data []byte) (exact, ok bool) {
 
 func (m *SubmitJob) scan(data []byte) (exact, ok bool) {
 	if m.Payload != nil || m.IdempotencyKey != nil || m.Priority != nil {
+		return false, false
+	}
+	if hasSubmitExtension(data) { // the scanner would skip them: encoding/json's to read
 		return false, false
 	}
 	var v [6]value
@@ -867,4 +871,19 @@ func skipDigits(b []byte, i int) int {
 		i++
 	}
 	return i
+}
+
+// submitExtensionKeys are the SUBMIT_JOB extension members (SubmitJob.extended), which
+// the scanner's layout does not read.
+var submitExtensionKeys = [][]byte{[]byte(`"queue"`), []byte(`"runAtMillis"`), []byte(`"runInMillis"`),
+	[]byte(`"concurrencyKey"`), []byte(`"uniqueForMillis"`), []byte(`"uniqueWhile"`), []byte(`"after"`), []byte(`"afterAnyEnd"`)}
+
+// hasSubmitExtension reports whether a SUBMIT_JOB may carry an extension member.
+func hasSubmitExtension(data []byte) bool {
+	for _, k := range submitExtensionKeys {
+		if bytes.Contains(data, k) {
+			return true
+		}
+	}
+	return false
 }
