@@ -19,3 +19,10 @@ func TestFunctions(t *testing.T) {
 	t.Parallel()
 	suite.RunFunctions(t, suite.TCP)
 }
+
+// TestWorkflows runs the workflow suite with clients and workers on the bridge's TCP
+// ports.
+func TestWorkflows(t *testing.T) {
+	t.Parallel()
+	suite.RunWorkflows(t, suite.TCP)
+}

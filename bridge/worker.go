@@ -157,7 +157,7 @@ func (s *workerSession) awaitRegister() *protocol.WorkerRegister {
 // has settled, so its late disconnect can never remove the new registration.
 func (s *workerSession) join(reg *protocol.WorkerRegister) error {
 	node, err := bus.New(s.b.nc, bus.Address{Role: bus.RoleWorker, ID: reg.WorkerID},
-		bus.WithLogger(s.log), bus.WithAskTimeout(s.b.cfg.RequestTimeout))
+		bus.WithLogger(s.log), bus.WithAskTimeout(s.b.cfg.RequestTimeout), bus.WithEnvelope(bus.Envelope2))
 	if err != nil {
 		return err
 	}

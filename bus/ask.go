@@ -190,6 +190,9 @@ func (n *Node) answer(m *nats.Msg, path string, start time.Time) ([]byte, error)
 		return nil, ErrNoPeer
 	}
 	kind := Kind(first(m.Header[HeaderKind]))
+	if kind == "" { // Envelope2's RESPONSE, or a plain NATS responder's answer
+		kind = KindResponse
+	}
 	n.stats.countRecv(kind, len(m.Data))
 	n.stats.observe(time.Since(start))
 	if kind == KindError {

@@ -33,6 +33,24 @@ const (
 	HeaderPresence = "Jobbus-Presence"
 )
 
+// EnvelopeVersion is what the headers of a node's messages say. Every version reads
+// both: a message without Jobbus-Kind is an ask when it has a reply subject and a tell
+// otherwise, and an answer without it is a RESPONSE.
+type EnvelopeVersion int
+
+const (
+	// Envelope1 puts Jobbus-Kind on every message, Jobbus-Path on tells and asks,
+	// Jobbus-Request-Id on asks and answers.
+	Envelope1 EnvelopeVersion = 1
+	// Envelope2 sends tells, asks and RESPONSE answers without headers, since the
+	// subject and the reply already say all of it: the path is the subject's end, the
+	// request id the reply's last token, the kind whether there is a reply. nats.go
+	// then parses no headers (about 11 allocations a job fewer). An ERROR answer,
+	// heartbeats and goodbyes keep their headers. A node of Envelope1 reads it as
+	// its own (an answer without a kind was a RESPONSE to it already).
+	Envelope2 EnvelopeVersion = 2
+)
+
 // presenceLeave is the HeaderPresence value of a goodbye.
 const presenceLeave = "leave"
 

@@ -300,6 +300,19 @@ func (n *Node) publish(subj, reply string, k Kind, id, path string, data []byte)
 }
 
 func (n *Node) publishFrom(subj, reply string, k Kind, id, path, from string, data []byte) error {
+	if n.cfg.envelope == Envelope2 && from == "" && bare(k, reply) {
+		var err error
+		if reply == "" {
+			err = n.nc.Publish(subj, data)
+		} else {
+			err = n.nc.PublishRequest(subj, reply, data)
+		}
+		if err != nil {
+			return n.sendError(err)
+		}
+		n.stats.countSent(k, len(data))
+		return nil
+	}
 	o := n.outPool.Get().(*outMsg)
 	o.set(subj, reply, k, id, path, from, data)
 	err := n.nc.PublishMsg(&o.m)
@@ -310,6 +323,20 @@ func (n *Node) publishFrom(subj, reply string, k Kind, id, path, from string, da
 	}
 	n.stats.countSent(k, len(data))
 	return nil
+}
+
+// bare reports whether a message of kind k with reply says all an Envelope2 receiver
+// needs without headers: a tell (no reply), an ask (a reply) or a RESPONSE.
+func bare(k Kind, reply string) bool {
+	switch k {
+	case KindTell:
+		return reply == ""
+	case KindAsk:
+		return reply != ""
+	case KindResponse:
+		return reply == ""
+	}
+	return false
 }
 
 // sendError maps a publish failure: anything the connection being down explains is

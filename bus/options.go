@@ -25,6 +25,7 @@ type config struct {
 	natsOpts     []nats.Option
 	reconnectBuf int
 	maxInFlight  int
+	envelope     EnvelopeVersion
 }
 
 func newConfig(opts []Option) (config, error) {
@@ -33,6 +34,7 @@ func newConfig(opts []Option) (config, error) {
 		logger:       slog.Default(),
 		reconnectBuf: DefaultReconnectBuffer,
 		maxInFlight:  DefaultMaxInFlight,
+		envelope:     Envelope1,
 	}
 	for _, o := range opts {
 		o(&c)
@@ -44,6 +46,8 @@ func newConfig(opts []Option) (config, error) {
 		return c, fmt.Errorf("bus: heartbeat interval must not be negative, got %v", c.heartbeat)
 	case c.maxInFlight <= 0:
 		return c, fmt.Errorf("bus: max in flight must be positive, got %d", c.maxInFlight)
+	case c.envelope != Envelope1 && c.envelope != Envelope2:
+		return c, fmt.Errorf("bus: unknown envelope version %d", c.envelope)
 	case c.reconnectBuf <= 0:
 		return c, fmt.Errorf("bus: reconnect buffer must be positive, got %d", c.reconnectBuf)
 	}
@@ -52,6 +56,9 @@ func newConfig(opts []Option) (config, error) {
 	}
 	return c, nil
 }
+
+// WithEnvelope sets the envelope the node sends (default Envelope1). A node reads both.
+func WithEnvelope(v EnvelopeVersion) Option { return func(c *config) { c.envelope = v } }
 
 // WithAskTimeout sets how long an ask waits when its context has no deadline
 // (default 5s).

@@ -29,6 +29,7 @@ func clientCommands() []*cli.Command {
 		typesCommand(),
 		watchCommand(),
 		clusterCommand(),
+		workflowCommand(), // workflow.go
 	}
 }
 

@@ -140,6 +140,7 @@ func (p *printer) job(j protocol.Job) error {
 	if j.Snoozes > 0 {
 		rows = append(rows, [2]string{"SNOOZES", strconv.Itoa(j.Snoozes)})
 	}
+	rows = append(rows, workflowRows(j)...) // workflow.go
 	for _, r := range rows {
 		if r[0] == "DUE" && r[1] == "-" {
 			continue // a job that never waited for a time

@@ -179,7 +179,7 @@ func serveSystem(c *cli.Context, log *slog.Logger, cfg coordinator.Config) (syst
 	if err != nil {
 		return system.Config{}, err
 	}
-	scfg := system.Config{NATS: nats, HTTPListen: httpListen(c), Metrics: true, Logger: log}
+	scfg := system.Config{NATS: nats, HTTPListen: httpListen(c), Metrics: true, Logger: log, ReturnIdleMemory: true}
 	if !isLeaf(c) {
 		scfg.Coordinator = &cfg
 	}
@@ -330,6 +330,7 @@ Example:
 			defer stop()
 			sys, err := system.Start(ctx, system.Config{
 				NATS: joinNATS(c, target), Coordinator: &cfg, HTTPListen: httpListen(c), Metrics: true, Logger: log,
+				ReturnIdleMemory: true,
 			})
 			if err != nil {
 				return err

@@ -61,7 +61,8 @@ Examples:
    jobbus submit PRIME_COUNT --payload '{"limit":1000000}' --submit-retries 5 --json
    jobbus submit TEXT_REVERSE --payload '{"text":"hello"}' --wait
    jobbus submit sha256 --text later --in 10m
-   jobbus submit sha256 --text merry --at 2026-12-24T09:00:00Z`,
+   jobbus submit sha256 --text merry --at 2026-12-24T09:00:00Z
+   jobbus submit sha256 --text done --after 0b7c2f0e-8a41-4d7e-9b43-3f6a1c2d9e10`,
 		Flags: append([]cli.Flag{
 			&cli.Int64Flag{Name: "milliseconds", Usage: "SLEEP: durationMillis, 0..600000", EnvVars: submitEnv("milliseconds")},
 			&cli.StringFlag{Name: "text", Usage: "WORD_COUNT, SHA256: the text", EnvVars: submitEnv("text")},
@@ -77,7 +78,7 @@ Examples:
 			&cli.BoolFlag{Name: "wait", Usage: "wait until the job ends; exit 0 if it COMPLETED, 1 otherwise", EnvVars: env("wait")},
 			timeoutFlag("with --wait, how long to wait"),
 			jsonFlag(),
-		}, laterFlags()...),
+		}, append(laterFlags(), afterFlags()...)...), // later.go, workflow.go
 		Action: submit,
 	}
 }
@@ -226,8 +227,15 @@ func submitOptions(c *cli.Context) ([]client.SubmitOption, error) {
 	if c.IsSet("idempotency-key") {
 		opts = append(opts, client.IdempotencyKey(c.String("idempotency-key")))
 	}
+	after, err := afterOptions(c) // workflow.go
+	if err != nil {
+		return nil, err
+	}
 	later, err := laterOptions(c) // later.go
-	return append(opts, later...), err
+	if err != nil {
+		return nil, err
+	}
+	return append(append(opts, after...), later...), nil
 }
 
 func parsePriority(s string) (protocol.Priority, error) {

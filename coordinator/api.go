@@ -40,7 +40,10 @@ type api struct {
 
 // serve registers the worker handlers on the bus and the client API service.
 func (a *api) serve() error {
-	node, err := bus.New(a.nc, bus.Address{Role: bus.RoleCoordinator, ID: newID()[:8]}, bus.WithLogger(a.log))
+	// Envelope2: the worker protocol's tells and answers go without headers; every
+	// worker reads them (bus.EnvelopeVersion).
+	node, err := bus.New(a.nc, bus.Address{Role: bus.RoleCoordinator, ID: newID()[:8]}, bus.WithLogger(a.log),
+		bus.WithEnvelope(bus.Envelope2))
 	if err != nil {
 		return fmt.Errorf("bus node: %w", err)
 	}
@@ -70,7 +73,11 @@ func (a *api) serve() error {
 	a.mu.Unlock()
 	group := svc.AddGroup(protocol.APIPrefix)
 	for _, e := range protocol.Endpoints {
-		if err := group.AddEndpoint(e.Name, a.endpoint(e.Request)); err != nil {
+		var opts []micro.EndpointOpt
+		if e.Token != "" {
+			opts = append(opts, micro.WithEndpointSubject(e.Token))
+		}
+		if err := group.AddEndpoint(e.Name, a.endpoint(e.Request), opts...); err != nil {
 			return fmt.Errorf("api endpoint %s: %w", e.Name, err)
 		}
 	}
@@ -287,6 +294,8 @@ func (a *api) serveRequest(data []byte, from request, want protocol.Type, reply 
 		a.sched.cancelJob(m.JobID, from.due, reply)
 	case *protocol.ListTaskTypes:
 		reply(a.sched.taskTypeList())
+	default:
+		a.serveWorkflow(msg, from, reply) // workflow_api.go
 	}
 }
 
@@ -297,6 +306,9 @@ func (a *api) status(id string) protocol.Message {
 		return protocol.UnknownJob(id)
 	case err != nil:
 		return err.(*protocol.Error)
+	}
+	if len(snap.After) > 0 {
+		snap.Parents = a.sched.parentResults(snap.After) // deps.go
 	}
 	return &protocol.JobStatus{Job: snap}
 }

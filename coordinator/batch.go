@@ -70,34 +70,19 @@ type batchAck struct {
 // first, so a crash between the two leaves the key known: an active record carries it
 // too), then its record, the last.
 func (s *jsStore) messages(w *pendingWrite) []*nats.Msg {
-	m := nats.NewMsg(jobsSubjects + w.id)
-	m.Data = w.data
-	m.Header.Set(protocol.HeaderSeq, strconv.FormatUint(w.seq, 10))
-	m.Header.Set(protocol.HeaderState, string(w.state))
-	if w.rev == 0 {
-		s.termChecked(m)
-	} else {
-		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(w.rev, 10))
-	}
-	if w.ttl > 0 {
-		m.Header.Set(jetstream.MsgTTLHeader, w.ttl.String())
-		m.Header.Set(protocol.HeaderExpires, strconv.FormatInt(w.expires, 10))
-	}
-	if w.runAt != 0 {
-		m.Header.Set(protocol.HeaderRunAt, strconv.FormatInt(w.runAt, 10))
-	}
+	m := s.recordMsg(w) // recordmsg.go
 	// A SCHEDULED job's binding is stored too (for ever, until its finishing write
 	// gives it a TTL): a far-future job is not read whole by recovery (delayed.go).
 	if w.key == "" || (w.ttl == 0 && w.runAt == 0) {
-		return []*nats.Msg{m}
+		return m.one[:]
 	}
 	b := nats.NewMsg(jobsSubjects + bindingKey(w.key))
 	b.Data, _ = json.Marshal(w.bind)
 	if w.ttl > 0 {
-		b.Header.Set(jetstream.MsgTTLHeader, w.ttl.String())
+		b.Header.Set(jetstream.MsgTTLHeader, s.ttlText(w.ttl))
 	}
 	s.termChecked(b)
-	return []*nats.Msg{b, m}
+	return []*nats.Msg{b, &m.m}
 }
 
 // termChecked makes m land only while this coordinator's term is the last.

@@ -273,8 +273,7 @@ func (r *checkpointReader) str() string {
 // State codes in a checkpoint; "" is an active job, read whole.
 var (
 	codeState = []protocol.State{"", protocol.StateQueued, protocol.StateRunning, protocol.StateRetryWait,
-		protocol.StateCompleted, protocol.StateFailed, protocol.StateCancelled,
-		protocol.StateScheduled, protocol.StateWaiting} // added last: older checkpoints keep their codes
+		protocol.StateCompleted, protocol.StateFailed, protocol.StateCancelled, protocol.StateScheduled, protocol.StateWaiting}
 	stateCode = func() map[protocol.State]byte {
 		m := make(map[protocol.State]byte, len(codeState))
 		for i, s := range codeState {

@@ -68,6 +68,9 @@ func runTimeOf(req *protocol.SubmitJob, now time.Time) (int64, *protocol.Error) 
 	if req.RunAtMillis == 0 && req.RunInMillis == 0 {
 		return 0, nil
 	}
+	if len(req.After) > 0 { // WAITING, then SCHEDULED: not yet
+		return 0, protocol.InvalidRunTime("a job with after waits for its parents; runAtMillis and runInMillis do not combine with it")
+	}
 	at, perr := protocol.CheckRunTime(req.RunAtMillis, req.RunInMillis, now.UnixMilli())
 	if perr != nil {
 		return 0, perr

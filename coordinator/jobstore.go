@@ -65,6 +65,8 @@ type jobStore interface {
 	health() *storeHealth
 	// controls are the durable settings beside the jobs (controls.go); open first.
 	controls() controlStore
+	// writeAll stores new records and a control all or nothing (writeall.go).
+	writeAll(ctx context.Context, ctl control, ws []pendingWrite) (uint64, error)
 }
 
 // storeSink hears how the writes handed to a jobStore ended: the lifecycle, which owns

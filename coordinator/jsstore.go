@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -34,6 +35,8 @@ type jsStore struct {
 	prevTerm uint64 // the term before this one, whose checkpoint load may use
 	term     uint64 // this coordinator's leadership term (batch.go)
 	termSeq  uint64 // the stream sequence of its TermKey write, which every create checks
+
+	lastTTL atomic.Pointer[ttlString] // the last record TTL's header value (recordmsg.go)
 
 	// Chosen in open: how writes are written, and how a write is published when
 	// commit writes (or retries) it.

@@ -68,6 +68,12 @@ func (s *scheduler) submit(req *protocol.SubmitJob, from request, reply replyFun
 			return
 		}
 	}
+	parents, perr := s.finishedParents(req.After) // deps.go
+	if perr != nil {
+		s.note.submitted(SubmitInvalid)
+		reply(perr)
+		return
+	}
 	id, ok := s.requestJob(req, from, maxAttempts, prio, reply) // request.go
 	if !ok {
 		return
@@ -108,8 +114,20 @@ func (s *scheduler) submit(req *protocol.SubmitJob, from request, reply replyFun
 		s.out.reply(reply, e)
 		return
 	}
+	var waitOn []*job
+	if len(req.After) > 0 {
+		if waitOn, perr = s.activeParents(req.After, req.AfterAnyEnd, parents); perr != nil { // deps.go
+			s.note.submitted(SubmitInvalid)
+			s.out.reply(reply, perr)
+			return
+		}
+	}
 	j := s.newJob(id, req, maxAttempts, prio, key, fp)
-	if runAt != 0 {
+	switch {
+	case len(req.After) > 0:
+		j.rec.After, j.rec.AfterAnyEnd = req.After, req.AfterAnyEnd
+		s.waitFor(j, waitOn)
+	case runAt != 0:
 		s.delay(j, runAt) // delayed.go
 	}
 	defer s.assignAtOnce(j)

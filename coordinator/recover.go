@@ -89,6 +89,12 @@ func (s *scheduler) recover(ctx context.Context) error {
 		heads, recs, ld = nil, nil, nil
 		debug.FreeOSMemory()
 	}
+	if err := s.recoverGroups(ctx); err != nil { // workflow.go
+		return err
+	}
+	if err := s.recoverWaiting(ctx); err != nil { // deps.go
+		return err
+	}
 	s.claims.start()
 	return nil
 }
@@ -136,7 +142,7 @@ func (s *scheduler) restore(r protocol.Record, rev uint64) {
 		s.claims.await(j)
 	case protocol.StateScheduled:
 		s.restoreScheduled(j) // delayed.go
-	}
+	} // WAITING: recoverWaiting
 }
 
 // restoreFinished adds a finished job, known by its entry only, whose record was last

@@ -104,6 +104,7 @@ type jobIndex struct {
 	holes   int
 	odd     map[uint64]string // the oddID ids, by sequence
 	keys    map[uint64]string // finished jobs' idempotency keys, by sequence
+	done    []int             // live entries without a job (finished ones), by state code
 }
 
 // add appends a job with a sequence above all others (a new submission), or, during
@@ -124,6 +125,19 @@ func (x *jobIndex) add(seq uint64, id string, st protocol.State, key string, j *
 	}
 	x.entries = append(x.entries, e)
 	x.setKey(&x.entries[len(x.entries)-1], key)
+	x.countDone(&e, 1)
+}
+
+// countDone adds d to the count of e's state if e is a finished job's entry (live, no
+// job), which jobCounts reads instead of walking every entry.
+func (x *jobIndex) countDone(e *entry, d int) {
+	if e.j != nil || !e.live() {
+		return
+	}
+	for int(e.code) >= len(x.done) {
+		x.done = append(x.done, 0)
+	}
+	x.done[e.code] += d
 }
 
 // id is the entry's job id.
@@ -212,6 +226,7 @@ func (x *jobIndex) remove(seq uint64) {
 		delete(x.odd, seq)
 	}
 	x.setKey(e, "")
+	x.countDone(e, -1)
 	*e = entry{seq: seq}
 	x.holes++
 	if x.holes > 1024 && x.holes > len(x.entries)/2 {
@@ -256,6 +271,7 @@ func (rt *retention) retire(j *job) {
 		snap := j.snapshot()
 		e.j, e.snap = nil, &snap
 		e.setState(r.State)
+		rt.index.countDone(e, 1)
 		rt.index.setKey(e, r.IdempotencyKey)
 		rt.remember(r.Seq)
 	}

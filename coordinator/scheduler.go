@@ -48,6 +48,8 @@ type scheduler struct {
 	out       outbox     // messages to send once mu is released (outbox.go)
 	replies   *replies   // the answers of write requests, due or not (outcome.go)
 	link      workerLink // what TASK_ASSIGN and TASK_CANCEL go through: the bus node, once serving
+	deps      dependents // jobs WAITING for parents (deps.go)
+	groups    groups     // workflows and batches (workflow.go)
 
 	fencedCh chan struct{} // closed with fenced set
 }

@@ -18,6 +18,7 @@ func (s *scheduler) markDirty(j *job, fn func(error)) {
 	}
 	s.delayed.countState(j.seen, j.rec.State) // before note.changed moves seen on
 	s.note.changed(j)
+	s.ended(j) // deps.go
 	if fn != nil {
 		j.waiters = append(j.waiters, waiter{version: j.version, fn: fn})
 	}
@@ -195,6 +196,7 @@ func (s *scheduler) dropUnstored(j *job) {
 	}
 	s.delayed.countState(j.seen, "")
 	s.ready.forget(j)
+	s.forgetWaiting(j)                        // deps.go
 	if j.rec.State == protocol.StateRunning { // assigned at once; its assignment never went
 		if w := s.reg.workers[j.rec.WorkerID]; w != nil && w.running[j.rec.JobID].attempt == j.rec.AttemptID {
 			delete(w.running, j.rec.JobID)

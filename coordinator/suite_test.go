@@ -27,3 +27,14 @@ func TestFunctions(t *testing.T) {
 		})
 	}
 }
+
+// TestWorkflows runs the workflow suite (dependencies, workflows, batches) over the
+// native transport and the two mixes; the bridge's suite runs it over TCP alone.
+func TestWorkflows(t *testing.T) {
+	for _, tr := range []suite.Transport{suite.Native, suite.TCPClientNativeWorkers, suite.NativeClientTCPWorkers} {
+		t.Run(tr.Name, func(t *testing.T) {
+			t.Parallel()
+			suite.RunWorkflows(t, tr)
+		})
+	}
+}

@@ -173,6 +173,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 // serverOptions maps the config onto nats-server options.
+// MaxAtomicBatch is the largest JetStream atomic batch an embedded server accepts
+// (its max_batch_size): a workflow of protocol.MaxWorkflowSteps jobs and a batch's
+// callbacks, with room to spare.
+const MaxAtomicBatch = 10_100
+
 func (c *config) serverOptions() (*server.Options, error) {
 	host, port, err := parseHostPort(c.listen)
 	if err != nil {
@@ -197,6 +202,11 @@ func (c *config) serverOptions() (*server.Options, error) {
 		NoLog:                  true, // the adapter set in runServer logs instead
 		NoSigs:                 true, // signals belong to the host process
 		DisableJetStreamBanner: true,
+		// A workflow's jobs are stored in one atomic batch: up to 10,000 steps and a
+		// batch's two callbacks (nats-server allows 1,000 messages by default). The
+		// request that carries them is one message, so the batch stays within 1 MiB
+		// of payloads.
+		JetStreamLimits: server.JSLimitOpts{MaxBatchSize: MaxAtomicBatch},
 	}
 	if err := c.monitorOptions(o); err != nil {
 		return nil, err

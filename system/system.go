@@ -30,6 +30,7 @@ import (
 	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/coordinator"
 	"github.com/jobbus/jobbus/embeddednats"
+	"github.com/jobbus/jobbus/internal/memreturn"
 	"github.com/jobbus/jobbus/system/internal/httpserver"
 	"github.com/jobbus/jobbus/system/internal/metrics"
 	"github.com/jobbus/jobbus/worker"
@@ -67,6 +68,11 @@ type Config struct {
 	// Logger receives what the system says; nil discards it. The parts' own
 	// configurations name their loggers.
 	Logger *slog.Logger
+	// ReturnIdleMemory gives the heap memory a burst of work left behind back to the
+	// operating system once the process is idle (internal/memreturn), as serve and
+	// coordinator do. It acts on the whole process: leave it off where the system is
+	// a library's part.
+	ReturnIdleMemory bool
 }
 
 // NATS is where a system's NATS is.
@@ -199,6 +205,9 @@ func (c Config) check() error {
 func (s *System) start(ctx context.Context) error {
 	if err := s.startNATS(ctx); err != nil { // nats.go
 		return err
+	}
+	if s.cfg.ReturnIdleMemory {
+		s.onStop(memreturn.Start(memreturn.Config{Logger: s.log}))
 	}
 	if s.cfg.Metrics {
 		s.reg = metrics.New()

@@ -30,7 +30,7 @@ func (w *Worker) onAssign(_ context.Context, _ bus.Address, m protocol.TaskAssig
 	ref := protocol.AttemptRef{JobID: m.JobID, AttemptID: m.AttemptID}
 	added := w.held.Add(ref) // before it starts: it may finish at once
 	w.inflight.add()
-	if !w.attempts.Start(context.Background(), &m, func(o attempts.Outcome) {
+	if !w.attempts.Start(w.attemptContext(m.JobID), &m, func(o attempts.Outcome) { // parents.go
 		defer w.inflight.done()
 		defer w.held.Remove(ref) // its result is acknowledged, or given up
 		w.held.Finished(ref)

@@ -108,7 +108,8 @@ func Connect(ctx context.Context, url string, opts ...Option) (*Worker, error) {
 }
 
 func (c *config) nodeOptions() []bus.Option {
-	return append([]bus.Option{bus.WithLogger(c.Logger)}, c.busOpts...)
+	// Envelope2: asks without headers, which every coordinator reads (bus.EnvelopeVersion).
+	return append([]bus.Option{bus.WithLogger(c.Logger), bus.WithEnvelope(bus.Envelope2)}, c.busOpts...)
 }
 
 func newWorker(cfg config, node *bus.Node) *Worker {

@@ -20,10 +20,18 @@ const (
 type Endpoint struct {
 	Name    string
 	Request Type
+	// Token, when set, is the subject's tail after APIPrefix instead of Name (a micro
+	// endpoint name has no dots: "workflow_submit" serves jobbus.api.workflow.submit).
+	Token string
 }
 
 // Subject is the NATS subject the endpoint listens on.
-func (e Endpoint) Subject() string { return APIPrefix + "." + e.Name }
+func (e Endpoint) Subject() string {
+	if e.Token != "" {
+		return APIPrefix + "." + e.Token
+	}
+	return APIPrefix + "." + e.Name
+}
 
 // Endpoints lists the client API: each request type of the client port, and the
 // endpoint that serves it. It is the one list of client requests; the rest derive
@@ -35,6 +43,11 @@ var Endpoints = []Endpoint{
 	{Name: "workers", Request: TypeListWorkers},
 	{Name: "cancel", Request: TypeCancelJob},
 	{Name: "types", Request: TypeListTaskTypes}, // native: the task type catalogue
+	// native: workflows and batches (workflow.go)
+	{Name: "workflow_submit", Token: "workflow.submit", Request: TypeSubmitWorkflow},
+	{Name: "workflow_status", Token: "workflow.status", Request: TypeGetWorkflow},
+	{Name: "workflow_cancel", Token: "workflow.cancel", Request: TypeCancelWorkflow},
+	{Name: "workflow_retry", Token: "workflow.retry", Request: TypeRetryWorkflow},
 }
 
 // EndpointFor returns the endpoint that serves request type t; ok is false for a type

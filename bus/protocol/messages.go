@@ -289,6 +289,9 @@ type Job struct {
 	BatchID         string   `json:"batchId,omitempty"`
 	Progress        *float64 `json:"progress,omitempty"`
 	ProgressMessage string   `json:"progressMessage,omitempty"`
+	// Parents (workflows' extension) are the outcomes of the jobs in After, in a job
+	// status answer (not in lists).
+	Parents []ParentResult `json:"parents,omitempty"`
 }
 
 // RanBy is the worker of the job's current attempt, else of its latest one, else "".

@@ -67,6 +67,10 @@ func Request(ctx context.Context, nc *nats.Conn, subject string, body []byte, op
 	case t == protocol.TypeCancelJob:
 		opts.Fresh, opts.Once, opts.TimeoutHeader = true, true, protocol.HeaderTimeout
 		opts.Unsure = outcomeUnknown // a cancel again changes nothing more
+	case t == protocol.TypeSubmitWorkflow || t == protocol.TypeCancelWorkflow || t == protocol.TypeRetryWorkflow:
+		// Never sent again once received, as any write; but they say how long they may
+		// wait, for a workflow of thousands of steps takes a while to store or cancel.
+		opts.Fresh, opts.Once, opts.TimeoutHeader = true, true, protocol.HeaderTimeout
 	default:
 		opts.Fresh, opts.Once = true, true
 	}

@@ -54,6 +54,7 @@ func (s *Server) mux() http.Handler {
 		m.HandleFunc("GET /api/jobs/{id}", s.jobDetail)
 		m.HandleFunc("POST /api/jobs/{id}/cancel", s.guard(s.cancelJob))
 		m.HandleFunc("POST /api/jobs/{id}/resubmit", s.guard(s.resubmitJob))
+		m.HandleFunc("GET /api/workflows/{id}", s.workflowDetail) // workflow.go
 		s.handler = m
 	})
 	return s.handler

@@ -31,6 +31,7 @@ type Coordinator struct {
 	syncWrites  prometheus.Histogram
 	syncErrs    prometheus.Counter
 	leads       prometheus.Counter
+	workflows   *prometheus.CounterVec // workflows.go
 
 	// byType caches the series of each task type: the hot path then costs a map read.
 	byType  sync.Map // string -> *typeSeries
@@ -90,13 +91,14 @@ func (r *Registry) Coordinator() *Coordinator {
 		leads: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "leader_changes_total",
 			Help: "Times a coordinator of this process took the lead."}),
 	}
+	m.workflows = newWorkflows()
 	m.outcome = make(map[coordinator.SubmitOutcome]prometheus.Counter)
 	for _, o := range []coordinator.SubmitOutcome{coordinator.SubmitAccepted, coordinator.SubmitRejected,
 		coordinator.SubmitInvalid, coordinator.SubmitDuplicate, coordinator.SubmitFailed, coordinator.SubmitUnknown} {
 		m.outcome[o] = m.submissions.WithLabelValues(string(o))
 	}
 	r.reg.MustRegister(m.submissions, m.assigned, m.completed, m.failed, m.retried, m.cancelled, m.deadlines,
-		m.startLat, m.doneLat, m.writeLat, m.writeErrs, m.writesPer, m.syncLat, m.syncWrites, m.syncErrs, m.leads,
+		m.startLat, m.doneLat, m.writeLat, m.writeErrs, m.writesPer, m.syncLat, m.syncWrites, m.syncErrs, m.leads, m.workflows,
 		&coordinatorCollector{m})
 	r.AddBus("coordinator", m.busStats)
 	r.coord = m

@@ -259,6 +259,14 @@ async function loadJob() {
   if (j.retryAtMillis) f.push(["next retry", when(j.retryAtMillis)]);
   if (j.runAtMillis) f.push([j.state === "SCHEDULED" ? "due" : "was due", when(j.runAtMillis)]);
   if (j.snoozes) f.push(["snoozes", j.snoozes]);
+  const group = j.workflowId || j.batchId;
+  if (group) {
+    f.push([j.workflowId ? "workflow" : "batch",
+      el("span", {}, el("a", { href: "#/workflow/" + encodeURIComponent(group), "data-workflow": group }, group), " (step " + (j.step || "?") + ")")]);
+  }
+  if (j.after && j.after.length) {
+    f.push(["after", el("span", {}, ...j.after.flatMap((p, i) => [i ? ", " : "", el("a", { href: "#/job/" + encodeURIComponent(p) }, p.slice(0, 8))]))]);
+  }
   f.push(["sequence", j.seq]);
   $("j-fields").replaceChildren(...f.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { "data-field": k }, v)]));
   $("j-error").textContent = j.error || "–";
@@ -307,6 +315,115 @@ function say(text) {
   $("j-msg").textContent = text;
 }
 
+// ---- a workflow as a graph ----
+
+// layers places each step in the column after its deepest parent (the longest path
+// from a root), and orders a column by the mean row of its parents, so that edges
+// mostly run straight.
+function layers(steps) {
+  const index = new Map(steps.map((s, i) => [s.name, i]));
+  const depth = new Array(steps.length).fill(-1);
+  const visit = (i, seen) => {
+    if (depth[i] >= 0) return depth[i];
+    if (seen.has(i)) return 0; // a cycle cannot be stored; never loop on one
+    seen.add(i);
+    let d = 0;
+    for (const p of steps[i].after || []) {
+      const pi = index.get(p);
+      if (pi !== undefined) d = Math.max(d, visit(pi, seen) + 1);
+    }
+    depth[i] = d;
+    return d;
+  };
+  steps.forEach((_, i) => visit(i, new Set()));
+  const cols = [];
+  steps.forEach((_, i) => { (cols[depth[i]] = cols[depth[i]] || []).push(i); });
+  const row = new Array(steps.length).fill(0);
+  cols.forEach((col, c) => {
+    if (c > 0) {
+      const key = (i) => {
+        const ps = (steps[i].after || []).map((p) => index.get(p)).filter((x) => x !== undefined);
+        return ps.length ? ps.reduce((a, p) => a + row[p], 0) / ps.length : 0;
+      };
+      col.sort((a, b) => key(a) - key(b) || a - b);
+    }
+    col.forEach((i, r) => { row[i] = r; });
+  });
+  return { index, depth, row, cols };
+}
+
+// drawGraph draws steps as boxes coloured by state (links to their job pages) and
+// their edges as arrows from parent to child.
+function drawGraph(node, steps) {
+  const BW = 150, BH = 38, GX = 60, GY = 14, PAD = 12;
+  const { index, depth, row, cols } = layers(steps);
+  const rows = Math.max(1, ...cols.map((c) => c.length));
+  const W = PAD * 2 + cols.length * BW + Math.max(0, cols.length - 1) * GX;
+  const H = PAD * 2 + rows * BH + (rows - 1) * GY;
+  node.setAttribute("viewBox", "0 0 " + W + " " + H);
+  node.setAttribute("width", W);
+  node.setAttribute("height", H);
+  const x = (i) => PAD + depth[i] * (BW + GX);
+  const y = (i) => PAD + row[i] * (BH + GY);
+  const defs = svg("defs", {});
+  const marker = svg("marker", { id: "arrow", viewBox: "0 0 10 10", refX: "10", refY: "5", markerWidth: "7", markerHeight: "7", orient: "auto-start-reverse" });
+  marker.append(svg("path", { d: "M 0 0 L 10 5 L 0 10 z" }));
+  defs.append(marker);
+  const kids = [defs];
+  steps.forEach((s, i) => {
+    for (const p of s.after || []) {
+      const pi = index.get(p);
+      if (pi === undefined) continue;
+      const x1 = x(pi) + BW, y1 = y(pi) + BH / 2, x2 = x(i), y2 = y(i) + BH / 2, mx = (x1 + x2) / 2;
+      kids.push(svg("path", {
+        class: "edge" + (steps[pi].state === "COMPLETED" ? " done" : ""), "data-from": p, "data-to": s.name,
+        d: "M" + x1 + "," + y1 + " C" + mx + "," + y1 + " " + mx + "," + y2 + " " + x2 + "," + y2, "marker-end": "url(#arrow)",
+      }));
+    }
+  });
+  steps.forEach((s, i) => {
+    const a = svg("a", { href: "#/job/" + encodeURIComponent(s.jobId), class: "step " + s.state, "data-step": s.name, "data-state": s.state });
+    const title = svg("title", {});
+    title.textContent = s.name + ": " + s.state + (s.error ? " — " + s.error : "");
+    a.append(title);
+    a.append(svg("rect", { x: x(i), y: y(i), width: BW, height: BH, rx: 6 }));
+    const name = svg("text", { x: x(i) + 8, y: y(i) + 16 });
+    name.textContent = s.name.length > 20 ? s.name.slice(0, 19) + "…" : s.name;
+    const sub = svg("text", { x: x(i) + 8, y: y(i) + 30, class: "sub" });
+    sub.textContent = s.state;
+    a.append(name, sub);
+    kids.push(a);
+  });
+  node.replaceChildren(...kids);
+}
+
+// MAX_DRAWN bounds the steps drawn: beyond it the page lists counts only.
+const MAX_DRAWN = 2000;
+
+async function loadWorkflow() {
+  const id = ui.workflowId;
+  let w;
+  try {
+    w = await getJSON("/api/workflows/" + encodeURIComponent(id));
+  } catch (e) {
+    $("w-id").textContent = id;
+    $("w-state").replaceChildren();
+    $("w-note").textContent = e.message;
+    $("w-graph").replaceChildren();
+    return;
+  }
+  if (id !== ui.workflowId) return;
+  $("w-kind").textContent = w.kind === "batch" ? "Batch" : "Workflow";
+  $("w-id").textContent = w.workflowId;
+  $("w-state").replaceChildren(badge(w.state));
+  $("w-counts").replaceChildren(...Object.entries(w.counts || {}).map(([st, n]) => el("span", { "data-count": st }, badge(st), " " + n)));
+  const steps = w.steps.slice(0, MAX_DRAWN);
+  drawGraph($("w-graph"), steps);
+  $("w-note").textContent = (w.truncated || w.steps.length > MAX_DRAWN)
+    ? "Only the first " + steps.length + " steps are drawn; the counts above cover them all."
+    : steps.length + " steps; click one for its job.";
+}
+
 // ---- refresh and routing ----
 
 let busy = false, again = false;
@@ -315,6 +432,7 @@ async function refresh() {
   busy = true;
   try {
     if (ui.view === "job") await loadJob();
+    else if (ui.view === "workflow") await loadWorkflow();
     else await loadList();
   } catch (e) {
     $("problem").hidden = false;
@@ -327,11 +445,14 @@ async function refresh() {
 
 function route() {
   const m = location.hash.match(/^#\/job\/(.+)$/);
+  const wm = location.hash.match(/^#\/workflow\/(.+)$/);
   const job = !!m;
-  ui.view = job ? "job" : "list";
-  $("overview").hidden = job;
-  $("jobs-view").hidden = job;
+  ui.view = job ? "job" : wm ? "workflow" : "list";
+  $("overview").hidden = ui.view !== "list";
+  $("jobs-view").hidden = ui.view !== "list";
   $("job-view").hidden = !job;
+  $("workflow-view").hidden = ui.view !== "workflow";
+  if (wm) ui.workflowId = decodeURIComponent(wm[1]);
   if (job) {
     const id = decodeURIComponent(m[1]);
     if (id !== ui.jobId) say("");

@@ -1,0 +1,86 @@
+package cli_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/cli"
+)
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	name := filepath.Join(t.TempDir(), "wf.json")
+	if err := os.WriteFile(name, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+func TestWorkflowCommands(t *testing.T) {
+	t.Parallel()
+	forEachTransport(t, func(t *testing.T, o over) {
+		file := writeFile(t, `{"workflowId":"etl","steps":[
+			{"name":"extract","taskType":"SHA256","payload":{"text":"in"}},
+			{"name":"left","taskType":"WORD_COUNT","payload":{"text":"a b"},"after":["extract"]},
+			{"name":"right","taskType":"WORD_COUNT","payload":{"text":"c"},"after":["extract"]},
+			{"name":"load","taskType":"SHA256","payload":{"text":"out"},"after":["left","right"]}]}`)
+		out, _ := o.mustRun(cli.ExitOK, "workflow", "submit", file, "--wait", "--json")
+		st := jsonLines[protocol.WorkflowStatus](t, out)
+		if len(st) != 1 || st[0].State != "COMPLETED" || len(st[0].Steps) != 4 || st[0].Steps[3].Name != "load" {
+			t.Fatalf("workflow submit --wait printed %s", out)
+		}
+		out, _ = o.mustRun(cli.ExitOK, "workflow", "status", "etl")
+		for _, want := range []string{"workflow etl: COMPLETED (4 COMPLETED)", "load", "left,right"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("workflow status lacks %q:\n%s", want, out)
+			}
+		}
+		out, _ = o.mustRun(cli.ExitOK, "status", st[0].Steps[3].JobID)
+		if !strings.Contains(out, "WORKFLOW  etl (step load)") {
+			t.Errorf("status of a step lacks its workflow:\n%s", out)
+		}
+
+		chain := writeFile(t, `{"workflowId":"ch","steps":[{"name":"a","taskType":"SHA256","payload":{"text":"a"}},
+			{"name":"b","taskType":"FAIL","payload":{"failUntilAttempt":5},"maxAttempts":1},
+			{"name":"c","taskType":"SHA256","payload":{"text":"c"}}],"chain":"a -> b -> c"}`)
+		_, errs := o.mustRun(cli.ExitError, "workflow", "submit", chain, "--wait")
+		_ = errs
+		out, _ = o.mustRun(cli.ExitOK, "workflow", "status", "ch", "--json")
+		if s := jsonLines[protocol.WorkflowStatus](t, out)[0]; s.State != "FAILED" || s.Steps[2].State != protocol.StateCancelled ||
+			!strings.Contains(*s.Steps[2].Error, "parent step b") {
+			t.Fatalf("chain status %+v, want FAILED with c cancelled naming b", s)
+		}
+		out, _ = o.mustRun(cli.ExitOK, "workflow", "retry", "ch")
+		if !strings.Contains(out, "workflow ch") || !strings.Contains(out, "b ") || !strings.Contains(out, "c ") {
+			t.Errorf("retry printed %q, want b and c's new jobs", out)
+		}
+
+		bad := writeFile(t, `{"steps":[{"name":"a","taskType":"SHA256","payload":{"text":"a"},"after":["b"]},{"name":"b","taskType":"SHA256","payload":{"text":"b"},"after":["a"]}]}`)
+		_, errs = o.mustRun(cli.ExitError, "workflow", "submit", bad)
+		if !strings.Contains(errs, "is on a cycle") {
+			t.Errorf("a cycle: %q", errs)
+		}
+
+		sleep := writeFile(t, `{"workflowId":"zz","steps":[{"name":"a","taskType":"SLEEP","payload":{"durationMillis":60000}},{"name":"b","taskType":"SHA256","payload":{"text":"b"},"after":["a"]}]}`)
+		o.mustRun(cli.ExitOK, "workflow", "submit", sleep)
+		out, _ = o.mustRun(cli.ExitOK, "workflow", "cancel", "zz")
+		if !strings.Contains(out, "2 steps cancelled") {
+			t.Errorf("cancel printed %q", out)
+		}
+
+		// --after: a job that waits for another.
+		first, _ := o.mustRun(cli.ExitOK, "submit", "sha256", "--text", "1")
+		out, _ = o.mustRun(cli.ExitOK, "submit", "sha256", "--text", "2", "--after", strings.TrimSpace(first), "--wait", "--json")
+		if j := jsonJob(t, out); j.State != protocol.StateCompleted || len(j.After) != 1 {
+			t.Errorf("job after another: %+v", j)
+		}
+		_, errs = o.mustRun(cli.ExitError, "submit", "sha256", "--text", "3", "--after", "0b5b7d4c-1111-4111-8111-111111111111")
+		if !strings.Contains(errs, "Unknown parent job") {
+			t.Errorf("after an unknown job: %q", errs)
+		}
+		o.mustRun(cli.ExitUsage, "submit", "sha256", "--text", "3", "--after-any-end")
+	})
+}

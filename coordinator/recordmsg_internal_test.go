@@ -1,0 +1,101 @@
+package coordinator
+
+import (
+	"maps"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+)
+
+// referenceRecordMsg is a record's message as it was built with nats.NewMsg and
+// Header.Set: recordMsg must build the same.
+func referenceRecordMsg(s *jsStore, w *pendingWrite) *nats.Msg {
+	m := nats.NewMsg(jobsSubjects + w.id)
+	m.Data = w.data
+	m.Header.Set(protocol.HeaderSeq, strconv.FormatUint(w.seq, 10))
+	m.Header.Set(protocol.HeaderState, string(w.state))
+	if w.rev == 0 {
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(s.termSeq, 10))
+		m.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, termSubject)
+	} else {
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(w.rev, 10))
+	}
+	if w.ttl > 0 {
+		m.Header.Set(jetstream.MsgTTLHeader, w.ttl.String())
+		m.Header.Set(protocol.HeaderExpires, strconv.FormatInt(w.expires, 10))
+	}
+	return m
+}
+
+var recordWrites = []struct {
+	name string
+	w    pendingWrite
+}{
+	{"Create", pendingWrite{id: "0f8e5c8a-6a43-4d5e-9a7e-0d3d0b7a7c11", seq: 1, state: protocol.StateQueued, data: []byte(`{"a":1}`)}},
+	{"CreateRunning", pendingWrite{id: "j-2", seq: 18446744073709551615, state: protocol.StateRunning}},
+	{"Update", pendingWrite{id: "j-3", seq: 42, rev: 123456789, state: protocol.StateRunning, data: []byte(`{}`)}},
+	{"Finish", pendingWrite{id: "j-4", seq: 43, rev: 7, state: protocol.StateCompleted, ttl: 24 * time.Hour, expires: 1790000000123}},
+	{"FinishNewTTL", pendingWrite{id: "j-5", seq: 44, rev: 8, state: protocol.StateFailed, ttl: 90 * time.Second, expires: 1}},
+	{"CreateFinished", pendingWrite{id: "j-6", seq: 45, state: protocol.StateCancelled, ttl: time.Second, expires: 2}},
+}
+
+func TestRecordMsg(t *testing.T) {
+	s := &jsStore{termSeq: 987654321}
+	for _, tc := range recordWrites {
+		t.Run(tc.name, func(t *testing.T) {
+			want := referenceRecordMsg(s, &tc.w)
+			msgs := s.messages(&tc.w)
+			if len(msgs) != 1 {
+				t.Fatalf("%d messages, want 1", len(msgs))
+			}
+			got := msgs[0]
+			if got.Subject != want.Subject || string(got.Data) != string(want.Data) || got.Reply != "" {
+				t.Errorf("subject %q data %q, want %q %q", got.Subject, got.Data, want.Subject, want.Data)
+			}
+			if !maps.EqualFunc(got.Header, want.Header, slices.Equal) {
+				t.Errorf("headers %v, want %v", got.Header, want.Header)
+			}
+			// A header set later (a batch's) must not write into another value.
+			got.Header.Add(protocol.HeaderSeq, "x")
+			if !slices.Equal(got.Header[protocol.HeaderState], want.Header[protocol.HeaderState]) {
+				t.Errorf("adding a value changed another header: %v", got.Header)
+			}
+		})
+	}
+}
+
+// TestRecordMsgAllocs: a record's message is 4 allocations at most (the message with
+// its value backing, the header map, its one string).
+func TestRecordMsgAllocs(t *testing.T) {
+	s := &jsStore{termSeq: 987654321}
+	for _, tc := range recordWrites {
+		w := tc.w
+		s.ttlText(w.ttl) // remembered, as after the first finished job
+		if n := testing.AllocsPerRun(100, func() { s.recordMsg(&w) }); n > 4 {
+			t.Errorf("%s: %.0f allocations, want at most 4", tc.name, n)
+		}
+	}
+}
+
+func BenchmarkRecordMsg(b *testing.B) {
+	s := &jsStore{termSeq: 987654321}
+	w := recordWrites[3].w
+	b.Run("recordMsg", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			s.recordMsg(&w)
+		}
+	})
+	b.Run("NewMsg-Set", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			referenceRecordMsg(s, &w)
+		}
+	})
+}

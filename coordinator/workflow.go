@@ -1,0 +1,997 @@
+package coordinator
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+)
+
+// Workflows and batches: groups of jobs submitted in one request and stored all or
+// nothing (one atomic write of every record: one JetStream atomic batch, or one step of
+// the memory store). A group is described by a control (controls.go) under
+// "workflow.<id>" or "batch.<id>": its kind, its step names and edges and how often
+// each step was retried; its jobs are ordinary jobs whose records carry the group's id
+// and their step name, and wait for one another as any job waits for its parents
+// (deps.go). A step's job id is derived from the group's id, its name and its retry
+// generation, so the control never lists job ids.
+//
+// A batch is a group whose callbacks are steps created with it, WAITING for every job
+// of the batch: onSuccess an ordinary dependent (it runs once all completed, and is
+// cancelled otherwise), onComplete one with AfterAnyEnd whose payload gets the counts
+// when it is released. Created with the batch in the same atomic write, a callback
+// exists exactly once whatever fails over when; it becomes QUEUED by the same
+// durable transition as any dependent, so it fires neither twice nor never.
+
+// groupControl is a group's control value.
+type groupControl struct {
+	Kind        string           `json:"kind"`
+	CreatedAt   int64            `json:"createdAtMillis"`
+	Fingerprint string           `json:"fingerprint"`
+	Steps       []string         `json:"steps"`
+	After       [][]int32        `json:"after"`
+	AnyEnd      []int32          `json:"anyEnd,omitempty"`
+	Gens        map[string]int32 `json:"gens,omitempty"` // steps run again: how often
+}
+
+// group is a workflow or batch in memory: its control, each step's current job id,
+// and the final states of steps that ended (so a status does not read them again).
+// Guarded by the scheduler's mu.
+type group struct {
+	id   string
+	ctl  groupControl
+	rev  uint64   // the control's revision
+	ids  []string // each step's current job id
+	byID map[string]int32
+	// final holds the state of each step known to have ended, by step index.
+	final map[int32]protocol.State
+	errs  map[int32]string
+	// creating: its jobs are being written (submit or retry); nothing else may change it.
+	creating bool
+	reported protocol.State // the end reported to metrics
+}
+
+// groupWriteTimeout bounds the writes of a group's submission or retry.
+const groupWriteTimeout = 30 * time.Second
+
+func controlKey(kind, id string) string { return kind + "." + id }
+
+// stepJobID derives the job id of step name of group id at generation gen: a UUID
+// (version 8, RFC 9562's custom one) from a SHA-256 of the three.
+func stepJobID(id, name string, gen int32) string {
+	h := sha256.Sum256(fmt.Appendf(nil, "jobbus-step\x00%s\x00%s\x00%d", id, name, gen))
+	var u uuid
+	copy(u[:], h[:16])
+	u[6] = u[6]&0x0f | 0x80
+	u[8] = u[8]&0x3f | 0x80
+	return u.String()
+}
+
+func newGroup(id string, ctl groupControl, rev uint64) *group {
+	g := &group{id: id, ctl: ctl, rev: rev, ids: make([]string, len(ctl.Steps)), byID: make(map[string]int32, len(ctl.Steps)),
+		final: map[int32]protocol.State{}, errs: map[int32]string{}}
+	for i, name := range ctl.Steps {
+		g.ids[i] = stepJobID(id, name, ctl.Gens[name])
+		g.byID[g.ids[i]] = int32(i)
+	}
+	return g
+}
+
+// groups holds every group this coordinator knows. Guarded by the scheduler's mu.
+type groups struct {
+	byID map[string]*group
+}
+
+func (gs *groups) get(id string) *group {
+	if gs.byID == nil {
+		return nil
+	}
+	return gs.byID[id]
+}
+
+func (gs *groups) put(g *group) {
+	if gs.byID == nil {
+		gs.byID = make(map[string]*group)
+	}
+	gs.byID[g.id] = g
+}
+
+// groupOf is the id of j's group, if any.
+func groupOf(j *job) string {
+	if j.rec.WorkflowID != "" {
+		return j.rec.WorkflowID
+	}
+	return j.rec.BatchID
+}
+
+// stepEnded notes that step job j of a group ended. Called with mu held (from ended).
+func (s *scheduler) stepEnded(j *job) {
+	g := s.groups.get(groupOf(j))
+	if g == nil {
+		return
+	}
+	i, ok := g.byID[j.rec.JobID]
+	if !ok {
+		return
+	}
+	g.final[i] = j.rec.State
+	if j.rec.Error != nil && j.rec.State != protocol.StateCompleted {
+		g.errs[i] = *j.rec.Error
+	}
+	if len(g.final) == len(g.ids) {
+		s.groupEnded(g)
+	}
+}
+
+// groupEnded reports a group whose steps all ended to the metrics, once per end.
+func (s *scheduler) groupEnded(g *group) {
+	st := g.state()
+	if st == g.reported {
+		return
+	}
+	g.reported = st
+	if o, ok := s.cfg.Observer.(WorkflowObserver); ok {
+		o.WorkflowChanged(g.ctl.Kind, st)
+	}
+}
+
+// WorkflowObserver, if a Config.Observer implements it, hears of workflows and batches
+// starting (state "STARTED") and ending (COMPLETED, FAILED or CANCELLED). Called with
+// the coordinator's lock held.
+type WorkflowObserver interface {
+	WorkflowChanged(kind string, state protocol.State)
+}
+
+// state is the group's overall state as far as final says: RUNNING while a step has
+// not ended, else FAILED if one failed, CANCELLED if one was cancelled, else COMPLETED.
+func (g *group) state() protocol.State {
+	failed, cancelled := false, false
+	for i := range g.ids {
+		st, ok := g.final[int32(i)]
+		if !ok {
+			return "RUNNING"
+		}
+		switch st {
+		case protocol.StateFailed:
+			failed = true
+		case protocol.StateCancelled:
+			cancelled = true
+		}
+	}
+	switch {
+	case failed:
+		return protocol.StateFailed
+	case cancelled:
+		return protocol.StateCancelled
+	}
+	return protocol.StateCompleted
+}
+
+// plan is a validated group submission: its steps in order, their parents by index.
+type plan struct {
+	id    string
+	kind  string
+	steps []protocol.WorkflowStep
+	after [][]int32
+	fp    string
+	// max attempts and priority of each step, as the submission path resolves them
+	maxAttempts []int
+	prio        []protocol.Priority
+}
+
+// planGroup validates a submission: ids, names, payloads, edges, no cycle, bounds.
+// Every refusal names the step (or edge) at fault, and nothing exists yet.
+func (s *scheduler) planGroup(req *protocol.SubmitWorkflow) (*plan, *protocol.Error) {
+	bad := func(format string, a ...any) (*plan, *protocol.Error) {
+		return nil, &protocol.Error{Message: "Invalid workflow: " + fmt.Sprintf(format, a...)}
+	}
+	p := &plan{id: req.WorkflowID, kind: req.Kind}
+	if p.kind == "" {
+		p.kind = protocol.KindWorkflow
+	}
+	if p.kind != protocol.KindWorkflow && p.kind != protocol.KindBatch {
+		return bad("kind %q must be %q or %q", p.kind, protocol.KindWorkflow, protocol.KindBatch)
+	}
+	if p.id == "" {
+		p.id = newID()
+	} else if err := protocol.ValidWorkflowID(p.id); err != nil {
+		return bad("%v", err)
+	}
+	steps := slices.Clone(req.Steps)
+	if p.kind == protocol.KindBatch {
+		if len(req.Edges) > 0 || len(req.Chain) > 0 {
+			return bad("a batch has no edges or chain: its jobs wait for nothing")
+		}
+		for i := range steps {
+			if steps[i].Name == "" {
+				steps[i].Name = fmt.Sprintf("job-%d", i+1)
+			}
+			if len(steps[i].After) > 0 {
+				return bad("step %s: a batch's jobs wait for nothing", steps[i].Name)
+			}
+		}
+		all := make([]string, len(steps))
+		for i := range steps {
+			all[i] = steps[i].Name
+		}
+		for _, cb := range []struct {
+			name   string
+			step   *protocol.WorkflowStep
+			anyEnd bool
+		}{{protocol.StepOnSuccess, req.OnSuccess, false}, {protocol.StepOnComplete, req.OnComplete, true}} {
+			if cb.step == nil {
+				continue
+			}
+			st := *cb.step
+			st.Name, st.After, st.AfterAnyEnd = cb.name, all, cb.anyEnd
+			steps = append(steps, st)
+		}
+	} else if req.OnSuccess != nil || req.OnComplete != nil {
+		return bad("onSuccess and onComplete are a batch's (kind %q)", protocol.KindBatch)
+	}
+	n := len(steps)
+	if n == 0 {
+		return bad("no steps")
+	}
+	if n > protocol.MaxWorkflowSteps+2 || (p.kind == protocol.KindWorkflow && n > protocol.MaxWorkflowSteps) {
+		return bad("%d steps; at most %d", n, protocol.MaxWorkflowSteps)
+	}
+	index := make(map[string]int32, n)
+	for i := range steps {
+		st := &steps[i]
+		if err := protocol.ValidStepName(st.Name); err != nil {
+			return bad("step %d: %v", i+1, err)
+		}
+		if _, dup := index[st.Name]; dup {
+			return bad("step %s is named twice", st.Name)
+		}
+		index[st.Name] = int32(i)
+	}
+	after := make([][]int32, n)
+	link := func(from, to string, what string) *protocol.Error {
+		f, ok := index[from]
+		if !ok {
+			return &protocol.Error{Message: fmt.Sprintf("Invalid workflow: %s names unknown step %q", what, from)}
+		}
+		t, ok := index[to]
+		if !ok {
+			return &protocol.Error{Message: fmt.Sprintf("Invalid workflow: %s names unknown step %q", what, to)}
+		}
+		if f == t {
+			return &protocol.Error{Message: fmt.Sprintf("Invalid workflow: step %s waits for itself (a cycle)", to)}
+		}
+		if !slices.Contains(after[t], f) {
+			after[t] = append(after[t], f)
+		}
+		return nil
+	}
+	for i := range steps {
+		for _, a := range steps[i].After {
+			if e := link(a, steps[i].Name, "step "+steps[i].Name+"'s after"); e != nil {
+				return nil, e
+			}
+		}
+	}
+	for k, e := range req.Edges {
+		if e := link(e[0], e[1], fmt.Sprintf("edge %d [%s -> %s]", k+1, e[0], e[1])); e != nil {
+			return nil, e
+		}
+	}
+	for k := 1; k < len(req.Chain); k++ {
+		if e := link(req.Chain[k-1], req.Chain[k], fmt.Sprintf("chain position %d", k+1)); e != nil {
+			return nil, e
+		}
+	}
+	if cyc := findCycle(after); cyc >= 0 {
+		return bad("step %s is on a cycle (a workflow is a DAG)", steps[cyc].Name)
+	}
+	p.maxAttempts = make([]int, n)
+	p.prio = make([]protocol.Priority, n)
+	for i := range steps {
+		st := &steps[i]
+		sub := protocol.SubmitJob{TaskType: st.TaskType, Payload: st.Payload, MaxAttempts: st.MaxAttempts, Priority: st.Priority}
+		if e := sub.CheckSubmission(); e != nil {
+			return nil, &protocol.Error{Message: fmt.Sprintf("Invalid workflow: step %s: %s", st.Name, e.Message)}
+		}
+		if err := s.route.validatePayload(st.TaskType, st.Payload); err != nil {
+			return nil, &protocol.Error{Message: fmt.Sprintf("Invalid workflow: step %s: %s", st.Name, validationError(st.TaskType, err).Message)}
+		}
+		p.maxAttempts[i] = st.MaxAttempts
+		if p.maxAttempts[i] <= 0 {
+			p.maxAttempts[i] = s.route.defaultMaxAttempts(st.TaskType)
+		}
+		p.prio[i] = protocol.OrNormal(st.Priority)
+	}
+	p.steps, p.after = steps, after
+	def, _ := json.Marshal(struct {
+		Kind  string                  `json:"kind"`
+		Steps []protocol.WorkflowStep `json:"steps"`
+		After [][]int32               `json:"after"`
+	}{p.kind, steps, after})
+	canon, err := canonicalJSON(def)
+	if err != nil {
+		return bad("%v", err)
+	}
+	h := sha256.Sum256(canon)
+	p.fp = hex.EncodeToString(h[:])
+	return p, nil
+}
+
+// findCycle returns a step on a cycle of the graph (after: each step's parents), or -1.
+func findCycle(after [][]int32) int {
+	n := len(after)
+	children := make([][]int32, n)
+	indeg := make([]int32, n)
+	for c, ps := range after {
+		indeg[c] = int32(len(ps))
+		for _, p := range ps {
+			children[p] = append(children[p], int32(c))
+		}
+	}
+	queue := make([]int32, 0, n)
+	for i := range n {
+		if indeg[i] == 0 {
+			queue = append(queue, int32(i))
+		}
+	}
+	for k := 0; k < len(queue); k++ {
+		for _, c := range children[queue[k]] {
+			if indeg[c]--; indeg[c] == 0 {
+				queue = append(queue, c)
+			}
+		}
+	}
+	if len(queue) == n {
+		return -1
+	}
+	for i := range n {
+		if indeg[i] > 0 {
+			return i
+		}
+	}
+	return -1
+}
+
+// submitGroup stores a workflow or batch all or nothing and answers with its jobs.
+func (s *scheduler) submitGroup(req *protocol.SubmitWorkflow, due time.Duration, reply replyFunc) {
+	p, perr := s.planGroup(req)
+	if perr != nil {
+		reply(perr)
+		return
+	}
+	ctl := groupControl{Kind: p.kind, CreatedAt: s.now().UnixMilli(), Fingerprint: p.fp, After: p.after}
+	for i, st := range p.steps {
+		ctl.Steps = append(ctl.Steps, st.Name)
+		if st.AfterAnyEnd {
+			ctl.AnyEnd = append(ctl.AnyEnd, int32(i))
+		}
+	}
+	value, _ := json.Marshal(ctl)
+	// Not the request's due: a large workflow may take longer to store than its
+	// submitter waits, and cutting the write short only leaves its outcome unknown.
+	// Sent again under the same id, it is answered as the first time (resubmitted).
+	ctx, cancel := context.WithTimeout(context.Background(), max(due, groupWriteTimeout))
+	defer cancel()
+	s.mu.Lock()
+	exists := s.groups.get(p.id) != nil
+	s.unlock()
+	if exists {
+		reply(s.resubmitted(p))
+		return
+	}
+	g := newGroup(p.id, ctl, 0)
+	jobs, refusal := s.createSteps(g, p, nil)
+	if refusal != nil {
+		reply(refusal)
+		return
+	}
+	if err := s.writeSteps(ctx, g, jobs, value, nil); err != nil {
+		if errors.Is(err, errControlChanged) { // stored by an earlier send whose answer was lost
+			reply(s.resubmitted(p))
+			return
+		}
+		reply(&protocol.Error{Message: fmt.Sprintf("%s %s was not stored: %v", p.kind, p.id, err)})
+		return
+	}
+	out := &protocol.WorkflowSubmitted{WorkflowID: p.id, Jobs: make(map[string]string, len(jobs))}
+	for i, name := range ctl.Steps {
+		out.Jobs[name] = g.ids[i]
+	}
+	if o, ok := s.cfg.Observer.(WorkflowObserver); ok {
+		s.mu.Lock()
+		o.WorkflowChanged(p.kind, "STARTED")
+		s.unlock()
+	}
+	reply(settled{out})
+}
+
+// resubmitted answers a submission whose group id exists: the same answer as the
+// first time for the same definition (its jobs exist), an error otherwise.
+func (s *scheduler) resubmitted(p *plan) protocol.Message {
+	s.mu.Lock()
+	g := s.groups.get(p.id)
+	var out *protocol.WorkflowSubmitted
+	if g != nil && g.ctl.Fingerprint == p.fp && !g.creating {
+		out = &protocol.WorkflowSubmitted{WorkflowID: p.id, Jobs: make(map[string]string, len(g.ids))}
+		for i, name := range g.ctl.Steps {
+			out.Jobs[name] = g.ids[i]
+		}
+	}
+	s.unlock()
+	if out != nil {
+		return settled{out}
+	}
+	return &protocol.Error{Message: fmt.Sprintf("Invalid workflow: %s %s already exists with another definition (or is being created)", p.kind, p.id)}
+}
+
+// createSteps makes the jobs of p's steps (all of them, or those in redo for a retry,
+// whose records old holds) in memory, WAITING for their parents or QUEUED, and held
+// for writeSteps. The group is registered, creating.
+func (s *scheduler) createSteps(g *group, p *plan, redo map[int32]bool) ([]*job, protocol.Message) {
+	s.mu.Lock()
+	defer s.unlock()
+	if s.fenced != nil {
+		return nil, s.refuse()
+	}
+	n := len(p.steps)
+	if redo != nil {
+		n = len(redo)
+	}
+	if s.active+n > s.cfg.MaxActiveJobs {
+		return nil, protocol.AtCapacity(s.active, s.cfg.MaxActiveJobs)
+	}
+	if e := s.store.health().refusal(); e != nil {
+		return nil, e
+	}
+	if old := s.groups.get(g.id); old != nil && old != g && redo == nil {
+		return nil, &protocol.Error{Message: fmt.Sprintf("Invalid workflow: %s %s already exists", g.ctl.Kind, g.id)}
+	}
+	g.creating = true
+	s.groups.put(g)
+	jobs := make([]*job, 0, n)
+	made := make(map[int32]*job, n)
+	for _, i := range topoOrder(p.after) {
+		if redo != nil && !redo[i] {
+			continue
+		}
+		st := &p.steps[i]
+		sub := &protocol.SubmitJob{TaskType: st.TaskType, Payload: st.Payload}
+		j := s.newJob(g.ids[i], sub, p.maxAttempts[i], p.prio[i], "", "")
+		if g.ctl.Kind == protocol.KindBatch {
+			j.rec.BatchID = g.id
+		} else {
+			j.rec.WorkflowID = g.id
+		}
+		j.rec.Step = st.Name
+		j.rec.AfterAnyEnd = st.AfterAnyEnd
+		var active []*job
+		for _, pi := range p.after[i] {
+			pid := g.ids[pi]
+			j.rec.After = append(j.rec.After, pid)
+			if pj := made[pi]; pj != nil {
+				active = append(active, pj)
+			} else if pj := s.jobs[pid]; pj != nil && !pj.rec.State.Terminal() {
+				active = append(active, pj)
+			}
+		}
+		s.waitFor(j, active)
+		delete(g.final, i)
+		delete(g.errs, i)
+		j.writing = true // held: writeSteps writes every step at once
+		s.wq.writes++
+		j.version++
+		j.rec.UpdatedAt = j.rec.CreatedAt
+		s.note.changed(j)
+		made[i] = j
+		jobs = append(jobs, j)
+	}
+	return jobs, nil
+}
+
+// topoOrder lists the steps parents first (the graph has no cycle).
+func topoOrder(after [][]int32) []int32 {
+	n := len(after)
+	children := make([][]int32, n)
+	indeg := make([]int32, n)
+	for c, ps := range after {
+		indeg[c] = int32(len(ps))
+		for _, p := range ps {
+			children[p] = append(children[p], int32(c))
+		}
+	}
+	order := make([]int32, 0, n)
+	for i := range n {
+		if indeg[i] == 0 {
+			order = append(order, int32(i))
+		}
+	}
+	for k := 0; k < len(order); k++ {
+		for _, c := range children[order[k]] {
+			if indeg[c]--; indeg[c] == 0 {
+				order = append(order, c)
+			}
+		}
+	}
+	return order
+}
+
+// writeSteps stores g's control (value, a create or a CAS on g.rev) and the records of
+// jobs at once (jobStore.writeAll), then lets them run. If they were not stored they
+// are forgotten as if never submitted, and g gives way to old (a retry's group
+// before it), or goes.
+func (s *scheduler) writeSteps(ctx context.Context, g *group, jobs []*job, value []byte, old *group) error {
+	s.mu.Lock()
+	ws := make([]pendingWrite, 0, len(jobs))
+	var encErr error
+	for _, j := range jobs {
+		w, err := s.wq.pendingWrite(j)
+		if err != nil {
+			encErr = err
+			break
+		}
+		ws = append(ws, w)
+	}
+	ctl := control{key: controlKey(g.ctl.Kind, g.id), value: value, rev: g.rev}
+	s.unlock()
+	var err error
+	var rev uint64
+	if encErr != nil {
+		err = encErr
+	} else {
+		rev, err = s.store.writeAll(ctx, ctl, ws)
+	}
+	if err != nil {
+		for _, j := range jobs {
+			s.giveUp(j, err)
+		}
+		s.mu.Lock()
+		g.creating = false
+		if s.groups.get(g.id) == g {
+			delete(s.groups.byID, g.id)
+			if old != nil {
+				s.groups.put(old)
+			}
+		}
+		s.unlock()
+		if errors.Is(err, ErrFenced) {
+			s.fence(err)
+		}
+		return err
+	}
+	s.mu.Lock()
+	defer s.unlock()
+	g.creating = false
+	g.rev = rev
+	for _, j := range jobs {
+		if j.rec.State == protocol.StateQueued && s.jobs[j.rec.JobID] == j {
+			s.ready.push(j)
+		}
+	}
+	s.schedule()
+	return nil
+}
+
+// groupStatus answers GET_WORKFLOW.
+func (s *scheduler) groupStatus(id string) protocol.Message {
+	s.mu.Lock()
+	if s.fenced != nil {
+		defer s.unlock()
+		return s.refuse()
+	}
+	g := s.groups.get(id)
+	if g == nil {
+		s.unlock()
+		return &protocol.Error{Message: "Unknown workflow: " + id}
+	}
+	out := &protocol.WorkflowStatus{WorkflowID: id, Kind: g.ctl.Kind, CreatedAtMillis: g.ctl.CreatedAt, Counts: map[protocol.State]int{}}
+	out.Steps = make([]protocol.StepStatus, len(g.ids))
+	var unread []int32
+	for i, name := range g.ctl.Steps {
+		st := protocol.StepStatus{Name: name, JobID: g.ids[i]}
+		for _, p := range g.ctl.After[i] {
+			st.After = append(st.After, g.ctl.Steps[p])
+		}
+		if j := s.jobs[g.ids[i]]; j != nil {
+			st.State, st.Error = j.rec.State, j.rec.Error
+		} else if f, ok := g.final[int32(i)]; ok {
+			st.State = f
+			if e, ok := g.errs[int32(i)]; ok {
+				st.Error = &e
+			}
+		} else {
+			unread = append(unread, int32(i))
+		}
+		out.Steps[i] = st
+	}
+	s.unlock()
+	if len(unread) > 0 {
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 8)
+		for _, i := range unread {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				r, err := s.readKept(g.ids[i])
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					out.Steps[i].State = "UNKNOWN"
+					return
+				}
+				out.Steps[i].State, out.Steps[i].Error = r.State, r.Error
+			}()
+		}
+		wg.Wait()
+		s.mu.Lock()
+		for _, i := range unread {
+			if st := out.Steps[i]; st.State.Terminal() && s.groups.get(id) == g {
+				g.final[i] = st.State
+				if st.Error != nil && st.State != protocol.StateCompleted {
+					g.errs[i] = *st.Error
+				}
+			}
+		}
+		s.unlock()
+	}
+	running := false
+	failed, cancelled := false, false
+	for _, st := range out.Steps {
+		out.Counts[st.State]++
+		switch {
+		case st.State.Active():
+			running = true
+		case st.State == protocol.StateFailed:
+			failed = true
+		case st.State == protocol.StateCancelled:
+			cancelled = true
+		}
+	}
+	switch {
+	case running:
+		out.State = "RUNNING"
+	case failed:
+		out.State = string(protocol.StateFailed)
+	case cancelled:
+		out.State = string(protocol.StateCancelled)
+	default:
+		out.State = string(protocol.StateCompleted)
+	}
+	budget := protocol.MaxMessage - 4096
+	size := 0
+	for k := range out.Steps {
+		b, _ := json.Marshal(&out.Steps[k])
+		size += len(b) + 1
+		if size > budget {
+			out.Steps, out.Truncated = out.Steps[:k], true
+			break
+		}
+	}
+	return out
+}
+
+// cancelGroup cancels every step of a group not yet ended: waiting steps first, so
+// that each says the workflow was cancelled rather than that its parent was.
+func (s *scheduler) cancelGroup(id string, due time.Duration, reply replyFunc) {
+	s.mu.Lock()
+	defer s.unlock()
+	if s.fenced != nil {
+		s.out.reply(reply, s.refuse())
+		return
+	}
+	g := s.groups.get(id)
+	if g == nil {
+		s.out.reply(reply, &protocol.Error{Message: "Unknown workflow: " + id})
+		return
+	}
+	cause := fmt.Sprintf("%s %s cancelled by client request", g.ctl.Kind, id)
+	var todo []*job
+	for _, waiting := range []bool{true, false} {
+		for _, jid := range g.ids {
+			j := s.jobs[jid]
+			if j == nil || j.rec.State.Terminal() || (j.rec.State == protocol.StateWaiting) != waiting {
+				continue
+			}
+			switch j.rec.State {
+			case protocol.StateQueued:
+				s.ready.forget(j)
+			case protocol.StateRunning:
+				s.revoke(j)
+			}
+			j.rec.State = protocol.StateCancelled
+			j.rec.Error = ptr(cause)
+			j.rec.RetryAt = 0
+			s.active--
+			todo = append(todo, j)
+		}
+	}
+	// The answer counts the steps cancelled by the workflow's cancel, this call's and
+	// earlier ones': a cancel sent again is answered as the first.
+	before := 0
+	for i, jid := range g.ids {
+		if j := s.jobs[jid]; j != nil {
+			if j.rec.State == protocol.StateCancelled && j.rec.Error != nil && *j.rec.Error == cause && !slices.Contains(todo, j) {
+				before++
+			}
+		} else if g.final[int32(i)] == protocol.StateCancelled && g.errs[int32(i)] == cause {
+			before++
+		}
+	}
+	out := &protocol.WorkflowCancelled{WorkflowID: id, Cancelled: before + len(todo)}
+	if len(todo) == 0 {
+		s.out.reply(reply, settled{out})
+		return
+	}
+	r := s.replies.by(reply, due, "cancel", id)
+	left := len(todo)
+	var failed error
+	for _, j := range todo {
+		s.markDirty(j, func(err error) {
+			s.mu.Lock()
+			left--
+			if err != nil && failed == nil {
+				failed = err
+			}
+			done, ferr := left == 0, failed
+			s.mu.Unlock()
+			if !done {
+				return
+			}
+			if ferr != nil {
+				r.send(writeFailed("cancel", id, ferr, func() *protocol.Error {
+					return &protocol.Error{Message: fmt.Sprintf("cancel of workflow %s was not all stored: %v", id, ferr)}
+				}))
+				return
+			}
+			r.send(settled{out})
+		})
+	}
+	s.schedule()
+}
+
+// retryGroup runs again, as new jobs, the steps of an ended group that failed or were
+// cancelled (the steps that waited on a failed one were cancelled with it).
+func (s *scheduler) retryGroup(id string, due time.Duration, reply replyFunc) {
+	s.mu.Lock()
+	g := s.groups.get(id)
+	var perr *protocol.Error
+	switch {
+	case s.fenced != nil:
+		perr = s.refuse()
+	case g == nil:
+		perr = &protocol.Error{Message: "Unknown workflow: " + id}
+	case g.creating:
+		perr = &protocol.Error{Message: fmt.Sprintf("workflow %s is being created or retried", id)}
+	}
+	var ids []string
+	if perr == nil {
+		for _, jid := range g.ids {
+			if j := s.jobs[jid]; j != nil && !j.rec.State.Terminal() {
+				perr = &protocol.Error{Message: fmt.Sprintf("workflow %s still runs (step %s is %s): retry it once it ended", id, j.rec.Step, j.rec.State)}
+				break
+			}
+		}
+		ids = slices.Clone(g.ids)
+	}
+	s.unlock()
+	if perr != nil {
+		reply(perr)
+		return
+	}
+	// Every step ended: read each one's record for its state and definition.
+	recs := make([]protocol.Record, len(ids))
+	var rerr error
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for i, jid := range ids {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			s.mu.Lock() // memory first: a record may not be written yet
+			j := s.jobs[jid]
+			if j != nil {
+				recs[i] = j.rec
+			}
+			s.unlock()
+			if j != nil {
+				return
+			}
+			r, err := s.readKept(jid)
+			if err == nil {
+				recs[i] = r
+				return
+			}
+			mu.Lock()
+			rerr = fmt.Errorf("step %s (job %s): %v", g.ctl.Steps[i], jid, err)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if rerr != nil {
+		reply(&protocol.Error{Message: fmt.Sprintf("retry of workflow %s: %v", id, rerr)})
+		return
+	}
+	redo := map[int32]bool{}
+	p := &plan{id: id, kind: g.ctl.Kind, after: g.ctl.After, steps: make([]protocol.WorkflowStep, len(ids)),
+		maxAttempts: make([]int, len(ids)), prio: make([]protocol.Priority, len(ids))}
+	for i, r := range recs {
+		if r.State == protocol.StateFailed || r.State == protocol.StateCancelled {
+			redo[int32(i)] = true
+		}
+		p.steps[i] = protocol.WorkflowStep{Name: g.ctl.Steps[i], TaskType: r.TaskType, Payload: r.Payload, AfterAnyEnd: r.AfterAnyEnd}
+		p.maxAttempts[i], p.prio[i] = r.MaxAttempts, r.Priority
+		if r.Step == protocol.StepOnComplete && r.BatchID != "" {
+			p.steps[i].Payload = withoutCounts(r.Payload)
+		}
+	}
+	out := &protocol.WorkflowRetried{WorkflowID: id, Jobs: map[string]string{}}
+	if len(redo) == 0 {
+		reply(settled{out})
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), max(due, groupWriteTimeout))
+	defer cancel()
+	s.mu.Lock()
+	ctl := g.ctl
+	ctl.Gens = make(map[string]int32, len(g.ctl.Gens)+len(redo))
+	for k, v := range g.ctl.Gens {
+		ctl.Gens[k] = v
+	}
+	for i := range redo {
+		ctl.Gens[ctl.Steps[i]]++
+	}
+	rev := g.rev
+	s.unlock()
+	value, _ := json.Marshal(ctl)
+	s.mu.Lock()
+	ng := newGroup(id, ctl, rev)
+	for i, st := range g.final {
+		if !redo[i] {
+			ng.final[i] = st
+		}
+	}
+	for i, e := range g.errs {
+		if !redo[i] {
+			ng.errs[i] = e
+		}
+	}
+	ng.reported = ""
+	delete(s.groups.byID, id)
+	s.unlock()
+	jobs, refusal := s.createSteps(ng, p, redo)
+	if refusal != nil {
+		s.mu.Lock()
+		if s.groups.get(id) == ng || s.groups.get(id) == nil {
+			s.groups.put(g)
+		}
+		s.unlock()
+		reply(refusal)
+		return
+	}
+	if err := s.writeSteps(ctx, ng, jobs, value, g); err != nil {
+		reply(&protocol.Error{Message: fmt.Sprintf("retry of workflow %s was not stored: %v", id, err)})
+		return
+	}
+	for _, j := range jobs {
+		out.Jobs[j.rec.Step] = j.rec.JobID
+	}
+	reply(settled{out})
+}
+
+// batchCounts is the payload of a batch's on-complete callback as it is released:
+// its own, with "batch" set to the batch's id and its jobs' counts by end.
+func (s *scheduler) batchCounts(c *job) {
+	g := s.groups.get(c.rec.BatchID)
+	if g == nil {
+		return
+	}
+	counts := map[string]any{"batchId": g.id}
+	total, completed, failed, cancelled := 0, 0, 0, 0
+	for i, name := range g.ctl.Steps {
+		if name == protocol.StepOnSuccess || name == protocol.StepOnComplete {
+			continue
+		}
+		total++
+		st, ok := g.final[int32(i)]
+		if j := s.jobs[g.ids[i]]; j != nil {
+			st, ok = j.rec.State, true
+		}
+		if !ok {
+			continue
+		}
+		switch st {
+		case protocol.StateCompleted:
+			completed++
+		case protocol.StateFailed:
+			failed++
+		case protocol.StateCancelled:
+			cancelled++
+		}
+	}
+	counts["total"], counts["completed"], counts["failed"], counts["cancelled"] = total, completed, failed, cancelled
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(c.rec.Payload, &obj); err != nil || obj == nil {
+		obj = map[string]json.RawMessage{}
+	}
+	obj["batch"], _ = json.Marshal(counts)
+	c.rec.Payload, _ = json.Marshal(obj)
+}
+
+// withoutCounts removes the counts a released on-complete callback was given.
+func withoutCounts(payload json.RawMessage) json.RawMessage {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(payload, &obj); err != nil || obj == nil {
+		return payload
+	}
+	delete(obj, "batch")
+	out, _ := json.Marshal(obj)
+	return out
+}
+
+// recoverGroups reads every group's control back into memory. A group none of whose
+// jobs is kept any more (retention ended) goes, its control too.
+func (s *scheduler) recoverGroups(ctx context.Context) error {
+	s.mu.Lock()
+	active := make(map[string][]*job) // group id -> its active jobs
+	for _, j := range s.jobs {
+		if id := groupOf(j); id != "" {
+			active[id] = append(active[id], j)
+		}
+	}
+	s.unlock()
+	for _, kind := range []string{protocol.KindWorkflow, protocol.KindBatch} {
+		cs, err := s.store.controls().list(ctx, kind+".")
+		if err != nil {
+			return fmt.Errorf("recover %ss: %w", kind, err)
+		}
+		for _, c := range cs {
+			var ctl groupControl
+			if err := json.Unmarshal(c.value, &ctl); err != nil {
+				s.log.Warn("unreadable group control ignored", "key", c.key, "err", err)
+				continue
+			}
+			id := strings.TrimPrefix(c.key, kind+".")
+			g := newGroup(id, ctl, c.rev)
+			s.mu.Lock()
+			s.groups.put(g)
+			for _, j := range active[id] {
+				if _, ok := g.byID[j.rec.JobID]; ok {
+					continue
+				}
+				// A job of a step that ran again under a generation the control does not
+				// say (written before a later one failed over): the job is the truth.
+				for i, name := range ctl.Steps {
+					if name == j.rec.Step {
+						delete(g.byID, g.ids[i])
+						g.ids[i] = j.rec.JobID
+						g.byID[j.rec.JobID] = int32(i)
+					}
+				}
+			}
+			s.unlock()
+			if len(active[id]) > 0 {
+				continue
+			}
+			if _, err := s.readKept(g.ids[0]); errors.Is(err, errUnknownJob) {
+				s.mu.Lock()
+				delete(s.groups.byID, id)
+				s.unlock()
+				if err := s.store.controls().remove(ctx, c.key, c.rev); err != nil {
+					s.log.Warn("expired group's control not removed", "key", c.key, "err", err)
+				}
+			}
+		}
+	}
+	return nil
+}

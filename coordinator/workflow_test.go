@@ -1,0 +1,115 @@
+package coordinator_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/client"
+	"github.com/jobbus/jobbus/coordinator"
+	"github.com/jobbus/jobbus/worker"
+	"github.com/jobbus/jobbus/worker/tasks"
+)
+
+// TestParentResultsInHandler: a step's handler reads its parents' results.
+func TestParentResultsInHandler(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	s.StartFunctionWorker(t, func(w *worker.Worker) error {
+		return w.Handle("JOIN", func(ctx context.Context, _ int, _ json.RawMessage) (string, error) {
+			ps, err := worker.ParentResults(ctx)
+			if err != nil {
+				return "", err
+			}
+			var parts []string
+			for _, p := range ps {
+				parts = append(parts, p.Step+"="+deref(p.Result))
+			}
+			return strings.Join(parts, ","), nil
+		})
+	}, worker.WithTasks(tasks.NewRegistry()), worker.WithID("join"))
+	s.StartWorker(2)
+	s.Eventually("join registered", func() bool { return s.HasWorker("join") })
+	w := client.NewWorkflow("pr").Step("a", "WORD_COUNT", text("one two")).Step("b", "WORD_COUNT", text("x")).
+		Step("j", "JOIN", rawJSON(`{}`), client.StepAfter("a", "b"))
+	sub := s.SubmitWorkflow(w)
+	if j := s.Wait(sub.Jobs["j"]); j.State != protocol.StateCompleted || deref(j.Result) != "a=2,b=1" {
+		t.Fatalf("join %s %q %q, want the parents' results a=2,b=1", j.State, deref(j.Result), deref(j.Error))
+	}
+	if _, err := worker.ParentResults(context.Background()); err == nil {
+		t.Fatal("ParentResults outside a handler: no error")
+	}
+}
+
+// TestLargeWorkflows: a 1,000-way fan-out with a fan-in (1,002 jobs, one atomic
+// batch, above nats-server's default batch limit) runs to the end; a 10,000-step
+// chain is stored at once, waits step by step, and cancels whole.
+func TestLargeWorkflows(t *testing.T) {
+	t.Parallel()
+	s := setup(t, func(c *coordinator.Config) { c.MaxActiveJobs = 20_000 })
+	s.StartWorker(64)
+	const fan = 1000
+	w := client.NewWorkflow("fan").Step("split", "SHA256", text("in"))
+	var names []string
+	for i := range fan {
+		names = append(names, fmt.Sprintf("p%d", i))
+		w.Step(names[i], "SHA256", text(fmt.Sprint(i)), client.StepAfter("split"))
+	}
+	w.Step("join", "SHA256", text("out"), client.StepAfter(names...))
+	s.SubmitWorkflow(w)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	st, err := s.Client.WaitWorkflow(ctx, "fan")
+	if err != nil || st.State != "COMPLETED" || st.Counts[protocol.StateCompleted] != fan+2 {
+		t.Fatalf("fan-out: %v %s %v", err, st.State, st.Counts)
+	}
+
+	const n = protocol.MaxWorkflowSteps
+	chain := client.NewWorkflow("chain")
+	var all []string
+	for i := range n {
+		all = append(all, fmt.Sprintf("c%d", i))
+		chain.Step(all[i], "SLEEP", json.RawMessage(`{"durationMillis":60000}`))
+	}
+	chain.Chain(all...)
+	slow := client.New(s.NC, client.WithTimeout(time.Minute)) // -race on a loaded machine
+	if _, err := slow.SubmitWorkflow(ctx, chain); err != nil {
+		t.Fatal(err)
+	}
+	st, err = s.Client.WorkflowStatus(ctx, "chain")
+	if err != nil || st.Counts[protocol.StateWaiting] != n-1 || (len(st.Steps) != n && !st.Truncated) {
+		t.Fatalf("chain: %v %v (%d steps, truncated %v), want %d WAITING", err, st.Counts, len(st.Steps), st.Truncated, n-1)
+	}
+	if got, err := slow.CancelWorkflow(ctx, "chain"); err != nil || got != n {
+		t.Fatalf("cancel chain: %d %v", got, err)
+	}
+	if st, _ := s.Client.WorkflowStatus(ctx, "chain"); st.State != "CANCELLED" || st.Counts[protocol.StateCancelled] != n {
+		t.Fatalf("chain after cancel: %s %v", st.State, st.Counts)
+	}
+}
+
+// TestWorkflowAtCapacity: a workflow that does not fit in the admission limit is
+// rejected whole (retryable), and nothing of it exists.
+func TestWorkflowAtCapacity(t *testing.T) {
+	t.Parallel()
+	s := setup(t, func(c *coordinator.Config) { c.MaxActiveJobs = 5 })
+	w := client.NewWorkflow("big")
+	for i := range 6 {
+		w.Step(fmt.Sprintf("s%d", i), "SHA256", text("x"))
+	}
+	_, err := s.Client.SubmitWorkflow(context.Background(), w)
+	if !errors.Is(err, client.ErrRejected) {
+		t.Fatalf("submit of 6 steps over a limit of 5: %v, want a rejection", err)
+	}
+	if _, err := s.Client.WorkflowStatus(context.Background(), "big"); err == nil || !strings.Contains(err.Error(), "Unknown workflow") {
+		t.Fatalf("status of the rejected workflow: %v", err)
+	}
+	// The id is free again.
+	w2 := client.NewWorkflow("big").Step("a", "SHA256", text("x"))
+	s.SubmitWorkflow(w2)
+}
