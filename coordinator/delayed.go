@@ -231,6 +231,7 @@ func (s *scheduler) chill(j *job) {
 	delete(s.jobs, r.JobID)
 	e.j = nil
 	e.setState(protocol.StateScheduled)
+	s.kept.index.countDone(e, 1) // counted by its entry now (jobCounts)
 	if k := r.IdempotencyKey; k != "" {
 		if s.keys[k] == j {
 			delete(s.keys, k)
@@ -366,6 +367,7 @@ func (s *scheduler) holdCold(r protocol.Record, rev uint64) *job {
 	}
 	j := &job{rec: r, rev: rev, seen: r.State}
 	s.jobs[r.JobID] = j
+	s.kept.index.countDone(e, -1) // counted as a job held whole now (jobCounts)
 	e.j = j
 	if k := r.IdempotencyKey; k != "" {
 		if d, ok := s.kept.doneKeys[k]; ok && d.jobID == r.JobID {

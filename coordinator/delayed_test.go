@@ -50,6 +50,10 @@ func TestFarScheduledJobsLeaveMemory(t *testing.T) {
 	if m, ok := s.cancel(gone).(*protocol.JobCancel); !ok || !m.Cancelled || m.Job.State != protocol.StateCancelled {
 		t.Fatalf("cancel of a job out of memory: %#v", m)
 	}
+	s.settle()
+	if n := s.c.Stats().Jobs[protocol.StateScheduled]; n != 2 || s.sched.delayed.scheduled != 2 {
+		t.Fatalf("after a cancel: %d SCHEDULED in the counts, %d counted; want 2", n, s.sched.delayed.scheduled)
+	}
 
 	next := startMem(t, b, func(c *Config) { c.ScheduleWindow = time.Minute })
 	s.c.Close()
@@ -65,6 +69,10 @@ func TestFarScheduledJobsLeaveMemory(t *testing.T) {
 	next.done("w", a)
 	next.sweep(59 * time.Minute) // the far job comes within the window: read back
 	eventuallyTrue(t, "the far job held again", func() bool { return next.held(far) })
+	next.settle()
+	if n := next.c.Stats().Jobs[protocol.StateScheduled]; n != 1 || next.sched.delayed.scheduled != 1 {
+		t.Fatalf("held again: %d SCHEDULED in the counts, %d counted; want 1", n, next.sched.delayed.scheduled)
+	}
 	next.quiet()
 	next.sweep(time.Minute)
 	if a := next.assigned("w"); a.JobID != far {
