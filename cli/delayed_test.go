@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"context"
 	"strings"
 	"syscall"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/cli"
+	"github.com/jobbus/jobbus/client"
 )
 
 // TestDelayedJobsSurviveLeaderKill: jobs submitted with --in wait SCHEDULED, status and
@@ -70,5 +72,57 @@ func TestDelayedJobsSurviveLeaderKill(t *testing.T) {
 	out, _ = o.mustRun(cli.ExitOK, "status", far, "--json")
 	if j := jsonJob(t, out); j.State != protocol.StateScheduled {
 		t.Fatalf("far job %+v, want SCHEDULED", j)
+	}
+}
+
+// TestDelayedJobsSurviveServeSIGKILL: `jobbus serve` SIGKILLed while a near and a far
+// delayed job wait, and started again on its store, holds both as they were: the near
+// one runs once, when due, on its local worker; the far one (beyond the window: not
+// read whole) stays SCHEDULED and keeps its key.
+func TestDelayedJobsSurviveServeSIGKILL(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	window := []string{"--schedule-window-millis", "1000"}
+	p, url := serveProc(t, dir, window...)
+	ctx := context.Background()
+	cl := client.New(natsConnect(t, url))
+	near, err := cl.Submit(ctx, "SHA256", map[string]string{"text": "near"}, client.RunIn(4*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	far, err := cl.Submit(ctx, "SHA256", map[string]string{"text": "far"}, client.RunIn(time.Hour), client.IdempotencyKey("far"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := map[string]protocol.Job{}
+	for _, id := range []string{near, far} {
+		if before[id], err = cl.Status(ctx, id); err != nil || before[id].State != protocol.StateScheduled {
+			t.Fatalf("status %+v, %v; want SCHEDULED", before[id], err)
+		}
+	}
+	p.signal(syscall.SIGKILL)
+	<-p.done
+
+	_, url = serveProc(t, dir, append(window, "--workers", "1")...)
+	cl = client.New(natsConnect(t, url))
+	for id, b := range before {
+		a, err := cl.Status(ctx, id)
+		if err != nil || a.RunAtMillis != b.RunAtMillis || a.CreatedAtMillis != b.CreatedAtMillis || a.State.Terminal() {
+			t.Fatalf("after the restart %+v (%v), before %+v", a, err, b)
+		}
+	}
+	if id, err := cl.Submit(ctx, "SHA256", map[string]string{"text": "far"}, client.RunIn(2*time.Hour), client.IdempotencyKey("far")); err != nil || id != far {
+		t.Fatalf("resubmitted under its key after the restart: %s, %v; want %s", id, err, far)
+	}
+	var done protocol.Job
+	eventually(t, "the near job completed", func() bool {
+		done, err = cl.Status(ctx, near)
+		return err == nil && done.State.Terminal()
+	})
+	if done.State != protocol.StateCompleted || done.Attempts != 1 || done.UpdatedAtMillis < done.RunAtMillis {
+		t.Fatalf("near job %+v, want COMPLETED once, not before it was due", done)
+	}
+	if j, err := cl.Status(ctx, far); err != nil || j.State != protocol.StateScheduled {
+		t.Fatalf("far job %+v, %v; want SCHEDULED", j, err)
 	}
 }
