@@ -120,3 +120,22 @@ func BenchmarkGCColdScheduledJobs(b *testing.B) {
 	runtime.KeepAlive(&x)
 	runtime.KeepAlive(&d)
 }
+
+// TestDelayedJobAgesFromItsDueTime: a delayed job keeps its priority and ages from when
+// it came due, not from its submission: a LOW job delayed ten aging steps is still LOW
+// when due, so a NORMAL job queued beside it goes first.
+func TestDelayedJobAgesFromItsDueTime(t *testing.T) {
+	s := startMem(t, nil) // aging step: a minute
+	low := s.accepted(runIn(withPriority(sha("low"), protocol.PriorityLow), 10*time.Minute))
+	s.sweep(10 * time.Minute) // read back (it was beyond the window), then due
+	eventuallyTrue(t, "the delayed job held again", func() bool { return s.held(low) })
+	s.sweep(0)
+	if j := s.status(low); j.State != protocol.StateQueued || j.Priority != protocol.PriorityLow {
+		t.Fatalf("due: %+v, want QUEUED, LOW", j)
+	}
+	normal := s.accepted(sha("normal"))
+	s.register("w", 1)
+	if a := s.assigned("w"); a.JobID != normal {
+		t.Fatalf("assigned %s first, want the NORMAL job: the delayed LOW one aged from its submission", a.JobID)
+	}
+}
