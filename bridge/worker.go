@@ -287,6 +287,11 @@ func relayed(want protocol.Type, data []byte) ([]byte, protocol.AttemptRef, erro
 	if err == nil && msg.MessageType() != want {
 		err = fmt.Errorf("got %s", msg.MessageType())
 	}
+	if a, ok := msg.(*protocol.TaskAssign); ok && (a.TraceParent != "" || a.TraceState != "") {
+		// The job's trace context is a native extension: a spec worker does not see it.
+		a.TraceParent, a.TraceState = "", ""
+		exact = false
+	}
 	if err == nil && !exact {
 		data, err = protocol.Encode(msg)
 	}

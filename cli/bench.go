@@ -70,7 +70,7 @@ Example:
 			&cli.BoolFlag{Name: "custom", Usage: "submit " + benchCustomType + " jobs (SHA256's work as a task type the workers declare, with a JSON Schema) instead of SHA256; native transport only", EnvVars: env("bench-custom")},
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the run to this file (go tool pprof)", EnvVars: env("bench-cpuprofile")},
 			&cli.StringFlag{Name: "memprofile", Usage: "write a profile of the run's heap allocations to this file (go tool pprof -sample_index alloc_space)", EnvVars: env("bench-memprofile")},
-		}, scheduledBenchFlags()...),
+		}, append(scheduledBenchFlags(), progressFloodFlags()...)...), // bench_scheduled.go, bench_flood.go
 		Action: bench,
 	}
 }
@@ -87,6 +87,8 @@ type benchSystem struct {
 	taskType string
 	// kept is how many jobs the store held when the in-process system started.
 	kept int
+	// flood is --progress-flood's, for an in-process native system; else nil.
+	flood *progressFlood
 }
 
 // idleWarmup is the number of unmeasured jobs before the idle run, as the peers' have.
@@ -166,6 +168,11 @@ func bench(c *cli.Context) error {
 		}
 	}
 	loadStart := time.Now()
+	if sys.flood != nil {
+		if err := sys.flood.start(ctx, sys); err != nil {
+			return exitErr(err)
+		}
+	}
 	var run *benchResult
 	if n > 0 {
 		progress := func(int) {}
@@ -181,6 +188,12 @@ func bench(c *cli.Context) error {
 		next += n
 	}
 	stopProfile()
+	if sys.flood != nil {
+		sys.flood.finish()
+		if !asJSON {
+			sys.flood.report(out)
+		}
+	}
 	var sched *scheduledResult
 	if waitScheduled != nil {
 		res, err := waitScheduled()
@@ -247,7 +260,7 @@ func benchTarget(ctx context.Context, c *cli.Context, transport string, syncOpts
 		sys.nc = nc
 		return sys, nil
 	}
-	return inProcessSystem(ctx, c, transport, syncOpts, newStartProbe(probeJobs))
+	return inProcessSystem(ctx, c, transport, syncOpts, newStartProbe(probeJobs), newProgressFlood(c))
 }
 
 func dialClients(ctx context.Context, n int, dial func() (*client.Client, error)) (*benchSystem, error) {
@@ -273,11 +286,17 @@ func dialClients(ctx context.Context, n int, dial func() (*client.Client, error)
 // a temporary store that is removed afterwards, and the workers and clients that load
 // it. The workers report their starts to probe; --sync always makes the coordinator
 // fsync every job write, a group at a time, before anything depends on it.
-func inProcessSystem(ctx context.Context, c *cli.Context, transport string, syncOpts []embeddednats.Option, probe *startProbe) (*benchSystem, error) {
+func inProcessSystem(ctx context.Context, c *cli.Context, transport string, syncOpts []embeddednats.Option, probe *startProbe, flood *progressFlood) (*benchSystem, error) {
 	workers, capacity := c.Int("workers"), c.Int("worker-capacity")
 	cfg := coordinator.DefaultConfig()
 	cfg.MaxActiveJobs = 1 << 30
 	cfg.MaxScheduledJobs = 1 << 30
+	// OTEL_* as for serve: tracing the coordinator, the workers and the clients.
+	tp, flushTraces, err := tracerFromEnv(c, "bench", nil)
+	if err != nil {
+		return nil, err
+	}
+	cfg.TracerProvider = tp
 	scfg := system.Config{
 		NATS: system.NATS{
 			Server: append([]embeddednats.Option{
@@ -299,16 +318,19 @@ func inProcessSystem(ctx context.Context, c *cli.Context, transport string, sync
 		// process, so that both transports pay for their sockets.
 		scfg.Workers = system.Workers{Count: workers, Dial: true,
 			Options: func() []worker.Option {
-				return []worker.Option{worker.WithCapacity(capacity), worker.WithLogger(nil), worker.WithTasks(probe.tasks())}
+				return []worker.Option{worker.WithCapacity(capacity), worker.WithLogger(nil), worker.WithTasks(probe.tasks()), worker.WithTracerProvider(tp)}
 			},
-			Setup: func(w *worker.Worker) error { return worker.HandleJSON(w, benchCustomType, probe.custom) },
+			Setup: func(w *worker.Worker) error {
+				return errors.Join(worker.HandleJSON(w, benchCustomType, probe.custom), flood.handle(w)) // bench_flood.go
+			},
 		}
 	}
 	sys, err := system.Start(ctx, scfg)
 	if err != nil {
+		flushTraces()
 		return nil, err
 	}
-	cleanups := []func(){func() { _ = sys.Close() }}
+	cleanups := []func(){flushTraces, func() { _ = sys.Close() }}
 	cleanup := func() {
 		for _, f := range slices.Backward(cleanups) {
 			f()
@@ -339,7 +361,7 @@ func inProcessSystem(ctx context.Context, c *cli.Context, transport string, sync
 		return fail(err)
 	}
 	cleanups = append(cleanups, cnc.Close)
-	dial := func() (*client.Client, error) { return client.New(cnc), nil }
+	dial := func() (*client.Client, error) { return client.New(cnc, client.WithTracerProvider(tp)), nil }
 	if br := sys.Bridge(); br != nil {
 		dial = func() (*client.Client, error) { return client.DialTCP(ctx, br.ClientAddr().String()) }
 	}
@@ -350,6 +372,9 @@ func inProcessSystem(ctx context.Context, c *cli.Context, transport string, sync
 	cleanups = append(cleanups, bs.close)
 	bs.close = cleanup
 	bs.nc, bs.probe = cnc, probe
+	if transport == "native" {
+		bs.flood = flood
+	}
 	for _, n := range leader.Stats().Jobs {
 		bs.kept += n
 	}
@@ -397,7 +422,7 @@ func runBench(ctx context.Context, sys *benchSystem, n, first int, progress func
 		return benchResult{}, fmt.Errorf("submit: %w", err)
 	}
 	res := benchResult{jobs: n, submitted: time.Since(start), submit: newDist(ack)}
-	if err := waitIdle(ctx, clients[0]); err != nil {
+	if err := waitIdle(ctx, clients[0], sys.flood.running()); err != nil {
 		return res, err
 	}
 	cpu1, _ := processCPU()
@@ -464,16 +489,19 @@ func completedAt(ctx context.Context, cl *client.Client, ids []string) (map[stri
 	return at, nil
 }
 
-// waitIdle polls until no job is QUEUED, RUNNING or in RETRY_WAIT.
-func waitIdle(ctx context.Context, cl *client.Client) error {
+// waitIdle polls until no job is QUEUED, RUNNING or in RETRY_WAIT but those of
+// ignore (--progress-flood's, running on).
+func waitIdle(ctx context.Context, cl *client.Client, ignore map[string]bool) error {
 	for {
 		idle := true
 		for _, st := range []protocol.State{protocol.StateQueued, protocol.StateRunning, protocol.StateRetryWait} {
-			page, err := cl.List(ctx, protocol.ListJobs{State: &st, Limit: 1})
+			page, err := cl.List(ctx, protocol.ListJobs{State: &st, Limit: 1 + len(ignore)})
 			if err != nil {
 				return fmt.Errorf("wait for the jobs to finish: %w", err)
 			}
-			idle = idle && len(page.Jobs) == 0
+			for _, j := range page.Jobs {
+				idle = idle && ignore[j.JobID]
+			}
 		}
 		if idle {
 			return nil

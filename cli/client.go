@@ -87,7 +87,14 @@ func connect(c *cli.Context, reconnect bool, opts ...client.Option) (*session, e
 	notice := client.WithFailoverNotice(func(msg string) {
 		once.Do(func() { fmt.Fprintln(c.App.ErrWriter, "jobbus: "+msg) })
 	})
-	return &session{cl: client.New(nc, append([]client.Option{notice}, opts...)...), nc: nc, target: nc.ConnectedUrlRedacted(), stop: func() { refused(nil) }}, nil
+	tp, flush, err := tracerFromEnv(c, "client", nil)
+	if err != nil {
+		nc.Close()
+		refused(nil)
+		return nil, err
+	}
+	opts = append([]client.Option{notice, client.WithTracerProvider(tp)}, opts...)
+	return &session{cl: client.New(nc, opts...), nc: nc, target: nc.ConnectedUrlRedacted(), stop: func() { flush(); refused(nil) }}, nil
 }
 
 // dialCause is what to add to "cannot reach" about err: nothing when the port refused

@@ -28,6 +28,7 @@ func clientCommands() []*cli.Command {
 		workersCommand(),
 		typesCommand(),
 		watchCommand(),
+		logsCommand(), // logs.go
 		clusterCommand(),
 		workflowCommand(), // workflow.go
 	}
@@ -38,12 +39,20 @@ func statusCommand() *cli.Command {
 		Name:      "status",
 		Usage:     "show a job",
 		ArgsUsage: "ID",
-		Description: `Prints the job's snapshot: state, attempts, worker, result and last error.
+		Description: `Prints the job's snapshot: state, attempts, worker, progress, result and last error.
+With --follow it shows the job live until it ends (a progress bar on a terminal, a line
+per change otherwise; with --json a snapshot per change), then prints it; it exits 0
+whatever the job's end (jobbus wait exits 1 unless it COMPLETED).
 
-Example:
-   jobbus status 0b7c2f0e-8a41-4d7e-9b43-3f6a1c2d9e10 --json`,
-		Flags: []cli.Flag{jsonFlag()},
+Examples:
+   jobbus status 0b7c2f0e-8a41-4d7e-9b43-3f6a1c2d9e10 --json
+   jobbus status 0b7c2f0e-8a41-4d7e-9b43-3f6a1c2d9e10 --follow`,
+		Flags: []cli.Flag{jsonFlag(),
+			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "show the job live until it ends", EnvVars: env("follow")}},
 		Action: onJob(func(c *cli.Context, s *session, id string) error {
+			if c.Bool("follow") {
+				return followJob(c, s, id) // progress.go
+			}
 			job, err := s.cl.Status(c.Context, id)
 			if err != nil {
 				return exitErr(err)
@@ -82,9 +91,13 @@ func waitAndShow(c *cli.Context, s *session, id string) error {
 	}
 	var progress func(protocol.Job)
 	var sp *spinner
-	if !c.Bool("json") && isTerminal(c.App.ErrWriter) {
+	switch {
+	case c.Bool("json"):
+	case isTerminal(c.App.ErrWriter):
 		sp = &spinner{w: c.App.ErrWriter, start: time.Now()}
 		progress = sp.show
+	default: // progress.go: a line per change, for a log
+		progress = (&progressLines{w: c.App.ErrWriter}).show
 	}
 	job, err := waitJob(ctx, s.cl, id, progress)
 	// The spinner's line goes before anything else is printed: on a terminal, stdout
@@ -156,6 +169,9 @@ func (s *spinner) show(j protocol.Job) {
 	line := fmt.Sprintf("%s job %s %s, attempt %d/%d", spinFrames[s.frame%len(spinFrames)], j.JobID, j.State, j.Attempts, j.MaxAttempts)
 	if j.WorkerID != nil {
 		line += " on " + *j.WorkerID
+	}
+	if f, _, ok := jobProgress(j); ok { // progress.go
+		line += " " + progressBar(f, 20) + " " + progressText(j)
 	}
 	line += fmt.Sprintf(" (%.1fs)", time.Since(s.start).Seconds())
 	fmt.Fprint(s.w, "\r\x1b[K"+line)

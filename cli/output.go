@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -139,6 +140,9 @@ func (p *printer) job(j protocol.Job) error {
 	}
 	if j.Snoozes > 0 {
 		rows = append(rows, [2]string{"SNOOZES", strconv.Itoa(j.Snoozes)})
+	}
+	if t := progressText(j); t != "" { // only for a job whose handler reported some
+		rows = slices.Insert(rows, 8, [2]string{"PROGRESS", oneLine(strings.TrimSpace(t))})
 	}
 	rows = append(rows, workflowRows(j)...) // workflow.go
 	for _, r := range rows {

@@ -117,6 +117,12 @@ func serve(c *cli.Context) error {
 		return err
 	}
 	cfg := coordinatorConfig(c, log)
+	tp, flush, err := tracerFromEnv(c, "serve", log)
+	if err != nil {
+		return err
+	}
+	defer flush()
+	cfg.TracerProvider = tp
 	// --sync always: a cluster syncs each write, and group commit is its atomic
 	// batches; a lone server's coordinator syncs groups of writes itself (NATS.SyncJobs).
 	cfg.SyncAlways = c.String("sync") == "always" && !coordinatorSyncs(c)
@@ -191,7 +197,7 @@ func serveSystem(c *cli.Context, log *slog.Logger, cfg coordinator.Config) (syst
 	}
 	capacity, workerLog := c.Int("worker-capacity"), localWorkerLog(c, log)
 	scfg.Workers = system.Workers{Count: c.Int("workers"), Options: func() []worker.Option {
-		return []worker.Option{worker.WithCapacity(capacity), worker.WithLogger(workerLog)}
+		return []worker.Option{worker.WithCapacity(capacity), worker.WithLogger(workerLog), worker.WithTracerProvider(cfg.TracerProvider)}
 	}}
 	// Every flag is valid: name every address and store in use at once (ports.go).
 	return scfg, checkServeFree(c)
@@ -322,6 +328,12 @@ Example:
 			if err := cfg.Validate(); err != nil {
 				return usageError("%v", err)
 			}
+			tp, flush, err := tracerFromEnv(c, "coordinator", log)
+			if err != nil {
+				return err
+			}
+			defer flush()
+			cfg.TracerProvider = tp
 			target, err := natsTarget(c, false)
 			if err != nil {
 				return err

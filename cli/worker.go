@@ -98,6 +98,11 @@ func nativeWorkerRunner(ctx context.Context, c *cli.Context, log *slog.Logger) (
 	if err != nil {
 		return nil, nil, err
 	}
+	tp, flush, err := tracerFromEnv(c, "worker", log)
+	if err != nil {
+		return nil, nil, err
+	}
+	opts = append(opts, worker.WithTracerProvider(tp))
 	opts = append(opts, worker.WithBusOptions(bus.WithNATSOptions(append(embeddednats.ServiceOptions(), target.opts...)...)))
 	w, err := worker.Connect(ctx, target.url, opts...)
 	if err != nil {
@@ -105,6 +110,7 @@ func nativeWorkerRunner(ctx context.Context, c *cli.Context, log *slog.Logger) (
 	}
 	log.Info("worker running", "worker", w.ID(), "nats", target.where())
 	return func(ctx context.Context) error {
+		defer flush()
 		defer w.Close()
 		return w.Run(ctx)
 	}, w.Drain, nil

@@ -19,6 +19,7 @@ import (
 
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/internal/backoff"
+	"github.com/jobbus/jobbus/internal/tracing"
 )
 
 // Errors callers test with errors.Is.
@@ -86,6 +87,7 @@ type Client struct {
 	timeout time.Duration
 	retry   submitRetry      // WithSubmitRetries; off by default
 	notice  func(msg string) // WithFailoverNotice
+	tracer  tracing.Tracer   // WithTracerProvider; off by default
 }
 
 // Option configures a Client.
@@ -193,7 +195,12 @@ func Priority(p protocol.Priority) SubmitOption {
 
 // Submit submits a job and returns its id once it is durable. payload is JSON-encoded
 // unless it is already json.RawMessage.
-func (c *Client) Submit(ctx context.Context, taskType string, payload any, opts ...SubmitOption) (string, error) {
+func (c *Client) Submit(ctx context.Context, taskType string, payload any, opts ...SubmitOption) (id string, err error) {
+	if c.tracer.On() {
+		var end func(string, error)
+		ctx, end = c.submitSpan(ctx, taskType) // trace.go
+		defer func() { end(id, err) }()
+	}
 	raw, ok := payload.(json.RawMessage)
 	if !ok {
 		var err error

@@ -39,6 +39,7 @@ func (n *natsTransport) request(ctx context.Context, t protocol.Type, subject st
 	opts := natsreq.Options{Within: within, Nobody: n.nobodyFn}
 	if t == protocol.TypeSubmitJob {
 		opts.RequestID = protocol.NewRequestID()
+		opts.Header = traceHeader(ctx) // trace.go
 	}
 	msg, err := natsreq.Request(ctx, n.nc, subject, body, opts)
 	switch {

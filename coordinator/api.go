@@ -104,6 +104,11 @@ func (a *api) handleWorkers() error {
 		handleWorker(a, protocol.PathDrain, true, func(_ context.Context, req *protocol.Drain) (protocol.DrainAck, error) {
 			return a.reg.drain(req)
 		}),
+		// A progress report is a tell; it changes no state (progress.go).
+		handleWorker(a, protocol.PathProgress, true, func(_ context.Context, req *protocol.TaskProgress) (struct{}, error) {
+			a.sched.progress(req)
+			return struct{}{}, nil
+		}),
 		// A goodbye needs no lease: it only forgets the worker.
 		handleWorker(a, protocol.PathDisconnect, false, func(_ context.Context, req *protocol.Disconnect) (struct{}, error) {
 			a.reg.disconnect(req)
@@ -263,10 +268,14 @@ type request struct {
 	since  uint64
 	// due: a write is answered within it (protocol.HeaderTimeout; outcome.go).
 	due time.Duration
+	// The W3C trace context it carries, if any (trace.go).
+	traceParent, traceState string
 }
 
 func (a *api) sentBy(h nats.Header) request {
-	return request{id: h.Get(protocol.HeaderRequestID), first: protocol.FirstTry(h.Get(protocol.HeaderRequestTry)), due: a.replyDue(h)}
+	r := request{id: h.Get(protocol.HeaderRequestID), first: protocol.FirstTry(h.Get(protocol.HeaderRequestTry)), due: a.replyDue(h)}
+	r.traceParent, r.traceState = traceRequest(h.Get)
+	return r
 }
 
 // serveRequest serves one request body, which must be of type want.

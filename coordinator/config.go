@@ -3,6 +3,7 @@ package coordinator
 import (
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"time"
 
@@ -39,6 +40,13 @@ type Config struct {
 	// idempotency key, are kept after it ended; 0 keeps them forever. Active jobs never
 	// expire. JetStream removes them itself (a per-message TTL on the finishing write).
 	Retention time.Duration
+	// JobLogBytes bounds the stream of job logs as a whole (joblogs.go): 0 means
+	// DefaultJobLogBytes, a negative value keeps no job logs.
+	JobLogBytes int64
+	// TracerProvider traces submissions, queueing, attempts' assignment and results
+	// (trace.go); nil (the default) is tracing off. A job's trace context is stored
+	// and handed to its workers either way.
+	TracerProvider trace.TracerProvider
 	// Replicas of the KV buckets a coordinator creates: 0 means 3 in a cluster (or the
 	// cluster's size, if smaller) and 1 on a lone server, and keeps an existing bucket's
 	// count. A count that differs from an existing bucket's is refused

@@ -133,6 +133,7 @@ func (c *Coordinator) open(ctx context.Context) (context.Context, error) {
 		if err := c.cat.open(ctx, c.nc, c.cfg.Replicas); err != nil {
 			return nil, fmt.Errorf("coordinator: %w", err)
 		}
+		openLogs(ctx, c.nc, &c.cfg) // joblogs.go
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel

@@ -39,6 +39,10 @@ type job struct {
 	writes   int            // durable writes, for the Observer
 	finished bool           // the terminal write was reported
 	took     time.Duration  // the last write's latency; only its writer touches it
+
+	vis         visFields // its trace context and progress (visfields.go)
+	progressAt  time.Time // its progress's last write (progress.go)
+	progressDue bool      // a write of its progress is armed
 }
 
 // waiter runs once the job's record at version (or later) is durable, or with the error

@@ -37,6 +37,10 @@ type replyFunc func(protocol.Message)
 // that job (request.go).
 func (s *scheduler) submit(req *protocol.SubmitJob, from request, reply replyFunc) {
 	due := from.due
+	var arrived time.Time
+	if s.tracer.On() {
+		arrived = s.now()
+	}
 	if perr := req.CheckSubmission(); perr != nil {
 		s.note.submitted(SubmitInvalid)
 		reply(perr)
@@ -130,10 +134,14 @@ func (s *scheduler) submit(req *protocol.SubmitJob, from request, reply replyFun
 	case runAt != 0:
 		s.delay(j, runAt) // delayed.go
 	}
+	stored := s.traceSubmission(j, from, arrived) // trace.go
 	defer s.assignAtOnce(j)
 	r := s.replies.by(reply, due, "submission", id)
 	j.answer = r
 	s.markDirty(j, func(err error) {
+		if stored != nil {
+			stored(err)
+		}
 		if err != nil {
 			s.mu.Lock()
 			j.answer = nil
@@ -258,6 +266,7 @@ func (s *scheduler) admitted(queue, taskType string, now time.Time) bool {
 // assign starts a new attempt of j on w under a fresh lease.
 func (s *scheduler) assign(j *job, w *worker) {
 	now := s.now()
+	queuedSince := j.queuedSince()
 	s.flow.started(j.rec.Queue, j.rec.TaskType, now)
 	j.rec.State = protocol.StateRunning
 	j.rec.Attempts++
@@ -272,8 +281,10 @@ func (s *scheduler) assign(j *job, w *worker) {
 	}
 	w.running[j.rec.JobID] = a
 	heap.Push(&s.deadlines, j)
+	j.clearProgress() // the new attempt's own, once it reports
 	s.markDirty(j, nil)
 	s.log.Debug("job assigned", "job", j.rec.JobID, "attempt", j.rec.Attempts, "worker", w.id)
+	s.traceQueued(j, queuedSince, w.id)
 	m := &protocol.TaskAssign{
 		JobID:         j.rec.JobID,
 		AttemptID:     j.rec.AttemptID,
@@ -281,6 +292,7 @@ func (s *scheduler) assign(j *job, w *worker) {
 		TaskType:      j.rec.TaskType,
 		Payload:       j.rec.Payload,
 	}
+	m.TraceParent, m.TraceState = j.traceContext()
 	tell := func() error {
 		return s.link.Tell(context.Background(), bus.Address{Role: bus.RoleWorker, ID: w.id}, protocol.PathAssign, m)
 	}
@@ -342,6 +354,7 @@ func (s *scheduler) result(res *protocol.TaskResult, reply func(protocol.ResultA
 		s.schedule()
 		return
 	}
+	settled := s.traceResult(j, res) // trace.go
 	s.releaseLease(j)
 	if res.Success {
 		j.rec.State = protocol.StateCompleted
@@ -361,7 +374,15 @@ func (s *scheduler) result(res *protocol.TaskResult, reply func(protocol.ResultA
 			s.retryOrFail(j, cause)
 		}
 	}
-	s.markDirty(j, func(err error) { reply(protocol.ResultAck{JobID: res.JobID, Accepted: err == nil}, err) })
+	if settled != nil {
+		state := j.rec.State
+		s.markDirty(j, func(err error) {
+			settled(state, err)
+			reply(protocol.ResultAck{JobID: res.JobID, Accepted: err == nil}, err)
+		})
+	} else {
+		s.markDirty(j, func(err error) { reply(protocol.ResultAck{JobID: res.JobID, Accepted: err == nil}, err) })
+	}
 	s.log.Debug("job result", "job", j.rec.JobID, "state", j.rec.State, "attempt", j.rec.Attempts)
 	s.schedule()
 }
@@ -399,6 +420,7 @@ func (s *scheduler) retryOrFail(j *job, cause string) {
 		j.rec.State = protocol.StateRetryWait
 		j.rec.Error = ptr(cause)
 		j.rec.RetryAt = s.now().Add(s.cfg.retryDelay(j.rec.Attempts)).UnixMilli()
+		j.vis.queuedFrom = j.rec.RetryAt // queued again then (trace.go)
 		s.pushRetry(j)
 		return
 	}

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"fmt"
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/internal/tracing"
 	"log/slog"
 	"sync"
 	"time"
@@ -45,11 +46,12 @@ type scheduler struct {
 	seq       uint64
 	lastMilli int64 // createdAt never goes backwards, so sequence order is age order
 	fenced    error
-	out       outbox     // messages to send once mu is released (outbox.go)
-	replies   *replies   // the answers of write requests, due or not (outcome.go)
-	link      workerLink // what TASK_ASSIGN and TASK_CANCEL go through: the bus node, once serving
-	deps      dependents // jobs WAITING for parents (deps.go)
-	groups    groups     // workflows and batches (workflow.go)
+	out       outbox         // messages to send once mu is released (outbox.go)
+	replies   *replies       // the answers of write requests, due or not (outcome.go)
+	link      workerLink     // what TASK_ASSIGN and TASK_CANCEL go through: the bus node, once serving
+	deps      dependents     // jobs WAITING for parents (deps.go)
+	groups    groups         // workflows and batches (workflow.go)
+	tracer    tracing.Tracer // Config.TracerProvider's; off by default (trace.go)
 
 	fencedCh chan struct{} // closed with fenced set
 }
@@ -62,6 +64,7 @@ func newScheduler(c *Coordinator) *scheduler {
 		keys:     make(map[string]*job),
 		ready:    newReadyQueue(),
 		fencedCh: make(chan struct{}),
+		tracer:   tracing.New(c.cfg.TracerProvider),
 	}
 	s.wq = &writeQueue{s: s, cfg: &c.cfg, wake: make(chan struct{}, 1)}
 	s.note = &observer{obs: c.cfg.Observer}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/internal/tracing"
 	"github.com/jobbus/jobbus/internal/workerproto"
 	"github.com/jobbus/jobbus/worker/internal/attempts"
 )
@@ -30,12 +31,20 @@ func (w *Worker) onAssign(_ context.Context, _ bus.Address, m protocol.TaskAssig
 	ref := protocol.AttemptRef{JobID: m.JobID, AttemptID: m.AttemptID}
 	added := w.held.Add(ref) // before it starts: it may finish at once
 	w.inflight.add()
-	if !w.attempts.Start(w.attemptContext(m.JobID), &m, func(o attempts.Outcome) { // parents.go
+	ctx, sc, span := w.startAttempt(w.attemptContext(m.JobID), &m) // visibility.go; parents.go
+	if !w.attempts.Start(ctx, &m, func(o attempts.Outcome) {
 		defer w.inflight.done()
 		defer w.held.Remove(ref) // its result is acknowledged, or given up
 		w.held.Finished(ref)
+		sc.end() // its last progress and log go before its result
+		endSpan(span, o)
 		w.finished(&m, o)
 	}) {
+		sc.end()
+		if span != nil { // a duplicate, or the worker stops: it never ran
+			span.SetAttributes(tracing.AttrOutcome.String("ignored"))
+			span.End()
+		}
 		w.inflight.done()
 		if added {
 			w.held.Remove(ref)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/internal/backoff"
+	"github.com/jobbus/jobbus/internal/tracing"
 	"github.com/jobbus/jobbus/worker/internal/workercfg"
 	"github.com/jobbus/jobbus/worker/tasks"
 )
@@ -30,6 +31,7 @@ type config struct {
 	retryMax        time.Duration
 	shutdownTimeout time.Duration
 	busOpts         []bus.Option
+	tracer          tracing.Tracer // WithTracerProvider (visibility.go); off by default
 }
 
 // WithID sets the worker id (default "worker-" and 8 random hex digits). The

@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
@@ -78,6 +79,11 @@ type Worker struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	// js publishes the attempts' logs (visibility.go), made on the first record.
+	jsOnce sync.Once
+	js     jetstream.JetStream
+	jsErr  error
 }
 
 // New returns a worker whose bus node shares nc; Close leaves nc open.

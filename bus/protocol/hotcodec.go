@@ -27,7 +27,16 @@ func (m *TaskAssign) appendFast(b []byte) ([]byte, bool) {
 	b, ok3 := appendString(b, m.TaskType)
 	b = append(b, `,"payload":`...)
 	b, ok4 := appendPayload(b, m.Payload)
-	return append(b, '}'), ok1 && ok2 && ok3 && ok4
+	ok5, ok6 := true, true
+	if m.TraceParent != "" {
+		b = append(b, `,"traceparent":`...)
+		b, ok5 = appendString(b, m.TraceParent)
+	}
+	if m.TraceState != "" {
+		b = append(b, `,"tracestate":`...)
+		b, ok6 = appendString(b, m.TraceState)
+	}
+	return append(b, '}'), ok1 && ok2 && ok3 && ok4 && ok5 && ok6
 }
 
 func (m *TaskResult) appendFast(b []byte) ([]byte, bool) {
@@ -138,7 +147,7 @@ func appendPayload(b []byte, p json.RawMessage) ([]byte, bool) {
 }
 
 func (m TaskAssign) MarshalJSON() ([]byte, error) {
-	b := make([]byte, 0, 128+len(m.JobID)+len(m.AttemptID)+len(m.TaskType)+len(m.Payload))
+	b := make([]byte, 0, 128+len(m.JobID)+len(m.AttemptID)+len(m.TaskType)+len(m.Payload)+len(m.TraceParent)+len(m.TraceState))
 	if b, ok := m.appendFast(b); ok {
 		return b, nil
 	}

@@ -148,6 +148,11 @@ type TaskAssign struct {
 	AttemptNumber int             `json:"attemptNumber"`
 	TaskType      string          `json:"taskType"`
 	Payload       json.RawMessage `json:"payload"`
+	// TraceParent and TraceState (native extensions, trace.go) are the job's W3C trace
+	// context, so that the attempt's span joins the submitter's trace. The bridge
+	// leaves them out of what it writes to a spec worker.
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
 }
 
 // TaskCancel revokes an attempt.

@@ -96,10 +96,11 @@ type value struct {
 
 // The hot messages' layouts; each scan method sets the fields by their index here.
 var (
-	assignLayout = newLayout(`"TASK_ASSIGN"`, 0, field{name: "type"},
+	assignLayout = newLayout(`"TASK_ASSIGN"`, 2, field{name: "type"}, // trace context: omitempty
 		field{name: "jobId", kind: kindString}, field{name: "attemptId", kind: kindString},
 		field{name: "attemptNumber", kind: kindInt}, field{name: "taskType", kind: kindString},
-		field{name: "payload", kind: kindRaw})
+		field{name: "payload", kind: kindRaw},
+		field{name: "traceparent", kind: kindString}, field{name: "tracestate", kind: kindString})
 	resultLayout = newLayout(`"TASK_RESULT"`, 2, field{name: "type"}, // permanent, snoozeMillis: omitzero
 		field{name: "workerId", kind: kindString}, field{name: "jobId", kind: kindString},
 		field{name: "attemptId", kind: kindString}, field{name: "success", kind: kindBool},
@@ -119,7 +120,7 @@ func (m *TaskAssign) scan(data []byte) (exact, ok bool) {
 	if m.Payload != nil { // json.Unmarshal would reuse its array
 		return false, false
 	}
-	var v [6]value
+	var v [8]value
 	all, exact, ok := scanObject(data, assignLayout, v[:])
 	if !ok {
 		return false, false
@@ -129,7 +130,10 @@ func (m *TaskAssign) scan(data []byte) (exact, ok bool) {
 	v[3].integer(&m.AttemptNumber)
 	v[4].str(&m.TaskType, all)
 	v[5].raw(&m.Payload, data)
-	return exact, true
+	v[6].str(&m.TraceParent, all)
+	v[7].str(&m.TraceState, all)
+	// Encode writes the trace context when not empty, and only then.
+	return exact && (m.TraceParent != "") == v[6].set && (m.TraceState != "") == v[7].set, true
 }
 
 func (m *TaskResult) scan(data []byte) (exact, ok bool) {

@@ -58,7 +58,12 @@ func Request(ctx context.Context, nc *nats.Conn, subject string, body []byte, op
 			rid = protocol.NewRequestID()
 		}
 		opts.Fresh, opts.FirstTry, opts.MaxTry = true, SendEvery, SendEvery
-		opts.Header = nats.Header{protocol.HeaderRequestID: {rid}}
+		h := make(nats.Header, len(opts.Header)+1) // the caller's (a trace context) and the id
+		for k, v := range opts.Header {
+			h[k] = v
+		}
+		h[protocol.HeaderRequestID] = []string{rid}
+		opts.Header = h
 		opts.TryHeader, opts.TimeoutHeader = protocol.HeaderRequestTry, protocol.HeaderTimeout
 		opts.Unsure = outcomeUnknown // sent again, it finds the job if it was stored
 	case t == protocol.TypeGetJobStatus || t == protocol.TypeListWorkers:

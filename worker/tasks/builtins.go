@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jobbus/jobbus/bus/protocol/tasktype"
+	"github.com/jobbus/jobbus/internal/jobctx"
 )
 
 // Names of the built-in task types.
@@ -51,20 +52,45 @@ func builtinTasks() map[string]Task {
 }
 
 // runSleep waits on a timer rather than time.Sleep so that a cancel ends the
-// attempt at once instead of after up to ten minutes.
+// attempt at once instead of after up to ten minutes. On a native worker, a sleep of
+// at least sleepProgressFrom reports its progress every sleepProgressEvery.
 func runSleep(ctx context.Context, _ int, millis int64) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", err
 	}
-	t := time.NewTimer(time.Duration(millis) * time.Millisecond)
+	total := time.Duration(millis) * time.Millisecond
+	t := time.NewTimer(total)
 	defer t.Stop()
-	select {
-	case <-t.C:
-		return fmt.Sprintf("slept %d ms", millis), nil
-	case <-ctx.Done():
-		return "", ctx.Err()
+	var tick <-chan time.Time
+	if total >= sleepProgressFrom && jobctx.Reporting(ctx) {
+		tk := time.NewTicker(sleepProgressEvery)
+		defer tk.Stop()
+		tick = tk.C
+		jobctx.Progress(ctx, 0, fmt.Sprintf("slept 0 of %d ms", millis))
+	}
+	start := time.Now()
+	for {
+		select {
+		case <-t.C:
+			if tick != nil { // a short sleep reports nothing: a record write saved
+				jobctx.Progress(ctx, 1, fmt.Sprintf("slept %d of %d ms", millis, millis))
+			}
+			return fmt.Sprintf("slept %d ms", millis), nil
+		case now := <-tick:
+			slept := min(now.Sub(start), total)
+			jobctx.Progress(ctx, float64(slept)/float64(total), fmt.Sprintf("slept %d of %d ms", slept.Milliseconds(), millis))
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
 	}
 }
+
+// A SLEEP reports progress when it lasts at least sleepProgressFrom, every
+// sleepProgressEvery (the worker coalesces reports further).
+const (
+	sleepProgressFrom  = 500 * time.Millisecond
+	sleepProgressEvery = 100 * time.Millisecond
+)
 
 func runWordCount(_ context.Context, _ int, text string) (string, error) {
 	return strconv.Itoa(len(strings.Fields(text))), nil

@@ -52,6 +52,7 @@ func (s *Server) mux() http.Handler {
 		m.HandleFunc("GET /api/events", s.events)
 		m.HandleFunc("GET /api/jobs", s.listJobs)
 		m.HandleFunc("GET /api/jobs/{id}", s.jobDetail)
+		m.HandleFunc("GET /api/jobs/{id}/logs", s.jobLogs) // logs.go
 		m.HandleFunc("POST /api/jobs/{id}/cancel", s.guard(s.cancelJob))
 		m.HandleFunc("POST /api/jobs/{id}/resubmit", s.guard(s.resubmitJob))
 		m.HandleFunc("GET /api/workflows/{id}", s.workflowDetail) // workflow.go

@@ -269,6 +269,9 @@ async function loadJob() {
   }
   f.push(["sequence", j.seq]);
   $("j-fields").replaceChildren(...f.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { "data-field": k }, v)]));
+  renderProgress(j);
+  ui.jobActive = ACTIVE.has(j.state);
+  loadLogs(); // its last records too, once it ended
   $("j-error").textContent = j.error || "–";
   $("j-result").textContent = j.result == null ? "–" : j.result;
   let payload = "";
@@ -285,6 +288,65 @@ async function loadJob() {
   if (!hist.length) hist.push(el("tr", {}, el("td", { colspan: 5, class: "empty" }, "no changes seen yet")));
   $("j-history").replaceChildren(...hist);
 }
+
+// renderProgress shows the latest progress a handler reported (worker.Progress).
+function renderProgress(j) {
+  const box = $("j-progress");
+  if (j.progress === undefined || j.progress === null) { box.hidden = true; return; }
+  const pct = Math.max(0, Math.min(100, Math.round(j.progress * 100)));
+  box.hidden = false;
+  box.classList.toggle("done", pct >= 100);
+  box.querySelector(".bar").setAttribute("aria-valuenow", pct);
+  $("j-progress-fill").style.width = pct + "%";
+  $("j-progress-text").textContent = pct + "%" + (j.progressMessage ? " — " + j.progressMessage : "");
+}
+
+// ---- the job's log: polled while the job page shows an active job ----
+
+const LOG_LINES = 5000; // the page keeps the newest this many
+const log = { jobId: "", next: 0, chunks: new Map(), busy: false };
+
+function logLine(rec, attempt) {
+  const t = rec.time ? new Date(rec.time).toLocaleTimeString([], { hour12: false }) + "." + String(new Date(rec.time).getMilliseconds()).padStart(3, "0") : "            ";
+  const level = rec.level || "";
+  const rest = Object.entries(rec).filter(([k]) => !["time", "level", "msg", "attempt"].includes(k))
+    .map(([k, v]) => k + "=" + (typeof v === "string" ? v : JSON.stringify(v))).join(" ");
+  return el("span", { class: level }, t + " " + level.padEnd(5) + " #" + attempt + " " + (rec.msg || "") + (rest ? " " + rest : "") + "\n");
+}
+
+async function loadLogs() {
+  const id = ui.jobId;
+  if (log.busy) return;
+  if (log.jobId !== id) {
+    log.jobId = id; log.next = 0; log.chunks = new Map();
+    $("j-log").replaceChildren(el("span", { class: "muted" }, "no log records\n"));
+  }
+  log.busy = true;
+  try {
+    const page = await getJSON("/api/jobs/" + encodeURIComponent(id) + "/logs?after=" + log.next);
+    if (id !== log.jobId) return;
+    const pre = $("j-log");
+    const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+    if (page.records.length && log.next === 0) pre.replaceChildren();
+    for (const r of page.records) {
+      const want = log.chunks.has(r.attempt) ? log.chunks.get(r.attempt) : 0;
+      if (r.chunk > want) {
+        pre.append(el("span", { class: "marker" }, "… " + (r.chunk - want) + " older log chunks of attempt " + r.attempt + " dropped (a job keeps its last 1 MiB)\n"));
+      }
+      log.chunks.set(r.attempt, Math.max(want, r.chunk + 1));
+      pre.append(logLine(r.record, r.attempt));
+    }
+    while (pre.childNodes.length > LOG_LINES) pre.firstChild.remove();
+    log.next = page.next;
+    if (atBottom) pre.scrollTop = pre.scrollHeight;
+  } catch (e) {
+    $("j-log-note").textContent = "(log unavailable: " + e.message + ")";
+  } finally {
+    log.busy = false;
+  }
+}
+
+setInterval(() => { if (ui.view === "job" && ui.jobActive) loadLogs(); }, 1000);
 
 async function cancelJob(id, button) {
   if (button) button.disabled = true;

@@ -1,0 +1,55 @@
+package client
+
+import (
+	"context"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/jobbus/jobbus/internal/tracing"
+)
+
+// WithTracerProvider has the client trace each submission with a "jobbus submit" span
+// (kind producer) from tp, e.g. otel.GetTracerProvider(). Tracing is off by default.
+//
+// Whether or not the client traces, a submission whose context carries a span sends
+// its W3C trace context (a traceparent header on NATS): the job stores it, its
+// coordinator's and workers' spans join that trace, and a native handler's context
+// carries it. The TCP transport sends none (the spec's client port has no headers).
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *Client) { c.tracer = tracing.New(tp) }
+}
+
+// submitSpan starts the span of a submission of taskType; end ends it with the job's
+// id or the error.
+func (c *Client) submitSpan(ctx context.Context, taskType string) (context.Context, func(string, error)) {
+	ctx, span := c.tracer.Start(ctx, "jobbus submit", trace.WithSpanKind(trace.SpanKindProducer))
+	if !span.IsRecording() { // not sampled: its context still travels
+		return ctx, func(string, error) { span.End() }
+	}
+	span.SetAttributes(tracing.System, tracing.AttrOperation.String("create"),
+		tracing.AttrDestination.String(taskType), tracing.AttrTaskType.String(taskType))
+	return ctx, func(id string, err error) {
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		} else {
+			span.SetAttributes(tracing.AttrMessageID.String(id))
+		}
+		span.End()
+	}
+}
+
+// traceHeader is the NATS header carrying ctx's trace context, or nil without one.
+func traceHeader(ctx context.Context) nats.Header {
+	tp, ts := tracing.FromContext(ctx)
+	if tp == "" {
+		return nil
+	}
+	h := nats.Header{tracing.HeaderTraceParent: {tp}}
+	if ts != "" {
+		h[tracing.HeaderTraceState] = []string{ts}
+	}
+	return h
+}

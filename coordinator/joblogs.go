@@ -1,0 +1,79 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+)
+
+// Job logs (protocol.LogsStream) are written by workers straight to JetStream, never
+// through the coordinator: a job that floods its log costs its own worker's shipping
+// budget and its own subject's room, and no coordinator time. The coordinator only
+// makes the stream, with the bounds that make it safe:
+//
+//   - per job: the last protocol.LogChunksPerJob chunks of protocol.LogChunkBytes
+//     (MaxMsgsPerSubject, oldest first; MaxMsgSize refuses a bigger chunk), so 1 MiB;
+//   - as a whole: Config.JobLogBytes (MaxBytes, the oldest chunks of any job first);
+//   - in time: MaxAge = Retention + logAgeMargin(cfg). A chunk is written while its
+//     job runs, so it outlives the job's record by at most the margin (and readers ask
+//     for the job first: an expired job has no log); and it lasts as long as the record
+//     for a job whose attempts all fit the margin (by default every attempt's deadline
+//     and retry wait: about half an hour). Retention 0 (keep forever) keeps logs until
+//     MaxBytes pushes them out.
+//
+// One replica: a log is a diagnostic, not state, and losing it with its server costs
+// no job anything.
+
+// logAgeMargin is how much longer than the retention a log chunk is kept: at least
+// an hour, and the longest a job runs with the default timeouts (every attempt's
+// deadline and the retry waits between them).
+func logAgeMargin(cfg *Config) time.Duration {
+	return max(time.Hour, time.Duration(cfg.MaxAttempts)*(cfg.TaskTimeout+cfg.RetryMaxDelay))
+}
+
+// DefaultJobLogBytes bounds the logs stream as a whole.
+const DefaultJobLogBytes = 1 << 30
+
+// logStreamConfig is the stream of job logs for cfg.
+func logStreamConfig(cfg *Config) jetstream.StreamConfig {
+	var age time.Duration
+	if cfg.Retention > 0 {
+		age = cfg.Retention + logAgeMargin(cfg)
+	}
+	limit := cfg.JobLogBytes
+	if limit == 0 {
+		limit = DefaultJobLogBytes
+	}
+	return jetstream.StreamConfig{
+		Name:              protocol.LogsStream,
+		Description:       "jobbus job logs: one subject per job, its last 1 MiB",
+		Subjects:          []string{protocol.LogSubjectPrefix + "*"},
+		MaxMsgsPerSubject: protocol.LogChunksPerJob,
+		MaxMsgSize:        protocol.LogChunkBytes + 1024, // the chunk and its headers
+		MaxBytes:          limit,
+		MaxAge:            age,
+		Discard:           jetstream.DiscardOld,
+		Storage:           jetstream.FileStorage,
+		Replicas:          1,
+	}
+}
+
+// openLogs makes (or updates) the job logs stream. A failure is logged, not fatal:
+// jobs run without their logs kept.
+func openLogs(ctx context.Context, nc *nats.Conn, cfg *Config) {
+	if cfg.JobLogBytes < 0 {
+		return // job logs off
+	}
+	js, err := jetstream.New(nc)
+	if err == nil {
+		_, err = js.CreateOrUpdateStream(ctx, logStreamConfig(cfg))
+	}
+	if err != nil {
+		cfg.Logger.Warn("job logs are not kept: cannot make their stream", "stream", protocol.LogsStream, "err", fmt.Errorf("%w", err))
+	}
+}

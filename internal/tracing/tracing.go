@@ -1,0 +1,128 @@
+// Package tracing is jobbus's seam to OpenTelemetry: a Tracer that is off unless a
+// TracerProvider is given (and then costs a nil check per span site), the W3C trace
+// context of a job as the two strings a record and a TASK_ASSIGN carry, and the
+// provider that the standard OTEL_* environment variables configure (FromEnv).
+//
+// Span names and attributes follow OpenTelemetry's messaging conventions where they
+// fit: messaging.system "jobbus", the operation ("create", "process", "settle"), the
+// job id as messaging.message.id; the rest are jobbus.* attributes.
+package tracing
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+)
+
+// ScopeName is the instrumentation scope of jobbus's spans.
+const ScopeName = "github.com/jobbus/jobbus"
+
+// Attribute keys of jobbus's spans.
+const (
+	AttrSystem      = attribute.Key("messaging.system")
+	AttrOperation   = attribute.Key("messaging.operation.type")
+	AttrMessageID   = attribute.Key("messaging.message.id")
+	AttrDestination = attribute.Key("messaging.destination.name")
+	AttrTaskType    = attribute.Key("jobbus.task_type")
+	AttrQueue       = attribute.Key("jobbus.queue")
+	AttrPriority    = attribute.Key("jobbus.priority")
+	AttrAttempt     = attribute.Key("jobbus.attempt")
+	AttrWorker      = attribute.Key("jobbus.worker.id")
+	AttrOutcome     = attribute.Key("jobbus.outcome")
+	AttrState       = attribute.Key("jobbus.state")
+)
+
+// System is the messaging.system attribute every jobbus span carries.
+var System = AttrSystem.String("jobbus")
+
+// Tracer starts jobbus's spans, or nothing while off (its zero value).
+type Tracer struct {
+	t trace.Tracer
+}
+
+// New is the tracer of tp; a nil or no-op provider gives a tracer that is off.
+func New(tp trace.TracerProvider) Tracer {
+	switch tp.(type) {
+	case nil, noop.TracerProvider, *noop.TracerProvider:
+		return Tracer{}
+	}
+	return Tracer{t: tp.Tracer(ScopeName)}
+}
+
+// On reports whether spans are recorded at all: callers skip building attributes
+// while it is off.
+func (t Tracer) On() bool { return t.t != nil }
+
+// Start starts a span; while off it returns ctx and a span that records nothing.
+func (t Tracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	if t.t == nil {
+		return ctx, trace.SpanFromContext(ctx)
+	}
+	return t.t.Start(ctx, name, opts...)
+}
+
+var w3c = propagation.TraceContext{}
+
+// Format is the W3C traceparent and tracestate of sc ("" for an invalid one).
+func Format(sc trace.SpanContext) (traceparent, tracestate string) {
+	if !sc.IsValid() {
+		return "", ""
+	}
+	c := carrier{}
+	w3c.Inject(trace.ContextWithSpanContext(context.Background(), sc), c)
+	return c[HeaderTraceParent], c[HeaderTraceState]
+}
+
+// FromContext is the W3C trace context of the span in ctx ("" when it has none).
+func FromContext(ctx context.Context) (traceparent, tracestate string) {
+	return Format(trace.SpanContextFromContext(ctx))
+}
+
+// Parse reads a W3C trace context; an invalid or absent traceparent gives an invalid
+// SpanContext (the tracestate alone means nothing).
+func Parse(traceparent, tracestate string) trace.SpanContext {
+	if traceparent == "" {
+		return trace.SpanContext{}
+	}
+	c := carrier{HeaderTraceParent: traceparent}
+	if tracestate != "" {
+		c[HeaderTraceState] = tracestate
+	}
+	return trace.SpanContextFromContext(w3c.Extract(context.Background(), c))
+}
+
+// Valid reports whether traceparent is a usable W3C traceparent.
+func Valid(traceparent string) bool { return Parse(traceparent, "").IsValid() }
+
+// ContextWith is ctx carrying the remote span context traceparent names as the parent
+// of spans started from it; ctx itself when traceparent is empty or invalid.
+func ContextWith(ctx context.Context, traceparent, tracestate string) context.Context {
+	sc := Parse(traceparent, tracestate)
+	if !sc.IsValid() {
+		return ctx
+	}
+	return trace.ContextWithRemoteSpanContext(ctx, sc)
+}
+
+// The W3C header names, lower case as the specification writes them (NATS headers are
+// case-sensitive).
+const (
+	HeaderTraceParent = "traceparent"
+	HeaderTraceState  = "tracestate"
+)
+
+// carrier is a propagation.TextMapCarrier over the two W3C headers.
+type carrier map[string]string
+
+func (c carrier) Get(k string) string { return c[k] }
+func (c carrier) Set(k, v string)     { c[k] = v }
+func (c carrier) Keys() []string {
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	return keys
+}

@@ -1,0 +1,122 @@
+package dashboard_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/internal/jobbustest"
+	"github.com/jobbus/jobbus/internal/testkit"
+	"github.com/jobbus/jobbus/worker"
+)
+
+// chattyArgs is the payload of CHATTY: it reports progress and logs a line every
+// 100 ms, Steps times, then waits until released.
+type chattyArgs struct {
+	Steps int `json:"steps"`
+}
+
+// startChatty starts s's worker serving CHATTY, whose jobs end once release is called.
+func startChatty(t *testing.T, s *system) (release func()) {
+	t.Helper()
+	gate := make(chan struct{})
+	release = sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(release)
+	w, _ := s.StartFunctionWorker(t, func(w *worker.Worker) error {
+		return worker.HandleJSON(w, "CHATTY", func(ctx context.Context, _ int, a chattyArgs) (string, error) {
+			log := worker.Logger(ctx)
+			for i := 1; i <= a.Steps; i++ {
+				worker.Progress(ctx, float64(i)/float64(a.Steps+1), fmt.Sprintf("step %d of %d", i, a.Steps+1))
+				log.Info("working", "step", i, "rows", i*1000)
+				select {
+				case <-time.After(100 * time.Millisecond):
+				case <-ctx.Done():
+					return "", ctx.Err()
+				}
+			}
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return "", ctx.Err()
+			}
+			worker.Progress(ctx, 1, "done")
+			log.Warn("finished", "steps", a.Steps)
+			return "ok", nil
+		})
+	})
+	testkit.Eventually(t, waitFor, "worker listed", func() bool { return jobbustest.WorkerListed(s.cl, w.ID()) })
+	return release
+}
+
+// TestJobLogsAPI: GET /api/jobs/{id}/logs hands the job's log records after a stream
+// sequence, and the next sequence to ask after.
+func TestJobLogsAPI(t *testing.T) {
+	t.Parallel()
+	s := start(t, false, nil)
+	release := startChatty(t, s)
+	id := s.submit(t, "CHATTY", chattyArgs{Steps: 3})
+	var page struct {
+		Records []struct {
+			Attempt int `json:"attempt"`
+			Record  struct {
+				Msg  string `json:"msg"`
+				Step int    `json:"step"`
+			} `json:"record"`
+		} `json:"records"`
+		Next uint64 `json:"next"`
+	}
+	testkit.Eventually(t, waitFor, "three records", func() bool {
+		return getJSON(t, s.url+"/api/jobs/"+id+"/logs", &page) == http.StatusOK && len(page.Records) == 3
+	})
+	for i, r := range page.Records {
+		if r.Attempt != 1 || r.Record.Msg != "working" || r.Record.Step != i+1 {
+			t.Fatalf("record %d: %+v", i, r)
+		}
+	}
+	release()
+	if j, err := s.cl.Wait(context.Background(), id); err != nil || j.State != protocol.StateCompleted {
+		t.Fatalf("job: %+v %v", j, err)
+	}
+	after := page.Next
+	if code := getJSON(t, fmt.Sprintf("%s/api/jobs/%s/logs?after=%d", s.url, id, after), &page); code != http.StatusOK {
+		t.Fatalf("GET logs after %d: %d", after, code)
+	}
+	if len(page.Records) != 1 || page.Records[0].Record.Msg != "finished" || page.Next <= after {
+		t.Fatalf("records after %d: %+v (next %d)", after, page.Records, page.Next)
+	}
+	if code := getJSON(t, s.url+"/api/jobs/no.such/logs", &page); code != http.StatusNotFound {
+		t.Fatalf("logs of a bad id: %d, want 404", code)
+	}
+}
+
+// TestJobPageShowsProgressAndLiveLog: the job page of a running job shows its
+// handler's progress as a bar and its log as it is written, without a reload, and the
+// last of both once it completed.
+func TestJobPageShowsProgressAndLiveLog(t *testing.T) {
+	browser := startBrowser(t)
+	shots := screenshotDir(t)
+	s := start(t, false, nil)
+	release := startChatty(t, s)
+	id := s.submit(t, "CHATTY", chattyArgs{Steps: 6})
+
+	tb := openTab(t, browser, s.url, shots)
+	tb.open("#/job/" + id)
+	tb.eval(`window.__notReloaded = "yes"`)
+	tb.until("the job page to show RUNNING", `document.querySelector('[data-field="state"] .RUNNING') !== null`)
+	tb.until("a progress bar", `!document.getElementById("j-progress").hidden && parseFloat(document.getElementById("j-progress-fill").style.width) > 0`)
+	tb.until("the log growing live", `document.getElementById("j-log").textContent.includes("working") && document.getElementById("j-log").textContent.includes("step=6")`)
+	tb.until("the progress text", `document.getElementById("j-progress-text").textContent.includes("step 6 of 7")`)
+	tb.screenshot("job-progress-log")
+	release()
+	tb.until("the page to show COMPLETED", `document.querySelector('[data-field="state"] .COMPLETED') !== null`)
+	tb.until("the last progress", `document.getElementById("j-progress-text").textContent === "100% — done"`)
+	tb.until("the last log record", `document.getElementById("j-log").textContent.includes("finished")`)
+	if got := tb.eval(`window.__notReloaded`); got != "yes" {
+		t.Errorf("the page reloaded (marker %q)", got)
+	}
+	tb.noConsoleErrors()
+}

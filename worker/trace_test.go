@@ -1,0 +1,219 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/client"
+	"github.com/jobbus/jobbus/coordinator"
+	"github.com/jobbus/jobbus/internal/jobbustest"
+	"github.com/jobbus/jobbus/internal/testkit"
+	"github.com/jobbus/jobbus/worker"
+)
+
+// seen is what a handler's context carried, per attempt.
+type seen struct {
+	mu  sync.Mutex
+	ctx map[int]trace.SpanContext
+}
+
+func (s *seen) put(attempt int, sc trace.SpanContext) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ctx[attempt] = sc
+}
+
+func (s *seen) get(attempt int) trace.SpanContext {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ctx[attempt]
+}
+
+// flakySetup starts a system whose coordinator and worker trace into tp (nil: off),
+// with a worker serving FLAKY: it fails its first attempt and succeeds the next,
+// noting the span context its handler's context carries.
+func flakySetup(t *testing.T, tp trace.TracerProvider) (*jobbustest.System, *seen, string) {
+	t.Helper()
+	sys := jobbustest.Start(t, jobbustest.WithCoordinatorConfig(func(c *coordinator.Config) { c.TracerProvider = tp }))
+	got := &seen{ctx: map[int]trace.SpanContext{}}
+	w, _ := sys.StartFunctionWorker(t, func(w *worker.Worker) error {
+		return w.Handle("FLAKY", func(ctx context.Context, attempt int, _ json.RawMessage) (string, error) {
+			got.put(attempt, trace.SpanContextFromContext(ctx))
+			worker.Progress(ctx, 0.5, "half way")
+			worker.Logger(ctx).Info("trying", "attempt", attempt)
+			if attempt == 1 {
+				return "", errors.New("first attempt fails")
+			}
+			return "ok", nil
+		})
+	}, worker.WithTracerProvider(tp))
+	cl := client.New(sys.NC)
+	testkit.Eventually(t, 15*time.Second, "worker listed", func() bool { return jobbustest.WorkerListed(cl, w.ID()) })
+	return sys, got, w.ID()
+}
+
+// TestTraceFromClientToWorkerAndBack: one trace holds the client's submit span and,
+// as its children, the coordinator's admission, store, queued and result spans and
+// the worker's attempt spans: a retried job's two attempts are siblings, each with
+// its number, worker and outcome, and each handler's context carries its attempt's
+// span.
+func TestTraceFromClientToWorkerAndBack(t *testing.T) {
+	t.Parallel()
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	sys, got, workerID := flakySetup(t, tp)
+	cl := client.New(sys.NC, client.WithTracerProvider(tp))
+
+	ctx, root := tp.Tracer("test").Start(context.Background(), "test request")
+	id, err := cl.Submit(ctx, "FLAKY", map[string]any{}, client.MaxAttempts(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root.End()
+	if job, err := cl.Wait(context.Background(), id); err != nil || job.State != protocol.StateCompleted || job.Attempts != 2 {
+		t.Fatalf("job %s: %+v, %v; want COMPLETED after 2 attempts", id, job, err)
+	}
+	// The last result span ends once its write is durable, after the job's state is.
+	var spans tracetest.SpanStubs
+	testkit.Eventually(t, 10*time.Second, "spans exported", func() bool {
+		spans = exp.GetSpans()
+		return len(named(spans, "jobbus result")) == 2 && len(named(spans, "jobbus store")) == 1
+	})
+
+	submit := one(t, spans, "jobbus submit")
+	if submit.Parent.SpanID() != root.SpanContext().SpanID() || submit.SpanKind != trace.SpanKindProducer {
+		t.Fatalf("submit span: parent %s kind %s, want the test's span and producer", submit.Parent.SpanID(), submit.SpanKind)
+	}
+	if attr(submit, "messaging.message.id") != id || attr(submit, "messaging.system") != "jobbus" {
+		t.Fatalf("submit span attributes %v", submit.Attributes)
+	}
+	for _, s := range spans {
+		if s.SpanContext.TraceID() != root.SpanContext().TraceID() {
+			t.Fatalf("span %q is in trace %s, want the test's %s", s.Name, s.SpanContext.TraceID(), root.SpanContext().TraceID())
+		}
+	}
+	childOfSubmit := func(name string, n int) tracetest.SpanStubs {
+		t.Helper()
+		ss := named(spans, name)
+		if len(ss) != n {
+			t.Fatalf("%d %q spans, want %d", len(ss), name, n)
+		}
+		for _, s := range ss {
+			if s.Parent.SpanID() != submit.SpanContext.SpanID() {
+				t.Fatalf("%q span's parent is %s, want the submit span %s", name, s.Parent.SpanID(), submit.SpanContext.SpanID())
+			}
+		}
+		return ss
+	}
+	childOfSubmit("jobbus admit", 1)
+	childOfSubmit("jobbus store", 1)
+	for i, q := range byAttempt(childOfSubmit("jobbus queued", 2)) {
+		if attr(q, "jobbus.queue") != "default" || attr(q, "jobbus.priority") != "NORMAL" || attr(q, "jobbus.worker.id") != workerID {
+			t.Fatalf("queued span of attempt %d: %v", i+1, q.Attributes)
+		}
+	}
+	attempts := byAttempt(childOfSubmit("jobbus attempt", 2)) // siblings, under the submit span
+	for i, want := range []string{"failure", "success"} {
+		a := attempts[i]
+		if attr(a, "jobbus.outcome") != want || attr(a, "jobbus.worker.id") != workerID || a.SpanKind != trace.SpanKindConsumer {
+			t.Fatalf("attempt %d span: %v kind %s; want outcome %s on %s", i+1, a.Attributes, a.SpanKind, want, workerID)
+		}
+		if sc := got.get(i + 1); sc.SpanID() != a.SpanContext.SpanID() {
+			t.Fatalf("attempt %d's handler context carried span %s, want its attempt span %s", i+1, sc.SpanID(), a.SpanContext.SpanID())
+		}
+	}
+	results := byAttempt(childOfSubmit("jobbus result", 2))
+	for i, want := range []protocol.State{protocol.StateRetryWait, protocol.StateCompleted} {
+		if attr(results[i], "jobbus.state") != string(want) {
+			t.Fatalf("result span of attempt %d: %v, want state %s", i+1, results[i].Attributes, want)
+		}
+	}
+}
+
+// TestTraceparentHeaderReachesTheHandler: a submission over the plain NATS API with a
+// traceparent header makes a job whose handler's context carries that trace, with
+// tracing off everywhere.
+func TestTraceparentHeaderReachesTheHandler(t *testing.T) {
+	t.Parallel()
+	sys, got, _ := flakySetup(t, nil)
+	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	msg := nats.NewMsg(protocol.APIPrefix + ".submit")
+	msg.Header.Set("traceparent", "00-"+traceID+"-"+parentID+"-01")
+	msg.Data = []byte(`{"type":"SUBMIT_JOB","taskType":"FLAKY","payload":{},"maxAttempts":2}`)
+	reply, err := sys.NC.RequestMsg(msg, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := protocol.Decode(reply.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, ok := m.(*protocol.JobSubmitted)
+	if !ok {
+		t.Fatalf("reply %s", reply.Data)
+	}
+	cl := client.New(sys.NC)
+	if job, err := cl.Wait(context.Background(), sub.JobID); err != nil || job.State != protocol.StateCompleted {
+		t.Fatalf("job: %+v, %v", job, err)
+	}
+	for attempt := 1; attempt <= 2; attempt++ {
+		sc := got.get(attempt)
+		if sc.TraceID().String() != traceID || sc.SpanID().String() != parentID || !sc.IsRemote() {
+			t.Fatalf("attempt %d's handler context: trace %s span %s remote %v; want the header's %s/%s",
+				attempt, sc.TraceID(), sc.SpanID(), sc.IsRemote(), traceID, parentID)
+		}
+	}
+}
+
+func named(spans tracetest.SpanStubs, name string) tracetest.SpanStubs {
+	var out tracetest.SpanStubs
+	for _, s := range spans {
+		if s.Name == name {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func one(t *testing.T, spans tracetest.SpanStubs, name string) tracetest.SpanStub {
+	t.Helper()
+	ss := named(spans, name)
+	if len(ss) != 1 {
+		t.Fatalf("%d %q spans, want 1", len(ss), name)
+	}
+	return ss[0]
+}
+
+func attr(s tracetest.SpanStub, key string) string {
+	for _, a := range s.Attributes {
+		if string(a.Key) == key {
+			return a.Value.String()
+		}
+	}
+	return ""
+}
+
+// byAttempt orders spans by their jobbus.attempt, from 1.
+func byAttempt(spans tracetest.SpanStubs) tracetest.SpanStubs {
+	out := make(tracetest.SpanStubs, len(spans))
+	for _, s := range spans {
+		var n int
+		_, _ = fmt.Sscan(attr(s, "jobbus.attempt"), &n)
+		if n >= 1 && n <= len(out) {
+			out[n-1] = s
+		}
+	}
+	return out
+}
