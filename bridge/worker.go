@@ -266,7 +266,7 @@ func (s *workerSession) relay(want protocol.Type) bus.HandlerFunc {
 		case <-ctx.Done():
 			return nil, nil
 		}
-		if s.out.send(data) {
+		if s.out.send(data) && s.log.Enabled(ctx, slog.LevelDebug) { // unguarded, its argument is boxed on every frame
 			s.log.Debug("frame queued", "type", want)
 		}
 		if want == protocol.TypeTaskCancel {
@@ -428,7 +428,9 @@ func (s *workerSession) deliver(res *protocol.TaskResult, encoded []byte, size i
 		s.log.Warn("result abandoned", "job", res.JobID, "attempt", res.AttemptID, "err", err, "tries", tries)
 		return
 	}
-	s.log.Debug("result delivered", "job", res.JobID, "attempt", res.AttemptID, "accepted", ack.Accepted, "tries", tries)
+	if s.log.Enabled(context.Background(), slog.LevelDebug) { // unguarded, every result's arguments are boxed
+		s.log.Debug("result delivered", "job", res.JobID, "attempt", res.AttemptID, "accepted", ack.Accepted, "tries", tries)
+	}
 }
 
 // leave ends the session's life as the worker: it stops serving the worker's bus

@@ -68,6 +68,7 @@ Example:
 			&cli.BoolFlag{Name: "json", Usage: "print the results as one JSON object", EnvVars: env("bench-json")},
 			&cli.BoolFlag{Name: "metrics", Usage: "in-process system: collect Prometheus metrics and scrape them every second, as serve does", EnvVars: env("bench-metrics")},
 			&cli.BoolFlag{Name: "custom", Usage: "submit " + benchCustomType + " jobs (SHA256's work as a task type the workers declare, with a JSON Schema) instead of SHA256; native transport only", EnvVars: env("bench-custom")},
+			benchQueuesFlag(), benchKeysFlag(), // bench_queues.go
 			&cli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile of the run to this file (go tool pprof)", EnvVars: env("bench-cpuprofile")},
 			&cli.StringFlag{Name: "memprofile", Usage: "write a profile of the run's heap allocations to this file (go tool pprof -sample_index alloc_space)", EnvVars: env("bench-memprofile")},
 		}, append(scheduledBenchFlags(), progressFloodFlags()...)...), // bench_scheduled.go, bench_flood.go
@@ -79,6 +80,10 @@ Example:
 type benchSystem struct {
 	clients []*client.Client
 	close   func()
+	// queues and keys spread the jobs over named queues and concurrency keys
+	// (bench_queues.go); none by default.
+	queues []string
+	keys   int
 	// nc, when set, reaches the system's NATS: the idle run watches completions on it.
 	nc *nats.Conn
 	// probe sees the in-process workers start jobs; nil for a system bench did not build.
@@ -141,6 +146,9 @@ func bench(c *cli.Context) error {
 	}
 	defer sys.close()
 	sys.taskType = taskType
+	if err := sys.useQueues(ctx, c); err != nil { // bench_queues.go
+		return exitErr(err)
+	}
 	out := c.App.Writer
 	asJSON := c.Bool("json")
 	if !asJSON {
@@ -288,6 +296,10 @@ func dialClients(ctx context.Context, n int, dial func() (*client.Client, error)
 // fsync every job write, a group at a time, before anything depends on it.
 func inProcessSystem(ctx context.Context, c *cli.Context, transport string, syncOpts []embeddednats.Option, probe *startProbe, flood *progressFlood) (*benchSystem, error) {
 	workers, capacity := c.Int("workers"), c.Int("worker-capacity")
+	qs, err := benchQueues(c)
+	if err != nil {
+		return nil, err
+	}
 	cfg := coordinator.DefaultConfig()
 	cfg.MaxActiveJobs = 1 << 30
 	cfg.MaxScheduledJobs = 1 << 30
@@ -318,7 +330,7 @@ func inProcessSystem(ctx context.Context, c *cli.Context, transport string, sync
 		// process, so that both transports pay for their sockets.
 		scfg.Workers = system.Workers{Count: workers, Dial: true,
 			Options: func() []worker.Option {
-				return []worker.Option{worker.WithCapacity(capacity), worker.WithLogger(nil), worker.WithTasks(probe.tasks()), worker.WithTracerProvider(tp)}
+				return []worker.Option{worker.WithCapacity(capacity), worker.WithLogger(nil), worker.WithTasks(probe.tasks()), worker.WithTracerProvider(tp), worker.WithQueues(qs...)}
 			},
 			Setup: func(w *worker.Worker) error {
 				return errors.Join(worker.HandleJSON(w, benchCustomType, probe.custom), flood.handle(w)) // bench_flood.go
@@ -349,7 +361,7 @@ func inProcessSystem(ctx context.Context, c *cli.Context, transport string, sync
 		var wg sync.WaitGroup
 		cleanups = append(cleanups, func() { stopWorkers(); wg.Wait() })
 		for range workers {
-			w, err := tcpworker.New(br.WorkerAddr().String(), tcpworker.WithCapacity(capacity), tcpworker.WithLogger(nil), tcpworker.WithTasks(probe.tasks()))
+			w, err := tcpworker.New(br.WorkerAddr().String(), tcpworker.WithCapacity(capacity), tcpworker.WithLogger(nil), tcpworker.WithTasks(probe.tasks()), tcpworker.WithQueues(qs...))
 			if err != nil {
 				return fail(err)
 			}
@@ -406,7 +418,7 @@ func runBench(ctx context.Context, sys *benchSystem, n, first int, progress func
 					return
 				}
 				t0 := time.Now()
-				id, err := cl.Submit(ctx, sys.taskType, benchPayload(first+k))
+				id, err := cl.Submit(ctx, sys.taskType, benchPayload(first+k), sys.submitOptions(first+k)...)
 				if err != nil {
 					errs <- err
 					return

@@ -39,8 +39,10 @@ var globalsOf = map[string][]string{
 	"jobs":        slices.Concat(natsGlobals, connectGlobal),
 	"workers":     slices.Concat(natsGlobals, connectGlobal),
 	"types":       slices.Concat(natsGlobals, connectGlobal),
+	"queue":       slices.Concat(natsGlobals, connectGlobal),
 	"watch":       slices.Concat(natsGlobals, connectGlobal),
 	"cluster":     natsGlobals,
+	"schedule":    slices.Concat(natsGlobals, connectGlobal),
 }
 
 // globalFlags are the flags every command takes, before or after its name. Each call

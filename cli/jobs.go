@@ -27,10 +27,12 @@ func clientCommands() []*cli.Command {
 		jobsCommand(),
 		workersCommand(),
 		typesCommand(),
+		queueCommand(),
 		watchCommand(),
 		logsCommand(), // logs.go
 		clusterCommand(),
 		workflowCommand(), // workflow.go
+		scheduleCommand(),
 	}
 }
 

@@ -145,6 +145,7 @@ func (p *printer) job(j protocol.Job) error {
 		rows = slices.Insert(rows, 8, [2]string{"PROGRESS", oneLine(strings.TrimSpace(t))})
 	}
 	rows = append(rows, workflowRows(j)...) // workflow.go
+	rows = append(rows, scheduleRows(j)...) // schedules.go
 	for _, r := range rows {
 		if r[0] == "DUE" && r[1] == "-" {
 			continue // a job that never waited for a time

@@ -115,6 +115,17 @@ func TestExampleConfigPermissions(t *testing.T) {
 			t.Errorf("reader's %s: exit %d, stdout %q, stderr %q; want exit 1 and NATS's permissions violation", args[0], code, out, errs)
 		}
 	}
+	// Schedules: the submitter manages them, the reader lists them only.
+	if code, _, errs := submitter("schedule", "add", "nightly", "--cron", "0 0 3 * * *", "sha256", "--text", "n"); code != cli.ExitOK {
+		t.Fatalf("submitter's schedule add: exit %d %s", code, errs)
+	}
+	if code, out, errs := reader("schedule", "ls"); code != cli.ExitOK || !strings.Contains(out, "nightly") {
+		t.Errorf("reader's schedule ls: exit %d\n%s%s", code, out, errs)
+	}
+	code, out, errs = reader("schedule", "pause", "nightly")
+	if code != cli.ExitError || !strings.Contains(errs, `Permissions Violation for Publish to "jobbus.api.schedule.pause"`) {
+		t.Errorf("reader's schedule pause: exit %d, stdout %q, stderr %q; want exit 1 and NATS's permissions violation", code, out, errs)
+	}
 }
 
 // TestExampleConfigRoles: with docs/nats-server.conf, a worker whose user is its id

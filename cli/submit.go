@@ -62,6 +62,7 @@ Examples:
    jobbus submit TEXT_REVERSE --payload '{"text":"hello"}' --wait
    jobbus submit sha256 --text later --in 10m
    jobbus submit sha256 --text merry --at 2026-12-24T09:00:00Z
+   jobbus submit SLEEP --milliseconds 100 --queue low --key-concurrency customer-42
    jobbus submit sha256 --text done --after 0b7c2f0e-8a41-4d7e-9b43-3f6a1c2d9e10`,
 		Flags: append([]cli.Flag{
 			&cli.Int64Flag{Name: "milliseconds", Usage: "SLEEP: durationMillis, 0..600000", EnvVars: submitEnv("milliseconds")},
@@ -72,6 +73,7 @@ Examples:
 			&cli.IntFlag{Name: "max-attempts", Usage: "attempts before the job fails (0: the coordinator's default)", EnvVars: submitEnv("max-attempts")},
 			&cli.StringFlag{Name: "priority", Usage: "high, normal or low (default normal)", EnvVars: submitEnv("priority")},
 			&cli.StringFlag{Name: "idempotency-key", Usage: "submit at most once under this key: a repeat returns the first job's id", EnvVars: submitEnv("idempotency-key")},
+			queueFlag(), keyConcurrencyFlag(), // queues.go
 			&cli.IntFlag{Name: "submit-retries", Usage: "retry an overload rejection this many times", EnvVars: env("submit-retries")},
 			&cli.Int64Flag{Name: "submit-retry-base-millis", Value: 200, Usage: "first retry delay (full jitter, doubling)", EnvVars: env("submit-retry-base-millis")},
 			&cli.Int64Flag{Name: "submit-retry-max-millis", Value: 5000, Usage: "longest retry delay", EnvVars: env("submit-retry-max-millis")},
@@ -235,7 +237,7 @@ func submitOptions(c *cli.Context) ([]client.SubmitOption, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append(append(opts, after...), later...), nil
+	return queueOptions(c, append(append(opts, after...), later...)) // queues.go
 }
 
 func parsePriority(s string) (protocol.Priority, error) {

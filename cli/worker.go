@@ -3,11 +3,13 @@ package cli
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/jobbus/jobbus/bus"
+	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/embeddednats"
 	"github.com/jobbus/jobbus/worker"
 	"github.com/jobbus/jobbus/worker/tcpworker"
@@ -24,8 +26,14 @@ port: it registers, heartbeats every --heartbeat-interval-millis (2 s), and afte
 running tasks, waits --reconnect-delay-millis and registers again. Task types of your own
 are served by a worker you write: docs/task-types.md.
 
+--queues names the queues it serves and their weights: while all have jobs, each gets its
+weight's share of the worker's starts (6:3:1 is 60/30/10); --strict-queues takes them in the
+order given instead. Without --queues it serves the queue "default".
+
 Example:
    jobbus --nats nats://127.0.0.1:4222 worker --capacity 8
+   jobbus worker --queues critical=6,default=3,low=1
+   jobbus worker --queues critical,default --strict-queues
    jobbus worker --connect 127.0.0.1:7070 --id edge-1`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "id", Usage: "worker id (default worker-<8 hex>)", EnvVars: env("id")},
@@ -33,6 +41,8 @@ Example:
 			&cli.StringFlag{Name: "connect", Usage: "a bridge's worker port (host:7070): run as a spec TCP worker", EnvVars: env("worker-connect"), Destination: &connect},
 			millisFlag("heartbeat-interval-millis", worker.DefaultHeartbeat, "how often the worker heartbeats; keep it well under the coordinator's --heartbeat-timeout-millis"),
 			millisFlag("reconnect-delay-millis", tcpworker.DefaultReconnectDelay, "with --connect: wait this long before dialling again"),
+			&cli.StringFlag{Name: "queues", Usage: "queues served, with weights: critical=6,default=3,low=1 (default: default)", EnvVars: env("worker-queues")},
+			&cli.BoolFlag{Name: "strict-queues", Usage: "take the --queues in the order given (a queue only while those before it have nothing to start) instead of by weight", EnvVars: env("strict-queues")},
 			shutdownGraceFlag(),
 		},
 		Action: func(c *cli.Context) error {
@@ -68,7 +78,12 @@ Example:
 }
 
 func tcpWorkerRunner(c *cli.Context, log *slog.Logger, addr string) (func(context.Context) error, error) {
+	qs, err := workerQueues(c)
+	if err != nil {
+		return nil, err
+	}
 	opts := []tcpworker.Option{
+		tcpworker.WithQueues(qs...), tcpworker.WithStrictQueues(c.Bool("strict-queues")),
 		tcpworker.WithCapacity(c.Int("capacity")),
 		tcpworker.WithHeartbeat(millis(c, "heartbeat-interval-millis")),
 		tcpworker.WithReconnectDelay(millis(c, "reconnect-delay-millis")),
@@ -86,7 +101,12 @@ func tcpWorkerRunner(c *cli.Context, log *slog.Logger, addr string) (func(contex
 }
 
 func nativeWorkerRunner(ctx context.Context, c *cli.Context, log *slog.Logger) (run, drain func(context.Context) error, _ error) {
+	qs, err := workerQueues(c)
+	if err != nil {
+		return nil, nil, err
+	}
 	opts := []worker.Option{
+		worker.WithQueues(qs...), worker.WithStrictQueues(c.Bool("strict-queues")),
 		worker.WithCapacity(c.Int("capacity")),
 		worker.WithHeartbeat(millis(c, "heartbeat-interval-millis")),
 		worker.WithLogger(log),
@@ -114,4 +134,20 @@ func nativeWorkerRunner(ctx context.Context, c *cli.Context, log *slog.Logger) (
 		defer w.Close()
 		return w.Run(ctx)
 	}, w.Drain, nil
+}
+
+// workerQueues reads --queues and --strict-queues: nil for none (the default queue).
+func workerQueues(c *cli.Context) ([]protocol.QueueWeight, error) {
+	spec := c.String("queues")
+	if spec == "" {
+		if c.Bool("strict-queues") {
+			return nil, errors.New("--strict-queues needs --queues (the order to take them in)")
+		}
+		return nil, nil
+	}
+	qs, err := protocol.ParseQueueWeights(spec)
+	if err != nil {
+		return nil, fmt.Errorf("--queues: %w", err)
+	}
+	return qs, nil
 }

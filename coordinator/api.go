@@ -252,7 +252,8 @@ func errorCode(e *protocol.Error) int {
 		return 503
 	case strings.HasPrefix(e.Message, protocol.OutcomeUnknownPrefix):
 		return 504
-	case strings.HasPrefix(e.Message, protocol.UnknownJob("").Message):
+	case strings.HasPrefix(e.Message, protocol.UnknownJob("").Message),
+		strings.HasPrefix(e.Message, protocol.UnknownSchedulePrefix), protocol.IsUnknownQueue(e.Message):
 		return 404
 	}
 	return 400
@@ -270,6 +271,9 @@ type request struct {
 	due time.Duration
 	// The W3C trace context it carries, if any (trace.go).
 	traceParent, traceState string
+	// schedule names the schedule whose tick submits the job (schedules.go); "": a
+	// client's submission.
+	schedule string
 }
 
 func (a *api) sentBy(h nats.Header) request {
@@ -303,6 +307,11 @@ func (a *api) serveRequest(data []byte, from request, want protocol.Type, reply 
 		a.sched.cancelJob(m.JobID, from.due, reply)
 	case *protocol.ListTaskTypes:
 		reply(a.sched.taskTypeList())
+	case *protocol.AddSchedule, *protocol.ListSchedules, *protocol.PauseSchedule, *protocol.ResumeSchedule,
+		*protocol.RemoveSchedule, *protocol.TriggerSchedule:
+		a.sched.sch.serve(m, reply) // schedules.go
+	case *protocol.ListQueues, *protocol.PauseQueue, *protocol.ResumeQueue, *protocol.SetQueue:
+		a.serveQueues(m, from, reply) // queueapi.go
 	default:
 		a.serveWorkflow(msg, from, reply) // workflow_api.go
 	}

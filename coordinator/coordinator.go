@@ -100,6 +100,11 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The schedules' due ticks are submitted once recovery has bound every key.
+	if err := c.sched.sch.start(ctx); err != nil {
+		c.Close()
+		return fmt.Errorf("coordinator: %w", err)
+	}
 	// What recovery found, read before serving: the first requests change it.
 	recovered := append(c.sched.recovered(), "term", c.term)
 	if err := c.api.serve(); err != nil {
@@ -144,6 +149,11 @@ func (c *Coordinator) open(ctx context.Context) (context.Context, error) {
 	}
 	c.opened = true
 	c.goRun(func() { c.sched.committer(runCtx) })
+	// Queue settings first: a queue paused stays paused from the first job recovered.
+	if err := c.sched.loadQueues(ctx); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("coordinator: %w", err)
+	}
 	if err := c.sched.recover(ctx); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("coordinator: recover: %w", err)
@@ -155,6 +165,7 @@ func (c *Coordinator) open(ctx context.Context) (context.Context, error) {
 func (c *Coordinator) Close() error {
 	c.closed.Do(func() {
 		c.api.stop()
+		c.sched.sch.stop()
 		if c.cancel != nil {
 			c.sched.drainWrites(2 * time.Second)
 		}

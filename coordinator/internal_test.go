@@ -108,6 +108,29 @@ func queuedJob(seq uint64, p protocol.Priority, createdAt int64, task string) *j
 	return &job{rec: protocol.Record{JobID: fmt.Sprint(seq), Seq: seq, Priority: p, CreatedAt: createdAt, TaskType: task, State: protocol.StateQueued}}
 }
 
+// best returns the job to run next among the task types runnable accepts, as dispatch
+// chooses within one queue (dispatch.go's offer, without workers and limits).
+func (r *readyQueue) best(now time.Time, aging time.Duration, runnable func(taskType string) bool) *job {
+	var best *job
+	bestEff := -1
+	for _, q := range r.queues {
+		for taskType, tl := range q.byType {
+			if !runnable(taskType) {
+				continue
+			}
+			kl := tl.front(0)
+			if kl == nil {
+				continue
+			}
+			j, eff := kl.best(now, aging)
+			if j != nil && (eff > bestEff || (eff == bestEff && waitedLonger(j, best))) {
+				best, bestEff = j, eff
+			}
+		}
+	}
+	return best
+}
+
 func TestReadyQueueOrder(t *testing.T) {
 	t.Parallel()
 	now := time.UnixMilli(10 * 60_000)

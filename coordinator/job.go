@@ -34,6 +34,7 @@ type job struct {
 	waiters  []waiter
 	queueGen uint64 // invalidates stale entries in the ready queue
 	inQueue  bool
+	lane     *keyLane // while inQueue: where it waits (queue.go)
 
 	seen     protocol.State // the state last reported to the Observer
 	writes   int            // durable writes, for the Observer

@@ -57,6 +57,11 @@ func (s *scheduler) submit(req *protocol.SubmitJob, from request, reply replyFun
 		reply(validationError(req.TaskType, err))
 		return
 	}
+	if perr := s.route.queueFields(req); perr != nil { // dispatch.go
+		s.note.submitted(SubmitInvalid)
+		reply(perr)
+		return
+	}
 	maxAttempts := req.MaxAttempts
 	if maxAttempts <= 0 {
 		maxAttempts = s.route.defaultMaxAttempts(req.TaskType)
@@ -127,6 +132,7 @@ func (s *scheduler) submit(req *protocol.SubmitJob, from request, reply replyFun
 		}
 	}
 	j := s.newJob(id, req, maxAttempts, prio, key, fp)
+	j.rec.Schedule = from.schedule // the schedule whose tick this is (schedules.go), or none
 	switch {
 	case len(req.After) > 0:
 		j.rec.After, j.rec.AfterAnyEnd = req.After, req.AfterAnyEnd
@@ -222,6 +228,8 @@ func (s *scheduler) newJob(id string, req *protocol.SubmitJob, maxAttempts int, 
 		CreatedAt:      now,
 		IdempotencyKey: key,
 		Fingerprint:    fp,
+		Queue:          req.Queue,
+		ConcurrencyKey: req.ConcurrencyKey,
 	}}
 	s.jobs[j.rec.JobID] = j
 	s.kept.index.add(j.rec.Seq, j.rec.JobID, j.rec.State, "", j)
@@ -229,24 +237,29 @@ func (s *scheduler) newJob(id string, req *protocol.SubmitJob, maxAttempts int, 
 		s.keys[key] = j
 	}
 	s.active++
+	s.ready.queue(req.Queue).used = true // a queue exists from its first job (queue.go)
 	return j
 }
 
-// schedule assigns queued jobs while some worker has a free slot for them. Called with
-// the scheduler's mu held.
+// schedule assigns queued jobs while some worker has a free slot for them
+// (dispatch.go). Called with the scheduler's mu held.
 func (s *scheduler) schedule() {
-	if s.fenced != nil || !s.lease.held() {
+	if s.fenced != nil || !s.lease.held() || s.ready.size == 0 {
 		return
 	}
+	now := s.now()
+	s.ready.round++
+	round := s.ready.round
 	for s.ready.size > 0 {
-		now := s.now()
-		j := s.ready.best(now, s.cfg.AgingStep, func(taskType string) bool {
-			return s.route.runnable(taskType) && s.admitted("", taskType, now)
-		})
-		if j == nil {
+		w := s.reg.freest(round)
+		if w == nil {
 			return
 		}
-		w := s.reg.pickWorker(j.rec.TaskType)
+		j := s.jobFor(w, now)
+		if j == nil {
+			w.idleRound = round
+			continue
+		}
 		s.ready.pop(j)
 		s.assign(j, w)
 	}
@@ -267,7 +280,8 @@ func (s *scheduler) admitted(queue, taskType string, now time.Time) bool {
 func (s *scheduler) assign(j *job, w *worker) {
 	now := s.now()
 	queuedSince := j.queuedSince()
-	s.flow.started(j.rec.Queue, j.rec.TaskType, now)
+	s.flow.started(queueOf(j), j.rec.TaskType, now)
+	s.ready.queue(queueOf(j)).startedAt(now)
 	j.rec.State = protocol.StateRunning
 	j.rec.Attempts++
 	j.rec.AttemptID = newID()
@@ -283,7 +297,9 @@ func (s *scheduler) assign(j *job, w *worker) {
 	heap.Push(&s.deadlines, j)
 	j.clearProgress() // the new attempt's own, once it reports
 	s.markDirty(j, nil)
-	s.log.Debug("job assigned", "job", j.rec.JobID, "attempt", j.rec.Attempts, "worker", w.id)
+	if s.debugging() { // hotlog.go
+		s.log.Debug("job assigned", "job", j.rec.JobID, "attempt", j.rec.Attempts, "worker", w.id)
+	}
 	s.traceQueued(j, queuedSince, w.id)
 	m := &protocol.TaskAssign{
 		JobID:         j.rec.JobID,
@@ -325,7 +341,7 @@ func (s *scheduler) assign(j *job, w *worker) {
 // in the peers' benchmark). Its submitter and its worker both hear once that write is
 // durable. Called with the scheduler's mu held.
 func (s *scheduler) assignAtOnce(j *job) {
-	if s.ready.size > 0 || j.rec.State != protocol.StateQueued || s.jobs[j.rec.JobID] != j {
+	if s.ready.waiting(queueOf(j)) || j.rec.State != protocol.StateQueued || s.jobs[j.rec.JobID] != j {
 		return
 	}
 	s.ready.push(j)
@@ -383,7 +399,9 @@ func (s *scheduler) result(res *protocol.TaskResult, reply func(protocol.ResultA
 	} else {
 		s.markDirty(j, func(err error) { reply(protocol.ResultAck{JobID: res.JobID, Accepted: err == nil}, err) })
 	}
-	s.log.Debug("job result", "job", j.rec.JobID, "state", j.rec.State, "attempt", j.rec.Attempts)
+	if s.debugging() {
+		s.log.Debug("job result", "job", j.rec.JobID, "state", j.rec.State, "attempt", j.rec.Attempts)
+	}
 	s.schedule()
 }
 
@@ -501,6 +519,7 @@ func (s *scheduler) sweep() {
 	}
 	now := s.now()
 	s.kept.expire(now)
+	s.ready.collect(now, s.reg)
 	s.timers.fire(now) // the driver's backstop, and an injected clock's
 	for _, j := range s.deadlines.due(now) {
 		if j.rec.State != protocol.StateRunning {

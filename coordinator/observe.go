@@ -60,12 +60,13 @@ type Stats struct {
 	Workers []protocol.Worker      // live workers by id
 	Bus     bus.Stats              // the coordinator's bus node
 	Serving bool                   // neither fenced nor closed
+	Queues  []protocol.QueueInfo   // the named queues by name (queueapi.go)
 }
 
 // Stats returns a snapshot of the coordinator's jobs, workers and bus counters. It
 // counts every job it holds: call it at scrape intervals, not per request.
 func (c *Coordinator) Stats() Stats {
-	s := Stats{Workers: c.sched.reg.workerList(), Jobs: c.sched.jobCounts()}
+	s := Stats{Workers: c.sched.reg.workerList(), Jobs: c.sched.jobCounts(), Queues: c.sched.queueList()}
 	var serving bool
 	s.Bus, serving = c.api.stats()
 	s.Serving = serving && c.sched.fencedBy() == nil

@@ -12,23 +12,15 @@ import (
 
 // routing routes jobs by task type: a job goes only to a worker that serves its type,
 // and a type at its concurrency limit waits without holding back the jobs of other
-// types (the ready queue skips the types runnable refuses). It owns the count of
+// types (dispatch skips a type at its limit, dispatch.go). It owns the count of
 // RUNNING jobs by type (typeRuns) and reads each type's options from the catalogue;
 // guarded by the scheduler's mu, like the rest of scheduling.
 type routing struct {
+	s        *scheduler
 	cfg      *Config
 	cat      *catalogue
 	reg      *registry
 	typeRuns map[string]int
-}
-
-// runnable reports whether a job of taskType can start now: the type is below its
-// concurrency limit and some worker serving it has a free slot.
-func (rt *routing) runnable(taskType string) bool {
-	if limit := rt.cat.options(taskType).Concurrency; limit > 0 && rt.typeRuns[taskType] >= limit {
-		return false
-	}
-	return rt.reg.hasFreeWorker(taskType)
 }
 
 // leaseStarted counts j's new attempt against its type, and fixes the attempt's
@@ -42,6 +34,7 @@ func (rt *routing) leaseStarted(j *job, now time.Time) {
 	if !j.leased {
 		j.leased = true
 		rt.typeRuns[j.rec.TaskType]++
+		rt.s.ready.queueStarted(j)
 	}
 }
 
@@ -51,6 +44,7 @@ func (rt *routing) leaseEnded(j *job) {
 		return
 	}
 	j.leased = false
+	rt.s.queueEnded(j)
 	if n := rt.typeRuns[j.rec.TaskType] - 1; n > 0 {
 		rt.typeRuns[j.rec.TaskType] = n
 	} else {

@@ -36,6 +36,7 @@ type scheduler struct {
 	reg       *registry       // the workers (workers.go)
 	route     *routing        // by task type (routing.go)
 	claims    *claims         // attempts running before recovery, until their workers claim them (claims.go)
+	sch       *schedules      // the schedules, under their own locks (schedules.go)
 	ready     *readyQueue
 	timers    *timers   // every "later": run times, retries, ticks (timers.go)
 	delayed   delayed   // SCHEDULED jobs: their count, the cold ones by due time (delayed.go)
@@ -54,6 +55,9 @@ type scheduler struct {
 	tracer    tracing.Tracer // Config.TracerProvider's; off by default (trace.go)
 
 	fencedCh chan struct{} // closed with fenced set
+
+	// queueWrites serialises changes of queue settings (queueapi.go), taken before mu.
+	queueWrites sync.Mutex
 }
 
 func newScheduler(c *Coordinator) *scheduler {
@@ -73,7 +77,8 @@ func newScheduler(c *Coordinator) *scheduler {
 	s.reg = &registry{s: s, nc: c.nc, workers: make(map[string]*worker)}
 	s.claims = &claims{s: s}
 	s.timers = newTimers(s)
-	s.route = &routing{cfg: &c.cfg, cat: c.cat, reg: s.reg, typeRuns: make(map[string]int)}
+	s.sch = newSchedules(s)
+	s.route = &routing{s: s, cfg: &c.cfg, cat: c.cat, reg: s.reg, typeRuns: make(map[string]int)}
 	return s
 }
 

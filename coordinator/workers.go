@@ -39,6 +39,11 @@ type worker struct {
 	seq      uint64
 	instance string // the worker process's own name, if it says one (WorkerRegister.Instance)
 	draining bool   // it finishes what it runs and takes nothing more
+	// queues it serves, by weight or in strict order (dispatch.go); idleRound is the
+	// last dispatch pass in which it found nothing to take.
+	queues    []servedQueue
+	strict    bool
+	idleRound uint64
 }
 
 func (w *worker) free() int {
@@ -58,6 +63,9 @@ func (reg *registry) register(req *protocol.WorkerRegister) (*protocol.WorkerReg
 	if perr := req.Validate(); perr != nil {
 		return nil, bus.WithCode(bus.CodeBadRequest, perr)
 	}
+	if err := protocol.CheckQueueWeights(req.Queues); err != nil {
+		return nil, errRegistration("%v", err)
+	}
 	if err := reg.declare(req); err != nil {
 		return nil, err
 	}
@@ -72,9 +80,11 @@ func (reg *registry) register(req *protocol.WorkerRegister) (*protocol.WorkerReg
 		reg.loseWorker(old, "worker re-registered")
 	}
 	w := &worker{id: req.WorkerID, capacity: req.Capacity, running: kept, lastSeen: reg.s.now(),
-		taskTypes: reg.workerTypes(req), session: newID(), instance: req.Instance}
+		taskTypes: reg.workerTypes(req), session: newID(), instance: req.Instance,
+		queues: servedQueues(req), strict: req.StrictQueues}
 	claimed := reg.s.claims.reported(w, req.Held) // attempts it ran before a restart (claims.go): kept too
 	reg.workers[w.id] = w
+	reg.s.ready.served(w)
 	reg.s.log.Info("worker registered", "worker", w.id, "capacity", w.capacity, "kept", len(kept)-claimed, "claimed", claimed)
 	reg.s.schedule()
 	return &protocol.WorkerRegistered{WorkerID: w.id, Mark: w.mark(), Kept: keptRefs(kept, req.Held)}, nil
@@ -148,30 +158,6 @@ func (reg *registry) loseWorker(w *worker, cause string) {
 	}
 	w.running = nil
 	reg.unserved(w)
-}
-
-// hasFreeWorker reports whether some worker has a free slot for taskType.
-func (reg *registry) hasFreeWorker(taskType string) bool {
-	for _, w := range reg.workers {
-		if w.free() > 0 && w.runs(taskType) {
-			return true
-		}
-	}
-	return false
-}
-
-// pickWorker chooses the worker with the most free slots for taskType, ties by id.
-func (reg *registry) pickWorker(taskType string) *worker {
-	var best *worker
-	for _, w := range reg.workers {
-		if w.free() <= 0 || !w.runs(taskType) {
-			continue
-		}
-		if best == nil || w.free() > best.free() || (w.free() == best.free() && w.id < best.id) {
-			best = w
-		}
-	}
-	return best
 }
 
 // workerList is the live workers sorted by id.

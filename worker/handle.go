@@ -77,6 +77,19 @@ func Concurrency(n int) TypeOption {
 	return func(d *protocol.TaskTypeDecl) { d.Options.Concurrency = n }
 }
 
+// ConcurrencyKeyFrom takes a submission's concurrency key, when it names none, from
+// its payload at the JSON Pointer ptr ("/customer/id"): a string, or a number as
+// written. A payload where ptr does not resolve is refused at submission.
+func ConcurrencyKeyFrom(ptr string) TypeOption {
+	return func(d *protocol.TaskTypeDecl) { d.Options.ConcurrencyKey = ptr }
+}
+
+// KeyConcurrency bounds how many jobs of the type that share a concurrency key run at
+// once in their queue (default 0: the queue's setting, else unbounded).
+func KeyConcurrency(n int) TypeOption {
+	return func(d *protocol.TaskTypeDecl) { d.Options.KeyConcurrency = n }
+}
+
 // Handle registers h under taskType: the worker serves that task type from the next
 // registration on. Call it before Run. The type's payloads are any JSON object unless
 // Schema says otherwise.

@@ -93,7 +93,8 @@ func TestHandlersDeclareAndRun(t *testing.T) {
 	t.Parallel()
 	f := setup(t, setupConfig{opts: []worker.Option{worker.WithTasks(tasks.NewRegistry())}, handle: func(w *worker.Worker) error {
 		return errors.Join(
-			worker.HandleJSON(w, "TEXT_REVERSE", reverse, worker.MaxAttempts(2), worker.Timeout(1500*time.Millisecond), worker.Concurrency(3)),
+			worker.HandleJSON(w, "TEXT_REVERSE", reverse, worker.MaxAttempts(2), worker.Timeout(1500*time.Millisecond), worker.Concurrency(3),
+				worker.ConcurrencyKeyFrom("/text"), worker.KeyConcurrency(2)),
 			w.Handle("CHARGE", func(_ context.Context, attempt int, payload json.RawMessage) (string, error) {
 				if strings.Contains(string(payload), "declined") {
 					return "", fmt.Errorf("charge: %w", worker.ErrPermanent)
@@ -110,7 +111,7 @@ func TestHandlersDeclareAndRun(t *testing.T) {
 	want := []protocol.TaskTypeDecl{
 		{Name: "CHARGE", Schema: json.RawMessage(`{"type":"object"}`), Declared: true},
 		{Name: "POLL", Schema: json.RawMessage(`{"type":"object"}`), Declared: true},
-		{Name: "TEXT_REVERSE", Declared: true, Options: protocol.TaskTypeOptions{MaxAttempts: 2, TimeoutMillis: 1500, Concurrency: 3}},
+		{Name: "TEXT_REVERSE", Declared: true, Options: protocol.TaskTypeOptions{MaxAttempts: 2, TimeoutMillis: 1500, Concurrency: 3, ConcurrencyKey: "/text", KeyConcurrency: 2}},
 	}
 	if len(reg.TaskTypes) != len(want) {
 		t.Fatalf("declared %+v", reg.TaskTypes)

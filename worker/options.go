@@ -3,6 +3,7 @@ package worker
 import (
 	"errors"
 	"fmt"
+	"github.com/jobbus/jobbus/bus/protocol"
 	"log/slog"
 	"time"
 
@@ -50,6 +51,17 @@ func WithHeartbeat(interval time.Duration) Option {
 // WithTasks sets the task types the worker runs (default tasks.Builtins()). The worker
 // advertises their names when it registers.
 func WithTasks(r *tasks.Registry) Option { return func(c *config) { c.Registry = r } }
+
+// WithQueues sets the queues the worker serves and their weights (default: the
+// "default" queue only). While all of them have jobs, each gets its weight's share of
+// the worker's starts (critical=6, default=3, low=1: 60/30/10); see WithStrictQueues.
+func WithQueues(qs ...protocol.QueueWeight) Option {
+	return func(c *config) { c.Queues = append([]protocol.QueueWeight(nil), qs...) }
+}
+
+// WithStrictQueues makes the worker take its queues in the order given to WithQueues:
+// a queue's jobs only while the queues before it have none it can start.
+func WithStrictQueues(strict bool) Option { return func(c *config) { c.StrictQueues = strict } }
 
 // WithLogger sets the logger of the worker and of its bus node (default slog.Default();
 // nil discards).

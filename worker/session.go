@@ -93,7 +93,8 @@ func (w *Worker) register(ctx context.Context, reason string) error {
 	for try := 1; ; try++ {
 		session := w.attempts.NextGeneration() // attempts assigned from now on belong to it
 		msg := &protocol.WorkerRegister{WorkerID: w.cfg.ID, Capacity: w.cfg.Capacity,
-			TaskTypes: w.cfg.Registry.Declarations(), Held: w.held.Report(), Instance: w.instance}
+			TaskTypes: w.cfg.Registry.Declarations(), Held: w.held.Report(), Instance: w.instance,
+			Queues: w.cfg.Queues, StrictQueues: w.cfg.StrictQueues}
 		ans, err := workerproto.Register(ctx, w.node, msg)
 		switch {
 		case err == nil:

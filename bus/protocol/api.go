@@ -48,6 +48,18 @@ var Endpoints = []Endpoint{
 	{Name: "workflow_status", Token: "workflow.status", Request: TypeGetWorkflow},
 	{Name: "workflow_cancel", Token: "workflow.cancel", Request: TypeCancelWorkflow},
 	{Name: "workflow_retry", Token: "workflow.retry", Request: TypeRetryWorkflow},
+	// native: the schedules (schedules.go)
+	{Name: "schedule_add", Token: "schedule.add", Request: TypeAddSchedule},
+	{Name: "schedule_list", Token: "schedule.list", Request: TypeListSchedules},
+	{Name: "schedule_pause", Token: "schedule.pause", Request: TypePauseSchedule},
+	{Name: "schedule_resume", Token: "schedule.resume", Request: TypeResumeSchedule},
+	{Name: "schedule_remove", Token: "schedule.remove", Request: TypeRemoveSchedule},
+	{Name: "schedule_trigger", Token: "schedule.trigger", Request: TypeTriggerSchedule},
+	// native: named queues (queues.go)
+	{Name: "queue_list", Token: "queue.list", Request: TypeListQueues},
+	{Name: "queue_pause", Token: "queue.pause", Request: TypePauseQueue},
+	{Name: "queue_resume", Token: "queue.resume", Request: TypeResumeQueue},
+	{Name: "queue_set", Token: "queue.set", Request: TypeSetQueue},
 }
 
 // EndpointFor returns the endpoint that serves request type t; ok is false for a type

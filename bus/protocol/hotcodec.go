@@ -63,7 +63,9 @@ func (m *TaskResult) appendFast(b []byte) ([]byte, bool) {
 }
 
 func (m *SubmitJob) appendFast(b []byte) ([]byte, bool) {
-	if m.extended() {
+	// A queue and a concurrency key are written here; the other extensions are
+	// encoding/json's.
+	if m.extendedBeyondQueue() {
 		return b, false
 	}
 	b = append(b, `{"type":"SUBMIT_JOB","taskType":`...)
@@ -81,7 +83,16 @@ func (m *SubmitJob) appendFast(b []byte) ([]byte, bool) {
 	} else {
 		b, ok4 = appendString(b, string(*m.Priority))
 	}
-	return append(b, '}'), ok1 && ok2 && ok3 && ok4
+	ok5, ok6 := true, true
+	if m.Queue != "" {
+		b = append(b, `,"queue":`...)
+		b, ok5 = appendString(b, m.Queue)
+	}
+	if m.ConcurrencyKey != "" {
+		b = append(b, `,"concurrencyKey":`...)
+		b, ok6 = appendString(b, m.ConcurrencyKey)
+	}
+	return append(b, '}'), ok1 && ok2 && ok3 && ok4 && ok5 && ok6
 }
 
 func (m *JobSubmitted) appendFast(b []byte) ([]byte, bool) {

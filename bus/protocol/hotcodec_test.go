@@ -58,6 +58,11 @@ var hotSeeds = []string{
 	`{"type":"TASK_RESULT","workerId":"w","jobId":"j","attemptId":"a","success":false,"result":null,"error":"say \"hi\" \u003cb\u003e\n","permanent":true}`,
 	`{"type":"TASK_RESULT","workerId":"w","jobId":"j","attemptId":"a","success":true,"result":"\/\u003C","error":null,"permanent":false}`,
 	`{"type":"JOB_SUBMITTED","jobId":"j","jobId":"k"}`, `{"jobId":"j","accepted":false}`,
+	`{"type":"SUBMIT_JOB","taskType":"SHA256","payload":{"text":"x"},"maxAttempts":0,"idempotencyKey":null,"priority":null,"queue":"q","concurrencyKey":"k"}`,
+	`{"type":"SUBMIT_JOB","taskType":"SHA256","payload":{"text":"x"},"maxAttempts":0,"idempotencyKey":null,"priority":null,"concurrencyKey":"k"}`,
+	`{"type":"SUBMIT_JOB","taskType":"SHA256","payload":{"text":"x"},"maxAttempts":0,"idempotencyKey":null,"priority":null,"queue":""}`,
+	`{"type":"SUBMIT_JOB","taskType":"SHA256","payload":{"text":"x"},"maxAttempts":0,"idempotencyKey":null,"priority":null,"queue":null,"concurrencyKey":"k"}`,
+	`{"type":"SUBMIT_JOB","taskType":"SHA256","payload":{"text":"x"},"maxAttempts":0,"idempotencyKey":null,"priority":null,"queue":"q","runInMillis":5}`,
 }
 
 // FuzzHotDecode holds each hot message's scanner to encoding/json: DecodeJSON reads
@@ -160,6 +165,8 @@ func FuzzHotEncode(f *testing.F) {
 			TaskResult{WorkerID: s, Result: &s, Error: &s, Permanent: len(s)%2 == 0, SnoozeMillis: int64(len(s) % 3)},
 			SubmitJob{TaskType: s, Payload: data, MaxAttempts: len(s), IdempotencyKey: &s, Priority: &p},
 			SubmitJob{TaskType: s, Payload: data, Queue: s, RunInMillis: int64(len(s))},
+			SubmitJob{TaskType: s, Payload: data, Queue: s, ConcurrencyKey: s},
+			SubmitJob{TaskType: s, Payload: data, MaxAttempts: len(s), ConcurrencyKey: s, Priority: &p},
 			JobSubmitted{JobID: s},
 		}
 		res := "r"

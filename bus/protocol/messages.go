@@ -122,6 +122,12 @@ type WorkerRegister struct {
 	// Instance is a native extension (held.go): a random name of the worker process,
 	// the same for each of its registrations.
 	Instance string `json:"instance,omitempty"`
+	// Queues and StrictQueues are native extensions (queues.go): the queues this
+	// worker serves, with their weights (absent: DefaultQueue only), and whether it
+	// takes them in strict order (each queue only while those before it have nothing
+	// it can start) instead of by weight.
+	Queues       []QueueWeight `json:"queues,omitempty"`
+	StrictQueues bool          `json:"strictQueues,omitempty"`
 }
 
 // WorkerRegistered acknowledges a registration.

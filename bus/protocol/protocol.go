@@ -46,6 +46,15 @@ const (
 	// catalogue); spec peers never send them.
 	TypeListTaskTypes Type = "LIST_TASK_TYPES"
 	TypeTaskTypeList  Type = "TASK_TYPE_LIST"
+	// The schedules (schedules.go) are native extensions too.
+	TypeAddSchedule     Type = "ADD_SCHEDULE"
+	TypeListSchedules   Type = "LIST_SCHEDULES"
+	TypePauseSchedule   Type = "PAUSE_SCHEDULE"
+	TypeResumeSchedule  Type = "RESUME_SCHEDULE"
+	TypeRemoveSchedule  Type = "REMOVE_SCHEDULE"
+	TypeTriggerSchedule Type = "TRIGGER_SCHEDULE"
+	TypeScheduleInfo    Type = "SCHEDULE_INFO"
+	TypeScheduleList    Type = "SCHEDULE_LIST"
 )
 
 // Message is any message of the protocol.
@@ -90,6 +99,20 @@ var newMessage = map[Type]func() Message{
 	TypeWorkflowCancelled: func() Message { return new(WorkflowCancelled) },
 	TypeRetryWorkflow:     func() Message { return new(RetryWorkflow) },
 	TypeWorkflowRetried:   func() Message { return new(WorkflowRetried) },
+	TypeAddSchedule:       func() Message { return new(AddSchedule) },
+	TypeListSchedules:     func() Message { return new(ListSchedules) },
+	TypePauseSchedule:     func() Message { return new(PauseSchedule) },
+	TypeResumeSchedule:    func() Message { return new(ResumeSchedule) },
+	TypeRemoveSchedule:    func() Message { return new(RemoveSchedule) },
+	TypeTriggerSchedule:   func() Message { return new(TriggerSchedule) },
+	TypeScheduleInfo:      func() Message { return new(ScheduleInfo) },
+	TypeScheduleList:      func() Message { return new(ScheduleList) },
+	TypeListQueues:        func() Message { return new(ListQueues) },
+	TypeQueueList:         func() Message { return new(QueueList) },
+	TypePauseQueue:        func() Message { return new(PauseQueue) },
+	TypeResumeQueue:       func() Message { return new(ResumeQueue) },
+	TypeSetQueue:          func() Message { return new(SetQueue) },
+	TypeQueueUpdated:      func() Message { return new(QueueUpdated) },
 }
 
 // PeekType returns the "type" of a JSON message without decoding the rest: the first

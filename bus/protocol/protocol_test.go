@@ -82,6 +82,28 @@ var roundTripCases = []struct {
 	{"CancelJob", &protocol.CancelJob{JobID: "job-1"}},
 	{"JobCancelCancelled", &protocol.JobCancel{Cancelled: true, Job: protocol.Job{JobID: "j", TaskType: "SLEEP", State: protocol.StateCancelled, Priority: protocol.PriorityNormal}}},
 	{"JobCancelAlreadyTerminal", &protocol.JobCancel{Job: finishedJob()}},
+	{"AddScheduleEvery", &protocol.AddSchedule{Schedule: protocol.ScheduleSpec{Name: "tick", EveryMillis: 30000, TaskType: "SLEEP", Payload: json.RawMessage(`{"durationMillis":1}`)}}},
+	{"AddScheduleCron", &protocol.AddSchedule{Schedule: protocol.ScheduleSpec{Name: "nightly", Cron: "0 0 3 * * *", TimeZone: "Europe/Berlin", CatchUp: protocol.CatchUpAll,
+		TaskType: "SHA256", Payload: json.RawMessage(`{"text":"x"}`), MaxAttempts: 2, Priority: ptr(protocol.PriorityHigh)}}},
+	{"ListSchedules", &protocol.ListSchedules{}},
+	{"PauseSchedule", &protocol.PauseSchedule{Name: "tick"}},
+	{"ResumeSchedule", &protocol.ResumeSchedule{Name: "tick"}},
+	{"RemoveSchedule", &protocol.RemoveSchedule{Name: "tick"}},
+	{"TriggerSchedule", &protocol.TriggerSchedule{Name: "tick"}},
+	{"ScheduleInfo", &protocol.ScheduleInfo{Schedule: protocol.Schedule{ScheduleSpec: protocol.ScheduleSpec{Name: "tick", EveryMillis: 1000, TaskType: "SLEEP", Payload: json.RawMessage(`{}`)},
+		Paused: true, CreatedAtMillis: 1, SinceMillis: 2, LastTickMillis: 3, LastJobID: "j", LastRunMillis: 4, LastError: "Unknown task type: X", LastErrorMillis: 5, Failures: 6, NextTickMillis: 7}}},
+	{"ScheduleListEmpty", &protocol.ScheduleList{Schedules: []protocol.Schedule{}}},
+	{"WorkerRegisterWithQueues", &protocol.WorkerRegister{WorkerID: "w", Capacity: 2, Queues: []protocol.QueueWeight{{Name: "critical", Weight: 6}, {Name: "default", Weight: 1}}, StrictQueues: true}},
+	{"ListQueues", &protocol.ListQueues{}},
+	{"QueueList", &protocol.QueueList{Queues: []protocol.QueueInfo{
+		{Name: "default", Queued: 3, Running: 1, Keys: 1, Workers: 2, Started: 10, StartedPerMinute: 4, LatencyMillis: 250},
+		{Name: "low", QueueSettings: protocol.QueueSettings{Paused: true, MaxRunning: 20, KeyConcurrency: 2}, Throttled: 7},
+	}}},
+	{"PauseQueue", &protocol.PauseQueue{Queue: "low"}},
+	{"ResumeQueue", &protocol.ResumeQueue{Queue: "low"}},
+	{"SetQueue", &protocol.SetQueue{Queue: "low", MaxRunning: ptr(20), KeyConcurrency: ptr(0)}},
+	{"SetQueueNothing", &protocol.SetQueue{Queue: "low"}},
+	{"QueueUpdated", &protocol.QueueUpdated{Queue: protocol.QueueInfo{Name: "low", QueueSettings: protocol.QueueSettings{Paused: true}}}},
 }
 
 func TestRoundTrip(t *testing.T) {
@@ -111,9 +133,10 @@ func TestRoundTripCoversEveryMessageType(t *testing.T) {
 		covered[tc.msg.MessageType()] = true
 	}
 	known := protocol.KnownTypes()
-	// PROTOCOL.md's 18, the task type catalogue's two and workflows' eight (native extensions).
-	if len(known) != 28 {
-		t.Errorf("Decode knows %d message types, PROTOCOL.md has 18 and jobbus adds 10: %v", len(known), known)
+	// PROTOCOL.md's 18, the task type catalogue's two, workflows' eight, schedules'
+	// eight and the queues' six (native extensions).
+	if len(known) != 42 {
+		t.Errorf("Decode knows %d message types, PROTOCOL.md has 18 and jobbus adds 24: %v", len(known), known)
 	}
 	for _, typ := range known {
 		if !covered[typ] {
@@ -235,6 +258,21 @@ var specFields = map[protocol.Type][]string{
 	// Native extensions, in no spec.
 	protocol.TypeListTaskTypes: {},
 	protocol.TypeTaskTypeList:  {"taskTypes"},
+	// Schedules (schedules.go).
+	protocol.TypeAddSchedule:     {"schedule"},
+	protocol.TypeListSchedules:   {},
+	protocol.TypePauseSchedule:   {"name"},
+	protocol.TypeResumeSchedule:  {"name"},
+	protocol.TypeRemoveSchedule:  {"name"},
+	protocol.TypeTriggerSchedule: {"name"},
+	protocol.TypeScheduleInfo:    {"schedule"},
+	protocol.TypeScheduleList:    {"schedules"},
+	protocol.TypeListQueues:      {},
+	protocol.TypeQueueList:       {"queues"},
+	protocol.TypePauseQueue:      {"queue"},
+	protocol.TypeResumeQueue:     {"queue"},
+	protocol.TypeSetQueue:        {"queue"},
+	protocol.TypeQueueUpdated:    {"queue"},
 }
 
 var snapshotFields = []string{"jobId", "taskType", "state", "attempts", "maxAttempts", "workerId",

@@ -8,7 +8,7 @@ package protocol
 // internal/natsreq.Request acts on this for the client and the bridge.
 func ReadOnly(t Type) bool {
 	switch t {
-	case TypeGetJobStatus, TypeListJobs, TypeListWorkers, TypeListTaskTypes, TypeGetWorkflow:
+	case TypeGetJobStatus, TypeListJobs, TypeListWorkers, TypeListTaskTypes, TypeGetWorkflow, TypeListSchedules, TypeListQueues:
 		return true
 	}
 	return false

@@ -23,6 +23,17 @@ func TestReadOnly(t *testing.T) {
 		protocol.TypeGetWorkflow:    true,
 		protocol.TypeCancelWorkflow: false,
 		protocol.TypeRetryWorkflow:  false,
+		// schedules: only the list changes nothing
+		protocol.TypeAddSchedule:     false,
+		protocol.TypeListSchedules:   true,
+		protocol.TypePauseSchedule:   false,
+		protocol.TypeResumeSchedule:  false,
+		protocol.TypeRemoveSchedule:  false,
+		protocol.TypeTriggerSchedule: false,
+		protocol.TypeListQueues:      true,
+		protocol.TypePauseQueue:      false,
+		protocol.TypeResumeQueue:     false,
+		protocol.TypeSetQueue:        false,
 	}
 	if len(protocol.Endpoints) != len(want) {
 		t.Fatalf("%d endpoints, %d decided here", len(protocol.Endpoints), len(want))

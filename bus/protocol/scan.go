@@ -1,7 +1,6 @@
 package protocol
 
 import (
-	"bytes"
 	"encoding/json"
 	"reflect"
 	"strconv"
@@ -50,28 +49,9 @@ type layout struct {
 	typ      string // the quoted "type" value Encode writes first; "" for none
 	fields   []field
 	optional int // how many of the last fields Encode leaves out when they are zero
-	// rest are the JSON names of the message's fields beyond the layout (extensions):
-	// a member of one is left to encoding/json, which sets it, not skipped.
-	rest []string
-}
-
-// leaving names the fields of msg, a struct, that l does not scan (restOf).
-func (l *layout) leaving(msg any) *layout {
-	l.rest = restOf(msg, l)
-	return l
-}
-
-// restOf is the JSON names of msg's fields that are not among l's.
-func restOf(msg any, l *layout) []string {
-	var rest []string
-	t := reflect.TypeOf(msg)
-	for i := range t.NumField() {
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-		if name != "" && name != "-" && l.find([]byte(name)) < 0 {
-			rest = append(rest, name)
-		}
-	}
-	return rest
+	// others are the keys of the message's fields the scanner does not read (SUBMIT_JOB's
+	// extensions): a member of one leaves the whole message to encoding/json.
+	others []string
 }
 
 func newLayout(typ string, optional int, fields ...field) *layout {
@@ -105,14 +85,18 @@ var (
 		field{name: "workerId", kind: kindString}, field{name: "jobId", kind: kindString},
 		field{name: "attemptId", kind: kindString}, field{name: "success", kind: kindBool},
 		field{name: "result", kind: kindStringPtr}, field{name: "error", kind: kindStringPtr},
-		field{name: "permanent", kind: kindBool}, field{name: "snoozeMillis", kind: kindInt}).leaving(TaskResult{})
+		field{name: "permanent", kind: kindBool}, field{name: "snoozeMillis", kind: kindInt})
 	resultAckLayout = newLayout("", 0, field{name: "jobId", kind: kindString}, field{name: "accepted", kind: kindBool})
-	submitLayout    = newLayout(`"SUBMIT_JOB"`, 0, field{name: "type"},
+	submitLayout    = newLayout(`"SUBMIT_JOB"`, 2, field{name: "type"}, // queue, concurrencyKey: omitempty
 		field{name: "taskType", kind: kindString}, field{name: "payload", kind: kindRaw},
 		field{name: "maxAttempts", kind: kindInt}, field{name: "idempotencyKey", kind: kindStringPtr},
-		field{name: "priority", kind: kindPriority}).leaving(SubmitJob{})
+		field{name: "priority", kind: kindPriority},
+		field{name: "queue", kind: kindString}, field{name: "concurrencyKey", kind: kindString})
 	submittedLayout = newLayout(`"JOB_SUBMITTED"`, 0, field{name: "type"}, field{name: "jobId", kind: kindString})
 )
+
+// SUBMIT_JOB's extension fields (queue, runAtMillis, ...) are encoding/json's to read.
+func init() { submitLayout.others = submitLayout.unread(SubmitJob{}) }
 
 // scan reads data into m; ok is false, m untouched, for what it leaves to
 // encoding/json. exact says that Encode(m) writes data.
@@ -175,10 +159,7 @@ func (m *SubmitJob) scan(data []byte) (exact, ok bool) {
 	if m.Payload != nil || m.IdempotencyKey != nil || m.Priority != nil {
 		return false, false
 	}
-	if hasSubmitExtension(data) { // the scanner would skip them: encoding/json's to read
-		return false, false
-	}
-	var v [6]value
+	var v [8]value
 	all, exact, ok := scanObject(data, submitLayout, v[:])
 	if !ok {
 		return false, false
@@ -188,6 +169,12 @@ func (m *SubmitJob) scan(data []byte) (exact, ok bool) {
 	v[3].integer(&m.MaxAttempts)
 	v[4].strPtr(&m.IdempotencyKey, all)
 	v[5].priority(&m.Priority, data)
+	v[6].str(&m.Queue, all)
+	v[7].str(&m.ConcurrencyKey, all)
+	// Encode leaves an empty queue or key out (omitempty), and a null one is not its.
+	for _, f := range v[6:] {
+		exact = exact && (!f.set || f.text && f.hi > f.lo)
+	}
 	return exact, true
 }
 
@@ -330,7 +317,7 @@ func readKey(data []byte, i int, l *layout, n int, exact bool) (f, next int, _ b
 		return -1, -1, false
 	}
 	i, exact = space(data, i+1, exact)
-	if f = l.find(key); f < 0 && !ignorable(key, l) {
+	if f = l.find(key); f < 0 && (!ignorable(key, l.fields) || l.other(key)) {
 		return -1, -1, false
 	}
 	return f, i, exact && f == n
@@ -349,6 +336,30 @@ func hasPrefix(b []byte, prefix string) bool {
 	return len(b) >= len(prefix) && string(b[:len(prefix)]) == prefix
 }
 
+// other reports whether key names one of the fields the scanner does not read (as
+// encoding/json matches keys: case-insensitively).
+func (l *layout) other(key []byte) bool {
+	for _, name := range l.others {
+		if len(name) == len(key) && strings.EqualFold(name, string(key)) {
+			return true
+		}
+	}
+	return false
+}
+
+// unread returns the JSON keys of struct v's fields that the layout does not read.
+func (l *layout) unread(v any) []string {
+	var out []string
+	t := reflect.TypeOf(v)
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name != "" && name != "-" && l.find([]byte(name)) < 0 {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
 // find returns the index of the field named key, or -1.
 func (l *layout) find(key []byte) int {
 	for f := range l.fields {
@@ -361,19 +372,14 @@ func (l *layout) find(key []byte) int {
 
 // ignorable reports whether encoding/json ignores key, given the fields: it matches a
 // field case-insensitively too (with Unicode folding, hence plain ASCII only here).
-func ignorable(key []byte, l *layout) bool {
+func ignorable(key []byte, fields []field) bool {
 	for _, c := range key {
 		if c >= utf8.RuneSelf {
 			return false
 		}
 	}
-	for _, f := range l.fields {
+	for _, f := range fields {
 		if f.kind != kindType && len(f.name) == len(key) && strings.EqualFold(f.name, string(key)) {
-			return false
-		}
-	}
-	for _, name := range l.rest {
-		if len(name) == len(key) && strings.EqualFold(name, string(key)) {
 			return false
 		}
 	}
@@ -875,19 +881,4 @@ func skipDigits(b []byte, i int) int {
 		i++
 	}
 	return i
-}
-
-// submitExtensionKeys are the SUBMIT_JOB extension members (SubmitJob.extended), which
-// the scanner's layout does not read.
-var submitExtensionKeys = [][]byte{[]byte(`"queue"`), []byte(`"runAtMillis"`), []byte(`"runInMillis"`),
-	[]byte(`"concurrencyKey"`), []byte(`"uniqueForMillis"`), []byte(`"uniqueWhile"`), []byte(`"after"`), []byte(`"afterAnyEnd"`)}
-
-// hasSubmitExtension reports whether a SUBMIT_JOB may carry an extension member.
-func hasSubmitExtension(data []byte) bool {
-	for _, k := range submitExtensionKeys {
-		if bytes.Contains(data, k) {
-			return true
-		}
-	}
-	return false
 }

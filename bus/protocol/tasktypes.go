@@ -43,6 +43,13 @@ type TaskTypeOptions struct {
 	TimeoutMillis int64 `json:"timeoutMillis,omitempty"`
 	// Concurrency bounds the type's RUNNING jobs across all workers; 0 is unbounded.
 	Concurrency int `json:"concurrency,omitempty"`
+	// ConcurrencyKey is a JSON Pointer (RFC 6901) into the payload: a submission of the
+	// type that names no concurrency key takes the string (or number) it points at as
+	// its key, and is refused when it points at nothing (queues.go).
+	ConcurrencyKey string `json:"concurrencyKey,omitempty"`
+	// KeyConcurrency bounds the RUNNING jobs of the type's queue that share one
+	// concurrency key; 0 leaves it to the queue's setting (unbounded by default).
+	KeyConcurrency int `json:"keyConcurrency,omitempty"`
 }
 
 // Check returns every problem of o at once.
@@ -56,6 +63,14 @@ func (o TaskTypeOptions) Check() error {
 	}
 	if o.Concurrency < 0 {
 		errs = append(errs, fmt.Errorf("concurrency must not be negative, got %d", o.Concurrency))
+	}
+	if o.ConcurrencyKey != "" {
+		if err := CheckJSONPointer(o.ConcurrencyKey); err != nil {
+			errs = append(errs, fmt.Errorf("concurrencyKey: %w", err))
+		}
+	}
+	if o.KeyConcurrency < 0 || o.KeyConcurrency > MaxKeyConcurrency {
+		errs = append(errs, fmt.Errorf("keyConcurrency must be in 0..%d, got %d", MaxKeyConcurrency, o.KeyConcurrency))
 	}
 	return errors.Join(errs...)
 }

@@ -63,4 +63,3 @@ func TestValidStepName(t *testing.T) {
 		}
 	}
 }
-

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jobbus/jobbus/bus/protocol"
 	"log/slog"
 	"net"
 	"time"
@@ -56,6 +57,17 @@ func WithReconnectDelay(d time.Duration) Option {
 // WithTasks sets the task types the worker runs (default tasks.Builtins()). A spec
 // worker does not advertise them: the coordinator may send any of the five built-ins.
 func WithTasks(r *tasks.Registry) Option { return func(c *config) { c.Registry = r } }
+
+// WithQueues sets the queues the worker serves and their weights (default: the
+// "default" queue only). While all of them have jobs, each gets its weight's share of
+// the worker's starts (critical=6, default=3, low=1: 60/30/10); see WithStrictQueues.
+func WithQueues(qs ...protocol.QueueWeight) Option {
+	return func(c *config) { c.Queues = append([]protocol.QueueWeight(nil), qs...) }
+}
+
+// WithStrictQueues makes the worker take its queues in the order given to WithQueues:
+// a queue's jobs only while the queues before it have none it can start.
+func WithStrictQueues(strict bool) Option { return func(c *config) { c.StrictQueues = strict } }
 
 // WithLogger sets the logger (default slog.Default(); nil discards).
 func WithLogger(l *slog.Logger) Option {

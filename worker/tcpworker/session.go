@@ -78,7 +78,8 @@ func (s *session) run(parent context.Context) (registered bool, err error) {
 // register sends WORKER_REGISTER, the first frame a worker must send, and waits for
 // the acknowledgement within the dial timeout.
 func (s *session) register() error {
-	msg := &protocol.WorkerRegister{WorkerID: s.w.cfg.ID, Capacity: s.w.cfg.Capacity}
+	msg := &protocol.WorkerRegister{WorkerID: s.w.cfg.ID, Capacity: s.w.cfg.Capacity,
+		Queues: s.w.cfg.Queues, StrictQueues: s.w.cfg.StrictQueues} // none: a spec registration
 	if err := s.send(msg); err != nil {
 		return err
 	}
@@ -177,7 +178,10 @@ func (s *session) finished(m *protocol.TaskAssign, o attempts.Outcome) {
 	}
 	res, data, err := s.result(m, o)
 	if err == nil {
-		s.log.Debug("attempt finished", "job", m.JobID, "attempt", m.AttemptID, "success", res.Success, "err", o.Err)
+		// Guarded: the arguments would be boxed on every attempt even with debug off.
+		if s.log.Enabled(s.ctx, slog.LevelDebug) {
+			s.log.Debug("attempt finished", "job", m.JobID, "attempt", m.AttemptID, "success", res.Success, "err", o.Err)
+		}
 		err = s.queue(data)
 	}
 	if err != nil {

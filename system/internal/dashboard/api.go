@@ -55,7 +55,12 @@ func (s *Server) mux() http.Handler {
 		m.HandleFunc("GET /api/jobs/{id}/logs", s.jobLogs) // logs.go
 		m.HandleFunc("POST /api/jobs/{id}/cancel", s.guard(s.cancelJob))
 		m.HandleFunc("POST /api/jobs/{id}/resubmit", s.guard(s.resubmitJob))
+		m.HandleFunc("POST /api/queues/{name}/pause", s.guard(s.pauseQueue))
+		m.HandleFunc("POST /api/queues/{name}/resume", s.guard(s.resumeQueue))
 		m.HandleFunc("GET /api/workflows/{id}", s.workflowDetail) // workflow.go
+		m.HandleFunc("GET /api/schedules", s.listSchedules)       // schedules.go
+		m.HandleFunc("POST /api/schedules/{name}/pause", s.guard(s.changeSchedule(true)))
+		m.HandleFunc("POST /api/schedules/{name}/resume", s.guard(s.changeSchedule(false)))
 		s.handler = m
 	})
 	return s.handler
@@ -109,6 +114,7 @@ type summary struct {
 	Types    []string               `json:"taskTypes"`
 	Workers  []protocol.Worker      `json:"workers"`
 	Chart    []point                `json:"chart"`
+	Queues   []queueView            `json:"queues"`
 }
 
 func (s *Server) summary() summary {
@@ -121,7 +127,7 @@ func (s *Server) summary() summary {
 	}
 	sum := summary{Version: x.version, NowMilli: now.UnixMilli(), Loaded: x.loaded, Problem: s.watchErr,
 		Counts: make(map[protocol.State]int, len(protocol.States)), Total: len(x.jobs),
-		Workers: append([]protocol.Worker{}, s.workers...), Chart: x.chart(now)}
+		Workers: append([]protocol.Worker{}, s.workers...), Chart: x.chart(now), Queues: s.queueViews()}
 	for _, st := range protocol.States {
 		sum.Counts[st] = x.counts[st]
 	}
@@ -369,7 +375,7 @@ func writeClientError(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusServiceUnavailable, "%v", err)
 	case errors.Is(err, client.ErrServer):
 		status := http.StatusBadRequest
-		if strings.HasPrefix(err.Error(), "Unknown job") {
+		if strings.HasPrefix(err.Error(), "Unknown job") || strings.Contains(err.Error(), protocol.UnknownSchedulePrefix) || client.IsUnknownQueue(err) {
 			status = http.StatusNotFound
 		}
 		writeError(w, status, "%v", err)

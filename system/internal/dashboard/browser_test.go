@@ -351,6 +351,34 @@ func TestDashboardInBrowser(t *testing.T) {
 		tb.noConsoleErrors()
 	})
 
+	t.Run("QueuesPagePausesAndResumes", func(t *testing.T) {
+		// No worker serves "reports": its job waits there.
+		id, err := s.cl.Submit(ctx, "SHA256", map[string]string{"text": "report"}, client.Queue("reports"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tb := openTab(t, browser, s.url, shots)
+		tb.open("#/queues")
+		row := `document.querySelector('#queues tr[data-queue="reports"]')`
+		tb.until("the queue listed with its job", row+` !== null && `+row+`.querySelector('[data-k="queued"]').textContent === "1"`)
+		tb.until("its depth chart drawn", row+`.querySelector('.spark polyline') !== null`)
+		tb.do("click pause", chromedp.Click(chromedp.CSS(`#queues button[data-pause="reports"]`)))
+		tb.until("the queue shown paused", row+`.dataset.paused === "yes"`)
+		if qs, err := s.cl.Queues(ctx); err != nil || !pausedIn(qs, "reports") {
+			t.Fatalf("after the page's pause: %+v %v", qs, err)
+		}
+		tb.screenshot("queues-paused")
+		tb.do("click resume", chromedp.Click(chromedp.CSS(`#queues button[data-resume="reports"]`)))
+		tb.until("the queue shown running", row+`.dataset.paused === "no"`)
+		if qs, err := s.cl.Queues(ctx); err != nil || pausedIn(qs, "reports") {
+			t.Fatalf("after the page's resume: %+v %v", qs, err)
+		}
+		if _, _, err := s.cl.Cancel(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		tb.noConsoleErrors()
+	})
+
 	t.Run("PhoneSizedScreen", func(t *testing.T) {
 		tb := openTab(t, browser, s.url, shots)
 		tb.do("emulate a phone", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile))
@@ -372,4 +400,13 @@ func TestDashboardInBrowser(t *testing.T) {
 		tb.screenshot("phone-job", true)
 		tb.noConsoleErrors()
 	})
+}
+
+func pausedIn(qs []protocol.QueueInfo, name string) bool {
+	for _, q := range qs {
+		if q.Name == name {
+			return q.Paused
+		}
+	}
+	return false
 }

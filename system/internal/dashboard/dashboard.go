@@ -68,8 +68,10 @@ type Server struct {
 	mu       sync.Mutex
 	x        *index
 	workers  []protocol.Worker
-	running  bool      // the watch is running
-	lastUse  time.Time // of the last request
+	queues   []protocol.QueueInfo    // queues.go
+	depths   map[string][]depthPoint // queues.go
+	running  bool                    // the watch is running
+	lastUse  time.Time               // of the last request
 	changed  chan struct{}
 	watchErr string // why the jobs are not being watched, for the page
 
@@ -237,6 +239,7 @@ func (s *Server) pollWorkers(ctx context.Context, stop func()) {
 	defer t.Stop()
 	for {
 		ws, err := s.cl.Workers(ctx)
+		s.pollQueues(ctx)
 		s.mu.Lock()
 		if err == nil {
 			s.workers = ws

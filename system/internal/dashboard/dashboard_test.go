@@ -269,6 +269,12 @@ func TestWritesNeedTheTokenAndTheSameOrigin(t *testing.T) {
 		if code, _ := post("/api/jobs/"+id+"/resubmit", tt.headers); code != http.StatusForbidden {
 			t.Errorf("%s: resubmit answered %d", tt.name, code)
 		}
+		if code, _ := post("/api/queues/default/pause", tt.headers); code != http.StatusForbidden {
+			t.Errorf("%s: pause answered %d", tt.name, code)
+		}
+	}
+	if qs, err := s.cl.Queues(context.Background()); err != nil || len(qs) != 1 || qs[0].Paused {
+		t.Fatalf("a refused pause changed the queue: %+v %v", qs, err)
 	}
 	if j, _ := s.cl.Status(context.Background(), id); j.State != protocol.StateQueued {
 		t.Fatalf("a refused cancel changed the job: %s", j.State)
@@ -295,6 +301,18 @@ func TestWritesNeedTheTokenAndTheSameOrigin(t *testing.T) {
 	}
 	if code, body := post("/api/jobs/no-such-job/cancel", good); code != http.StatusNotFound {
 		t.Errorf("cancel of an unknown job: %d %v", code, body)
+	}
+	if code, body := post("/api/queues/default/pause", good); code != http.StatusOK || body["paused"] != true {
+		t.Errorf("pause: %d %v", code, body)
+	}
+	if code, body := post("/api/queues/default/resume", good); code != http.StatusOK || body["paused"] != nil {
+		t.Errorf("resume: %d %v", code, body)
+	}
+	if code, body := post("/api/queues/nosuch/pause", good); code != http.StatusNotFound {
+		t.Errorf("pause of an unknown queue: %d %v", code, body)
+	}
+	if code, body := post("/api/queues/a.b/pause", good); code != http.StatusBadRequest {
+		t.Errorf("pause of a bad name: %d %v", code, body)
 	}
 }
 

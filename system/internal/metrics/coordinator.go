@@ -32,6 +32,7 @@ type Coordinator struct {
 	syncErrs    prometheus.Counter
 	leads       prometheus.Counter
 	workflows   *prometheus.CounterVec // workflows.go
+	schedTicks  *prometheus.CounterVec // schedules.go
 
 	// byType caches the series of each task type: the hot path then costs a map read.
 	byType  sync.Map // string -> *typeSeries
@@ -90,6 +91,7 @@ func (r *Registry) Coordinator() *Coordinator {
 			Help: "Fsyncs of the job store that failed: job writes wait, and submissions are refused, until one succeeds."}),
 		leads: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "leader_changes_total",
 			Help: "Times a coordinator of this process took the lead."}),
+		schedTicks: newScheduleTicks(),
 	}
 	m.workflows = newWorkflows()
 	m.outcome = make(map[coordinator.SubmitOutcome]prometheus.Counter)
@@ -99,7 +101,7 @@ func (r *Registry) Coordinator() *Coordinator {
 	}
 	r.reg.MustRegister(m.submissions, m.assigned, m.completed, m.failed, m.retried, m.cancelled, m.deadlines,
 		m.startLat, m.doneLat, m.writeLat, m.writeErrs, m.writesPer, m.syncLat, m.syncWrites, m.syncErrs, m.leads, m.workflows,
-		&coordinatorCollector{m})
+		&coordinatorCollector{m}, m.schedTicks)
 	r.AddBus("coordinator", m.busStats)
 	r.coord = m
 	return m
@@ -208,13 +210,26 @@ var (
 		"Slots of the live workers in use: attempts running.", nil, nil)
 	leadingDesc = prometheus.NewDesc(namespace+"_coordinator_leading",
 		"1 while a coordinator of this process leads and serves, else 0.", nil, nil)
+	queueDepthDesc = prometheus.NewDesc(namespace+"_queue_depth",
+		"QUEUED jobs of each named queue.", []string{"queue"}, nil)
+	queueRunningDesc = prometheus.NewDesc(namespace+"_queue_running",
+		"RUNNING jobs of each named queue.", []string{"queue"}, nil)
+	queuePausedDesc = prometheus.NewDesc(namespace+"_queue_paused",
+		"1 while the queue is paused (it accepts jobs and starts none), else 0.", []string{"queue"}, nil)
+	queueLatencyDesc = prometheus.NewDesc(namespace+"_queue_latency_seconds",
+		"How long the queue's oldest QUEUED job has waited; 0 when none waits.", []string{"queue"}, nil)
+	queueStartedDesc = prometheus.NewDesc(namespace+"_queue_started_total",
+		"Attempts the leading coordinator started from each queue since it took the lead.", []string{"queue"}, nil)
+	queueThrottledDesc = prometheus.NewDesc(namespace+"_queue_throttled_total",
+		"Dispatch passes of the leading coordinator in which a limit (rate limit, max running) held the queue's next job back.", []string{"queue"}, nil)
 )
 
 // coordinatorCollector reads the leading coordinator's Stats at scrape time.
 type coordinatorCollector struct{ m *Coordinator }
 
 func (c *coordinatorCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{jobsDesc, workersDesc, capacityDesc, busyDesc, leadingDesc} {
+	for _, d := range []*prometheus.Desc{jobsDesc, workersDesc, capacityDesc, busyDesc, leadingDesc, scheduleFailuresDesc,
+		queueDepthDesc, queueRunningDesc, queuePausedDesc, queueLatencyDesc, queueStartedDesc, queueThrottledDesc} {
 		ch <- d
 	}
 }
@@ -238,7 +253,25 @@ func (c *coordinatorCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(workersDesc, prometheus.GaugeValue, float64(len(s.Workers)))
 			ch <- prometheus.MustNewConstMetric(capacityDesc, prometheus.GaugeValue, float64(capacity))
 			ch <- prometheus.MustNewConstMetric(busyDesc, prometheus.GaugeValue, float64(busy))
+			collectSchedules(ch, cur) // schedules.go
+			collectQueues(ch, s.Queues)
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(leadingDesc, prometheus.GaugeValue, leading)
+}
+
+// collectQueues writes the series of each named queue.
+func collectQueues(ch chan<- prometheus.Metric, qs []protocol.QueueInfo) {
+	for _, q := range qs {
+		paused := 0.0
+		if q.Paused {
+			paused = 1
+		}
+		ch <- prometheus.MustNewConstMetric(queueDepthDesc, prometheus.GaugeValue, float64(q.Queued), q.Name)
+		ch <- prometheus.MustNewConstMetric(queueRunningDesc, prometheus.GaugeValue, float64(q.Running), q.Name)
+		ch <- prometheus.MustNewConstMetric(queuePausedDesc, prometheus.GaugeValue, paused, q.Name)
+		ch <- prometheus.MustNewConstMetric(queueLatencyDesc, prometheus.GaugeValue, float64(q.LatencyMillis)/1000, q.Name)
+		ch <- prometheus.MustNewConstMetric(queueStartedDesc, prometheus.CounterValue, float64(q.Started), q.Name)
+		ch <- prometheus.MustNewConstMetric(queueThrottledDesc, prometheus.CounterValue, float64(q.Throttled), q.Name)
+	}
 }

@@ -280,6 +280,11 @@ func TestWorkersAndBusCounters(t *testing.T) {
 		"jobbus_workers":               1,
 		"jobbus_worker_capacity_slots": float64(worker.DefaultCapacity),
 		"jobbus_worker_busy_slots":     1,
+		// The job's queue: the default one.
+		`jobbus_queue_running{queue="default"}`:       1,
+		`jobbus_queue_depth{queue="default"}`:         0,
+		`jobbus_queue_paused{queue="default"}`:        0,
+		`jobbus_queue_started_total{queue="default"}`: 1,
 	} {
 		if m[name] != want {
 			t.Errorf("%s = %v, want %v", name, m[name], want)

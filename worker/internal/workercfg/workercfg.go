@@ -22,6 +22,10 @@ type Common struct {
 	Heartbeat time.Duration
 	Registry  *tasks.Registry
 	Logger    *slog.Logger
+	// Queues are the queues served, with weights (none: protocol.DefaultQueue);
+	// StrictQueues takes them in order instead of by weight.
+	Queues       []protocol.QueueWeight
+	StrictQueues bool
 }
 
 // New returns settings with the given capacity and heartbeat and slog.Default(); the
@@ -50,6 +54,9 @@ func (c *Common) Validate() []error {
 	}
 	if c.Heartbeat <= 0 {
 		errs = append(errs, fmt.Errorf("heartbeat interval must be positive, got %v", c.Heartbeat))
+	}
+	if err := protocol.CheckQueueWeights(c.Queues); err != nil {
+		errs = append(errs, err)
 	}
 	return errs
 }

@@ -134,9 +134,11 @@ function svg(tag, attrs) {
   return e;
 }
 
-// drawChart draws series (arrays of numbers over the same x) into an svg of 600x160.
+// drawChart draws series (arrays of numbers over the same x) into an svg, whose
+// viewBox gives its size (600x160 for the big charts).
 function drawChart(node, series, unit) {
-  const W = 600, H = 160, top = 14;
+  const vb = node.viewBox.baseVal;
+  const W = vb.width, H = vb.height, top = 14;
   let max = 0;
   for (const s of series) for (const v of s.values) max = Math.max(max, v);
   max = max > 0 ? max * 1.1 : 1;
@@ -172,6 +174,52 @@ function renderCharts(sum) {
   $("lat-now").textContent = last && last.p50Millis ? "now p50 " + Math.round(last.p50Millis) + " ms" : "";
 }
 
+// ---- the queues page ----
+
+function queueRow(q) {
+  const spark = svg("svg", { class: "spark", viewBox: "0 0 200 40", preserveAspectRatio: "none", role: "img", "aria-label": "depth of " + q.name });
+  drawChart(spark, [{ name: "depth", values: (q.history || []).map((p) => p.depth) }], "queued");
+  const limits = [];
+  if (q.maxRunning) limits.push("max running " + q.maxRunning);
+  if (q.keyConcurrency) limits.push("per key " + q.keyConcurrency);
+  const lat = q.latencyMillis ? (q.latencyMillis < 1000 ? q.latencyMillis + " ms" : Math.round(q.latencyMillis / 1000) + " s") : "–";
+  const action = q.paused
+    ? el("button", { type: "button", class: "small", "data-resume": q.name, onclick: (ev) => changeQueue(q.name, "resume", ev.target) }, "resume")
+    : el("button", { type: "button", class: "small danger", "data-pause": q.name, onclick: (ev) => changeQueue(q.name, "pause", ev.target) }, "pause");
+  return el("tr", { "data-queue": q.name, "data-paused": q.paused ? "yes" : "no" },
+    el("td", { "data-k": "name" }, el("code", {}, q.name)),
+    el("td", { "data-k": "state" }, el("span", { class: "state " + (q.paused ? "paused" : "active-q") }, q.paused ? "paused" : "running")),
+    el("td", { "data-k": "queued" }, q.queued),
+    el("td", { "data-k": "running" }, q.running),
+    el("td", { "data-k": "rate" }, q.startedPerMinute),
+    el("td", { "data-k": "latency" }, lat),
+    el("td", { "data-k": "workers" }, q.workers),
+    el("td", { "data-k": "limits" }, limits.join(", ") || "–"),
+    el("td", { "data-k": "depth" }, spark),
+    el("td", { "data-k": "actions" }, action));
+}
+
+function renderQueues(sum) {
+  const rows = (sum.queues || []).map(queueRow);
+  if (!rows.length) rows.push(el("tr", {}, el("td", { colspan: 10, class: "empty" }, "no queues yet")));
+  $("queues").replaceChildren(...rows);
+}
+
+async function changeQueue(name, what, button) {
+  if (button) button.disabled = true;
+  try {
+    const q = await post("/api/queues/" + encodeURIComponent(name) + "/" + what);
+    $("q-msg").textContent = "queue " + q.name + (q.paused ? " paused" : " resumed");
+    if (ui.summary) { // show it at once; the next summary confirms it
+      ui.summary.queues = (ui.summary.queues || []).map((x) => x.name === q.name ? Object.assign({}, x, q) : x);
+      renderQueues(ui.summary);
+    }
+  } catch (e) {
+    $("q-msg").textContent = what + " failed: " + e.message;
+    if (button) button.disabled = false;
+  }
+}
+
 function renderSummary(sum) {
   ui.summary = sum;
   const p = $("problem");
@@ -181,10 +229,89 @@ function renderSummary(sum) {
   renderWorkers(sum);
   renderTypes(sum);
   renderCharts(sum);
+  renderQueues(sum);
+  maybeLoadSchedules();
   if (sum.version !== ui.version) {
     ui.version = sum.version;
     refresh();
   }
+}
+
+// ---- schedules ----
+
+// The schedules are asked for with the summary, at most every 2 s: a list costs the
+// coordinator little, but it is one request per look.
+let schedulesAt = 0;
+
+function maybeLoadSchedules() {
+  if (Date.now() - schedulesAt < 2000) return;
+  schedulesAt = Date.now();
+  loadSchedules();
+}
+
+function scheduleWhen(sc) {
+  if (sc.everyMillis) return "every " + (sc.everyMillis % 1000 ? sc.everyMillis + " ms" : sc.everyMillis / 1000 + " s");
+  return "cron " + sc.cron + " " + (sc.timeZone || "UTC");
+}
+
+function scheduleState(sc) {
+  if (sc.paused) return "paused";
+  return sc.failures ? "failing" : "active";
+}
+
+function inFuture(ms, now) {
+  if (!ms) return "–";
+  const s = Math.max(0, Math.round((ms - now) / 1000));
+  const rel = s < 60 ? s + "s" : s < 3600 ? Math.floor(s / 60) + "m" : s < 86400 ? Math.floor(s / 3600) + "h" : Math.floor(s / 86400) + "d";
+  return "in " + rel;
+}
+
+async function loadSchedules() {
+  let page;
+  try {
+    page = await getJSON("/api/schedules");
+  } catch (e) {
+    $("schedules-sum").textContent = "unavailable: " + e.message;
+    return;
+  }
+  const now = page.nowMillis;
+  const scs = page.schedules || [];
+  const failing = scs.filter((sc) => sc.failures).length;
+  $("schedules-sum").textContent = scs.length + " schedules" + (failing ? ", " + failing + " failing" : "");
+  const rows = scs.map((sc) => {
+    const st = scheduleState(sc);
+    const btn = el("button", {
+      type: "button", class: "small", "data-schedule-action": sc.paused ? "resume" : "pause",
+      onclick: (ev) => { ev.preventDefault(); changeSchedule(sc.name, sc.paused ? "resume" : "pause", ev.target); },
+    }, sc.paused ? "resume" : "pause");
+    const last = sc.lastJobId
+      ? el("span", {}, ago(sc.lastRunMillis, now) + " ", el("a", { href: "#/job/" + encodeURIComponent(sc.lastJobId), title: sc.lastJobId }, sc.lastJobId.slice(0, 8)))
+      : "–";
+    const err = sc.lastError ? sc.lastError + " (" + ago(sc.lastErrorMillis, now) + ", " + sc.failures + " in a row)" : "";
+    return el("tr", { "data-schedule": sc.name, "data-state": st },
+      el("td", { "data-k": "name" }, el("code", {}, sc.name)),
+      el("td", { "data-k": "when" }, scheduleWhen(sc)),
+      el("td", { "data-k": "task" }, sc.taskType),
+      el("td", { "data-k": "state" }, el("span", { class: "sched " + st }, st)),
+      el("td", { "data-k": "next", title: sc.nextTickMillis ? new Date(sc.nextTickMillis).toLocaleString() : "" }, sc.paused ? "–" : inFuture(sc.nextTickMillis, now)),
+      el("td", { "data-k": "last" }, last),
+      el("td", { "data-k": "error", class: "error-text" }, err),
+      el("td", { "data-k": "actions" }, btn));
+  });
+  if (!rows.length) rows.push(el("tr", {}, el("td", { colspan: 8, class: "empty" }, "no schedules (jobbus schedule add)")));
+  $("schedules").replaceChildren(...rows);
+}
+
+async function changeSchedule(name, action, button) {
+  if (button) button.disabled = true;
+  try {
+    await post("/api/schedules/" + encodeURIComponent(name) + "/" + action);
+    $("s-msg").textContent = "schedule " + name + (action === "pause" ? " paused" : " resumed");
+  } catch (e) {
+    $("s-msg").textContent = action + " failed: " + e.message;
+  }
+  schedulesAt = 0;
+  maybeLoadSchedules();
 }
 
 // ---- the job table ----
@@ -267,6 +394,7 @@ async function loadJob() {
   if (j.after && j.after.length) {
     f.push(["after", el("span", {}, ...j.after.flatMap((p, i) => [i ? ", " : "", el("a", { href: "#/job/" + encodeURIComponent(p) }, p.slice(0, 8))]))]);
   }
+  if (j.schedule) f.push(["schedule", j.schedule]);
   f.push(["sequence", j.seq]);
   $("j-fields").replaceChildren(...f.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { "data-field": k }, v)]));
   renderProgress(j);
@@ -495,7 +623,7 @@ async function refresh() {
   try {
     if (ui.view === "job") await loadJob();
     else if (ui.view === "workflow") await loadWorkflow();
-    else await loadList();
+    else if (ui.view === "list") await loadList();
   } catch (e) {
     $("problem").hidden = false;
     $("problem").textContent = e.message;
@@ -509,11 +637,15 @@ function route() {
   const m = location.hash.match(/^#\/job\/(.+)$/);
   const wm = location.hash.match(/^#\/workflow\/(.+)$/);
   const job = !!m;
-  ui.view = job ? "job" : wm ? "workflow" : "list";
+  const queues = location.hash === "#/queues";
+  ui.view = job ? "job" : wm ? "workflow" : queues ? "queues" : "list";
   $("overview").hidden = ui.view !== "list";
   $("jobs-view").hidden = ui.view !== "list";
   $("job-view").hidden = !job;
   $("workflow-view").hidden = ui.view !== "workflow";
+  $("queues-view").hidden = !queues;
+  $("nav-jobs").className = ui.view === "queues" ? "" : "active";
+  $("nav-queues").className = ui.view === "queues" ? "active" : "";
   if (wm) ui.workflowId = decodeURIComponent(wm[1]);
   if (job) {
     const id = decodeURIComponent(m[1]);

@@ -1,0 +1,615 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+)
+
+// Schedules: named, durable, periodic submissions (protocol.Schedule).
+//
+// A schedule lives as a control (controls.go) under protocol.SchedulePrefix + its
+// name, which only the leader writes. Its tick T is submitted through the scheduler's
+// normal submit path with the idempotency key protocol.ScheduleTickKey(name, T) and
+// Record.Schedule set; only once that job is durable is the schedule's state (the last
+// tick done, its job) written. So a coordinator that dies between the two leaves a tick
+// whose job its successor finds under the same key instead of submitting another, and
+// one that dies before the job is durable leaves a tick its successor submits: exactly
+// one job per tick (within the job's retention, which keeps its key bound). A new
+// leader reads the controls after recovery and plans each schedule's due ticks by its
+// catch-up policy (scheduletime.go); a standby runs no coordinator, and so nothing.
+
+// ScheduleOutcome is what became of a schedule's tick, for a ScheduleObserver.
+type ScheduleOutcome string
+
+// Schedule tick outcomes.
+const (
+	ScheduleSubmitted ScheduleOutcome = "submitted" // its job was stored (or found stored)
+	ScheduleFailed    ScheduleOutcome = "failed"    // its submission was refused: the tick is given up, the error shown
+	ScheduleRetried   ScheduleOutcome = "retried"   // not stored for now (capacity, store, lease): tried again later
+	ScheduleSkipped   ScheduleOutcome = "skipped"   // a due tick the catch-up policy skipped
+)
+
+// ScheduleObserver is implemented by an Observer that also counts schedule ticks.
+// ScheduleTicked is called without the coordinator's lock; it must be quick.
+type ScheduleObserver interface {
+	ScheduleTicked(schedule string, outcome ScheduleOutcome, n int)
+}
+
+// scheduleIOTimeout bounds one control read or write.
+const scheduleIOTimeout = 5 * time.Second
+
+// scheduleRetryMax bounds the wait before a tick not stored for now is tried again.
+const scheduleRetryMax = 30 * time.Second
+
+// schedules runs the schedules of a leading coordinator. It owns them (byName, under
+// mu) and the goroutines that tick them and serve requests about them (go, under
+// goMu: a leaf lock, so that a timer can start one with the scheduler's mu held). Lock
+// order: a schedule's op, then mu, then the scheduler's mu.
+type schedules struct {
+	s   *scheduler
+	log *slog.Logger
+	obs ScheduleObserver // nil: none
+
+	ctx    context.Context // ends when the coordinator stops
+	cancel context.CancelFunc
+
+	goMu    sync.Mutex
+	stopped bool
+	wg      sync.WaitGroup
+
+	mu     sync.Mutex
+	byName map[string]*schedEntry
+}
+
+// schedEntry is one schedule. op is held across each change of it, I/O included, so
+// its changes and ticks happen one at a time; the fields are read and written under
+// the schedules' mu as well.
+type schedEntry struct {
+	op      sync.Mutex
+	sc      protocol.Schedule // as stored; NextTickMillis unused
+	rev     uint64
+	spec    tickSpec
+	gen     uint64    // of the timer armed last: an older one's firing is stale
+	next    time.Time // armed for; zero while none is
+	retries int       // ticks in a row not stored for now
+	gone    bool
+}
+
+func newSchedules(s *scheduler) *schedules {
+	ctx, cancel := context.WithCancel(context.Background())
+	sch := &schedules{s: s, log: s.log, ctx: ctx, cancel: cancel, byName: make(map[string]*schedEntry)}
+	sch.obs, _ = s.cfg.Observer.(ScheduleObserver)
+	return sch
+}
+
+// start reads the schedules from the controls and plans each: the ticks due since
+// the last coordinator stopped, by catch-up policy, and a timer for the next.
+// Called once recovery is done, before serving.
+func (sch *schedules) start(ctx context.Context) error {
+	ctls, err := sch.controls().list(ctx, protocol.SchedulePrefix)
+	if err != nil {
+		return fmt.Errorf("read schedules: %w", err)
+	}
+	var active []*schedEntry
+	sch.mu.Lock()
+	for _, c := range ctls {
+		var sc protocol.Schedule
+		if err := json.Unmarshal(c.value, &sc); err != nil {
+			sch.log.Error("schedule unreadable; it is left as it is", "key", c.key, "err", err)
+			continue
+		}
+		spec, err := parseSpec(&sc.ScheduleSpec, sc.CreatedAtMillis)
+		if err != nil {
+			sch.log.Error("schedule invalid; it is left as it is", "schedule", sc.Name, "err", err)
+			continue
+		}
+		e := &schedEntry{sc: sc, rev: c.rev, spec: spec}
+		sch.byName[sc.Name] = e
+		if !sc.Paused {
+			active = append(active, e)
+		}
+	}
+	sch.mu.Unlock()
+	for _, e := range active {
+		sch.goRun(func() { sch.tick(e, 0, true) })
+	}
+	if len(ctls) > 0 {
+		sch.log.Info("schedules loaded", "schedules", len(ctls), "active", len(active))
+	}
+	return nil
+}
+
+// stop ends the ticks and requests in flight and waits for their goroutines. It is
+// idempotent.
+func (sch *schedules) stop() {
+	sch.goMu.Lock()
+	sch.stopped = true
+	sch.goMu.Unlock()
+	sch.cancel()
+	sch.wg.Wait()
+}
+
+// goRun runs fn on a goroutine stop waits for, unless stopped.
+func (sch *schedules) goRun(fn func()) {
+	sch.goMu.Lock()
+	defer sch.goMu.Unlock()
+	if sch.stopped {
+		return
+	}
+	sch.wg.Add(1)
+	go func() {
+		defer sch.wg.Done()
+		fn()
+	}()
+}
+
+// controls is where schedules are stored: the job store's controls (controls.go).
+func (sch *schedules) controls() controlStore { return sch.s.store.controls() }
+
+// timerCall runs fn under the scheduler's mutex once at comes, while this coordinator
+// leads (timers.go). Called with the scheduler's mu held.
+func (sch *schedules) timerCall(at time.Time, fn func(time.Time)) { sch.s.timers.call(at, fn) }
+
+// arm sets e's timer for at (none for the zero time), replacing the one armed before.
+// Called with e.op held.
+func (sch *schedules) arm(e *schedEntry, at time.Time) {
+	sch.mu.Lock()
+	e.gen++
+	gen := e.gen
+	e.next = at
+	sch.mu.Unlock()
+	if at.IsZero() {
+		return
+	}
+	sch.s.mu.Lock()
+	sch.timerCall(at, func(time.Time) { sch.goRun(func() { sch.tick(e, gen, false) }) })
+	sch.s.unlock()
+}
+
+// disarm makes e's armed timer stale. Called with e.op held.
+func (sch *schedules) disarm(e *schedEntry) { sch.arm(e, time.Time{}) }
+
+// tick runs e's due ticks: at its timer of generation gen, or, recovering, as the
+// coordinator starts (gen 0). Then it arms the next one.
+func (sch *schedules) tick(e *schedEntry, gen uint64, recovering bool) {
+	e.op.Lock()
+	defer e.op.Unlock()
+	sch.mu.Lock()
+	stale := e.gone || e.sc.Paused || (!recovering && gen != e.gen)
+	sc, spec := e.sc, e.spec
+	sch.mu.Unlock()
+	if stale || sch.ctx.Err() != nil {
+		return
+	}
+	now := sch.s.now()
+	p := planTicks(spec, sinceDone(&sc), now, sc.CatchUp, recovering)
+	if p.skipped > 0 {
+		sch.log.Info("schedule ticks skipped", "schedule", sc.Name, "ticks", p.skipped, "catch_up", orOne(sc.CatchUp))
+		sch.observe(sc.Name, ScheduleSkipped, p.skipped)
+		if len(p.run) == 0 {
+			// Skipped for good: the next coordinator does not count them again.
+			next := sc
+			next.SinceMillis = now.UnixMilli()
+			if err := sch.write(e, next); err != nil {
+				sch.log.Warn("schedule's skipped ticks not stored", "schedule", sc.Name, "err", err)
+			}
+		}
+	}
+	for _, t := range p.run {
+		ok := sch.runTick(e, t)
+		sch.mu.Lock()
+		if ok {
+			e.retries = 0 // the backoff counts failures since the last progress
+		} else {
+			e.retries++
+		}
+		delay := min(time.Second<<min(max(e.retries-1, 0), 5), scheduleRetryMax)
+		sch.mu.Unlock()
+		if !ok {
+			sch.arm(e, sch.s.now().Add(delay))
+			return
+		}
+	}
+	sch.arm(e, p.next)
+}
+
+// sinceDone is when sc's ticks count from: its last tick done, or its creation or
+// resume, whichever is later.
+func sinceDone(sc *protocol.Schedule) time.Time {
+	return time.UnixMilli(max(sc.LastTickMillis, sc.SinceMillis))
+}
+
+func orOne(c protocol.CatchUp) protocol.CatchUp {
+	if c == "" {
+		return protocol.CatchUpOne
+	}
+	return c
+}
+
+func (sch *schedules) observe(name string, o ScheduleOutcome, n int) {
+	if sch.obs != nil {
+		sch.obs.ScheduleTicked(name, o, n)
+	}
+}
+
+// runTick submits e's tick at t and records it; false means neither is done for now
+// (the submission or the record was not stored), to be tried again. Called with e.op
+// held.
+func (sch *schedules) runTick(e *schedEntry, t time.Time) bool {
+	sch.mu.Lock()
+	sc := e.sc
+	sch.mu.Unlock()
+	id, refused, err := sch.submit(&sc, protocol.ScheduleTickKey(sc.Name, t.UnixMilli()))
+	now := sch.s.now().UnixMilli()
+	next := sc
+	switch {
+	case err != nil: // not stored for now: the same tick is tried again, under the same key
+		sch.log.Warn("schedule tick not submitted; trying again", "schedule", sc.Name, "tick", t.UnixMilli(), "err", err)
+		sch.observe(sc.Name, ScheduleRetried, 1)
+		next.LastError, next.LastErrorMillis = err.Error(), now
+		next.Failures++
+		_ = sch.write(e, next) // only shows the error: the tick is tried again either way
+		return false
+	case refused != nil:
+		sch.log.Warn("schedule tick refused", "schedule", sc.Name, "tick", t.UnixMilli(), "err", refused.Message)
+		sch.observe(sc.Name, ScheduleFailed, 1)
+		next.LastTickMillis = t.UnixMilli()
+		next.LastError, next.LastErrorMillis = refused.Message, now
+		next.Failures++
+	default:
+		sch.log.Debug("schedule tick submitted", "schedule", sc.Name, "tick", t.UnixMilli(), "job", id)
+		sch.observe(sc.Name, ScheduleSubmitted, 1)
+		next.LastTickMillis = t.UnixMilli()
+		next.LastJobID, next.LastRunMillis = id, now
+		next.LastError, next.LastErrorMillis, next.Failures = "", 0, 0
+	}
+	if err := sch.write(e, next); err != nil {
+		// The job is stored (or refused); its key finds it when the tick is tried again.
+		sch.log.Warn("schedule state not stored; its tick is tried again", "schedule", sc.Name, "tick", t.UnixMilli(), "err", err)
+		return false
+	}
+	return true
+}
+
+// submit submits sc's job under key through the scheduler's submit path and waits for
+// the answer: the job's id once it is durable (a job already bound to key included),
+// the ERROR that refused it for good (refused), or err when it is not stored for now
+// (at capacity, the store failing, the lease lapsing, the outcome unknown).
+func (sch *schedules) submit(sc *protocol.Schedule, key string) (id string, refused *protocol.Error, err error) {
+	req := &protocol.SubmitJob{TaskType: sc.TaskType, Payload: sc.Payload, MaxAttempts: sc.MaxAttempts,
+		IdempotencyKey: &key, Priority: sc.Priority}
+	answer := make(chan protocol.Message, 1)
+	sch.s.submit(req, request{due: sch.s.cfg.ReplyWithin, schedule: sc.Name}, func(m protocol.Message) {
+		select {
+		case answer <- m:
+		default:
+		}
+	})
+	var m protocol.Message
+	select {
+	case m = <-answer:
+	case <-sch.ctx.Done():
+		return "", nil, ErrNotServing
+	}
+	if s, ok := m.(settled); ok {
+		m = s.Message
+	}
+	switch r := m.(type) {
+	case *protocol.JobSubmitted:
+		return r.JobID, nil, nil
+	case *protocol.SubmitRejected:
+		return "", nil, errors.New(r.Reason)
+	case *protocol.Error:
+		if strings.HasPrefix(r.Message, ErrNotServing.Error()) || strings.HasPrefix(r.Message, protocol.OutcomeUnknownPrefix) ||
+			strings.Contains(r.Message, "was not stored") {
+			return "", nil, errors.New(r.Message)
+		}
+		return "", r, nil
+	}
+	return "", nil, fmt.Errorf("unexpected answer %s", m.MessageType())
+}
+
+// write stores sc as e's schedule, CAS on the revision last read or written. Called
+// with e.op held.
+func (sch *schedules) write(e *schedEntry, sc protocol.Schedule) error {
+	sc.NextTickMillis = 0
+	data, err := json.Marshal(sc)
+	if err != nil {
+		return err
+	}
+	// Only the leader writes: one whose lease lapsed (paused, cut off) may have a
+	// successor that wrote since.
+	if !sch.s.lease.held() || sch.s.fencedBy() != nil {
+		return fmt.Errorf("store schedule %s: %w", sc.Name, ErrNotServing)
+	}
+	sch.mu.Lock()
+	rev := e.rev
+	sch.mu.Unlock()
+	ctx, cancel := context.WithTimeout(sch.ctx, scheduleIOTimeout)
+	defer cancel()
+	rev, err = sch.controls().put(ctx, protocol.SchedulePrefix+sc.Name, data, rev)
+	if errors.Is(err, errControlChanged) && sch.s.lease.held() {
+		// Most likely a write of this coordinator whose answer was lost (a successor
+		// would have taken the lease first): read the revision stored, and write over
+		// it once.
+		if cur, ok := sch.read(ctx, sc.Name); ok {
+			rev, err = sch.controls().put(ctx, protocol.SchedulePrefix+sc.Name, data, cur.rev)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("store schedule %s: %w", sc.Name, err)
+	}
+	sch.mu.Lock()
+	e.sc, e.rev = sc, rev
+	sch.mu.Unlock()
+	return nil
+}
+
+// read reads the control of schedule name.
+func (sch *schedules) read(ctx context.Context, name string) (control, bool) {
+	key := protocol.SchedulePrefix + name
+	ctls, err := sch.controls().list(ctx, protocol.SchedulePrefix) // a prefix ends a token
+	if err != nil {
+		return control{}, false
+	}
+	for _, c := range ctls {
+		if c.key == key {
+			return c, true
+		}
+	}
+	return control{}, false
+}
+
+// --- The API's half (api.go serves these).
+
+// serve answers a schedule request; reply gets its one answer, later, from a goroutine
+// of the schedules.
+func (sch *schedules) serve(m protocol.Message, reply replyFunc) {
+	sch.goMu.Lock()
+	stopped := sch.stopped
+	sch.goMu.Unlock()
+	if stopped {
+		reply(&protocol.Error{Message: ErrNotServing.Error() + ": stopping"})
+		return
+	}
+	sch.goRun(func() {
+		switch m := m.(type) {
+		case *protocol.AddSchedule:
+			reply(sch.add(m.Schedule))
+		case *protocol.ListSchedules:
+			reply(&protocol.ScheduleList{Schedules: sch.list()})
+		case *protocol.PauseSchedule:
+			reply(sch.change(m.Name, true))
+		case *protocol.ResumeSchedule:
+			reply(sch.change(m.Name, false))
+		case *protocol.RemoveSchedule:
+			reply(sch.remove(m.Name))
+		case *protocol.TriggerSchedule:
+			reply(sch.trigger(m.Name))
+		}
+	})
+}
+
+// add creates a schedule, refused when its spec is invalid, a submission of it would
+// be refused, or its name is in use.
+func (sch *schedules) add(spec protocol.ScheduleSpec) protocol.Message {
+	now := sch.s.now().UnixMilli()
+	ts, err := parseSpec(&spec, now)
+	if err != nil {
+		return protocol.InvalidSchedule(strings.TrimPrefix(err.Error(), errInvalidSchedule.Error()+": "))
+	}
+	spec.CatchUp = orOne(spec.CatchUp)
+	if spec.MaxAttempts < 0 {
+		return protocol.InvalidSchedule(fmt.Sprintf("maxAttempts must be 0 (the default) or more, got %d", spec.MaxAttempts))
+	}
+	if e := sch.checkSubmission(&spec); e != nil {
+		return e
+	}
+	e := &schedEntry{spec: ts, sc: protocol.Schedule{ScheduleSpec: spec, CreatedAtMillis: now, SinceMillis: now}}
+	e.op.Lock()
+	defer e.op.Unlock()
+	sch.mu.Lock()
+	_, taken := sch.byName[spec.Name]
+	if !taken {
+		sch.byName[spec.Name] = e
+	}
+	sch.mu.Unlock()
+	if taken {
+		return protocol.ScheduleExists(spec.Name)
+	}
+	data, _ := json.Marshal(e.sc)
+	ctx, cancel := context.WithTimeout(sch.ctx, scheduleIOTimeout)
+	defer cancel()
+	rev, err := sch.controls().put(ctx, protocol.SchedulePrefix+spec.Name, data, 0)
+	if err != nil {
+		sch.mu.Lock()
+		delete(sch.byName, spec.Name)
+		sch.mu.Unlock()
+		if errors.Is(err, errControlChanged) {
+			return protocol.ScheduleExists(spec.Name)
+		}
+		return &protocol.Error{Message: fmt.Sprintf("schedule %s was not stored: %v", spec.Name, err)}
+	}
+	sch.mu.Lock()
+	e.rev = rev
+	sch.mu.Unlock()
+	next := ts.next(time.UnixMilli(now))
+	sch.arm(e, next)
+	sch.log.Info("schedule added", "schedule", spec.Name, "next", next)
+	return settled{&protocol.ScheduleInfo{Schedule: sch.view(e)}}
+}
+
+// checkSubmission refuses a schedule whose submissions would be refused: as a
+// submission is checked (lifecycle.go).
+func (sch *schedules) checkSubmission(spec *protocol.ScheduleSpec) *protocol.Error {
+	req := protocol.SubmitJob{TaskType: spec.TaskType, Payload: spec.Payload}
+	if e := req.CheckSubmission(); e != nil {
+		return e
+	}
+	if err := sch.s.route.validatePayload(spec.TaskType, spec.Payload); err != nil {
+		return validationError(spec.TaskType, err)
+	}
+	return nil
+}
+
+// entry is schedule name's entry, or nil.
+func (sch *schedules) entry(name string) *schedEntry {
+	sch.mu.Lock()
+	defer sch.mu.Unlock()
+	return sch.byName[name]
+}
+
+// change pauses or resumes schedule name. Resuming counts its ticks from now: those
+// that passed while it was paused are not caught up.
+func (sch *schedules) change(name string, pause bool) protocol.Message {
+	e := sch.entry(name)
+	if e == nil {
+		return protocol.UnknownSchedule(name)
+	}
+	e.op.Lock()
+	defer e.op.Unlock()
+	if e.gone {
+		return protocol.UnknownSchedule(name)
+	}
+	sch.mu.Lock()
+	next := e.sc
+	sch.mu.Unlock()
+	if next.Paused != pause {
+		next.Paused = pause
+		if !pause {
+			next.SinceMillis = sch.s.now().UnixMilli()
+		}
+		if err := sch.write(e, next); err != nil {
+			return &protocol.Error{Message: err.Error()}
+		}
+	}
+	if pause {
+		sch.disarm(e)
+	} else {
+		sch.mu.Lock()
+		sc, spec := e.sc, e.spec
+		sch.mu.Unlock()
+		sch.arm(e, spec.next(sinceDone(&sc)))
+	}
+	sch.log.Info("schedule changed", "schedule", name, "paused", pause)
+	return settled{&protocol.ScheduleInfo{Schedule: sch.view(e)}}
+}
+
+// remove deletes schedule name; its jobs stay.
+func (sch *schedules) remove(name string) protocol.Message {
+	e := sch.entry(name)
+	if e == nil {
+		return protocol.UnknownSchedule(name)
+	}
+	e.op.Lock()
+	defer e.op.Unlock()
+	if e.gone {
+		return protocol.UnknownSchedule(name)
+	}
+	ctx, cancel := context.WithTimeout(sch.ctx, scheduleIOTimeout)
+	defer cancel()
+	if err := sch.controls().remove(ctx, protocol.SchedulePrefix+name, 0); err != nil {
+		return &protocol.Error{Message: fmt.Sprintf("schedule %s was not removed: %v", name, err)}
+	}
+	was := sch.view(e)
+	sch.disarm(e)
+	sch.mu.Lock()
+	e.gone = true
+	delete(sch.byName, name)
+	sch.mu.Unlock()
+	sch.log.Info("schedule removed", "schedule", name)
+	return settled{&protocol.ScheduleInfo{Schedule: was}}
+}
+
+// trigger submits schedule name's job now, paused or not, under the key of this
+// millisecond; its ticks go on as before.
+func (sch *schedules) trigger(name string) protocol.Message {
+	e := sch.entry(name)
+	if e == nil {
+		return protocol.UnknownSchedule(name)
+	}
+	e.op.Lock()
+	defer e.op.Unlock()
+	if e.gone {
+		return protocol.UnknownSchedule(name)
+	}
+	sch.mu.Lock()
+	sc := e.sc
+	sch.mu.Unlock()
+	now := sch.s.now()
+	id, refused, err := sch.submit(&sc, protocol.ScheduleTickKey(name, now.UnixMilli()))
+	next := sc
+	switch {
+	case err != nil:
+		return &protocol.Error{Message: fmt.Sprintf("schedule %s: trigger not submitted: %v", name, err)}
+	case refused != nil:
+		sch.observe(name, ScheduleFailed, 1)
+		next.LastError, next.LastErrorMillis = refused.Message, now.UnixMilli()
+		next.Failures++
+		_ = sch.write(e, next)
+		return refused
+	}
+	sch.observe(name, ScheduleSubmitted, 1)
+	next.LastJobID, next.LastRunMillis = id, now.UnixMilli()
+	next.LastError, next.LastErrorMillis, next.Failures = "", 0, 0
+	if err := sch.write(e, next); err != nil {
+		// The job is stored: say so, with the schedule as it was plus its job.
+		sch.log.Warn("schedule state not stored after a trigger", "schedule", name, "job", id, "err", err)
+	}
+	v := sch.view(e)
+	v.LastJobID, v.LastRunMillis = id, now.UnixMilli()
+	return settled{&protocol.ScheduleInfo{Schedule: v}}
+}
+
+// list returns every schedule by name, each with its next tick.
+func (sch *schedules) list() []protocol.Schedule {
+	sch.mu.Lock()
+	es := make([]*schedEntry, 0, len(sch.byName))
+	for _, e := range sch.byName {
+		es = append(es, e)
+	}
+	sch.mu.Unlock()
+	out := make([]protocol.Schedule, 0, len(es))
+	for _, e := range es {
+		out = append(out, sch.view(e))
+	}
+	slices.SortFunc(out, func(a, b protocol.Schedule) int { return strings.Compare(a.Name, b.Name) })
+	if b, _ := json.Marshal(out); len(b) > listBudget {
+		// Payloads may be large; the list must fit in one reply. What a list is for
+		// (when, state, last run and error) stays.
+		for i := range out {
+			out[i].Payload = nil
+		}
+	}
+	return out
+}
+
+// view is e as listed: with its next tick.
+func (sch *schedules) view(e *schedEntry) protocol.Schedule {
+	sch.mu.Lock()
+	defer sch.mu.Unlock()
+	v := e.sc
+	switch {
+	case v.Paused:
+	case e.next.After(sinceDone(&v)): // armed: a tick, or a retry of one
+		v.NextTickMillis = e.next.UnixMilli()
+	default: // not armed yet, or its tick is being done
+		if n := e.spec.next(sinceDone(&v)); !n.IsZero() {
+			v.NextTickMillis = n.UnixMilli()
+		}
+	}
+	return v
+}
+
+// Schedules lists the coordinator's schedules, as jobbus schedule ls shows them, for
+// metrics read at scrape time.
+func (c *Coordinator) Schedules() []protocol.Schedule { return c.sched.sch.list() }

@@ -1,0 +1,453 @@
+package coordinator_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/client"
+	"github.com/jobbus/jobbus/coordinator"
+	"github.com/jobbus/jobbus/worker"
+)
+
+// fakeClock is a coordinator's Config.Now that moves only when told.
+type fakeClock struct{ ms atomic.Int64 }
+
+func newFakeClock(t time.Time) *fakeClock {
+	c := &fakeClock{}
+	c.ms.Store(t.UnixMilli())
+	return c
+}
+
+func (c *fakeClock) now() time.Time          { return time.UnixMilli(c.ms.Load()) }
+func (c *fakeClock) advance(d time.Duration) { c.ms.Add(d.Milliseconds()) }
+
+// tickCounter is an Observer that counts schedule ticks by outcome.
+type tickCounter struct {
+	mu sync.Mutex
+	n  map[string]int // "name/outcome"
+}
+
+func (o *tickCounter) Submitted(coordinator.SubmitOutcome)    {}
+func (o *tickCounter) JobChanged(coordinator.JobChange)       {}
+func (o *tickCounter) DeadlineExpired(string)                 {}
+func (o *tickCounter) Stored(time.Duration, error, bool, int) {}
+func (o *tickCounter) Synced(time.Duration, int, error)       {}
+func (o *tickCounter) count(name string, out coordinator.ScheduleOutcome) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.n[name+"/"+string(out)]
+}
+
+func (o *tickCounter) ScheduleTicked(name string, out coordinator.ScheduleOutcome, n int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.n == nil {
+		o.n = make(map[string]int)
+	}
+	o.n[name+"/"+string(out)] += n
+}
+
+// scheduleJobs lists the jobs schedule name submitted, oldest first.
+func scheduleJobs(t *testing.T, s *system, name string) []protocol.Job {
+	t.Helper()
+	list, err := s.Client.List(context.Background(), protocol.ListJobs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []protocol.Job
+	for _, j := range list.Jobs {
+		if j.Schedule == name {
+			out = append(out, j)
+		}
+	}
+	slices.Reverse(out)
+	return out
+}
+
+func scheduleNamed(t *testing.T, s *system, name string) protocol.Schedule {
+	t.Helper()
+	scs, err := s.Client.Schedules(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sc := range scs {
+		if sc.Name == name {
+			return sc
+		}
+	}
+	t.Fatalf("schedule %s not listed: %+v", name, scs)
+	return protocol.Schedule{}
+}
+
+func addSchedule(t *testing.T, s *system, sc client.Schedule) protocol.Schedule {
+	t.Helper()
+	got, err := s.Client.AddSchedule(context.Background(), sc)
+	if err != nil {
+		t.Fatalf("add schedule %s: %v", sc.Name, err)
+	}
+	return got
+}
+
+// TestScheduleEveryRuns: an every schedule submits one job per tick, each carrying
+// the schedule's name, and lists its next tick, its last tick and that tick's job.
+func TestScheduleEveryRuns(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	s.StartWorker(2)
+	added := addSchedule(t, s, client.Schedule{Name: "hash", Every: time.Second, TaskType: "SHA256", Payload: text("tick")})
+	if added.NextTickMillis != added.CreatedAtMillis+1000 || added.CatchUp != protocol.CatchUpOne || added.Paused {
+		t.Fatalf("added %+v: want the first tick a second after creation, catch-up one, active", added)
+	}
+	s.Eventually("two ticks done", func() bool {
+		return scheduleNamed(t, s, "hash").LastTickMillis >= added.CreatedAtMillis+2000
+	})
+	jobs := scheduleJobs(t, s, "hash")
+	if len(jobs) < 2 {
+		t.Fatalf("%d jobs after two ticks", len(jobs))
+	}
+	for _, j := range jobs {
+		if j.TaskType != "SHA256" {
+			t.Errorf("job %+v: want a SHA256 job", j)
+		}
+	}
+	done := s.Wait(jobs[0].JobID)
+	if done.State != protocol.StateCompleted {
+		t.Errorf("the first tick's job ended %s", done.State)
+	}
+	sc := scheduleNamed(t, s, "hash")
+	if sc.LastTickMillis < added.CreatedAtMillis+2000 || (sc.LastTickMillis-added.CreatedAtMillis)%1000 != 0 {
+		t.Errorf("last tick %d: want a whole second after creation %d, two at least", sc.LastTickMillis, added.CreatedAtMillis)
+	}
+	if sc.LastJobID == "" || sc.NextTickMillis <= sc.LastTickMillis || sc.LastError != "" {
+		t.Errorf("listed %+v: want the last job, a next tick after the last, no error", sc)
+	}
+}
+
+// TestScheduleRefusals: what cannot be a schedule is refused with an error that says
+// why, and nothing is stored.
+func TestScheduleRefusals(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	addSchedule(t, s, client.Schedule{Name: "taken", Every: time.Hour, TaskType: "SHA256", Payload: text("x")})
+	cases := []struct {
+		name string
+		sc   client.Schedule
+		want string
+	}{
+		{"BadCron", client.Schedule{Name: "a", Cron: "0 */5 * * *", TaskType: "SHA256", Payload: text("x")}, "Invalid schedule: cron \"0 */5 * * *\": expected exactly 6 fields"},
+		{"BadEvery", client.Schedule{Name: "a", Every: 10 * time.Millisecond, TaskType: "SHA256", Payload: text("x")}, "Invalid schedule: every must be at least 1s"},
+		{"NoTime", client.Schedule{Name: "a", TaskType: "SHA256", Payload: text("x")}, "Invalid schedule: give every or cron"},
+		{"BadZone", client.Schedule{Name: "a", Cron: "0 0 * * * *", TimeZone: "Nowhere/City", TaskType: "SHA256", Payload: text("x")}, "unknown time zone"},
+		{"BadCatchUp", client.Schedule{Name: "a", Every: time.Hour, CatchUp: "twice", TaskType: "SHA256", Payload: text("x")}, "catch-up must be none, one or all"},
+		{"BadName", client.Schedule{Name: "a b", Every: time.Hour, TaskType: "SHA256", Payload: text("x")}, "bad schedule name"},
+		{"UnknownType", client.Schedule{Name: "a", Every: time.Hour, TaskType: "NO_SUCH", Payload: text("x")}, "Unknown task type: NO_SUCH"},
+		{"BadPayload", client.Schedule{Name: "a", Every: time.Hour, TaskType: "SLEEP", Payload: map[string]any{"durationMillis": "soon"}}, "Invalid payload: Field 'durationMillis' must be an integer"},
+		{"PayloadNotObject", client.Schedule{Name: "a", Every: time.Hour, TaskType: "SHA256", Payload: []int{1}}, "Invalid payload"},
+		{"Duplicate", client.Schedule{Name: "taken", Every: time.Minute, TaskType: "SHA256", Payload: text("y")}, "Schedule 'taken' already exists"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := s.Client.AddSchedule(ctx, tc.sc)
+			if !errors.Is(err, client.ErrServer) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("add: %v, want an ERROR saying %q", err, tc.want)
+			}
+		})
+	}
+	for _, op := range []struct {
+		name string
+		do   func(string) error
+	}{
+		{"Pause", func(n string) error { _, err := s.Client.PauseSchedule(ctx, n); return err }},
+		{"Resume", func(n string) error { _, err := s.Client.ResumeSchedule(ctx, n); return err }},
+		{"Remove", func(n string) error { _, err := s.Client.RemoveSchedule(ctx, n); return err }},
+		{"Trigger", func(n string) error { _, err := s.Client.TriggerSchedule(ctx, n); return err }},
+	} {
+		t.Run("Unknown"+op.name, func(t *testing.T) {
+			err := op.do("nope")
+			if !errors.Is(err, client.ErrUnknownSchedule) || !strings.Contains(err.Error(), "Unknown schedule: nope") {
+				t.Fatalf("%s of an unknown schedule: %v", op.name, err)
+			}
+		})
+	}
+	scs, err := s.Client.Schedules(ctx)
+	if err != nil || len(scs) != 1 || scs[0].Name != "taken" || scs[0].TaskType != "SHA256" || string(scs[0].Payload) != `{"text":"x"}` {
+		t.Fatalf("schedules after the refusals: %+v, %v; want only the first one, unchanged", scs, err)
+	}
+}
+
+// TestSchedulePauseResumeTriggerRemove: a paused schedule ticks no more (its ticks
+// are not caught up on resume) but can be triggered; removed, it is gone and its jobs
+// stay.
+func TestSchedulePauseResumeTriggerRemove(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	added := addSchedule(t, s, client.Schedule{Name: "beat", Every: time.Second, TaskType: "SHA256", Payload: text("b")})
+	s.Eventually("a first tick", func() bool { return len(scheduleJobs(t, s, "beat")) >= 1 })
+	paused, err := s.Client.PauseSchedule(ctx, "beat")
+	if err != nil || !paused.Paused || paused.NextTickMillis != 0 {
+		t.Fatalf("pause: %+v, %v; want paused with no next tick", paused, err)
+	}
+	n := len(scheduleJobs(t, s, "beat"))
+	// Absence takes waiting: two periods of a schedule that would have ticked twice.
+	time.Sleep(2200 * time.Millisecond)
+	if got := len(scheduleJobs(t, s, "beat")); got != n {
+		t.Fatalf("%d jobs while paused, %d before: a paused schedule ticked", got, n)
+	}
+	id, err := s.Client.TriggerSchedule(ctx, "beat")
+	if err != nil {
+		t.Fatalf("trigger while paused: %v", err)
+	}
+	if j := s.Status(id); j.Schedule != "beat" || j.TaskType != "SHA256" {
+		t.Fatalf("triggered job %+v: want the schedule's", j)
+	}
+	if sc := scheduleNamed(t, s, "beat"); sc.LastJobID != id || !sc.Paused {
+		t.Fatalf("after the trigger %+v: want its job as the last, still paused", sc)
+	}
+	resumed, err := s.Client.ResumeSchedule(ctx, "beat")
+	if err != nil || resumed.Paused || resumed.SinceMillis <= paused.SinceMillis || resumed.NextTickMillis <= resumed.SinceMillis {
+		t.Fatalf("resume: %+v, %v; want active, counting from now", resumed, err)
+	}
+	s.Eventually("a tick after the resume", func() bool {
+		return scheduleNamed(t, s, "beat").LastTickMillis > resumed.SinceMillis
+	})
+	// One tick after the resume, and none of the ones missed while paused.
+	if got := len(scheduleJobs(t, s, "beat")); got > n+1+3 {
+		t.Fatalf("%d jobs after the resume, %d before the pause: the paused ticks were caught up", got, n)
+	}
+	if (scheduleNamed(t, s, "beat").LastTickMillis-added.CreatedAtMillis)%1000 != 0 {
+		t.Fatalf("a tick off the schedule's grid after the resume")
+	}
+	removed, err := s.Client.RemoveSchedule(ctx, "beat")
+	if err != nil || removed.Name != "beat" {
+		t.Fatalf("remove: %+v, %v", removed, err)
+	}
+	if scs, err := s.Client.Schedules(ctx); err != nil || len(scs) != 0 {
+		t.Fatalf("schedules after the removal: %+v, %v", scs, err)
+	}
+	if j := s.Status(id); j.JobID != id {
+		t.Fatalf("the triggered job is gone with its schedule")
+	}
+	// Gone means gone: the name is free again.
+	addSchedule(t, s, client.Schedule{Name: "beat", Every: time.Hour, TaskType: "SHA256", Payload: text("c")})
+}
+
+// TestScheduleCatchUpAfterDowntime: ticks that passed while no coordinator ran are
+// caught up by the schedule's policy when the next one starts, and only once: a
+// further restart submits nothing more. The clock is injected, so hours pass at once.
+func TestScheduleCatchUpAfterDowntime(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		catchUp protocol.CatchUp
+		want    []int // hours after creation of the ticks that got jobs
+	}{
+		{protocol.CatchUpNone, nil},
+		{protocol.CatchUpOne, []int{3}},
+		{protocol.CatchUpAll, []int{1, 2, 3}},
+	}
+	for _, tc := range cases {
+		t.Run(string(tc.catchUp), func(t *testing.T) {
+			t.Parallel()
+			clock := newFakeClock(time.Now())
+			obs := &tickCounter{}
+			s := setup(t, func(c *coordinator.Config) { c.Now = clock.now; c.Observer = obs })
+			added := addSchedule(t, s, client.Schedule{Name: "hourly", Every: time.Hour, CatchUp: tc.catchUp, TaskType: "SHA256", Payload: text("h")})
+			_ = s.Coordinator.Close()
+			clock.advance(3*time.Hour + 30*time.Minute)
+			s.RestartCoordinator(t)
+			created := added.CreatedAtMillis
+			var wantLast int64 // no tick done: none was run
+			if len(tc.want) > 0 {
+				wantLast = created + int64(tc.want[len(tc.want)-1])*time.Hour.Milliseconds()
+			}
+			wantNext := created + 4*time.Hour.Milliseconds() // the first tick after now
+			s.Eventually("the catch-up done", func() bool {
+				sc := scheduleNamed(t, s, "hourly")
+				return len(scheduleJobs(t, s, "hourly")) == len(tc.want) && sc.LastTickMillis == wantLast && sc.NextTickMillis == wantNext
+			})
+			if tc.catchUp == protocol.CatchUpNone && obs.count("hourly", coordinator.ScheduleSkipped) != 3 {
+				t.Errorf("skipped ticks counted %d, want 3", obs.count("hourly", coordinator.ScheduleSkipped))
+			}
+			// Each job is its tick's: its key finds it.
+			jobs := scheduleJobs(t, s, "hourly")
+			for i, h := range tc.want {
+				key := protocol.ScheduleTickKey("hourly", created+int64(h)*time.Hour.Milliseconds())
+				id, err := s.Client.Submit(context.Background(), "SHA256", text("h"), client.IdempotencyKey(key))
+				if err != nil || id != jobs[i].JobID {
+					t.Errorf("tick %dh's key: job %s, %v; want %s", h, id, err, jobs[i].JobID)
+				}
+			}
+			before := len(scheduleJobs(t, s, "hourly"))
+			s.RestartCoordinator(t)
+			s.Eventually("schedules loaded", func() bool { return scheduleNamed(t, s, "hourly").NextTickMillis != 0 })
+			if got := len(scheduleJobs(t, s, "hourly")); got != before {
+				t.Errorf("%d jobs after a second restart, %d before: a tick was submitted twice", got, before)
+			}
+		})
+	}
+}
+
+// TestScheduleFailsVisibly: a schedule whose payload stops being valid (its task
+// type's schema changed) keeps ticking, each tick refused: the error, how many ticks
+// in a row failed and a metric say so, until a tick succeeds again.
+func TestScheduleFailsVisibly(t *testing.T) {
+	t.Parallel()
+	obs := &tickCounter{}
+	s := setup(t, func(c *coordinator.Config) { c.Observer = obs })
+	declare := func(schema string) func() {
+		_, stop := s.StartFunctionWorker(t, func(w *worker.Worker) error {
+			return w.Handle("REPORT", func(context.Context, int, json.RawMessage) (string, error) { return "ok", nil },
+				worker.Schema(json.RawMessage(schema)))
+		})
+		return stop
+	}
+	stop := declare(`{"type":"object"}`)
+	s.Eventually("REPORT declared", func() bool {
+		_, err := s.Client.AddSchedule(context.Background(), client.Schedule{Name: "report", Every: time.Second, TaskType: "REPORT", Payload: map[string]int{"day": 1}})
+		return err == nil
+	})
+	stop()
+	// A worker declares the type again with a schema the schedule's payload breaks.
+	declare(`{"type":"object","required":["week"]}`)
+	s.Eventually("two refused ticks", func() bool { return scheduleNamed(t, s, "report").Failures >= 2 })
+	sc := scheduleNamed(t, s, "report")
+	if !strings.HasPrefix(sc.LastError, "Invalid payload") || sc.LastErrorMillis == 0 || sc.Paused || sc.NextTickMillis == 0 {
+		t.Fatalf("failing schedule listed %+v: want the refusal, and still ticking", sc)
+	}
+	if n := obs.count("report", coordinator.ScheduleFailed); n < 2 {
+		t.Fatalf("%d failed ticks counted, want 2 at least", n)
+	}
+	if _, err := s.Client.TriggerSchedule(context.Background(), "report"); err == nil || !strings.Contains(err.Error(), "Invalid payload") {
+		t.Fatalf("trigger of the failing schedule: %v, want its refusal", err)
+	}
+}
+
+// TestScheduleCronAcrossDST: a cron schedule in Europe/Berlin, its coordinator down
+// across each DST change (an injected clock), catches up with catch-up all exactly the
+// ticks of wall time: in spring the 02:30 that does not exist runs at the change, in
+// autumn the 02:30 that happens twice runs once.
+func TestScheduleCronAcrossDST(t *testing.T) {
+	t.Parallel()
+	utc := func(s string) time.Time {
+		at, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	cases := []struct {
+		name      string
+		from, to  string
+		wantTicks []string
+	}{
+		{"Spring", "2026-03-28T12:00:00Z", "2026-03-30T12:00:00Z", []string{"2026-03-29T01:00:00Z", "2026-03-30T00:30:00Z"}},
+		{"Autumn", "2026-10-24T12:00:00Z", "2026-10-26T12:00:00Z", []string{"2026-10-25T00:30:00Z", "2026-10-26T01:30:00Z"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			clock := newFakeClock(utc(tc.from))
+			s := setup(t, func(c *coordinator.Config) { c.Now = clock.now })
+			addSchedule(t, s, client.Schedule{Name: "night", Cron: "0 30 2 * * *", TimeZone: "Europe/Berlin", CatchUp: protocol.CatchUpAll,
+				TaskType: "SHA256", Payload: text("n")})
+			_ = s.Coordinator.Close()
+			clock.ms.Store(utc(tc.to).UnixMilli())
+			s.RestartCoordinator(t)
+			last := utc(tc.wantTicks[len(tc.wantTicks)-1]).UnixMilli()
+			s.Eventually("the catch-up done", func() bool { return scheduleNamed(t, s, "night").LastTickMillis == last })
+			jobs := scheduleJobs(t, s, "night")
+			if len(jobs) != len(tc.wantTicks) {
+				t.Fatalf("%d jobs, want one for each of %v", len(jobs), tc.wantTicks)
+			}
+			for i, tick := range tc.wantTicks {
+				key := protocol.ScheduleTickKey("night", utc(tick).UnixMilli())
+				id, err := s.Client.Submit(context.Background(), "SHA256", text("n"), client.IdempotencyKey(key))
+				if err != nil || id != jobs[i].JobID {
+					t.Errorf("tick %s: its key gives %s, %v; want job %s", tick, id, err, jobs[i].JobID)
+				}
+			}
+		})
+	}
+}
+
+// TestScheduleListFitsOneReply: schedules whose payloads together exceed a reply are
+// listed without their payloads rather than not at all.
+func TestScheduleListFitsOneReply(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	big := strings.Repeat("x", 190_000)
+	for i := range 7 {
+		addSchedule(t, s, client.Schedule{Name: fmt.Sprintf("big%d", i), Every: time.Hour, TaskType: "SHA256", Payload: text(big)})
+	}
+	scs, err := s.Client.Schedules(context.Background())
+	if err != nil || len(scs) != 7 {
+		t.Fatalf("list: %d schedules, %v", len(scs), err)
+	}
+	for _, sc := range scs {
+		if sc.Payload != nil || sc.TaskType != "SHA256" || sc.NextTickMillis == 0 {
+			t.Fatalf("listed %s with a %d-byte payload, task %q, next %d", sc.Name, len(sc.Payload), sc.TaskType, sc.NextTickMillis)
+		}
+	}
+}
+
+// TestScheduleRetriesATickNotStored: a tick refused for now (the coordinator at
+// capacity) shows its error and is tried again under its key until it is stored; with
+// catch-up all, no tick is lost meanwhile, and each has one job.
+func TestScheduleRetriesATickNotStored(t *testing.T) {
+	t.Parallel()
+	obs := &tickCounter{}
+	s := setup(t, func(c *coordinator.Config) { c.MaxActiveJobs = 2; c.Observer = obs })
+	ctx := context.Background()
+	var blockers []string // no worker yet: they stay QUEUED, and the coordinator is full
+	for range 2 {
+		blockers = append(blockers, s.Submit("SLEEP", map[string]int{"durationMillis": 1}))
+	}
+	added := addSchedule(t, s, client.Schedule{Name: "full", Every: time.Second, CatchUp: protocol.CatchUpAll, TaskType: "SHA256", Payload: text("f")})
+	s.Eventually("a tick refused for now", func() bool {
+		sc := scheduleNamed(t, s, "full")
+		return sc.Failures >= 1 && strings.Contains(sc.LastError, "coordinator at capacity") && sc.LastTickMillis == 0
+	})
+	if n := obs.count("full", coordinator.ScheduleRetried); n < 1 {
+		t.Fatalf("%d retried ticks counted", n)
+	}
+	for _, id := range blockers {
+		if _, _, err := s.Client.Cancel(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.StartWorker(2)
+	s.Eventually("ticks stored again", func() bool {
+		sc := scheduleNamed(t, s, "full")
+		return sc.LastError == "" && sc.LastTickMillis >= added.CreatedAtMillis+3000
+	})
+	sc, err := s.Client.PauseSchedule(ctx, "full")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs := map[string]bool{}
+	for _, j := range scheduleJobs(t, s, "full") {
+		jobs[j.JobID] = true
+	}
+	ticks := int((sc.LastTickMillis - added.CreatedAtMillis) / 1000)
+	if len(jobs) != ticks {
+		t.Fatalf("%d jobs for %d ticks", len(jobs), ticks)
+	}
+	for k := 1; k <= ticks; k++ {
+		key := protocol.ScheduleTickKey("full", added.CreatedAtMillis+int64(k)*1000)
+		// The tick's own key finds its job (the same submission, so no conflict).
+		id, err := s.Client.Submit(ctx, "SHA256", text("f"), client.IdempotencyKey(key))
+		if err != nil || !jobs[id] {
+			t.Errorf("tick %d: its key gives %s, %v: not one of the schedule's jobs", k, id, err)
+		}
+	}
+}
