@@ -73,7 +73,7 @@ Example:
 			&cli.StringFlag{Name: "memprofile", Usage: "write a profile of the run's heap allocations to this file (go tool pprof -sample_index alloc_space)", EnvVars: env("bench-memprofile")},
 			&cli.StringFlag{Name: "limit", Usage: "set a rate limit on the task type bench submits before the run, as jobbus limit set --rate (1000000/s: configured but not binding)", EnvVars: env("bench-limit")},
 			&cli.Int64Flag{Name: "limit-burst", Value: 1, Usage: "with --limit, the limit's burst", EnvVars: env("bench-limit-burst")},
-		}, progressFloodFlags()...), // bench_flood.go
+		}, append(scheduledBenchFlags(), progressFloodFlags()...)...), // bench_scheduled.go, bench_flood.go
 		Action: bench,
 	}
 }
@@ -110,9 +110,6 @@ func bench(c *cli.Context) error {
 	if n < 0 || submitters < 1 || warmup < 0 || idle < 0 {
 		return usageError("--jobs, --warmup and --idle must be at least 0, --submitters at least 1")
 	}
-	if n == 0 && idle == 0 {
-		return usageError("nothing to measure: give --jobs or --idle")
-	}
 	if err := checkLocalWorkers(c, 1); err != nil {
 		return err
 	}
@@ -136,9 +133,17 @@ func bench(c *cli.Context) error {
 	}
 	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	scheduled := c.Int("scheduled")
+	if scheduled < 0 || scheduled > 0 && external {
+		return usageError("--scheduled must be at least 0, and needs the in-process system (its workers see when each job starts)")
+	}
+	if n == 0 && idle == 0 && scheduled == 0 {
+		return usageError("nothing to measure: give --jobs, --idle or --scheduled")
+	}
+
 	probeJobs := 0
 	if !external {
-		probeJobs = warmup + n + idleWarmup + idle
+		probeJobs = warmup + n + idleWarmup + idle + scheduled
 	}
 	sys, err := benchTarget(ctx, c, transport, syncOpts, probeJobs)
 	if err != nil {
@@ -171,6 +176,14 @@ func bench(c *cli.Context) error {
 	if err != nil {
 		return exitErr(err)
 	}
+	var waitScheduled func() (scheduledResult, error)
+	if scheduled > 0 { // numbered after every other job
+		waitScheduled, err = scheduledBench(ctx, sys, scheduled, probeJobs-scheduled, c.Duration("scheduled-lead"), c.Duration("scheduled-spread"))
+		if err != nil {
+			return exitErr(err)
+		}
+	}
+	loadStart := time.Now()
 	if sys.flood != nil {
 		if err := sys.flood.start(ctx, sys); err != nil {
 			return exitErr(err)
@@ -197,6 +210,14 @@ func bench(c *cli.Context) error {
 			sys.flood.report(out)
 		}
 	}
+	var sched *scheduledResult
+	if waitScheduled != nil {
+		res, err := waitScheduled()
+		if err != nil {
+			return exitErr(err)
+		}
+		sched = &res
+	}
 	var idleRes *idleResult
 	if idle > 0 {
 		res, err := runIdle(ctx, sys, idle, next)
@@ -212,10 +233,21 @@ func bench(c *cli.Context) error {
 		"idle": strconv.Itoa(idle), "in_process": strconv.FormatBool(!external), "task_type": taskType,
 		"kept_at_start": strconv.Itoa(sys.kept),
 	}, run, idleRes)
+	if sched != nil {
+		rep.Settings["scheduled"] = strconv.Itoa(scheduled)
+		sched.put(rep.Metrics)
+	}
 	if asJSON {
 		return rep.writeJSON(out)
 	}
 	rep.writeText(out, !external)
+	if sched != nil {
+		var loadEnd time.Time
+		if run != nil {
+			loadEnd = loadStart.Add(run.lastDone)
+		}
+		sched.writeText(out, loadEnd)
+	}
 	return nil
 }
 
@@ -278,6 +310,7 @@ func inProcessSystem(ctx context.Context, c *cli.Context, transport string, sync
 	}
 	cfg := coordinator.DefaultConfig()
 	cfg.MaxActiveJobs = 1 << 30
+	cfg.MaxScheduledJobs = 1 << 30
 	// OTEL_* as for serve: tracing the coordinator, the workers and the clients.
 	tp, flushTraces, err := tracerFromEnv(c, "bench", nil)
 	if err != nil {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -112,7 +113,7 @@ func (p *printer) jobs(jobs []protocol.Job) error {
 	for _, j := range jobs {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\n",
 			j.JobID, p.state(j.State), j.TaskType, j.Attempts, j.MaxAttempts, j.Priority,
-			orNothing(j.RanBy()), ago(now, j.CreatedAtMillis), truncate(outcome(j), resultWidth))
+			orNothing(j.RanBy()), ago(now, j.CreatedAtMillis), truncate(cmp.Or(due(now, j), outcome(j)), resultWidth))
 	}
 	return tw.Flush()
 }
@@ -133,8 +134,12 @@ func (p *printer) job(j protocol.Job) error {
 		{"WORKER", orNothing(j.RanBy())},
 		{"CREATED", stamp(now, j.CreatedAtMillis)},
 		{"UPDATED", stamp(now, j.UpdatedAtMillis)},
+		{"DUE", dueStamp(now, j.RunAtMillis)},
 		{"RESULT", oneLine(orDash(j.Result))},
 		{"ERROR", oneLine(orDash(j.Error))},
+	}
+	if j.Snoozes > 0 {
+		rows = append(rows, [2]string{"SNOOZES", strconv.Itoa(j.Snoozes)})
 	}
 	if t := progressText(j); t != "" { // only for a job whose handler reported some
 		rows = slices.Insert(rows, 8, [2]string{"PROGRESS", oneLine(strings.TrimSpace(t))})
@@ -142,6 +147,9 @@ func (p *printer) job(j protocol.Job) error {
 	rows = append(rows, workflowRows(j)...) // workflow.go
 	rows = append(rows, scheduleRows(j)...) // schedules.go
 	for _, r := range rows {
+		if r[0] == "DUE" && r[1] == "-" {
+			continue // a job that never waited for a time
+		}
 		fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])
 	}
 	return tw.Flush()
@@ -279,6 +287,8 @@ func (p *printer) watchEvent(ev watchEvent) error {
 		switch {
 		case j.WorkerID != nil:
 			line += "  on " + *j.WorkerID
+		case j.State == protocol.StateScheduled:
+			line += "  " + due(time.UnixMilli(ev.AtMillis), *j)
 		case j.State.Terminal() || j.State == protocol.StateRetryWait:
 			if o := outcome(*j); o != "-" {
 				line += "  " + truncate(o, 2*resultWidth)

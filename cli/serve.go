@@ -35,6 +35,8 @@ func coordinatorFlags() []cli.Flag {
 		millisFlag("retry-base-delay-millis", d.RetryBaseDelay, "first retry delay; doubles per attempt"),
 		millisFlag("retry-max-delay-millis", d.RetryMaxDelay, "longest retry delay"),
 		&cli.IntFlag{Name: "max-active-jobs", Value: d.MaxActiveJobs, Usage: "QUEUED + RETRY_WAIT + RUNNING jobs beyond which submissions are rejected", EnvVars: env("max-active-jobs")},
+		&cli.IntFlag{Name: "max-scheduled-jobs", Value: d.MaxScheduledJobs, Usage: "SCHEDULED jobs (delayed, snoozed) beyond which delayed submissions are rejected; they do not count against --max-active-jobs", EnvVars: env("max-scheduled-jobs")},
+		millisFlag("schedule-window-millis", d.ScheduleWindow, "SCHEDULED jobs due within this are held in memory; later ones only as an index entry, read back when they come within it"),
 		millisFlag("aging-step-millis", d.AgingStep, "a queued job gains one priority level per step waited"),
 		&cli.DurationFlag{Name: "retention", Value: d.Retention, Usage: "how long a COMPLETED, FAILED or CANCELLED job, and its idempotency key, are kept after it ended (Go duration: 24h, 90s); 0 keeps them forever. Active jobs never expire", EnvVars: env("retention")},
 		&cli.IntFlag{Name: "replicas", Value: d.Replicas, Usage: "replicas of the KV buckets it creates: 0 is 3 in a cluster (or its size, if smaller), 1 on a lone server, and keeps what exists. Another count than an existing bucket's is refused without --reconfigure-buckets (docs/deployment.md)", EnvVars: env("replicas")},
@@ -53,6 +55,8 @@ func coordinatorConfig(c *cli.Context, log *slog.Logger) coordinator.Config {
 	cfg.RetryBaseDelay = millis(c, "retry-base-delay-millis")
 	cfg.RetryMaxDelay = millis(c, "retry-max-delay-millis")
 	cfg.MaxActiveJobs = c.Int("max-active-jobs")
+	cfg.MaxScheduledJobs = c.Int("max-scheduled-jobs")
+	cfg.ScheduleWindow = millis(c, "schedule-window-millis")
 	cfg.AgingStep = millis(c, "aging-step-millis")
 	cfg.Retention = c.Duration("retention")
 	cfg.Replicas = c.Int("replicas")

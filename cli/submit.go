@@ -60,6 +60,8 @@ Examples:
    jobbus submit SLEEP --milliseconds 1500 --priority high --wait
    jobbus submit PRIME_COUNT --payload '{"limit":1000000}' --submit-retries 5 --json
    jobbus submit TEXT_REVERSE --payload '{"text":"hello"}' --wait
+   jobbus submit sha256 --text later --in 10m
+   jobbus submit sha256 --text merry --at 2026-12-24T09:00:00Z
    jobbus submit SLEEP --milliseconds 100 --queue low --key-concurrency customer-42
    jobbus submit sha256 --text done --after 0b7c2f0e-8a41-4d7e-9b43-3f6a1c2d9e10`,
 		Flags: append([]cli.Flag{
@@ -80,7 +82,7 @@ Examples:
 			&cli.BoolFlag{Name: "wait", Usage: "wait until the job ends; exit 0 if it COMPLETED, 1 otherwise", EnvVars: env("wait")},
 			timeoutFlag("with --wait, how long to wait"),
 			jsonFlag(),
-		}, afterFlags()...), // workflow.go
+		}, append(laterFlags(), afterFlags()...)...), // later.go, workflow.go
 		Action: submit,
 	}
 }
@@ -237,7 +239,11 @@ func submitOptions(c *cli.Context) ([]client.SubmitOption, error) {
 	if err != nil {
 		return nil, err
 	}
-	return queueOptions(c, append(append(opts, after...), unique...)) // queues.go
+	later, err := laterOptions(c) // later.go
+	if err != nil {
+		return nil, err
+	}
+	return queueOptions(c, append(append(append(opts, after...), unique...), later...)) // queues.go
 }
 
 func parsePriority(s string) (protocol.Priority, error) {

@@ -71,12 +71,16 @@ type batchAck struct {
 // too), then its record, the last.
 func (s *jsStore) messages(w *pendingWrite) []*nats.Msg {
 	m := s.recordMsg(w) // recordmsg.go
-	if w.key == "" || w.ttl == 0 {
+	// A SCHEDULED job's binding is stored too (for ever, until its finishing write
+	// gives it a TTL): a far-future job is not read whole by recovery (delayed.go).
+	if w.key == "" || (w.ttl == 0 && w.runAt == 0) {
 		return m.one[:]
 	}
 	b := nats.NewMsg(jobsSubjects + bindingKey(w.key))
 	b.Data, _ = json.Marshal(w.bind)
-	b.Header.Set(jetstream.MsgTTLHeader, s.ttlText(w.ttl))
+	if w.ttl > 0 {
+		b.Header.Set(jetstream.MsgTTLHeader, s.ttlText(w.ttl))
+	}
 	s.termChecked(b)
 	return []*nats.Msg{b, &m.m}
 }

@@ -138,6 +138,7 @@ func (rt *retention) heads() []head {
 	for _, x := range rt.expiring[rt.expHead:] {
 		exp[x.seq] = x.at
 	}
+	due := rt.s.delayed.coldDue()
 	n := len(rt.index.entries) - rt.index.holes
 	hs := make([]head, 0, n)
 	ids := make([]byte, 0, 36*n)
@@ -153,7 +154,7 @@ func (rt *retention) heads() []head {
 			hs = append(hs, head{seq: e.seq})
 			continue
 		}
-		h := head{seq: e.seq, state: e.state(), expires: exp[e.seq]}
+		h := head{seq: e.seq, state: e.state(), expires: exp[e.seq], due: due[e.seq]}
 		if k := rt.index.key(e); k != "" {
 			if d, ok := rt.doneKeys[k]; ok && rt.index.hasID(e, d.jobID) {
 				h.key, h.fingerprint = k, d.fingerprint
@@ -183,7 +184,11 @@ func encodeCheckpoint(term, at uint64, heads []head) []byte {
 	for _, h := range heads {
 		uvarint(h.seq)
 		buf.WriteByte(stateCode[h.state])
-		uvarint(uint64(h.expires))
+		end := h.expires
+		if h.state == protocol.StateScheduled { // no end of retention, but a due time
+			end = h.due
+		}
+		uvarint(uint64(end))
 		str(h.id)
 		str(h.key)
 		str(h.fingerprint)
@@ -218,6 +223,9 @@ func decodeCheckpoint(data []byte) (term, at uint64, heads []head, err error) {
 			return 0, 0, nil, errBadCheckpoint
 		}
 		h.state = codeState[code]
+		if h.state == protocol.StateScheduled {
+			h.due, h.expires = h.expires, 0
+		}
 	}
 	return term, at, heads, nil
 }

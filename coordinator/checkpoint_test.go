@@ -125,6 +125,7 @@ func TestCheckpointEncoding(t *testing.T) {
 		{id: "b1c0", seq: 1, state: protocol.StateCompleted, expires: 1796000000000, key: "k", fingerprint: "f"},
 		{id: "b1c1", seq: 300, state: protocol.StateFailed},
 		{id: "b1c2", seq: 1 << 40},
+		{id: "b1c3", seq: 301, state: protocol.StateScheduled, due: 1796000000123, key: "later", fingerprint: "g"}, // cold: its due time
 	}
 	data := encodeCheckpoint(7, 99, heads)
 	term, at, got, err := decodeCheckpoint(data)

@@ -26,6 +26,14 @@ type Config struct {
 	RetryMaxDelay  time.Duration
 	// MaxActiveJobs bounds QUEUED + RETRY_WAIT + RUNNING; new submissions beyond it are rejected.
 	MaxActiveJobs int
+	// MaxScheduledJobs bounds the SCHEDULED jobs (delayed, snoozed), apart from
+	// MaxActiveJobs, which does not count them; 0 means 1,000,000. A job that comes due
+	// queues whatever the active count (delayed.go).
+	MaxScheduledJobs int
+	// ScheduleWindow: a SCHEDULED job due within it is held whole in memory with its
+	// timer; one due later only by its index entry and due time, its record read back
+	// once it comes within it. 0 means one minute.
+	ScheduleWindow time.Duration
 	// AgingStep raises a queued job's effective priority by one level per whole step waited.
 	AgingStep time.Duration
 	// Retention is how long a finished job (COMPLETED, FAILED, CANCELLED), and its
@@ -112,6 +120,8 @@ func DefaultConfig() Config {
 		RetryBaseDelay:   time.Second,
 		RetryMaxDelay:    30 * time.Second,
 		MaxActiveJobs:    10000,
+		MaxScheduledJobs: 1_000_000,
+		ScheduleWindow:   time.Minute,
 		AgingStep:        time.Minute,
 		Retention:        24 * time.Hour,
 		Replicas:         0,
@@ -158,6 +168,12 @@ func (c Config) Validate() error {
 	if c.ClaimGrace < 0 {
 		errs = append(errs, fmt.Errorf("claim grace must be 0 (the default) or positive, got %v", c.ClaimGrace))
 	}
+	if c.MaxScheduledJobs < 0 {
+		errs = append(errs, fmt.Errorf("max scheduled jobs must be 0 (the default) or positive, got %d", c.MaxScheduledJobs))
+	}
+	if c.ScheduleWindow < 0 {
+		errs = append(errs, fmt.Errorf("schedule window must be 0 (the default) or positive, got %v", c.ScheduleWindow))
+	}
 	if c.Writers < 1 {
 		errs = append(errs, fmt.Errorf("writers must be at least 1, got %d", c.Writers))
 	}
@@ -176,6 +192,12 @@ func (c *Config) fill() {
 	}
 	if c.ReplyWithin == 0 {
 		c.ReplyWithin = DefaultConfig().ReplyWithin
+	}
+	if c.MaxScheduledJobs == 0 {
+		c.MaxScheduledJobs = DefaultConfig().MaxScheduledJobs
+	}
+	if c.ScheduleWindow == 0 {
+		c.ScheduleWindow = DefaultConfig().ScheduleWindow
 	}
 }
 

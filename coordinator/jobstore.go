@@ -107,6 +107,9 @@ type loaded struct {
 	// binds are the bindings written since the checkpoint loaded, when one was.
 	binds          []storedBinding
 	fromCheckpoint bool
+	// coldAfter: SCHEDULED jobs due after it (Unix milliseconds) were not read whole
+	// (readWhole, delayed.go).
+	coldAfter int64
 }
 
 // stored is a record read whole, with its revision.
@@ -140,6 +143,7 @@ type pendingWrite struct {
 	state   protocol.State
 	ttl     time.Duration // how long a finished record is kept; 0 for ever
 	expires int64         // when the job's retention ends, Unix milliseconds; with ttl
+	runAt   int64         // a SCHEDULED job's due time, Unix milliseconds (protocol.HeaderRunAt)
 	bind    binding
 	// uniqueUntil is the end of the unique window a COMPLETED job holds (unique.go), 0
 	// if none: a header of the record (protocol.HeaderUniqueUntil).

@@ -148,7 +148,8 @@ func readHead(id string, h nats.Header, meta *jetstream.MsgMetadata) (head, bool
 	st, _ := protocol.ParseState(h.Get(protocol.HeaderState)) // the constant, not a copy per job
 	expires, _ := strconv.ParseInt(h.Get(protocol.HeaderExpires), 10, 64)
 	until, _ := strconv.ParseInt(h.Get(protocol.HeaderUniqueUntil), 10, 64)
-	return head{id: id, seq: seq, state: st, at: meta.Timestamp, expires: expires, uniqueUntil: until}, true
+	due, _ := strconv.ParseInt(h.Get(protocol.HeaderRunAt), 10, 64)
+	return head{id: id, seq: seq, state: st, at: meta.Timestamp, expires: expires, uniqueUntil: until, due: due}, true
 }
 
 // consume hands fn the messages of an ordered consumer of stream with cfg, until none
@@ -352,11 +353,14 @@ func (s *jsStore) load(ctx context.Context) (*loaded, error) {
 	if err != nil {
 		return nil, err
 	}
-	var whole []string // active jobs, records older than the headers, unique windows held
-	now := s.cfg.Now().UnixMilli()
+	// Active jobs (but SCHEDULED ones due beyond the window, delayed.go), records older
+	// than the headers, and finished jobs that hold a unique window (unique.go).
+	var whole []string
+	now := s.cfg.Now()
+	coldAfter := now.Add(s.cfg.ScheduleWindow).UnixMilli()
 	for i, h := range heads {
-		if h.state == "" || h.state.Active() || h.uniqueUntil > now {
-			heads[i] = readWhole(h)
+		if held := h.uniqueUntil > now.UnixMilli(); readWhole(h, coldAfter) || held {
+			heads[i] = wholeHead(h)
 			whole = append(whole, h.id)
 		}
 	}
@@ -364,7 +368,7 @@ func (s *jsStore) load(ctx context.Context) (*loaded, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &loaded{heads: heads, records: recs, lastSeq: lastSeq, binds: binds, fromCheckpoint: fromCheckpoint}, nil
+	return &loaded{heads: heads, records: recs, lastSeq: lastSeq, binds: binds, fromCheckpoint: fromCheckpoint, coldAfter: coldAfter}, nil
 }
 
 // bindings moves the bindings of the old keys bucket and, with every, hands keep every

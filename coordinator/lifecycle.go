@@ -46,6 +46,12 @@ func (s *scheduler) submit(req *protocol.SubmitJob, from request, reply replyFun
 		reply(perr)
 		return
 	}
+	runAt, perr := runTimeOf(req, s.now()) // delayed.go; 0: now
+	if perr != nil {
+		s.note.submitted(SubmitInvalid)
+		reply(perr)
+		return
+	}
 	if err := s.route.validatePayload(req.TaskType, req.Payload); err != nil {
 		s.note.submitted(SubmitInvalid)
 		reply(validationError(req.TaskType, err))
@@ -116,9 +122,9 @@ func (s *scheduler) submit(req *protocol.SubmitJob, from request, reply replyFun
 	if wish.key != "" && s.answerUnique(wish.key, due, reply) {
 		return
 	}
-	if s.active >= s.cfg.MaxActiveJobs {
+	if rej := s.admits(runAt != 0); rej != nil { // delayed.go
 		s.note.submitted(SubmitRejected)
-		s.out.reply(reply, protocol.AtCapacity(s.active, s.cfg.MaxActiveJobs))
+		s.out.reply(reply, rej)
 		return
 	}
 	if e := s.store.health().refusal(); e != nil { // a duplicate above needs no room
@@ -137,9 +143,12 @@ func (s *scheduler) submit(req *protocol.SubmitJob, from request, reply replyFun
 	j := s.newJob(id, req, maxAttempts, prio, key, fp)
 	j.rec.Schedule = from.schedule // the schedule whose tick this is (schedules.go), or none
 	s.uniq.hold(j, wish)
-	if len(req.After) > 0 {
+	switch {
+	case len(req.After) > 0:
 		j.rec.After, j.rec.AfterAnyEnd = req.After, req.AfterAnyEnd
 		s.waitFor(j, waitOn)
+	case runAt != 0:
+		s.delay(j, runAt) // delayed.go
 	}
 	stored := s.traceSubmission(j, from, arrived) // trace.go
 	defer s.assignAtOnce(j)
@@ -163,9 +172,12 @@ func (s *scheduler) submit(req *protocol.SubmitJob, from request, reply replyFun
 		}
 		s.mu.Lock()
 		j.answer = nil
-		if j.rec.State == protocol.StateQueued {
+		switch j.rec.State {
+		case protocol.StateQueued:
 			s.ready.push(j)
 			s.schedule()
+		case protocol.StateScheduled:
+			s.stored(j) // delayed.go
 		}
 		s.unlock()
 	})
@@ -379,9 +391,12 @@ func (s *scheduler) result(res *protocol.TaskResult, reply func(protocol.ResultA
 		if res.Error != nil && *res.Error != "" {
 			cause = *clip(res.Error)
 		}
-		if res.Permanent {
+		switch {
+		case res.SnoozeMillis > 0:
+			s.snooze(j, res.SnoozeMillis) // delayed.go
+		case res.Permanent:
 			s.failPermanently(j, cause)
-		} else {
+		default:
 			s.retryOrFail(j, cause)
 		}
 	}
@@ -448,9 +463,11 @@ func (s *scheduler) retryOrFail(j *job, cause string) {
 func (s *scheduler) cancelJob(id string, due time.Duration, reply replyFunc) {
 	s.mu.Lock()
 	j := s.jobs[id]
-	if j == nil { // finished (its record is in KV), or unknown
+	if j == nil { // finished (its record is in KV), SCHEDULED far ahead, or unknown
 		s.unlock()
-		s.cancelFinished(id, reply)
+		if !s.cancelCold(id, due, reply) { // delayed.go
+			s.cancelFinished(id, reply)
+		}
 		return
 	}
 	defer s.unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -39,6 +40,7 @@ type memMessage struct {
 	expires time.Time
 	ends    int64 // a finished record's end of retention, Unix milliseconds (HeaderExpires)
 	unique  int64 // a record's protocol.HeaderUniqueUntil
+	runAt   int64 // a SCHEDULED record's due time (HeaderRunAt)
 }
 
 func newMemBackend() *memBackend {
@@ -143,13 +145,13 @@ func (s *memStore) apply(ws []pendingWrite) ([]uint64, error) {
 		if w.ttl > 0 {
 			expires, ends = now.Add(w.ttl), w.expires
 		}
-		if w.key != "" && w.ttl > 0 {
+		if w.key != "" && (w.ttl > 0 || w.runAt != 0) {
 			data, _ := json.Marshal(w.bind)
 			b.seq++
 			b.bindings[bindingKey(w.key)] = memMessage{data: data, seq: b.seq, at: now, expires: expires}
 		}
 		b.seq++
-		b.records[w.id] = memMessage{data: w.data, seq: b.seq, state: w.state, recSeq: w.seq, at: now, expires: expires, ends: ends, unique: w.uniqueUntil}
+		b.records[w.id] = memMessage{data: w.data, seq: b.seq, state: w.state, recSeq: w.seq, at: now, expires: expires, ends: ends, unique: w.uniqueUntil, runAt: w.runAt}
 		revs[i] = b.seq
 	}
 	return revs, nil
@@ -178,14 +180,14 @@ func (s *memStore) load(context.Context) (*loaded, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := b.clock()
-	ld := &loaded{lastSeq: b.seq}
+	ld := &loaded{lastSeq: b.seq, coldAfter: math.MaxInt64} // every record whole
 	for id, m := range b.records {
 		if !b.live(m, now) {
 			continue
 		}
-		h := head{id: id, seq: m.recSeq, state: m.state, at: m.at, expires: m.ends, uniqueUntil: m.unique}
+		h := head{id: id, seq: m.recSeq, state: m.state, at: m.at, expires: m.ends, uniqueUntil: m.unique, due: m.runAt}
 		if m.state.Active() || m.unique > now.UnixMilli() {
-			h = readWhole(h)
+			h = wholeHead(h)
 		}
 		ld.heads = append(ld.heads, h)
 		if m.state.Active() || m.unique > now.UnixMilli() {

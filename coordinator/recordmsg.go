@@ -18,13 +18,13 @@ import (
 type recordMessage struct {
 	m    nats.Msg
 	one  [1]*nats.Msg
-	vals [7]string
+	vals [8]string
 }
 
 // recordMsg builds w's record message: its headers say the job's sequence and state,
 // the revision it replaces (a CAS) or, for a create, the term it is fenced by, and for
-// a finished job its TTL and when its retention ends, and for a COMPLETED job that
-// holds a unique window when the window ends.
+// a finished job its TTL and when its retention ends, for a COMPLETED job that holds
+// a unique window when the window ends, and for a SCHEDULED job when it is due.
 func (s *jsStore) recordMsg(w *pendingWrite) *recordMessage {
 	r := &recordMessage{}
 	r.one[0] = &r.m
@@ -49,11 +49,15 @@ func (s *jsStore) recordMsg(w *pendingWrite) *recordMessage {
 		b = strconv.AppendInt(b, w.uniqueUntil, 10)
 	}
 	ends[4] = len(b)
+	if w.runAt != 0 {
+		b = strconv.AppendInt(b, w.runAt, 10)
+	}
+	ends[5] = len(b)
 	all := string(b)
 	part := func(i int) string { return all[ends[i-1]:ends[i]] }
 
 	n := 0
-	h := make(nats.Header, 7)
+	h := make(nats.Header, 8)
 	set := func(key, v string) {
 		r.vals[n] = v
 		h[key] = r.vals[n : n+1 : n+1]
@@ -71,6 +75,9 @@ func (s *jsStore) recordMsg(w *pendingWrite) *recordMessage {
 	}
 	if w.uniqueUntil > 0 { // a COMPLETED job holding its unique window (unique.go)
 		set(protocol.HeaderUniqueUntil, part(4))
+	}
+	if w.runAt != 0 { // a SCHEDULED job's due time (delayed.go)
+		set(protocol.HeaderRunAt, part(5))
 	}
 	r.m = nats.Msg{Subject: all[:ends[0]], Data: w.data, Header: h}
 	return r

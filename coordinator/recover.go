@@ -26,12 +26,16 @@ func (s *scheduler) recover(ctx context.Context) error {
 		return fmt.Errorf("load %s: %w", protocol.JobsBucket, err)
 	}
 	heads, recs, lastSeq, fromCheckpoint := ld.heads, ld.records, ld.lastSeq, ld.fromCheckpoint
-	// id -> sequence of every finished job, for bindings read apart from the jobs;
-	// built only if some are (a million entries take a while).
+	// A SCHEDULED job due beyond the window was not read whole: it is kept by its
+	// entry and due time, as a finished job by its entry (delayed.go).
+	cold := func(h head) bool { return h.state != "" && !h.state.Terminal() && !readWhole(h, ld.coldAfter) }
+	// id -> sequence of every job kept by its entry only (finished, or SCHEDULED far
+	// ahead), for bindings read apart from the jobs; built only if some are (a million
+	// entries take a while).
 	finished := sync.OnceValue(func() map[string]uint64 {
 		m := make(map[string]uint64)
 		for _, h := range heads {
-			if h.state != "" && h.state.Terminal() {
+			if h.state != "" && h.state.Terminal() || cold(h) {
 				m[h.id] = h.seq
 			}
 		}
@@ -45,11 +49,16 @@ func (s *scheduler) recover(ctx context.Context) error {
 	s.mu.Lock()
 	s.kept.index.entries = slices.Grow(s.kept.index.entries, len(heads))
 	for _, h := range heads {
-		if h.state != "" && h.state.Terminal() {
+		switch {
+		case h.state != "" && h.state.Terminal():
 			s.seq = max(s.seq, h.seq)
 			s.kept.restoreFinished(h)
+		case cold(h):
+			s.seq = max(s.seq, h.seq)
+			s.kept.restoreCold(h)
 		}
 	}
+	s.restoredCold()
 	for _, r := range recs {
 		s.restore(r.Record, r.rev)
 	}
@@ -57,6 +66,7 @@ func (s *scheduler) recover(ctx context.Context) error {
 	for i := range recs { // once the index is sorted: a finished one's entry is found
 		s.uniq.restored(&recs[i].Record)
 	}
+	s.chillRestored() // delayed.go: far SCHEDULED jobs read whole leave memory
 	slices.SortFunc(s.kept.expiring, func(a, b expiring) int { return cmp.Compare(a.at, b.at) })
 	// Every job took at least one message of the stream, so its last sequence bounds
 	// every job sequence ever given, those of expired jobs included. The last message
@@ -102,6 +112,7 @@ type head struct {
 	state   protocol.State // "" for a record written before the headers
 	at      time.Time      // of the record's last write
 	expires int64          // when the job's retention ends, Unix milliseconds; 0: never
+	due     int64          // a SCHEDULED job's due time, Unix milliseconds (delayed.go)
 
 	key, fingerprint string // a finished job's idempotency binding, from a checkpoint
 
@@ -137,8 +148,9 @@ func (s *scheduler) restore(r protocol.Record, rev uint64) {
 		s.pushRetry(j)
 	case protocol.StateRunning:
 		s.claims.await(j)
+	case protocol.StateScheduled:
+		s.restoreScheduled(j) // delayed.go
 	} // WAITING: recoverWaiting
-
 }
 
 // restoreFinished adds a finished job, known by its entry only, whose record was last

@@ -39,6 +39,7 @@ type scheduler struct {
 	sch       *schedules      // the schedules, under their own locks (schedules.go)
 	ready     *readyQueue
 	timers    *timers   // every "later": run times, retries, ticks (timers.go)
+	delayed   delayed   // SCHEDULED jobs: their count, the cold ones by due time (delayed.go)
 	flow      flow      // what limits hold back (flow.go)
 	flowWake  time.Time // when a timer looks again at what flow held back; zero if none
 	deadlines deadlineHeap

@@ -16,6 +16,7 @@ func (s *scheduler) markDirty(j *job, fn func(error)) {
 	if j.rec.State.Terminal() && j.rec.EndedAt == 0 {
 		j.rec.EndedAt = j.rec.UpdatedAt
 	}
+	s.delayed.countState(j.seen, j.rec.State) // before note.changed moves seen on
 	s.note.changed(j)
 	s.ended(j) // deps.go
 	if fn != nil {
@@ -115,6 +116,7 @@ func (q *writeQueue) pendingWrite(j *job) (pendingWrite, error) {
 		rev: j.rev, version: j.version, seq: j.rec.Seq, state: j.rec.State,
 		ttl:     q.ttl(j.rec.EndedAt),
 		expires: time.UnixMilli(j.rec.EndedAt).Add(q.cfg.Retention).UnixMilli(),
+		runAt:   scheduledAt(&j.rec),
 		bind:    binding{JobID: j.rec.JobID, Fingerprint: j.rec.Fingerprint},
 		// uniqueUntil: the record of a job that holds its unique key past its end
 		// says so in a header, for recovery (unique.go).
@@ -151,6 +153,8 @@ func (s *scheduler) written(j *job, rev, version uint64) {
 		s.wq.queueWrite(j)
 	} else if j.rec.State.Terminal() && s.jobs[j.rec.JobID] == j {
 		s.retire(j)
+	} else if s.chillable(j, version) {
+		s.chill(j) // SCHEDULED far ahead: its entry and due time stay (delayed.go)
 	}
 	s.unlock()
 	for _, w := range done {
@@ -193,6 +197,7 @@ func (s *scheduler) dropUnstored(j *job) {
 	if j.rec.State.Active() {
 		s.active--
 	}
+	s.delayed.countState(j.seen, "")
 	s.ready.forget(j)
 	s.forgetWaiting(j)                        // deps.go
 	if j.rec.State == protocol.StateRunning { // assigned at once; its assignment never went

@@ -224,9 +224,9 @@ func (u *uniqueIndex) readWhole(hs []head) {
 	}
 }
 
-// readWhole is h as a head whose record recovery reads whole: a finished one that
+// wholeHead is h as a head whose record recovery reads whole: a finished one that
 // holds a unique window is restored from its record, not from its head, once.
-func readWhole(h head) head {
+func wholeHead(h head) head {
 	if h.state.Terminal() {
 		return head{id: h.id, seq: h.seq}
 	}

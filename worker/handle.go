@@ -38,6 +38,15 @@ var ErrPermanent = tasks.ErrPermanent
 // it has left.
 func Permanent(err error) error { return tasks.Permanent(err) }
 
+// Snooze is what a handler returns to run its job again after d instead of now,
+// without using an attempt (River's JobSnooze): the job goes back to SCHEDULED for d,
+// its attempts unchanged and its snooze count one higher, and its history shows it.
+//
+//	if !ready(a) {
+//		return "", worker.Snooze(30 * time.Second)
+//	}
+func Snooze(d time.Duration) error { return tasks.Snooze(d) }
+
 // ErrBadHandler is returned (wrapped) for a handler that cannot be registered.
 var ErrBadHandler = errors.New("worker: bad handler")
 

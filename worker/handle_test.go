@@ -101,12 +101,16 @@ func TestHandlersDeclareAndRun(t *testing.T) {
 				}
 				return "", worker.Permanent(fmt.Errorf("attempt %d: card expired", attempt))
 			}, worker.Schema(json.RawMessage(`{"type":"object"}`))),
+			w.Handle("POLL", func(context.Context, int, json.RawMessage) (string, error) {
+				return "", fmt.Errorf("not ready: %w", worker.Snooze(1500*time.Millisecond))
+			}, worker.Schema(json.RawMessage(`{"type":"object"}`))),
 		)
 	}})
 	f.waitRegistered(t, 1)
 	reg := f.coord.registered()[0]
 	want := []protocol.TaskTypeDecl{
 		{Name: "CHARGE", Schema: json.RawMessage(`{"type":"object"}`), Declared: true},
+		{Name: "POLL", Schema: json.RawMessage(`{"type":"object"}`), Declared: true},
 		{Name: "TEXT_REVERSE", Declared: true, Options: protocol.TaskTypeOptions{MaxAttempts: 2, TimeoutMillis: 1500, Concurrency: 3, ConcurrencyKey: "/text", KeyConcurrency: 2}},
 	}
 	if len(reg.TaskTypes) != len(want) {
@@ -117,7 +121,7 @@ func TestHandlersDeclareAndRun(t *testing.T) {
 			t.Errorf("declaration %d = %+v, want %+v", i, d, want[i])
 		}
 	}
-	if !strings.Contains(string(reg.TaskTypes[1].Schema), `"maxLength":10000`) {
+	if !strings.Contains(string(reg.TaskTypes[2].Schema), `"maxLength":10000`) {
 		t.Errorf("TEXT_REVERSE schema %s, want the one derived from its struct", reg.TaskTypes[1].Schema)
 	}
 
@@ -126,12 +130,14 @@ func TestHandlersDeclareAndRun(t *testing.T) {
 		job, taskType, payload string
 		success, permanent     bool
 		text                   string
+		snoozeMillis           int64
 	}{
-		{"j1", "TEXT_REVERSE", `{"text":"abc 👋"}`, true, false, "👋 cba"},
-		{"j2", "TEXT_REVERSE", `{"text":5}`, false, true, "decode payload: json: cannot unmarshal number into Go struct field reverseArgs.text of type string"},
-		{"j3", "CHARGE", `{"card":"declined"}`, false, true, "charge: permanent failure"},
-		{"j4", "CHARGE", `{}`, false, true, "attempt 1: card expired"},
-		{"j5", tasks.TypeSHA256, `{"text":""}`, false, false, "unknown task type 'SHA256' (known: CHARGE, TEXT_REVERSE)"},
+		{"j1", "TEXT_REVERSE", `{"text":"abc 👋"}`, true, false, "👋 cba", 0},
+		{"j2", "TEXT_REVERSE", `{"text":5}`, false, true, "decode payload: json: cannot unmarshal number into Go struct field reverseArgs.text of type string", 0},
+		{"j3", "CHARGE", `{"card":"declined"}`, false, true, "charge: permanent failure", 0},
+		{"j4", "CHARGE", `{}`, false, true, "attempt 1: card expired", 0},
+		{"j5", tasks.TypeSHA256, `{"text":""}`, false, false, "unknown task type 'SHA256' (known: CHARGE, POLL, TEXT_REVERSE)", 0},
+		{"j6", "POLL", `{}`, false, false, "not ready: snoozed for 1.5s", 1500},
 	} {
 		f.coord.assign(t, id, tc.job, "a1", tc.taskType, tc.payload)
 		r := f.coord.result(t, tc.job, "a1")
@@ -139,8 +145,8 @@ func TestHandlersDeclareAndRun(t *testing.T) {
 		if !tc.success {
 			text = r.Error
 		}
-		if r.Success != tc.success || r.Permanent != tc.permanent || text == nil || *text != tc.text {
-			t.Errorf("%s %s: result %+v (text %q), want success %v permanent %v %q", tc.job, tc.taskType, r, deref(text), tc.success, tc.permanent, tc.text)
+		if r.Success != tc.success || r.Permanent != tc.permanent || r.SnoozeMillis != tc.snoozeMillis || text == nil || *text != tc.text {
+			t.Errorf("%s %s: result %+v (text %q), want success %v permanent %v snooze %d ms %q", tc.job, tc.taskType, r, deref(text), tc.success, tc.permanent, tc.snoozeMillis, tc.text)
 		}
 	}
 }

@@ -81,6 +81,11 @@ func TestDecodeExactTaskResult(t *testing.T) {
 		{"success", encoded(protocol.TaskResult{WorkerID: "w", JobID: "j", AttemptID: "a", Success: true, Result: &text}), true},
 		{"failure", encoded(protocol.TaskResult{WorkerID: "w", JobID: "j", AttemptID: "a", Error: &text}), true},
 		{"permanent", encoded(protocol.TaskResult{WorkerID: "w", JobID: "j", AttemptID: "a", Error: &text, Permanent: true}), true},
+		// Read right, but a member after an omitted one is not where the layout has it:
+		// left inexact (snoozes are rare).
+		{"snooze", encoded(protocol.TaskResult{WorkerID: "w", JobID: "j", AttemptID: "a", Error: &text, SnoozeMillis: 1500}), false},
+		{"permanent and snooze", encoded(protocol.TaskResult{WorkerID: "w", JobID: "j", AttemptID: "a", Error: &text, Permanent: true, SnoozeMillis: 1}), true},
+		{"snooze 0 written", `{"type":"TASK_RESULT","workerId":"w","jobId":"j","attemptId":"a","success":false,"result":null,"error":null,"snoozeMillis":0}`, false},
 		{"escaped error", encoded(protocol.TaskResult{WorkerID: "w", JobID: "j", AttemptID: "a", Error: &quoted}), true},
 		{"error with what Encode escapes", encoded(protocol.TaskResult{WorkerID: "w", JobID: "j", AttemptID: "a", Error: &html}), true},
 		{"escape Encode does not write", `{"type":"TASK_RESULT","workerId":"w","jobId":"j","attemptId":"a","success":false,"result":null,"error":"a\/b"}`, false},

@@ -55,6 +55,10 @@ func (m *TaskResult) appendFast(b []byte) ([]byte, bool) {
 	if m.Permanent {
 		b = append(b, `,"permanent":true`...)
 	}
+	if m.SnoozeMillis != 0 {
+		b = append(b, `,"snoozeMillis":`...)
+		b = strconv.AppendInt(b, m.SnoozeMillis, 10)
+	}
 	return append(b, '}'), ok1 && ok2 && ok3 && ok4 && ok5
 }
 

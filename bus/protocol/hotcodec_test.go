@@ -162,7 +162,7 @@ func FuzzHotEncode(f *testing.F) {
 			marshalSlow() ([]byte, error)
 		}{
 			TaskAssign{JobID: s, AttemptID: "a", AttemptNumber: -len(s), TaskType: s, Payload: data},
-			TaskResult{WorkerID: s, Result: &s, Error: &s, Permanent: len(s)%2 == 0},
+			TaskResult{WorkerID: s, Result: &s, Error: &s, Permanent: len(s)%2 == 0, SnoozeMillis: int64(len(s) % 3)},
 			SubmitJob{TaskType: s, Payload: data, MaxAttempts: len(s), IdempotencyKey: &s, Priority: &p},
 			SubmitJob{TaskType: s, Payload: data, Queue: s, RunInMillis: int64(len(s))},
 			SubmitJob{TaskType: s, Payload: data, Queue: s, ConcurrencyKey: s},

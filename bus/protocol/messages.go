@@ -178,6 +178,9 @@ type TaskResult struct {
 	// Permanent (a native extension) says a failure must not be retried: the job fails
 	// at once, whatever attempts it has left. Spec peers never send it.
 	Permanent bool `json:"permanent,omitzero"`
+	// SnoozeMillis (a native extension, with success false) asks to run the job again
+	// after this many milliseconds without using an attempt: it goes back to SCHEDULED.
+	SnoozeMillis int64 `json:"snoozeMillis,omitzero"`
 }
 
 // Error tells a peer its request was wrong.
@@ -289,6 +292,7 @@ type Job struct {
 	// Extensions of time, queues, workflows and progress (docs/PROTOCOL.md "Extensions").
 	Queue           string   `json:"queue,omitempty"`
 	RunAtMillis     int64    `json:"runAtMillis,omitempty"`
+	Snoozes         int      `json:"snoozes,omitempty"` // how often its handler snoozed it
 	Schedule        string   `json:"schedule,omitempty"`
 	After           []string `json:"after,omitempty"`
 	WorkflowID      string   `json:"workflowId,omitempty"`

@@ -59,6 +59,7 @@ var roundTripCases = []struct {
 	{"SubmitJobNilPayload", &protocol.SubmitJob{TaskType: "SLEEP", IdempotencyKey: ptr("")}},
 	{"JobSubmitted", &protocol.JobSubmitted{JobID: "job-1"}},
 	{"TaskResultPermanent", &protocol.TaskResult{WorkerID: "w", JobID: "j", AttemptID: "a", Error: ptr("bad input"), Permanent: true}},
+	{"TaskResultSnooze", &protocol.TaskResult{WorkerID: "w", JobID: "j", AttemptID: "a", Error: ptr("snoozed for 5s"), SnoozeMillis: 5000}},
 	{"ListTaskTypes", &protocol.ListTaskTypes{}},
 	{"TaskTypeList", &protocol.TaskTypeList{TaskTypes: []protocol.TaskTypeInfo{
 		{Name: "SHA256", Builtin: true, Workers: []string{"w1"}, Queued: 1},

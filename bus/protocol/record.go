@@ -97,6 +97,7 @@ func (r *Record) Snapshot() Job {
 	}
 	s.Queue, s.RunAtMillis, s.Schedule, s.After = r.Queue, r.RunAt, r.Schedule, r.After
 	s.WorkflowID, s.Step, s.BatchID = r.WorkflowID, r.Step, r.BatchID
+	s.Snoozes = r.Snoozes
 	s.Progress, s.ProgressMessage = r.Progress, r.ProgressMessage
 	return s
 }

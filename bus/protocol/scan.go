@@ -81,11 +81,11 @@ var (
 		field{name: "attemptNumber", kind: kindInt}, field{name: "taskType", kind: kindString},
 		field{name: "payload", kind: kindRaw},
 		field{name: "traceparent", kind: kindString}, field{name: "tracestate", kind: kindString})
-	resultLayout = newLayout(`"TASK_RESULT"`, 1, field{name: "type"}, // permanent: omitzero
+	resultLayout = newLayout(`"TASK_RESULT"`, 2, field{name: "type"}, // permanent, snoozeMillis: omitzero
 		field{name: "workerId", kind: kindString}, field{name: "jobId", kind: kindString},
 		field{name: "attemptId", kind: kindString}, field{name: "success", kind: kindBool},
 		field{name: "result", kind: kindStringPtr}, field{name: "error", kind: kindStringPtr},
-		field{name: "permanent", kind: kindBool})
+		field{name: "permanent", kind: kindBool}, field{name: "snoozeMillis", kind: kindInt})
 	resultAckLayout = newLayout("", 0, field{name: "jobId", kind: kindString}, field{name: "accepted", kind: kindBool})
 	submitLayout    = newLayout(`"SUBMIT_JOB"`, 2, field{name: "type"}, // queue, concurrencyKey: omitempty
 		field{name: "taskType", kind: kindString}, field{name: "payload", kind: kindRaw},
@@ -124,7 +124,7 @@ func (m *TaskResult) scan(data []byte) (exact, ok bool) {
 	if m.Result != nil || m.Error != nil { // json.Unmarshal would write through them
 		return false, false
 	}
-	var v [8]value
+	var v [9]value
 	all, exact, ok := scanObject(data, resultLayout, v[:])
 	if !ok {
 		return false, false
@@ -136,8 +136,11 @@ func (m *TaskResult) scan(data []byte) (exact, ok bool) {
 	v[5].strPtr(&m.Result, all)
 	v[6].strPtr(&m.Error, all)
 	v[7].boolean(&m.Permanent)
-	// Encode writes permanent when true, and only then.
-	return exact && m.Permanent == v[7].set, true
+	if v[8].set {
+		m.SnoozeMillis = v[8].n
+	}
+	// Encode writes permanent when true, and only then; snoozeMillis when not 0.
+	return exact && m.Permanent == v[7].set && (m.SnoozeMillis != 0) == v[8].set, true
 }
 
 // scan reads a ResultAck; exact says that json.Marshal writes data.

@@ -5,6 +5,9 @@
 //	go run ./internal/cmd/fillstore --data-dir /tmp/store --jobs 1000000
 //	jobbus serve --data-dir /tmp/store   # then measure time to serving, and RSS
 //
+// With --scheduled-in it writes SCHEDULED jobs instead, due that far ahead (spread over
+// a day after it), as delayed submissions leave them: a million far-future jobs.
+//
 // A store it filled is an ordinary store: serve it, list it, let it expire.
 package main
 
@@ -32,13 +35,14 @@ func main() {
 	dir := flag.String("data-dir", "data", "the store to fill (serve's --data-dir)")
 	jobs := flag.Int("jobs", 200_000, "finished jobs to write")
 	retention := flag.Duration("retention", 24*time.Hour, "the TTL the records get (serve's --retention)")
+	scheduledIn := flag.Duration("scheduled-in", 0, "write SCHEDULED jobs due this far ahead (and over a day after) instead of finished ones")
 	flag.Parse()
-	if err := fill(*dir, *jobs, *retention); err != nil {
+	if err := fill(*dir, *jobs, *retention, *scheduledIn); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func fill(dir string, n int, retention time.Duration) error {
+func fill(dir string, n int, retention, scheduledIn time.Duration) error {
 	ctx := context.Background()
 	// A coordinator creates the buckets as serve's would (system.Start, with its
 	// election), and is gone before the writes.
@@ -75,6 +79,10 @@ func fill(dir string, n int, retention time.Duration) error {
 			State: protocol.StateCompleted, Attempts: 1, MaxAttempts: 3, Priority: protocol.PriorityNormal,
 			Seq: uint64(i + 1), Result: &result, CreatedAt: now, UpdatedAt: now, EndedAt: now,
 		}
+		if scheduledIn > 0 {
+			r.State, r.Attempts, r.Result, r.EndedAt = protocol.StateScheduled, 0, nil, 0
+			r.RunAt = now + (scheduledIn + 24*time.Hour*time.Duration(i)/time.Duration(n)).Milliseconds()
+		}
 		data, _ := json.Marshal(&r)
 		msg := nats.NewMsg("$KV." + protocol.JobsBucket + "." + r.JobID)
 		msg.Data = data
@@ -83,7 +91,9 @@ func fill(dir string, n int, retention time.Duration) error {
 		// A loaded machine can keep 4,096 writes unacknowledged for longer than the
 		// default 200 ms stall.
 		opts := []jetstream.PublishOpt{jetstream.WithStallWait(time.Minute)}
-		if retention > 0 {
+		if scheduledIn > 0 {
+			msg.Header.Set(protocol.HeaderRunAt, strconv.FormatInt(r.RunAt, 10))
+		} else if retention > 0 {
 			opts = append(opts, jetstream.WithMsgTTL(retention))
 		}
 		if _, err := js.PublishMsgAsync(msg, opts...); err != nil {
@@ -95,6 +105,10 @@ func fill(dir string, n int, retention time.Duration) error {
 	case <-time.After(5 * time.Minute):
 		return fmt.Errorf("writes not acknowledged")
 	}
-	fmt.Fprintf(os.Stderr, "wrote %d finished jobs to %s in %v\n", n, dir, time.Since(start).Round(time.Millisecond))
+	what := "finished"
+	if scheduledIn > 0 {
+		what = "SCHEDULED"
+	}
+	fmt.Fprintf(os.Stderr, "wrote %d %s jobs to %s in %v\n", n, what, dir, time.Since(start).Round(time.Millisecond))
 	return nil
 }

@@ -84,6 +84,8 @@ var lifecycle = []struct {
 	{"ListIsBounded", testListIsBounded},
 	{"Restart", testRestart},
 	{"PriorityOrder", testPriorityOrder},
+	{"Delayed", testDelayed}, // delayed.go
+	{"Snooze", testSnooze},
 }
 
 // RunLifecycle runs the lifecycle suite over tr, each test as a parallel subtest named

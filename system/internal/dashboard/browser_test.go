@@ -178,7 +178,8 @@ func (tb *tab) eval(expr string) string {
 func (tb *tab) open(fragment string) {
 	tb.t.Helper()
 	tb.do("load the dashboard", chromedp.Navigate(tb.base+"/"+fragment), chromedp.WaitVisible(chromedp.CSS("header .brand")))
-	tb.until("the live updates", `document.getElementById("conn").textContent === "live" && document.querySelectorAll("#counts .count").length === 6`)
+	// One count per state, the extensions' (SCHEDULED, WAITING) included.
+	tb.until("the live updates", fmt.Sprintf(`document.getElementById("conn").textContent === "live" && document.querySelectorAll("#counts .count").length === %d`, len(protocol.States)))
 }
 
 // screenshot saves the whole page as name.png; viewportOnly keeps to what the screen

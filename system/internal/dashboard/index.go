@@ -23,6 +23,7 @@ type row struct {
 	Error       string            `json:"error,omitempty"`
 	CreatedAt   int64             `json:"createdAtMillis"`
 	UpdatedAt   int64             `json:"updatedAtMillis"`
+	RunAt       int64             `json:"runAtMillis,omitempty"` // a SCHEDULED job's due time
 	seq         uint64
 	history     []change
 }
@@ -34,6 +35,8 @@ type change struct {
 	Attempts int            `json:"attempts"`
 	WorkerID string         `json:"workerId,omitempty"`
 	Error    string         `json:"error,omitempty"`
+	RunAt    int64          `json:"runAtMillis,omitempty"` // SCHEDULED until then
+	Snoozes  int            `json:"snoozes,omitempty"`     // the snoozes so far, when one made it SCHEDULED
 }
 
 // Bounds on what the index keeps per job.
@@ -102,11 +105,18 @@ func (x *index) apply(rec *storedJob, now time.Time, live bool) {
 	}
 	r.Error = clipText(rec.Error, maxRowError)
 	r.UpdatedAt = rec.UpdatedAt
+	r.RunAt = 0
+	if rec.State == protocol.StateScheduled {
+		r.RunAt = rec.RunAt
+	}
 	x.counts[r.State]++
 	if !changed {
 		return
 	}
-	ch := change{AtMillis: rec.UpdatedAt, State: rec.State, Attempts: rec.Attempts, WorkerID: r.WorkerID}
+	ch := change{AtMillis: rec.UpdatedAt, State: rec.State, Attempts: rec.Attempts, WorkerID: r.WorkerID, RunAt: r.RunAt}
+	if r.RunAt != 0 {
+		ch.Snoozes = rec.Snoozes
+	}
 	if rec.State == protocol.StateRetryWait || rec.State.Terminal() {
 		// A queued or running record still carries the last attempt's error; the
 		// history shows it where it arose.

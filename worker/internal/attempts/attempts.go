@@ -227,6 +227,9 @@ func Result(workerID string, m *protocol.TaskAssign, o Outcome) *protocol.TaskRe
 		text := o.Err.Error()
 		res.Error = &text
 		res.Permanent = errors.Is(o.Err, tasks.ErrPermanent)
+		if d, ok := tasks.SnoozeOf(o.Err); ok {
+			res.SnoozeMillis = max(d.Milliseconds(), 1)
+		}
 	}
 	return res
 }

@@ -3,8 +3,8 @@
 // few times a second, and the page refetches what it shows when the version moves.
 "use strict";
 
-const STATES = ["QUEUED", "RUNNING", "RETRY_WAIT", "COMPLETED", "FAILED", "CANCELLED"];
-const ACTIVE = new Set(["QUEUED", "RUNNING", "RETRY_WAIT", "WAITING", "SCHEDULED"]);
+const STATES = ["SCHEDULED", "WAITING", "QUEUED", "RUNNING", "RETRY_WAIT", "COMPLETED", "FAILED", "CANCELLED"];
+const ACTIVE = new Set(["SCHEDULED", "WAITING", "QUEUED", "RUNNING", "RETRY_WAIT"]);
 const token = document.querySelector('meta[name="jobbus-token"]').content;
 const $ = (id) => document.getElementById(id);
 
@@ -45,6 +45,16 @@ function ago(ms, now) {
 
 function when(ms) {
   return ms ? new Date(ms).toLocaleString() + " (" + ago(ms) + ")" : "–";
+}
+
+// due says when a SCHEDULED job is due: "due in 5m", or the time itself when far off.
+function due(ms, now) {
+  const s = Math.round((ms - (now || Date.now())) / 1000);
+  if (s <= 0) return "due now";
+  if (s < 60) return "due in " + s + "s";
+  if (s < 3600) return "due in " + Math.floor(s / 60) + "m";
+  if (s < 86400) return "due in " + Math.floor(s / 3600) + "h";
+  return "due " + new Date(ms).toLocaleString();
 }
 
 function badge(state) {
@@ -341,7 +351,9 @@ function jobRow(j, now) {
     el("td", { "data-k": "state" }, badge(j.state)),
     el("td", { "data-k": "attempts" }, j.attempts + "/" + j.maxAttempts),
     el("td", { "data-k": "worker" }, j.workerId || ""),
-    el("td", { "data-k": "updated", title: new Date(j.updatedAtMillis).toLocaleString() }, ago(j.updatedAtMillis, now)),
+    j.runAtMillis
+      ? el("td", { "data-k": "updated", title: "due " + new Date(j.runAtMillis).toLocaleString() }, due(j.runAtMillis, now))
+      : el("td", { "data-k": "updated", title: new Date(j.updatedAtMillis).toLocaleString() }, ago(j.updatedAtMillis, now)),
     el("td", { "data-k": "actions" }, cancel));
 }
 
@@ -386,6 +398,8 @@ async function loadJob() {
     ["updated", when(j.updatedAtMillis)],
   ];
   if (j.retryAtMillis) f.push(["next retry", when(j.retryAtMillis)]);
+  if (j.runAtMillis) f.push([j.state === "SCHEDULED" ? "due" : "was due", when(j.runAtMillis)]);
+  if (j.snoozes) f.push(["snoozes", j.snoozes]);
   const group = j.workflowId || j.batchId;
   if (group) {
     f.push([j.workflowId ? "workflow" : "batch",
@@ -412,7 +426,7 @@ async function loadJob() {
       el("td", {}, badge(h.state)),
       el("td", {}, h.attempts),
       el("td", {}, h.workerId || ""),
-      el("td", { class: "error-text" }, h.error || "")));
+      el("td", { class: "error-text" }, h.error || (h.runAtMillis ? (h.snoozes ? "snoozed (" + h.snoozes + "), " : "") + "due " + new Date(h.runAtMillis).toLocaleString() : ""))));
   if (!hist.length) hist.push(el("tr", {}, el("td", { colspan: 5, class: "empty" }, "no changes seen yet")));
   $("j-history").replaceChildren(...hist);
 }

@@ -1,0 +1,141 @@
+package coordinator
+
+import (
+	"runtime"
+	"runtime/metrics"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+)
+
+func runIn(req *protocol.SubmitJob, d time.Duration) *protocol.SubmitJob {
+	req.RunInMillis = d.Milliseconds()
+	return req
+}
+
+// held reports whether job id is held whole in memory.
+func (s *memSystem) held(id string) bool {
+	s.sched.mu.Lock()
+	defer s.sched.mu.Unlock()
+	return s.sched.jobs[id] != nil
+}
+
+// TestFarScheduledJobsLeaveMemory: a SCHEDULED job due beyond the window is held by its
+// index entry, due time and key only, once stored; it still counts, lists, answers its
+// key and cancels; the warmer holds it whole again when it comes within the window,
+// and it runs when due. A restart keeps it out of memory too.
+func TestFarScheduledJobsLeaveMemory(t *testing.T) {
+	b := newMemBackend()
+	s := startMem(t, b, func(c *Config) { c.ScheduleWindow = time.Minute })
+	b.now = s.clock.Now
+	s.register("w", 1)
+	far := s.accepted(withKey(runIn(sha("far"), time.Hour), "k"))
+	gone := s.accepted(runIn(sha("gone"), 2*time.Hour))
+	near := s.accepted(runIn(sha("near"), 30*time.Second))
+	s.settle()
+	if s.held(far) || s.held(gone) || !s.held(near) {
+		t.Fatalf("held: far %v, gone %v, near %v; want the near job only", s.held(far), s.held(gone), s.held(near))
+	}
+	if n := s.c.Stats().Jobs[protocol.StateScheduled]; n != 3 || s.sched.delayed.scheduled != 3 {
+		t.Fatalf("%d SCHEDULED jobs in the index, %d counted; want 3", n, s.sched.delayed.scheduled)
+	}
+	if snap := s.status(far); snap.State != protocol.StateScheduled || snap.RunAtMillis != s.clock.Now().Add(time.Hour).UnixMilli() {
+		t.Fatalf("status of the far job: %+v", snap)
+	}
+	if again := s.accepted(withKey(runIn(sha("far"), time.Hour), "k")); again != far {
+		t.Fatalf("its key answered %s, want %s", again, far)
+	}
+	if m, ok := s.cancel(gone).(*protocol.JobCancel); !ok || !m.Cancelled || m.Job.State != protocol.StateCancelled {
+		t.Fatalf("cancel of a job out of memory: %#v", m)
+	}
+	s.settle()
+	if n := s.c.Stats().Jobs[protocol.StateScheduled]; n != 2 || s.sched.delayed.scheduled != 2 {
+		t.Fatalf("after a cancel: %d SCHEDULED in the counts, %d counted; want 2", n, s.sched.delayed.scheduled)
+	}
+
+	next := startMem(t, b, func(c *Config) { c.ScheduleWindow = time.Minute })
+	s.c.Close()
+	next.register("w", 1)
+	if next.held(far) || !next.held(near) || next.sched.delayed.scheduled != 2 {
+		t.Fatalf("after a restart: held far %v near %v, %d SCHEDULED; want the near one held, 2", next.held(far), next.held(near), next.sched.delayed.scheduled)
+	}
+	next.sweep(31 * time.Second)
+	a := next.assigned("w")
+	if a.JobID != near {
+		t.Fatalf("assigned %s, want the near job", a.JobID)
+	}
+	next.done("w", a)
+	next.sweep(59 * time.Minute) // the far job comes within the window: read back
+	eventuallyTrue(t, "the far job held again", func() bool { return next.held(far) })
+	next.settle()
+	if n := next.c.Stats().Jobs[protocol.StateScheduled]; n != 1 || next.sched.delayed.scheduled != 1 {
+		t.Fatalf("held again: %d SCHEDULED in the counts, %d counted; want 1", n, next.sched.delayed.scheduled)
+	}
+	next.quiet()
+	next.sweep(time.Minute)
+	if a := next.assigned("w"); a.JobID != far {
+		t.Fatalf("assigned %s, want the far job once due", a.JobID)
+	}
+}
+
+// eventuallyTrue polls cond for 10 s.
+func eventuallyTrue(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// BenchmarkGCColdScheduledJobs is BenchmarkGCKeptJobs for SCHEDULED jobs due beyond the
+// window: an index entry and a cold entry each, as a finished job has an index entry
+// and an expiring entry.
+func BenchmarkGCColdScheduledJobs(b *testing.B) {
+	const n = 1_000_000
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	var x jobIndex
+	var d delayed
+	for i := range n {
+		x.add(uint64(i+1), newID(), protocol.StateScheduled, "", nil)
+		d.cold = append(d.cold, coldEntry{at: int64(i), seq: uint64(i + 1)})
+	}
+	x.entries, d.cold = slices.Clip(x.entries), slices.Clip(d.cold)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	scan := []metrics.Sample{{Name: "/gc/scan/heap:bytes"}}
+	metrics.Read(scan)
+	for b.Loop() {
+		runtime.GC()
+	}
+	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "heap-B/job")
+	b.ReportMetric(float64(after.HeapObjects-before.HeapObjects)/n, "objects/job")
+	b.ReportMetric(float64(scan[0].Value.Uint64())/n, "scan-B/job")
+	runtime.KeepAlive(&x)
+	runtime.KeepAlive(&d)
+}
+
+// TestDelayedJobAgesFromItsDueTime: a delayed job keeps its priority and ages from when
+// it came due, not from its submission: a LOW job delayed ten aging steps is still LOW
+// when due, so a NORMAL job queued beside it goes first.
+func TestDelayedJobAgesFromItsDueTime(t *testing.T) {
+	s := startMem(t, nil) // aging step: a minute
+	low := s.accepted(runIn(withPriority(sha("low"), protocol.PriorityLow), 10*time.Minute))
+	s.sweep(10 * time.Minute) // read back (it was beyond the window), then due
+	eventuallyTrue(t, "the delayed job held again", func() bool { return s.held(low) })
+	s.sweep(0)
+	if j := s.status(low); j.State != protocol.StateQueued || j.Priority != protocol.PriorityLow {
+		t.Fatalf("due: %+v, want QUEUED, LOW", j)
+	}
+	normal := s.accepted(sha("normal"))
+	s.register("w", 1)
+	if a := s.assigned("w"); a.JobID != normal {
+		t.Fatalf("assigned %s first, want the NORMAL job: the delayed LOW one aged from its submission", a.JobID)
+	}
+}
