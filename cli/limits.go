@@ -172,27 +172,7 @@ func (p *printer) limits(infos []protocol.LimitInfo) error {
 // limitTaskType is the task type typed names: a built-in in any case, a declared type
 // by its name or as submit finds it, else the name as typed.
 func limitTaskType(ctx context.Context, cl *client.Client, typed string) string {
-	norm := taskName(typed)
-	if _, builtin := taskFlags[norm]; builtin {
-		return norm
-	}
-	types, err := cl.TaskTypes(ctx)
-	if err != nil {
-		return typed
-	}
-	var match []string
-	for _, t := range types {
-		if t.Name == typed {
-			return typed
-		}
-		if taskName(t.Name) == norm {
-			match = append(match, t.Name)
-		}
-	}
-	if len(match) == 1 {
-		return match[0]
-	}
-	return typed
+	return findTaskType(ctx, cl, typed, typed) // types.go
 }
 
 // uniqueOption is submit's --unique-for or --unique-while, as a submit option.

@@ -135,13 +135,20 @@ func serversOf(ctx context.Context, cl *client.Client) map[string][]string {
 // the one whose name matches in any case with '-' for '_' (text-reverse is
 // TEXT_REVERSE), else typed in upper snake case, as the built-ins are spelled.
 func resolveTaskType(ctx context.Context, cl *client.Client, typed string) string {
+	return findTaskType(ctx, cl, typed, taskName(typed))
+}
+
+// findTaskType is the task type typed names: a built-in in any case, a type the
+// coordinator knows by that name, or the one whose name matches in any case with '-'
+// for '_'; otherwise when none does (or the coordinator cannot say).
+func findTaskType(ctx context.Context, cl *client.Client, typed, otherwise string) string {
 	norm := taskName(typed)
 	if _, builtin := taskFlags[norm]; builtin {
 		return norm
 	}
 	types, err := cl.TaskTypes(ctx)
 	if err != nil {
-		return norm
+		return otherwise
 	}
 	var match []string
 	for _, t := range types {
@@ -155,7 +162,7 @@ func resolveTaskType(ctx context.Context, cl *client.Client, typed string) strin
 	if len(match) == 1 {
 		return match[0]
 	}
-	return norm
+	return otherwise
 }
 
 // knownTypes lists the task types that are not built in, for an error's hint.
