@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/jobbus/jobbus/bus/protocol"
@@ -106,4 +105,3 @@ func newID() string {
 
 func ptr(s string) *string { return &s }
 
-func itoa(n int) string { return strconv.Itoa(n) }
