@@ -104,4 +104,3 @@ func newID() string {
 }
 
 func ptr(s string) *string { return &s }
-

@@ -325,35 +325,19 @@ func (s *scheduler) planGroup(req *protocol.SubmitWorkflow) (*plan, *protocol.Er
 	return p, nil
 }
 
-// findCycle returns a step on a cycle of the graph (after: each step's parents), or -1.
+// findCycle returns a step on a cycle of the graph (after: each step's parents), or
+// behind one, or -1: a step topoOrder cannot place.
 func findCycle(after [][]int32) int {
-	n := len(after)
-	children := make([][]int32, n)
-	indeg := make([]int32, n)
-	for c, ps := range after {
-		indeg[c] = int32(len(ps))
-		for _, p := range ps {
-			children[p] = append(children[p], int32(c))
-		}
-	}
-	queue := make([]int32, 0, n)
-	for i := range n {
-		if indeg[i] == 0 {
-			queue = append(queue, int32(i))
-		}
-	}
-	for k := 0; k < len(queue); k++ {
-		for _, c := range children[queue[k]] {
-			if indeg[c]--; indeg[c] == 0 {
-				queue = append(queue, c)
-			}
-		}
-	}
-	if len(queue) == n {
+	order := topoOrder(after)
+	if len(order) == len(after) {
 		return -1
 	}
-	for i := range n {
-		if indeg[i] > 0 {
+	placed := make([]bool, len(after))
+	for _, i := range order {
+		placed[i] = true
+	}
+	for i, ok := range placed {
+		if !ok {
 			return i
 		}
 	}
@@ -496,7 +480,8 @@ func (s *scheduler) createSteps(g *group, p *plan, redo map[int32]bool) ([]*job,
 	return jobs, nil
 }
 
-// topoOrder lists the steps parents first (the graph has no cycle).
+// topoOrder lists the steps parents first; the steps on a cycle, and behind one, are
+// left out.
 func topoOrder(after [][]int32) []int32 {
 	n := len(after)
 	children := make([][]int32, n)
