@@ -389,6 +389,9 @@ func TestStatsCountTraffic(t *testing.T) {
 	}
 	testkit.Eventually(t, 10*time.Second, "tells handled", func() bool { return tells.Load() == 3 })
 
+	// The handler counts a response once it is sent, which may be just after the asker
+	// has it.
+	testkit.Eventually(t, 10*time.Second, "responses counted", func() bool { return w.Stats().Sent.Response == 4 })
 	cs, ws := c.Stats(), w.Stats()
 	if cs.Sent.Tell != 3 || cs.Sent.Ask != 4 || cs.Received.Response != 4 || cs.BytesSent != 7*17 || cs.BytesReceived != 4*17 {
 		t.Errorf("asker stats: sent %+v received %+v bytes %d/%d", cs.Sent, cs.Received, cs.BytesSent, cs.BytesReceived)
