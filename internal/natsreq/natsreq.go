@@ -225,8 +225,9 @@ type resend struct {
 	x       exchange
 	sends   int
 	last    int
-	taken   bool // a send went unanswered: a responder may have acted on it
+	taken   bool // a send went unanswered, or its outcome unknown: a responder may have acted on it
 	refusal *nats.Msg
+	unsure  *nats.Msg // the last answer that its outcome is unknown (Options.Unsure)
 	end     time.Time // Options.Within's end; zero: ctx's
 }
 
@@ -256,9 +257,16 @@ func (r *resend) run(ctx context.Context) (*nats.Msg, error) {
 		case err == nil && !r.unserved(ctx, m, try):
 			return m, nil
 		case err == nil || errors.Is(err, nats.ErrNoResponders): // nobody serves right now
-			if err == nil {
+			switch {
+			case err != nil:
+			case r.opts.Unsure != nil && r.opts.Unsure(m):
+				// Its outcome is unknown: it may have been acted on, so no later
+				// refusal may be the request's last word.
+				r.last, r.taken, r.unsure = unanswered, true, m
+			default:
 				r.last, r.refusal = unserved, m
-			} else {
+			}
+			if err != nil {
 				if !waitOut {
 					if r.opts.Nobody == nil {
 						return nil, nats.ErrNoResponders
@@ -351,9 +359,12 @@ func (r *resend) over() bool { return !r.end.IsZero() && !time.Now().Before(r.en
 
 // final is what the request says once its time is up: its last word. Nobody serving
 // (nats.ErrNoResponders) and a refusal are that word only if no send was taken and left
-// unanswered: one that was may have been acted on, so the request went unanswered.
+// unanswered or answered "Outcome unknown": one that was may have been acted on, so the
+// request's word is that answer, or that it went unanswered.
 func (r *resend) final(ctx context.Context) (*nats.Msg, error) {
 	switch {
+	case r.unsure != nil: // what the request may have done, as its coordinator said it
+		return r.unsure, nil
 	case r.last == nobody && !r.taken:
 		return nil, nats.ErrNoResponders
 	case r.last == unserved && !r.taken:

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 	"go.uber.org/goleak"
 
 	"github.com/jobbus/jobbus/bus/protocol"
@@ -489,6 +490,38 @@ func TestRequest(t *testing.T) {
 		}
 		if n := answered.Load(); n != 0 {
 			t.Fatalf("the cancel was sent again: answered %d times", n)
+		}
+	})
+	t.Run("SubmissionOutcomeUnknownIsNotTurnedIntoARefusal", func(t *testing.T) {
+		// A first send answered "Outcome unknown" may have created the job: a later
+		// send refused by a coordinator that is not serving must not be the request's
+		// last word, or an ERROR would be answered for a job that is stored.
+		t.Parallel()
+		nc := connect(t)
+		var sends atomic.Int32
+		sub, err := nc.QueueSubscribe(submit, "q", func(m *nats.Msg) {
+			r := nats.NewMsg(m.Reply)
+			if sends.Add(1) == 1 {
+				r.Header.Set(micro.ErrorCodeHeader, "504")
+				r.Header.Set(micro.ErrorHeader, protocol.OutcomeUnknownPrefix+" job j-1: not confirmed in time")
+			} else {
+				r.Header.Set(micro.ErrorCodeHeader, "503")
+				r.Header.Set(micro.ErrorHeader, "coordinator is not serving")
+			}
+			_ = m.RespondMsg(r)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
+		rctx, cancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
+		defer cancel()
+		m, err := natsreq.Request(rctx, nc, submit, nil, natsreq.Options{})
+		if err != nil || !strings.HasPrefix(m.Header.Get(micro.ErrorHeader), protocol.OutcomeUnknownPrefix) {
+			t.Fatalf("answer %v (%v), want the Outcome unknown one", m, err)
+		}
+		if n := sends.Load(); n < 2 {
+			t.Fatalf("sent %d times, want the unsure answer waited past and sent again", n)
 		}
 	})
 	t.Run("SubmissionWaitsForResponders", func(t *testing.T) {
