@@ -468,9 +468,9 @@ func (sch *schedules) entry(name string) *schedEntry {
 	return sch.byName[name]
 }
 
-// change pauses or resumes schedule name. Resuming counts its ticks from now: those
-// that passed while it was paused are not caught up.
-func (sch *schedules) change(name string, pause bool) protocol.Message {
+// with runs op on schedule name's entry, holding the entry's operation lock, or
+// answers Unknown schedule when there is none (or it went while op waited).
+func (sch *schedules) with(name string, op func(e *schedEntry) protocol.Message) protocol.Message {
 	e := sch.entry(name)
 	if e == nil {
 		return protocol.UnknownSchedule(name)
@@ -480,6 +480,16 @@ func (sch *schedules) change(name string, pause bool) protocol.Message {
 	if e.gone {
 		return protocol.UnknownSchedule(name)
 	}
+	return op(e)
+}
+
+// change pauses or resumes schedule name. Resuming counts its ticks from now: those
+// that passed while it was paused are not caught up.
+func (sch *schedules) change(name string, pause bool) protocol.Message {
+	return sch.with(name, func(e *schedEntry) protocol.Message { return sch.changeLocked(e, name, pause) })
+}
+
+func (sch *schedules) changeLocked(e *schedEntry, name string, pause bool) protocol.Message {
 	sch.mu.Lock()
 	next := e.sc
 	sch.mu.Unlock()
@@ -506,15 +516,10 @@ func (sch *schedules) change(name string, pause bool) protocol.Message {
 
 // remove deletes schedule name; its jobs stay.
 func (sch *schedules) remove(name string) protocol.Message {
-	e := sch.entry(name)
-	if e == nil {
-		return protocol.UnknownSchedule(name)
-	}
-	e.op.Lock()
-	defer e.op.Unlock()
-	if e.gone {
-		return protocol.UnknownSchedule(name)
-	}
+	return sch.with(name, func(e *schedEntry) protocol.Message { return sch.removeLocked(e, name) })
+}
+
+func (sch *schedules) removeLocked(e *schedEntry, name string) protocol.Message {
 	ctx, cancel := context.WithTimeout(sch.ctx, scheduleIOTimeout)
 	defer cancel()
 	if err := sch.controls().remove(ctx, protocol.SchedulePrefix+name, 0); err != nil {
@@ -533,15 +538,10 @@ func (sch *schedules) remove(name string) protocol.Message {
 // trigger submits schedule name's job now, paused or not, under the key of this
 // millisecond; its ticks go on as before.
 func (sch *schedules) trigger(name string) protocol.Message {
-	e := sch.entry(name)
-	if e == nil {
-		return protocol.UnknownSchedule(name)
-	}
-	e.op.Lock()
-	defer e.op.Unlock()
-	if e.gone {
-		return protocol.UnknownSchedule(name)
-	}
+	return sch.with(name, func(e *schedEntry) protocol.Message { return sch.triggerLocked(e, name) })
+}
+
+func (sch *schedules) triggerLocked(e *schedEntry, name string) protocol.Message {
 	sch.mu.Lock()
 	sc := e.sc
 	sch.mu.Unlock()
