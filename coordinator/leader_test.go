@@ -18,25 +18,20 @@ import (
 	"github.com/jobbus/jobbus/worker"
 )
 
-// TestStandbyTakesOver runs two campaigning coordinators: one leads, the other waits,
-// and takes over with the jobs when the leader stops.
-func TestStandbyTakesOver(t *testing.T) {
-	t.Parallel()
-	s := setup(t)
-	_ = s.Coordinator.Close() // the campaigners below replace the plain coordinator
-
-	cfg := s.Config
-	cfg.LeaderLease = 600 * time.Millisecond
+// campaigners starts coordinators that campaign for the lead over s's connection with
+// cfg: run(n) starts the nth (stop ends it, and the test's cleanup does too), leads(n)
+// says how often it took the lead.
+func campaigners(t *testing.T, s *system, cfg coordinator.Config) (run func(n int) (stop func()), leads func(n int) int) {
 	var mu sync.Mutex
-	leaders := map[int]int{}
-	run := func(n int) (stop func()) {
+	led := map[int]int{}
+	run = func(n int) (stop func()) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
 			if err := coordinator.Run(ctx, s.NC, cfg, func(*coordinator.Coordinator) {
 				mu.Lock()
-				leaders[n]++
+				led[n]++
 				mu.Unlock()
 			}); err != nil {
 				t.Error(err)
@@ -47,11 +42,21 @@ func TestStandbyTakesOver(t *testing.T) {
 		t.Cleanup(stop)
 		return stop
 	}
-	led := func() (a, b int) {
-		mu.Lock()
-		defer mu.Unlock()
-		return leaders[1], leaders[2]
-	}
+	leads = func(n int) int { mu.Lock(); defer mu.Unlock(); return led[n] }
+	return run, leads
+}
+
+// TestStandbyTakesOver runs two campaigning coordinators: one leads, the other waits,
+// and takes over with the jobs when the leader stops.
+func TestStandbyTakesOver(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	_ = s.Coordinator.Close() // the campaigners below replace the plain coordinator
+
+	cfg := s.Config
+	cfg.LeaderLease = 600 * time.Millisecond
+	run, leads := campaigners(t, s, cfg)
+	led := func() (a, b int) { return leads(1), leads(2) }
 	stop1 := run(1)
 	s.Eventually("coordinator 1 leads", func() bool { a, _ := led(); return a == 1 })
 	run(2)

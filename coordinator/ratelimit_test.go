@@ -260,27 +260,8 @@ func TestRateLimitSurvivesFailover(t *testing.T) {
 	_ = s.Coordinator.Close() // the campaigners below replace the plain coordinator
 	cfg := s.Config
 	cfg.LeaderLease = 600 * time.Millisecond
-	var mu sync.Mutex
-	leads := map[int]int{}
-	run := func(n int) (stop func()) {
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			if err := coordinator.Run(ctx, s.NC, cfg, func(*coordinator.Coordinator) {
-				mu.Lock()
-				leads[n]++
-				mu.Unlock()
-			}); err != nil {
-				t.Error(err)
-			}
-		}()
-		var once sync.Once
-		stop = func() { once.Do(func() { cancel(); <-done }) }
-		t.Cleanup(stop)
-		return stop
-	}
-	led := func(n int) bool { mu.Lock(); defer mu.Unlock(); return leads[n] > 0 }
+	run, leads := campaigners(t, s, cfg) // leader_test.go
+	led := func(n int) bool { return leads(n) > 0 }
 	stop1 := run(1)
 	s.Eventually("coordinator 1 leads", func() bool { return led(1) })
 	run(2)
