@@ -6,11 +6,39 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/embeddednats"
 	"github.com/jobbus/jobbus/internal/testkit"
 )
+
+// restartable starts a NATS server with a store of the test's and returns a connection
+// to it, a config whose log goes to logs, and start, which starts a coordinator with a
+// config (stopped with the test): for tests that restart coordinators on one store.
+func restartable(t *testing.T) (nc *nats.Conn, cfg Config, logs *testkit.Buffer, start func(Config) *Coordinator) {
+	t.Helper()
+	ctx := context.Background()
+	srv, err := embeddednats.Start(ctx, embeddednats.WithListen("127.0.0.1:-1"), embeddednats.WithStoreDir(t.TempDir()))
+	must(t, err)
+	t.Cleanup(func() { _ = srv.Shutdown(ctx) })
+	nc, err = srv.Connect()
+	must(t, err)
+	t.Cleanup(nc.Close)
+	logs = &testkit.Buffer{}
+	cfg = DefaultConfig()
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	start = func(cfg Config) *Coordinator {
+		t.Helper()
+		c, err := New(nc, cfg)
+		must(t, err)
+		must(t, c.Start(ctx))
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	return nc, cfg, logs, start
+}
 
 // TestRestartFromCheckpoint: a restart reads the checkpoint of the last term and what
 // was written after it, and knows every job and idempotency key as a full read would:
@@ -19,23 +47,7 @@ import (
 func TestRestartFromCheckpoint(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv, err := embeddednats.Start(ctx, embeddednats.WithListen("127.0.0.1:-1"), embeddednats.WithStoreDir(t.TempDir()))
-	must(t, err)
-	t.Cleanup(func() { _ = srv.Shutdown(ctx) })
-	nc, err := srv.Connect()
-	must(t, err)
-	t.Cleanup(nc.Close)
-	logs := &testkit.Buffer{}
-	cfg := DefaultConfig()
-	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
-	start := func(cfg Config) *Coordinator {
-		t.Helper()
-		c, err := New(nc, cfg)
-		must(t, err)
-		must(t, c.Start(ctx))
-		t.Cleanup(func() { _ = c.Close() })
-		return c
-	}
+	nc, cfg, logs, start := restartable(t)
 	cl := client.New(nc)
 	submit := func(key string) string {
 		t.Helper()

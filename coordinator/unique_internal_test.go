@@ -2,15 +2,12 @@ package coordinator
 
 import (
 	"context"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
-	"github.com/jobbus/jobbus/embeddednats"
-	"github.com/jobbus/jobbus/internal/testkit"
 	jobworker "github.com/jobbus/jobbus/worker"
 	"github.com/jobbus/jobbus/worker/tasks"
 )
@@ -23,23 +20,7 @@ import (
 func TestUniqueSurvivesRestart(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv, err := embeddednats.Start(ctx, embeddednats.WithListen("127.0.0.1:-1"), embeddednats.WithStoreDir(t.TempDir()))
-	must(t, err)
-	t.Cleanup(func() { _ = srv.Shutdown(ctx) })
-	nc, err := srv.Connect()
-	must(t, err)
-	t.Cleanup(nc.Close)
-	logs := &testkit.Buffer{}
-	cfg := DefaultConfig()
-	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
-	start := func(cfg Config) *Coordinator {
-		t.Helper()
-		c, err := New(nc, cfg)
-		must(t, err)
-		must(t, c.Start(ctx))
-		t.Cleanup(func() { _ = c.Close() })
-		return c
-	}
+	nc, cfg, logs, start := restartable(t)
 	cl := client.New(nc)
 	submit := func(taskType, text string, opts ...client.SubmitOption) string {
 		t.Helper()
