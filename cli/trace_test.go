@@ -141,8 +141,8 @@ func TestTracesReachAnOTLPReceiver(t *testing.T) {
 			if code := sub.wait(); code != 0 {
 				t.Fatalf("submit --wait exited %d: %s", code, sub.stderr.String())
 			}
-			want := map[string]string{"jobbus submit": "client", "jobbus admit": "serve", "jobbus store": "serve",
-				"jobbus queued": "serve", "jobbus attempt": "serve", "jobbus result": "serve"}
+			want := map[string]string{"jobbus submit": "client", "jobbus admit": "serve", "jobbus queued": "serve",
+				"jobbus attempt": "serve", "jobbus result": "serve"}
 			var got map[string]string
 			testkit.Eventually(t, 20*time.Second, "the job's spans at the receiver", func() bool {
 				got = rcv.byTrace("jobbus submit")

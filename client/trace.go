@@ -21,21 +21,18 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(c *Client) { c.tracer = tracing.New(tp) }
 }
 
-// submitSpan starts the span of a submission of taskType; end ends it with the job's
-// id or the error.
+// submitSpan starts the span of a submission of taskType; end ends it, with the error
+// if it failed. The job's id is on the coordinator's admit span, its child.
 func (c *Client) submitSpan(ctx context.Context, taskType string) (context.Context, func(string, error)) {
-	ctx, span := c.tracer.Start(ctx, "jobbus submit", trace.WithSpanKind(trace.SpanKindProducer))
-	if !span.IsRecording() { // not sampled: its context still travels
-		return ctx, func(string, error) { span.End() }
+	if !c.tracer.On() {
+		return ctx, func(string, error) {}
 	}
-	span.SetAttributes(tracing.System, tracing.AttrOperation.String("create"),
-		tracing.AttrDestination.String(taskType), tracing.AttrTaskType.String(taskType))
-	return ctx, func(id string, err error) {
-		if err != nil {
+	ctx, span := c.tracer.Start(ctx, "jobbus submit", trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(tracing.System, tracing.AttrDestination.String(taskType)))
+	return ctx, func(_ string, err error) {
+		if err != nil && span.IsRecording() {
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
-		} else {
-			span.SetAttributes(tracing.AttrMessageID.String(id))
 		}
 		span.End()
 	}

@@ -310,7 +310,7 @@ func (s *scheduler) assign(j *job, w *worker) {
 	if s.debugging() { // hotlog.go
 		s.log.Debug("job assigned", "job", j.rec.JobID, "attempt", j.rec.Attempts, "worker", w.id)
 	}
-	s.traceQueued(j, queuedSince, w.id)
+	s.traceQueued(j, queuedSince)
 	m := &protocol.TaskAssign{
 		JobID:         j.rec.JobID,
 		AttemptID:     j.rec.AttemptID,
@@ -380,7 +380,7 @@ func (s *scheduler) result(res *protocol.TaskResult, reply func(protocol.ResultA
 		s.schedule()
 		return
 	}
-	settled := s.traceResult(j, res) // trace.go
+	settled := s.traceResult(j) // trace.go
 	s.releaseLease(j)
 	if res.Success {
 		j.rec.State = protocol.StateCompleted

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
@@ -22,12 +21,16 @@ import (
 // job's trace context (or, for a submission that carried none, of its admission span,
 // which then roots the job's trace and is stored):
 //
-//   - "jobbus admit": from the request's arrival to the job's admission in memory;
-//   - "jobbus store": the job's first write, until durable (JOB_SUBMITTED goes then);
+//   - "jobbus admit": from the request's arrival until the job is admitted and its
+//     first write durable (JOB_SUBMITTED goes then), with the job's id;
 //   - "jobbus queued": each wait in the ready queue, from the job becoming QUEUED to its
-//     assignment, with its queue, priority and the attempt it led to;
+//     assignment, with its queue and priority;
 //   - "jobbus result": a worker's result, from its arrival until its outcome is durable,
-//     with the attempt, the worker and the state it led to.
+//     with the state it led to.
+//
+// Each carries only what the trace does not already say (the worker's attempt span
+// has the attempt, worker and outcome; the client's, the task type): with the SDK,
+// an attribute costs about as much as a span's own bookkeeping.
 //
 // While tracing is off, each site costs a nil check, and a request without a
 // traceparent header costs two header lookups.
@@ -51,8 +54,8 @@ func jobTrace(j *job) context.Context {
 	return trace.ContextWithRemoteSpanContext(context.Background(), *j.vis.trace)
 }
 
-// traceSubmission stores the trace context of j's submission and starts its spans;
-// it returns what ends the store span once the first write's outcome is known (nil
+// traceSubmission stores the trace context of j's submission and starts its admit
+// span; it returns what ends that span once the first write's outcome is known (nil
 // while tracing is off). arrived is when the request arrived (zero while off).
 // Called with the scheduler's mu held.
 func (s *scheduler) traceSubmission(j *job, from request, arrived time.Time) func(error) {
@@ -68,76 +71,47 @@ func (s *scheduler) traceSubmission(j *job, from request, arrived time.Time) fun
 	if parent.IsValid() {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, parent)
 	}
-	actx, admit := s.tracer.Start(ctx, "jobbus admit", trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(arrived))
-	recording := admit.IsRecording() // the sampler's word, for the job's spans here
-	if recording {
-		admit.SetAttributes(s.jobAttrs(j, "create")...)
-	}
-	admit.End()
+	_, admit := s.tracer.Start(ctx, "jobbus admit", trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(arrived),
+		trace.WithAttributes(tracing.AttrMessageID.String(j.rec.JobID)))
 	if !parent.IsValid() { // the admission roots the job's trace
-		ctx = actx
 		sc := admit.SpanContext()
 		j.vis.trace = &sc
 		j.setTraceContext(tracing.Format(sc))
 	}
-	if !recording {
+	if !admit.IsRecording() { // the sampler's word
 		return nil
 	}
-	_, store := s.tracer.Start(ctx, "jobbus store", trace.WithSpanKind(trace.SpanKindInternal))
-	store.SetAttributes(s.jobAttrs(j, "create")...)
 	return func(err error) {
 		if err != nil {
-			store.RecordError(err)
-			store.SetStatus(codes.Error, err.Error())
+			admit.RecordError(err)
+			admit.SetStatus(codes.Error, err.Error())
 		}
-		store.End()
+		admit.End()
 	}
 }
 
-// jobAttrs are the attributes every span of j carries, for operation op.
-func (s *scheduler) jobAttrs(j *job, op string) []attribute.KeyValue {
-	return []attribute.KeyValue{tracing.System, tracing.AttrOperation.String(op),
-		tracing.AttrMessageID.String(j.rec.JobID), tracing.AttrTaskType.String(j.rec.TaskType),
-		tracing.AttrDestination.String(j.rec.TaskType), tracing.AttrQueue.String(j.queueName()),
-		tracing.AttrPriority.String(string(j.rec.Priority))}
-}
-
-// traceQueued records j's wait in the ready queue, from since to its assignment to
-// worker, which starts attempt. Called with the scheduler's mu held.
-func (s *scheduler) traceQueued(j *job, since time.Time, worker string) {
+// traceQueued records j's wait in the ready queue, from since to its assignment.
+// Called with the scheduler's mu held.
+func (s *scheduler) traceQueued(j *job, since time.Time) {
 	if !s.tracer.On() || !j.traced() {
 		return
 	}
-	now := s.now()
-	_, span := s.tracer.Start(jobTrace(j), "jobbus queued", trace.WithTimestamp(since))
-	if !span.IsRecording() {
-		return
-	}
-	span.SetAttributes(append(s.jobAttrs(j, "receive"), tracing.AttrAttempt.Int(j.rec.Attempts), tracing.AttrWorker.String(worker))...)
-	span.End(trace.WithTimestamp(now))
+	_, span := s.tracer.Start(jobTrace(j), "jobbus queued", trace.WithTimestamp(since),
+		trace.WithAttributes(tracing.AttrQueue.String(j.queueName()), tracing.AttrPriority.String(string(j.rec.Priority))))
+	span.End(trace.WithTimestamp(s.now()))
 }
 
 // traceResult starts the span of a worker's result for j's current attempt; what it
 // returns ends it once the outcome is durable (nil while off). Called with the
 // scheduler's mu held, before the result changes j.
-func (s *scheduler) traceResult(j *job, res *protocol.TaskResult) func(state protocol.State, err error) {
+func (s *scheduler) traceResult(j *job) func(state protocol.State, err error) {
 	if !s.tracer.On() || !j.traced() {
 		return nil
-	}
-	outcome := "success"
-	switch {
-	case res.Success:
-	case res.Permanent:
-		outcome = "permanent_failure"
-	default:
-		outcome = "failure"
 	}
 	_, span := s.tracer.Start(jobTrace(j), "jobbus result", trace.WithSpanKind(trace.SpanKindServer))
 	if !span.IsRecording() {
 		return nil
 	}
-	span.SetAttributes(append(s.jobAttrs(j, "settle"), tracing.AttrAttempt.Int(j.rec.Attempts),
-		tracing.AttrWorker.String(res.WorkerID), tracing.AttrOutcome.String(outcome))...)
 	return func(state protocol.State, err error) {
 		span.SetAttributes(tracing.AttrState.String(string(state)))
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -64,10 +65,10 @@ func flakySetup(t *testing.T, tp trace.TracerProvider) (*jobbustest.System, *see
 }
 
 // TestTraceFromClientToWorkerAndBack: one trace holds the client's submit span and,
-// as its children, the coordinator's admission, store, queued and result spans and
-// the worker's attempt spans: a retried job's two attempts are siblings, each with
-// its number, worker and outcome, and each handler's context carries its attempt's
-// span.
+// as its children, the coordinator's admission (with the job's id), queued (queue and
+// priority) and result (state) spans and the worker's attempt spans: a retried job's
+// two attempts are siblings, each with its number, worker and outcome, and each
+// handler's context carries its attempt's span.
 func TestTraceFromClientToWorkerAndBack(t *testing.T) {
 	t.Parallel()
 	exp := tracetest.NewInMemoryExporter()
@@ -89,14 +90,14 @@ func TestTraceFromClientToWorkerAndBack(t *testing.T) {
 	var spans tracetest.SpanStubs
 	testkit.Eventually(t, 10*time.Second, "spans exported", func() bool {
 		spans = exp.GetSpans()
-		return len(named(spans, "jobbus result")) == 2 && len(named(spans, "jobbus store")) == 1
+		return len(named(spans, "jobbus result")) == 2 && len(named(spans, "jobbus admit")) == 1
 	})
 
 	submit := one(t, spans, "jobbus submit")
 	if submit.Parent.SpanID() != root.SpanContext().SpanID() || submit.SpanKind != trace.SpanKindProducer {
 		t.Fatalf("submit span: parent %s kind %s, want the test's span and producer", submit.Parent.SpanID(), submit.SpanKind)
 	}
-	if attr(submit, "messaging.message.id") != id || attr(submit, "messaging.system") != "jobbus" {
+	if attr(submit, "messaging.destination.name") != "FLAKY" || attr(submit, "messaging.system") != "jobbus" {
 		t.Fatalf("submit span attributes %v", submit.Attributes)
 	}
 	for _, s := range spans {
@@ -117,24 +118,26 @@ func TestTraceFromClientToWorkerAndBack(t *testing.T) {
 		}
 		return ss
 	}
-	childOfSubmit("jobbus admit", 1)
-	childOfSubmit("jobbus store", 1)
-	for i, q := range byAttempt(childOfSubmit("jobbus queued", 2)) {
-		if attr(q, "jobbus.queue") != "default" || attr(q, "jobbus.priority") != "NORMAL" || attr(q, "jobbus.worker.id") != workerID {
+	if admit := childOfSubmit("jobbus admit", 1)[0]; attr(admit, "messaging.message.id") != id || admit.SpanKind != trace.SpanKindServer {
+		t.Fatalf("admit span: %v kind %s, want the job's id %s and server", admit.Attributes, admit.SpanKind, id)
+	}
+	for i, q := range inOrder(childOfSubmit("jobbus queued", 2)) {
+		if attr(q, "jobbus.queue") != "default" || attr(q, "jobbus.priority") != "NORMAL" {
 			t.Fatalf("queued span of attempt %d: %v", i+1, q.Attributes)
 		}
 	}
 	attempts := byAttempt(childOfSubmit("jobbus attempt", 2)) // siblings, under the submit span
 	for i, want := range []string{"failure", "success"} {
 		a := attempts[i]
-		if attr(a, "jobbus.outcome") != want || attr(a, "jobbus.worker.id") != workerID || a.SpanKind != trace.SpanKindConsumer {
+		if attr(a, "jobbus.outcome") != want || attr(a, "jobbus.worker.id") != workerID || a.SpanKind != trace.SpanKindConsumer ||
+			attr(a, "messaging.system") != "jobbus" {
 			t.Fatalf("attempt %d span: %v kind %s; want outcome %s on %s", i+1, a.Attributes, a.SpanKind, want, workerID)
 		}
 		if sc := got.get(i + 1); sc.SpanID() != a.SpanContext.SpanID() {
 			t.Fatalf("attempt %d's handler context carried span %s, want its attempt span %s", i+1, sc.SpanID(), a.SpanContext.SpanID())
 		}
 	}
-	results := byAttempt(childOfSubmit("jobbus result", 2))
+	results := inOrder(childOfSubmit("jobbus result", 2))
 	for i, want := range []protocol.State{protocol.StateRetryWait, protocol.StateCompleted} {
 		if attr(results[i], "jobbus.state") != string(want) {
 			t.Fatalf("result span of attempt %d: %v, want state %s", i+1, results[i].Attributes, want)
@@ -203,6 +206,14 @@ func attr(s tracetest.SpanStub, key string) string {
 		}
 	}
 	return ""
+}
+
+// inOrder orders spans by their start: a job's queued and result spans, one per
+// attempt, do not overlap.
+func inOrder(spans tracetest.SpanStubs) tracetest.SpanStubs {
+	out := slices.Clone(spans)
+	slices.SortFunc(out, func(a, b tracetest.SpanStub) int { return a.StartTime.Compare(b.StartTime) })
+	return out
 }
 
 // byAttempt orders spans by their jobbus.attempt, from 1.

@@ -93,10 +93,9 @@ func (w *Worker) startAttempt(base context.Context, m *protocol.TaskAssign) (con
 	if w.cfg.tracer.On() {
 		ctx, span = w.cfg.tracer.Start(ctx, "jobbus attempt", trace.WithSpanKind(trace.SpanKindConsumer))
 		if span.IsRecording() { // attributes only for a sampled span
-			span.SetAttributes(tracing.System, tracing.AttrOperation.String("process"),
-				tracing.AttrDestination.String(m.TaskType), tracing.AttrTaskType.String(m.TaskType),
-				tracing.AttrMessageID.String(m.JobID), tracing.AttrAttempt.Int(m.AttemptNumber),
-				tracing.AttrWorker.String(w.cfg.ID))
+			// Only what the trace does not say already: the job's id and task type
+			// are on the submission's spans, its parents.
+			span.SetAttributes(tracing.System, tracing.AttrAttempt.Int(m.AttemptNumber), tracing.AttrWorker.String(w.cfg.ID))
 		} else {
 			span = nil // nothing to end
 		}

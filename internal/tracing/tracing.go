@@ -3,9 +3,11 @@
 // context of a job as the two strings a record and a TASK_ASSIGN carry, and the
 // provider that the standard OTEL_* environment variables configure (FromEnv).
 //
-// Span names and attributes follow OpenTelemetry's messaging conventions where they
-// fit: messaging.system "jobbus", the operation ("create", "process", "settle"), the
-// job id as messaging.message.id; the rest are jobbus.* attributes.
+// Span attributes follow OpenTelemetry's messaging conventions where they fit
+// (messaging.system "jobbus" on the producer and consumer spans, the task type as
+// messaging.destination.name, the job id as messaging.message.id); the rest are jobbus.*
+// attributes. Each span carries only what its parents do not: with the SDK, an
+// attribute costs about as much as a span's own bookkeeping.
 package tracing
 
 import (
@@ -23,10 +25,8 @@ const ScopeName = "github.com/jobbus/jobbus"
 // Attribute keys of jobbus's spans.
 const (
 	AttrSystem      = attribute.Key("messaging.system")
-	AttrOperation   = attribute.Key("messaging.operation.type")
 	AttrMessageID   = attribute.Key("messaging.message.id")
 	AttrDestination = attribute.Key("messaging.destination.name")
-	AttrTaskType    = attribute.Key("jobbus.task_type")
 	AttrQueue       = attribute.Key("jobbus.queue")
 	AttrPriority    = attribute.Key("jobbus.priority")
 	AttrAttempt     = attribute.Key("jobbus.attempt")
@@ -71,9 +71,9 @@ func Format(sc trace.SpanContext) (traceparent, tracestate string) {
 	if !sc.IsValid() {
 		return "", ""
 	}
-	c := carrier{}
-	w3c.Inject(trace.ContextWithSpanContext(context.Background(), sc), c)
-	return c[HeaderTraceParent], c[HeaderTraceState]
+	var c carrier
+	w3c.Inject(trace.ContextWithSpanContext(context.Background(), sc), &c)
+	return c.parent, c.state
 }
 
 // FromContext is the W3C trace context of the span in ctx ("" when it has none).
@@ -87,11 +87,7 @@ func Parse(traceparent, tracestate string) trace.SpanContext {
 	if traceparent == "" {
 		return trace.SpanContext{}
 	}
-	c := carrier{HeaderTraceParent: traceparent}
-	if tracestate != "" {
-		c[HeaderTraceState] = tracestate
-	}
-	return trace.SpanContextFromContext(w3c.Extract(context.Background(), c))
+	return trace.SpanContextFromContext(w3c.Extract(context.Background(), &carrier{parent: traceparent, state: tracestate}))
 }
 
 // Valid reports whether traceparent is a usable W3C traceparent.
@@ -114,15 +110,27 @@ const (
 	HeaderTraceState  = "tracestate"
 )
 
-// carrier is a propagation.TextMapCarrier over the two W3C headers.
-type carrier map[string]string
+// carrier is a propagation.TextMapCarrier over the two W3C headers: two strings, not
+// a map, as a job's trace context is formatted or parsed a few times per job.
+type carrier struct{ parent, state string }
 
-func (c carrier) Get(k string) string { return c[k] }
-func (c carrier) Set(k, v string)     { c[k] = v }
-func (c carrier) Keys() []string {
-	keys := make([]string, 0, len(c))
-	for k := range c {
-		keys = append(keys, k)
+func (c *carrier) Get(k string) string {
+	switch k {
+	case HeaderTraceParent:
+		return c.parent
+	case HeaderTraceState:
+		return c.state
 	}
-	return keys
+	return ""
 }
+
+func (c *carrier) Set(k, v string) {
+	switch k {
+	case HeaderTraceParent:
+		c.parent = v
+	case HeaderTraceState:
+		c.state = v
+	}
+}
+
+func (c *carrier) Keys() []string { return []string{HeaderTraceParent, HeaderTraceState} }
