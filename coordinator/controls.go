@@ -1,11 +1,13 @@
 package coordinator
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -25,6 +27,12 @@ import (
 // read it again and decide again.
 var errControlChanged = errors.New("setting changed since it was read")
 
+// errControlUnknown: whether a setting's write landed is not known.
+var errControlUnknown = errors.New("outcome unknown")
+
+// controlTimeout bounds a write of a setting, and the read back that settles it.
+const controlTimeout = 5 * time.Second
+
 // control is one stored setting.
 type control struct {
 	key   string // "<kind>.<name>", without protocol.ControlPrefix
@@ -40,9 +48,86 @@ type controlStore interface {
 	// remove deletes key: a CAS on rev, or whatever its revision with rev 0.
 	// Removing a key that is not there is no error.
 	remove(ctx context.Context, key string, rev uint64) error
+	// get reads key; ok is false when it is not stored.
+	get(ctx context.Context, key string) (c control, ok bool, err error)
 	// list returns every control whose key starts with prefix ("queue."), by key.
 	list(ctx context.Context, prefix string) ([]control, error)
 }
+
+// writeControl stores value under key, a CAS on rev (0: a create), or removes key when
+// value is nil (a CAS on rev; whatever its revision with rev 0), and returns the
+// revision stored (0 once removed). ctx bounds the write.
+//
+// A write that fails is settled by reading key back: its answer may have been lost (a
+// timeout, a lost connection) while it landed, or an earlier write of the same value,
+// whose answer was lost, may have landed (and so this one's revision is stale). Then:
+//   - the store holds value (a removal: nothing): it landed, and no error;
+//   - it holds what was read at rev: nothing landed, and the write's error;
+//   - it holds something else: a *controlChanged (errors.Is errControlChanged) that
+//     says what, for the caller to adopt;
+//   - it cannot be read: errControlUnknown, or errControlChanged if the store refused
+//     the write for its revision (then nothing landed).
+func writeControl(ctx context.Context, cs controlStore, key string, value []byte, rev uint64) (uint64, error) {
+	var got uint64
+	var err error
+	if value == nil {
+		err = cs.remove(ctx, key, rev)
+	} else {
+		got, err = cs.put(ctx, key, value, rev)
+	}
+	if err == nil {
+		return got, nil
+	}
+	// The read back has time of its own (the write's may be what ran out), but ends
+	// with ctx's cancellation: the caller is stopping.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), controlTimeout)
+	defer cancel()
+	defer context.AfterFunc(ctx, func() {
+		if errors.Is(ctx.Err(), context.Canceled) {
+			cancel()
+		}
+	})()
+	cur, stored, rerr := cs.get(rctx, key)
+	switch {
+	case rerr != nil && errors.Is(err, errControlChanged):
+		return 0, err
+	case rerr != nil:
+		return 0, fmt.Errorf("%s: %w: %w; reading it back failed too: %w", key, errControlUnknown, err, rerr)
+	case value == nil && !stored:
+		return 0, nil
+	case value != nil && stored && bytes.Equal(cur.value, value):
+		return cur.rev, nil
+	case !stored && rev == 0, stored && (cur.rev == rev || value == nil && rev == 0):
+		return 0, err // nothing landed
+	}
+	changed := &controlChanged{key: key, err: err}
+	if stored {
+		changed.stored = &cur
+	}
+	return 0, changed
+}
+
+// controlChanged is a write of a setting refused, or not landed, because another
+// changed it since it was read: stored is what the store holds instead (nil: nothing).
+type controlChanged struct {
+	key    string
+	stored *control
+	err    error // the write's own
+}
+
+func (e *controlChanged) Error() string {
+	now := "not stored now"
+	if e.stored != nil {
+		now = fmt.Sprintf("revision %d stored now", e.stored.rev)
+	}
+	msg := fmt.Sprintf("%s: %v (%s)", e.key, errControlChanged, now)
+	if !errors.Is(e.err, errControlChanged) {
+		msg += ": " + e.err.Error()
+	}
+	return msg
+}
+
+func (e *controlChanged) Unwrap() []error { return []error{errControlChanged, e.err} }
 
 // kvControls keeps controls in the jobs bucket.
 type kvControls struct{ kv jetstream.KeyValue }
@@ -77,6 +162,17 @@ func (c kvControls) remove(ctx context.Context, key string, rev uint64) error {
 		return fmt.Errorf("remove setting %s: %w", key, err)
 	}
 	return nil
+}
+
+func (c kvControls) get(ctx context.Context, key string) (control, bool, error) {
+	e, err := c.kv.Get(ctx, protocol.ControlPrefix+key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return control{}, false, nil
+	}
+	if err != nil {
+		return control{}, false, fmt.Errorf("read setting %s: %w", key, err)
+	}
+	return control{key: key, value: e.Value(), rev: e.Revision()}, true, nil
 }
 
 func (c kvControls) list(ctx context.Context, prefix string) ([]control, error) {
@@ -136,6 +232,17 @@ func (c memControls) remove(_ context.Context, key string, rev uint64) error {
 		delete(b.controls, key)
 	}
 	return nil
+}
+
+func (c memControls) get(_ context.Context, key string) (control, bool, error) {
+	b := c.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	m, ok := b.controls[key]
+	if !ok {
+		return control{}, false, nil
+	}
+	return control{key: key, value: slices.Clone(m.data), rev: m.seq}, true, nil
 }
 
 func (c memControls) list(_ context.Context, prefix string) ([]control, error) {

@@ -54,9 +54,6 @@ func (f *flow) serve(m protocol.Message, reply func(protocol.Message)) {
 	}
 }
 
-// controlTimeout bounds a write of a setting.
-const controlTimeout = 5 * time.Second
-
 // recoverLimits reads the limits' settings, before serving: each bucket starts empty
 // (limiter's doc comment says why). A setting that cannot be read is skipped, loudly.
 func (f *flow) recoverLimits(ctx context.Context) error {
@@ -108,15 +105,8 @@ func (f *flow) setLimit(ctx context.Context, req *protocol.SetLimit) protocol.Me
 	s.unlock()
 	value, _ := json.Marshal(protocol.LimitSpec{Rate: r.String(), Burst: burst})
 	key := protocol.LimitControlKey(req.Scope, req.Name)
-	wctx, cancel := context.WithTimeout(ctx, controlTimeout)
-	defer cancel()
-	prior := rev
-	rev, err = s.store.controls().put(wctx, key, value, rev)
-	if err != nil {
-		var landed bool
-		if rev, landed, err = f.reconcile(ctx, key, value, prior, err); !landed {
-			return controlFailed("limit of "+req.Scope+" "+req.Name, err)
-		}
+	if rev, err = f.write(ctx, key, value, rev); err != nil {
+		return controlFailed("limit of "+req.Scope+" "+req.Name, err)
 	}
 	s.mu.Lock()
 	defer s.unlock()
@@ -149,12 +139,8 @@ func (f *flow) removeLimit(ctx context.Context, req *protocol.RemoveLimit) proto
 	rev := lim.rev
 	s.unlock()
 	key := protocol.LimitControlKey(req.Scope, req.Name)
-	wctx, cancel := context.WithTimeout(ctx, controlTimeout)
-	defer cancel()
-	if err := s.store.controls().remove(wctx, key, rev); err != nil {
-		if _, landed, err := f.reconcile(ctx, key, nil, rev, err); !landed {
-			return controlFailed("limit of "+req.Scope+" "+req.Name, err)
-		}
+	if _, err := f.write(ctx, key, nil, rev); err != nil {
+		return controlFailed("limit of "+req.Scope+" "+req.Name, err)
 	}
 	s.mu.Lock()
 	defer s.unlock()
@@ -184,38 +170,19 @@ func (f *flow) limitStats() []protocol.LimitInfo {
 	return f.limits.list(s.now())
 }
 
-// reconcile reads back the setting under key after a write of value (nil: its
-// removal) over revision prior failed with err: a write whose answer was lost may have
-// landed, and a later CAS on the revision memory holds would then fail for ever.
-// landed reports that the store holds what was written (rev: its revision). If it
-// holds neither that nor what memory held, memory adopts it and the error says so.
-func (f *flow) reconcile(ctx context.Context, key string, value []byte, prior uint64, err error) (rev uint64, landed bool, _ error) {
-	rctx, cancel := context.WithTimeout(ctx, controlTimeout)
+// write stores value (nil: the removal) as the limit's setting under key, a CAS on
+// rev, the revision memory holds (writeControl settles a write whose answer was lost).
+// If the store holds another's setting instead, memory adopts it, and the error says so.
+func (f *flow) write(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	wctx, cancel := context.WithTimeout(ctx, controlTimeout)
 	defer cancel()
-	cs, lerr := f.s.store.controls().list(rctx, protocol.LimitControlPrefix)
-	if lerr != nil {
-		return 0, false, fmt.Errorf("%w: %w; reading it back failed too: %w", errControlUnknown, err, lerr)
+	rev, err := writeControl(wctx, f.s.store.controls(), key, value, rev)
+	var changed *controlChanged
+	if errors.As(err, &changed) {
+		f.adopt(key, changed.stored)
 	}
-	var cur *control
-	for i := range cs {
-		if cs[i].key == key {
-			cur = &cs[i]
-		}
-	}
-	switch {
-	case cur == nil && value == nil:
-		return 0, true, nil
-	case cur != nil && value != nil && string(cur.value) == string(value):
-		return cur.rev, true, nil
-	case cur == nil && prior == 0, cur != nil && cur.rev == prior:
-		return 0, false, err // nothing landed
-	}
-	f.adopt(key, cur)
-	return 0, false, fmt.Errorf("%w: %w", errControlChanged, err)
+	return rev, err
 }
-
-// errControlUnknown: whether a setting's write landed is not known.
-var errControlUnknown = errors.New("outcome unknown")
 
 // adopt makes memory hold the setting stored under key (nil: none).
 func (f *flow) adopt(key string, c *control) {

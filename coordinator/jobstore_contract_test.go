@@ -98,6 +98,7 @@ func TestJobStoreContract(t *testing.T) {
 		{"ChecksPointsTheIndex", testStoreCheckpoints},
 		{"ReadsBackWithTheRevision", testStoreReadsBackWithTheRevision},
 		{"ControlsAreCASOnTheRevision", testStoreControls},
+		{"ControlWritesAreSettledByReadingBack", testStoreWriteControl},
 	}
 	for _, b := range storeBackends() {
 		t.Run(b.name, func(t *testing.T) {
@@ -512,6 +513,158 @@ func testStoreControls(t *testing.T, newStore func() jobStore) {
 	}
 	if got, _ := next.controls().list(ctx, "queue."); len(got) != 1 || got[0].key != "queue.low" {
 		t.Fatalf("after remove: %+v, want queue.low only", got)
+	}
+}
+
+// lossyControls is a store's controls whose writes' answers may be lost, as to a
+// timeout or a dropped connection.
+type lossyControls struct {
+	controlStore
+	lose   bool // a write's answer is lost
+	landed bool // ... after the write reached the store (false: it never did)
+	unread bool // reading back fails
+}
+
+var errAnswerLost = fmt.Errorf("the answer never came: %w", context.DeadlineExceeded)
+
+func (c lossyControls) put(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	if !c.lose || c.landed {
+		got, err := c.controlStore.put(ctx, key, value, rev)
+		if err != nil || !c.lose {
+			return got, err
+		}
+	}
+	return 0, errAnswerLost
+}
+
+func (c lossyControls) remove(ctx context.Context, key string, rev uint64) error {
+	if !c.lose || c.landed {
+		if err := c.controlStore.remove(ctx, key, rev); err != nil || !c.lose {
+			return err
+		}
+	}
+	return errAnswerLost
+}
+
+func (c lossyControls) get(ctx context.Context, key string) (control, bool, error) {
+	if c.unread {
+		return control{}, false, errors.New("read back: connection closed")
+	}
+	return c.controlStore.get(ctx, key)
+}
+
+// writeControl settles a write whose answer was lost by reading the setting back: one
+// that landed (or landed earlier, sent again at the revision it was sent at) is
+// reported landed at the revision stored; one that did not land reports its own error;
+// one that meets another's write is a conflict (errControlChanged) naming what is
+// stored; one that cannot be read back either is errControlUnknown.
+func testStoreWriteControl(t *testing.T, newStore func() jobStore) {
+	ctx := context.Background()
+	s := newStore()
+	startStore(t, s)
+	store := s.controls()
+	const (
+		landed   = "landed"
+		notThere = "not landed"
+		conflict = "conflict"
+		unknown  = "unknown"
+	)
+	v1, v2, theirs := []byte(`{"paused":true}`), []byte(`{"paused":false}`), []byte(`{"maxRunning":3}`)
+	cases := []struct {
+		name         string
+		exists       bool   // the key holds v1 at the revision written with
+		value        []byte // what is written: nil, the removal
+		sentBefore   bool   // value was written at that revision once already, its answer lost
+		theirs       bool   // another wrote theirs since
+		lose, landed bool   // lossyControls': the write's answer is lost, after it landed
+		unread       bool   // lossyControls': reading back fails
+		want         string
+	}{
+		{name: "a create that landed, its answer lost", value: v2, lose: true, landed: true, want: landed},
+		{name: "an update that landed, its answer lost", exists: true, value: v2, lose: true, landed: true, want: landed},
+		{name: "a removal that landed, its answer lost", exists: true, lose: true, landed: true, want: landed},
+		{name: "an update sent again after its answer was lost", exists: true, value: v2, sentBefore: true, want: landed},
+		{name: "a removal sent again after its answer was lost", exists: true, sentBefore: true, want: landed},
+		{name: "a create that never landed", value: v2, lose: true, want: notThere},
+		{name: "an update that never landed", exists: true, value: v2, lose: true, want: notThere},
+		{name: "a removal that never landed", exists: true, lose: true, want: notThere},
+		{name: "an update at a stale revision", exists: true, value: v2, theirs: true, want: conflict},
+		{name: "a create of a key taken", value: v2, theirs: true, want: conflict},
+		{name: "a removal at a stale revision", exists: true, theirs: true, want: conflict},
+		{name: "an update lost, and another's landed", exists: true, value: v2, theirs: true, lose: true, want: conflict},
+		{name: "an update at a stale revision, not read back", exists: true, value: v2, theirs: true, unread: true, want: conflict},
+		{name: "an update whose answer and read back are lost", exists: true, value: v2, lose: true, landed: true, unread: true, want: unknown},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			key := fmt.Sprintf("queue.settled%d", i)
+			var rev uint64
+			if tc.exists {
+				var err error
+				if rev, err = store.put(ctx, key, v1, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.sentBefore {
+				if _, err := writeControl(ctx, store, key, tc.value, rev); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var theirRev uint64
+			if tc.theirs {
+				var err error
+				if theirRev, err = store.put(ctx, key, theirs, rev); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before, _, err := store.get(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cs := lossyControls{controlStore: store, lose: tc.lose, landed: tc.landed, unread: tc.unread}
+			got, err := writeControl(ctx, cs, key, tc.value, rev)
+			now, stored, rerr := store.get(ctx, key)
+			if rerr != nil {
+				t.Fatal(rerr)
+			}
+			switch tc.want {
+			case landed:
+				if err != nil {
+					t.Fatalf("write: %v, want it landed", err)
+				}
+				if tc.value == nil && (stored || got != 0) {
+					t.Fatalf("removal landed at revision %d, stored now %+v (%t); want none", got, now, stored)
+				}
+				if tc.value != nil && (!stored || got != now.rev || got <= rev || !bytes.Equal(now.value, tc.value)) {
+					t.Fatalf("landed at revision %d; stored %q at %d (%t), want %q at that revision, above %d", got, now.value, now.rev, stored, tc.value, rev)
+				}
+			case notThere:
+				if err == nil || !errors.Is(err, errAnswerLost) || errors.Is(err, errControlChanged) || errors.Is(err, errControlUnknown) {
+					t.Fatalf("write: %v, want the write's own error and neither a conflict nor unknown", err)
+				}
+				if stored != tc.exists || now.rev != before.rev || !bytes.Equal(now.value, before.value) {
+					t.Fatalf("after a write not landed, stored %q at %d (%t); want what was: %q at %d", now.value, now.rev, stored, before.value, before.rev)
+				}
+			case conflict:
+				if !errors.Is(err, errControlChanged) || errors.Is(err, errControlUnknown) || got != 0 {
+					t.Fatalf("write: revision %d, %v; want errControlChanged", got, err)
+				}
+				if !stored || now.rev != theirRev || !bytes.Equal(now.value, theirs) {
+					t.Fatalf("after a conflict, stored %q at %d (%t); want theirs untouched: %q at %d", now.value, now.rev, stored, theirs, theirRev)
+				}
+				var changed *controlChanged
+				if !tc.unread && (!errors.As(err, &changed) || changed.stored == nil || changed.stored.rev != theirRev || !bytes.Equal(changed.stored.value, theirs)) {
+					t.Fatalf("conflict %v does not say what is stored (%q at %d)", err, theirs, theirRev)
+				}
+			case unknown:
+				if !errors.Is(err, errControlUnknown) || errors.Is(err, errControlChanged) || !errors.Is(err, errAnswerLost) {
+					t.Fatalf("write: %v, want errControlUnknown wrapping the write's error", err)
+				}
+			}
+		})
+	}
+	if _, ok, err := store.get(ctx, "queue.never"); ok || err != nil {
+		t.Fatalf("get of a key never written: %t, %v; want not stored and no error", ok, err)
 	}
 }
 

@@ -79,11 +79,17 @@ func (s *scheduler) changeQueue(name string, create bool, due time.Duration, cha
 		ctx, cancel := context.WithTimeout(context.Background(), max(due, time.Second))
 		defer cancel()
 		newRev, err := s.storeQueueSettings(ctx, name, next, rev)
-		if err != nil {
-			if errors.Is(err, errControlChanged) {
-				s.reloadQueue(ctx, name)
-				err = errQueueSettingsChanged
+		var changed *controlChanged
+		switch {
+		case errors.Is(err, errControlChanged):
+			if errors.As(err, &changed) { // else not read back: the next write reads it
+				s.adoptQueueSettings(name, changed.stored)
 			}
+			err = errQueueSettingsChanged
+		case errors.Is(err, errControlUnknown):
+			return &protocol.Error{Message: fmt.Sprintf("%squeue %s: settings may or may not be stored (%v); send them again", protocol.OutcomeUnknownPrefix, name, err)}
+		}
+		if err != nil {
 			return &protocol.Error{Message: fmt.Sprintf("queue %s: settings not stored: %v", name, err)}
 		}
 		rev = newRev
@@ -96,20 +102,20 @@ func (s *scheduler) changeQueue(name string, create bool, due time.Duration, cha
 }
 
 // storeQueueSettings writes st as the queue's control, CAS on rev (0: create), and
-// returns its new revision; settings back to the defaults remove the control.
+// returns its new revision; settings back to the defaults remove the control. A write
+// whose answer was lost is settled as writeControl says.
 func (s *scheduler) storeQueueSettings(ctx context.Context, name string, st protocol.QueueSettings, rev uint64) (uint64, error) {
-	key := protocol.QueueControlPrefix + name
-	if st == (protocol.QueueSettings{}) {
-		if rev == 0 {
-			return 0, nil
+	if st == (protocol.QueueSettings{}) && rev == 0 {
+		return 0, nil // none stored, none to store
+	}
+	var value []byte // nil: the removal
+	if st != (protocol.QueueSettings{}) {
+		var err error
+		if value, err = json.Marshal(st); err != nil {
+			return 0, err
 		}
-		return 0, s.store.controls().remove(ctx, key, rev)
 	}
-	value, err := json.Marshal(st)
-	if err != nil {
-		return 0, err
-	}
-	return s.store.controls().put(ctx, key, value, rev)
+	return writeControl(ctx, s.store.controls(), protocol.QueueControlPrefix+name, value, rev)
 }
 
 // applyQueueSettings makes st q's settings, and dispatches what they let start. Called
@@ -126,27 +132,21 @@ func (s *scheduler) applyQueueSettings(q *jobQueue, st protocol.QueueSettings, r
 	s.schedule()
 }
 
-// reloadQueue reads the queue's stored settings again, after a conflict.
-func (s *scheduler) reloadQueue(ctx context.Context, name string) {
-	cs, err := s.store.controls().list(ctx, protocol.QueueControlPrefix+name)
-	if err != nil {
-		return
+// adoptQueueSettings makes the queue's settings those stored (nil: none, the
+// defaults), after a write found them changed. Unreadable ones leave memory as it
+// is, as loadQueues ignores them.
+func (s *scheduler) adoptQueueSettings(name string, stored *control) {
+	var st protocol.QueueSettings
+	var rev uint64
+	if stored != nil {
+		if err := json.Unmarshal(stored.value, &st); err != nil {
+			return
+		}
+		rev = stored.rev
 	}
-	key := protocol.QueueControlPrefix + name
 	s.mu.Lock()
 	defer s.unlock()
-	q := s.ready.queue(name)
-	for _, c := range cs {
-		if c.key != key {
-			continue
-		}
-		var st protocol.QueueSettings
-		if err := json.Unmarshal(c.value, &st); err == nil {
-			s.applyQueueSettings(q, st, c.rev)
-		}
-		return
-	}
-	s.applyQueueSettings(q, protocol.QueueSettings{}, 0)
+	s.applyQueueSettings(s.ready.queue(name), st, rev)
 }
 
 // loadQueues reads every queue's stored settings: a new leader does, before it

@@ -336,14 +336,14 @@ func (sch *schedules) write(e *schedEntry, sc protocol.Schedule) error {
 	sch.mu.Unlock()
 	ctx, cancel := context.WithTimeout(sch.ctx, scheduleIOTimeout)
 	defer cancel()
-	rev, err = sch.controls().put(ctx, protocol.SchedulePrefix+sc.Name, data, rev)
-	if errors.Is(err, errControlChanged) && sch.s.lease.held() {
-		// Most likely a write of this coordinator whose answer was lost (a successor
-		// would have taken the lease first): read the revision stored, and write over
-		// it once.
-		if cur, ok := sch.read(ctx, sc.Name); ok {
-			rev, err = sch.controls().put(ctx, protocol.SchedulePrefix+sc.Name, data, cur.rev)
-		}
+	key := protocol.SchedulePrefix + sc.Name
+	rev, err = writeControl(ctx, sch.controls(), key, data, rev)
+	var changed *controlChanged
+	if errors.As(err, &changed) && changed.stored != nil && sch.s.lease.held() {
+		// Most likely an earlier write of this coordinator that landed unseen (its
+		// answer lost, and the read back too; a successor would have taken the lease
+		// first): write over it once.
+		rev, err = writeControl(ctx, sch.controls(), key, data, changed.stored.rev)
 	}
 	if err != nil {
 		return fmt.Errorf("store schedule %s: %w", sc.Name, err)
@@ -352,21 +352,6 @@ func (sch *schedules) write(e *schedEntry, sc protocol.Schedule) error {
 	e.sc, e.rev = sc, rev
 	sch.mu.Unlock()
 	return nil
-}
-
-// read reads the control of schedule name.
-func (sch *schedules) read(ctx context.Context, name string) (control, bool) {
-	key := protocol.SchedulePrefix + name
-	ctls, err := sch.controls().list(ctx, protocol.SchedulePrefix) // a prefix ends a token
-	if err != nil {
-		return control{}, false
-	}
-	for _, c := range ctls {
-		if c.key == key {
-			return c, true
-		}
-	}
-	return control{}, false
 }
 
 // --- The API's half (api.go serves these).
