@@ -206,9 +206,6 @@ func bench(c *cli.Context) error {
 	stopProfile()
 	if sys.flood != nil {
 		sys.flood.finish()
-		if !asJSON {
-			sys.flood.report(out)
-		}
 	}
 	var sched *scheduledResult
 	if waitScheduled != nil {
@@ -237,10 +234,17 @@ func bench(c *cli.Context) error {
 		rep.Settings["scheduled"] = strconv.Itoa(scheduled)
 		sched.put(rep.Metrics)
 	}
+	if sys.flood != nil {
+		rep.Settings["progress_flood"] = strconv.Itoa(sys.flood.jobs)
+		sys.flood.put(rep.Metrics)
+	}
 	if asJSON {
 		return rep.writeJSON(out)
 	}
 	rep.writeText(out, !external)
+	if sys.flood != nil {
+		sys.flood.report(out)
+	}
 	if sched != nil {
 		var loadEnd time.Time
 		if run != nil {

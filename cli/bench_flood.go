@@ -169,7 +169,22 @@ func (f *progressFlood) report(w io.Writer) {
 		return
 	}
 	fmt.Fprintf(w, "progress flood: %d jobs, each reporting %.0f/s: each job's record written %.1f/s while measured (%d writes in %.1fs)\n",
-		f.jobs, float64(f.reported[1]-f.reported[0])/float64(f.jobs)/secs, float64(f.writes.Load())/float64(f.jobs)/secs, f.writes.Load(), secs)
+		f.jobs, f.perJob(f.reported[1]-f.reported[0]), f.perJob(f.writes.Load()), f.writes.Load(), secs)
+}
+
+// put adds the flood's figures to --json's metrics: progress reports and record
+// writes a second, per flood job, while the load was measured.
+func (f *progressFlood) put(m map[string]float64) {
+	if f.to.Sub(f.from) <= 0 {
+		return
+	}
+	m["flood.reports_per_s"] = f.perJob(f.reported[1] - f.reported[0])
+	m["flood.record_writes_per_s"] = f.perJob(f.writes.Load())
+}
+
+// perJob is n per flood job and second of the measured run.
+func (f *progressFlood) perJob(n int64) float64 {
+	return float64(n) / float64(f.jobs) / f.to.Sub(f.from).Seconds()
 }
 
 // running is the flood's jobs, which run on while the measured ones finish.

@@ -298,6 +298,26 @@ func TestBench(t *testing.T) {
 			t.Errorf("idle p50 %v above p99 %v", p50, p99)
 		}
 	})
+	// A handler reporting progress 10,000 times a second beside the measured jobs: its
+	// record is written a few times a second (coalesced), whatever it reports.
+	t.Run("ProgressFloodIsCoalesced", func(t *testing.T) {
+		t.Parallel()
+		r := start(t, nil, "bench", "--jobs", "2000", "--json", "--workers", "1", "--worker-capacity", "8", "--submitters", "4",
+			"--progress-flood", "1", "--progress-rate", "10000")
+		if code := r.wait(t); code != cli.ExitOK {
+			t.Fatalf("bench exited %d\nstdout: %s\nstderr: %s", code, r.out, r.errs)
+		}
+		var doc struct {
+			Metrics map[string]float64 `json:"metrics"`
+		}
+		if err := json.Unmarshal([]byte(r.out.String()), &doc); err != nil {
+			t.Fatalf("not one JSON object: %v\n%s", err, r.out)
+		}
+		reports, writes := doc.Metrics["flood.reports_per_s"], doc.Metrics["flood.record_writes_per_s"]
+		if reports < 1000 || writes > 12 {
+			t.Errorf("flood job: %.0f reports/s, its record written %.1f/s; want >= 1000 reports and <= 12 writes a second", reports, writes)
+		}
+	})
 	// A store of its own, kept: the second run starts with the first one's jobs.
 	t.Run("DataDir", func(t *testing.T) {
 		t.Parallel()
