@@ -37,9 +37,12 @@ func WithFailoverNotice(notice func(msg string)) Option {
 // naming the job its request id names.
 func (n *natsTransport) request(ctx context.Context, t protocol.Type, subject string, body []byte, within time.Duration) (*nats.Msg, error) {
 	opts := natsreq.Options{Within: within, Nobody: n.nobodyFn}
-	if t == protocol.TypeSubmitJob {
+	switch t {
+	case protocol.TypeSubmitJob:
 		opts.RequestID = protocol.NewRequestID()
 		opts.Header = traceHeader(ctx) // trace.go
+	case protocol.TypeSubmitWorkflow, protocol.TypeRetryWorkflow:
+		opts.Header = traceHeader(ctx) // its steps join the submitter's trace
 	}
 	msg, err := natsreq.Request(ctx, n.nc, subject, body, opts)
 	switch {

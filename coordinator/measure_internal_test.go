@@ -50,7 +50,7 @@ func TestMeasureWaitingMemory(t *testing.T) {
 				req.Chain = append(req.Chain, name)
 			}
 			got := make(chan protocol.Message, 1)
-			s.sched.submitGroup(req, time.Minute, func(m protocol.Message) { got <- answerOf(m) })
+			s.sched.submitGroup(req, request{due: time.Minute}, func(m protocol.Message) { got <- answerOf(m) })
 			if m, ok := (<-got).(*protocol.WorkflowSubmitted); !ok || len(m.Jobs) != n {
 				t.Fatalf("chain not stored: %#v", m)
 			}

@@ -44,6 +44,15 @@ func traceRequest(get func(string) string) (traceparent, tracestate string) {
 	return traceparent, get(protocol.HeaderTraceState)
 }
 
+// stepTrace is the trace context that the steps of a workflow or batch submitted (or
+// retried) by a request carrying from store: the request's, normalised; none without.
+// The coordinator starts no span for the submission itself: each step's queued,
+// attempt and result spans are children of the submitter's span.
+func stepTrace(from request) [2]string {
+	tp, ts := tracing.Format(tracing.Parse(from.traceParent, from.traceState))
+	return [2]string{tp, ts}
+}
+
 // jobTrace is the context of j's stored trace, for its spans' parent: parsed once
 // per job and coordinator, then kept beside the record.
 func jobTrace(j *job) context.Context {

@@ -185,6 +185,9 @@ type plan struct {
 	// max attempts and priority of each step, as the submission path resolves them
 	maxAttempts []int
 	prio        []protocol.Priority
+	// trace is the W3C trace context of the request that made the plan (traceparent,
+	// tracestate), which every step it creates joins: a workflow is one trace.
+	trace [2]string
 }
 
 // planGroup validates a submission: ids, names, payloads, edges, no cycle, bounds.
@@ -345,12 +348,14 @@ func findCycle(after [][]int32) int {
 }
 
 // submitGroup stores a workflow or batch all or nothing and answers with its jobs.
-func (s *scheduler) submitGroup(req *protocol.SubmitWorkflow, due time.Duration, reply replyFunc) {
+func (s *scheduler) submitGroup(req *protocol.SubmitWorkflow, from request, reply replyFunc) {
 	p, perr := s.planGroup(req)
 	if perr != nil {
 		reply(perr)
 		return
 	}
+	p.trace = stepTrace(from)
+	due := from.due
 	ctl := groupControl{Kind: p.kind, CreatedAt: s.now().UnixMilli(), Fingerprint: p.fp, After: p.after}
 	for i, st := range p.steps {
 		ctl.Steps = append(ctl.Steps, st.Name)
@@ -456,6 +461,7 @@ func (s *scheduler) createSteps(g *group, p *plan, redo map[int32]bool) ([]*job,
 		}
 		j.rec.Step = st.Name
 		j.rec.AfterAnyEnd = st.AfterAnyEnd
+		j.setTraceContext(p.trace[0], p.trace[1])
 		var active []*job
 		for _, pi := range p.after[i] {
 			pid := g.ids[pi]
@@ -745,7 +751,8 @@ func (s *scheduler) cancelGroup(id string, due time.Duration, reply replyFunc) {
 
 // retryGroup runs again, as new jobs, the steps of an ended group that failed or were
 // cancelled (the steps that waited on a failed one were cancelled with it).
-func (s *scheduler) retryGroup(id string, due time.Duration, reply replyFunc) {
+func (s *scheduler) retryGroup(id string, from request, reply replyFunc) {
+	due := from.due
 	s.mu.Lock()
 	g := s.groups.get(id)
 	var perr *protocol.Error
@@ -809,8 +816,11 @@ func (s *scheduler) retryGroup(id string, due time.Duration, reply replyFunc) {
 	}
 	redo := map[int32]bool{}
 	p := &plan{id: id, kind: g.ctl.Kind, after: g.ctl.After, steps: make([]protocol.WorkflowStep, len(ids)),
-		maxAttempts: make([]int, len(ids)), prio: make([]protocol.Priority, len(ids))}
+		maxAttempts: make([]int, len(ids)), prio: make([]protocol.Priority, len(ids)), trace: stepTrace(from)}
 	for i, r := range recs {
+		if p.trace[0] == "" && r.TraceParent != "" { // the retry joins the workflow's trace, without one of its own
+			p.trace = [2]string{r.TraceParent, r.TraceState}
+		}
 		if r.State == protocol.StateFailed || r.State == protocol.StateCancelled {
 			redo[int32(i)] = true
 		}

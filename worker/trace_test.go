@@ -145,6 +145,46 @@ func TestTraceFromClientToWorkerAndBack(t *testing.T) {
 	}
 }
 
+// TestWorkflowStepsJoinTheSubmittersTrace: the steps of a workflow submitted in a
+// traced context are jobs of that trace: each step's attempt spans (and the
+// coordinator's queued and result spans) are children of the submitter's span.
+func TestWorkflowStepsJoinTheSubmittersTrace(t *testing.T) {
+	t.Parallel()
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	sys, _, _ := flakySetup(t, tp)
+	cl := client.New(sys.NC)
+	ctx, root := tp.Tracer("test").Start(context.Background(), "test request")
+	wf := client.NewWorkflow("traced").Step("a", "FLAKY", map[string]any{}).Step("b", "FLAKY", map[string]any{}).Chain("a", "b")
+	sub, err := cl.SubmitWorkflow(ctx, wf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root.End()
+	for name, id := range sub.Jobs {
+		if job, err := cl.Wait(context.Background(), id); err != nil || job.State != protocol.StateCompleted {
+			t.Fatalf("step %s (%s): %+v, %v; want COMPLETED", name, id, job, err)
+		}
+	}
+	var spans tracetest.SpanStubs
+	testkit.Eventually(t, 10*time.Second, "spans exported", func() bool {
+		spans = exp.GetSpans()
+		return len(named(spans, "jobbus result")) == 4 // two attempts of each step
+	})
+	for _, name := range []string{"jobbus attempt", "jobbus queued", "jobbus result"} {
+		ss := named(spans, name)
+		if len(ss) != 4 {
+			t.Fatalf("%d %q spans, want 4 (two attempts of each of the 2 steps)", len(ss), name)
+		}
+		for _, s := range ss {
+			if s.Parent.SpanID() != root.SpanContext().SpanID() || s.SpanContext.TraceID() != root.SpanContext().TraceID() {
+				t.Fatalf("%q span in trace %s under %s, want under the submitter's span %s", name, s.SpanContext.TraceID(), s.Parent.SpanID(), root.SpanContext().SpanID())
+			}
+		}
+	}
+}
+
 // TestTraceparentHeaderReachesTheHandler: a submission over the plain NATS API with a
 // traceparent header makes a job whose handler's context carries that trace, with
 // tracing off everywhere.
