@@ -310,7 +310,7 @@ func (s *scheduler) assign(j *job, w *worker) {
 	if s.debugging() { // hotlog.go
 		s.log.Debug("job assigned", "job", j.rec.JobID, "attempt", j.rec.Attempts, "worker", w.id)
 	}
-	s.traceQueued(j, queuedSince)
+	defer s.traceQueued(j, queuedSince) // after the assignment, in the outbox
 	m := &protocol.TaskAssign{
 		JobID:         j.rec.JobID,
 		AttemptID:     j.rec.AttemptID,

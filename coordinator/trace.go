@@ -55,18 +55,19 @@ func stepTrace(from request) [2]string {
 
 // jobTrace is the context of j's stored trace, for its spans' parent: parsed once
 // per job and coordinator, then kept beside the record.
-func jobTrace(j *job) context.Context {
+func jobTrace(j *job) trace.SpanContext {
 	if j.vis.trace == nil {
 		sc := tracing.Parse(j.traceContext())
 		j.vis.trace = &sc
 	}
-	return trace.ContextWithRemoteSpanContext(context.Background(), *j.vis.trace)
+	return *j.vis.trace
 }
 
-// traceSubmission stores the trace context of j's submission and starts its admit
-// span; it returns what ends that span once the first write's outcome is known (nil
-// while tracing is off). arrived is when the request arrived (zero while off).
-// Called with the scheduler's mu held.
+// traceSubmission stores the trace context of j's submission; it returns what records
+// its admit span once the first write's outcome is known (nil while tracing is off).
+// arrived is when the request arrived (zero while off). Called with the scheduler's
+// mu held; what it returns, without. The span is started here only when it roots the
+// job's trace, for its context is stored with the job.
 func (s *scheduler) traceSubmission(j *job, from request, arrived time.Time) func(error) {
 	parent := tracing.Parse(from.traceParent, from.traceState)
 	if parent.IsValid() {
@@ -76,53 +77,61 @@ func (s *scheduler) traceSubmission(j *job, from request, arrived time.Time) fun
 	if !s.tracer.On() {
 		return nil
 	}
-	ctx := context.Background()
-	if parent.IsValid() {
-		ctx = trace.ContextWithRemoteSpanContext(ctx, parent)
+	id := tracing.AttrMessageID.String(j.rec.JobID)
+	if parent.IsValid() { // the span is made once the outcome is known, without mu
+		return func(err error) {
+			ctx := trace.ContextWithRemoteSpanContext(context.Background(), parent)
+			_, admit := s.tracer.Start(ctx, "jobbus admit", trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(arrived), trace.WithAttributes(id))
+			endAdmit(admit, err)
+		}
 	}
-	_, admit := s.tracer.Start(ctx, "jobbus admit", trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(arrived),
-		trace.WithAttributes(tracing.AttrMessageID.String(j.rec.JobID)))
-	if !parent.IsValid() { // the admission roots the job's trace
-		sc := admit.SpanContext()
-		j.vis.trace = &sc
-		j.setTraceContext(tracing.Format(sc))
-	}
+	// The admission roots the job's trace: its span's context is stored with the job.
+	_, admit := s.tracer.Start(context.Background(), "jobbus admit", trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(arrived), trace.WithAttributes(id))
+	sc := admit.SpanContext()
+	j.vis.trace = &sc
+	j.setTraceContext(tracing.Format(sc))
 	if !admit.IsRecording() { // the sampler's word
 		return nil
 	}
-	return func(err error) {
-		if err != nil {
-			admit.RecordError(err)
-			admit.SetStatus(codes.Error, err.Error())
-		}
-		admit.End()
+	return func(err error) { endAdmit(admit, err) }
+}
+
+// endAdmit ends an admit span once the job's first write is durable, or failed.
+func endAdmit(admit trace.Span, err error) {
+	if err != nil {
+		admit.RecordError(err)
+		admit.SetStatus(codes.Error, err.Error())
 	}
+	admit.End()
 }
 
 // traceQueued records j's wait in the ready queue, from since to its assignment.
-// Called with the scheduler's mu held.
+// Called with the scheduler's mu held; the span is made once it is released (the
+// outbox), as the SDK's work per span is several times the scheduler's per job.
 func (s *scheduler) traceQueued(j *job, since time.Time) {
 	if !s.tracer.On() || !j.traced() {
 		return
 	}
-	_, span := s.tracer.Start(jobTrace(j), "jobbus queued", trace.WithTimestamp(since),
-		trace.WithAttributes(tracing.AttrQueue.String(j.queueName()), tracing.AttrPriority.String(string(j.rec.Priority))))
-	span.End(trace.WithTimestamp(s.now()))
+	parent, now := jobTrace(j), s.now()
+	attrs := trace.WithAttributes(tracing.AttrQueue.String(j.queueName()), tracing.AttrPriority.String(string(j.rec.Priority)))
+	s.out.later(func() error {
+		_, span := s.tracer.Start(trace.ContextWithRemoteSpanContext(context.Background(), parent), "jobbus queued", trace.WithTimestamp(since), attrs)
+		span.End(trace.WithTimestamp(now))
+		return nil
+	}, nil)
 }
 
-// traceResult starts the span of a worker's result for j's current attempt; what it
-// returns ends it once the outcome is durable (nil while off). Called with the
-// scheduler's mu held, before the result changes j.
+// traceResult notes the arrival of a worker's result for j's current attempt; what it
+// returns records its span once the outcome is durable (nil while off). Called with
+// the scheduler's mu held, before the result changes j; what it returns, without.
 func (s *scheduler) traceResult(j *job) func(state protocol.State, err error) {
 	if !s.tracer.On() || !j.traced() {
 		return nil
 	}
-	_, span := s.tracer.Start(jobTrace(j), "jobbus result", trace.WithSpanKind(trace.SpanKindServer))
-	if !span.IsRecording() {
-		return nil
-	}
+	parent, arrived := jobTrace(j), s.now()
 	return func(state protocol.State, err error) {
-		span.SetAttributes(tracing.AttrState.String(string(state)))
+		_, span := s.tracer.Start(trace.ContextWithRemoteSpanContext(context.Background(), parent), "jobbus result",
+			trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(arrived), trace.WithAttributes(tracing.AttrState.String(string(state))))
 		if err != nil {
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
