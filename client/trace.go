@@ -24,7 +24,7 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // submitSpan starts the span of a submission of taskType; end ends it, with the error
 // if it failed. The job's id is on the coordinator's admit span, its child.
 func (c *Client) submitSpan(ctx context.Context, taskType string) (context.Context, func(string, error)) {
-	if !c.tracer.On() {
+	if !c.tracer.Samples(trace.SpanContextFromContext(ctx)) { // off, or an unsampled trace
 		return ctx, func(string, error) {}
 	}
 	ctx, span := c.tracer.Start(ctx, "jobbus submit", trace.WithSpanKind(trace.SpanKindProducer),

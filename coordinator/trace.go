@@ -49,7 +49,7 @@ func traceRequest(get func(string) string) (traceparent, tracestate string) {
 // The coordinator starts no span for the submission itself: each step's queued,
 // attempt and result spans are children of the submitter's span.
 func stepTrace(from request) [2]string {
-	tp, ts := tracing.Format(tracing.Parse(from.traceParent, from.traceState))
+	tp, ts := tracing.Normal(tracing.Parse(from.traceParent, from.traceState), from.traceParent, from.traceState)
 	return [2]string{tp, ts}
 }
 
@@ -71,10 +71,10 @@ func jobTrace(j *job) trace.SpanContext {
 func (s *scheduler) traceSubmission(j *job, from request, arrived time.Time) func(error) {
 	parent := tracing.Parse(from.traceParent, from.traceState)
 	if parent.IsValid() {
-		j.setTraceContext(tracing.Format(parent)) // normalised: what a worker can parse
+		j.setTraceContext(tracing.Normal(parent, from.traceParent, from.traceState)) // what a worker can parse
 		j.vis.trace = &parent
 	}
-	if !s.tracer.On() {
+	if !s.tracer.Samples(parent) {
 		return nil
 	}
 	id := tracing.AttrMessageID.String(j.rec.JobID)
@@ -109,7 +109,7 @@ func endAdmit(admit trace.Span, err error) {
 // Called with the scheduler's mu held; the span is made once it is released (the
 // outbox), as the SDK's work per span is several times the scheduler's per job.
 func (s *scheduler) traceQueued(j *job, since time.Time) {
-	if !s.tracer.On() || !j.traced() {
+	if !s.tracer.On() || !j.traced() || !s.tracer.Samples(jobTrace(j)) {
 		return
 	}
 	parent, now := jobTrace(j), s.now()
@@ -125,7 +125,7 @@ func (s *scheduler) traceQueued(j *job, since time.Time) {
 // returns records its span once the outcome is durable (nil while off). Called with
 // the scheduler's mu held, before the result changes j; what it returns, without.
 func (s *scheduler) traceResult(j *job) func(state protocol.State, err error) {
-	if !s.tracer.On() || !j.traced() {
+	if !s.tracer.On() || !j.traced() || !s.tracer.Samples(jobTrace(j)) {
 		return nil
 	}
 	parent, arrived := jobTrace(j), s.now()

@@ -145,6 +145,54 @@ func TestTraceFromClientToWorkerAndBack(t *testing.T) {
 	}
 }
 
+// TestUnsampledJobGetsNoSpans: with tracing on, a job submitted in a trace that is
+// not sampled gets no span from the coordinator or the worker (their spans follow the
+// job's sampling decision), while its handler's context still carries that trace.
+func TestUnsampledJobGetsNoSpans(t *testing.T) {
+	t.Parallel()
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	sys, got, _ := flakySetup(t, tp)
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	msg := nats.NewMsg(protocol.APIPrefix + ".submit")
+	msg.Header.Set("traceparent", "00-"+traceID+"-00f067aa0ba902b7-00")
+	msg.Data = []byte(`{"type":"SUBMIT_JOB","taskType":"FLAKY","payload":{},"maxAttempts":2}`)
+	reply, err := sys.NC.RequestMsg(msg, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := protocol.Decode(reply.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, ok := m.(*protocol.JobSubmitted)
+	if !ok {
+		t.Fatalf("reply %s", reply.Data)
+	}
+	cl := client.New(sys.NC, client.WithTracerProvider(tp))
+	if job, err := cl.Wait(context.Background(), sub.JobID); err != nil || job.State != protocol.StateCompleted {
+		t.Fatalf("job: %+v, %v", job, err)
+	}
+	if sc := got.get(2); sc.TraceID().String() != traceID || sc.IsSampled() {
+		t.Fatalf("handler's context: trace %s sampled %v; want the unsampled %s", sc.TraceID(), sc.IsSampled(), traceID)
+	}
+	// A sampled job after it: once its spans are exported, the unsampled one's would be.
+	id, err := cl.Submit(context.Background(), "FLAKY", map[string]any{}, client.MaxAttempts(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Wait(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, "the sampled job's spans", func() bool { return len(named(exp.GetSpans(), "jobbus result")) == 2 })
+	for _, s := range exp.GetSpans() {
+		if s.SpanContext.TraceID().String() == traceID {
+			t.Fatalf("span %q recorded for the unsampled job's trace", s.Name)
+		}
+	}
+}
+
 // TestWorkflowStepsJoinTheSubmittersTrace: the steps of a workflow submitted in a
 // traced context are jobs of that trace: each step's attempt spans (and the
 // coordinator's queued and result spans) are children of the submitter's span.

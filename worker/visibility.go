@@ -90,7 +90,7 @@ type scope struct {
 func (w *Worker) startAttempt(base context.Context, m *protocol.TaskAssign) (context.Context, *scope, trace.Span) {
 	ctx := tracing.ContextWith(base, m.TraceParent, m.TraceState)
 	var span trace.Span
-	if w.cfg.tracer.On() {
+	if w.cfg.tracer.Samples(trace.SpanContextFromContext(ctx)) {
 		ctx, span = w.cfg.tracer.Start(ctx, "jobbus attempt", trace.WithSpanKind(trace.SpanKindConsumer))
 		if span.IsRecording() { // attributes only for a sampled span
 			// Only what the trace does not say already: the job's id and task type
