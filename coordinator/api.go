@@ -118,6 +118,9 @@ func (a *api) handleWorkers() error {
 		// by a newer leader: it is refused (503, not final: the worker offers it again)
 		// unless this one certainly leads, and so knows every attempt.
 		handleWorker(a, protocol.PathResult, true, a.resultDurable),
+		// A batch of results (group commit) is served as its results would be one by
+		// one, under one hold of the scheduler's lock, with one answer per result.
+		handleWorker(a, protocol.PathResults, true, a.resultsDurable),
 	)
 }
 
@@ -170,6 +173,73 @@ func (a *api) resultDurable(ctx context.Context, req *protocol.TaskResult) (prot
 	case <-ctx.Done():
 		return protocol.ResultAck{}, bus.WithCode(bus.CodeUnavailable, ctx.Err())
 	}
+}
+
+// resultsDurable applies a worker's batch of results and answers once each result's
+// outcome is durable, or known not to be: one answer per result, each what
+// resultDurable would have answered that result alone (an error travels as its code
+// and text, for the worker to act on as it would on a single result's).
+func (a *api) resultsDurable(ctx context.Context, req *protocol.TaskResults) (protocol.ResultAcks, error) {
+	n := len(req.Results)
+	if n > protocol.MaxResults {
+		return protocol.ResultAcks{}, bus.Errorf(bus.CodeBadRequest, "a batch of %d results exceeds %d", n, protocol.MaxResults)
+	}
+	acks := protocol.ResultAcks{Acks: make([]protocol.ResultAnswer, n)}
+	answered := make([]bool, n)
+	type answer struct {
+		i   int
+		ack protocol.ResultAck
+		err error
+	}
+	done := make(chan answer, n)
+	results := make([]*protocol.TaskResult, 0, n)
+	index := make([]int, 0, n) // results[k] is req.Results[index[k]]
+	for i := range req.Results {
+		res := &req.Results[i]
+		if res.WorkerID != req.WorkerID { // each result speaks for the batch's worker only
+			a.answerResult(&acks.Acks[i], res.JobID, protocol.ResultAck{JobID: res.JobID},
+				bus.Errorf(bus.CodeForbidden, "forbidden: a batch of worker %s carries a result of worker %s", req.WorkerID, res.WorkerID))
+			answered[i] = true
+			continue
+		}
+		results = append(results, res)
+		index = append(index, i)
+	}
+	if len(results) > 0 {
+		a.sched.results(results, func(k int, ack protocol.ResultAck, err error) { done <- answer{index[k], ack, err} })
+	}
+	for left := len(results); left > 0; left-- {
+		select {
+		case ans := <-done:
+			a.answerResult(&acks.Acks[ans.i], req.Results[ans.i].JobID, ans.ack, ans.err)
+			answered[ans.i] = true
+		case <-ctx.Done():
+			for i, ok := range answered {
+				if !ok { // not known durable in time: offered again
+					a.answerResult(&acks.Acks[i], req.Results[i].JobID, protocol.ResultAck{JobID: req.Results[i].JobID},
+						bus.WithCode(bus.CodeUnavailable, ctx.Err()))
+				}
+			}
+			return acks, nil
+		}
+	}
+	return acks, nil
+}
+
+// answerResult writes one result's answer in a batch's: as resultDurable would answer
+// it alone, its error as a code and text.
+func (a *api) answerResult(to *protocol.ResultAnswer, jobID string, ack protocol.ResultAck, err error) {
+	*to = protocol.ResultAnswer{JobID: jobID, Accepted: ack.Accepted}
+	switch {
+	case err == nil:
+		return
+	case errors.Is(err, bus.CodeForbidden): // another worker's attempt
+		to.Code = int(bus.CodeForbidden)
+	default: // not known durable: offer it again, here or to the next leader
+		to.Code = int(bus.CodeUnavailable)
+	}
+	to.Accepted = false
+	to.Error = err.Error()
 }
 
 // endpoint is the handler of the endpoint for request type want: it serves that type

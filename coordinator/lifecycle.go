@@ -366,6 +366,25 @@ func (s *scheduler) assignAtOnce(j *job) {
 func (s *scheduler) result(res *protocol.TaskResult, reply func(protocol.ResultAck, error)) {
 	s.mu.Lock()
 	defer s.unlock()
+	s.applyResult(res, reply)
+	s.schedule()
+}
+
+// results applies a batch of a worker's results (PathResults) under one hold of the
+// lock: each as result would, reply(i, ...) answering results[i]; the slots they free
+// are scheduled once, and the writes they make share the writer's commits.
+func (s *scheduler) results(results []*protocol.TaskResult, reply func(i int, ack protocol.ResultAck, err error)) {
+	s.mu.Lock()
+	defer s.unlock()
+	for i, res := range results {
+		s.applyResult(res, func(ack protocol.ResultAck, err error) { reply(i, ack, err) })
+	}
+	s.schedule()
+}
+
+// applyResult is result's work, without the scheduling that follows it. Called with
+// the scheduler's mu held.
+func (s *scheduler) applyResult(res *protocol.TaskResult, reply func(protocol.ResultAck, error)) {
 	if w := s.reg.workers[res.WorkerID]; w != nil && w.running[res.JobID].attempt == res.AttemptID {
 		delete(w.running, res.JobID)
 	}
@@ -377,7 +396,6 @@ func (s *scheduler) result(res *protocol.TaskResult, reply func(protocol.ResultA
 	if j == nil || j.rec.State != protocol.StateRunning || j.rec.AttemptID != res.AttemptID || s.fenced != nil {
 		s.log.Debug("stale result ignored", "job", res.JobID, "attempt", res.AttemptID, "worker", res.WorkerID)
 		s.out.later(func() error { reply(protocol.ResultAck{JobID: res.JobID, Accepted: false}, nil); return nil }, nil)
-		s.schedule()
 		return
 	}
 	settled := s.traceResult(j) // trace.go
@@ -412,7 +430,6 @@ func (s *scheduler) result(res *protocol.TaskResult, reply func(protocol.ResultA
 	if s.debugging() {
 		s.log.Debug("job result", "job", j.rec.JobID, "state", j.rec.State, "attempt", j.rec.Attempts)
 	}
-	s.schedule()
 }
 
 // releaseLease ends j's current attempt: its worker's slot is freed and the lease id

@@ -87,7 +87,8 @@ func (reg *registry) register(req *protocol.WorkerRegister) (*protocol.WorkerReg
 	reg.s.ready.served(w)
 	reg.s.log.Info("worker registered", "worker", w.id, "capacity", w.capacity, "kept", len(kept)-claimed, "claimed", claimed)
 	reg.s.schedule()
-	return &protocol.WorkerRegistered{WorkerID: w.id, Mark: w.mark(), Kept: keptRefs(kept, req.Held)}, nil
+	return &protocol.WorkerRegistered{WorkerID: w.id, Mark: w.mark(), Kept: keptRefs(kept, req.Held),
+		Results: protocol.MaxResults}, nil // api.go serves PathResults
 }
 
 // heartbeat refreshes a worker, reconciles what it reports it holds (reconcile.go),

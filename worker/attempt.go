@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/internal/tracing"
-	"github.com/jobbus/jobbus/internal/workerproto"
 	"github.com/jobbus/jobbus/worker/internal/attempts"
 )
 
@@ -84,16 +82,16 @@ func (w *Worker) attemptLog(m *protocol.TaskAssign) *slog.Logger {
 // build them (and box their arguments) for nothing.
 func (w *Worker) debug() bool { return w.log.Enabled(context.Background(), slog.LevelDebug) }
 
-// report delivers a result until the coordinator answers finally (workerproto.Deliver):
-// its answer comes once the outcome is durable, so a result survives a coordinator
-// restart or failover.
+// resultAsks is how many deliveries of results may be in flight at once: results
+// that finish meanwhile wait and go together in the next (workerproto.Results).
+const resultAsks = 2
+
+// report delivers a result until the coordinator answers finally (workerproto.Results,
+// which batches the results that finish while deliveries are in flight): its answer
+// comes once the outcome is durable, so a result survives a coordinator restart or
+// failover.
 func (w *Worker) report(m *protocol.TaskAssign, res *protocol.TaskResult) {
-	data, err := protocol.Encode(res)
-	if err != nil {
-		w.attemptLog(m).Warn("result not delivered", "err", err)
-		return
-	}
-	ack, tries, err := workerproto.Deliver(w.sendCtx, w.node, data, time.Time{}, w.cfg.retry())
+	ack, tries, err := w.results.Deliver(res)
 	switch {
 	case err == nil:
 		if w.debug() {

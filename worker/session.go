@@ -102,6 +102,7 @@ func (w *Worker) register(ctx context.Context, reason string) error {
 			// that does not reconcile is none.
 			w.held.Reset()
 			w.held.Marked(ans.Mark)
+			w.results.Serves(ans.Results) // 0 from a coordinator without batches: one by one
 			kept := w.attempts.Keep(session, leases(ans.Kept))
 			n := w.attempts.CancelBefore(session, errAbandoned)
 			w.log.Info("registered with the coordinator", "capacity", w.cfg.Capacity, "reason", reason, "kept", kept, "abandoned", n)

@@ -76,6 +76,9 @@ type Worker struct {
 	// sendCtx bounds result deliveries; it ends when the shutdown grace runs out.
 	sendCtx  context.Context
 	stopSend context.CancelFunc
+	// results delivers the attempts' results, in batches where the coordinator takes
+	// them (group commit).
+	results *workerproto.Results
 
 	closeOnce sync.Once
 	closeErr  error
@@ -130,6 +133,7 @@ func newWorker(cfg config, node *bus.Node) *Worker {
 		instance: newInstance(),
 	}
 	w.sendCtx, w.stopSend = context.WithCancel(context.Background())
+	w.results = workerproto.NewResults(w.sendCtx, node, cfg.ID, cfg.retry(), resultAsks)
 	return w
 }
 

@@ -50,6 +50,10 @@ type fakeCoordinator struct {
 	dropResults   int  // result asks left unanswered
 	forgotten     bool // answer heartbeats with an error until the worker registers again
 	registeredAt  []time.Time
+	// claimBatches: registrations answer that the coordinator takes batches of results
+	// (WorkerRegistered.Results), though it serves single results only: a newer leader
+	// said so, and an older one leads now.
+	claimBatches bool
 }
 
 func startCoordinator(t *testing.T, url string) *fakeCoordinator {
@@ -79,7 +83,11 @@ func (c *fakeCoordinator) onRegister(_ context.Context, _ bus.Address, r protoco
 	c.forgotten = false
 	c.registrations = append(c.registrations, r)
 	c.registeredAt = append(c.registeredAt, time.Now())
-	return protocol.WorkerRegistered{WorkerID: r.WorkerID}, nil
+	ans := protocol.WorkerRegistered{WorkerID: r.WorkerID}
+	if c.claimBatches {
+		ans.Results = protocol.MaxResults
+	}
+	return ans, nil
 }
 
 func (c *fakeCoordinator) onHeartbeat(_ context.Context, _ bus.Address, hb protocol.Heartbeat) (protocol.Heartbeat, error) {
@@ -241,6 +249,7 @@ type fixture struct {
 type setupConfig struct {
 	noCoordinator bool // start the fake coordinator's handlers later (serve)
 	dropResults   int
+	claimBatches  bool // see fakeCoordinator.claimBatches
 	shared        bool // build the worker with New on a connection of the test's
 	opts          []worker.Option
 	handle        func(*worker.Worker) error // task types of its own, before Run
@@ -263,6 +272,7 @@ func setup(t *testing.T, sc setupConfig) *fixture {
 	srv := startServer(t)
 	f := &fixture{srv: srv, coord: startCoordinator(t, srv.ClientURL()), logs: &logs{}}
 	f.coord.dropResults = sc.dropResults
+	f.coord.claimBatches = sc.claimBatches
 	if !sc.noCoordinator {
 		f.coord.serve(t)
 	}

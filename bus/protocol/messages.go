@@ -138,6 +138,11 @@ type WorkerRegistered struct {
 	// registration reported it kept (the worker abandons the others).
 	Mark *Mark        `json:"mark,omitempty"`
 	Kept []AttemptRef `json:"kept,omitempty"`
+	// Results is a native extension (results.go), never sent to a spec peer: the most
+	// results the coordinator takes in one TaskResults on PathResults. 0, from a
+	// coordinator that does not serve that path: the worker delivers each result on its
+	// own (PathResult).
+	Results int `json:"results,omitempty"`
 }
 
 // Heartbeat keeps a worker alive.
