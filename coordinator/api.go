@@ -91,6 +91,12 @@ func (a *api) serve() error {
 
 func (a *api) handleWorkers() error {
 	return errors.Join(
+		// A batch of results (group commit) is served as its results would be one by
+		// one, under one hold of the scheduler's lock, with one answer per result. It is
+		// served first: a worker that finds no handler for batches where one for single
+		// results answers takes the coordinator for one without batches
+		// (workerproto.Results).
+		handleWorker(a, protocol.PathResults, true, a.resultsDurable),
 		handleWorker(a, protocol.PathRegister, true, func(_ context.Context, req *protocol.WorkerRegister) (*protocol.WorkerRegistered, error) {
 			ans, err := a.reg.register(req)
 			a.sched.out.flushed() // the mark in the answer counts only assignments sent before it
@@ -118,9 +124,6 @@ func (a *api) handleWorkers() error {
 		// by a newer leader: it is refused (503, not final: the worker offers it again)
 		// unless this one certainly leads, and so knows every attempt.
 		handleWorker(a, protocol.PathResult, true, a.resultDurable),
-		// A batch of results (group commit) is served as its results would be one by
-		// one, under one hold of the scheduler's lock, with one answer per result.
-		handleWorker(a, protocol.PathResults, true, a.resultsDurable),
 	)
 }
 

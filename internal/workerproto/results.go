@@ -228,15 +228,16 @@ func (r *Results) probe(batch []*pendingResult) (again []*pendingResult) {
 		return batch[1:]
 	}
 	ack, err := bus.Ask[protocol.ResultAck](r.ctx, r.node, Coordinator, protocol.PathResult, json.RawMessage(data))
-	if errors.Is(err, bus.ErrNoPeer) {
+	if !Final(err) {
+		// Nobody there either, or a coordinator that cannot serve now (one starting or
+		// stopping): nothing is learnt.
 		return batch
 	}
+	// A coordinator answered a single result finally where none served the batch: it
+	// takes single results only (a coordinator serves the batch path before the single
+	// one, api.go).
 	r.max.Store(0)
-	if Final(err) {
-		first.done <- delivered{ack: ack, err: err}
-	} else {
-		first.done <- delivered{single: true}
-	}
+	first.done <- delivered{ack: ack, err: err}
 	for _, p := range batch[1:] {
 		p.done <- delivered{single: true}
 	}
