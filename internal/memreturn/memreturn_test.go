@@ -81,6 +81,50 @@ func TestReturnsOnceIdle(t *testing.T) {
 	}
 }
 
+// TestReturnsOnceMoreOnceSettled: after a return, a process that stays idle returns
+// memory once more after Settle (what caches dropped meanwhile), and then not again
+// until a new burst.
+func TestReturnsOnceMoreOnceSettled(t *testing.T) {
+	busy := memreturn.Sample{Allocated: 2000 * mib, Live: 150 * mib, Held: 450 * mib}
+	idle := memreturn.Sample{Allocated: 2001 * mib, Live: 150 * mib, Held: 450 * mib}
+	returned := memreturn.Sample{Allocated: 2001 * mib, Live: 140 * mib, Held: 145 * mib}
+	samples := []memreturn.Sample{
+		{Allocated: 1000 * mib, Live: 100 * mib, Held: 300 * mib}, // at the start
+		busy,
+		idle,     // due: free (1)
+		returned, // after it
+		returned, // idle past Settle: free (2)
+		returned, // after it
+		returned, // idle: nothing more
+		returned,
+		returned,
+	}
+	feed, done := make(chan memreturn.Sample), make(chan struct{})
+	var frees, reads atomic.Int32
+	sample := func() memreturn.Sample {
+		reads.Add(1)
+		select {
+		case s := <-feed:
+			return s
+		case <-done:
+			return memreturn.Sample{}
+		}
+	}
+	stop := memreturn.Start(memreturn.WithRuntime(memreturn.Config{Interval: time.Millisecond, Settle: time.Nanosecond}, sample, func() { frees.Add(1) }))
+	for _, s := range samples {
+		feed <- s
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for reads.Load() <= int32(len(samples)) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	close(done)
+	stop()
+	if n := frees.Load(); n != 2 {
+		t.Fatalf("%d returns, want 2 (after the burst, and once settled)", n)
+	}
+}
+
 var sink [][]byte
 
 // TestReturnsAfterBurst: with the real runtime, a return leaves little beyond the live
