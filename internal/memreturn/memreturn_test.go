@@ -51,32 +51,12 @@ func TestReturnsOnceIdle(t *testing.T) {
 		returned, // idle, nothing to return
 		returned,
 	}
-	feed, done := make(chan memreturn.Sample), make(chan struct{})
-	var frees, reads atomic.Int32
-	sample := func() memreturn.Sample {
-		reads.Add(1)
-		select {
-		case s := <-feed:
-			return s
-		case <-done:
-			return memreturn.Sample{}
+	frees := returnsOver(t, memreturn.Config{Interval: time.Millisecond}, samples, func(i int, frees int32) {
+		if i == 3 && frees != 1 { // the return read sample 3 after freeing
+			t.Fatalf("after an idle sample with 300 MiB beyond the live heap: %d returns, want 1", frees)
 		}
-	}
-	stop := memreturn.Start(memreturn.WithRuntime(memreturn.Config{Interval: time.Millisecond}, sample, func() { frees.Add(1) }))
-	for i, s := range samples {
-		feed <- s
-		if i == 3 && frees.Load() != 1 { // the return read sample 3 after freeing
-			t.Fatalf("after an idle sample with 300 MiB beyond the live heap: %d returns, want 1", frees.Load())
-		}
-	}
-	// The goroutine asks for the next sample only once it acted on the last.
-	deadline := time.Now().Add(10 * time.Second)
-	for reads.Load() <= int32(len(samples)) && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	close(done)
-	stop()
-	if n := frees.Load(); n != 1 {
+	})
+	if n := frees; n != 1 {
 		t.Fatalf("%d returns, want 1 (after the burst only)", n)
 	}
 }
@@ -99,6 +79,15 @@ func TestReturnsOnceMoreOnceSettled(t *testing.T) {
 		returned,
 		returned,
 	}
+	if n := returnsOver(t, memreturn.Config{Interval: time.Millisecond, Settle: time.Nanosecond}, samples, nil); n != 2 {
+		t.Fatalf("%d returns, want 2 (after the burst, and once settled)", n)
+	}
+}
+
+// returnsOver runs the goroutine of cfg over samples, one per look, and counts its
+// returns; each is called after sample i is taken, with the returns so far.
+func returnsOver(t *testing.T, cfg memreturn.Config, samples []memreturn.Sample, each func(i int, frees int32)) int32 {
+	t.Helper()
 	feed, done := make(chan memreturn.Sample), make(chan struct{})
 	var frees, reads atomic.Int32
 	sample := func() memreturn.Sample {
@@ -110,19 +99,21 @@ func TestReturnsOnceMoreOnceSettled(t *testing.T) {
 			return memreturn.Sample{}
 		}
 	}
-	stop := memreturn.Start(memreturn.WithRuntime(memreturn.Config{Interval: time.Millisecond, Settle: time.Nanosecond}, sample, func() { frees.Add(1) }))
-	for _, s := range samples {
+	stop := memreturn.Start(memreturn.WithRuntime(cfg, sample, func() { frees.Add(1) }))
+	for i, s := range samples {
 		feed <- s
+		if each != nil {
+			each(i, frees.Load())
+		}
 	}
+	// The goroutine asks for the next sample only once it acted on the last.
 	deadline := time.Now().Add(10 * time.Second)
 	for reads.Load() <= int32(len(samples)) && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
 	close(done)
 	stop()
-	if n := frees.Load(); n != 2 {
-		t.Fatalf("%d returns, want 2 (after the burst, and once settled)", n)
-	}
+	return frees.Load()
 }
 
 var sink [][]byte
