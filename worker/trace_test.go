@@ -155,25 +155,8 @@ func TestUnsampledJobGetsNoSpans(t *testing.T) {
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	sys, got, _ := flakySetup(t, tp)
 	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
-	msg := nats.NewMsg(protocol.APIPrefix + ".submit")
-	msg.Header.Set("traceparent", "00-"+traceID+"-00f067aa0ba902b7-00")
-	msg.Data = []byte(`{"type":"SUBMIT_JOB","taskType":"FLAKY","payload":{},"maxAttempts":2}`)
-	reply, err := sys.NC.RequestMsg(msg, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := protocol.Decode(reply.Data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub, ok := m.(*protocol.JobSubmitted)
-	if !ok {
-		t.Fatalf("reply %s", reply.Data)
-	}
+	submitFlakyWith(t, sys.NC, "00-"+traceID+"-00f067aa0ba902b7-00")
 	cl := client.New(sys.NC, client.WithTracerProvider(tp))
-	if job, err := cl.Wait(context.Background(), sub.JobID); err != nil || job.State != protocol.StateCompleted {
-		t.Fatalf("job: %+v, %v", job, err)
-	}
 	if sc := got.get(2); sc.TraceID().String() != traceID || sc.IsSampled() {
 		t.Fatalf("handler's context: trace %s sampled %v; want the unsampled %s", sc.TraceID(), sc.IsSampled(), traceID)
 	}
@@ -240,10 +223,24 @@ func TestTraceparentHeaderReachesTheHandler(t *testing.T) {
 	t.Parallel()
 	sys, got, _ := flakySetup(t, nil)
 	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	submitFlakyWith(t, sys.NC, "00-"+traceID+"-"+parentID+"-01")
+	for attempt := 1; attempt <= 2; attempt++ {
+		sc := got.get(attempt)
+		if sc.TraceID().String() != traceID || sc.SpanID().String() != parentID || !sc.IsRemote() {
+			t.Fatalf("attempt %d's handler context: trace %s span %s remote %v; want the header's %s/%s",
+				attempt, sc.TraceID(), sc.SpanID(), sc.IsRemote(), traceID, parentID)
+		}
+	}
+}
+
+// submitFlakyWith submits a FLAKY job over the plain NATS API with a traceparent
+// header and waits until it completed.
+func submitFlakyWith(t *testing.T, nc *nats.Conn, traceparent string) {
+	t.Helper()
 	msg := nats.NewMsg(protocol.APIPrefix + ".submit")
-	msg.Header.Set("traceparent", "00-"+traceID+"-"+parentID+"-01")
+	msg.Header.Set("traceparent", traceparent)
 	msg.Data = []byte(`{"type":"SUBMIT_JOB","taskType":"FLAKY","payload":{},"maxAttempts":2}`)
-	reply, err := sys.NC.RequestMsg(msg, 5*time.Second)
+	reply, err := nc.RequestMsg(msg, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,16 +252,8 @@ func TestTraceparentHeaderReachesTheHandler(t *testing.T) {
 	if !ok {
 		t.Fatalf("reply %s", reply.Data)
 	}
-	cl := client.New(sys.NC)
-	if job, err := cl.Wait(context.Background(), sub.JobID); err != nil || job.State != protocol.StateCompleted {
+	if job, err := client.New(nc).Wait(context.Background(), sub.JobID); err != nil || job.State != protocol.StateCompleted {
 		t.Fatalf("job: %+v, %v", job, err)
-	}
-	for attempt := 1; attempt <= 2; attempt++ {
-		sc := got.get(attempt)
-		if sc.TraceID().String() != traceID || sc.SpanID().String() != parentID || !sc.IsRemote() {
-			t.Fatalf("attempt %d's handler context: trace %s span %s remote %v; want the header's %s/%s",
-				attempt, sc.TraceID(), sc.SpanID(), sc.IsRemote(), traceID, parentID)
-		}
 	}
 }
 

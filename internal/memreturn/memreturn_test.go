@@ -51,6 +51,43 @@ func TestReturnsOnceIdle(t *testing.T) {
 		returned, // idle, nothing to return
 		returned,
 	}
+	frees := returnsOver(t, memreturn.Config{Interval: time.Millisecond}, samples, func(i int, frees int32) {
+		if i == 3 && frees != 1 { // the return read sample 3 after freeing
+			t.Fatalf("after an idle sample with 300 MiB beyond the live heap: %d returns, want 1", frees)
+		}
+	})
+	if n := frees; n != 1 {
+		t.Fatalf("%d returns, want 1 (after the burst only)", n)
+	}
+}
+
+// TestReturnsOnceMoreOnceSettled: after a return, a process that stays idle returns
+// memory once more after Settle (what caches dropped meanwhile), and then not again
+// until a new burst.
+func TestReturnsOnceMoreOnceSettled(t *testing.T) {
+	busy := memreturn.Sample{Allocated: 2000 * mib, Live: 150 * mib, Held: 450 * mib}
+	idle := memreturn.Sample{Allocated: 2001 * mib, Live: 150 * mib, Held: 450 * mib}
+	returned := memreturn.Sample{Allocated: 2001 * mib, Live: 140 * mib, Held: 145 * mib}
+	samples := []memreturn.Sample{
+		{Allocated: 1000 * mib, Live: 100 * mib, Held: 300 * mib}, // at the start
+		busy,
+		idle,     // due: free (1)
+		returned, // after it
+		returned, // idle past Settle: free (2)
+		returned, // after it
+		returned, // idle: nothing more
+		returned,
+		returned,
+	}
+	if n := returnsOver(t, memreturn.Config{Interval: time.Millisecond, Settle: time.Nanosecond}, samples, nil); n != 2 {
+		t.Fatalf("%d returns, want 2 (after the burst, and once settled)", n)
+	}
+}
+
+// returnsOver runs the goroutine of cfg over samples, one per look, and counts its
+// returns; each is called after sample i is taken, with the returns so far.
+func returnsOver(t *testing.T, cfg memreturn.Config, samples []memreturn.Sample, each func(i int, frees int32)) int32 {
+	t.Helper()
 	feed, done := make(chan memreturn.Sample), make(chan struct{})
 	var frees, reads atomic.Int32
 	sample := func() memreturn.Sample {
@@ -62,11 +99,11 @@ func TestReturnsOnceIdle(t *testing.T) {
 			return memreturn.Sample{}
 		}
 	}
-	stop := memreturn.Start(memreturn.WithRuntime(memreturn.Config{Interval: time.Millisecond}, sample, func() { frees.Add(1) }))
+	stop := memreturn.Start(memreturn.WithRuntime(cfg, sample, func() { frees.Add(1) }))
 	for i, s := range samples {
 		feed <- s
-		if i == 3 && frees.Load() != 1 { // the return read sample 3 after freeing
-			t.Fatalf("after an idle sample with 300 MiB beyond the live heap: %d returns, want 1", frees.Load())
+		if each != nil {
+			each(i, frees.Load())
 		}
 	}
 	// The goroutine asks for the next sample only once it acted on the last.
@@ -76,9 +113,7 @@ func TestReturnsOnceIdle(t *testing.T) {
 	}
 	close(done)
 	stop()
-	if n := frees.Load(); n != 1 {
-		t.Fatalf("%d returns, want 1 (after the burst only)", n)
-	}
+	return frees.Load()
 }
 
 var sink [][]byte
