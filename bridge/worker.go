@@ -148,6 +148,9 @@ func (s *workerSession) awaitRegister() *protocol.WorkerRegister {
 	// coordinator that restarted meanwhile counts the worker's earlier attempts lost
 	// at once, rather than waiting for the worker to claim them.
 	reg.Held, reg.Instance = &protocol.Held{}, ""
+	// The bridge relays single assignments only (PathAssign): a batch would find no
+	// handler here, so the registration never says the worker takes them.
+	reg.Assigns = 0
 	return reg
 }
 

@@ -67,8 +67,13 @@ func (g *syncedStore) wait() {
 // written holds a write the store under it acknowledged at revision rev until it is
 // durable.
 func (g *syncedStore) written(j *job, rev, version uint64) {
+	g.writtenAll([]ackedWrite{{j, rev, version}})
+}
+
+// writtenAll holds writes the store under it acknowledged until they are durable.
+func (g *syncedStore) writtenAll(ws []ackedWrite) {
 	g.mu.Lock()
-	g.acked = append(g.acked, ackedWrite{j, rev, version})
+	g.acked = append(g.acked, ws...)
 	g.mu.Unlock()
 	select {
 	case g.wake <- struct{}{}:
@@ -87,9 +92,7 @@ func (g *syncedStore) syncer(ctx context.Context) {
 	go func() {
 		defer g.wg.Done()
 		for ws := range synced {
-			for _, w := range ws {
-				g.storeSink.written(w.j, w.rev, w.version)
-			}
+			g.storeSink.writtenAll(ws)
 		}
 	}()
 	for {

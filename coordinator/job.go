@@ -46,10 +46,13 @@ type job struct {
 }
 
 // waiter runs once the job's record at version (or later) is durable, or with the error
-// that stopped it from becoming so.
+// that stopped it from becoming so. A locked one runs with the scheduler's mu held (an
+// assignment's: those released by one burst of writes leave together); the others
+// run without it.
 type waiter struct {
 	version uint64
 	fn      func(error)
+	locked  bool
 }
 
 func (j *job) snapshot() protocol.Job { return j.rec.Snapshot() }

@@ -74,6 +74,10 @@ type jobStore interface {
 type storeSink interface {
 	// written records j's write of version, durable at revision rev.
 	written(j *job, rev, version uint64)
+	// writtenAll records several durable writes at once, as written would one by one:
+	// the assignments their waiters send leave together (outbox.go), so that a burst
+	// of acknowledgements reaches a worker in one tell where it takes batches.
+	writtenAll(ws []ackedWrite)
 	// fail ends j's waiters with err: its write is not known to be durable.
 	fail(j *job, err error)
 	// giveUp ends j's waiters with err and forgets j if it was never stored.

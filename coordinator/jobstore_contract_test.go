@@ -163,6 +163,12 @@ func (r *recordingSink) written(j *job, rev, _ uint64) {
 	r.revs[j] = rev
 }
 
+func (r *recordingSink) writtenAll(ws []ackedWrite) {
+	for _, w := range ws {
+		r.written(w.j, w.rev, w.version)
+	}
+}
+
 func (r *recordingSink) fail(j *job, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -66,9 +66,11 @@ func (s *jsStore) commit(ctx context.Context, ws []pendingWrite) {
 		batch := len(ws) > 1 || s.batching()
 		switch {
 		case err == nil:
+			done := make([]ackedWrite, len(ws))
 			for i, w := range ws {
-				s.sink.written(w.j, revs[i], w.version)
+				done[i] = ackedWrite{w.j, revs[i], w.version}
 			}
+			s.sink.writtenAll(done)
 			return
 		case permanent(err) && len(ws) > 1:
 			// Find the one that cannot be written; the others can.

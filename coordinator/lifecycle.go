@@ -319,28 +319,25 @@ func (s *scheduler) assign(j *job, w *worker) {
 		Payload:       j.rec.Payload,
 	}
 	m.TraceParent, m.TraceState = j.traceContext()
-	tell := func() error {
-		return s.link.Tell(context.Background(), bus.Address{Role: bus.RoleWorker, ID: w.id}, protocol.PathAssign, m)
-	}
 	if j.rev != 0 {
-		s.out.later(tell, w)
+		s.out.assign(w, m)
 		return
 	}
 	// Not stored yet (assignAtOnce): the assignment rides on the job's first write and
 	// goes once that is durable, so that a job whose creation fails never runs. It is
 	// numbered only then: a mark must not count it before it is sent (reconcile.go),
 	// or a create slow to confirm is taken for an assignment lost on the way.
+	// The waiter runs with mu held (writtenAll), so that the assignments a burst of
+	// writes releases leave together.
 	attempt := j.rec.AttemptID
-	j.waiters = append(j.waiters, waiter{version: j.version, fn: func(err error) {
-		s.mu.Lock()
-		defer s.unlock()
+	j.waiters = append(j.waiters, waiter{version: j.version, locked: true, fn: func(err error) {
 		if err == nil && j.rec.State == protocol.StateRunning && j.rec.AttemptID == attempt {
 			if a := w.running[j.rec.JobID]; a.attempt == attempt {
 				w.seq++
 				a.seq = w.seq
 				w.running[j.rec.JobID] = a
 			}
-			s.out.later(tell, w)
+			s.out.assign(w, m)
 		}
 	}})
 }

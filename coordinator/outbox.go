@@ -1,16 +1,27 @@
 package coordinator
 
 import (
+	"context"
 	"sync"
-)
 
-import "github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/bus"
+	"github.com/jobbus/jobbus/bus/protocol"
+)
 
 // Messages decided under the scheduler's mu (assignments, cancels, replies) are sent
 // after it is released, so that NATS writes never lengthen the scheduler's critical
 // section. They leave in the order they were decided: the goroutine releasing mu takes
 // sendMu before letting go of mu, and sends while holding only sendMu. So a TASK_ASSIGN
 // decided before a TASK_CANCEL of the same attempt is sent before it.
+//
+// The assignments to a worker that takes batches (WorkerRegister.Assigns) go as one
+// TaskAssigns per flush, in the order they were decided, at the place of the first:
+// no assignment waits for another (the flush sends what is already decided), and
+// moving one ahead of other messages changes nothing that counts, since a message
+// decided before an assignment never concerns its attempt, whose id is new. Each is
+// numbered for reconciliation when decided (w.seq), so a batch counts as its
+// assignments sent alone, in order; a mark is answered only after the flush that
+// carries them (flushed).
 
 // outbox holds the messages decided under the scheduler's mu until the goroutine that
 // holds it releases it (scheduler.unlock), and sends them in the order they were
@@ -25,12 +36,20 @@ type outgoing struct {
 	send func() error
 	// to is the worker a failed send loses (a TASK_ASSIGN that cannot be sent), or nil.
 	to *worker
+	// assign, when not nil, is a TASK_ASSIGN to worker to (send is nil): it goes alone,
+	// or in a batch with to's other assignments of the same flush.
+	assign *protocol.TaskAssign
 }
 
 // later queues a message to send once the scheduler's mu is released. Called with it
 // held.
 func (o *outbox) later(send func() error, to *worker) {
 	o.queue = append(o.queue, outgoing{send: send, to: to})
+}
+
+// assign queues the assignment m to worker w. Called with the scheduler's mu held.
+func (o *outbox) assign(w *worker, m *protocol.TaskAssign) {
+	o.queue = append(o.queue, outgoing{to: w, assign: m})
 }
 
 // reply queues a client reply. Called with the scheduler's mu held.
@@ -50,8 +69,20 @@ func (s *scheduler) unlock() {
 	s.out.sendMu.Lock()
 	s.mu.Unlock()
 	var lost []failedSend
-	for _, o := range out {
-		if err := o.send(); err != nil && o.to != nil {
+	for i := range out {
+		o := &out[i]
+		var err error
+		switch {
+		case o.assign != nil && o.to.batch > 0:
+			err = s.tellAssigns(out[i:], o.to)
+		case o.assign != nil:
+			err = s.link.Tell(context.Background(), bus.Address{Role: bus.RoleWorker, ID: o.to.id}, protocol.PathAssign, o.assign)
+		case o.send != nil:
+			err = o.send()
+		default: // an assignment gone in an earlier batch
+			continue
+		}
+		if err != nil && o.to != nil {
 			lost = append(lost, failedSend{o.to, err})
 		}
 	}
@@ -62,6 +93,23 @@ func (s *scheduler) unlock() {
 		s.schedule()
 		s.unlock()
 	}
+}
+
+// tellAssigns sends w's assignments among out, from out[0] (one of them), in the order
+// they were decided, as one TaskAssigns of at most w.batch; those it sends are taken
+// out of out (their assign set to nil). The rest, beyond w.batch, go in the next.
+func (s *scheduler) tellAssigns(out []outgoing, w *worker) error {
+	batch := protocol.TaskAssigns{Assigns: make([]protocol.TaskAssign, 0, min(len(out), w.batch))}
+	for i := range out {
+		if o := &out[i]; o.assign != nil && o.to == w {
+			batch.Assigns = append(batch.Assigns, *o.assign)
+			o.assign = nil
+			if len(batch.Assigns) == w.batch {
+				break
+			}
+		}
+	}
+	return s.link.Tell(context.Background(), bus.Address{Role: bus.RoleWorker, ID: w.id}, protocol.PathAssigns, &batch)
 }
 
 type failedSend struct {

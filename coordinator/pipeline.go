@@ -32,7 +32,23 @@ type pipeline struct {
 	mu     sync.Mutex
 	next   uint64
 	flying map[uint64]*flight
+
+	// acked are the writes stored whose acknowledgements came in one burst (only the
+	// subscription's callback touches it): they are recorded together once no more
+	// acknowledgements wait, so that the assignments they release leave together.
+	acked []ackedFlight
+	ws    []ackedWrite // settleAcked's buffer: writtenAll keeps none of it
 }
+
+// ackedFlight is a write JetStream stored at seq, not yet recorded; its flight stays
+// in flying until then (expire still settles it if it must).
+type ackedFlight struct {
+	id  uint64
+	seq uint64
+}
+
+// ackBurst is the most acknowledgements recorded together.
+const ackBurst = 64
 
 // flight is one job's write in flight: its messages are sent one after the other,
 // each once the one before it is stored (a binding before the record that ends the
@@ -130,7 +146,23 @@ type pubAck struct {
 }
 
 // acknowledged is the subscription's callback: it runs one acknowledgement at a time.
+// The writes stored are recorded once no acknowledgement waits behind this one (or
+// ackBurst of them are), all together: nothing waits that has not already arrived.
 func (p *pipeline) acknowledged(m *nats.Msg) {
+	p.acknowledge(m)
+	if len(p.acked) == 0 {
+		return
+	}
+	// nats.go counts the message being delivered as pending until its callback returns.
+	if n, _, err := m.Sub.Pending(); err == nil && n > 1 && len(p.acked) < ackBurst {
+		return // the next callback comes at once
+	}
+	p.settleAcked()
+}
+
+// acknowledge reads one acknowledgement: a write stored joins acked; any other
+// outcome settles its write at once.
+func (p *pipeline) acknowledge(m *nats.Msg) {
 	id, err := strconv.ParseUint(m.Subject[len(p.prefix):], 36, 64)
 	if err != nil {
 		return
@@ -145,9 +177,33 @@ func (p *pipeline) acknowledged(m *nats.Msg) {
 	if err == nil && p.sendNext(id) {
 		return
 	}
+	if err == nil {
+		p.acked = append(p.acked, ackedFlight{id, seq})
+		return
+	}
 	if f := p.take(id); f != nil { // else expired meanwhile: commit has retried it
 		p.settle(f, seq, err)
 	}
+}
+
+// settleAcked records the writes in acked, all at once (storeSink.writtenAll).
+func (p *pipeline) settleAcked() {
+	ws := p.ws[:0]
+	for _, a := range p.acked {
+		f := p.take(a.id)
+		if f == nil { // expired meanwhile: commit has retried it
+			continue
+		}
+		<-p.slots
+		p.s.noteStored(f.w.j, f.start, nil)
+		ws = append(ws, ackedWrite{f.w.j, a.seq, f.w.version})
+	}
+	p.acked = p.acked[:0]
+	if len(ws) > 0 {
+		p.s.sink.writtenAll(ws)
+	}
+	clear(ws) // drop the jobs
+	p.ws = ws[:0]
 }
 
 // decodeAck reads an acknowledgement other than a plain one (ackSeq) with

@@ -142,12 +142,46 @@ func (q *writeQueue) ttl(endedAt int64) time.Duration {
 
 // written records a durable write and runs the waiters it satisfied.
 func (s *scheduler) written(j *job, rev, version uint64) {
+	s.writtenAll([]ackedWrite{{j, rev, version}})
+}
+
+// writtenAll records durable writes and runs the waiters they satisfied: those that
+// run under the scheduler's mu (an assignment's) in one hold of it, so that the
+// assignments they release leave in one flush of the outbox, merged per worker where
+// it takes batches (outbox.go); then the others, in order.
+func (s *scheduler) writtenAll(ws []ackedWrite) {
+	var done []waiter
 	s.mu.Lock()
+	for _, w := range ws {
+		done = s.recordWritten(w.j, w.rev, w.version, done)
+	}
+	n := 0
+	for _, w := range done {
+		if w.locked {
+			w.fn(nil)
+			continue
+		}
+		done[n] = w
+		n++
+	}
+	s.unlock()
+	for _, w := range done[:n] {
+		w.fn(nil)
+	}
+}
+
+// recordWritten records j's durable write of version at rev, and appends the waiters it
+// satisfied to done. Called with the scheduler's mu held.
+func (s *scheduler) recordWritten(j *job, rev, version uint64, done []waiter) []waiter {
 	j.rev = rev
 	j.uncertain = false
 	s.note.written(j, version)
 	s.ckpt.count(len(s.kept.index.entries))
-	done := takeWaiters(j, version)
+	if done == nil {
+		done = takeWaiters(j, version) // one write: no copy
+	} else {
+		done = append(done, takeWaiters(j, version)...)
+	}
 	s.wq.doneWriting(j)
 	if j.version > version { // changed while being written
 		s.wq.queueWrite(j)
@@ -156,10 +190,7 @@ func (s *scheduler) written(j *job, rev, version uint64) {
 	} else if s.chillable(j, version) {
 		s.chill(j) // SCHEDULED far ahead: its entry and due time stay (delayed.go)
 	}
-	s.unlock()
-	for _, w := range done {
-		w.fn(nil)
-	}
+	return done
 }
 
 // fail ends every waiter of j with err.
@@ -168,8 +199,17 @@ func (s *scheduler) fail(j *job, err error) {
 	done := j.waiters
 	j.waiters = nil
 	s.wq.doneWriting(j)
-	s.unlock()
+	n := 0
 	for _, w := range done {
+		if w.locked {
+			w.fn(err)
+			continue
+		}
+		done[n] = w
+		n++
+	}
+	s.unlock()
+	for _, w := range done[:n] {
 		w.fn(err)
 	}
 }

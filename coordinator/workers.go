@@ -44,6 +44,9 @@ type worker struct {
 	queues    []servedQueue
 	strict    bool
 	idleRound uint64
+	// batch is the most assignments it takes in one TaskAssigns (WorkerRegister.Assigns,
+	// at most protocol.MaxAssigns); 0: each goes alone on PathAssign (outbox.go).
+	batch int
 }
 
 func (w *worker) free() int {
@@ -81,7 +84,7 @@ func (reg *registry) register(req *protocol.WorkerRegister) (*protocol.WorkerReg
 	}
 	w := &worker{id: req.WorkerID, capacity: req.Capacity, running: kept, lastSeen: reg.s.now(),
 		taskTypes: reg.workerTypes(req), session: newID(), instance: req.Instance,
-		queues: servedQueues(req), strict: req.StrictQueues}
+		queues: servedQueues(req), strict: req.StrictQueues, batch: min(max(req.Assigns, 0), protocol.MaxAssigns)}
 	claimed := reg.s.claims.reported(w, req.Held) // attempts it ran before a restart (claims.go): kept too
 	reg.workers[w.id] = w
 	reg.s.ready.served(w)

@@ -51,6 +51,18 @@ func (w *Worker) onAssign(_ context.Context, _ bus.Address, m protocol.TaskAssig
 	return struct{}{}, nil
 }
 
+// onAssigns starts the attempts of a batch of assignments (protocol.PathAssigns), each
+// as onAssign would had it come alone, in the batch's order.
+func (w *Worker) onAssigns(ctx context.Context, from bus.Address, m protocol.TaskAssigns) (struct{}, error) {
+	var errs []error
+	for i := range m.Assigns {
+		if _, err := w.onAssign(ctx, from, m.Assigns[i]); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return struct{}{}, errors.Join(errs...)
+}
+
 // onCancel cancels an attempt, only if it is the one running under that lease: a
 // cancel of a superseded attempt must not touch a newer attempt of the same job.
 func (w *Worker) onCancel(_ context.Context, _ bus.Address, m protocol.TaskCancel) (struct{}, error) {

@@ -94,7 +94,8 @@ func (w *Worker) register(ctx context.Context, reason string) error {
 		session := w.attempts.NextGeneration() // attempts assigned from now on belong to it
 		msg := &protocol.WorkerRegister{WorkerID: w.cfg.ID, Capacity: w.cfg.Capacity,
 			TaskTypes: w.cfg.Registry.Declarations(), Held: w.held.Report(), Instance: w.instance,
-			Queues: w.cfg.Queues, StrictQueues: w.cfg.StrictQueues}
+			Queues: w.cfg.Queues, StrictQueues: w.cfg.StrictQueues,
+			Assigns: protocol.MaxAssigns} // onAssigns takes them on PathAssigns
 		ans, err := workerproto.Register(ctx, w.node, msg)
 		switch {
 		case err == nil:

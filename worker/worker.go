@@ -173,8 +173,11 @@ func (w *Worker) handle() error {
 	if err := bus.Handle(w.node, protocol.PathAssign, w.onAssign); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
-	if err := bus.Handle(w.node, protocol.PathCancel, w.onCancel); err != nil {
+	if err := bus.Handle(w.node, protocol.PathAssigns, w.onAssigns); err != nil {
 		return errors.Join(fmt.Errorf("worker: %w", err), w.node.Unhandle(protocol.PathAssign))
+	}
+	if err := bus.Handle(w.node, protocol.PathCancel, w.onCancel); err != nil {
+		return errors.Join(fmt.Errorf("worker: %w", err), w.node.Unhandle(protocol.PathAssign), w.node.Unhandle(protocol.PathAssigns))
 	}
 	return nil
 }
@@ -183,7 +186,7 @@ func (w *Worker) handle() error {
 // delivered within the grace, then the goodbye.
 func (w *Worker) shutdown() error {
 	n := w.stopAccepting()
-	err := errors.Join(w.node.Unhandle(protocol.PathAssign), w.node.Unhandle(protocol.PathCancel))
+	err := errors.Join(w.node.Unhandle(protocol.PathAssign), w.node.Unhandle(protocol.PathAssigns), w.node.Unhandle(protocol.PathCancel))
 	if n > 0 {
 		w.log.Info("worker stopping: cancelled running attempts", "running", n)
 	}

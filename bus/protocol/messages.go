@@ -128,6 +128,10 @@ type WorkerRegister struct {
 	// it can start) instead of by weight.
 	Queues       []QueueWeight `json:"queues,omitempty"`
 	StrictQueues bool          `json:"strictQueues,omitempty"`
+	// Assigns is a native extension (assigns.go): the most assignments this worker
+	// takes in one TaskAssigns on PathAssigns. Absent (a spec worker, the bridge, an
+	// older native worker): each assignment comes alone, a TaskAssign on PathAssign.
+	Assigns int `json:"assigns,omitempty"`
 }
 
 // WorkerRegistered acknowledges a registration.

@@ -1,0 +1,105 @@
+package protocol
+
+import "encoding/json"
+
+// PathAssigns: the coordinator tells TaskAssigns, several assignments in one tell, to
+// a native worker that said it takes them (WorkerRegister.Assigns). To such a worker
+// every assignment goes on this path, one alone as a batch of one, so that its
+// assignments arrive on one subscription, in the order they were made; to any other
+// (a spec worker through the bridge, an older native worker) each goes alone as a
+// TaskAssign on PathAssign.
+const PathAssigns = "task.assigns"
+
+// MaxAssigns is the most assignments a coordinator puts in one TaskAssigns, whatever
+// a worker says it takes.
+const MaxAssigns = 256
+
+// TaskAssigns carries several assignments to one worker in one tell (PathAssigns, a
+// native extension of the worker protocol; never sent to a spec peer). Each is a whole
+// TASK_ASSIGN, type included, and counts for reconciliation exactly as if it had been
+// sent alone, in its place in the batch (held.go): the assignments that one flush of
+// the coordinator's decisions sends to a worker go together.
+type TaskAssigns struct {
+	Assigns []TaskAssign `json:"assigns"`
+}
+
+// MarshalJSON writes each assignment as its own MarshalJSON does, in one buffer: a
+// TaskAssigns is encoded for every batch, and json.Marshal would check and copy every
+// assignment's bytes again.
+func (m TaskAssigns) MarshalJSON() ([]byte, error) {
+	if m.Assigns == nil {
+		return []byte(`{"assigns":null}`), nil
+	}
+	n := 16
+	for i := range m.Assigns {
+		a := &m.Assigns[i]
+		n += 128 + len(a.JobID) + len(a.AttemptID) + len(a.TaskType) + len(a.Payload) + len(a.TraceParent) + len(a.TraceState)
+	}
+	b := make([]byte, 0, n)
+	b = append(b, `{"assigns":[`...)
+	for i := range m.Assigns {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		mark := len(b)
+		var good bool
+		if b, good = m.Assigns[i].appendFast(b); !good {
+			data, err := m.Assigns[i].marshalSlow() // encoding/json writes this one
+			if err != nil {
+				return nil, err
+			}
+			b = append(b[:mark], data...)
+		}
+	}
+	return append(b, "]}"...), nil
+}
+
+// DecodeJSON decodes data into m exactly as json.Unmarshal(data, m) does (bus.Decoder).
+// The batch as MarshalJSON writes it ({"assigns":[...]}, each assignment as
+// TaskAssign's scanner reads it) is read in one pass; anything else is left to
+// json.Unmarshal. FuzzAssignsDecode holds it to that.
+func (m *TaskAssigns) DecodeJSON(data []byte) error {
+	if m.Assigns == nil {
+		if assigns, ok := scanAssigns(data); ok {
+			m.Assigns = assigns
+			return nil
+		}
+	}
+	return json.Unmarshal(data, m)
+}
+
+// scanAssigns reads a TaskAssigns written as MarshalJSON writes it; ok is false for
+// anything else.
+func scanAssigns(data []byte) (assigns []TaskAssign, ok bool) {
+	const head = `{"assigns":[`
+	if !hasPrefix(data, head) {
+		return nil, false
+	}
+	i := len(head)
+	n := 0
+	for j := i; j < len(data) && data[j] != ']'; n++ { // count the assignments first
+		end, _ := skipValue(data, j, 0)
+		if end < 0 || end >= len(data) || data[end] != ',' && data[end] != ']' {
+			return nil, false
+		}
+		j = end
+		if data[j] == ',' {
+			j++
+		}
+	}
+	assigns = make([]TaskAssign, n)
+	for k := range assigns {
+		end, _ := skipValue(data, i, 0)
+		if _, good := assigns[k].scan(data[i:end]); !good {
+			return nil, false
+		}
+		i = end
+		if k < n-1 {
+			i++ // the ','
+		}
+	}
+	if string(data[i:]) != "]}" {
+		return nil, false
+	}
+	return assigns, true
+}
