@@ -204,3 +204,31 @@ func TestLostAssignmentInBatchQueuedAgain(t *testing.T) {
 	default:
 	}
 }
+
+// TestLargeAssignmentsSplitIntoBatches: assignments whose payloads would not fit in one
+// NATS message together go in several batches, in order, and none is lost: the
+// worker is not lost for a batch too large to send, and every job completes on its
+// first attempt.
+func TestLargeAssignmentsSplitIntoBatches(t *testing.T) {
+	t.Parallel()
+	var s *system
+	const jobs = 12 // 12 x 100,000 characters: more than NATS's 1 MiB in one message
+	s = reconcileSystem(t) // no worker lost for a slow heartbeat under -race: only a failed send loses it
+	ids := make([]string, jobs)
+	texts := make([]string, jobs)
+	for i := range ids {
+		texts[i] = strings.Repeat(string(rune('a'+i)), 100_000)
+		ids[i] = s.Submit("SHA256", text(texts[i]))
+	}
+	s.Eventually("every job ready", func() bool { return ready(s) == jobs })
+	n := countTells(t, s.NC, "*")
+	s.StartWorker(jobs)
+	for i, id := range ids {
+		if j := s.Wait(id); j.State != protocol.StateCompleted || deref(j.Result) != sha256Hex(texts[i]) || j.Attempts != 1 {
+			t.Fatalf("job %d %+v error %q, want COMPLETED on its first attempt", i, j, deref(j.Error))
+		}
+	}
+	if b, one := n.batches.Load(), n.single.Load(); b < 2 || b >= jobs || one != 0 {
+		t.Fatalf("%d large assignments went in %d batch tells and %d single ones, want several batches, fewer than assignments", jobs, b, one)
+	}
+}

@@ -96,20 +96,39 @@ func (s *scheduler) unlock() {
 }
 
 // tellAssigns sends w's assignments among out, from out[0] (one of them), in the order
-// they were decided, as one TaskAssigns of at most w.batch; those it sends are taken
-// out of out (their assign set to nil). The rest, beyond w.batch, go in the next.
+// they were decided, as one TaskAssigns of at most w.batch assignments and, beyond the
+// first, maxBatchBytes of them; those it sends are taken out of out (their assign set
+// to nil). The rest go in the next, in order.
 func (s *scheduler) tellAssigns(out []outgoing, w *worker) error {
 	batch := protocol.TaskAssigns{Assigns: make([]protocol.TaskAssign, 0, min(len(out), w.batch))}
+	size := 0
 	for i := range out {
-		if o := &out[i]; o.assign != nil && o.to == w {
-			batch.Assigns = append(batch.Assigns, *o.assign)
-			o.assign = nil
-			if len(batch.Assigns) == w.batch {
-				break
-			}
+		o := &out[i]
+		if o.assign == nil || o.to != w {
+			continue
+		}
+		n := assignSize(o.assign)
+		if len(batch.Assigns) > 0 && size+n > maxBatchBytes {
+			break
+		}
+		size += n
+		batch.Assigns = append(batch.Assigns, *o.assign)
+		o.assign = nil
+		if len(batch.Assigns) == w.batch {
+			break
 		}
 	}
 	return s.link.Tell(context.Background(), bus.Address{Role: bus.RoleWorker, ID: w.id}, protocol.PathAssigns, &batch)
+}
+
+// maxBatchBytes bounds a TaskAssigns of more than one assignment, well under NATS's
+// message size (1 MiB by default), which a single assignment's payload (up to
+// protocol.MaxPayloadBytes) may nearly fill alone.
+const maxBatchBytes = 256 << 10
+
+// assignSize is about what m takes in a TaskAssigns.
+func assignSize(m *protocol.TaskAssign) int {
+	return 128 + len(m.JobID) + len(m.AttemptID) + len(m.TaskType) + len(m.Payload) + len(m.TraceParent) + len(m.TraceState)
 }
 
 type failedSend struct {
