@@ -212,7 +212,7 @@ func TestLostAssignmentInBatchQueuedAgain(t *testing.T) {
 func TestLargeAssignmentsSplitIntoBatches(t *testing.T) {
 	t.Parallel()
 	var s *system
-	const jobs = 12 // 12 x 100,000 characters: more than NATS's 1 MiB in one message
+	const jobs = 12        // 12 x 100,000 characters: more than NATS's 1 MiB in one message
 	s = reconcileSystem(t) // no worker lost for a slow heartbeat under -race: only a failed send loses it
 	ids := make([]string, jobs)
 	texts := make([]string, jobs)

@@ -40,7 +40,9 @@ func FuzzAssignsDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		starts := []func() *TaskAssigns{
 			func() *TaskAssigns { return new(TaskAssigns) },
-			func() *TaskAssigns { return &TaskAssigns{Assigns: []TaskAssign{{JobID: "j0", Payload: json.RawMessage(`{"a":1}`)}}} },
+			func() *TaskAssigns {
+				return &TaskAssigns{Assigns: []TaskAssign{{JobID: "j0", Payload: json.RawMessage(`{"a":1}`)}}}
+			},
 		}
 		for _, start := range starts {
 			want, got := start(), start()
