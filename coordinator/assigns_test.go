@@ -211,9 +211,8 @@ func TestLostAssignmentInBatchQueuedAgain(t *testing.T) {
 // first attempt.
 func TestLargeAssignmentsSplitIntoBatches(t *testing.T) {
 	t.Parallel()
-	var s *system
-	const jobs = 12        // 12 x 100,000 characters: more than NATS's 1 MiB in one message
-	s = reconcileSystem(t) // no worker lost for a slow heartbeat under -race: only a failed send loses it
+	s := reconcileSystem(t) // no worker lost for a slow heartbeat under -race: only a failed send loses it
+	const jobs = 12         // 12 x 100,000 characters: more than NATS's 1 MiB in one message
 	ids := make([]string, jobs)
 	texts := make([]string, jobs)
 	for i := range ids {
