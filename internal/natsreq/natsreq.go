@@ -296,6 +296,9 @@ func (r *resend) run(ctx context.Context) (*nats.Msg, error) {
 				return r.final(ctx)
 			}
 		case ctx.Err() != nil || r.over():
+			// The time ran out on a send nobody answered: its responder may have
+			// acted on it, so no earlier refusal is the request's last word.
+			r.last, r.taken = unanswered, true
 			return r.final(ctx)
 		case errors.Is(err, errWoken): // a new responder: send again now
 			r.last, r.taken, waitOut = unanswered, true, true

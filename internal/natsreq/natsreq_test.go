@@ -524,6 +524,36 @@ func TestRequest(t *testing.T) {
 			t.Fatalf("sent %d times, want the unsure answer waited past and sent again", n)
 		}
 	})
+	t.Run("SendAfterARefusalLeftUnansweredIsNotTheRefusal", func(t *testing.T) {
+		// A first send refused by a coordinator that is not serving, then sent again:
+		// the new leader takes it (and may store the job) but answers too late. The
+		// request's last word is that its outcome is unknown, not the refusal.
+		t.Parallel()
+		nc := connect(t)
+		var sends atomic.Int32
+		sub, err := nc.QueueSubscribe(submit, "q", func(m *nats.Msg) {
+			if sends.Add(1) > 1 {
+				return // taken, never answered in time
+			}
+			r := nats.NewMsg(m.Reply)
+			r.Header.Set(micro.ErrorCodeHeader, "503")
+			r.Header.Set(micro.ErrorHeader, "coordinator is not serving")
+			_ = m.RespondMsg(r)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
+		rctx, cancel := context.WithTimeout(context.Background(), 800*time.Millisecond)
+		defer cancel()
+		m, err := natsreq.Request(rctx, nc, submit, nil, natsreq.Options{})
+		if err == nil || m != nil {
+			t.Fatalf("answer %v (%v), want no answer: the send after the refusal may have been acted on", m, err)
+		}
+		if n := sends.Load(); n < 2 {
+			t.Fatalf("sent %d times, want the refusal waited past and sent again", n)
+		}
+	})
 	t.Run("SubmissionWaitsForResponders", func(t *testing.T) {
 		t.Parallel()
 		nc := connect(t)
