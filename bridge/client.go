@@ -218,9 +218,10 @@ func (b *Bridge) unavailable(subject, jobID string, err error) *protocol.Error {
 	if what := writeRequest(subject); what != "" && !errors.Is(err, nats.ErrNoResponders) &&
 		!errors.Is(err, nats.ErrConnectionReconnecting) {
 		cause := "no reply from the coordinator within " + b.cfg.RequestTimeout.String()
+		var refused *natsreq.RefusedError
 		if b.ctx.Err() != nil {
 			cause = "the bridge stopped before the coordinator replied"
-		} else if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
+		} else if errors.As(err, &refused) || (!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout)) {
 			cause = "the request to the coordinator failed: " + err.Error()
 		}
 		if jobID != "" { // the job its request id names (failover.go)

@@ -52,7 +52,8 @@ func (n *natsTransport) request(ctx context.Context, t protocol.Type, subject st
 	case opts.RequestID != "" && context.Cause(ctx) == ctx.Err() && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, natsreq.ErrCutOff)):
 		// A send was taken and not answered: the job its request id names may exist.
 		cause := "no reply from a coordinator in time"
-		if errors.Is(err, natsreq.ErrCutOff) {
+		var refused *natsreq.RefusedError
+		if errors.Is(err, natsreq.ErrCutOff) || errors.As(err, &refused) {
 			cause = err.Error()
 		}
 		err = &ServerError{Message: protocol.OutcomeUnknown("submission", protocol.RequestJobID(opts.RequestID), cause).Message}

@@ -15,6 +15,7 @@ package natsreq
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -265,6 +266,13 @@ func (r *resend) run(ctx context.Context) (*nats.Msg, error) {
 				r.last, r.taken, r.unsure = unanswered, true, m
 			default:
 				r.last, r.refusal = unserved, m
+				if r.opts.Unsure != nil {
+					// A write's refusal proves only that its sender acted on nothing:
+					// every coordinator subscribed gets each request (no queue group),
+					// and another (the new leader, in a failover) may be storing it
+					// and answer late.
+					r.taken = true
+				}
 			}
 			if err != nil {
 				if !waitOut {
@@ -373,11 +381,32 @@ func (r *resend) final(ctx context.Context) (*nats.Msg, error) {
 	case r.last == unserved && !r.taken:
 		return r.refusal, nil
 	}
+	if err := ctx.Err(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return nil, err
+	}
+	if r.refusal != nil && r.opts.Unsure != nil {
+		return nil, &RefusedError{Last: r.refusal}
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	return nil, context.DeadlineExceeded
 }
+
+// RefusedError ends a write (a submission, a cancel) whose answers were refusals by
+// coordinators that were not serving, but whose outcome is not known: every
+// coordinator subscribed gets each request, and one that had not answered yet (the
+// new leader, during a failover) may have acted on it. It is a
+// context.DeadlineExceeded.
+type RefusedError struct {
+	Last *nats.Msg // the last refusal
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("refused by a coordinator that was not serving (%s), and another may have taken it", e.Last.Header.Get(micro.ErrorHeader))
+}
+
+func (e *RefusedError) Unwrap() error { return context.DeadlineExceeded }
 
 // send sends the request once more.
 func (r *resend) send(ctx context.Context) error {

@@ -554,6 +554,39 @@ func TestRequest(t *testing.T) {
 			t.Fatalf("sent %d times, want the refusal waited past and sent again", n)
 		}
 	})
+	t.Run("SubmissionRefusedByOneWhileAnotherTookIt", func(t *testing.T) {
+		// Every coordinator gets each request: a deposed one refuses every send at
+		// once, while the new leader takes them and answers too late. The refusals
+		// are not the request's last word: its outcome is unknown.
+		t.Parallel()
+		nc := connect(t)
+		deposed, err := nc.Subscribe(submit, func(m *nats.Msg) {
+			r := nats.NewMsg(m.Reply)
+			r.Header.Set(micro.ErrorCodeHeader, "503")
+			r.Header.Set(micro.ErrorHeader, "coordinator is not serving")
+			_ = m.RespondMsg(r)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = deposed.Unsubscribe() })
+		var taken atomic.Int32
+		leader, err := nc.Subscribe(submit, func(*nats.Msg) { taken.Add(1) }) // stores it, answers late
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = leader.Unsubscribe() })
+		rctx, cancel := context.WithTimeout(context.Background(), 800*time.Millisecond)
+		defer cancel()
+		m, err := natsreq.Request(rctx, nc, submit, nil, natsreq.Options{})
+		var refused *natsreq.RefusedError
+		if m != nil || !errors.As(err, &refused) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("answer %v (%v), want a RefusedError: the leader may have stored it", m, err)
+		}
+		if taken.Load() == 0 {
+			t.Fatal("the leader got no send")
+		}
+	})
 	t.Run("SubmissionWaitsForResponders", func(t *testing.T) {
 		t.Parallel()
 		nc := connect(t)
