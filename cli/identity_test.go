@@ -55,7 +55,8 @@ func TestExampleConfigWorkerIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(spy.Close)
-	overheard, err := spy.SubscribeSync("jobbus.node.worker.edge-1.*.*." + protocol.PathAssign)
+	// A native worker gets its assignments in batches (protocol.PathAssigns).
+	overheard, err := spy.SubscribeSync("jobbus.node.worker.edge-1.*.*." + protocol.PathAssigns)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,10 +72,11 @@ func TestExampleConfigWorkerIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatalf("edge-1's assignment not overheard: %v", err)
 	}
-	var a protocol.TaskAssign
-	if err := json.Unmarshal(m.Data, &a); err != nil || a.JobID != sleeping {
+	var batch protocol.TaskAssigns
+	if err := json.Unmarshal(m.Data, &batch); err != nil || len(batch.Assigns) != 1 || batch.Assigns[0].JobID != sleeping {
 		t.Fatalf("overheard %q (%v), want the assignment of %s", m.Data, err, sleeping)
 	}
+	a := batch.Assigns[0]
 
 	// speaker connects as user and speaks on the bus as as; NATS's refusals arrive on
 	// the channel.
