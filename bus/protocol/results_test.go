@@ -36,35 +36,51 @@ func FuzzResultsDecode(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		starts := []func() *TaskResults{
+		checkBatchCodec(t, data, []func() *TaskResults{
 			func() *TaskResults { return new(TaskResults) },
 			func() *TaskResults { return &TaskResults{WorkerID: "w0", Results: []TaskResult{{JobID: "j0"}}} },
-		}
-		for _, start := range starts {
-			want, got := start(), start()
-			werr := json.Unmarshal(data, want)
-			gerr := got.DecodeJSON(data)
-			if errText(werr) != errText(gerr) {
-				t.Fatalf("from %q: DecodeJSON error %s, json.Unmarshal %s", data, errText(gerr), errText(werr))
-			}
-			if !reflect.DeepEqual(want, got) {
-				t.Fatalf("from %q: DecodeJSON %+v, json.Unmarshal %+v", data, got, want)
-			}
-		}
-		var m TaskResults
-		if json.Unmarshal(data, &m) != nil {
-			return
-		}
-		type plain TaskResults
-		want, werr := json.Marshal(plain(m))
-		got, gerr := m.MarshalJSON()
-		if errText(werr) != errText(gerr) && !(werr != nil && gerr != nil) {
-			t.Fatalf("%+v: MarshalJSON error %v, encoding/json %v", m, gerr, werr)
-		}
-		if werr == nil && string(got) != string(want) {
-			t.Fatalf("%+v: MarshalJSON %s, encoding/json %s", m, got, want)
-		}
+		}, func(m *TaskResults) ([]byte, error) {
+			type plain TaskResults
+			return json.Marshal((*plain)(m))
+		})
 	})
+}
+
+// batchCodec is a batch message with a one-pass decoder and an encoder of its own.
+type batchCodec[T any] interface {
+	*T
+	DecodeJSON([]byte) error
+	MarshalJSON() ([]byte, error)
+}
+
+// checkBatchCodec holds a batch message's DecodeJSON to json.Unmarshal from each of
+// starts (the same fields set, the same error), and its MarshalJSON to plain, encoding/
+// json's encoding, of whatever json.Unmarshal read.
+func checkBatchCodec[T any, P batchCodec[T]](t *testing.T, data []byte, starts []func() P, plain func(P) ([]byte, error)) {
+	t.Helper()
+	for _, start := range starts {
+		want, got := start(), start()
+		werr := json.Unmarshal(data, want)
+		gerr := got.DecodeJSON(data)
+		if errText(werr) != errText(gerr) {
+			t.Fatalf("from %q: DecodeJSON error %s, json.Unmarshal %s", data, errText(gerr), errText(werr))
+		}
+		if !reflect.DeepEqual(want, got) {
+			t.Fatalf("from %q: DecodeJSON %+v, json.Unmarshal %+v", data, got, want)
+		}
+	}
+	m := P(new(T))
+	if json.Unmarshal(data, m) != nil {
+		return
+	}
+	want, werr := plain(m)
+	got, gerr := m.MarshalJSON()
+	if errText(werr) != errText(gerr) && (werr == nil || gerr == nil) {
+		t.Fatalf("%+v: MarshalJSON error %v, encoding/json %v", m, gerr, werr)
+	}
+	if werr == nil && string(got) != string(want) {
+		t.Fatalf("%+v: MarshalJSON %s, encoding/json %s", m, got, want)
+	}
 }
 
 // TestResultsRoundTrip: a batch as a worker sends it is read back whole by the

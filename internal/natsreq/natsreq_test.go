@@ -535,10 +535,7 @@ func TestRequest(t *testing.T) {
 			if sends.Add(1) > 1 {
 				return // taken, never answered in time
 			}
-			r := nats.NewMsg(m.Reply)
-			r.Header.Set(micro.ErrorCodeHeader, "503")
-			r.Header.Set(micro.ErrorHeader, "coordinator is not serving")
-			_ = m.RespondMsg(r)
+			answerNotServing(m)
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -561,10 +558,7 @@ func TestRequest(t *testing.T) {
 		t.Parallel()
 		nc := connect(t)
 		deposed, err := nc.Subscribe(submit, func(m *nats.Msg) {
-			r := nats.NewMsg(m.Reply)
-			r.Header.Set(micro.ErrorCodeHeader, "503")
-			r.Header.Set(micro.ErrorHeader, "coordinator is not serving")
-			_ = m.RespondMsg(r)
+			answerNotServing(m)
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -637,4 +631,12 @@ func answerAt(t *testing.T, nc *nats.Conn, subject string) {
 		return
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
+}
+
+// answerNotServing answers m as a coordinator that is not serving does (code 503).
+func answerNotServing(m *nats.Msg) {
+	r := nats.NewMsg(m.Reply)
+	r.Header.Set(micro.ErrorCodeHeader, "503")
+	r.Header.Set(micro.ErrorHeader, "coordinator is not serving")
+	_ = m.RespondMsg(r)
 }
