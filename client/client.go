@@ -227,50 +227,38 @@ func (c *Client) Submit(ctx context.Context, taskType string, payload any, opts 
 
 // Status returns a job's snapshot.
 func (c *Client) Status(ctx context.Context, id string) (protocol.Job, error) {
-	m, err := c.Do(ctx, &protocol.GetJobStatus{JobID: id})
+	r, err := answer[protocol.JobStatus](ctx, c, &protocol.GetJobStatus{JobID: id})
 	if err != nil {
 		return protocol.Job{}, err
 	}
-	if r, ok := m.(*protocol.JobStatus); ok {
-		return r.Job, nil
-	}
-	return protocol.Job{}, unexpected(m)
+	return r.Job, nil
 }
 
 // List returns jobs newest first; the cursor, if not empty, fetches the next page.
 func (c *Client) List(ctx context.Context, req protocol.ListJobs) (protocol.JobList, error) {
-	m, err := c.Do(ctx, &req)
+	r, err := answer[protocol.JobList](ctx, c, &req)
 	if err != nil {
 		return protocol.JobList{}, err
 	}
-	if r, ok := m.(*protocol.JobList); ok {
-		return *r, nil
-	}
-	return protocol.JobList{}, unexpected(m)
+	return *r, nil
 }
 
 // Workers returns the live workers sorted by id.
 func (c *Client) Workers(ctx context.Context) ([]protocol.Worker, error) {
-	m, err := c.Do(ctx, &protocol.ListWorkers{})
+	r, err := answer[protocol.WorkerList](ctx, c, &protocol.ListWorkers{})
 	if err != nil {
 		return nil, err
 	}
-	if r, ok := m.(*protocol.WorkerList); ok {
-		return r.Workers, nil
-	}
-	return nil, unexpected(m)
+	return r.Workers, nil
 }
 
 // Cancel cancels a job; cancelled is true only if this call moved it to CANCELLED.
 func (c *Client) Cancel(ctx context.Context, id string) (cancelled bool, job protocol.Job, err error) {
-	m, err := c.Do(ctx, &protocol.CancelJob{JobID: id})
+	r, err := answer[protocol.JobCancel](ctx, c, &protocol.CancelJob{JobID: id})
 	if err != nil {
 		return false, protocol.Job{}, err
 	}
-	if r, ok := m.(*protocol.JobCancel); ok {
-		return r.Cancelled, r.Job, nil
-	}
-	return false, protocol.Job{}, unexpected(m)
+	return r.Cancelled, r.Job, nil
 }
 
 // Wait polls a job until it is terminal or ctx ends, and returns its last snapshot.
@@ -291,6 +279,22 @@ func (c *Client) Wait(ctx context.Context, id string) (protocol.Job, error) {
 
 // waitPoll is how often Wait asks: soon at first, for a short job.
 var waitPoll = backoff.Policy{Base: 5 * time.Millisecond, Max: 250 * time.Millisecond}
+
+// answer sends req and returns its reply, which must be a *T: any other is an error
+// (unexpected's).
+func answer[T any, P interface {
+	*T
+	protocol.Message
+}](ctx context.Context, c *Client, req protocol.Message) (*T, error) {
+	m, err := c.Do(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if r, ok := m.(P); ok {
+		return r, nil
+	}
+	return nil, unexpected(m)
+}
 
 func unexpected(m protocol.Message) error {
 	if e, ok := m.(*protocol.Error); ok {

@@ -45,27 +45,21 @@ func (c *Client) RemoveLimit(ctx context.Context, target LimitTarget) (protocol.
 	if err := protocol.CheckLimitTarget(target.Scope, target.Name); err != nil {
 		return protocol.LimitInfo{}, err
 	}
-	m, err := c.Do(ctx, &protocol.RemoveLimit{Scope: target.Scope, Name: target.Name})
+	r, err := answer[protocol.LimitRemoved](ctx, c, &protocol.RemoveLimit{Scope: target.Scope, Name: target.Name})
 	if err != nil {
 		return protocol.LimitInfo{}, err
 	}
-	if r, ok := m.(*protocol.LimitRemoved); ok {
-		return r.Limit, nil
-	}
-	return protocol.LimitInfo{}, unexpected(m)
+	return r.Limit, nil
 }
 
 // Limits lists every limit with its state on the leading coordinator: rate, burst,
 // tokens now and the starts that waited for a token.
 func (c *Client) Limits(ctx context.Context) ([]protocol.LimitInfo, error) {
-	m, err := c.Do(ctx, &protocol.ListLimits{})
+	r, err := answer[protocol.LimitList](ctx, c, &protocol.ListLimits{})
 	if err != nil {
 		return nil, err
 	}
-	if r, ok := m.(*protocol.LimitList); ok {
-		return r.Limits, nil
-	}
-	return nil, unexpected(m)
+	return r.Limits, nil
 }
 
 // String is how the CLI and logs name a target: "type SEND_EMAIL", "queue low".

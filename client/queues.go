@@ -15,14 +15,11 @@ import (
 // Queues lists every queue the coordinator knows, by name, each with its depth,
 // running jobs, rates and settings.
 func (c *Client) Queues(ctx context.Context) ([]protocol.QueueInfo, error) {
-	m, err := c.Do(ctx, &protocol.ListQueues{})
+	r, err := answer[protocol.QueueList](ctx, c, &protocol.ListQueues{})
 	if err != nil {
 		return nil, err
 	}
-	if r, ok := m.(*protocol.QueueList); ok {
-		return r.Queues, nil
-	}
-	return nil, unexpected(m)
+	return r.Queues, nil
 }
 
 // PauseQueue pauses a known queue, durably (across restarts and failovers): it keeps
@@ -60,14 +57,11 @@ func (c *Client) SetQueue(ctx context.Context, name string, settings ...QueueSet
 }
 
 func (c *Client) queueUpdate(ctx context.Context, req protocol.Message) (protocol.QueueInfo, error) {
-	m, err := c.Do(ctx, req)
+	r, err := answer[protocol.QueueUpdated](ctx, c, req)
 	if err != nil {
 		return protocol.QueueInfo{}, err
 	}
-	if r, ok := m.(*protocol.QueueUpdated); ok {
-		return r.Queue, nil
-	}
-	return protocol.QueueInfo{}, unexpected(m)
+	return r.Queue, nil
 }
 
 // IsUnknownQueue reports whether err says the queue named is not known.

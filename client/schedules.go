@@ -64,14 +64,11 @@ func (c *Client) AddSchedule(ctx context.Context, s Schedule) (protocol.Schedule
 // Schedules lists the schedules, sorted by name, each with its next tick, its last
 // run and job, and its last error.
 func (c *Client) Schedules(ctx context.Context) ([]protocol.Schedule, error) {
-	m, err := c.Do(ctx, &protocol.ListSchedules{})
+	r, err := answer[protocol.ScheduleList](ctx, c, &protocol.ListSchedules{})
 	if err != nil {
-		return nil, err
+		return nil, scheduleErr(err)
 	}
-	if r, ok := m.(*protocol.ScheduleList); ok {
-		return r.Schedules, nil
-	}
-	return nil, scheduleErr(m)
+	return r.Schedules, nil
 }
 
 // PauseSchedule stops a schedule's ticks until ResumeSchedule; the ticks in between
@@ -101,20 +98,17 @@ func (c *Client) TriggerSchedule(ctx context.Context, name string) (jobID string
 }
 
 func (c *Client) scheduleInfo(ctx context.Context, req protocol.Message) (protocol.Schedule, error) {
-	m, err := c.Do(ctx, req)
+	r, err := answer[protocol.ScheduleInfo](ctx, c, req)
 	if err != nil {
-		return protocol.Schedule{}, err
+		return protocol.Schedule{}, scheduleErr(err)
 	}
-	if r, ok := m.(*protocol.ScheduleInfo); ok {
-		return r.Schedule, nil
-	}
-	return protocol.Schedule{}, scheduleErr(m)
+	return r.Schedule, nil
 }
 
 // scheduleErr is unexpected's error, matching ErrUnknownSchedule too when it says so.
-func scheduleErr(m protocol.Message) error {
-	err := unexpected(m)
-	if e, ok := m.(*protocol.Error); ok && strings.HasPrefix(e.Message, protocol.UnknownSchedulePrefix) {
+func scheduleErr(err error) error {
+	var se *ServerError
+	if errors.As(err, &se) && strings.HasPrefix(se.Message, protocol.UnknownSchedulePrefix) {
 		return fmt.Errorf("%w: %w", ErrUnknownSchedule, err)
 	}
 	return err

@@ -10,12 +10,9 @@ import (
 // TCP client port): the built-ins, then the catalogue of the types workers declared,
 // each with the workers serving it now and its queued and running jobs.
 func (c *Client) TaskTypes(ctx context.Context) ([]protocol.TaskTypeInfo, error) {
-	m, err := c.Do(ctx, &protocol.ListTaskTypes{})
+	r, err := answer[protocol.TaskTypeList](ctx, c, &protocol.ListTaskTypes{})
 	if err != nil {
 		return nil, err
 	}
-	if r, ok := m.(*protocol.TaskTypeList); ok {
-		return r.TaskTypes, nil
-	}
-	return nil, unexpected(m)
+	return r.TaskTypes, nil
 }

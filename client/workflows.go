@@ -144,14 +144,11 @@ func (c *Client) SubmitWorkflowRequest(ctx context.Context, req *protocol.Submit
 
 // WorkflowStatus returns a workflow's or batch's state and each step's.
 func (c *Client) WorkflowStatus(ctx context.Context, id string) (protocol.WorkflowStatus, error) {
-	m, err := c.Do(ctx, &protocol.GetWorkflow{WorkflowID: id})
+	r, err := answer[protocol.WorkflowStatus](ctx, c, &protocol.GetWorkflow{WorkflowID: id})
 	if err != nil {
 		return protocol.WorkflowStatus{}, err
 	}
-	if r, ok := m.(*protocol.WorkflowStatus); ok {
-		return *r, nil
-	}
-	return protocol.WorkflowStatus{}, unexpected(m)
+	return *r, nil
 }
 
 // WaitWorkflow polls a workflow until no step is active or ctx ends.
@@ -172,25 +169,19 @@ func (c *Client) WaitWorkflow(ctx context.Context, id string) (protocol.Workflow
 
 // CancelWorkflow cancels every step not yet ended and returns how many this call did.
 func (c *Client) CancelWorkflow(ctx context.Context, id string) (int, error) {
-	m, err := c.Do(ctx, &protocol.CancelWorkflow{WorkflowID: id})
+	r, err := answer[protocol.WorkflowCancelled](ctx, c, &protocol.CancelWorkflow{WorkflowID: id})
 	if err != nil {
 		return 0, err
 	}
-	if r, ok := m.(*protocol.WorkflowCancelled); ok {
-		return r.Cancelled, nil
-	}
-	return 0, unexpected(m)
+	return r.Cancelled, nil
 }
 
 // RetryWorkflow runs again, as new jobs, the steps of an ended workflow that failed or
 // were cancelled; it returns each one's new job id.
 func (c *Client) RetryWorkflow(ctx context.Context, id string) (map[string]string, error) {
-	m, err := c.Do(ctx, &protocol.RetryWorkflow{WorkflowID: id})
+	r, err := answer[protocol.WorkflowRetried](ctx, c, &protocol.RetryWorkflow{WorkflowID: id})
 	if err != nil {
 		return nil, err
 	}
-	if r, ok := m.(*protocol.WorkflowRetried); ok {
-		return r.Jobs, nil
-	}
-	return nil, unexpected(m)
+	return r.Jobs, nil
 }

@@ -110,9 +110,7 @@ func parentEndedCause(c *job, parentID, parentStep string, st protocol.State) st
 
 // cancelWaiting moves a WAITING job to CANCELLED with cause. Called with mu held.
 func (s *scheduler) cancelWaiting(c *job, cause string) {
-	c.rec.State = protocol.StateCancelled
-	c.rec.Error = ptr(cause)
-	s.active--
+	s.cancelActive(c, cause)
 	s.markDirty(c, nil)
 }
 

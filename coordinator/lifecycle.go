@@ -202,9 +202,15 @@ func (s *scheduler) answerDuplicate(j *job, key, fp string, due time.Duration, r
 		s.out.reply(reply, protocol.IdempotencyConflict(key, j.rec.JobID))
 		return
 	}
-	id := j.rec.JobID
+	s.answerWhenCreated(j.rec.JobID, j, due, reply)
+}
+
+// answerWhenCreated answers JOB_SUBMITTED with id once j, the job it names, is durable
+// (at once if it is, or if j is not in memory any more), or what its creation's failure
+// means. Called with the scheduler's mu held.
+func (s *scheduler) answerWhenCreated(id string, j *job, due time.Duration, reply replyFunc) {
 	answer := settled{&protocol.JobSubmitted{JobID: id}}
-	if j.rev != 0 {
+	if j == nil || j.rev != 0 {
 		s.out.reply(reply, answer)
 		return
 	}
@@ -471,6 +477,21 @@ func (s *scheduler) retryOrFail(j *job, cause string) {
 	s.active--
 }
 
+// cancelActive moves active job j to CANCELLED with cause: out of the ready queue, or
+// its attempt revoked. The caller writes it. Called with the scheduler's mu held.
+func (s *scheduler) cancelActive(j *job, cause string) {
+	switch j.rec.State {
+	case protocol.StateQueued:
+		s.ready.forget(j)
+	case protocol.StateRunning:
+		s.revoke(j)
+	}
+	j.rec.State = protocol.StateCancelled
+	j.rec.Error = ptr(cause)
+	j.rec.RetryAt = 0
+	s.active--
+}
+
 // cancelJob moves an active job to CANCELLED; reply gets JOB_CANCEL once that is
 // durable, an ERROR when it certainly is not, "Outcome unknown" when neither is known
 // within due.
@@ -493,16 +514,7 @@ func (s *scheduler) cancelJob(id string, due time.Duration, reply replyFunc) {
 		s.out.reply(reply, s.refuse())
 		return
 	}
-	switch j.rec.State {
-	case protocol.StateQueued:
-		s.ready.forget(j)
-	case protocol.StateRunning:
-		s.revoke(j)
-	}
-	j.rec.State = protocol.StateCancelled
-	j.rec.Error = ptr("cancelled by client request")
-	j.rec.RetryAt = 0
-	s.active--
+	s.cancelActive(j, "cancelled by client request")
 	r := s.replies.by(reply, due, "cancel", id)
 	s.markDirty(j, func(err error) {
 		if err != nil {

@@ -141,19 +141,7 @@ func (s *scheduler) answerUnique(key string, due time.Duration, reply replyFunc)
 		return false
 	}
 	s.note.submitted(SubmitDuplicate)
-	answer := settled{&protocol.JobSubmitted{JobID: id}}
-	if j == nil || j.rev != 0 {
-		s.out.reply(reply, answer)
-		return true
-	}
-	r := s.replies.by(reply, due, "submission", id)
-	j.waiters = append(j.waiters, waiter{version: 1, fn: func(err error) {
-		if err != nil {
-			r.send(createFailed(id, err))
-			return
-		}
-		r.send(answer)
-	}})
+	s.answerWhenCreated(id, j, due, reply)
 	return true
 }
 

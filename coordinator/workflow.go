@@ -692,16 +692,7 @@ func (s *scheduler) cancelGroup(id string, due time.Duration, reply replyFunc) {
 			if j == nil || j.rec.State.Terminal() || (j.rec.State == protocol.StateWaiting) != waiting {
 				continue
 			}
-			switch j.rec.State {
-			case protocol.StateQueued:
-				s.ready.forget(j)
-			case protocol.StateRunning:
-				s.revoke(j)
-			}
-			j.rec.State = protocol.StateCancelled
-			j.rec.Error = ptr(cause)
-			j.rec.RetryAt = 0
-			s.active--
+			s.cancelActive(j, cause)
 			todo = append(todo, j)
 		}
 	}
