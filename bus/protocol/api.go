@@ -38,6 +38,7 @@ func (e Endpoint) Subject() string {
 // from it.
 var Endpoints = []Endpoint{
 	{Name: "submit", Request: TypeSubmitJob},
+	{Name: "submit_many", Token: "submit.many", Request: TypeSubmitJobs}, // native: submissions in batches (submits.go)
 	{Name: "status", Request: TypeGetJobStatus},
 	{Name: "list", Request: TypeListJobs},
 	{Name: "workers", Request: TypeListWorkers},

@@ -118,6 +118,8 @@ var newMessage = map[Type]func() Message{
 	TypeListLimits:        func() Message { return new(ListLimits) },
 	TypeLimitList:         func() Message { return new(LimitList) },
 	TypeLimitRemoved:      func() Message { return new(LimitRemoved) },
+	TypeSubmitJobs:        func() Message { return new(SubmitJobs) },
+	TypeJobsSubmitted:     func() Message { return new(JobsSubmitted) },
 }
 
 // PeekType returns the "type" of a JSON message without decoding the rest: the first

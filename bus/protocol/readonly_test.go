@@ -37,6 +37,7 @@ func TestReadOnly(t *testing.T) {
 		protocol.TypeSetLimit:        false,
 		protocol.TypeRemoveLimit:     false,
 		protocol.TypeListLimits:      true,
+		protocol.TypeSubmitJobs:      false,
 	}
 	if len(protocol.Endpoints) != len(want) {
 		t.Fatalf("%d endpoints, %d decided here", len(protocol.Endpoints), len(want))

@@ -1,0 +1,36 @@
+package protocol_test
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+)
+
+// The batch of submissions (a native extension) in the protocol's table tests.
+func init() {
+	roundTripCases = append(roundTripCases, []struct {
+		name string
+		msg  protocol.Message
+	}{
+		{"SubmitJobs", &protocol.SubmitJobs{Jobs: []protocol.BatchedSubmission{
+			{RequestID: "r1", Submit: json.RawMessage(`{"type":"SUBMIT_JOB","taskType":"SHA256","payload":{"text":"a"},"maxAttempts":0,"idempotencyKey":null,"priority":null}`)},
+			{Submit: json.RawMessage(`{"type":"SUBMIT_JOB","taskType":"SLEEP","payload":{"durationMillis":1},"maxAttempts":2,"idempotencyKey":"k","priority":"HIGH"}`)},
+		}}},
+		{"JobsSubmitted", &protocol.JobsSubmitted{Answers: []json.RawMessage{
+			json.RawMessage(`{"type":"JOB_SUBMITTED","jobId":"j1"}`),
+			json.RawMessage(`{"type":"SUBMIT_REJECTED","reason":"full","activeCount":1,"limit":1,"retryable":true}`),
+			json.RawMessage(`{"type":"ERROR","message":"Invalid taskType"}`),
+		}}},
+	}...)
+	specFields[protocol.TypeSubmitJobs] = []string{"jobs"}
+	specFields[protocol.TypeJobsSubmitted] = []string{"answers"}
+}
+
+func TestSubmitJobsEndpoint(t *testing.T) {
+	t.Parallel()
+	e, ok := protocol.EndpointFor(protocol.TypeSubmitJobs)
+	if !ok || e.Subject() != "jobbus.api.submit.many" || protocol.ReadOnly(e.Request) {
+		t.Fatalf("endpoint %+v (subject %s, read-only %v), want jobbus.api.submit.many, a write", e, e.Subject(), protocol.ReadOnly(e.Request))
+	}
+}
