@@ -31,6 +31,17 @@ type Stats struct {
 	Ports map[string]PortStats // by port: "worker", "client", "mu"
 	// Bus sums the bus nodes of the TCP workers' and Mu nodes' sessions, live and ended.
 	Bus bus.Stats
+	// Results counts the TCP workers' results by how their delivery ended. A result
+	// travels in a batch with others (task.results) when the coordinator takes them,
+	// so the bus's asks do not count results.
+	Results ResultStats
+}
+
+// ResultStats counts the TCP workers' results whose delivery has ended.
+type ResultStats struct {
+	Answered  uint64 // the coordinator answered it: applied, or stale (changing nothing)
+	Refused   uint64 // the coordinator refused it (400, or 403: another worker's attempt)
+	Abandoned uint64 // not answered within ResultRetryFor, or the bridge closed
 }
 
 // counters are the bridge's own counts; the ports' open connections are counted in
@@ -38,6 +49,7 @@ type Stats struct {
 type counters struct {
 	accepted, refused [3]atomic.Uint64 // worker, client, mu
 	frameErrs         [3][len(frameReasons)]atomic.Uint64
+	results           [3]atomic.Uint64 // answered, refused, abandoned
 
 	mu      sync.Mutex
 	nodes   map[*bus.Node]struct{} // the bus nodes of sessions, until closed
@@ -70,6 +82,18 @@ func (c *counters) frameError(port string, err error) {
 }
 
 func (c *counters) malformed(port string) { c.frameErrs[portIndex(port)][2].Add(1) }
+
+// result counts a result whose delivery ended with err.
+func (c *counters) result(err error) {
+	switch {
+	case err == nil:
+		c.results[0].Add(1)
+	case errors.Is(err, bus.CodeBadRequest), errors.Is(err, bus.CodeForbidden):
+		c.results[1].Add(1)
+	default:
+		c.results[2].Add(1)
+	}
+}
 
 // track counts a session's bus node from now on.
 func (c *counters) track(n *bus.Node) {
@@ -121,5 +145,6 @@ func (b *Bridge) Stats() Stats {
 		s.Ports[name] = ps
 	}
 	s.Bus = b.stats.busStats()
+	s.Results = ResultStats{Answered: b.stats.results[0].Load(), Refused: b.stats.results[1].Load(), Abandoned: b.stats.results[2].Load()}
 	return s
 }

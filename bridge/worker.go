@@ -1,7 +1,6 @@
 package bridge
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -34,6 +33,11 @@ const (
 // resultRetry is the backoff between offers of a result the coordinator did not answer.
 var resultRetry = backoff.Policy{Base: 50 * time.Millisecond, Max: 2 * time.Second}
 
+// resultAsks is how many asks of a TCP worker's results may be in flight at once:
+// results that arrive meanwhile wait and go together in the next (workerproto.Results),
+// as a native worker's do.
+const resultAsks = 2
+
 // workerSession is one worker-port connection. Its goroutine (serveWorker) owns the
 // reading; the outbox's goroutine owns the writing; bus handlers and heartbeat and
 // result goroutines only queue frames or ask the coordinator.
@@ -64,7 +68,10 @@ type workerSession struct {
 	// that heartbeats is registered with a new leader on its announcement.
 	lastBeat atomic.Int64
 
-	results inflight // results being delivered; they outlive the connection
+	pending inflight // results being delivered; they outlive the connection
+	// results delivers them, in batches on task.results when the coordinator takes
+	// them (one session each: a batch speaks for one worker id).
+	results *workerproto.Results
 
 	// held is what the worker holds as far as the bridge knows: the assignments it
 	// forwarded, until their results are delivered or their cancels forwarded. Its
@@ -108,7 +115,7 @@ func (b *Bridge) serveWorker(c net.Conn, release func()) {
 	s.out.wait()
 	release()
 	// The node outlives the connection while results are still being delivered.
-	<-s.results.idle()
+	<-s.pending.idle()
 	s.b.stats.retire(s.node)
 }
 
@@ -148,9 +155,9 @@ func (s *workerSession) awaitRegister() *protocol.WorkerRegister {
 	// coordinator that restarted meanwhile counts the worker's earlier attempts lost
 	// at once, rather than waiting for the worker to claim them.
 	reg.Held, reg.Instance = &protocol.Held{}, ""
-	// The bridge relays single assignments only (PathAssign): a batch would find no
-	// handler here, so the registration never says the worker takes them.
-	reg.Assigns = 0
+	// The bridge takes the worker's assignments in batches (PathAssigns), whatever its
+	// frame said, and writes each as a TASK_ASSIGN frame of its own (relayAssigns).
+	reg.Assigns = protocol.MaxAssigns
 	return reg
 }
 
@@ -165,6 +172,8 @@ func (s *workerSession) join(reg *protocol.WorkerRegister) error {
 		return err
 	}
 	s.reg, s.node = *reg, node
+	// Results are delivered even after the connection closed, until the bridge closes.
+	s.results = workerproto.NewResults(s.b.ctx, node, reg.WorkerID, resultRetry, resultAsks)
 	s.b.stats.track(node)
 	if old := s.b.workers.claim(s); old != nil {
 		s.log.Info("worker re-registered; superseding the previous connection")
@@ -180,18 +189,23 @@ func (s *workerSession) supersede() {
 	s.out.kill("superseded by a new registration")
 }
 
-// register serves task.assign and task.cancel, then asks the coordinator to register
-// the worker and queues its answer. Serving first means no assignment sent in
-// response to the registration can be missed.
+// register serves task.assigns, task.assign and task.cancel, then asks the coordinator
+// to register the worker and queues its answer. Serving first means no assignment sent
+// in response to the registration can be missed.
 func (s *workerSession) register() bool {
 	if s.superseded.Load() {
 		return false
 	}
 	for _, h := range []struct {
 		path string
-		want protocol.Type
-	}{{protocol.PathAssign, protocol.TypeTaskAssign}, {protocol.PathCancel, protocol.TypeTaskCancel}} {
-		if err := s.node.Handle(h.path, s.relay(h.want)); err != nil {
+		fn   bus.HandlerFunc
+	}{
+		{protocol.PathAssigns, s.relayAssigns},
+		// A coordinator that does not batch (an older one) sends single assignments.
+		{protocol.PathAssign, s.relay(protocol.TypeTaskAssign)},
+		{protocol.PathCancel, s.relay(protocol.TypeTaskCancel)},
+	} {
+		if err := s.node.Handle(h.path, h.fn); err != nil {
 			s.log.Warn("cannot serve the worker on the bus", "err", err)
 			s.out.finish(encodeError(s.askError(protocol.PathRegister, err)))
 			return false
@@ -204,6 +218,7 @@ func (s *workerSession) register() bool {
 		return false
 	}
 	s.held.Marked(ans.Mark)
+	s.results.Serves(ans.Results) // 0 from a coordinator without batches: one by one
 	// The spec's WORKER_REGISTERED carries the worker id only.
 	data, err := protocol.Encode(&protocol.WorkerRegistered{WorkerID: ans.WorkerID})
 	if err != nil || !s.out.send(data) {
@@ -281,6 +296,45 @@ func (s *workerSession) relay(want protocol.Type) bus.HandlerFunc {
 	}
 }
 
+// relayAssigns is the handler of task.assigns: each assignment of the batch becomes a
+// TASK_ASSIGN frame of its own, in the batch's order, byte for byte the frame relay
+// writes for one sent alone (relayed), and is held as relay holds it, all of them from
+// the batch's arrival. A bad assignment is dropped as relay drops a bad message; the
+// others still go.
+func (s *workerSession) relayAssigns(ctx context.Context, req *bus.Request) (any, error) {
+	assigns, err := protocol.SplitAssigns(req.Data)
+	if err != nil {
+		s.log.Warn("dropping a bad message from the coordinator", "path", req.Path, "err", err)
+		return nil, nil
+	}
+	frames := make([][]byte, 0, len(assigns))
+	for _, a := range assigns {
+		data, ref, err := relayed(protocol.TypeTaskAssign, a)
+		if err != nil {
+			s.log.Warn("dropping a bad message from the coordinator", "path", req.Path, "err", err)
+			continue
+		}
+		s.held.Add(ref) // before the wait, as relay does
+		frames = append(frames, data)
+	}
+	select {
+	case <-s.registered:
+	case <-s.ctx.Done():
+		return nil, nil
+	case <-ctx.Done():
+		return nil, nil
+	}
+	for _, data := range frames {
+		if !s.out.send(data) {
+			break // the connection is dropped, which reports the worker lost
+		}
+	}
+	if s.log.Enabled(ctx, slog.LevelDebug) {
+		s.log.Debug("frames queued", "type", protocol.TypeTaskAssign, "n", len(frames))
+	}
+	return nil, nil
+}
+
 // relayed is the frame a message of type want from the coordinator becomes, and the
 // attempt it names. A message as Encode writes it (a TASK_ASSIGN as the coordinator
 // encodes it) is forwarded as it is: encoding it again would write the same bytes
@@ -324,7 +378,7 @@ func (s *workerSession) loop() {
 			s.b.readFailed(s.log, err, "worker", s.out.finish)
 			return
 		}
-		msg, exact, err := protocol.DecodeExact(payload)
+		msg, err := protocol.Decode(payload)
 		if err != nil {
 			s.b.stats.malformed("worker")
 			s.log.Info("malformed message; closing", "err", err)
@@ -336,13 +390,7 @@ func (s *workerSession) loop() {
 			s.lastBeat.Store(time.Now().UnixNano())
 			s.heartbeat()
 		case *protocol.TaskResult:
-			// The one message per job a worker sends: as Encode writes it, and naming
-			// the registered worker as it should, it is forwarded as it is (see result).
-			var encoded []byte
-			if exact && m.WorkerID == s.reg.WorkerID {
-				encoded = payload
-			}
-			if !s.result(m, encoded, len(payload)) {
+			if !s.result(m, len(payload)) {
 				return
 			}
 		default:
@@ -382,6 +430,7 @@ func (s *workerSession) heartbeat() {
 				s.log.Warn("registering again failed", "err", err)
 			} else {
 				s.held.Marked(ans.Mark)
+				s.results.Serves(ans.Results)
 			}
 		case workerproto.Unanswered:
 			s.log.Debug("heartbeat not answered", "err", err)
@@ -390,41 +439,29 @@ func (s *workerSession) heartbeat() {
 }
 
 // result starts delivering a TASK_RESULT of size bytes, as this worker whatever
-// workerId it carries. encoded, when not nil, is res as protocol.Encode writes it
-// with this worker's id (a frame's payload, which the next read overwrites): it is sent
-// as it is rather than encoded again. While too many results are in delivery it waits,
-// not reading the connection; it reports false when the session ends meanwhile.
-func (s *workerSession) result(res *protocol.TaskResult, encoded []byte, size int) bool {
-	if !s.results.acquire(s.ctx, size, maxPendingResults, maxPendingResultBytes) {
+// workerId it carries. While too many results are in delivery it waits, not reading
+// the connection; it reports false when the session ends meanwhile.
+func (s *workerSession) result(res *protocol.TaskResult, size int) bool {
+	if !s.pending.acquire(s.ctx, size, maxPendingResults, maxPendingResultBytes) {
 		return false
 	}
 	res.WorkerID = s.reg.WorkerID
-	if encoded != nil {
-		encoded = bytes.Clone(encoded)
-	}
 	s.held.Finished(protocol.AttemptRef{JobID: res.JobID, AttemptID: res.AttemptID})
-	s.b.deliveries.Go(func() { s.deliver(res, encoded, size) })
+	s.b.deliveries.Go(func() { s.deliver(res, size) })
 	return true
 }
 
 // deliver offers a result to the coordinator until it answers finally (the answer
 // comes once the outcome is durable), for up to ResultRetryFor, and even after the
 // connection closed; Close abandons it. A stale result is answered too, and changes
-// nothing.
-func (s *workerSession) deliver(res *protocol.TaskResult, encoded []byte, size int) {
-	defer s.results.release(size)
+// nothing. It goes with the session's other results that are waiting meanwhile, in
+// one ask (workerproto.Results), or alone to a coordinator that takes no batches.
+func (s *workerSession) deliver(res *protocol.TaskResult, size int) {
+	defer s.pending.release(size)
 	defer s.held.Remove(protocol.AttemptRef{JobID: res.JobID, AttemptID: res.AttemptID})
 	// Each offer waits the node's ask timeout, RequestTimeout.
-	until := time.Now().Add(s.b.cfg.ResultRetryFor)
-	var ack protocol.ResultAck
-	var tries int
-	var err error
-	if encoded == nil {
-		encoded, err = protocol.Encode(res)
-	}
-	if err == nil {
-		ack, tries, err = workerproto.Deliver(s.b.ctx, s.node, encoded, until, resultRetry)
-	}
+	ack, tries, err := s.results.DeliverUntil(res, time.Now().Add(s.b.cfg.ResultRetryFor))
+	s.b.stats.result(err)
 	// The job's attributes are added per line, not with log.With per result: that
 	// would cost an allocation for every result to log a debug line.
 	if err != nil {
@@ -441,6 +478,7 @@ func (s *workerSession) deliver(res *protocol.TaskResult, encoded []byte, size i
 func (s *workerSession) leave() {
 	s.out.kill("session ended")
 	s.cancel()
+	_ = s.node.Unhandle(protocol.PathAssigns)
 	_ = s.node.Unhandle(protocol.PathAssign)
 	_ = s.node.Unhandle(protocol.PathCancel)
 	s.beats.Wait()
@@ -450,7 +488,7 @@ func (s *workerSession) leave() {
 		// or an attempt that completed would be retried.
 		t := time.NewTimer(s.b.cfg.RequestTimeout)
 		select {
-		case <-s.results.idle():
+		case <-s.pending.idle():
 		case <-t.C:
 		}
 		t.Stop()

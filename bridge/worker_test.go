@@ -161,9 +161,9 @@ func TestWorkerPort(t *testing.T) {
 		// name too: the bridge sends it as the worker that sent it, and the
 		// coordinator refuses (403) a result for an attempt it assigned to another.
 		other := s.worker("other", 1)
-		refusals := s.br.Stats().Bus.Asks.RemoteError
+		refusals := s.br.Stats().Results.Refused
 		other.MustSend(&protocol.TaskResult{WorkerID: "owner", JobID: id, AttemptID: a.AttemptID, Success: true, Result: ptr("forged")})
-		eventually(t, "the forged result refused", func() bool { return s.br.Stats().Bus.Asks.RemoteError > refusals })
+		eventually(t, "the forged result refused", func() bool { return s.br.Stats().Results.Refused > refusals })
 		if j := s.job(id); j.State != protocol.StateRunning || deref(j.WorkerID) != "owner" {
 			t.Fatalf("job after the forged result %+v, want RUNNING on owner", j)
 		}

@@ -103,3 +103,49 @@ func scanAssigns(data []byte) (assigns []TaskAssign, ok bool) {
 	}
 	return assigns, true
 }
+
+// SplitAssigns returns the assignments of a TaskAssigns as they are written in data,
+// each the bytes a TaskAssign sent alone on PathAssign would carry: the bridge relays
+// each to its TCP worker as a TASK_ASSIGN frame of its own, as it relays a single one.
+// A batch as MarshalJSON writes it is cut without decoding (the slices share data's
+// array); anything else is left to json.Unmarshal.
+func SplitAssigns(data []byte) ([]json.RawMessage, error) {
+	if assigns, ok := splitAssigns(data); ok {
+		return assigns, nil
+	}
+	var m struct {
+		Assigns []json.RawMessage `json:"assigns"`
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, err
+	}
+	return m.Assigns, nil
+}
+
+// splitAssigns cuts a TaskAssigns written as MarshalJSON writes it; ok is false for
+// anything else.
+func splitAssigns(data []byte) (assigns []json.RawMessage, ok bool) {
+	const head = `{"assigns":[`
+	if !hasPrefix(data, head) {
+		return nil, false
+	}
+	i := len(head)
+	if i < len(data) && data[i] == ']' {
+		return []json.RawMessage{}, string(data[i:]) == "]}"
+	}
+	for {
+		end, _ := skipValue(data, i, 0)
+		if end < 0 || end >= len(data) || data[i] != '{' {
+			return nil, false
+		}
+		assigns = append(assigns, data[i:end:end])
+		switch data[end] {
+		case ',':
+			i = end + 1
+		case ']':
+			return assigns, string(data[end:]) == "]}"
+		default:
+			return nil, false
+		}
+	}
+}

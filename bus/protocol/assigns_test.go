@@ -83,3 +83,60 @@ func TestAssignsRoundTrip(t *testing.T) {
 		t.Fatalf("%s, as MarshalJSON writes it, left to encoding/json", data)
 	}
 }
+
+// FuzzSplitAssigns holds SplitAssigns to json.Unmarshal into []json.RawMessage: the
+// same assignments, byte for byte, and an error exactly when it errs.
+func FuzzSplitAssigns(f *testing.F) {
+	for _, s := range assignsSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var want struct {
+			Assigns []json.RawMessage `json:"assigns"`
+		}
+		werr := json.Unmarshal(data, &want)
+		got, err := SplitAssigns(data)
+		if (err != nil) != (werr != nil) {
+			t.Fatalf("SplitAssigns(%q) error %v, json.Unmarshal's %v", data, err, werr)
+		}
+		if err != nil {
+			return
+		}
+		if len(got) != len(want.Assigns) || (got == nil) != (want.Assigns == nil) {
+			t.Fatalf("SplitAssigns(%q) = %q, want %q", data, got, want.Assigns)
+		}
+		for i := range got {
+			if string(got[i]) != string(want.Assigns[i]) {
+				t.Fatalf("SplitAssigns(%q)[%d] = %s, want %s", data, i, got[i], want.Assigns[i])
+			}
+		}
+	})
+}
+
+// TestSplitAssignsAsSentAlone: each assignment cut from a batch as the coordinator
+// writes it is the bytes of that assignment sent alone.
+func TestSplitAssignsAsSentAlone(t *testing.T) {
+	in := TaskAssigns{Assigns: []TaskAssign{
+		{JobID: "j1", AttemptID: "a1", AttemptNumber: 1, TaskType: "SHA256", Payload: json.RawMessage(`{"text":"x"}`)},
+		{JobID: "j2", AttemptID: "a2", AttemptNumber: 2, TaskType: "SLEEP", Payload: json.RawMessage(`{"ms":5}`),
+			TraceParent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
+		{JobID: "j3", AttemptID: "a3-é", AttemptNumber: 1, TaskType: "WORD_COUNT", Payload: json.RawMessage(`{"text":"é"}`)},
+	}}
+	data, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := SplitAssigns(data)
+	if err != nil || len(got) != len(in.Assigns) {
+		t.Fatalf("SplitAssigns = %q, %v", got, err)
+	}
+	for i := range in.Assigns {
+		alone, err := json.Marshal(in.Assigns[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got[i]) != string(alone) {
+			t.Errorf("assignment %d cut as %s, sent alone as %s", i, got[i], alone)
+		}
+	}
+}

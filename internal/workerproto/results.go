@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,7 +16,8 @@ import (
 
 // batchBytes bounds the estimated size of one TaskResults, within NATS's default
 // maximum payload (1 MiB) even if every character needed escaping as \u00XX; a result
-// larger than it goes alone.
+// larger than it goes on its own on PathResult, so that a result that fits in a NATS
+// message alone never fails for the batch's few bytes around it.
 const batchBytes = 128 << 10
 
 // Results delivers a native worker's results with group commit: a result that finishes
@@ -23,7 +25,8 @@ const batchBytes = 128 << 10
 // not grow; results that finish while deliveries are in flight wait and go together in
 // the next ask on protocol.PathResults, one ask for many. Each result keeps Deliver's
 // rules: it is offered until the coordinator answers it finally (its answer comes once
-// its outcome is durable), with a backoff between offers, or until ctx ends.
+// its outcome is durable), with a backoff between offers, or until ctx ends (or, with
+// DeliverUntil, its own deadline passes).
 //
 // With a coordinator that does not serve batches (it said no Results when the worker
 // registered, or nobody answers on PathResults: an older coordinator leads now), each
@@ -48,8 +51,10 @@ type Results struct {
 // pendingResult is one result on its way, and where its outcome goes.
 type pendingResult struct {
 	res   *protocol.TaskResult
-	size  int // its estimated encoded size
-	tries int // asks that carried it, by the sender only until done
+	size  int       // its estimated encoded size
+	until time.Time // no offer after it (unless zero)
+	tries int       // asks that carried it, by the sender only until done
+	err   error     // why its last offer did not settle it, by the sender only
 	done  chan delivered
 }
 
@@ -80,10 +85,18 @@ func (r *Results) Counts() (asks, results uint64) { return r.asks.Load(), r.sent
 // Deliver does, and returns the answer, how many asks carried it, and the error that
 // ended the offers (nil with an answer).
 func (r *Results) Deliver(res *protocol.TaskResult) (ack protocol.ResultAck, tries int, err error) {
-	if r.max.Load() == 0 {
-		return r.single(res, 0)
+	return r.DeliverUntil(res, time.Time{})
+}
+
+// DeliverUntil is Deliver, giving up once the next offer would come after until, as
+// the package's Deliver does (zero: never), with the error of the last offer. The
+// bridge bounds a TCP worker's results so (Config.ResultRetryFor).
+func (r *Results) DeliverUntil(res *protocol.TaskResult, until time.Time) (ack protocol.ResultAck, tries int, err error) {
+	size := resultSize(res)
+	if r.max.Load() == 0 || size > batchBytes {
+		return r.single(res, 0, until)
 	}
-	p := &pendingResult{res: res, size: resultSize(res), done: make(chan delivered, 1)}
+	p := &pendingResult{res: res, size: size, until: until, done: make(chan delivered, 1)}
 	r.mu.Lock()
 	r.queue = append(r.queue, p)
 	start := r.senders < r.inFlight
@@ -96,23 +109,24 @@ func (r *Results) Deliver(res *protocol.TaskResult) (ack protocol.ResultAck, tri
 	}
 	d := <-p.done // every pending result is answered: send ends only with an empty queue
 	if d.single {
-		return r.single(res, p.tries)
+		return r.single(res, p.tries, until)
 	}
 	return d.ack, p.tries, d.err
 }
 
 // single delivers res on its own (PathResult), after tries asks of batches.
-func (r *Results) single(res *protocol.TaskResult, tries int) (protocol.ResultAck, int, error) {
+func (r *Results) single(res *protocol.TaskResult, tries int, until time.Time) (protocol.ResultAck, int, error) {
 	data, err := protocol.Encode(res)
 	if err != nil {
 		return protocol.ResultAck{}, tries, err
 	}
-	ack, n, err := Deliver(r.ctx, r.node, data, time.Time{}, r.retry)
+	ack, n, err := Deliver(r.ctx, r.node, data, until, r.retry)
 	return ack, tries + n, err
 }
 
 // send asks batches while results wait, then ends. Results an ask did not settle wait
-// a backoff (which grows while asks keep failing) and go first in the next ask.
+// a backoff (which grows while asks keep failing) and go first in the next ask; one
+// whose deadline would pass meanwhile ends with its last offer's error.
 func (r *Results) send() {
 	b := r.retry.Start()
 	for {
@@ -125,7 +139,12 @@ func (r *Results) send() {
 			b.Reset()
 			continue
 		}
-		if !backoff.Sleep(r.ctx, b.Next()) {
+		delay := b.Next()
+		again = expire(again, time.Now().Add(delay))
+		if len(again) == 0 {
+			continue
+		}
+		if !backoff.Sleep(r.ctx, delay) {
 			err := r.ctx.Err()
 			for _, p := range again {
 				p.done <- delivered{err: err}
@@ -136,6 +155,20 @@ func (r *Results) send() {
 		r.queue = append(again, r.queue...)
 		r.mu.Unlock()
 	}
+}
+
+// expire settles the results of again whose deadline is before next, the time of
+// their next offer, and returns the others.
+func expire(again []*pendingResult, next time.Time) []*pendingResult {
+	keep := again[:0]
+	for _, p := range again {
+		if !p.until.IsZero() && next.After(p.until) {
+			p.done <- delivered{err: p.err}
+			continue
+		}
+		keep = append(keep, p)
+	}
+	return keep
 }
 
 // take removes the next batch from the queue: the oldest results, as many as the
@@ -154,7 +187,7 @@ func (r *Results) take() []*pendingResult {
 		return nil
 	}
 	n, size := 0, 0
-	for n < len(r.queue) && (n == 0 || n < limit && size+r.queue[n].size <= batchBytes) {
+	for n < len(r.queue) && (n == 0 || n < limit && size+r.queue[n].size <= batchBytes) { // each is at most batchBytes
 		size += r.queue[n].size
 		n++
 	}
@@ -194,9 +227,10 @@ func (r *Results) ask(batch []*pendingResult) (again []*pendingResult) {
 		}
 		return nil
 	case err != nil:
-		return batch
+		return failed(batch, err)
 	case len(acks.Acks) != len(batch):
-		return batch // not an answer to this batch: offered again, as a garbled answer is
+		// Not an answer to this batch: offered again, as a garbled answer is.
+		return failed(batch, fmt.Errorf("%s answered %d results of %d", protocol.PathResults, len(acks.Acks), len(batch)))
 	}
 	for i, p := range batch {
 		a := acks.Acks[i]
@@ -209,9 +243,18 @@ func (r *Results) ask(batch []*pendingResult) (again []*pendingResult) {
 			p.done <- delivered{err: err}
 			continue
 		}
+		p.err = err
 		again = append(again, p)
 	}
 	return again
+}
+
+// failed notes err as why the results of batch were not settled, and returns batch.
+func failed(batch []*pendingResult, err error) []*pendingResult {
+	for _, p := range batch {
+		p.err = err
+	}
+	return batch
 }
 
 // probe finds out why nobody served a batch: no coordinator leads (a failover, a
@@ -231,7 +274,7 @@ func (r *Results) probe(batch []*pendingResult) (again []*pendingResult) {
 	if !Final(err) {
 		// Nobody there either, or a coordinator that cannot serve now (one starting or
 		// stopping): nothing is learnt.
-		return batch
+		return failed(batch, err)
 	}
 	// A coordinator answered a single result finally where none served the batch: it
 	// takes single results only (a coordinator serves the batch path before the single
