@@ -3,11 +3,12 @@ package protocol
 import "encoding/json"
 
 // PathAssigns: the coordinator tells TaskAssigns, several assignments in one tell, to
-// a native worker that said it takes them (WorkerRegister.Assigns). To such a worker
-// every assignment goes on this path, one alone as a batch of one, so that its
-// assignments arrive on one subscription, in the order they were made; to any other
-// (a spec worker through the bridge, an older native worker) each goes alone as a
-// TaskAssign on PathAssign.
+// a worker that said it takes them (WorkerRegister.Assigns: a native worker, and the
+// bridge for each TCP worker, which writes each assignment to it as a TASK_ASSIGN
+// frame of its own). To such a worker every assignment goes on this path, one alone as
+// a batch of one, so that its assignments arrive on one subscription, in the order
+// they were made; to any other (an older native worker or bridge) each goes alone as
+// a TaskAssign on PathAssign.
 const PathAssigns = "task.assigns"
 
 // MaxAssigns is the most assignments a coordinator puts in one TaskAssigns, whatever

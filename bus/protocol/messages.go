@@ -129,8 +129,9 @@ type WorkerRegister struct {
 	Queues       []QueueWeight `json:"queues,omitempty"`
 	StrictQueues bool          `json:"strictQueues,omitempty"`
 	// Assigns is a native extension (assigns.go): the most assignments this worker
-	// takes in one TaskAssigns on PathAssigns. Absent (a spec worker, the bridge, an
-	// older native worker): each assignment comes alone, a TaskAssign on PathAssign.
+	// takes in one TaskAssigns on PathAssigns (the bridge says it for every TCP worker,
+	// whatever its frame said). Absent (an older native worker or bridge): each
+	// assignment comes alone, a TaskAssign on PathAssign.
 	Assigns int `json:"assigns,omitempty"`
 }
 
