@@ -111,12 +111,12 @@ func TestTCPWorkerResultsTravelInBatches(t *testing.T) {
 	}
 	eventually(t, "every result answered", func() bool { return s.br.Stats().Results.Answered == jobs })
 	// The spec's worker gets no answer to a result: nothing more comes on its connection.
-	heartbeatRoundTrip(t, w)
+	expectNothingQueued(t, w)
 }
 
-// heartbeatRoundTrip proves that nothing is queued for the worker: a HEARTBEAT gets
+// expectNothingQueued proves that nothing is queued for the worker: a HEARTBEAT gets
 // no answer either, so the next frame is the ERROR of a message a worker must not send.
-func heartbeatRoundTrip(t *testing.T, w *peer) {
+func expectNothingQueued(t *testing.T, w *peer) {
 	t.Helper()
 	w.MustSend(&protocol.Heartbeat{WorkerID: "any"})
 	if err := w.SendPayload([]byte(`{"type":"LIST_WORKERS"}`)); err != nil {
