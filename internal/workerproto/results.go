@@ -20,7 +20,8 @@ import (
 // message alone never fails for the batch's few bytes around it.
 const batchBytes = 128 << 10
 
-// Results delivers a native worker's results with group commit: a result that finishes
+// Results delivers a worker's results (a native worker's, or a TCP worker's through the
+// bridge, one Results per session) with group commit: a result that finishes
 // while no delivery is in flight goes at once, alone, so an idle worker's latency does
 // not grow; results that finish while deliveries are in flight wait and go together in
 // the next ask on protocol.PathResults, one ask for many. Each result keeps Deliver's
