@@ -56,3 +56,19 @@ func BenchmarkDecodeSubmitJobs(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(m.Jobs)), "ns/submission")
 }
+
+// BenchmarkEncodeJobsSubmitted encodes the answer to a batch of 64 submissions, and
+// reports the cost per answer.
+func BenchmarkEncodeJobsSubmitted(b *testing.B) {
+	m := protocol.JobsSubmitted{Answers: make([]json.RawMessage, 64)}
+	for i := range m.Answers {
+		m.Answers[i], _ = protocol.Encode(&protocol.JobSubmitted{JobID: protocol.RequestJobID(protocol.NewRequestID())})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := protocol.Encode(&m); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(m.Answers)), "ns/answer")
+}
