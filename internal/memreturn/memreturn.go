@@ -151,24 +151,37 @@ func Start(cfg Config) (stop func()) {
 func run(ctx context.Context, cfg Config) {
 	tick := time.NewTicker(cfg.Interval)
 	defer tick.Stop()
+	// settle fires Settle after a return, on its own timer rather than at the next
+	// look: the caches it waits for drop about 10 s after the load ends, and a look
+	// every Interval would put the second return up to an Interval later.
+	settle := time.NewTimer(cfg.Settle)
+	settle.Stop()
+	defer settle.Stop()
 	prev := cfg.sample()
-	var settleAt time.Time // once more then, if idle until then; zero: not due
+	settling := false // a settle return is due when settle fires, if idle until then
 	for {
+		var settled bool
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		case <-settle.C:
+			settled = true
 		}
 		now := cfg.sample()
+		busy := now.Allocated-prev.Allocated >= cfg.IdleAlloc
 		switch {
+		case settled && settling && !busy:
+			now = cfg.give(now)
+			settling = false
+		case settled:
+			settling = false
 		case cfg.Due(prev, now):
 			now = cfg.give(now)
-			settleAt = time.Now().Add(cfg.Settle)
-		case now.Allocated-prev.Allocated >= cfg.IdleAlloc: // busy again
-			settleAt = time.Time{}
-		case !settleAt.IsZero() && !time.Now().Before(settleAt):
-			now = cfg.give(now)
-			settleAt = time.Time{}
+			settling = true
+			settle.Reset(cfg.Settle)
+		case busy:
+			settling = false
 		}
 		prev = now
 	}
