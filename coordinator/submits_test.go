@@ -221,6 +221,32 @@ func TestSubmitJobsSentAgain(t *testing.T) {
 	}
 }
 
+// TestSubmitJobsCarryTheBatchTrace: the batch request's trace context is each of its
+// submissions' (they carry none of their own): every job's assignment hands it on.
+func TestSubmitJobsCarryTheBatchTrace(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	m := s.ManualWorker("w", 2)
+	const parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	body, err := protocol.Encode(&protocol.SubmitJobs{Jobs: []protocol.BatchedSubmission{
+		{RequestID: protocol.NewRequestID(), Submit: submitBody(t, "a")},
+		{Submit: submitBody(t, "b")},
+	}})
+	must(t, err)
+	e, _ := protocol.EndpointFor(protocol.TypeSubmitJobs)
+	req := nats.NewMsg(e.Subject())
+	req.Data = body
+	req.Header.Set(protocol.HeaderTraceParent, parent)
+	reply, err := s.NC.RequestMsg(req, 20*time.Second)
+	must(t, err)
+	answersOf(t, reply, 2)
+	for range 2 {
+		if a := s.NextAssign(m); a.TraceParent != parent {
+			t.Fatalf("assignment of job %s: traceparent %q, want the batch's %q", a.JobID, a.TraceParent, parent)
+		}
+	}
+}
+
 // TestSubmitJobsRefusedWhole: a batch the coordinator cannot take as a batch (empty,
 // over protocol.MaxSubmissions, malformed) gets one ERROR (400, with micro's headers)
 // for all of it, and nothing of it is stored.
