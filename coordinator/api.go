@@ -265,11 +265,7 @@ func (a *api) endpoint(want protocol.Type) micro.Handler {
 		a.serveRequest(req.Data(), a.sentBy(nats.Header(req.Headers())), want, func(m protocol.Message) {
 			mu.Lock()
 			defer mu.Unlock()
-			if s, ok := m.(settled); ok {
-				m = s.Message // what is stored, whoever leads (outcome.go)
-			} else if !a.lease.held() {
-				m = a.notLeader() // a read: another coordinator may know better
-			}
+			m = a.answerNow(m)
 			if returned {
 				a.replyLate(req.Reply(), m)
 				return
@@ -285,6 +281,19 @@ func (a *api) endpoint(want protocol.Type) micro.Handler {
 		returned = true
 		mu.Unlock()
 	})
+}
+
+// answerNow is the API's answer m, as it goes now: a settled answer says what is
+// stored, whoever leads (outcome.go); any other is "not serving" once the lease may
+// have lapsed, for another coordinator may know better.
+func (a *api) answerNow(m protocol.Message) protocol.Message {
+	if s, ok := m.(settled); ok {
+		return s.Message
+	}
+	if !a.lease.held() {
+		return a.notLeader()
+	}
+	return m
 }
 
 // encodeReply encodes an API reply, and returns it as an ERROR too when it is one.
@@ -370,6 +379,8 @@ func (a *api) serveRequest(data []byte, from request, want protocol.Type, reply 
 	switch m := msg.(type) {
 	case *protocol.SubmitJob:
 		a.sched.submit(m, from, reply)
+	case *protocol.SubmitJobs:
+		a.serveSubmits(m, from, reply) // submits.go
 	case *protocol.GetJobStatus:
 		reply(a.status(m.JobID))
 	case *protocol.ListJobs:

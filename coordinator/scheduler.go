@@ -122,6 +122,16 @@ func (s *scheduler) refuse() *protocol.Error {
 	return &protocol.Error{Message: fmt.Sprintf("%v: %v", ErrNotServing, s.fenced)}
 }
 
+// refusing is a fenced coordinator's refusal (refuse), or nil while it is not fenced.
+func (s *scheduler) refusing() *protocol.Error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fenced == nil {
+		return nil
+	}
+	return s.refuse()
+}
+
 // drainWrites gives queued writes up to limit to land before the writers stop, so a
 // graceful stop leaves nothing for recovery to redo.
 func (s *scheduler) drainWrites(limit time.Duration) {

@@ -67,6 +67,20 @@ func semantic(t *testing.T, m protocol.Message) protocol.Message {
 		c := *m
 		c.Payload = canonicalJSON(t, c.Payload)
 		return &c
+	case *protocol.SubmitJobs:
+		c := *m
+		c.Jobs = slices.Clone(c.Jobs)
+		for i := range c.Jobs {
+			c.Jobs[i].Submit = canonicalJSON(t, c.Jobs[i].Submit)
+		}
+		return &c
+	case *protocol.JobsSubmitted:
+		c := *m
+		c.Answers = slices.Clone(c.Answers)
+		for i := range c.Answers {
+			c.Answers[i] = canonicalJSON(t, c.Answers[i])
+		}
+		return &c
 	case *protocol.JobList:
 		c := *m
 		if c.Jobs == nil {

@@ -168,6 +168,10 @@ func FuzzHotEncode(f *testing.F) {
 			SubmitJob{TaskType: s, Payload: data, Queue: s, ConcurrencyKey: s},
 			SubmitJob{TaskType: s, Payload: data, MaxAttempts: len(s), ConcurrencyKey: s, Priority: &p},
 			JobSubmitted{JobID: s},
+			JobsSubmitted{Answers: []json.RawMessage{data}},
+			JobsSubmitted{Answers: []json.RawMessage{json.RawMessage(`{"type":"JOB_SUBMITTED","jobId":"j"}`), data, nil}},
+			JobsSubmitted{Answers: []json.RawMessage{}},
+			JobsSubmitted{},
 		}
 		res := "r"
 		recs := []Record{{JobID: s, TaskType: "t", Payload: data, State: State(s), Attempts: len(s), Seq: uint64(len(s)) << 40,

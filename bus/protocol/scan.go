@@ -214,6 +214,12 @@ func scanHot(data []byte) (m Message, exact, ok bool) {
 		s := new(JobSubmitted)
 		exact, ok = s.scan(data)
 		m = s
+	case hasPrefix(t, `"SUBMIT_JOBS"`):
+		// Its submissions' "type" keys would send it to PeekType's encoding/json pass;
+		// the scanner takes only its own layout, where no second "type" fits.
+		s := new(SubmitJobs)
+		exact, ok = s.scan(data)
+		m = s
 	}
 	return m, exact, ok
 }

@@ -50,6 +50,8 @@ func (m SubmitJobs) MarshalJSON() ([]byte, error) {
 }
 
 func (m JobsSubmitted) MarshalJSON() ([]byte, error) {
-	type plain JobsSubmitted
-	return encode(m.MessageType(), plain(m))
+	if b, ok := m.appendFast(); ok { // submitcodec.go
+		return b, nil
+	}
+	return m.marshalSlow()
 }

@@ -34,3 +34,41 @@ func TestSubmitJobsEndpoint(t *testing.T) {
 		t.Fatalf("endpoint %+v (subject %s, read-only %v), want jobbus.api.submit.many, a write", e, e.Subject(), protocol.ReadOnly(e.Request))
 	}
 }
+
+// BenchmarkDecodeSubmitJobs decodes a batch of 64 submissions as a client sends it,
+// and reports the cost per submission.
+func BenchmarkDecodeSubmitJobs(b *testing.B) {
+	submit := json.RawMessage(`{"type":"SUBMIT_JOB","taskType":"SHA256","payload":{"text":"the quick brown fox"},"maxAttempts":0,"idempotencyKey":null,"priority":null}`)
+	m := protocol.SubmitJobs{Jobs: make([]protocol.BatchedSubmission, 64)}
+	for i := range m.Jobs {
+		m.Jobs[i] = protocol.BatchedSubmission{RequestID: protocol.NewRequestID(), Submit: submit}
+	}
+	data, err := protocol.Encode(&m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		if _, err := protocol.Decode(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(m.Jobs)), "ns/submission")
+}
+
+// BenchmarkEncodeJobsSubmitted encodes the answer to a batch of 64 submissions, and
+// reports the cost per answer.
+func BenchmarkEncodeJobsSubmitted(b *testing.B) {
+	m := protocol.JobsSubmitted{Answers: make([]json.RawMessage, 64)}
+	for i := range m.Answers {
+		m.Answers[i], _ = protocol.Encode(&protocol.JobSubmitted{JobID: protocol.RequestJobID(protocol.NewRequestID())})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := protocol.Encode(&m); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(m.Answers)), "ns/answer")
+}

@@ -61,6 +61,17 @@ func WrongEndpoint(t Type, subject string) *Error {
 	return &Error{Message: fmt.Sprintf("Unexpected message type %s on %s", t, subject)}
 }
 
+// NoSubmissions is the ERROR for a SUBMIT_JOBS that carries no submission.
+func NoSubmissions() *Error {
+	return &Error{Message: "Invalid batch: a SUBMIT_JOBS must carry at least one submission"}
+}
+
+// TooManySubmissions is the ERROR for a SUBMIT_JOBS of n submissions, more than
+// MaxSubmissions.
+func TooManySubmissions(n int) *Error {
+	return &Error{Message: fmt.Sprintf("Invalid batch: a SUBMIT_JOBS of %d submissions exceeds the limit of %d", n, MaxSubmissions)}
+}
+
 // AtCapacity is the reason of a SUBMIT_REJECTED.
 func AtCapacity(active, limit int) *SubmitRejected {
 	return &SubmitRejected{
