@@ -35,8 +35,9 @@ import (
 //     wait: nobody received it, so nobody acted on it;
 //   - an answer that its coordinator is not serving (code 503: its lease lapsed; it
 //     acted on nothing) is waited past, and the request sent again;
-//   - a submission carries a request id (protocol.HeaderRequestID; opts.RequestID, or a
-//     fresh one) and its send's number, so it is sent again every SendEvery it goes
+//   - a submission, or a batch of them (SUBMIT_JOBS), carries a request id
+//     (protocol.HeaderRequestID; opts.RequestID, or a fresh one) and its send's number,
+//     so it is sent again every SendEvery it goes
 //     unanswered, and when answered "Outcome unknown" while a send's wait is left: the
 //     coordinator answers every send with the one job the request created, on
 //     whichever coordinator leads by then;
@@ -53,7 +54,10 @@ import (
 func Request(ctx context.Context, nc *nats.Conn, subject string, body []byte, opts Options) (*nats.Msg, error) {
 	opts.Unserved, opts.Wake = notServing, protocol.LeaderSubject
 	switch t := requestType(subject); {
-	case t == protocol.TypeSubmitJob:
+	case t == protocol.TypeSubmitJob || t == protocol.TypeSubmitJobs:
+		// A batch is sent again as one: its send's number tells the coordinator that
+		// each of its submissions may be stored already, and each finds its job by its
+		// own request id (protocol.SubmitJobs).
 		rid := opts.RequestID
 		if rid == "" {
 			rid = protocol.NewRequestID()

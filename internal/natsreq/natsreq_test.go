@@ -440,34 +440,40 @@ func TestRequest(t *testing.T) {
 			t.Fatalf("%v, %v", m, err)
 		}
 	})
-	t.Run("SubmissionUnansweredIsSentAgainUnderItsRequestID", func(t *testing.T) {
-		t.Parallel()
-		nc := connect(t)
-		f := frozenAt(t, nc, submit)
-		var mu sync.Mutex
-		var seen []string
-		go func() {
-			time.Sleep(100 * time.Millisecond)
-			_ = f.Unsubscribe()
-			sub, _ := nc.QueueSubscribe(submit, "q", func(m *nats.Msg) {
-				mu.Lock()
-				seen = append(seen, m.Header.Get(protocol.HeaderRequestID)+" "+m.Header.Get(protocol.HeaderRequestTry))
-				mu.Unlock()
-				_ = m.Respond([]byte("ok"))
-			})
-			t.Cleanup(func() { _ = sub.Unsubscribe() })
-		}()
-		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if m, err := natsreq.Request(rctx, nc, submit, nil, natsreq.Options{WaitForResponders: true, RequestID: "r-1"}); err != nil || string(m.Data) != "ok" {
-			t.Fatalf("%v, %v", m, err)
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if len(seen) == 0 || !strings.HasPrefix(seen[0], "r-1 ") || strings.HasSuffix(seen[0], " 1") {
-			t.Fatalf("sends seen %q, want the request id r-1 sent again (try 2 or later)", seen)
-		}
-	})
+	for _, tc := range []struct{ name, subject string }{
+		{"Submission", submit},
+		{"BatchOfSubmissions", endpoint(t, protocol.TypeSubmitJobs)},
+	} {
+		t.Run(tc.name+"UnansweredIsSentAgainUnderItsRequestID", func(t *testing.T) {
+			t.Parallel()
+			submit := tc.subject
+			nc := connect(t)
+			f := frozenAt(t, nc, submit)
+			var mu sync.Mutex
+			var seen []string
+			go func() {
+				time.Sleep(100 * time.Millisecond)
+				_ = f.Unsubscribe()
+				sub, _ := nc.QueueSubscribe(submit, "q", func(m *nats.Msg) {
+					mu.Lock()
+					seen = append(seen, m.Header.Get(protocol.HeaderRequestID)+" "+m.Header.Get(protocol.HeaderRequestTry))
+					mu.Unlock()
+					_ = m.Respond([]byte("ok"))
+				})
+				t.Cleanup(func() { _ = sub.Unsubscribe() })
+			}()
+			rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if m, err := natsreq.Request(rctx, nc, submit, nil, natsreq.Options{WaitForResponders: true, RequestID: "r-1"}); err != nil || string(m.Data) != "ok" {
+				t.Fatalf("%v, %v", m, err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(seen) == 0 || !strings.HasPrefix(seen[0], "r-1 ") || strings.HasSuffix(seen[0], " 1") {
+				t.Fatalf("sends seen %q, want the request id r-1 sent again (try 2 or later)", seen)
+			}
+		})
+	}
 	t.Run("CancelUnansweredIsNotSentAgain", func(t *testing.T) {
 		t.Parallel()
 		cancelSubject := endpoint(t, protocol.TypeCancelJob)
