@@ -253,6 +253,8 @@ func writeRequest(subject string) string {
 		switch e.Request {
 		case protocol.TypeSubmitJob:
 			return "submission"
+		case protocol.TypeSubmitJobs:
+			return "batch of submissions"
 		case protocol.TypeCancelJob:
 			return "cancel"
 		}

@@ -201,16 +201,9 @@ func (c *Client) Submit(ctx context.Context, taskType string, payload any, opts 
 		ctx, end = c.submitSpan(ctx, taskType) // trace.go
 		defer func() { end(id, err) }()
 	}
-	raw, ok := payload.(json.RawMessage)
-	if !ok {
-		var err error
-		if raw, err = json.Marshal(payload); err != nil {
-			return "", fmt.Errorf("encode payload: %w", err)
-		}
-	}
-	req := &protocol.SubmitJob{TaskType: taskType, Payload: raw}
-	for _, o := range opts {
-		o(req)
+	req, err := submission(taskType, payload, opts)
+	if err != nil {
+		return "", err
 	}
 	m, err := c.submit(ctx, req)
 	if err != nil {
@@ -223,6 +216,23 @@ func (c *Client) Submit(ctx context.Context, taskType string, payload any, opts 
 		return "", &RejectedError{*r}
 	}
 	return "", unexpected(m)
+}
+
+// submission is the SUBMIT_JOB of a submission of taskType with payload (JSON-encoded
+// unless it is already json.RawMessage) and opts.
+func submission(taskType string, payload any, opts []SubmitOption) (*protocol.SubmitJob, error) {
+	raw, ok := payload.(json.RawMessage)
+	if !ok {
+		var err error
+		if raw, err = json.Marshal(payload); err != nil {
+			return nil, fmt.Errorf("encode payload: %w", err)
+		}
+	}
+	req := &protocol.SubmitJob{TaskType: taskType, Payload: raw}
+	for _, o := range opts {
+		o(req)
+	}
+	return req, nil
 }
 
 // Status returns a job's snapshot.

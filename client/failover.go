@@ -41,6 +41,14 @@ func (n *natsTransport) request(ctx context.Context, t protocol.Type, subject st
 	case protocol.TypeSubmitJob:
 		opts.RequestID = protocol.NewRequestID()
 		opts.Header = traceHeader(ctx) // trace.go
+	case protocol.TypeSubmitJobs: // SubmitMany's
+		// The batch's own id, for natsreq's sends again; each submission in it has
+		// its own, which names its job. Nobody serving submit.many (an older
+		// coordinator) is answered at once: SubmitMany then sends each alone, and
+		// that waits out a failover.
+		opts.RequestID = protocol.NewRequestID()
+		opts.Header = traceHeader(ctx) // each submission's (the coordinator's rule)
+		opts.Nobody = nil
 	case protocol.TypeSubmitWorkflow, protocol.TypeRetryWorkflow:
 		opts.Header = traceHeader(ctx) // its steps join the submitter's trace
 	}
@@ -55,6 +63,10 @@ func (n *natsTransport) request(ctx context.Context, t protocol.Type, subject st
 		var refused *natsreq.RefusedError
 		if errors.Is(err, natsreq.ErrCutOff) || errors.As(err, &refused) {
 			cause = err.Error()
+		}
+		if t == protocol.TypeSubmitJobs {
+			err = &batchUnanswered{cause: cause} // SubmitMany names each submission's job
+			break
 		}
 		err = &ServerError{Message: protocol.OutcomeUnknown("submission", protocol.RequestJobID(opts.RequestID), cause).Message}
 	}

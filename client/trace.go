@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
@@ -23,12 +24,12 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 
 // submitSpan starts the span of a submission of taskType; end ends it, with the error
 // if it failed. The job's id is on the coordinator's admit span, its child.
-func (c *Client) submitSpan(ctx context.Context, taskType string) (context.Context, func(string, error)) {
+func (c *Client) submitSpan(ctx context.Context, taskType string, attrs ...attribute.KeyValue) (context.Context, func(string, error)) {
 	if !c.tracer.Samples(trace.SpanContextFromContext(ctx)) { // off, or an unsampled trace
 		return ctx, func(string, error) {}
 	}
 	ctx, span := c.tracer.Start(ctx, "jobbus submit", trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(tracing.System, tracing.AttrDestination.String(taskType)))
+		trace.WithAttributes(tracing.System, tracing.AttrDestination.String(taskType)), trace.WithAttributes(attrs...))
 	return ctx, func(_ string, err error) {
 		if err != nil && span.IsRecording() {
 			span.RecordError(err)

@@ -118,7 +118,7 @@ const OutcomeUnknownPrefix = "Outcome unknown: "
 // coordinator could not tell.
 func OutcomeUnknown(what, jobID, cause string) *Error {
 	advice := "do not submit it again as a new job: ask for the job's status, or submit again with the same idempotency key"
-	if what != "submission" {
+	if !strings.Contains(what, "submission") { // a batch of them too
 		advice = "ask for the job's status, or send it again (a repeat changes nothing more)"
 	}
 	return &Error{Message: OutcomeUnknownPrefix + "job " + jobID + ": the " + what +

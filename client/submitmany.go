@@ -1,0 +1,319 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/bus/protocol/frame"
+	"github.com/jobbus/jobbus/internal/backoff"
+)
+
+// ErrNotSent is the result of a submission of SubmitMany that was never sent, because
+// a request before it failed as a whole: no job was created for it.
+var ErrNotSent = errors.New("submission not sent")
+
+// A Submission is one job of SubmitMany: what Submit takes.
+type Submission struct {
+	TaskType string
+	Payload  any // JSON-encoded unless it is already json.RawMessage
+	Options  []SubmitOption
+}
+
+// SubmitResult is one submission's outcome in SubmitMany: its job's id, or the error
+// Submit would have returned for it alone (*RejectedError, a *ServerError, an
+// ErrOutcomeUnknown naming its own job, ...).
+type SubmitResult struct {
+	JobID string
+	Err   error
+}
+
+// SubmitMany submits several jobs in one request (SUBMIT_JOBS on
+// jobbus.api.submit.many), each served exactly as if Submit had sent it alone, and
+// returns one result per submission, in order. It costs the coordinator one request
+// and one reply for many jobs; the jobs are independent: some may be created and
+// others not (a rejection at a limit, an invalid task type), and results say which.
+//
+// More than protocol.MaxSubmissions submissions, or more than a message holds, go in
+// several requests, one after the other, each bounded as any request is (WithTimeout).
+// A retryable rejection is resubmitted as Submit resubmits it (WithSubmitRetries): the
+// rejected submissions only, together.
+//
+// The error is nil when every submission got its own answer. It is not nil when a
+// request failed as a whole: no coordinator, ctx ended, an ERROR for the whole batch,
+// or no answer in time (errors.Is(err, ErrOutcomeUnknown)). SubmitMany stops there;
+// results still hold every submission's outcome: those of the failed request have the
+// error each would have had alone (for one left unanswered, "Outcome unknown" naming
+// its own job, which OutcomeJob returns), and those after it ErrNotSent.
+//
+// A coordinator that does not serve submit.many (an older version) gets each
+// submission alone, through Submit's path. Over the TCP transport the batch goes
+// through the bridge's client port, which forwards it.
+func (c *Client) SubmitMany(ctx context.Context, subs []Submission) (results []SubmitResult, err error) {
+	if len(subs) == 0 {
+		return nil, nil
+	}
+	if c.tracer.On() {
+		var end func(string, error)
+		ctx, end = c.submitSpan(ctx, commonTaskType(subs), attribute.Int("messaging.batch.message_count", len(subs)))
+		defer func() { end("", err) }()
+	}
+	results = make([]SubmitResult, len(subs))
+	items := make([]batchItem, 0, len(subs))
+	for i, s := range subs {
+		req, err := submission(s.TaskType, s.Payload, s.Options)
+		if err == nil {
+			var body []byte
+			if body, err = protocol.Encode(req); err == nil {
+				items = append(items, batchItem{i: i, req: req, body: body})
+				continue
+			}
+		}
+		results[i].Err = err // as Submit, before it sends anything
+	}
+	for try := 0; len(items) > 0; try++ {
+		var rejected []batchItem
+		if rejected, err = c.submitAll(ctx, items, results); err != nil {
+			return results, err
+		}
+		if len(rejected) == 0 || try >= c.retry.n {
+			return results, nil
+		}
+		if !backoff.Sleep(ctx, c.retry.backoff(try)) {
+			for _, it := range rejected {
+				results[it.i].Err = fmt.Errorf("%w (gave up retrying after %d attempts: %w)", results[it.i].Err, try+1, ctx.Err())
+			}
+			return results, nil
+		}
+		items = rejected
+	}
+	return results, nil
+}
+
+// batchItem is one submission of SubmitMany on its way: its index in the call, its
+// request and its encoding, and the request id it goes under.
+type batchItem struct {
+	i    int
+	req  *protocol.SubmitJob
+	body []byte
+	rid  string
+}
+
+// submitAll submits items in as few requests as the limits allow, one after another,
+// and writes each outcome into results. It returns the items rejected as retryable
+// (to resubmit), and the error of a request that failed as a whole.
+func (c *Client) submitAll(ctx context.Context, items []batchItem, results []SubmitResult) (rejected []batchItem, err error) {
+	limit := c.batchBytes()
+	for len(items) > 0 {
+		n, size := 0, len(`{"type":"SUBMIT_JOBS","jobs":[]}`)
+		for n < len(items) && n < protocol.MaxSubmissions {
+			items[n].rid = protocol.NewRequestID() // fresh at each try: a rejection created no job
+			s := itemSize(&items[n])
+			if n > 0 && size+s > limit {
+				break
+			}
+			size += s
+			n++
+		}
+		batch := items[:n]
+		items = items[n:]
+		r, err := c.submitBatch(ctx, batch, results)
+		rejected = append(rejected, r...)
+		if errors.Is(err, errNoBatches) {
+			// Nobody serves submit.many: each goes alone, as Submit sends it.
+			return rejected, c.submitAlone(ctx, append(batch, items...), results)
+		}
+		if err != nil {
+			notSent(items, results, err)
+			return rejected, err
+		}
+	}
+	return rejected, nil
+}
+
+// errNoBatches: nobody received a batch (nobody serves jobbus.api.submit.many).
+var errNoBatches = errors.New("no coordinator serves batches of submissions")
+
+// submitBatch sends one SUBMIT_JOBS of batch and writes each answer into results. It
+// returns the items rejected as retryable, errNoBatches when nobody received it, and
+// the error of a batch that failed as a whole (each item's result then says what it
+// would have been alone).
+func (c *Client) submitBatch(ctx context.Context, batch []batchItem, results []SubmitResult) (rejected []batchItem, err error) {
+	reply, err := c.DoRaw(ctx, protocol.TypeSubmitJobs, encodeBatch(batch))
+	var m protocol.Message
+	if err == nil {
+		m, err = protocol.Decode(reply)
+	}
+	var unanswered *batchUnanswered
+	switch {
+	case errors.Is(err, ErrNoCoordinator):
+		return nil, errNoBatches
+	case errors.As(err, &unanswered):
+		for _, it := range batch {
+			results[it.i].Err = &ServerError{Message: protocol.OutcomeUnknown("submission", protocol.RequestJobID(it.rid), unanswered.cause).Message}
+		}
+		return nil, err
+	case err != nil:
+		// Nothing was received (ctx ended first, the connection is down) or no reply
+		// came that the transport could read: each says what its send said.
+		for _, it := range batch {
+			results[it.i].Err = err
+		}
+		return nil, err
+	}
+	switch r := m.(type) {
+	case *protocol.JobsSubmitted:
+		if len(r.Answers) != len(batch) {
+			err = fmt.Errorf("%s: %d answers to %d submissions", protocol.TypeJobsSubmitted, len(r.Answers), len(batch))
+			break
+		}
+		for k, it := range batch {
+			if c.answerItem(r.Answers[k], &results[it.i]) {
+				rejected = append(rejected, it)
+			}
+		}
+		return rejected, nil
+	case *protocol.Error: // the whole batch's
+		err = &ServerError{Message: r.Message}
+		switch {
+		case errors.Is(err, ErrOutcomeUnknown):
+			// The bridge's word for a batch it sent and heard no answer to: each job
+			// is named as its own submission's would be.
+			for _, it := range batch {
+				results[it.i].Err = &ServerError{Message: protocol.OutcomeUnknown("submission", protocol.RequestJobID(it.rid), "its batch's answer: "+r.Message).Message}
+			}
+			return nil, err
+		case errors.Is(err, ErrNoCoordinator): // the bridge's: nobody received it
+			return nil, errNoBatches
+		}
+		for _, it := range batch { // refused whole: none of it was acted on
+			results[it.i].Err = err
+		}
+		return nil, err
+	default:
+		err = unexpected(m)
+	}
+	// Not an answer to the batch: any of its jobs may exist.
+	for _, it := range batch {
+		results[it.i].Err = &ServerError{Message: protocol.OutcomeUnknown("submission", protocol.RequestJobID(it.rid), "unexpected answer to its batch: "+err.Error()).Message}
+	}
+	return nil, err
+}
+
+// answerItem writes one submission's answer in a JOBS_SUBMITTED into res, as Submit
+// would have returned it, and reports whether it is a retryable rejection.
+func (c *Client) answerItem(a json.RawMessage, res *SubmitResult) (retry bool) {
+	m, err := protocol.Decode(a)
+	if err != nil {
+		res.Err = fmt.Errorf("%s: %w", protocol.TypeJobsSubmitted, err)
+		return false
+	}
+	switch r := m.(type) {
+	case *protocol.JobSubmitted:
+		res.JobID, res.Err = r.JobID, nil
+	case *protocol.SubmitRejected:
+		res.Err = &RejectedError{*r}
+		return r.Retryable
+	default:
+		res.Err = unexpected(m)
+	}
+	return false
+}
+
+// submitAlone submits each item alone, as Submit does (with its retries), for a
+// coordinator that serves no batches. It returns the error of a submission that
+// failed as a whole, after which the others are not sent (with no coordinator at all,
+// each has that error).
+func (c *Client) submitAlone(ctx context.Context, items []batchItem, results []SubmitResult) error {
+	for k, it := range items {
+		m, err := c.submit(ctx, it.req)
+		res := &results[it.i]
+		switch r := m.(type) {
+		case *protocol.JobSubmitted:
+			res.JobID, res.Err = r.JobID, nil
+		case *protocol.SubmitRejected:
+			res.Err = &RejectedError{*r}
+		case nil:
+			res.Err = err
+			notSent(items[k+1:], results, err)
+			return err
+		default:
+			res.Err = unexpected(m)
+		}
+	}
+	return nil
+}
+
+// notSent ends the items a failed request kept from being sent: with its error if it
+// found no coordinator at all (theirs would have too), else with ErrNotSent.
+func notSent(items []batchItem, results []SubmitResult, err error) {
+	for _, it := range items {
+		if errors.Is(err, ErrNoCoordinator) {
+			results[it.i].Err = err
+			continue
+		}
+		results[it.i].Err = fmt.Errorf("%w: an earlier request of the call failed: %v", ErrNotSent, err)
+	}
+}
+
+// batchBytes bounds a batch's body: what its transport carries, less room for headers.
+func (c *Client) batchBytes() int {
+	const headroom = 4 << 10
+	if n, ok := c.tr.(*natsTransport); ok {
+		if max := int(n.nc.MaxPayload()); max > 0 {
+			return max - headroom
+		}
+	}
+	return frame.MaxSize - headroom
+}
+
+// batchUnanswered ends a batch of submissions that was sent and left unanswered (see
+// natsTransport.request): any of its jobs may exist, and SubmitMany names each.
+type batchUnanswered struct{ cause string }
+
+func (e *batchUnanswered) Error() string {
+	return protocol.OutcomeUnknownUnanswered("batch of submissions", e.cause).Message
+}
+
+// Is matches ErrOutcomeUnknown.
+func (e *batchUnanswered) Is(target error) bool { return target == ErrOutcomeUnknown }
+
+// itemSize is it's size in a batch: {"requestId":"...","submit":...}, and a comma.
+func itemSize(it *batchItem) int { return len(it.rid) + len(it.body) + 30 }
+
+// encodeBatch writes a SUBMIT_JOBS of batch as protocol.Encode would (the form the
+// coordinator reads fastest), each submission's encoding copied as it is.
+func encodeBatch(batch []batchItem) []byte {
+	n := len(`{"type":"SUBMIT_JOBS","jobs":[]}`)
+	for k := range batch {
+		n += itemSize(&batch[k])
+	}
+	buf := make([]byte, 0, n)
+	buf = append(buf, `{"type":"SUBMIT_JOBS","jobs":[`...)
+	for k, it := range batch {
+		if k > 0 {
+			buf = append(buf, ',')
+		}
+		// A request id of protocol.NewRequestID needs no escaping.
+		buf = append(buf, `{"requestId":"`...)
+		buf = append(buf, it.rid...)
+		buf = append(buf, `","submit":`...)
+		buf = append(buf, it.body...)
+		buf = append(buf, '}')
+	}
+	return append(buf, "]}"...)
+}
+
+// commonTaskType is the task type of every submission in subs, "" when they differ.
+func commonTaskType(subs []Submission) string {
+	for _, s := range subs[1:] {
+		if s.TaskType != subs[0].TaskType {
+			return ""
+		}
+	}
+	return subs[0].TaskType
+}

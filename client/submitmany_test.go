@@ -1,0 +1,351 @@
+package client_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/client"
+	"github.com/jobbus/jobbus/coordinator"
+	"github.com/jobbus/jobbus/internal/jobbustest"
+	"github.com/jobbus/jobbus/internal/testkit"
+)
+
+var submitManySubject = func() string { e, _ := protocol.EndpointFor(protocol.TypeSubmitJobs); return e.Subject() }()
+
+// overhear counts the requests on subject until the test ends, calling seen with each.
+// A plain subscription is a responder: use it only where a coordinator serves subject
+// too, or where nobody is to answer.
+func overhear(t *testing.T, nc *nats.Conn, subject string, seen func(*nats.Msg)) *atomic.Int64 {
+	t.Helper()
+	var n atomic.Int64
+	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
+		n.Add(1)
+		if seen != nil {
+			seen(m)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return &n
+}
+
+// batchRequestIDs decodes a SUBMIT_JOBS and returns its submissions' request ids.
+func batchRequestIDs(t *testing.T, data []byte) []string {
+	m, err := protocol.Decode(data)
+	if err != nil {
+		t.Errorf("batch does not decode: %v", err)
+		return nil
+	}
+	var rids []string
+	for _, s := range m.(*protocol.SubmitJobs).Jobs {
+		rids = append(rids, s.RequestID)
+	}
+	return rids
+}
+
+// TestSubmitMany: one call submits several jobs in one request, over NATS and over
+// the bridge's TCP client port; each result is its own submission's job, which runs.
+func TestSubmitMany(t *testing.T) {
+	t.Parallel()
+	sys := jobbustest.Start(t)
+	w, _ := sys.StartNativeWorker(t)
+	br := sys.StartBridge(t)
+	native := client.New(sys.NC)
+	testkit.Eventually(t, 10*time.Second, "worker listed", func() bool { return jobbustest.WorkerListed(native, w.ID()) })
+
+	var mu sync.Mutex
+	var rids []string
+	batches := overhear(t, sys.NC, submitManySubject, func(m *nats.Msg) {
+		mu.Lock()
+		defer mu.Unlock()
+		rids = append(rids, batchRequestIDs(t, m.Data)...)
+	})
+	singles := overhear(t, sys.NC, submitSubject, nil)
+	tcp, err := client.DialTCP(context.Background(), br.ClientAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcp.Close()
+
+	for _, tc := range []struct {
+		name string
+		c    *client.Client
+	}{{"NATS", native}, {"TCP", tcp}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		mu.Lock()
+		rids = nil
+		mu.Unlock()
+		before := batches.Load()
+		texts := []string{"a", "a b", "a b c", "a b c d", "a b c d e"}
+		subs := make([]client.Submission, len(texts))
+		for i, text := range texts {
+			subs[i] = client.Submission{TaskType: "WORD_COUNT", Payload: map[string]string{"text": text}}
+		}
+		res, err := tc.c.SubmitMany(ctx, subs)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if n := batches.Load() - before; n != 1 || singles.Load() != 0 {
+			t.Fatalf("%s: %d batches and %d singles, want 1 batch", tc.name, n, singles.Load())
+		}
+		mu.Lock()
+		ids := rids
+		mu.Unlock()
+		for i, r := range res {
+			if r.Err != nil {
+				t.Fatalf("%s: submission %d: %v", tc.name, i, r.Err)
+			}
+			if want := protocol.RequestJobID(ids[i]); r.JobID != want {
+				t.Fatalf("%s: submission %d is job %s, want %s (its request id's)", tc.name, i, r.JobID, want)
+			}
+			job, err := tc.c.Wait(ctx, r.JobID)
+			if err != nil || job.State != protocol.StateCompleted || job.Result == nil || *job.Result != fmt.Sprint(i+1) {
+				t.Fatalf("%s: job %d: %+v (%v), want COMPLETED with %d words", tc.name, i, job, err, i+1)
+			}
+		}
+		cancel()
+	}
+}
+
+// TestSubmitManyMixedOutcomes: each submission gets its own answer, as alone: an
+// invalid one its ERROR, one past the active limit its rejection, the others jobs.
+func TestSubmitManyMixedOutcomes(t *testing.T) {
+	t.Parallel()
+	sys := jobbustest.Start(t, jobbustest.WithCoordinatorConfig(func(c *coordinator.Config) { c.MaxActiveJobs = 2 }))
+	c := client.New(sys.NC)
+	ctx := context.Background()
+	ok := client.Submission{TaskType: "SHA256", Payload: map[string]string{"text": "x"}}
+	res, err := c.SubmitMany(ctx, []client.Submission{
+		ok,
+		{TaskType: "", Payload: map[string]string{"text": "x"}},
+		ok,
+		ok, // the third active job
+		{TaskType: "SHA256", Payload: func() {}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{0, 2} {
+		if res[i].Err != nil || res[i].JobID == "" {
+			t.Fatalf("submission %d: %+v, want a job", i, res[i])
+		}
+		if _, err := c.Status(ctx, res[i].JobID); err != nil {
+			t.Fatalf("status of submission %d's job: %v", i, err)
+		}
+	}
+	var se *client.ServerError
+	if !errors.As(res[1].Err, &se) || res[1].JobID != "" {
+		t.Fatalf("submission 1 (no task type): %+v, want a ServerError", res[1])
+	}
+	var rejected *client.RejectedError
+	if !errors.As(res[3].Err, &rejected) || !errors.Is(res[3].Err, client.ErrRejected) {
+		t.Fatalf("submission 3 (past the limit): %+v, want a RejectedError", res[3])
+	}
+	if res[4].Err == nil || !strings.Contains(res[4].Err.Error(), "encode payload") {
+		t.Fatalf("submission 4 (a func payload): %+v, want its encoding error", res[4])
+	}
+}
+
+// TestSubmitManySplits: more than protocol.MaxSubmissions go in several requests,
+// and every job is created.
+func TestSubmitManySplits(t *testing.T) {
+	t.Parallel()
+	sys := jobbustest.Start(t)
+	batches := overhear(t, sys.NC, submitManySubject, nil)
+	c := client.New(sys.NC)
+	ctx := context.Background()
+	const n = 300
+	subs := make([]client.Submission, n)
+	for i := range subs {
+		subs[i] = client.Submission{TaskType: "SHA256", Payload: map[string]string{"text": fmt.Sprint(i)}}
+	}
+	res, err := c.SubmitMany(ctx, subs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := make(map[string]bool, n)
+	for i, r := range res {
+		if r.Err != nil || seen[r.JobID] {
+			t.Fatalf("submission %d: %+v, want a job of its own", i, r)
+		}
+		seen[r.JobID] = true
+		if _, err := c.Status(ctx, r.JobID); err != nil {
+			t.Fatalf("status of submission %d's job: %v", i, err)
+		}
+	}
+	if b := batches.Load(); b != 2 {
+		t.Fatalf("%d requests for %d submissions, want 2", b, n)
+	}
+}
+
+// TestSubmitManyWithoutBatches: where nobody serves submit.many (an older
+// coordinator), each submission goes alone.
+func TestSubmitManyWithoutBatches(t *testing.T) {
+	t.Parallel()
+	nc := jobbustest.Start(t, jobbustest.WithoutCoordinator()).NC
+	serveSubmit(t, nc, func(m *nats.Msg) *nats.Msg {
+		return submitted(protocol.RequestJobID(m.Header.Get(protocol.HeaderRequestID)))
+	})
+	c := client.New(nc)
+	subs := make([]client.Submission, 3)
+	for i := range subs {
+		subs[i] = client.Submission{TaskType: "SHA256", Payload: i}
+	}
+	res, err := c.SubmitMany(context.Background(), subs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for i, r := range res {
+		if r.Err != nil || r.JobID == "" || seen[r.JobID] {
+			t.Fatalf("submission %d: %+v, want a job of its own", i, r)
+		}
+		seen[r.JobID] = true
+	}
+}
+
+// TestSubmitManyNoCoordinator: with nothing serving, the call fails with
+// ErrNoCoordinator, and so does each submission.
+func TestSubmitManyNoCoordinator(t *testing.T) {
+	t.Parallel()
+	nc := jobbustest.Start(t, jobbustest.WithoutCoordinator()).NC
+	res, err := client.New(nc).SubmitMany(context.Background(), make([]client.Submission, 3))
+	if !errors.Is(err, client.ErrNoCoordinator) {
+		t.Fatalf("err = %v, want ErrNoCoordinator", err)
+	}
+	for i, r := range res {
+		if !errors.Is(r.Err, client.ErrNoCoordinator) {
+			t.Fatalf("submission %d: %+v, want ErrNoCoordinator", i, r)
+		}
+	}
+}
+
+// TestSubmitManyOutcomeUnknownNamesEachJob: a batch left unanswered (a frozen leader)
+// ends each of its submissions with "Outcome unknown" naming its own job, and the call
+// with ErrOutcomeUnknown; the submissions after it are not sent.
+func TestSubmitManyOutcomeUnknownNamesEachJob(t *testing.T) {
+	t.Parallel()
+	nc := jobbustest.Start(t, jobbustest.WithoutCoordinator()).NC
+	var mu sync.Mutex
+	var first []string // the first batch's request ids, as sent each time
+	batches := overhear(t, nc, submitManySubject, func(m *nats.Msg) {
+		rids := batchRequestIDs(t, m.Data)
+		mu.Lock()
+		defer mu.Unlock()
+		if len(first) == 0 || len(rids) == len(first) && rids[0] == first[0] {
+			if len(first) > 0 && strings.Join(rids, " ") != strings.Join(first, " ") {
+				t.Errorf("batch sent again under other request ids")
+			}
+			first = rids
+			return
+		}
+		t.Errorf("a second batch was sent after the first went unanswered")
+	})
+	c := client.New(nc, client.WithTimeout(300*time.Millisecond))
+	const n = protocol.MaxSubmissions + 2
+	subs := make([]client.Submission, n)
+	for i := range subs {
+		subs[i] = client.Submission{TaskType: "SHA256", Payload: i}
+	}
+	res, err := c.SubmitMany(context.Background(), subs)
+	if !errors.Is(err, client.ErrOutcomeUnknown) {
+		t.Fatalf("err = %v, want ErrOutcomeUnknown", err)
+	}
+	if batches.Load() == 0 {
+		t.Fatal("no batch sent")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i, r := range res {
+		if i >= len(first) {
+			if !errors.Is(r.Err, client.ErrNotSent) || errors.Is(r.Err, client.ErrOutcomeUnknown) {
+				t.Fatalf("submission %d, after the batch: %v, want ErrNotSent", i, r.Err)
+			}
+			continue
+		}
+		job, ok := client.OutcomeJob(r.Err)
+		if !errors.Is(r.Err, client.ErrOutcomeUnknown) || !ok {
+			t.Fatalf("submission %d: %v, want Outcome unknown naming its job", i, r.Err)
+		}
+		if want := protocol.RequestJobID(first[i]); job != want {
+			t.Fatalf("submission %d names job %s, want its own %s", i, job, want)
+		}
+	}
+	if len(first) != protocol.MaxSubmissions {
+		t.Fatalf("first batch of %d, want %d", len(first), protocol.MaxSubmissions)
+	}
+}
+
+// TestSubmitManyRetriesRejected: with WithSubmitRetries, the submissions rejected as
+// retryable are resubmitted, alone of the batch, under new request ids.
+func TestSubmitManyRetriesRejected(t *testing.T) {
+	t.Parallel()
+	nc := jobbustest.Start(t, jobbustest.WithoutCoordinator()).NC
+	var mu sync.Mutex
+	var sizes []int
+	rejected := map[string]bool{}
+	sub, err := nc.Subscribe(submitManySubject, func(m *nats.Msg) {
+		rids := batchRequestIDs(t, m.Data)
+		mu.Lock()
+		defer mu.Unlock()
+		sizes = append(sizes, len(rids))
+		var answers []json.RawMessage
+		for i, rid := range rids {
+			if rejected[rid] {
+				t.Errorf("request id %s sent again after its rejection", rid)
+			}
+			var a protocol.Message = &protocol.JobSubmitted{JobID: protocol.RequestJobID(rid)}
+			if len(sizes) == 1 && i%2 == 1 { // the first batch's odd ones
+				rejected[rid] = true
+				a = protocol.AtCapacity(10, 10)
+			}
+			answers = append(answers, mustEncode(a))
+		}
+		_ = m.Respond(mustEncode(&protocol.JobsSubmitted{Answers: answers}))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+
+	for _, tc := range []struct {
+		name    string
+		retries int
+		sizes   []int
+	}{{"Retried", 2, []int{5, 2}}, {"OffByDefault", 0, []int{5}}} {
+		mu.Lock()
+		sizes = nil
+		mu.Unlock()
+		c := client.New(nc, client.WithSubmitRetries(tc.retries, time.Millisecond, 2*time.Millisecond))
+		res, err := c.SubmitMany(context.Background(), make([]client.Submission, 5))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		for i, r := range res {
+			wantRejected := i%2 == 1 && tc.retries == 0
+			if got := errors.Is(r.Err, client.ErrRejected); got != wantRejected || !got && (r.Err != nil || r.JobID == "") {
+				t.Fatalf("%s: submission %d: %+v, rejected %v", tc.name, i, r, wantRejected)
+			}
+		}
+		mu.Lock()
+		if fmt.Sprint(sizes) != fmt.Sprint(tc.sizes) {
+			t.Fatalf("%s: batches of %v, want %v", tc.name, sizes, tc.sizes)
+		}
+		mu.Unlock()
+	}
+}
