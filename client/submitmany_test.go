@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/jobbus/jobbus/bridge"
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/coordinator"
@@ -237,57 +238,72 @@ func TestSubmitManyNoCoordinator(t *testing.T) {
 
 // TestSubmitManyOutcomeUnknownNamesEachJob: a batch left unanswered (a frozen leader)
 // ends each of its submissions with "Outcome unknown" naming its own job, and the call
-// with ErrOutcomeUnknown; the submissions after it are not sent.
+// with ErrOutcomeUnknown; the submissions after it are not sent. Over TCP, the bridge
+// says the batch's outcome is unknown, and the client names each job.
 func TestSubmitManyOutcomeUnknownNamesEachJob(t *testing.T) {
 	t.Parallel()
-	nc := jobbustest.Start(t, jobbustest.WithoutCoordinator()).NC
-	var mu sync.Mutex
-	var first []string // the first batch's request ids, as sent each time
-	batches := overhear(t, nc, submitManySubject, func(m *nats.Msg) {
-		rids := batchRequestIDs(t, m.Data)
-		mu.Lock()
-		defer mu.Unlock()
-		if len(first) == 0 || len(rids) == len(first) && rids[0] == first[0] {
-			if len(first) > 0 && strings.Join(rids, " ") != strings.Join(first, " ") {
-				t.Errorf("batch sent again under other request ids")
+	for _, tc := range []struct {
+		name   string
+		client func(t *testing.T, sys *jobbustest.System) *client.Client
+	}{
+		{"NATS", func(t *testing.T, sys *jobbustest.System) *client.Client {
+			return client.New(sys.NC, client.WithTimeout(300*time.Millisecond))
+		}},
+		{"TCP", func(t *testing.T, sys *jobbustest.System) *client.Client {
+			br := sys.StartBridge(t, func(c *bridge.Config) { c.RequestTimeout = 300 * time.Millisecond })
+			return dial(t, br.ClientAddr().String(), client.WithTimeout(5*time.Second))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			sys := jobbustest.Start(t, jobbustest.WithoutCoordinator())
+			var mu sync.Mutex
+			var first []string // the first batch's request ids
+			batches := overhear(t, sys.NC, submitManySubject, func(m *nats.Msg) {
+				rids := batchRequestIDs(t, m.Data)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case len(first) == 0:
+					first = rids
+				case strings.Join(rids, " ") != strings.Join(first, " "):
+					t.Errorf("a second batch was sent after the first went unanswered")
+				}
+			})
+			c := tc.client(t, sys)
+			const n = protocol.MaxSubmissions + 2
+			subs := make([]client.Submission, n)
+			for i := range subs {
+				subs[i] = client.Submission{TaskType: "SHA256", Payload: i}
 			}
-			first = rids
-			return
-		}
-		t.Errorf("a second batch was sent after the first went unanswered")
-	})
-	c := client.New(nc, client.WithTimeout(300*time.Millisecond))
-	const n = protocol.MaxSubmissions + 2
-	subs := make([]client.Submission, n)
-	for i := range subs {
-		subs[i] = client.Submission{TaskType: "SHA256", Payload: i}
-	}
-	res, err := c.SubmitMany(context.Background(), subs)
-	if !errors.Is(err, client.ErrOutcomeUnknown) {
-		t.Fatalf("err = %v, want ErrOutcomeUnknown", err)
-	}
-	if batches.Load() == 0 {
-		t.Fatal("no batch sent")
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	for i, r := range res {
-		if i >= len(first) {
-			if !errors.Is(r.Err, client.ErrNotSent) || errors.Is(r.Err, client.ErrOutcomeUnknown) {
-				t.Fatalf("submission %d, after the batch: %v, want ErrNotSent", i, r.Err)
+			res, err := c.SubmitMany(context.Background(), subs)
+			if !errors.Is(err, client.ErrOutcomeUnknown) {
+				t.Fatalf("err = %v, want ErrOutcomeUnknown", err)
 			}
-			continue
-		}
-		job, ok := client.OutcomeJob(r.Err)
-		if !errors.Is(r.Err, client.ErrOutcomeUnknown) || !ok {
-			t.Fatalf("submission %d: %v, want Outcome unknown naming its job", i, r.Err)
-		}
-		if want := protocol.RequestJobID(first[i]); job != want {
-			t.Fatalf("submission %d names job %s, want its own %s", i, job, want)
-		}
-	}
-	if len(first) != protocol.MaxSubmissions {
-		t.Fatalf("first batch of %d, want %d", len(first), protocol.MaxSubmissions)
+			if batches.Load() == 0 {
+				t.Fatal("no batch sent")
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(first) != protocol.MaxSubmissions {
+				t.Fatalf("first batch of %d, want %d", len(first), protocol.MaxSubmissions)
+			}
+			for i, r := range res {
+				if i >= len(first) {
+					if !errors.Is(r.Err, client.ErrNotSent) || errors.Is(r.Err, client.ErrOutcomeUnknown) {
+						t.Fatalf("submission %d, after the batch: %v, want ErrNotSent", i, r.Err)
+					}
+					continue
+				}
+				job, ok := client.OutcomeJob(r.Err)
+				if !errors.Is(r.Err, client.ErrOutcomeUnknown) || !ok {
+					t.Fatalf("submission %d: %v, want Outcome unknown naming its job", i, r.Err)
+				}
+				if want := protocol.RequestJobID(first[i]); job != want {
+					t.Fatalf("submission %d names job %s, want its own %s", i, job, want)
+				}
+			}
+		})
 	}
 }
 
