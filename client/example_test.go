@@ -305,3 +305,36 @@ func ExampleClient_Watch() {
 	}
 	// Output: changed COMPLETED 6
 }
+
+// SubmitMany submits several jobs in one request; each result is its own
+// submission's job, or the error Submit would have returned for it alone.
+func ExampleClient_SubmitMany() {
+	nc, _, stop := startJobbus()
+	defer stop()
+	ctx := context.Background()
+
+	c := client.New(nc)
+	res, err := c.SubmitMany(ctx, []client.Submission{
+		{TaskType: "WORD_COUNT", Payload: map[string]any{"text": "one"}},
+		{TaskType: "NO_SUCH_TYPE!", Payload: map[string]any{"text": "x"}},
+		{TaskType: "WORD_COUNT", Payload: map[string]any{"text": "one two three"}, Options: []client.SubmitOption{client.MaxAttempts(2)}},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for i, r := range res {
+		if r.Err != nil {
+			fmt.Println(i, "not submitted:", errors.Is(r.Err, client.ErrServer))
+			continue
+		}
+		job, err := c.Wait(ctx, r.JobID)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(i, job.State, *job.Result)
+	}
+	// Output:
+	// 0 COMPLETED 1
+	// 1 not submitted: true
+	// 2 COMPLETED 3
+}
