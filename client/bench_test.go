@@ -2,12 +2,18 @@ package client_test
 
 import (
 	"context"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
+	"github.com/jobbus/jobbus/coordinator"
 	"github.com/jobbus/jobbus/internal/jobbustest"
 )
 
@@ -34,4 +40,77 @@ func BenchmarkSubmitNATS(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkSubmitMany compares 64 jobs submitted by 64 Submit calls from 16
+// goroutines with one SubmitMany of 64, on a real coordinator in the same process (no
+// worker: the jobs stay queued). An op is 64 jobs; cpu-µs/job (the process's user and
+// system time, coordinator and NATS server included) and allocs/job are per job.
+//
+//	go test -run '^$' -bench SubmitMany -benchtime 200x -count 5 ./client/
+func BenchmarkSubmitMany(b *testing.B) {
+	const jobs, submitters = 64, 16
+	sys := jobbustest.Start(b, jobbustest.WithCoordinatorConfig(func(c *coordinator.Config) { c.MaxActiveJobs = 1 << 20 }))
+	c := client.New(sys.NC)
+	ctx := context.Background()
+	payload := map[string]string{"text": "x"}
+	subs := make([]client.Submission, jobs)
+	for i := range subs {
+		subs[i] = client.Submission{TaskType: "SHA256", Payload: payload}
+	}
+	run := map[string]func(b *testing.B){
+		"Submit": func(b *testing.B) {
+			var wg sync.WaitGroup
+			var next atomic.Int64
+			for range submitters {
+				wg.Go(func() {
+					for next.Add(1) <= jobs {
+						if _, err := c.Submit(ctx, "SHA256", payload); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+		},
+		"SubmitMany": func(b *testing.B) {
+			res, err := c.SubmitMany(ctx, subs)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, r := range res {
+				if r.Err != nil {
+					b.Fatal(r.Err)
+				}
+			}
+		},
+	}
+	for _, name := range []string{"Submit", "SubmitMany"} {
+		b.Run(name, func(b *testing.B) {
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			cpu := cpuTime()
+			b.ResetTimer()
+			for range b.N {
+				run[name](b)
+			}
+			b.StopTimer()
+			cpu = cpuTime() - cpu
+			runtime.ReadMemStats(&after)
+			n := float64(b.N * jobs)
+			b.ReportMetric(float64(cpu.Microseconds())/n, "cpu-µs/job")
+			b.ReportMetric(float64(after.Mallocs-before.Mallocs)/n, "allocs/job")
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/n, "µs/job")
+		})
+	}
+}
+
+// cpuTime is the process's user and system time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
