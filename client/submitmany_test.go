@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/jobbus/jobbus/bridge"
 	"github.com/jobbus/jobbus/bus/protocol"
@@ -363,5 +365,30 @@ func TestSubmitManyRetriesRejected(t *testing.T) {
 			t.Fatalf("%s: batches of %v, want %v", tc.name, sizes, tc.sizes)
 		}
 		mu.Unlock()
+	}
+}
+
+// TestSubmitManyTraced: a traced call sends its trace context with the batch (the
+// coordinator makes it every job's), in one span.
+func TestSubmitManyTraced(t *testing.T) {
+	t.Parallel()
+	sys := jobbustest.Start(t)
+	var traceparent atomic.Value
+	overhear(t, sys.NC, submitManySubject, func(m *nats.Msg) { traceparent.Store(m.Header.Get("traceparent")) })
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithSpanProcessor(spans))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	c := client.New(sys.NC, client.WithTracerProvider(tp))
+	res, err := c.SubmitMany(context.Background(), []client.Submission{{TaskType: "SHA256", Payload: map[string]string{"text": "x"}}, {TaskType: "SHA256", Payload: map[string]string{"text": "y"}}})
+	if err != nil || res[0].Err != nil || res[1].Err != nil {
+		t.Fatalf("%+v, %v", res, err)
+	}
+	ended := spans.Ended()
+	if len(ended) != 1 {
+		t.Fatalf("%d spans ended, want 1", len(ended))
+	}
+	tp0, _ := traceparent.Load().(string)
+	if want := ended[0].SpanContext().TraceID().String(); !strings.Contains(tp0, want) {
+		t.Fatalf("batch's traceparent %q, want the span's trace %s", tp0, want)
 	}
 }
