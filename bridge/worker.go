@@ -277,11 +277,7 @@ func (s *workerSession) relay(want protocol.Type) bus.HandlerFunc {
 			// report it missing (and the worker may answer it as soon as it is sent).
 			s.held.Add(ref)
 		}
-		select {
-		case <-s.registered:
-		case <-s.ctx.Done():
-			return nil, nil
-		case <-ctx.Done():
+		if !s.awaitRegistered(ctx) {
 			return nil, nil
 		}
 		if s.out.send(data) && s.log.Enabled(ctx, slog.LevelDebug) { // unguarded, its argument is boxed on every frame
@@ -294,6 +290,18 @@ func (s *workerSession) relay(want protocol.Type) bus.HandlerFunc {
 		}
 		return nil, nil
 	}
+}
+
+// awaitRegistered waits until the worker has its WORKER_REGISTERED (frames for it go
+// after that one), and reports false if the session or the request ends first.
+func (s *workerSession) awaitRegistered(ctx context.Context) bool {
+	select {
+	case <-s.registered:
+		return true
+	case <-s.ctx.Done():
+	case <-ctx.Done():
+	}
+	return false
 }
 
 // relayAssigns is the handler of task.assigns: each assignment of the batch becomes a
@@ -317,11 +325,7 @@ func (s *workerSession) relayAssigns(ctx context.Context, req *bus.Request) (any
 		s.held.Add(ref) // before the wait, as relay does
 		frames = append(frames, data)
 	}
-	select {
-	case <-s.registered:
-	case <-s.ctx.Done():
-		return nil, nil
-	case <-ctx.Done():
+	if !s.awaitRegistered(ctx) {
 		return nil, nil
 	}
 	for _, data := range frames {

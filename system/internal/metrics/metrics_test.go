@@ -24,6 +24,7 @@ import (
 	"github.com/jobbus/jobbus/embeddednats"
 	"github.com/jobbus/jobbus/internal/jobbustest"
 	"github.com/jobbus/jobbus/internal/testkit"
+	"github.com/jobbus/jobbus/internal/testkit/specpeer"
 	"github.com/jobbus/jobbus/system/internal/metrics"
 	"github.com/jobbus/jobbus/worker"
 )
@@ -456,4 +457,31 @@ func TestStoreSyncs(t *testing.T) {
 		return scrape(t, s.url)["jobbus_store_sync_errors_total"] >= 1
 	})
 	fail.Store(false) // the waiting write is synced, so the coordinator stops cleanly
+}
+
+// TestBridgeCountsTCPWorkersResults: a spec TCP worker's result, delivered by the
+// bridge (in a batch with others when the coordinator takes them), is counted as
+// answered once the coordinator answers it.
+func TestBridgeCountsTCPWorkersResults(t *testing.T) {
+	t.Parallel()
+	s := start(t)
+	b := s.StartBridge(t)
+	s.reg.AddBridge(b)
+
+	w := specpeer.Dial(t, b.WorkerAddr().String())
+	w.Register("tcp-w", 1)
+	c := specpeer.Dial(t, b.ClientAddr().String())
+	id := c.Submit("SHA256", `{"text":"x"}`)
+	a := w.ExpectAssign(id)
+	result := "r"
+	w.MustSend(&protocol.TaskResult{WorkerID: "tcp-w", JobID: id, AttemptID: a.AttemptID, Success: true, Result: &result})
+	testkit.Eventually(t, waitFor, "the TCP worker's result counted as answered", func() bool {
+		return scrape(t, s.url)[`jobbus_bridge_results_total{outcome="answered"}`] == 1
+	})
+	m := scrape(t, s.url)
+	for _, outcome := range []string{"refused", "abandoned"} {
+		if n := m[`jobbus_bridge_results_total{outcome="`+outcome+`"}`]; n != 0 {
+			t.Errorf("%s results %v, want 0", outcome, n)
+		}
+	}
 }
