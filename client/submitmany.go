@@ -50,9 +50,12 @@ type SubmitResult struct {
 // error each would have had alone (for one left unanswered, "Outcome unknown" naming
 // its own job, which OutcomeJob returns), and those after it ErrNotSent.
 //
-// A coordinator that does not serve submit.many (an older version) gets each
-// submission alone, through Submit's path. Over the TCP transport the batch goes
-// through the bridge's client port, which forwards it.
+// Where nobody serves submit.many when a request goes (a coordinator older than it,
+// or none at that moment, as in a failover), that request's submissions and the rest
+// go alone, one after the other, as Submit sends them (waiting out a failover as it
+// does). Over the TCP transport the batch goes through the bridge's client port, which
+// forwards it; from a bridge that finds nobody serving submit.many, that answer comes
+// only after the bridge's request timeout.
 func (c *Client) SubmitMany(ctx context.Context, subs []Submission) (results []SubmitResult, err error) {
 	if len(subs) == 0 {
 		return nil, nil
