@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
 
@@ -175,7 +176,7 @@ func (c *Client) submitBatch(ctx context.Context, batch []batchItem, results []S
 			break
 		}
 		for k, it := range batch {
-			if c.answerItem(r.Answers[k], &results[it.i]) {
+			if c.answerItem(r.Answers[k], it.rid, &results[it.i]) {
 				rejected = append(rejected, it)
 			}
 		}
@@ -208,8 +209,9 @@ func (c *Client) submitBatch(ctx context.Context, batch []batchItem, results []S
 }
 
 // answerItem writes one submission's answer in a JOBS_SUBMITTED into res, as Submit
-// would have returned it, and reports whether it is a retryable rejection.
-func (c *Client) answerItem(a json.RawMessage, res *SubmitResult) (retry bool) {
+// would have returned it, and reports whether it is a retryable rejection. rid is the
+// submission's request id.
+func (c *Client) answerItem(a json.RawMessage, rid string, res *SubmitResult) (retry bool) {
 	m, err := protocol.Decode(a)
 	if err != nil {
 		res.Err = fmt.Errorf("%s: %w", protocol.TypeJobsSubmitted, err)
@@ -221,11 +223,25 @@ func (c *Client) answerItem(a json.RawMessage, res *SubmitResult) (retry bool) {
 	case *protocol.SubmitRejected:
 		res.Err = &RejectedError{*r}
 		return r.Retryable
+	case *protocol.Error:
+		if strings.HasPrefix(r.Message, notServingPrefix) {
+			// Its coordinator lost its lease while the job's write went on: a single
+			// submission would be sent again under its request id and find the job
+			// if it was stored; here its outcome is unknown, and named.
+			res.Err = &ServerError{Message: protocol.OutcomeUnknown("submission", protocol.RequestJobID(rid),
+				"its coordinator stopped serving before it answered ("+r.Message+")").Message}
+			return false
+		}
+		res.Err = unexpected(m)
 	default:
 		res.Err = unexpected(m)
 	}
 	return false
 }
+
+// notServingPrefix begins the answer of a coordinator that is not serving (micro code
+// 503), which acknowledges nothing: what it was asked may or may not be done.
+const notServingPrefix = "coordinator is not serving"
 
 // submitAlone submits each item alone, as Submit does (with its retries), for a
 // coordinator that serves no batches. It returns the error of a submission that

@@ -392,3 +392,35 @@ func TestSubmitManyTraced(t *testing.T) {
 		t.Fatalf("batch's traceparent %q, want the span's trace %s", tp0, want)
 	}
 }
+
+// TestSubmitManyNotServingIsOutcomeUnknown: a submission of a batch answered by a
+// coordinator that stopped serving meanwhile (its lease lapsed while the job's write
+// went on) may have been stored: its result is Outcome unknown naming its own job,
+// never the refusal, which would say that nothing was stored.
+func TestSubmitManyNotServingIsOutcomeUnknown(t *testing.T) {
+	t.Parallel()
+	nc := jobbustest.Start(t, jobbustest.WithoutCoordinator()).NC
+	var rids []string
+	sub, err := nc.Subscribe(submitManySubject, func(m *nats.Msg) {
+		rids = batchRequestIDs(t, m.Data)
+		_ = m.Respond(mustEncode(&protocol.JobsSubmitted{Answers: []json.RawMessage{
+			mustEncode(&protocol.JobSubmitted{JobID: protocol.RequestJobID(rids[0])}),
+			mustEncode(&protocol.Error{Message: coordinator.ErrNotServing.Error() + ": its leader lease lapsed"}),
+		}}))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	res, err := client.New(nc).SubmitMany(context.Background(), make([]client.Submission, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Err != nil || res[0].JobID != protocol.RequestJobID(rids[0]) {
+		t.Fatalf("first: %+v", res[0])
+	}
+	job, ok := client.OutcomeJob(res[1].Err)
+	if !errors.Is(res[1].Err, client.ErrOutcomeUnknown) || !ok || job != protocol.RequestJobID(rids[1]) {
+		t.Fatalf("second: %v (job %q), want Outcome unknown naming %s", res[1].Err, job, protocol.RequestJobID(rids[1]))
+	}
+}
