@@ -35,7 +35,8 @@ type Config struct {
 	// heap, so a small process is left to the runtime.
 	MinExcess uint64
 	// Settle is how long after a return, the process idle all along, memory is
-	// returned once more (default 10s): parts of a process drop caches on their own
+	// returned once more (default 10s), and again after each such return that gave
+	// back at least MinExcess (at most 3 times): parts of a process drop caches on their own
 	// timers once a load ends (the embedded NATS server drops its message blocks'
 	// caches 10 s after their last use, over 200 MiB after 200,000 jobs), and what they
 	// drop is garbage that only a collection finds, while the first return's
@@ -159,26 +160,38 @@ func run(ctx context.Context, cfg Config) {
 	defer settle.Stop()
 	prev := cfg.sample()
 	settling := false // a settle return is due when settle fires, if idle until then
+	settles := 0      // settle returns since the last return that was due
 	for {
 		var settled bool
 		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		case <-settle.C:
+		case <-settle.C: // before a look due at the same time, which would take its sample
 			settled = true
+		default:
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			case <-settle.C:
+				settled = true
+			}
 		}
 		now := cfg.sample()
 		busy := now.Allocated-prev.Allocated >= cfg.IdleAlloc
 		switch {
 		case settled && settling && !busy:
+			before := now
 			now = cfg.give(now)
-			settling = false
+			// Worth it: once more, for parts that drop their caches later still.
+			settling = settles < maxSettles && before.Held-min(before.Held, now.Held) >= cfg.MinExcess
+			settles++
+			if settling {
+				settle.Reset(cfg.Settle)
+			}
 		case settled:
 			settling = false
 		case cfg.Due(prev, now):
 			now = cfg.give(now)
-			settling = true
+			settling, settles = true, 0
 			settle.Reset(cfg.Settle)
 		case busy:
 			settling = false
@@ -186,6 +199,10 @@ func run(ctx context.Context, cfg Config) {
 		prev = now
 	}
 }
+
+// maxSettles bounds the settle returns after one due return: each that gives back at
+// least MinExcess is followed by another, Settle later, while the process stays idle.
+const maxSettles = 3
 
 // give returns the heap's free memory, now being the sample before, and returns the
 // sample after.

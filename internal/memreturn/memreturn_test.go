@@ -86,6 +86,34 @@ func TestReturnsOnceMoreOnceSettled(t *testing.T) {
 	}
 }
 
+// TestSettleReturnsWhileTheyPay: a settle return that gives back MinExcess or more is
+// followed by another, Settle later (some part dropped its caches later still); one
+// that gives back less ends them.
+func TestSettleReturnsWhileTheyPay(t *testing.T) {
+	busy := memreturn.Sample{Allocated: 2000 * mib, Live: 150 * mib, Held: 450 * mib}
+	idle := memreturn.Sample{Allocated: 2001 * mib, Live: 150 * mib, Held: 450 * mib}
+	first := memreturn.Sample{Allocated: 2001 * mib, Live: 290 * mib, Held: 300 * mib}  // caches still live
+	second := memreturn.Sample{Allocated: 2001 * mib, Live: 200 * mib, Held: 210 * mib} // some dropped: 90 MiB back
+	third := memreturn.Sample{Allocated: 2001 * mib, Live: 155 * mib, Held: 160 * mib}  // the rest: 50 MiB back
+	samples := []memreturn.Sample{
+		{Allocated: 1000 * mib, Live: 100 * mib, Held: 300 * mib}, // at the start
+		busy,
+		idle,   // due: free (1)
+		first,  // after it
+		first,  // settled: free (2)
+		second, // after it: 90 MiB back, so once more
+		second, // settled: free (3)
+		third,  // after it: 50 MiB back, below MinExcess: no more
+		third,
+		third,
+		third,
+	}
+	cfg := memreturn.Config{Interval: time.Millisecond, Settle: time.Nanosecond, MinExcess: 64 * mib}
+	if n := returnsOver(t, cfg, samples, nil); n != 3 {
+		t.Fatalf("%d returns, want 3 (after the burst, once settled, and once more for the 90 MiB the second gave back)", n)
+	}
+}
+
 // returnsOver runs the goroutine of cfg over samples, one per look, and counts its
 // returns; each is called after sample i is taken, with the returns so far.
 func returnsOver(t *testing.T, cfg memreturn.Config, samples []memreturn.Sample, each func(i int, frees int32)) int32 {
