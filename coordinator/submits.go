@@ -7,7 +7,7 @@ import (
 	"github.com/jobbus/jobbus/bus/protocol"
 )
 
-// serveSubmits serves a SUBMIT_JOBS, the group commit of submissions (PROTOCOL.md
+// serveSubmits serves a SUBMIT_JOBS, several submissions in one request (PROTOCOL.md
 // "Submissions in batches"): each submission in it exactly as if it had come alone on
 // jobbus.api.submit, with the batch's headers (due time, send count, trace context)
 // and its own request id; reply gets one JOBS_SUBMITTED once every one is answered,

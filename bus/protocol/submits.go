@@ -2,10 +2,10 @@ package protocol
 
 import "encoding/json"
 
-// The group commit of submissions, a native extension of the client port (PROTOCOL.md
-// "Submissions in batches"; spec peers never send it): a client sends the submissions
-// that its callers make while earlier ones are in flight together, in one SubmitJobs,
-// and hears one JobsSubmitted with each submission's own answer.
+// Submissions in batches, a native extension of the client port (PROTOCOL.md
+// "Submissions in batches"; spec peers never send it): a client sends several
+// submissions in one SubmitJobs (the Go client's SubmitMany) and hears one
+// JobsSubmitted with each submission's own answer.
 const (
 	TypeSubmitJobs    Type = "SUBMIT_JOBS"
 	TypeJobsSubmitted Type = "JOBS_SUBMITTED"
