@@ -60,6 +60,7 @@ Example:
 			&cli.IntFlag{Name: "workers", Value: 4, Usage: "in-process workers", EnvVars: env("bench-workers")},
 			&cli.IntFlag{Name: "worker-capacity", Value: 64, Usage: "capacity of each worker", EnvVars: env("bench-worker-capacity")},
 			&cli.IntFlag{Name: "submitters", Value: 64, Usage: "concurrent submitting clients", EnvVars: env("bench-submitters")},
+			&cli.IntFlag{Name: "submit-many", Usage: "each submitter sends this many jobs at a time with SubmitMany (one request) instead of one Submit each (0: Submit)", EnvVars: env("bench-submit-many")},
 			&cli.StringFlag{Name: "transport", Value: "native", Usage: "native (NATS) or tcp (the bridge's ports) for clients and workers", EnvVars: env("bench-transport")},
 			&cli.StringFlag{Name: "sync", Value: "default", Usage: "in-process system: " + syncFlagUsage, EnvVars: env("bench-sync")},
 			&cli.StringFlag{Name: "data-dir", Usage: "in-process system: run on this store, kept afterwards, instead of a temporary one (with a store filled by go run ./internal/cmd/fillstore: throughput with that many jobs retained)", EnvVars: env("bench-data-dir")},
@@ -96,6 +97,8 @@ type benchSystem struct {
 	kept int
 	// flood is --progress-flood's, for an in-process native system; else nil.
 	flood *progressFlood
+	// many is --submit-many: jobs a submitter sends in one SubmitMany; 0: Submit each.
+	many int
 }
 
 // idleWarmup is the number of unmeasured jobs before the idle run, as the peers' have.
@@ -109,6 +112,9 @@ func bench(c *cli.Context) error {
 	n, submitters, warmup, idle := c.Int("jobs"), c.Int("submitters"), c.Int("warmup"), c.Int("idle")
 	if n < 0 || submitters < 1 || warmup < 0 || idle < 0 {
 		return usageError("--jobs, --warmup and --idle must be at least 0, --submitters at least 1")
+	}
+	if many := c.Int("submit-many"); many < 0 || many > protocol.MaxSubmissions {
+		return usageError("--submit-many must be between 0 and %d, got %d", protocol.MaxSubmissions, many)
 	}
 	if err := checkLocalWorkers(c, 1); err != nil {
 		return err
@@ -150,7 +156,7 @@ func bench(c *cli.Context) error {
 		return exitErr(err)
 	}
 	defer sys.close()
-	sys.taskType = taskType
+	sys.taskType, sys.many = taskType, c.Int("submit-many")
 	if err := sys.useQueues(ctx, c); err != nil { // bench_queues.go
 		return exitErr(err)
 	}
@@ -405,6 +411,31 @@ func inProcessSystem(ctx context.Context, c *cli.Context, transport string, sync
 	return bs, nil
 }
 
+// submit submits len(ids) jobs numbered from k, with Submit, or with one SubmitMany
+// under --submit-many, and writes their ids into ids.
+func (sys *benchSystem) submit(ctx context.Context, cl *client.Client, k int, ids []string) error {
+	if sys.many == 0 {
+		id, err := cl.Submit(ctx, sys.taskType, benchPayload(k), sys.submitOptions(k)...)
+		ids[0] = id
+		return err
+	}
+	subs := make([]client.Submission, len(ids))
+	for i := range subs {
+		subs[i] = client.Submission{TaskType: sys.taskType, Payload: benchPayload(k + i), Options: sys.submitOptions(k + i)}
+	}
+	res, err := cl.SubmitMany(ctx, subs)
+	if err != nil {
+		return err
+	}
+	for i, r := range res {
+		if r.Err != nil {
+			return r.Err
+		}
+		ids[i] = r.JobID
+	}
+	return nil
+}
+
 // runBench submits n jobs, numbered from first, over the clients, one submitter each,
 // waits until no job is active, calls measured (the CPU profile stops there), and then
 // reads when each job completed.
@@ -424,19 +455,22 @@ func runBench(ctx context.Context, sys *benchSystem, n, first int, progress func
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			step := max(sys.many, 1)
 			for {
-				k := int(next.Add(1)) - 1
+				k := int(next.Add(int64(step))) - step
 				if k >= n {
 					return
 				}
+				end := min(k+step, n)
 				t0 := time.Now()
-				id, err := cl.Submit(ctx, sys.taskType, benchPayload(first+k), sys.submitOptions(first+k)...)
-				if err != nil {
+				if err := sys.submit(ctx, cl, first+k, ids[k:end]); err != nil {
 					errs <- err
 					return
 				}
-				submitAt[k], ids[k], ack[k] = t0, id, time.Since(t0)
-				progress(int(done.Add(1)))
+				for j := k; j < end; j++ {
+					submitAt[j], ack[j] = t0, time.Since(t0)
+				}
+				progress(int(done.Add(int64(end - k))))
 			}
 		}()
 	}

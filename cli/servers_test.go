@@ -320,6 +320,24 @@ func TestBench(t *testing.T) {
 			t.Errorf("flood job: %.0f reports/s, its record written %.1f/s over %.2fs; want >= 500 reports a second and at most 4 writes a second (+3)", reports, writes, secs)
 		}
 	})
+	// Jobs submitted many at a time (SubmitMany) all run, and are all stored: a second
+	// run on the same store starts with them.
+	t.Run("SubmitMany", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		r := start(t, nil, "bench", "--data-dir", dir, "--jobs", "100", "--warmup", "5", "--submit-many", "16", "--workers", "1", "--worker-capacity", "4", "--submitters", "2")
+		if code := r.wait(t); code != cli.ExitOK || !strings.Contains(r.out.String(), "100 jobs in") {
+			t.Fatalf("bench exited %d\nstdout: %s\nstderr: %s", code, r.out, r.errs)
+		}
+		r = start(t, nil, "bench", "--data-dir", dir, "--jobs", "1", "--workers", "1", "--worker-capacity", "1", "--submitters", "1")
+		if code := r.wait(t); code != cli.ExitOK || !strings.Contains(r.out.String(), "held 105 jobs at start") {
+			t.Fatalf("second run exited %d, want it to start with the 105 jobs\nstdout: %s\nstderr: %s", code, r.out, r.errs)
+		}
+		r = start(t, nil, "bench", "--jobs", "1", "--submit-many", "257")
+		if code := r.wait(t); code != cli.ExitUsage || !strings.Contains(r.errs.String(), "--submit-many must be between 0 and 256") {
+			t.Fatalf("--submit-many 257: exit %d, stderr %s", code, r.errs)
+		}
+	})
 	// A store of its own, kept: the second run starts with the first one's jobs.
 	t.Run("DataDir", func(t *testing.T) {
 		t.Parallel()
