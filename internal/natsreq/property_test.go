@@ -74,7 +74,7 @@ func (r *responder) handle(m *nats.Msg, stored *atomic.Bool) {
 }
 
 // TestSubmissionNeverSaysNotStoredWhenStored holds Request to "an error means not
-// stored" over random sets of coordinators serving a submission at once (a deposed
+// stored", for a submission and a batch of them, over random sets of coordinators serving a submission at once (a deposed
 // one refusing, a frozen one, a leader answering late, one whose write is unconfirmed,
 // a new leader that starts serving after a few refusals): whatever ends the request,
 // it says the job was not stored only when no coordinator stored it, and says it was
@@ -85,26 +85,28 @@ func TestSubmissionNeverSaysNotStoredWhenStored(t *testing.T) {
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 1))
 	for i := range 16 {
+		// A batch of submissions (SUBMIT_JOBS) is held to the same rule.
+		typ := []protocol.Type{protocol.TypeSubmitJob, protocol.TypeSubmitJobs}[i%2]
 		n := 1 + rng.IntN(3)
 		rs := make([]*responder, n)
 		for k := range rs {
 			rs[k] = &responder{role: role(rng.IntN(int(numRoles))), delay: time.Duration(rng.IntN(700)) * time.Millisecond, refusals: 1 + rng.IntN(3)}
 		}
 		within := time.Duration(150+rng.IntN(800)) * time.Millisecond
-		name := fmt.Sprintf("%d", i)
+		name := fmt.Sprintf("%d-%s", i, typ)
 		for _, r := range rs {
 			name += "-" + r.role.String()
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			submissionHolds(t, rs, within)
+			submissionHolds(t, typ, rs, within)
 		})
 	}
 }
 
-func submissionHolds(t *testing.T, rs []*responder, within time.Duration) {
+func submissionHolds(t *testing.T, typ protocol.Type, rs []*responder, within time.Duration) {
 	nc := connect(t)
-	submit, _ := protocol.EndpointFor(protocol.TypeSubmitJob)
+	submit, _ := protocol.EndpointFor(typ)
 	var stored atomic.Bool
 	for _, r := range rs {
 		sub, err := nc.Subscribe(submit.Subject(), func(m *nats.Msg) { r.handle(m, &stored) })
