@@ -66,6 +66,9 @@ func TestTCPWorkerGetsBatchesAsSingleFrames(t *testing.T) {
 				p.MustSend(&protocol.TaskResult{WorkerID: "tcp-" + id, JobID: a.JobID, AttemptID: a.AttemptID, Success: true, Result: ptr("done")})
 				s.waitState(a.JobID, protocol.StateCompleted)
 			}
+			// The tells reach this subscription on a connection of its own: it may see
+			// the last ones after the worker got their frames.
+			eventually(t, "every tell sniffed", func() bool { _, _, sent := tells.seen(); return len(sent) >= jobs })
 			batches, singles, sent := tells.seen()
 			if singles != 0 || len(sent) != jobs {
 				t.Fatalf("%d single tells and batches of %v to the bridge (%d assignments), want %d assignments in batches only", singles, batches, len(sent), jobs)

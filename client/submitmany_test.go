@@ -27,15 +27,16 @@ var submitManySubject = func() string { e, _ := protocol.EndpointFor(protocol.Ty
 
 // overhear counts the requests on subject until the test ends, calling seen with each.
 // A plain subscription is a responder: use it only where a coordinator serves subject
-// too, or where nobody is to answer.
+// too, or where nobody is to answer. Its handler may run after the request's reply
+// arrived (over TCP the two even travel different connections): wait for its count.
 func overhear(t *testing.T, nc *nats.Conn, subject string, seen func(*nats.Msg)) *atomic.Int64 {
 	t.Helper()
 	var n atomic.Int64
 	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
-		n.Add(1)
 		if seen != nil {
 			seen(m)
 		}
+		n.Add(1) // after seen: a count waited for covers what seen recorded
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -103,6 +104,7 @@ func TestSubmitMany(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
+		testkit.Eventually(t, 5*time.Second, tc.name+": the batch overheard", func() bool { return batches.Load() > before })
 		if n := batches.Load() - before; n != 1 || singles.Load() != 0 {
 			t.Fatalf("%s: %d batches and %d singles, want 1 batch", tc.name, n, singles.Load())
 		}
@@ -191,6 +193,7 @@ func TestSubmitManySplits(t *testing.T) {
 			t.Fatalf("status of submission %d's job: %v", i, err)
 		}
 	}
+	testkit.Eventually(t, 5*time.Second, "both requests overheard", func() bool { return batches.Load() >= 2 })
 	if b := batches.Load(); b != 2 {
 		t.Fatalf("%d requests for %d submissions, want 2", b, n)
 	}
@@ -374,7 +377,7 @@ func TestSubmitManyTraced(t *testing.T) {
 	t.Parallel()
 	sys := jobbustest.Start(t)
 	var traceparent atomic.Value
-	overhear(t, sys.NC, submitManySubject, func(m *nats.Msg) { traceparent.Store(m.Header.Get("traceparent")) })
+	heard := overhear(t, sys.NC, submitManySubject, func(m *nats.Msg) { traceparent.Store(m.Header.Get("traceparent")) })
 	spans := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithSpanProcessor(spans))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
@@ -383,6 +386,7 @@ func TestSubmitManyTraced(t *testing.T) {
 	if err != nil || res[0].Err != nil || res[1].Err != nil {
 		t.Fatalf("%+v, %v", res, err)
 	}
+	testkit.Eventually(t, 5*time.Second, "the batch overheard", func() bool { return heard.Load() > 0 })
 	ended := spans.Ended()
 	if len(ended) != 1 {
 		t.Fatalf("%d spans ended, want 1", len(ended))

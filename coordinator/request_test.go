@@ -12,6 +12,7 @@ import (
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/coordinator"
+	"github.com/jobbus/jobbus/internal/testkit"
 )
 
 // sendSubmission sends a SUBMIT_JOB of payload as send try of request rid, the way the
@@ -153,6 +154,12 @@ func TestClientSubmitsUnderARequestID(t *testing.T) {
 	defer sub.Unsubscribe()
 	id, err := client.New(s.NC).Submit(context.Background(), "SHA256", text("x"))
 	must(t, err)
+	// The reply can come before this subscription's handler has run for the send.
+	testkit.Eventually(t, 5*time.Second, "the send overheard", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen) > 0
+	})
 	mu.Lock()
 	if len(seen) != 1 || !strings.HasSuffix(seen[0], " ") || protocol.RequestJobID(strings.Fields(seen[0])[0]) != id {
 		t.Fatalf("job %s from the sends %q: want one first send whose request id names it", id, seen)
