@@ -147,11 +147,11 @@ var errNoBatches = errors.New("no coordinator serves batches of submissions")
 // the error of a batch that failed as a whole (each item's result then says what it
 // would have been alone).
 func (c *Client) submitBatch(ctx context.Context, batch []batchItem, results []SubmitResult) (rejected []batchItem, err error) {
-	reply, err := c.DoRaw(ctx, protocol.TypeSubmitJobs, encodeBatch(batch))
-	var m protocol.Message
-	if err == nil {
-		m, err = protocol.Decode(reply)
+	req := &protocol.SubmitJobs{Jobs: make([]protocol.BatchedSubmission, len(batch))}
+	for k, it := range batch {
+		req.Jobs[k] = protocol.BatchedSubmission{RequestID: it.rid, Submit: it.body}
 	}
+	m, err := c.Do(ctx, req)
 	var unanswered *batchUnanswered
 	switch {
 	case errors.Is(err, ErrNoCoordinator):
@@ -301,31 +301,8 @@ func (e *batchUnanswered) Error() string {
 // Is matches ErrOutcomeUnknown.
 func (e *batchUnanswered) Is(target error) bool { return target == ErrOutcomeUnknown }
 
-// itemSize is it's size in a batch: {"requestId":"...","submit":...}, and a comma.
+// itemSize bounds its size in a batch: {"requestId":"...","submit":...}, and a comma.
 func itemSize(it *batchItem) int { return len(it.rid) + len(it.body) + 30 }
-
-// encodeBatch writes a SUBMIT_JOBS of batch as protocol.Encode would (the form the
-// coordinator reads fastest), each submission's encoding copied as it is.
-func encodeBatch(batch []batchItem) []byte {
-	n := len(`{"type":"SUBMIT_JOBS","jobs":[]}`)
-	for k := range batch {
-		n += itemSize(&batch[k])
-	}
-	buf := make([]byte, 0, n)
-	buf = append(buf, `{"type":"SUBMIT_JOBS","jobs":[`...)
-	for k, it := range batch {
-		if k > 0 {
-			buf = append(buf, ',')
-		}
-		// A request id of protocol.NewRequestID needs no escaping.
-		buf = append(buf, `{"requestId":"`...)
-		buf = append(buf, it.rid...)
-		buf = append(buf, `","submit":`...)
-		buf = append(buf, it.body...)
-		buf = append(buf, '}')
-	}
-	return append(buf, "]}"...)
-}
 
 // commonTaskType is the task type of every submission in subs, "" when they differ.
 func commonTaskType(subs []Submission) string {

@@ -172,6 +172,10 @@ func FuzzHotEncode(f *testing.F) {
 			JobsSubmitted{Answers: []json.RawMessage{json.RawMessage(`{"type":"JOB_SUBMITTED","jobId":"j"}`), data, nil}},
 			JobsSubmitted{Answers: []json.RawMessage{}},
 			JobsSubmitted{},
+			SubmitJobs{Jobs: []BatchedSubmission{{RequestID: s, Submit: data}}},
+			SubmitJobs{Jobs: []BatchedSubmission{{Submit: json.RawMessage(`{"type":"SUBMIT_JOB","taskType":"T"}`)}, {RequestID: "r", Submit: data}, {}}},
+			SubmitJobs{Jobs: []BatchedSubmission{}},
+			SubmitJobs{},
 		}
 		res := "r"
 		recs := []Record{{JobID: s, TaskType: "t", Payload: data, State: State(s), Attempts: len(s), Seq: uint64(len(s)) << 40,

@@ -45,8 +45,10 @@ func (SubmitJobs) MessageType() Type    { return TypeSubmitJobs }
 func (JobsSubmitted) MessageType() Type { return TypeJobsSubmitted }
 
 func (m SubmitJobs) MarshalJSON() ([]byte, error) {
-	type plain SubmitJobs
-	return encode(m.MessageType(), plain(m))
+	if b, ok := m.appendFast(); ok { // submitcodec.go
+		return b, nil
+	}
+	return m.marshalSlow()
 }
 
 func (m JobsSubmitted) MarshalJSON() ([]byte, error) {
