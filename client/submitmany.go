@@ -224,7 +224,7 @@ func (c *Client) answerItem(a json.RawMessage, rid string, res *SubmitResult) (r
 		res.Err = &RejectedError{*r}
 		return r.Retryable
 	case *protocol.Error:
-		if strings.HasPrefix(r.Message, notServingPrefix) {
+		if strings.HasPrefix(r.Message, protocol.NotServingPrefix) {
 			// Its coordinator lost its lease while the job's write went on: a single
 			// submission would be sent again under its request id and find the job
 			// if it was stored; here its outcome is unknown, and named.
@@ -238,10 +238,6 @@ func (c *Client) answerItem(a json.RawMessage, rid string, res *SubmitResult) (r
 	}
 	return false
 }
-
-// notServingPrefix begins the answer of a coordinator that is not serving (micro code
-// 503), which acknowledges nothing: what it was asked may or may not be done.
-const notServingPrefix = "coordinator is not serving"
 
 // submitAlone submits each item alone, as Submit does (with its retries), for a
 // coordinator that serves no batches. It returns the error of a submission that

@@ -200,4 +200,4 @@ func (c *Coordinator) Term() uint64 { return c.term }
 func (c *Coordinator) Fenced() <-chan struct{} { return c.sched.fencedCh }
 
 // ErrNotServing is returned by requests to a coordinator that is fenced or stopping.
-var ErrNotServing = errors.New("coordinator is not serving")
+var ErrNotServing = errors.New(protocol.NotServingPrefix)

@@ -113,6 +113,13 @@ func RequestIDReused(rid, jobID string) *Error {
 // asks for the named job's status, or resends with the same idempotency key.
 const OutcomeUnknownPrefix = "Outcome unknown: "
 
+// NotServingPrefix begins the ERROR of a coordinator that is not serving (fenced,
+// stopping, or its lease not certainly held; micro code 503). It acted on nothing it
+// had not already begun, and acknowledges nothing: a submission so answered alone is
+// sent again under its request id (natsreq), and one so answered inside a SUBMIT_JOBS
+// may have been stored: its outcome is unknown.
+const NotServingPrefix = "coordinator is not serving"
+
 // OutcomeUnknown is the ERROR of a request about job jobID whose write may or may not
 // be stored: what names the request ("submission", "cancel"), cause says why the
 // coordinator could not tell.
