@@ -159,8 +159,7 @@ func run(ctx context.Context, cfg Config) {
 	settle.Stop()
 	defer settle.Stop()
 	prev := cfg.sample()
-	settling := false // a settle return is due when settle fires, if idle until then
-	settles := 0      // settle returns since the last return that was due
+	settles := 0 // settle returns since the last return that was due
 	for {
 		var settled bool
 		select {
@@ -178,23 +177,20 @@ func run(ctx context.Context, cfg Config) {
 		now := cfg.sample()
 		busy := now.Allocated-prev.Allocated >= cfg.IdleAlloc
 		switch {
-		case settled && settling && !busy:
+		case settled && !busy:
 			before := now
 			now = cfg.give(now)
 			// Worth it: once more, for parts that drop their caches later still.
-			settling = settles < maxSettles && before.Held-min(before.Held, now.Held) >= cfg.MinExcess
-			settles++
-			if settling {
+			if settles++; settles < maxSettles && before.Held-min(before.Held, now.Held) >= cfg.MinExcess {
 				settle.Reset(cfg.Settle)
 			}
-		case settled:
-			settling = false
+		case settled: // busy again: the next return waits for the load to end
 		case cfg.Due(prev, now):
 			now = cfg.give(now)
-			settling, settles = true, 0
+			settles = 0
 			settle.Reset(cfg.Settle)
 		case busy:
-			settling = false
+			settle.Stop() // a settle return is for a process idle all along
 		}
 		prev = now
 	}
