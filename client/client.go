@@ -209,6 +209,11 @@ func (c *Client) Submit(ctx context.Context, taskType string, payload any, opts 
 	if err != nil {
 		return "", err
 	}
+	return submitted(m)
+}
+
+// submitted reads a submission's answer: its job's id, or the error it means.
+func submitted(m protocol.Message) (id string, err error) {
 	switch r := m.(type) {
 	case *protocol.JobSubmitted:
 		return r.JobID, nil

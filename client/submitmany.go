@@ -217,26 +217,17 @@ func (c *Client) answerItem(a json.RawMessage, rid string, res *SubmitResult) (r
 		res.Err = fmt.Errorf("%s: %w", protocol.TypeJobsSubmitted, err)
 		return false
 	}
-	switch r := m.(type) {
-	case *protocol.JobSubmitted:
-		res.JobID, res.Err = r.JobID, nil
-	case *protocol.SubmitRejected:
-		res.Err = &RejectedError{*r}
-		return r.Retryable
-	case *protocol.Error:
-		if strings.HasPrefix(r.Message, protocol.NotServingPrefix) {
-			// Its coordinator lost its lease while the job's write went on: a single
-			// submission would be sent again under its request id and find the job
-			// if it was stored; here its outcome is unknown, and named.
-			res.Err = &ServerError{Message: protocol.OutcomeUnknown("submission", protocol.RequestJobID(rid),
-				"its coordinator stopped serving before it answered ("+r.Message+")").Message}
-			return false
-		}
-		res.Err = unexpected(m)
-	default:
-		res.Err = unexpected(m)
+	if e, ok := m.(*protocol.Error); ok && strings.HasPrefix(e.Message, protocol.NotServingPrefix) {
+		// Its coordinator lost its lease while the job's write went on: a single
+		// submission would be sent again under its request id and find the job if it
+		// was stored; here its outcome is unknown, and named.
+		res.Err = &ServerError{Message: protocol.OutcomeUnknown("submission", protocol.RequestJobID(rid),
+			"its coordinator stopped serving before it answered ("+e.Message+")").Message}
+		return false
 	}
-	return false
+	res.JobID, res.Err = submitted(m)
+	r, rejected := m.(*protocol.SubmitRejected)
+	return rejected && r.Retryable
 }
 
 // submitAlone submits each item alone, as Submit does (with its retries), for a
@@ -247,18 +238,12 @@ func (c *Client) submitAlone(ctx context.Context, items []batchItem, results []S
 	for k, it := range items {
 		m, err := c.submit(ctx, it.req)
 		res := &results[it.i]
-		switch r := m.(type) {
-		case *protocol.JobSubmitted:
-			res.JobID, res.Err = r.JobID, nil
-		case *protocol.SubmitRejected:
-			res.Err = &RejectedError{*r}
-		case nil:
+		if err != nil {
 			res.Err = err
 			notSent(items[k+1:], results, err)
 			return err
-		default:
-			res.Err = unexpected(m)
 		}
+		res.JobID, res.Err = submitted(m)
 	}
 	return nil
 }
