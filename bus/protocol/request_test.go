@@ -42,3 +42,22 @@ func TestRequestIDAllocations(t *testing.T) {
 		t.Errorf("RequestJobID: %v allocations, want 1", n)
 	}
 }
+
+// TestSubjectFor holds the subjects made once to Endpoints: each request type's
+// subject is its endpoint's, both ways, and nothing else is one.
+func TestSubjectFor(t *testing.T) {
+	for _, e := range protocol.Endpoints {
+		if got, ok := protocol.SubjectFor(e.Request); !ok || got != e.Subject() {
+			t.Errorf("SubjectFor(%s) = %q, %v; want %q", e.Request, got, ok, e.Subject())
+		}
+		if got, ok := protocol.RequestOn(e.Subject()); !ok || got != e.Request {
+			t.Errorf("RequestOn(%q) = %s, %v; want %s", e.Subject(), got, ok, e.Request)
+		}
+	}
+	if s, ok := protocol.SubjectFor(protocol.TypeJobSubmitted); ok {
+		t.Errorf("SubjectFor(JOB_SUBMITTED) = %q: not a request", s)
+	}
+	if typ, ok := protocol.RequestOn(protocol.APIPrefix + ".nothing"); ok {
+		t.Errorf("RequestOn(an unknown subject) = %s", typ)
+	}
+}

@@ -96,12 +96,8 @@ const SendEvery = time.Second
 
 // requestType is the request type the API endpoint on subject serves, "" for none.
 func requestType(subject string) protocol.Type {
-	for _, e := range protocol.Endpoints {
-		if e.Subject() == subject {
-			return e.Request
-		}
-	}
-	return ""
+	t, _ := protocol.RequestOn(subject)
+	return t
 }
 
 // notServing reports an ERROR reply of a coordinator that does not serve now (micro's
