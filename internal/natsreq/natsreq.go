@@ -536,6 +536,20 @@ func (x *exchange) wait(ctx context.Context, until time.Time) (*nats.Msg, error)
 		if d, ok := ctx.Deadline(); ok && !d.After(until) {
 			return x.nc.RequestMsgWithContext(ctx, m)
 		}
+		if ctx.Done() == nil {
+			// Only the time can end the wait (a context.Background caller): nats.go's
+			// own timer, pooled, rather than a context with a timer and a channel of
+			// its own per request. As a context past its deadline, nothing is sent.
+			d := time.Until(until)
+			if d <= 0 {
+				return nil, context.DeadlineExceeded
+			}
+			reply, err := x.nc.RequestMsg(m, d)
+			if errors.Is(err, nats.ErrTimeout) {
+				err = context.DeadlineExceeded
+			}
+			return reply, err
+		}
 		wctx, cancel := context.WithDeadline(ctx, until)
 		defer cancel()
 		return x.nc.RequestMsgWithContext(wctx, m)
