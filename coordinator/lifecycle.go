@@ -215,7 +215,7 @@ func (s *scheduler) answerWhenCreated(id string, j *job, due time.Duration, repl
 		return
 	}
 	r := s.replies.by(reply, due, "submission", id)
-	j.waiters = append(j.waiters, waiter{version: 1, fn: func(err error) {
+	j.wait(waiter{version: 1, fn: func(err error) {
 		if err != nil {
 			r.send(createFailed(id, err))
 			return
@@ -336,7 +336,7 @@ func (s *scheduler) assign(j *job, w *worker) {
 	// The waiter runs with mu held (writtenAll), so that the assignments a burst of
 	// writes releases leave together.
 	attempt := j.rec.AttemptID
-	j.waiters = append(j.waiters, waiter{version: j.version, locked: true, fn: func(err error) {
+	j.wait(waiter{version: j.version, locked: true, fn: func(err error) {
 		if err == nil && j.rec.State == protocol.StateRunning && j.rec.AttemptID == attempt {
 			if a := w.running[j.rec.JobID]; a.attempt == attempt {
 				w.seq++

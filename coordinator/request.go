@@ -109,7 +109,7 @@ func (s *scheduler) answerRequestRepeat(j *job, from request, req *protocol.Subm
 		return
 	}
 	r := s.replies.by(reply, from.due, "submission", id)
-	j.waiters = append(j.waiters, waiter{version: 1, fn: func(err error) {
+	j.wait(waiter{version: 1, fn: func(err error) {
 		if err != nil {
 			r.send(createFailed(id, err))
 			return
