@@ -298,8 +298,8 @@ func (r *apiReply) send(m protocol.Message) {
 // stored, whoever leads (outcome.go); any other is "not serving" once the lease may
 // have lapsed, for another coordinator may know better.
 func (a *api) answerNow(m protocol.Message) protocol.Message {
-	if s, ok := m.(settled); ok {
-		return s.Message
+	if s, ok := unsettle(m); ok {
+		return s
 	}
 	if !a.lease.held() {
 		return a.notLeader()
