@@ -101,7 +101,11 @@ func (q *writeQueue) takeDirty(n int) ([]pendingWrite, []encodeError) {
 		ws = append(ws, w)
 	}
 	clear(q.dirty[:n])
-	q.dirty = q.dirty[n:]
+	if n == len(q.dirty) {
+		q.dirty = q.dirty[:0] // its backing again: taking from the front used it up
+	} else {
+		q.dirty = q.dirty[n:]
+	}
 	if len(q.dirty) > 0 {
 		q.wakeWriter()
 	}
