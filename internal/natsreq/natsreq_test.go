@@ -71,8 +71,13 @@ func TestResend(t *testing.T) {
 
 	t.Run("NoRespondersAtOnce", func(t *testing.T) {
 		nc := connect(t)
-
-		_, err := natsreq.Resend(ctx, nc, "svc", nil, opts)
+		// The first send's own wait (DefaultFirstTry), not opts' 50 ms: a loaded
+		// machine may take longer to say nobody is subscribed, and a send unanswered
+		// makes the request wait out "no responders" until its context ends, which
+		// a test's bound (not Background) must then be.
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		_, err := natsreq.Resend(rctx, nc, "svc", nil, natsreq.Options{})
 		if !errors.Is(err, nats.ErrNoResponders) {
 			t.Fatalf("err = %v, want ErrNoResponders", err)
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/internal/natsreq"
+	"github.com/jobbus/jobbus/internal/testkit"
 )
 
 // A responder is one coordinator serving the submission subject, without a queue group
@@ -127,8 +128,18 @@ func submissionHolds(t *testing.T, typ protocol.Type, rs []*responder, within ti
 	nc := connect(t)
 	submit, _ := protocol.EndpointFor(typ)
 	var stored atomic.Bool
+	// A responder may still be answering (a storer's delay) when the request ends:
+	// the test waits for it, so that no handler outlives it (goleak).
+	var handling atomic.Int32
+	t.Cleanup(func() { // after the unsubscribes below
+		testkit.Eventually(t, 10*time.Second, "the responders' handlers done", func() bool { return handling.Load() == 0 })
+	})
 	for _, r := range rs {
-		sub, err := nc.Subscribe(submit.Subject(), func(m *nats.Msg) { r.handle(m, &stored) })
+		sub, err := nc.Subscribe(submit.Subject(), func(m *nats.Msg) {
+			handling.Add(1)
+			defer handling.Add(-1)
+			r.handle(m, &stored)
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
