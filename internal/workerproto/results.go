@@ -47,9 +47,14 @@ type Results struct {
 	senders int              // goroutines asking now (at most inFlight)
 
 	asks, sent atomic.Uint64 // batch asks made, and the results they carried
+
+	// free holds pendingResults to reuse, each with its done channel (empty): every
+	// result passes through one, and the two cost allocations per job.
+	free sync.Pool
 }
 
-// pendingResult is one result on its way, and where its outcome goes.
+// pendingResult is one result on its way, and where its outcome goes. Whoever settles
+// it sends on done and touches it no more: DeliverUntil then reuses it.
 type pendingResult struct {
 	res   *protocol.TaskResult
 	size  int       // its estimated encoded size
@@ -97,7 +102,7 @@ func (r *Results) DeliverUntil(res *protocol.TaskResult, until time.Time) (ack p
 	if r.max.Load() == 0 || size > batchBytes {
 		return r.single(res, 0, until)
 	}
-	p := &pendingResult{res: res, size: size, until: until, done: make(chan delivered, 1)}
+	p := r.pending(res, size, until)
 	r.mu.Lock()
 	r.queue = append(r.queue, p)
 	start := r.senders < r.inFlight
@@ -109,10 +114,28 @@ func (r *Results) DeliverUntil(res *protocol.TaskResult, until time.Time) (ack p
 		go r.send()
 	}
 	d := <-p.done // every pending result is answered: send ends only with an empty queue
+	tries = p.tries
+	r.release(p)
 	if d.single {
-		return r.single(res, p.tries, until)
+		return r.single(res, tries, until)
 	}
-	return d.ack, p.tries, d.err
+	return d.ack, tries, d.err
+}
+
+// pending is a pendingResult for res, reused if one is free.
+func (r *Results) pending(res *protocol.TaskResult, size int, until time.Time) *pendingResult {
+	p, _ := r.free.Get().(*pendingResult)
+	if p == nil {
+		p = &pendingResult{done: make(chan delivered, 1)}
+	}
+	p.res, p.size, p.until = res, size, until
+	return p
+}
+
+// release frees p, settled (its outcome received from done), for another result.
+func (r *Results) release(p *pendingResult) {
+	*p = pendingResult{done: p.done}
+	r.free.Put(p)
 }
 
 // single delivers res on its own (PathResult), after tries asks of batches.
