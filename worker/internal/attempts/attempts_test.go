@@ -108,11 +108,11 @@ func assign(job, attemptID, taskType, payload string) *protocol.TaskAssign {
 // start starts an attempt under parent, recording its outcome.
 func (f *fixture) start(parent context.Context, m *protocol.TaskAssign) bool {
 	l := attempts.Lease{JobID: m.JobID, AttemptID: m.AttemptID}
-	return f.set.Start(parent, m, func(o attempts.Outcome) {
+	return f.set.Start(parent, m, attempts.FinishFunc(func(o attempts.Outcome) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		f.outcomes[l] = append(f.outcomes[l], o)
-	})
+	}))
 }
 
 func (f *fixture) outcomesOf(job, attemptID string) []attempts.Outcome {
@@ -329,10 +329,10 @@ func TestWaitWaitsForDone(t *testing.T) {
 	release := make(chan struct{})
 	var returned bool // written by done, read after Wait: the race detector checks the order
 	m := assign("job-w", "a", typeEcho, `1`)
-	f.set.Start(context.Background(), m, func(attempts.Outcome) {
+	f.set.Start(context.Background(), m, attempts.FinishFunc(func(attempts.Outcome) {
 		<-release
 		returned = true
-	})
+	}))
 	waited := make(chan struct{})
 	go func() {
 		f.set.Wait()
@@ -355,5 +355,28 @@ func TestWaitWaitsForDone(t *testing.T) {
 	// done runs after the attempt stopped counting as running.
 	if n := f.set.Len(); n != 0 {
 		t.Errorf("Len = %d after Wait", n)
+	}
+}
+
+// BenchmarkStartResult is an attempt's path through a Set: started, its task run on a
+// pooled goroutine, its outcome turned into a result.
+func BenchmarkStartResult(b *testing.B) {
+	r := tasks.NewRegistry()
+	if err := r.Register(typeEcho, task(func(context.Context, json.RawMessage) (string, error) { return "ok", nil })); err != nil {
+		b.Fatal(err)
+	}
+	set := attempts.New(r, 64, slog.New(slog.DiscardHandler))
+	defer func() {
+		set.Shutdown(errors.New("done"))
+		set.Wait()
+	}()
+	results := make(chan *protocol.TaskResult, 1)
+	m := assign("job-1", "att-1", typeEcho, `{}`)
+	done := attempts.FinishFunc(func(o attempts.Outcome) { results <- attempts.Result("w", m, o) })
+	for b.Loop() {
+		if !set.Start(context.Background(), m, done) {
+			b.Fatal("not started")
+		}
+		<-results
 	}
 }
