@@ -59,6 +59,10 @@ func FuzzParseObject(f *testing.F) {
 			if serr == nil && s != ref {
 				t.Fatalf("stringField of %q = %q, json.Unmarshal reads %q", payload, s, ref)
 			}
+			b, berr := o.bytesField("text", most)
+			if (berr == nil) != (serr == nil) || (serr == nil && string(b) != ref) {
+				t.Fatalf("bytesField of %q = %q, %v; stringField %q, %v", payload, b, berr, s, serr)
+			}
 		}
 	})
 }

@@ -176,30 +176,35 @@ func (o object) intField(name string, lo, hi int64) (int64, *PayloadError) {
 }
 
 // stringField reads a string field of at most maxChars characters. With check set it
-// only checks the field and returns "": a text that is its own JSON (every job's) is
-// then measured in place, not copied.
+// only checks the field and returns "", copying nothing.
 func (o object) stringField(name string, maxChars int, check bool) (string, *PayloadError) {
+	b, perr := o.bytesField(name, maxChars)
+	if perr != nil || check {
+		return "", perr
+	}
+	return string(b), nil
+}
+
+// bytesField reads a string field of at most maxChars characters as its UTF-8 bytes. A
+// text that is its own JSON (no escapes, valid UTF-8: every job's) is a slice of o,
+// neither copied nor to be modified; json.Unmarshal decodes the others.
+func (o object) bytesField(name string, maxChars int) ([]byte, *PayloadError) {
 	raw := bytes.TrimSpace(o.member(name))
 	if len(raw) == 0 || raw[0] != '"' {
-		return "", payloadErrorf("Field '%s' must be a string", name)
+		return nil, payloadErrorf("Field '%s' must be a string", name)
 	}
-	if q, ok := plainString(raw); ok {
-		if utf16Len(q) > maxChars {
-			return "", payloadErrorf("Field '%s' exceeds %d characters", name, maxChars)
+	b, ok := plainString(raw)
+	if !ok {
+		var s string
+		if json.Unmarshal(raw, &s) != nil {
+			return nil, payloadErrorf("Field '%s' must be a string", name)
 		}
-		if check {
-			return "", nil
-		}
-		return string(q), nil
+		b = []byte(s)
 	}
-	var s string
-	if json.Unmarshal(raw, &s) != nil {
-		return "", payloadErrorf("Field '%s' must be a string", name)
+	if utf16Len(b) > maxChars {
+		return nil, payloadErrorf("Field '%s' exceeds %d characters", name, maxChars)
 	}
-	if utf16Len([]byte(s)) > maxChars {
-		return "", payloadErrorf("Field '%s' exceeds %d characters", name, maxChars)
-	}
-	return s, nil
+	return b, nil
 }
 
 // utf16Len counts s in UTF-16 code units, because the reference implementation

@@ -121,8 +121,11 @@ var (
 	}}
 	// WordCount counts the whitespace-separated words of text.
 	WordCount = Builtin[string]{Name: TypeWordCount, parse: textField}
-	// SHA256 hashes the UTF-8 bytes of text.
-	SHA256 = Builtin[string]{Name: TypeSHA256, parse: textField}
+	// SHA256 hashes the UTF-8 bytes of text. Args gives them, as a slice of the
+	// payload when the text is its own JSON (every job's: no copy), so read-only.
+	SHA256 = Builtin[[]byte]{Name: TypeSHA256, parse: func(o object, _ bool) ([]byte, *PayloadError) {
+		return o.bytesField("text", MaxTextChars)
+	}}
 	// PrimeCount counts the primes below limit (2..50000000).
 	PrimeCount = Builtin[int64]{Name: TypePrimeCount, parse: func(o object, _ bool) (int64, *PayloadError) {
 		return o.intField("limit", MinPrimeLimit, MaxPrimeLimit)
