@@ -51,15 +51,16 @@ func (w *Worker) onAssign(_ context.Context, _ bus.Address, m protocol.TaskAssig
 // handler runs under, below the Set's cancellation: it answers the attempt's own
 // values (JobID, ParentResults; Progress, Logger) and hands every other question to
 // the context it was started in (the submission's trace, its span). One allocation for
-// what were six per attempt: the assignment's copy, the two context values and what
-// they held, the scope, and the closure that finished the attempt.
+// what were seven per attempt: the assignment's copy, the two context values and what
+// they held, the scope, the closure that finished the attempt, and its result.
 type run struct {
 	context.Context // the trace of the submission, and the span, over Background
 
-	w     *Worker
-	m     protocol.TaskAssign
-	span  trace.Span // nil when not sampled
-	scope scope
+	w      *Worker
+	m      protocol.TaskAssign
+	span   trace.Span // nil when not sampled
+	scope  scope
+	result attempts.ResultBuf
 }
 
 // Value answers the attempt's values, then the parent's.
@@ -86,7 +87,7 @@ func (r *run) Finish(o attempts.Outcome) {
 	w.held.Finished(ref)
 	r.scope.end() // its last progress and log go before its result
 	endSpan(r.span, o)
-	w.finished(&r.m, o)
+	w.finished(&r.m, &r.result, o)
 }
 
 // onAssigns starts the attempts of a batch of assignments (protocol.PathAssigns), each
@@ -110,12 +111,12 @@ func (w *Worker) onCancel(_ context.Context, _ bus.Address, m protocol.TaskCance
 
 // finished reports an attempt's outcome. An attempt cut short by the worker's shutdown
 // reports nothing: the worker's goodbye tells the coordinator instead.
-func (w *Worker) finished(m *protocol.TaskAssign, o attempts.Outcome) {
+func (w *Worker) finished(m *protocol.TaskAssign, buf *attempts.ResultBuf, o attempts.Outcome) {
 	if errors.Is(o.Err, errShutdown) {
 		w.attemptLog(m).Debug("attempt stopped by shutdown")
 		return
 	}
-	res := attempts.Result(w.cfg.ID, m, o)
+	res := buf.Set(w.cfg.ID, m, o)
 	if w.debug() {
 		w.attemptLog(m).Debug("attempt finished", "success", res.Success, "err", o.Err)
 	}

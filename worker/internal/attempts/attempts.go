@@ -241,18 +241,28 @@ func (s *Set) Wait() {
 
 // Result is the TaskResult of an attempt's outcome, echoing its lease.
 func Result(workerID string, m *protocol.TaskAssign, o Outcome) *protocol.TaskResult {
-	// The result and its text in one allocation: every attempt makes one.
-	r := &struct {
-		res  protocol.TaskResult
-		text string
-	}{res: protocol.TaskResult{WorkerID: workerID, JobID: m.JobID, AttemptID: m.AttemptID, Success: o.Err == nil}}
-	res := &r.res
+	return new(ResultBuf).Set(workerID, m, o)
+}
+
+// ResultBuf holds a TaskResult and its result or error text: a caller that keeps one
+// in a value it allocates per attempt anyway (the native worker's) makes a result
+// without an allocation of its own; Result makes one.
+type ResultBuf struct {
+	res  protocol.TaskResult
+	text string
+}
+
+// Set makes b the TaskResult of an attempt's outcome, echoing its lease, and returns
+// it (b's own).
+func (b *ResultBuf) Set(workerID string, m *protocol.TaskAssign, o Outcome) *protocol.TaskResult {
+	b.res = protocol.TaskResult{WorkerID: workerID, JobID: m.JobID, AttemptID: m.AttemptID, Success: o.Err == nil}
+	res := &b.res
 	if o.Err == nil {
-		r.text = o.Result
-		res.Result = &r.text
+		b.text = o.Result
+		res.Result = &b.text
 	} else {
-		r.text = o.Err.Error()
-		res.Error = &r.text
+		b.text = o.Err.Error()
+		res.Error = &b.text
 		res.Permanent = errors.Is(o.Err, tasks.ErrPermanent)
 		if d, ok := tasks.SnoozeOf(o.Err); ok {
 			res.SnoozeMillis = max(d.Milliseconds(), 1)
