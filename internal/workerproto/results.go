@@ -12,6 +12,7 @@ import (
 	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/internal/backoff"
+	"github.com/jobbus/jobbus/internal/reuse"
 )
 
 // batchBytes bounds the estimated size of one TaskResults, within NATS's default
@@ -48,6 +49,14 @@ type Results struct {
 
 	asks, sent atomic.Uint64 // batch asks made, and the results they carried
 
+	// pool runs send on reused goroutines, each counted in running: a fresh one's
+	// stack grew, by copying, as each ask's encoding and decoding deepened it (all of a
+	// native bench's stack copying). sendTask is r.send made once (a method value
+	// per use would be an allocation).
+	pool     *reuse.Pool
+	running  sync.WaitGroup
+	sendTask func()
+
 	// free holds pendingResults to reuse, each with its done channel (empty): every
 	// result passes through one, and the two cost allocations per job.
 	free sync.Pool
@@ -74,8 +83,12 @@ type delivered struct {
 // NewResults returns a deliverer of the results of workerID, with at most inFlight
 // batch asks at once (at least 1). Until Serves is told the coordinator takes batches,
 // every result goes on its own.
+// Its goroutines end once idle for reuse.Idle, or when ctx ends.
 func NewResults(ctx context.Context, node *bus.Node, workerID string, retry backoff.Policy, inFlight int) *Results {
-	return &Results{ctx: ctx, node: node, workerID: workerID, retry: retry, inFlight: max(inFlight, 1)}
+	r := &Results{ctx: ctx, node: node, workerID: workerID, retry: retry, inFlight: max(inFlight, 1)}
+	r.pool = reuse.New(ctx.Done(), &r.running)
+	r.sendTask = r.send
+	return r
 }
 
 // Serves records what the coordinator's WORKER_REGISTERED said it takes in one batch
@@ -111,7 +124,7 @@ func (r *Results) DeliverUntil(res *protocol.TaskResult, until time.Time) (ack p
 	}
 	r.mu.Unlock()
 	if start {
-		go r.send()
+		r.pool.Go(r.sendTask)
 	}
 	d := <-p.done // every pending result is answered: send ends only with an empty queue
 	tries = p.tries
