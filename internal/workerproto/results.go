@@ -21,6 +21,10 @@ import (
 // message alone never fails for the batch's few bytes around it.
 const batchBytes = 128 << 10
 
+// keptQueue is the most results a Results' emptied queue keeps room for; a larger
+// backing array, a burst's, is let go.
+const keptQueue = 256
+
 // Results delivers a worker's results (a native worker's, or a TCP worker's through the
 // bridge, one Results per session) with group commit: a result that finishes
 // while no delivery is in flight goes at once, alone, so an idle worker's latency does
@@ -231,9 +235,13 @@ func (r *Results) take() []*pendingResult {
 	batch := make([]*pendingResult, n)
 	copy(batch, r.queue)
 	clear(r.queue[:n])
-	r.queue = r.queue[n:]
-	if len(r.queue) == 0 {
-		r.queue = nil // let the backing array go
+	switch {
+	case n < len(r.queue):
+		r.queue = r.queue[n:]
+	case cap(r.queue) <= keptQueue:
+		r.queue = r.queue[:0] // emptied at nearly every ask: kept for the next results
+	default:
+		r.queue = nil // let a burst's backing array go
 	}
 	return batch
 }
