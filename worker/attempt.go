@@ -51,8 +51,9 @@ func (w *Worker) onAssign(_ context.Context, _ bus.Address, m protocol.TaskAssig
 // handler runs under, below the Set's cancellation: it answers the attempt's own
 // values (JobID, ParentResults; Progress, Logger) and hands every other question to
 // the context it was started in (the submission's trace, its span). One allocation for
-// what were seven per attempt: the assignment's copy, the two context values and what
-// they held, the scope, the closure that finished the attempt, and its result.
+// what were eight per attempt: the assignment's copy, the two context values and what
+// they held, the scope, the closure that finished the attempt, its result, and the
+// Set's record of it.
 type run struct {
 	context.Context // the trace of the submission, and the span, over Background
 
@@ -61,7 +62,11 @@ type run struct {
 	span   trace.Span // nil when not sampled
 	scope  scope
 	result attempts.ResultBuf
+	slot   attempts.Slot // the Set's record of the attempt
 }
+
+// AttemptSlot is attempts.SlotHolder's: the Set keeps its record of the attempt here.
+func (r *run) AttemptSlot() *attempts.Slot { return &r.slot }
 
 // Value answers the attempt's values, then the parent's.
 func (r *run) Value(key any) any {

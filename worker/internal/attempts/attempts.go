@@ -58,6 +58,17 @@ func (a *attempt) Run() { a.set.execute(a) }
 // use FinishFunc.
 type Finisher interface{ Finish(Outcome) }
 
+// Slot is room for the Set's record of one attempt. A Finisher made per attempt may
+// hold one and give it to Start (SlotHolder), which then allocates no record of its
+// own; the Set owns it from Start until the Finisher's Finish returns.
+type Slot struct{ a attempt }
+
+// SlotHolder is a Finisher that holds its attempt's Slot.
+type SlotHolder interface {
+	Finisher
+	AttemptSlot() *Slot
+}
+
 // FinishFunc is a function as a Finisher.
 type FinishFunc func(Outcome)
 
@@ -119,7 +130,13 @@ func (s *Set) Start(parent context.Context, m *protocol.TaskAssign, done Finishe
 			"running", len(s.running), "capacity", s.capacity)
 	}
 	ctx, cancel := context.WithCancelCause(parent)
-	a := &attempt{lease: l, gen: s.gen, cancel: cancel, set: s, ctx: ctx, m: m, done: done}
+	var a *attempt
+	if h, ok := done.(SlotHolder); ok {
+		a = &h.AttemptSlot().a
+	} else {
+		a = new(attempt)
+	}
+	*a = attempt{lease: l, gen: s.gen, cancel: cancel, set: s, ctx: ctx, m: m, done: done}
 	s.running[l] = a
 	s.wg.Add(1)
 	s.goroutines.Run(a)

@@ -380,3 +380,48 @@ func BenchmarkStartResult(b *testing.B) {
 		<-results
 	}
 }
+
+// slotted is a Finisher that holds its attempt's Slot, as the native worker's does.
+type slotted struct {
+	slot     attempts.Slot
+	outcomes chan attempts.Outcome
+}
+
+func (s *slotted) AttemptSlot() *attempts.Slot { return &s.slot }
+func (s *slotted) Finish(o attempts.Outcome)   { s.outcomes <- o }
+func newSlotted() *slotted                     { return &slotted{outcomes: make(chan attempts.Outcome, 1)} }
+func (s *slotted) outcome(t *testing.T) attempts.Outcome {
+	t.Helper()
+	select {
+	case o := <-s.outcomes:
+		return o
+	case <-time.After(10 * time.Second):
+		t.Fatal("no outcome")
+		return attempts.Outcome{}
+	}
+}
+
+// TestSlotHolder: attempts whose Finisher holds their Slot run, cancel and refuse
+// duplicates as any other: the Set's record lives in the Slot.
+func TestSlotHolder(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 4)
+	ctx := context.Background()
+	a, b, dup := newSlotted(), newSlotted(), newSlotted()
+	if !f.set.Start(ctx, assign("job-1", "att-1", typeBlock, `{}`), a) || !f.set.Start(ctx, assign("job-2", "att-1", typeEcho, `"hi"`), b) {
+		t.Fatal("Start = false")
+	}
+	if f.set.Start(ctx, assign("job-1", "att-1", typeBlock, `{}`), dup) {
+		t.Error("duplicate started")
+	}
+	if o := b.outcome(t); o.Err != nil || o.Result != `"hi"` {
+		t.Errorf("echo outcome %+v", o)
+	}
+	if !f.set.Cancel("job-1", "att-1") {
+		t.Fatal("Cancel = false")
+	}
+	if o := a.outcome(t); !errors.Is(o.Err, attempts.ErrCancelled) {
+		t.Errorf("cancelled outcome %+v, want ErrCancelled", o)
+	}
+	testkit.Eventually(t, 10*time.Second, "attempts forgotten", func() bool { return f.set.Len() == 0 })
+}
