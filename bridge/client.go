@@ -168,16 +168,17 @@ func (b *Bridge) request(subject string, payload []byte, log *slog.Logger) (repl
 		log.Debug("request refused: NATS connection down", "subject", subject)
 		return nil, false, e
 	}
-	ctx, cancel := context.WithTimeout(b.ctx, b.cfg.RequestTimeout)
-	defer cancel()
 	// Sent again while no coordinator serves its subject (one is starting, or failing
 	// over), and as natsreq.Request says: the TCP client hears one reply, only later. A
 	// submission's request id names the job it creates, for an "Outcome unknown".
-	opts := natsreq.Options{WaitForResponders: true}
+	// Within bounds the request as a context.WithTimeout of b.ctx would (the same
+	// deadline, the same errors), without a context and a timer of its own per request:
+	// natsreq then arms only each send's wait.
+	opts := natsreq.Options{WaitForResponders: true, Within: b.cfg.RequestTimeout}
 	if subject == submitSubject {
 		opts.RequestID = protocol.NewRequestID()
 	}
-	msg, err := natsreq.Request(ctx, b.nc, subject, payload, opts)
+	msg, err := natsreq.Request(b.ctx, b.nc, subject, payload, opts)
 	if err != nil {
 		log.Debug("request failed", "subject", subject, "err", err)
 		var jobID string
