@@ -87,8 +87,9 @@ func (b *Bridge) serveClient(c net.Conn, release func()) {
 	log.Debug("client connected")
 	r := frame.NewReader(c)
 	var wbuf []byte // the reply frame, reused: one reply at a time
+	var rdl, wdl deadline
 	for {
-		payload, err := readFrame(c, r, b.cfg.FrameStallTimeout)
+		payload, err := readFrame(c, r, &rdl, b.cfg.FrameStallTimeout)
 		if err != nil {
 			b.readFailed(log, err, "client", func(data []byte) {
 				_ = writeFrame(c, data, b.cfg.WriteTimeout)
@@ -119,7 +120,7 @@ func (b *Bridge) serveClient(c net.Conn, release func()) {
 		if e != nil {
 			reply = encodeError(e)
 		}
-		if wbuf, err = writeFrameBuf(c, wbuf, reply, b.cfg.WriteTimeout); err != nil {
+		if wbuf, err = writeFrameBuf(c, &wdl, wbuf, reply, b.cfg.WriteTimeout); err != nil {
 			log.Info("client dropped: write failed", "err", err)
 			return
 		}
