@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/internal/jobctx"
 	"github.com/jobbus/jobbus/internal/tracing"
 	"github.com/jobbus/jobbus/worker/internal/attempts"
 )
@@ -26,29 +29,70 @@ func (w *Worker) onAssign(_ context.Context, _ bus.Address, m protocol.TaskAssig
 	if m.JobID == "" || m.AttemptID == "" {
 		return struct{}{}, fmt.Errorf("assignment without jobId or attemptId")
 	}
-	ref := protocol.AttemptRef{JobID: m.JobID, AttemptID: m.AttemptID}
-	added := w.held.Add(ref) // before it starts: it may finish at once
+	r := w.newRun(&m)            // visibility.go; parents.go
+	added := w.held.Add(r.ref()) // before it starts: it may finish at once
 	w.inflight.add()
-	ctx, sc, span := w.startAttempt(w.attemptContext(m.JobID), &m) // visibility.go; parents.go
-	if !w.attempts.Start(ctx, &m, func(o attempts.Outcome) {
-		defer w.inflight.done()
-		defer w.held.Remove(ref) // its result is acknowledged, or given up
-		w.held.Finished(ref)
-		sc.end() // its last progress and log go before its result
-		endSpan(span, o)
-		w.finished(&m, o)
-	}) {
-		sc.end()
-		if span != nil { // a duplicate, or the worker stops: it never ran
-			span.SetAttributes(tracing.AttrOutcome.String("ignored"))
-			span.End()
+	if !w.attempts.Start(r, &r.m, r) {
+		r.scope.end()
+		if r.span != nil { // a duplicate, or the worker stops: it never ran
+			r.span.SetAttributes(tracing.AttrOutcome.String("ignored"))
+			r.span.End()
 		}
 		w.inflight.done()
 		if added {
-			w.held.Remove(ref)
+			w.held.Remove(r.ref())
 		}
 	}
 	return struct{}{}, nil
+}
+
+// run is one assigned attempt on this worker, from its assignment to its result: the
+// assignment, its span, and its scope (progress and log). It is also the context its
+// handler runs under, below the Set's cancellation: it answers the attempt's own
+// values (JobID, ParentResults; Progress, Logger) and hands every other question to
+// the context it was started in (the submission's trace, its span). One allocation for
+// what were eight per attempt: the assignment's copy, the two context values and what
+// they held, the scope, the closure that finished the attempt, its result, and the
+// Set's record of it.
+type run struct {
+	context.Context // the trace of the submission, and the span, over Background
+
+	w      *Worker
+	m      protocol.TaskAssign
+	span   trace.Span // nil when not sampled
+	scope  scope
+	result attempts.ResultBuf
+	slot   attempts.Slot // the Set's record of the attempt
+}
+
+// AttemptSlot is attempts.SlotHolder's: the Set keeps its record of the attempt here.
+func (r *run) AttemptSlot() *attempts.Slot { return &r.slot }
+
+// Value answers the attempt's values, then the parent's.
+func (r *run) Value(key any) any {
+	if _, ok := key.(attemptKey); ok {
+		return r
+	}
+	if jobctx.IsKey(key) {
+		return jobctx.Scope(&r.scope)
+	}
+	return r.Context.Value(key)
+}
+
+func (r *run) ref() protocol.AttemptRef {
+	return protocol.AttemptRef{JobID: r.m.JobID, AttemptID: r.m.AttemptID}
+}
+
+// Finish is attempts.Finisher's: the attempt's result goes, after its last progress
+// and log.
+func (r *run) Finish(o attempts.Outcome) {
+	w, ref := r.w, r.ref()
+	defer w.inflight.done()
+	defer w.held.Remove(ref) // its result is acknowledged, or given up
+	w.held.Finished(ref)
+	r.scope.end() // its last progress and log go before its result
+	endSpan(r.span, o)
+	w.finished(&r.m, &r.result, o)
 }
 
 // onAssigns starts the attempts of a batch of assignments (protocol.PathAssigns), each
@@ -72,12 +116,12 @@ func (w *Worker) onCancel(_ context.Context, _ bus.Address, m protocol.TaskCance
 
 // finished reports an attempt's outcome. An attempt cut short by the worker's shutdown
 // reports nothing: the worker's goodbye tells the coordinator instead.
-func (w *Worker) finished(m *protocol.TaskAssign, o attempts.Outcome) {
+func (w *Worker) finished(m *protocol.TaskAssign, buf *attempts.ResultBuf, o attempts.Outcome) {
 	if errors.Is(o.Err, errShutdown) {
 		w.attemptLog(m).Debug("attempt stopped by shutdown")
 		return
 	}
-	res := attempts.Result(w.cfg.ID, m, o)
+	res := buf.Set(w.cfg.ID, m, o)
 	if w.debug() {
 		w.attemptLog(m).Debug("attempt finished", "success", res.Success, "err", o.Err)
 	}

@@ -9,21 +9,16 @@ import (
 	"github.com/jobbus/jobbus/client"
 )
 
-// attemptKey carries the running attempt in a handler's context.
+// attemptKey carries the running attempt, a *run, in a handler's context.
 type attemptKey struct{}
-
-type attemptInfo struct {
-	jobID string
-	w     *Worker
-}
 
 // ErrNoAttempt: the context is not a handler's (ParentResults).
 var ErrNoAttempt = errors.New("worker: not a handler's context")
 
 // JobID is the id of the job whose attempt ctx belongs to, "" outside a handler.
 func JobID(ctx context.Context) string {
-	if a, ok := ctx.Value(attemptKey{}).(*attemptInfo); ok {
-		return a.jobID
+	if r, ok := ctx.Value(attemptKey{}).(*run); ok {
+		return r.m.JobID
 	}
 	return ""
 }
@@ -34,18 +29,13 @@ func JobID(ctx context.Context) string {
 // has none. It asks the coordinator (the job's status on the NATS API), so ctx bounds
 // it; ctx must be the handler's.
 func ParentResults(ctx context.Context) ([]protocol.ParentResult, error) {
-	a, ok := ctx.Value(attemptKey{}).(*attemptInfo)
-	if !ok || a.w == nil {
+	r, ok := ctx.Value(attemptKey{}).(*run)
+	if !ok || r.w == nil {
 		return nil, ErrNoAttempt
 	}
-	job, err := client.New(a.w.node.Conn()).Status(ctx, a.jobID)
+	job, err := client.New(r.w.node.Conn()).Status(ctx, r.m.JobID)
 	if err != nil {
-		return nil, fmt.Errorf("parent results of job %s: %w", a.jobID, err)
+		return nil, fmt.Errorf("parent results of job %s: %w", r.m.JobID, err)
 	}
 	return job.Parents, nil
-}
-
-// attemptContext is the context an attempt of job id runs under.
-func (w *Worker) attemptContext(id string) context.Context {
-	return context.WithValue(context.Background(), attemptKey{}, &attemptInfo{jobID: id, w: w})
 }

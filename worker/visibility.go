@@ -86,22 +86,23 @@ type scope struct {
 	log     *logShipper // nil until the first record
 }
 
-// start begins attempt m: its span and scope, in the context its handler gets.
-func (w *Worker) startAttempt(base context.Context, m *protocol.TaskAssign) (context.Context, *scope, trace.Span) {
-	ctx := tracing.ContextWith(base, m.TraceParent, m.TraceState)
-	var span trace.Span
+// newRun begins attempt m: its span and scope, in the context its handler gets (run).
+func (w *Worker) newRun(m *protocol.TaskAssign) *run {
+	r := &run{w: w, m: *m}
+	ctx := tracing.ContextWith(context.Background(), m.TraceParent, m.TraceState)
 	if w.cfg.tracer.Samples(trace.SpanContextFromContext(ctx)) {
+		var span trace.Span
 		ctx, span = w.cfg.tracer.Start(ctx, "jobbus attempt", trace.WithSpanKind(trace.SpanKindConsumer))
 		if span.IsRecording() { // attributes only for a sampled span
 			// Only what the trace does not say already: the job's id and task type
 			// are on the submission's spans, its parents.
 			span.SetAttributes(tracing.System, tracing.AttrAttempt.Int(m.AttemptNumber), tracing.AttrWorker.String(w.cfg.ID))
-		} else {
-			span = nil // nothing to end
-		}
+			r.span = span
+		} // else nothing to end
 	}
-	s := &scope{w: w, m: m}
-	return jobctx.With(ctx, s), s, span
+	r.Context = ctx
+	r.scope = scope{w: w, m: &r.m}
+	return r
 }
 
 // endSpan ends an attempt's span with its outcome.

@@ -689,3 +689,50 @@ func deref(s *string) string {
 	}
 	return *s
 }
+
+// TestHandlerContext: a handler's context answers the attempt's values (its job's id,
+// a reporting logger), through contexts derived from it too, and ends on a cancel with
+// the coordinator's cause; outside a handler there is no attempt.
+func TestHandlerContext(t *testing.T) {
+	t.Parallel()
+	type seen struct {
+		jobID, derivedJobID string
+		logs, errBefore     bool
+		cause               string
+	}
+	got := make(chan seen, 1)
+	f := setup(t, setupConfig{handle: func(w *worker.Worker) error {
+		return w.Handle("CTX_PROBE", func(ctx context.Context, _ int, _ json.RawMessage) (string, error) {
+			type other struct{}
+			derived := context.WithValue(ctx, other{}, 1)
+			s := seen{jobID: worker.JobID(ctx), derivedJobID: worker.JobID(derived),
+				logs: worker.Logger(ctx).Enabled(ctx, slog.LevelInfo), errBefore: ctx.Err() != nil}
+			<-ctx.Done()
+			s.cause = context.Cause(ctx).Error()
+			got <- s
+			return "", ctx.Err()
+		})
+	}})
+	f.waitRegistered(t, 1)
+	f.coord.assign(t, f.w.ID(), "job-ctx", "a1", "CTX_PROBE", `{}`)
+	testkit.Eventually(t, 10*time.Second, "attempt running", func() bool { return f.w.Running() == 1 })
+	f.coord.cancel(t, f.w.ID(), "job-ctx", "a1")
+	want := seen{jobID: "job-ctx", derivedJobID: "job-ctx", logs: true, cause: cancelledText}
+	select {
+	case s := <-got:
+		if s != want {
+			t.Errorf("handler saw %+v, want %+v", s, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("handler not cancelled")
+	}
+	if r := f.coord.result(t, "job-ctx", "a1"); r.Success || deref(r.Error) != cancelledText {
+		t.Errorf("result %+v (error %q), want failure %q", r, deref(r.Error), cancelledText)
+	}
+	if id := worker.JobID(context.Background()); id != "" {
+		t.Errorf("JobID outside a handler = %q", id)
+	}
+	if _, err := worker.ParentResults(context.Background()); !errors.Is(err, worker.ErrNoAttempt) {
+		t.Errorf("ParentResults outside a handler: %v, want ErrNoAttempt", err)
+	}
+}

@@ -23,6 +23,14 @@ type key struct{}
 // With is ctx carrying s.
 func With(ctx context.Context, s Scope) context.Context { return context.WithValue(ctx, key{}, s) }
 
+// IsKey reports whether k is the key a Scope is found under, for a context type that
+// carries its Scope itself (the native worker's attempt context, one allocation where
+// With would add another): its Value answers its Scope for such a key.
+func IsKey(k any) bool {
+	_, ok := k.(key)
+	return ok
+}
+
 // From is the Scope in ctx, or nil.
 func From(ctx context.Context) Scope {
 	s, _ := ctx.Value(key{}).(Scope)

@@ -18,33 +18,47 @@ const Idle = time.Second
 type Pool struct {
 	quit    <-chan struct{}
 	wg      *sync.WaitGroup
-	handoff chan func()
+	handoff chan Task
 }
+
+// Task is work for a Pool's Run: a value that already holds what its Run needs, so
+// that handing it over costs no closure (Go's function would be one, allocated, for a
+// caller that has the value at hand).
+type Task interface{ Run() }
+
+// funcTask is Go's function as a Task; a function is a pointer, so converting one to
+// the interface allocates nothing.
+type funcTask func()
+
+func (f funcTask) Run() { f() }
 
 // New returns a Pool whose goroutines belong to wg and end when quit closes.
 func New(quit <-chan struct{}, wg *sync.WaitGroup) *Pool {
-	return &Pool{quit: quit, wg: wg, handoff: make(chan func())}
+	return &Pool{quit: quit, wg: wg, handoff: make(chan Task)}
 }
 
 // Go runs fn on an idle goroutine if one waits, else on a new one.
-func (p *Pool) Go(fn func()) {
+func (p *Pool) Go(fn func()) { p.Run(funcTask(fn)) }
+
+// Run runs t.Run on an idle goroutine if one waits, else on a new one.
+func (p *Pool) Run(t Task) {
 	select {
-	case p.handoff <- fn:
+	case p.handoff <- t:
 	default:
 		p.wg.Add(1)
-		go p.loop(fn)
+		go p.loop(t)
 	}
 }
 
-func (p *Pool) loop(fn func()) {
+func (p *Pool) loop(t Task) {
 	defer p.wg.Done()
 	idle := time.NewTimer(Idle)
 	defer idle.Stop()
 	for {
-		fn()
+		t.Run()
 		idle.Reset(Idle)
 		select {
-		case fn = <-p.handoff:
+		case t = <-p.handoff:
 		case <-idle.C:
 			return
 		case <-p.quit:

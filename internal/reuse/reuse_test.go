@@ -53,3 +53,19 @@ func TestPoolReusesAndStops(t *testing.T) {
 	close(quit)
 	wg.Wait() // returns only once every goroutine of the pool has exited
 }
+
+// BenchmarkPoolHandoff is a function handed to a pooled goroutine and waited for, as
+// a worker's attempt is: the pool's part should be a channel send.
+func BenchmarkPoolHandoff(b *testing.B) {
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	p := reuse.New(quit, &wg)
+	done := make(chan struct{})
+	fn := func() { done <- struct{}{} }
+	for b.Loop() {
+		p.Go(fn)
+		<-done
+	}
+	close(quit)
+	wg.Wait()
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/internal/backoff"
+	"github.com/jobbus/jobbus/internal/reuse"
 )
 
 // batchBytes bounds the estimated size of one TaskResults, within NATS's default
@@ -19,6 +20,10 @@ import (
 // larger than it goes on its own on PathResult, so that a result that fits in a NATS
 // message alone never fails for the batch's few bytes around it.
 const batchBytes = 128 << 10
+
+// keptQueue is the most results a Results' emptied queue keeps room for; a larger
+// backing array, a burst's, is let go.
+const keptQueue = 256
 
 // Results delivers a worker's results (a native worker's, or a TCP worker's through the
 // bridge, one Results per session) with group commit: a result that finishes
@@ -47,9 +52,22 @@ type Results struct {
 	senders int              // goroutines asking now (at most inFlight)
 
 	asks, sent atomic.Uint64 // batch asks made, and the results they carried
+
+	// pool runs send on reused goroutines, each counted in running: a fresh one's
+	// stack grew, by copying, as each ask's encoding and decoding deepened it (all of a
+	// native bench's stack copying). sendTask is r.send made once (a method value
+	// per use would be an allocation).
+	pool     *reuse.Pool
+	running  sync.WaitGroup
+	sendTask func()
+
+	// free holds pendingResults to reuse, each with its done channel (empty): every
+	// result passes through one, and the two cost allocations per job.
+	free sync.Pool
 }
 
-// pendingResult is one result on its way, and where its outcome goes.
+// pendingResult is one result on its way, and where its outcome goes. Whoever settles
+// it sends on done and touches it no more: DeliverUntil then reuses it.
 type pendingResult struct {
 	res   *protocol.TaskResult
 	size  int       // its estimated encoded size
@@ -69,8 +87,12 @@ type delivered struct {
 // NewResults returns a deliverer of the results of workerID, with at most inFlight
 // batch asks at once (at least 1). Until Serves is told the coordinator takes batches,
 // every result goes on its own.
+// Its goroutines end once idle for reuse.Idle, or when ctx ends.
 func NewResults(ctx context.Context, node *bus.Node, workerID string, retry backoff.Policy, inFlight int) *Results {
-	return &Results{ctx: ctx, node: node, workerID: workerID, retry: retry, inFlight: max(inFlight, 1)}
+	r := &Results{ctx: ctx, node: node, workerID: workerID, retry: retry, inFlight: max(inFlight, 1)}
+	r.pool = reuse.New(ctx.Done(), &r.running)
+	r.sendTask = r.send
+	return r
 }
 
 // Serves records what the coordinator's WORKER_REGISTERED said it takes in one batch
@@ -97,7 +119,7 @@ func (r *Results) DeliverUntil(res *protocol.TaskResult, until time.Time) (ack p
 	if r.max.Load() == 0 || size > batchBytes {
 		return r.single(res, 0, until)
 	}
-	p := &pendingResult{res: res, size: size, until: until, done: make(chan delivered, 1)}
+	p := r.pending(res, size, until)
 	r.mu.Lock()
 	r.queue = append(r.queue, p)
 	start := r.senders < r.inFlight
@@ -106,13 +128,31 @@ func (r *Results) DeliverUntil(res *protocol.TaskResult, until time.Time) (ack p
 	}
 	r.mu.Unlock()
 	if start {
-		go r.send()
+		r.pool.Go(r.sendTask)
 	}
 	d := <-p.done // every pending result is answered: send ends only with an empty queue
+	tries = p.tries
+	r.release(p)
 	if d.single {
-		return r.single(res, p.tries, until)
+		return r.single(res, tries, until)
 	}
-	return d.ack, p.tries, d.err
+	return d.ack, tries, d.err
+}
+
+// pending is a pendingResult for res, reused if one is free.
+func (r *Results) pending(res *protocol.TaskResult, size int, until time.Time) *pendingResult {
+	p, _ := r.free.Get().(*pendingResult)
+	if p == nil {
+		p = &pendingResult{done: make(chan delivered, 1)}
+	}
+	p.res, p.size, p.until = res, size, until
+	return p
+}
+
+// release frees p, settled (its outcome received from done), for another result.
+func (r *Results) release(p *pendingResult) {
+	*p = pendingResult{done: p.done}
+	r.free.Put(p)
 }
 
 // single delivers res on its own (PathResult), after tries asks of batches.
@@ -195,9 +235,13 @@ func (r *Results) take() []*pendingResult {
 	batch := make([]*pendingResult, n)
 	copy(batch, r.queue)
 	clear(r.queue[:n])
-	r.queue = r.queue[n:]
-	if len(r.queue) == 0 {
-		r.queue = nil // let the backing array go
+	switch {
+	case n < len(r.queue):
+		r.queue = r.queue[n:]
+	case cap(r.queue) <= keptQueue:
+		r.queue = r.queue[:0] // emptied at nearly every ask: kept for the next results
+	default:
+		r.queue = nil // let a burst's backing array go
 	}
 	return batch
 }

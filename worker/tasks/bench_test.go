@@ -28,3 +28,14 @@ func BenchmarkValidateMaxText(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRunSHA256 is a bench job's task: its payload read and its text hashed.
+func BenchmarkRunSHA256(b *testing.B) {
+	reg := tasks.Builtins()
+	payload := json.RawMessage(`{"text":"job 12345 of the benchmark, a hundred bytes of text or so to hash, as bench submits"}`)
+	for b.Loop() {
+		if res, err := reg.Run(context.Background(), tasks.TypeSHA256, 1, payload); err != nil || len(res) != 64 {
+			b.Fatalf("Run = %q, %v", res, err)
+		}
+	}
+}

@@ -45,7 +45,7 @@ func builtinTasks() map[string]Task {
 	return map[string]Task{
 		TypeSleep:      builtin[int64]{tasktype.Sleep, runSleep},
 		TypeWordCount:  builtin[string]{tasktype.WordCount, runWordCount},
-		TypeSHA256:     builtin[string]{tasktype.SHA256, runSHA256},
+		TypeSHA256:     builtin[[]byte]{tasktype.SHA256, runSHA256},
 		TypePrimeCount: builtin[int64]{tasktype.PrimeCount, runPrimeCount},
 		TypeFail:       builtin[int64]{tasktype.Fail, runFail},
 	}
@@ -96,9 +96,13 @@ func runWordCount(_ context.Context, _ int, text string) (string, error) {
 	return strconv.Itoa(len(strings.Fields(text))), nil
 }
 
-func runSHA256(_ context.Context, _ int, text string) (string, error) {
-	sum := sha256.Sum256([]byte(text))
-	return hex.EncodeToString(sum[:]), nil
+func runSHA256(_ context.Context, _ int, text []byte) (string, error) {
+	sum := sha256.Sum256(text)
+	// Encoded into an array, so that only the result string is allocated
+	// (hex.EncodeToString allocates its buffer too, of a size it cannot know).
+	var digits [2 * sha256.Size]byte
+	hex.Encode(digits[:], sum[:])
+	return string(digits[:]), nil
 }
 
 func runPrimeCount(ctx context.Context, _ int, limit int64) (string, error) {

@@ -164,7 +164,7 @@ func (s *session) assign(m *protocol.TaskAssign) error {
 	if m.JobID == "" || m.AttemptID == "" {
 		return fmt.Errorf("%w: TASK_ASSIGN without jobId or attemptId", ErrProtocol)
 	}
-	s.w.attempts.Start(s.ctx, m, func(o attempts.Outcome) { s.finished(m, o) })
+	s.w.attempts.Start(s.ctx, m, attempts.FinishFunc(func(o attempts.Outcome) { s.finished(m, o) }))
 	return nil
 }
 

@@ -65,27 +65,33 @@ func (s *Set) Validate(taskType string, payload json.RawMessage) error {
 // Builtin is a built-in task type: its name and the parser of its payload into the
 // arguments its code runs on (A).
 type Builtin[A any] struct {
-	Name  string
-	parse func(fields) (A, *PayloadError)
+	Name string
+	// parse reads the arguments from a payload; with check set it only checks them
+	// (Validate), and may return A's zero value instead.
+	parse func(o object, check bool) (A, *PayloadError)
 }
 
 // Args parses payload into the task's arguments, or fails with a *PayloadError.
 func (b Builtin[A]) Args(payload json.RawMessage) (A, error) {
-	f, perr := parseObject(payload)
+	return b.read(payload, false)
+}
+
+// Validate reports whether payload parses.
+func (b Builtin[A]) Validate(payload json.RawMessage) error {
+	_, err := b.read(payload, true)
+	return err
+}
+
+func (b Builtin[A]) read(payload json.RawMessage, check bool) (A, error) {
+	o, perr := parseObject(payload)
 	if perr == nil {
 		var a A
-		if a, perr = b.parse(f); perr == nil {
+		if a, perr = b.parse(o, check); perr == nil {
 			return a, nil
 		}
 	}
 	var zero A
 	return zero, perr
-}
-
-// Validate reports whether payload parses.
-func (b Builtin[A]) Validate(payload json.RawMessage) error {
-	_, err := b.Args(payload)
-	return err
 }
 
 // Bounds of the built-in payloads (PROTOCOL.md, "Task payloads"). They exist so that
@@ -110,24 +116,29 @@ const (
 // The five built-in task types.
 var (
 	// Sleep waits durationMillis (0..600000).
-	Sleep = Builtin[int64]{Name: TypeSleep, parse: func(f fields) (int64, *PayloadError) {
-		return f.intField("durationMillis", 0, MaxSleepMillis)
+	Sleep = Builtin[int64]{Name: TypeSleep, parse: func(o object, _ bool) (int64, *PayloadError) {
+		return o.intField("durationMillis", 0, MaxSleepMillis)
 	}}
 	// WordCount counts the whitespace-separated words of text.
 	WordCount = Builtin[string]{Name: TypeWordCount, parse: textField}
-	// SHA256 hashes the UTF-8 bytes of text.
-	SHA256 = Builtin[string]{Name: TypeSHA256, parse: textField}
+	// SHA256 hashes the UTF-8 bytes of text. Args gives them, as a slice of the
+	// payload when the text is its own JSON (every job's: no copy), so read-only.
+	SHA256 = Builtin[[]byte]{Name: TypeSHA256, parse: func(o object, _ bool) ([]byte, *PayloadError) {
+		return o.bytesField("text", MaxTextChars)
+	}}
 	// PrimeCount counts the primes below limit (2..50000000).
-	PrimeCount = Builtin[int64]{Name: TypePrimeCount, parse: func(f fields) (int64, *PayloadError) {
-		return f.intField("limit", MinPrimeLimit, MaxPrimeLimit)
+	PrimeCount = Builtin[int64]{Name: TypePrimeCount, parse: func(o object, _ bool) (int64, *PayloadError) {
+		return o.intField("limit", MinPrimeLimit, MaxPrimeLimit)
 	}}
 	// Fail fails every attempt before failUntilAttempt (0..1000).
-	Fail = Builtin[int64]{Name: TypeFail, parse: func(f fields) (int64, *PayloadError) {
-		return f.intField("failUntilAttempt", 0, MaxFailUntilAttempt)
+	Fail = Builtin[int64]{Name: TypeFail, parse: func(o object, _ bool) (int64, *PayloadError) {
+		return o.intField("failUntilAttempt", 0, MaxFailUntilAttempt)
 	}}
 )
 
-func textField(f fields) (string, *PayloadError) { return f.stringField("text", MaxTextChars) }
+func textField(o object, check bool) (string, *PayloadError) {
+	return o.stringField("text", MaxTextChars, check)
+}
 
 // Lookup returns the validator of task type name.
 func (s *Set) Lookup(name string) (Validator, bool) {

@@ -37,12 +37,43 @@ type Outcome struct {
 	Err    error
 }
 
-// attempt is an attempt executing now.
+// attempt is an attempt executing now. It holds what its goroutine runs too (a
+// reuse.Task), so that starting one allocates no closure.
 type attempt struct {
 	lease  Lease
 	gen    uint64 // the generation it was started in
 	cancel context.CancelCauseFunc
+
+	set  *Set
+	ctx  context.Context
+	m    *protocol.TaskAssign
+	done Finisher
 }
+
+// Run executes the attempt, on one of the Set's goroutines.
+func (a *attempt) Run() { a.set.execute(a) }
+
+// Finisher receives an attempt's outcome. A value that holds its attempt's state
+// already (the native worker's) implements it itself, allocating no closure; others
+// use FinishFunc.
+type Finisher interface{ Finish(Outcome) }
+
+// Slot is room for the Set's record of one attempt. A Finisher made per attempt may
+// hold one and give it to Start (SlotHolder), which then allocates no record of its
+// own; the Set owns it from Start until the Finisher's Finish returns.
+type Slot struct{ a attempt }
+
+// SlotHolder is a Finisher that holds its attempt's Slot.
+type SlotHolder interface {
+	Finisher
+	AttemptSlot() *Slot
+}
+
+// FinishFunc is a function as a Finisher.
+type FinishFunc func(Outcome)
+
+// Finish calls f(o).
+func (f FinishFunc) Finish(o Outcome) { f(o) }
 
 // Set is the attempts of one worker executing now. Its methods are safe for
 // concurrent use.
@@ -80,10 +111,10 @@ func New(registry *tasks.Registry, capacity int, log *slog.Logger) *Set {
 }
 
 // Start runs the attempt m in a goroutine of its own, under a context derived from
-// parent, then calls done with its outcome once the attempt no longer counts as
+// parent, then hands its outcome to done once the attempt no longer counts as
 // running. It returns false, starting nothing, when the attempt is already running
 // (a duplicate assignment) or the Set has been shut down.
-func (s *Set) Start(parent context.Context, m *protocol.TaskAssign, done func(Outcome)) bool {
+func (s *Set) Start(parent context.Context, m *protocol.TaskAssign, done Finisher) bool {
 	l := Lease{m.JobID, m.AttemptID}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -99,16 +130,23 @@ func (s *Set) Start(parent context.Context, m *protocol.TaskAssign, done func(Ou
 			"running", len(s.running), "capacity", s.capacity)
 	}
 	ctx, cancel := context.WithCancelCause(parent)
-	a := &attempt{lease: l, gen: s.gen, cancel: cancel}
+	var a *attempt
+	if h, ok := done.(SlotHolder); ok {
+		a = &h.AttemptSlot().a
+	} else {
+		a = new(attempt)
+	}
+	*a = attempt{lease: l, gen: s.gen, cancel: cancel, set: s, ctx: ctx, m: m, done: done}
 	s.running[l] = a
 	s.wg.Add(1)
-	s.goroutines.Go(func() { s.execute(ctx, a, m, done) })
+	s.goroutines.Run(a)
 	return true
 }
 
 // execute runs an attempt, forgets it, and hands its outcome to done.
-func (s *Set) execute(ctx context.Context, a *attempt, m *protocol.TaskAssign, done func(Outcome)) {
+func (s *Set) execute(a *attempt) {
 	defer s.wg.Done()
+	ctx, m := a.ctx, a.m
 	// Guarded: the arguments of every attempt's line would be boxed even with debug off.
 	if s.log.Enabled(ctx, slog.LevelDebug) {
 		s.log.Debug("attempt started", "job", m.JobID, "attempt", m.AttemptID, "task", m.TaskType, "number", m.AttemptNumber)
@@ -118,7 +156,7 @@ func (s *Set) execute(ctx context.Context, a *attempt, m *protocol.TaskAssign, d
 		err = context.Cause(ctx)
 	}
 	s.finish(a)
-	done(Outcome{Result: out, Err: err})
+	a.done.Finish(Outcome{Result: out, Err: err})
 }
 
 // runTask runs the task, turning a panic into the attempt's failure.
@@ -220,12 +258,28 @@ func (s *Set) Wait() {
 
 // Result is the TaskResult of an attempt's outcome, echoing its lease.
 func Result(workerID string, m *protocol.TaskAssign, o Outcome) *protocol.TaskResult {
-	res := &protocol.TaskResult{WorkerID: workerID, JobID: m.JobID, AttemptID: m.AttemptID, Success: o.Err == nil}
+	return new(ResultBuf).Set(workerID, m, o)
+}
+
+// ResultBuf holds a TaskResult and its result or error text: a caller that keeps one
+// in a value it allocates per attempt anyway (the native worker's) makes a result
+// without an allocation of its own; Result makes one.
+type ResultBuf struct {
+	res  protocol.TaskResult
+	text string
+}
+
+// Set makes b the TaskResult of an attempt's outcome, echoing its lease, and returns
+// it (b's own).
+func (b *ResultBuf) Set(workerID string, m *protocol.TaskAssign, o Outcome) *protocol.TaskResult {
+	b.res = protocol.TaskResult{WorkerID: workerID, JobID: m.JobID, AttemptID: m.AttemptID, Success: o.Err == nil}
+	res := &b.res
 	if o.Err == nil {
-		res.Result = &o.Result
+		b.text = o.Result
+		res.Result = &b.text
 	} else {
-		text := o.Err.Error()
-		res.Error = &text
+		b.text = o.Err.Error()
+		res.Error = &b.text
 		res.Permanent = errors.Is(o.Err, tasks.ErrPermanent)
 		if d, ok := tasks.SnoozeOf(o.Err); ok {
 			res.SnoozeMillis = max(d.Milliseconds(), 1)

@@ -108,11 +108,11 @@ func assign(job, attemptID, taskType, payload string) *protocol.TaskAssign {
 // start starts an attempt under parent, recording its outcome.
 func (f *fixture) start(parent context.Context, m *protocol.TaskAssign) bool {
 	l := attempts.Lease{JobID: m.JobID, AttemptID: m.AttemptID}
-	return f.set.Start(parent, m, func(o attempts.Outcome) {
+	return f.set.Start(parent, m, attempts.FinishFunc(func(o attempts.Outcome) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		f.outcomes[l] = append(f.outcomes[l], o)
-	})
+	}))
 }
 
 func (f *fixture) outcomesOf(job, attemptID string) []attempts.Outcome {
@@ -329,10 +329,10 @@ func TestWaitWaitsForDone(t *testing.T) {
 	release := make(chan struct{})
 	var returned bool // written by done, read after Wait: the race detector checks the order
 	m := assign("job-w", "a", typeEcho, `1`)
-	f.set.Start(context.Background(), m, func(attempts.Outcome) {
+	f.set.Start(context.Background(), m, attempts.FinishFunc(func(attempts.Outcome) {
 		<-release
 		returned = true
-	})
+	}))
 	waited := make(chan struct{})
 	go func() {
 		f.set.Wait()
@@ -356,4 +356,72 @@ func TestWaitWaitsForDone(t *testing.T) {
 	if n := f.set.Len(); n != 0 {
 		t.Errorf("Len = %d after Wait", n)
 	}
+}
+
+// BenchmarkStartResult is an attempt's path through a Set: started, its task run on a
+// pooled goroutine, its outcome turned into a result.
+func BenchmarkStartResult(b *testing.B) {
+	r := tasks.NewRegistry()
+	if err := r.Register(typeEcho, task(func(context.Context, json.RawMessage) (string, error) { return "ok", nil })); err != nil {
+		b.Fatal(err)
+	}
+	set := attempts.New(r, 64, slog.New(slog.DiscardHandler))
+	defer func() {
+		set.Shutdown(errors.New("done"))
+		set.Wait()
+	}()
+	results := make(chan *protocol.TaskResult, 1)
+	m := assign("job-1", "att-1", typeEcho, `{}`)
+	done := attempts.FinishFunc(func(o attempts.Outcome) { results <- attempts.Result("w", m, o) })
+	for b.Loop() {
+		if !set.Start(context.Background(), m, done) {
+			b.Fatal("not started")
+		}
+		<-results
+	}
+}
+
+// slotted is a Finisher that holds its attempt's Slot, as the native worker's does.
+type slotted struct {
+	slot     attempts.Slot
+	outcomes chan attempts.Outcome
+}
+
+func (s *slotted) AttemptSlot() *attempts.Slot { return &s.slot }
+func (s *slotted) Finish(o attempts.Outcome)   { s.outcomes <- o }
+func newSlotted() *slotted                     { return &slotted{outcomes: make(chan attempts.Outcome, 1)} }
+func (s *slotted) outcome(t *testing.T) attempts.Outcome {
+	t.Helper()
+	select {
+	case o := <-s.outcomes:
+		return o
+	case <-time.After(10 * time.Second):
+		t.Fatal("no outcome")
+		return attempts.Outcome{}
+	}
+}
+
+// TestSlotHolder: attempts whose Finisher holds their Slot run, cancel and refuse
+// duplicates as any other: the Set's record lives in the Slot.
+func TestSlotHolder(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 4)
+	ctx := context.Background()
+	a, b, dup := newSlotted(), newSlotted(), newSlotted()
+	if !f.set.Start(ctx, assign("job-1", "att-1", typeBlock, `{}`), a) || !f.set.Start(ctx, assign("job-2", "att-1", typeEcho, `"hi"`), b) {
+		t.Fatal("Start = false")
+	}
+	if f.set.Start(ctx, assign("job-1", "att-1", typeBlock, `{}`), dup) {
+		t.Error("duplicate started")
+	}
+	if o := b.outcome(t); o.Err != nil || o.Result != `"hi"` {
+		t.Errorf("echo outcome %+v", o)
+	}
+	if !f.set.Cancel("job-1", "att-1") {
+		t.Fatal("Cancel = false")
+	}
+	if o := a.outcome(t); !errors.Is(o.Err, attempts.ErrCancelled) {
+		t.Errorf("cancelled outcome %+v, want ErrCancelled", o)
+	}
+	testkit.Eventually(t, 10*time.Second, "attempts forgotten", func() bool { return f.set.Len() == 0 })
 }
