@@ -119,7 +119,9 @@ type Config struct {
 	// between frames, is never timed out, except that a worker's registration must
 	// begin within one.
 	FrameStallTimeout time.Duration
-	// WriteTimeout bounds each frame write (default 10s).
+	// WriteTimeout bounds each frame write (default 10s): a write that blocks fails
+	// after at least nine tenths of it and at most all of it (the deadline is moved
+	// only once a tenth of it has passed, not at every frame).
 	WriteTimeout time.Duration
 	// RequestTimeout bounds each request to the coordinator: an API request or a bus
 	// ask (default 5s).

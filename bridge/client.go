@@ -87,8 +87,9 @@ func (b *Bridge) serveClient(c net.Conn, release func()) {
 	log.Debug("client connected")
 	r := frame.NewReader(c)
 	var wbuf []byte // the reply frame, reused: one reply at a time
+	var rdl, wdl deadline
 	for {
-		payload, err := readFrame(c, r, b.cfg.FrameStallTimeout)
+		payload, err := readFrame(c, r, &rdl, b.cfg.FrameStallTimeout)
 		if err != nil {
 			b.readFailed(log, err, "client", func(data []byte) {
 				_ = writeFrame(c, data, b.cfg.WriteTimeout)
@@ -119,7 +120,7 @@ func (b *Bridge) serveClient(c net.Conn, release func()) {
 		if e != nil {
 			reply = encodeError(e)
 		}
-		if wbuf, err = writeFrameBuf(c, wbuf, reply, b.cfg.WriteTimeout); err != nil {
+		if wbuf, err = writeFrameBuf(c, &wdl, wbuf, reply, b.cfg.WriteTimeout); err != nil {
 			log.Info("client dropped: write failed", "err", err)
 			return
 		}
@@ -168,16 +169,17 @@ func (b *Bridge) request(subject string, payload []byte, log *slog.Logger) (repl
 		log.Debug("request refused: NATS connection down", "subject", subject)
 		return nil, false, e
 	}
-	ctx, cancel := context.WithTimeout(b.ctx, b.cfg.RequestTimeout)
-	defer cancel()
 	// Sent again while no coordinator serves its subject (one is starting, or failing
 	// over), and as natsreq.Request says: the TCP client hears one reply, only later. A
 	// submission's request id names the job it creates, for an "Outcome unknown".
-	opts := natsreq.Options{WaitForResponders: true}
+	// Within bounds the request as a context.WithTimeout of b.ctx would (the same
+	// deadline, the same errors), without a context and a timer of its own per request:
+	// natsreq then arms only each send's wait.
+	opts := natsreq.Options{WaitForResponders: true, Within: b.cfg.RequestTimeout}
 	if subject == submitSubject {
 		opts.RequestID = protocol.NewRequestID()
 	}
-	msg, err := natsreq.Request(ctx, b.nc, subject, payload, opts)
+	msg, err := natsreq.Request(b.ctx, b.nc, subject, payload, opts)
 	if err != nil {
 		log.Debug("request failed", "subject", subject, "err", err)
 		var jobID string

@@ -20,22 +20,24 @@ var errStalled = errors.New("frame stalled")
 // between frames for as long as it likes, but a frame that has begun must complete:
 // the deadline is re-armed every stall, and a frame still incomplete at two deadlines
 // in a row fails. A frame trickled a byte at a time therefore gets between one and two
-// stall periods in all (the deadline is absolute, so bytes arriving do not extend it).
-func readFrame(c net.Conn, r *frame.Reader, stall time.Duration) ([]byte, error) {
-	return readFrameIdle(c, r, stall, true)
+// stall periods in all (the deadline is absolute, so bytes arriving do not extend it;
+// the first deadline after the frame began lies at most a stall ahead, and the second a
+// stall after the first, however lazily dl re-arms the first).
+func readFrame(c net.Conn, r *frame.Reader, dl *deadline, stall time.Duration) ([]byte, error) {
+	return readFrameIdle(c, r, dl, stall, true)
 }
 
 // readFirstFrame is readFrame for a message that is due at once (a worker's
 // registration): the frame must begin within stall too, so a silent connection does
 // not hold a slot of the port forever.
-func readFirstFrame(c net.Conn, r *frame.Reader, stall time.Duration) ([]byte, error) {
-	return readFrameIdle(c, r, stall, false)
+func readFirstFrame(c net.Conn, r *frame.Reader, dl *deadline, stall time.Duration) ([]byte, error) {
+	return readFrameIdle(c, r, dl, stall, false)
 }
 
-func readFrameIdle(c net.Conn, r *frame.Reader, stall time.Duration, idleOK bool) ([]byte, error) {
+func readFrameIdle(c net.Conn, r *frame.Reader, dl *deadline, stall time.Duration, idleOK bool) ([]byte, error) {
 	midFrame := false
 	for {
-		if err := c.SetReadDeadline(time.Now().Add(stall)); err != nil {
+		if err := dl.arm(c.SetReadDeadline, stall); err != nil {
 			return nil, err
 		}
 		p, err := r.Read()
@@ -45,6 +47,7 @@ func readFrameIdle(c net.Conn, r *frame.Reader, stall time.Duration, idleOK bool
 		if !errors.Is(err, os.ErrDeadlineExceeded) {
 			return nil, err
 		}
+		dl.expired()
 		switch {
 		case !r.Started() && idleOK:
 			midFrame = false
@@ -58,6 +61,36 @@ func readFrameIdle(c net.Conn, r *frame.Reader, stall time.Duration, idleOK bool
 	}
 }
 
+// A deadline is one deadline of a connection (its reads', or its writes'), set lazily:
+// arm sets it a full timeout ahead, and again only once a tenth of that has gone by, so
+// that a busy connection moves it a few times a second rather than at every frame
+// (each move updates a timer of the runtime's poller). Whatever arm was called last
+// with, the deadline lies between nine tenths of it and all of it ahead. One goroutine
+// (the connection's reader, or its writer) owns it.
+type deadline struct {
+	at time.Time // the deadline last set; zero: none, or expired
+}
+
+// arm makes sure the deadline lies within (d*9/10, d] from now, through set (the
+// connection's SetReadDeadline or SetWriteDeadline) when it does not.
+func (dl *deadline) arm(set func(time.Time) error, d time.Duration) error {
+	now := time.Now()
+	if left := dl.at.Sub(now); !dl.at.IsZero() && left > d-d/10 && left <= d {
+		return nil
+	}
+	at := now.Add(d)
+	if err := set(at); err != nil {
+		dl.at = time.Time{}
+		return err
+	}
+	dl.at = at
+	return nil
+}
+
+// expired records that the deadline passed (or was moved by someone else): the next
+// arm sets it again.
+func (dl *deadline) expired() { dl.at = time.Time{} }
+
 // writeFrame writes one frame within timeout.
 func writeFrame(c net.Conn, payload []byte, timeout time.Duration) error {
 	if err := c.SetWriteDeadline(time.Now().Add(timeout)); err != nil {
@@ -68,8 +101,8 @@ func writeFrame(c net.Conn, payload []byte, timeout time.Duration) error {
 
 // writeFrameBuf is writeFrame building the frame in buf, which it returns for the
 // next frame (unless it grew beyond batchBytes), so a connection's replies cost no
-// allocation.
-func writeFrameBuf(c net.Conn, buf, payload []byte, timeout time.Duration) ([]byte, error) {
+// allocation; dl is the connection's write deadline, armed lazily.
+func writeFrameBuf(c net.Conn, dl *deadline, buf, payload []byte, timeout time.Duration) ([]byte, error) {
 	out, err := frame.Append(buf[:0], payload)
 	if err != nil {
 		return buf, err
@@ -77,10 +110,11 @@ func writeFrameBuf(c net.Conn, buf, payload []byte, timeout time.Duration) ([]by
 	if cap(out) <= batchBytes {
 		buf = out
 	}
-	if err := c.SetWriteDeadline(time.Now().Add(timeout)); err != nil {
+	if err := dl.arm(c.SetWriteDeadline, timeout); err != nil {
 		return buf, err
 	}
 	if _, err := c.Write(out); err != nil {
+		dl.expired()
 		return buf, fmt.Errorf("frame: write: %w", err)
 	}
 	return buf, nil
@@ -122,6 +156,7 @@ type outbox struct {
 	quit    chan struct{} // closed by kill: stop now
 	done    chan struct{} // closed when the writer has exited and closed conn
 	buf     []byte        // the writer's batch buffer
+	wdl     deadline      // the writer's write deadline
 
 	mu        sync.Mutex
 	finishing bool
@@ -186,7 +221,7 @@ more:
 	if cap(buf) <= batchBytes*2 {
 		o.buf = buf // keep a modest buffer for the next batch
 	}
-	if err := o.conn.SetWriteDeadline(time.Now().Add(o.timeout)); err != nil {
+	if err := o.wdl.arm(o.conn.SetWriteDeadline, o.timeout); err != nil {
 		return err
 	}
 	_, err = o.conn.Write(buf)

@@ -45,6 +45,7 @@ type workerSession struct {
 	b      *Bridge
 	conn   net.Conn
 	reader *frame.Reader
+	readDL deadline // the connection's read deadline, which only the reader arms
 	out    *outbox
 	log    *slog.Logger
 
@@ -122,7 +123,7 @@ func (b *Bridge) serveWorker(c net.Conn, release func()) {
 // awaitRegister reads the first message, which must be a usable WORKER_REGISTER. On
 // anything else it queues the ERROR that ends the connection and returns nil.
 func (s *workerSession) awaitRegister() *protocol.WorkerRegister {
-	payload, err := readFirstFrame(s.conn, s.reader, s.b.cfg.FrameStallTimeout)
+	payload, err := readFirstFrame(s.conn, s.reader, &s.readDL, s.b.cfg.FrameStallTimeout)
 	if err != nil {
 		s.b.readFailed(s.log, err, "worker", s.out.finish)
 		return nil
@@ -377,7 +378,7 @@ func heldRef(msg protocol.Message) protocol.AttemptRef {
 // protocol. Nothing here blocks on the coordinator.
 func (s *workerSession) loop() {
 	for {
-		payload, err := readFrame(s.conn, s.reader, s.b.cfg.FrameStallTimeout)
+		payload, err := readFrame(s.conn, s.reader, &s.readDL, s.b.cfg.FrameStallTimeout)
 		if err != nil {
 			s.b.readFailed(s.log, err, "worker", s.out.finish)
 			return

@@ -60,6 +60,23 @@ type tcpConn struct {
 	net.Conn
 	r    *frame.Reader
 	wbuf []byte // the request frame, reused
+
+	// expire, made once, expires the connection's deadline when a request's ctx ends,
+	// and then signals expired (buffered: the request waits for it only when stopping
+	// the watch failed). poisoned: expire ran, so the deadline is in the past until
+	// the next request clears it.
+	expire   func()
+	expired  chan struct{}
+	poisoned bool
+}
+
+func newTCPConn(nc net.Conn) *tcpConn {
+	c := &tcpConn{Conn: nc, r: frame.NewReader(nc), expired: make(chan struct{}, 1)}
+	c.expire = func() {
+		_ = c.SetDeadline(time.Unix(1, 0))
+		c.expired <- struct{}{}
+	}
+	return c
 }
 
 // maxKeptBuf bounds the request buffer a connection keeps between requests.
@@ -177,28 +194,34 @@ func (t *tcpTransport) use(nc net.Conn) (*tcpConn, error) {
 		_ = nc.Close()
 		return nil, ErrClosed
 	}
-	t.conn = &tcpConn{Conn: nc, r: frame.NewReader(nc)}
+	t.conn = newTCPConn(nc)
 	return t.conn, nil
 }
 
-// exchange writes one request frame and reads one reply frame, within ctx: its
-// deadline becomes the connection's, and its cancellation expires that deadline.
+// exchange writes one request frame and reads one reply frame, within ctx: when ctx
+// ends (its deadline passes, or it is cancelled) the connection's deadline expires,
+// which interrupts the write or the read. The connection itself has no deadline
+// otherwise, so a request costs no deadline to set: ctx's own timer is the only one.
 func (t *tcpTransport) exchange(ctx context.Context, conn *tcpConn, out []byte) ([]byte, error) {
-	dl, _ := ctx.Deadline() // zero: no deadline
-	if err := conn.SetDeadline(dl); err != nil {
+	if conn.poisoned {
+		// The last request's ctx ended as it finished: clear the expired deadline.
+		if err := conn.SetDeadline(time.Time{}); err != nil {
+			return nil, err
+		}
+		conn.poisoned = false
+	}
+	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	expired := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		_ = conn.SetDeadline(time.Unix(1, 0))
-		close(expired)
-	})
-	defer func() {
-		// A late expiry must not land on the next request's deadline.
-		if !stop() {
-			<-expired
-		}
-	}()
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, conn.expire)
+		defer func() {
+			if !stop() {
+				<-conn.expired // expire has run: its deadline must not outlive this request
+				conn.poisoned = true
+			}
+		}()
+	}
 	if _, err := conn.Write(out); err != nil {
 		return nil, fmt.Errorf("send: %w", err)
 	}

@@ -442,3 +442,32 @@ func TestTCPWorkerPort(t *testing.T) {
 		}
 	}
 }
+
+// TestTCPContextEndsWithTheReply: a request's ctx that ends as its reply arrives must
+// not fail the next request on the connection (its expired deadline is cleared). The
+// peer cancels the request's ctx just before it answers, so the expiry lands before,
+// during or after the reply is read; every request after it succeeds.
+func TestTCPContextEndsWithTheReply(t *testing.T) {
+	t.Parallel()
+	cancels := make(chan context.CancelFunc, 1)
+	p := newBridgePeer(t, func(n int, req protocol.Message) response {
+		select {
+		case cancel := <-cancels:
+			cancel()
+		default:
+		}
+		return answer(n, req)
+	})
+	c := dial(t, p.addr())
+	for i := range 200 {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancels <- cancel
+		if _, err := c.Status(ctx, "a"); err != nil && !errors.Is(err, context.Canceled) {
+			t.Fatalf("round %d: Status = %v, want a reply or context.Canceled", i, err)
+		}
+		cancel()
+		if job, err := c.Status(context.Background(), "b"); err != nil || job.JobID != "b" {
+			t.Fatalf("round %d: Status after a ctx that ended = %+v, %v", i, job, err)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime"
 	"sync"
 	"time"
 
@@ -163,9 +164,21 @@ func (s *session) assign(m *protocol.TaskAssign) error {
 	if m.JobID == "" || m.AttemptID == "" {
 		return fmt.Errorf("%w: TASK_ASSIGN without jobId or attemptId", ErrProtocol)
 	}
-	s.w.attempts.Start(s.ctx, m, attempts.FinishFunc(func(o attempts.Outcome) { s.finished(m, o) }))
+	s.w.attempts.Start(s.ctx, m, &assigned{s: s, m: m})
 	return nil
 }
+
+// assigned is an assignment's attempts.Finisher: it reports the outcome on its
+// session and holds the Set's record of the attempt (attempts.SlotHolder), so that an
+// assignment costs one allocation here rather than a closure and a record.
+type assigned struct {
+	s    *session
+	m    *protocol.TaskAssign
+	slot attempts.Slot
+}
+
+func (a *assigned) Finish(o attempts.Outcome)   { a.s.finished(a.m, o) }
+func (a *assigned) AttemptSlot() *attempts.Slot { return &a.slot }
 
 // finished reports an attempt's outcome, unless the connection it came on has ended:
 // the coordinator has then revoked the lease and would reject the result.
@@ -291,6 +304,11 @@ func (s *session) flushLoop() {
 		case <-s.ctx.Done():
 			return
 		case <-s.dirty:
+			// Let the goroutines already runnable (handlers finishing together, the
+			// reader queueing acknowledgements) go first: what they queue leaves in
+			// this write rather than in a write each. Nothing waits for more work: on
+			// an idle worker Gosched returns at once.
+			runtime.Gosched()
 			if s.flush() != nil {
 				return
 			}
