@@ -156,11 +156,11 @@ func (n *natsTransport) RoundTrip(ctx context.Context, t protocol.Type, body []b
 
 // roundTrip is RoundTrip within d when ctx has no deadline (0: none).
 func (n *natsTransport) roundTrip(ctx context.Context, t protocol.Type, body []byte, d time.Duration) ([]byte, error) {
-	e, ok := protocol.EndpointFor(t)
+	subject, ok := protocol.SubjectFor(t)
 	if !ok {
 		return nil, fmt.Errorf("%s is not a client request", t)
 	}
-	msg, err := n.request(ctx, t, e.Subject(), body, d) // failover.go
+	msg, err := n.request(ctx, t, subject, body, d) // failover.go
 	switch {
 	case errors.Is(err, ErrNoCoordinator):
 		return nil, err

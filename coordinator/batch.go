@@ -70,11 +70,18 @@ type batchAck struct {
 // first, so a crash between the two leaves the key known: an active record carries it
 // too), then its record, the last.
 func (s *jsStore) messages(w *pendingWrite) []*nats.Msg {
-	m := s.recordMsg(w) // recordmsg.go
+	msgs, _ := s.messagesIn(&recordMessage{}, w, nil)
+	return msgs
+}
+
+// messagesIn is messages, the record's built in m (buildRecordMsg), with reply
+// made a string alongside it.
+func (s *jsStore) messagesIn(m *recordMessage, w *pendingWrite, reply []byte) (msgs []*nats.Msg, replySubject string) {
+	replySubject = s.buildRecordMsg(m, w, reply) // recordmsg.go
 	// A SCHEDULED job's binding is stored too (for ever, until its finishing write
 	// gives it a TTL): a far-future job is not read whole by recovery (delayed.go).
 	if w.key == "" || (w.ttl == 0 && w.runAt == 0) {
-		return m.one[:]
+		return m.one[:], replySubject
 	}
 	b := nats.NewMsg(jobsSubjects + bindingKey(w.key))
 	b.Data, _ = json.Marshal(w.bind)
@@ -82,7 +89,7 @@ func (s *jsStore) messages(w *pendingWrite) []*nats.Msg {
 		b.Header.Set(jetstream.MsgTTLHeader, s.ttlText(w.ttl))
 	}
 	s.termChecked(b)
-	return []*nats.Msg{b, &m.m}
+	return []*nats.Msg{b, &m.m}, replySubject
 }
 
 // termChecked makes m land only while this coordinator's term is the last.

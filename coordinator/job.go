@@ -29,8 +29,12 @@ type job struct {
 	uncertain bool
 	// answer is its submission's reply while it is not sent, so that a store fault
 	// can hurry it (outcome.go).
-	answer   *reply
-	waiters  []waiter
+	answer  *reply
+	waiters []waiter
+	// waitBuf backs waiters while they are few (wait): a job has one or two at a
+	// time (its submitter's, its assignment's, its result's), and a slice of their
+	// own cost an allocation or two per write.
+	waitBuf  [2]waiter
 	queueGen uint64 // invalidates stale entries in the ready queue
 	inQueue  bool
 	lane     *keyLane // while inQueue: where it waits (queue.go)

@@ -114,7 +114,7 @@ func (s *scheduler) submit(req *protocol.SubmitJob, from request, reply replyFun
 			if d.fingerprint != fp {
 				s.out.reply(reply, protocol.IdempotencyConflict(key, d.jobID))
 			} else {
-				s.out.reply(reply, settled{&protocol.JobSubmitted{JobID: d.jobID}})
+				s.out.reply(reply, jobSubmitted(d.jobID))
 			}
 			return
 		}
@@ -167,7 +167,7 @@ func (s *scheduler) submit(req *protocol.SubmitJob, from request, reply replyFun
 			}
 			return
 		}
-		if r.send(settled{&protocol.JobSubmitted{JobID: id}}) {
+		if r.send(jobSubmitted(id)) {
 			s.note.submitted(SubmitAccepted)
 		}
 		s.mu.Lock()
@@ -209,13 +209,13 @@ func (s *scheduler) answerDuplicate(j *job, key, fp string, due time.Duration, r
 // (at once if it is, or if j is not in memory any more), or what its creation's failure
 // means. Called with the scheduler's mu held.
 func (s *scheduler) answerWhenCreated(id string, j *job, due time.Duration, reply replyFunc) {
-	answer := settled{&protocol.JobSubmitted{JobID: id}}
+	answer := jobSubmitted(id)
 	if j == nil || j.rev != 0 {
 		s.out.reply(reply, answer)
 		return
 	}
 	r := s.replies.by(reply, due, "submission", id)
-	j.waiters = append(j.waiters, waiter{version: 1, fn: func(err error) {
+	j.wait(waiter{version: 1, fn: func(err error) {
 		if err != nil {
 			r.send(createFailed(id, err))
 			return
@@ -336,7 +336,7 @@ func (s *scheduler) assign(j *job, w *worker) {
 	// The waiter runs with mu held (writtenAll), so that the assignments a burst of
 	// writes releases leave together.
 	attempt := j.rec.AttemptID
-	j.waiters = append(j.waiters, waiter{version: j.version, locked: true, fn: func(err error) {
+	j.wait(waiter{version: j.version, locked: true, fn: func(err error) {
 		if err == nil && j.rec.State == protocol.StateRunning && j.rec.AttemptID == attempt {
 			if a := w.running[j.rec.JobID]; a.attempt == attempt {
 				w.seq++

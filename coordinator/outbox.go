@@ -29,7 +29,13 @@ import (
 type outbox struct {
 	queue  []outgoing
 	sendMu sync.Mutex // held while sending the queue taken, so messages leave in order
+	// spare is the backing of a queue sent, cleared, for the next queue (under
+	// sendMu): a new one per release of the scheduler's mu cost an allocation a job.
+	spare []outgoing
 }
+
+// maxSpare bounds the queue backing kept for the next (a burst's may be large).
+const maxSpare = 1024
 
 // outgoing is one message to send once the scheduler's mu is released.
 type outgoing struct {
@@ -65,8 +71,8 @@ func (s *scheduler) unlock() {
 		s.mu.Unlock()
 		return
 	}
-	s.out.queue = nil
 	s.out.sendMu.Lock()
+	s.out.queue, s.out.spare = s.out.spare, nil // both locks held
 	s.mu.Unlock()
 	var lost []failedSend
 	for i := range out {
@@ -85,6 +91,10 @@ func (s *scheduler) unlock() {
 		if err != nil && o.to != nil {
 			lost = append(lost, failedSend{o.to, err})
 		}
+	}
+	if cap(out) <= maxSpare {
+		clear(out) // its messages and workers
+		s.out.spare = out[:0]
 	}
 	s.out.sendMu.Unlock()
 	for _, f := range lost {

@@ -311,6 +311,27 @@ func (q *writeQueue) hurry(ws []pendingWrite, cause string) {
 // the term fences every create a newer leader could not see (batch.go).
 type settled struct{ protocol.Message }
 
+// settledSubmitted is settled{&protocol.JobSubmitted{...}} in one allocation, not two:
+// the answer of every submission once its job is stored (jobSubmitted).
+type settledSubmitted struct{ protocol.JobSubmitted }
+
+// jobSubmitted is the settled JOB_SUBMITTED of job id.
+func jobSubmitted(id string) protocol.Message {
+	return &settledSubmitted{protocol.JobSubmitted{JobID: id}}
+}
+
+// unsettle returns the message m states when it is settled (settled, jobSubmitted),
+// and whether it is.
+func unsettle(m protocol.Message) (protocol.Message, bool) {
+	switch s := m.(type) {
+	case settled:
+		return s.Message, true
+	case *settledSubmitted:
+		return &s.JobSubmitted, true
+	}
+	return m, false
+}
+
 // replies arms the answers of write requests (submissions, cancels): the scheduler's
 // part that says "Outcome unknown" when a reply is due before its write's outcome.
 type replies struct {

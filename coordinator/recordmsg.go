@@ -27,8 +27,16 @@ type recordMessage struct {
 // a unique window when the window ends, and for a SCHEDULED job when it is due.
 func (s *jsStore) recordMsg(w *pendingWrite) *recordMessage {
 	r := &recordMessage{}
+	s.buildRecordMsg(r, w, nil)
+	return r
+}
+
+// buildRecordMsg builds w's record message in r (recordMsg), and returns reply as a
+// part of the one string the message's subject and header values are parts of: a
+// pipelined write's reply subject (pipeline.send), without an allocation of its own.
+func (s *jsStore) buildRecordMsg(r *recordMessage, w *pendingWrite, reply []byte) (replySubject string) {
 	r.one[0] = &r.m
-	var buf [192]byte
+	var buf [256]byte
 	b := append(buf[:0], jobsSubjects...)
 	b = append(b, w.id...)
 	var ends [6]int // of the subject, then each number after it
@@ -53,6 +61,7 @@ func (s *jsStore) recordMsg(w *pendingWrite) *recordMessage {
 		b = strconv.AppendInt(b, w.runAt, 10)
 	}
 	ends[5] = len(b)
+	b = append(b, reply...)
 	all := string(b)
 	part := func(i int) string { return all[ends[i-1]:ends[i]] }
 
@@ -80,7 +89,7 @@ func (s *jsStore) recordMsg(w *pendingWrite) *recordMessage {
 		set(protocol.HeaderRunAt, part(5))
 	}
 	r.m = nats.Msg{Subject: all[:ends[0]], Data: w.data, Header: h}
-	return r
+	return all[ends[5]:]
 }
 
 // ttlText is d's Nats-TTL header value (d.String()), remembered for the last d: every

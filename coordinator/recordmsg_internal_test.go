@@ -66,6 +66,21 @@ func TestRecordMsg(t *testing.T) {
 			if !slices.Equal(got.Header[protocol.HeaderState], want.Header[protocol.HeaderState]) {
 				t.Errorf("adding a value changed another header: %v", got.Header)
 			}
+			// A pipelined write's (pipeline.send): the same message, its reply
+			// subject made with it.
+			const reply = "_INBOX.abcdefghijklmnopqrstuv.wxyz0123.1z"
+			var r recordMessage
+			piped, subject := s.messagesIn(&r, &tc.w, []byte(reply))
+			if len(piped) != 1 || piped[0] != &r.m {
+				t.Fatalf("messagesIn: %d messages, want r's one", len(piped))
+			}
+			if subject != reply {
+				t.Errorf("reply subject %q, want %q", subject, reply)
+			}
+			if p := piped[0]; p.Subject != want.Subject || string(p.Data) != string(want.Data) || p.Reply != "" ||
+				!maps.EqualFunc(p.Header, want.Header, slices.Equal) {
+				t.Errorf("messagesIn built %q %q %v, want %q %q %v", p.Subject, p.Data, p.Header, want.Subject, want.Data, want.Header)
+			}
 		})
 	}
 }

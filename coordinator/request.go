@@ -56,7 +56,7 @@ func (s *scheduler) answerResent(id string, from request, req *protocol.SubmitJo
 	}
 	if from.looked && s.kept.index.createdSince(from.since, id) { // and it finished meanwhile
 		s.note.submitted(SubmitDuplicate)
-		s.out.reply(reply, settled{&protocol.JobSubmitted{JobID: id}})
+		s.out.reply(reply, jobSubmitted(id))
 		return true
 	}
 	return false
@@ -89,7 +89,7 @@ func (s *scheduler) findFinished(id, rid string, req *protocol.SubmitJob, maxAtt
 	if !sameSubmission(&r, req, maxAttempts, prio) {
 		reply(protocol.RequestIDReused(rid, id))
 	} else {
-		reply(settled{&protocol.JobSubmitted{JobID: id}}) // stored: whoever leads knows it
+		reply(jobSubmitted(id)) // stored: whoever leads knows it
 	}
 	return since, true
 }
@@ -103,13 +103,13 @@ func (s *scheduler) answerRequestRepeat(j *job, from request, req *protocol.Subm
 		return
 	}
 	id := j.rec.JobID
-	answer := settled{&protocol.JobSubmitted{JobID: id}}
+	answer := jobSubmitted(id)
 	if j.rev != 0 {
 		s.out.reply(reply, answer)
 		return
 	}
 	r := s.replies.by(reply, from.due, "submission", id)
-	j.waiters = append(j.waiters, waiter{version: 1, fn: func(err error) {
+	j.wait(waiter{version: 1, fn: func(err error) {
 		if err != nil {
 			r.send(createFailed(id, err))
 			return

@@ -300,9 +300,7 @@ func (sch *schedules) submit(sc *protocol.Schedule, key string) (id string, refu
 	case <-sch.ctx.Done():
 		return "", nil, ErrNotServing
 	}
-	if s, ok := m.(settled); ok {
-		m = s.Message
-	}
+	m, _ = unsettle(m)
 	switch r := m.(type) {
 	case *protocol.JobSubmitted:
 		return r.JobID, nil, nil

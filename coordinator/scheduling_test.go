@@ -109,9 +109,7 @@ func (s *memSystem) submit(req *protocol.SubmitJob) protocol.Message {
 // answerOf is the answer a client gets for reply m: a reply that states what is stored
 // (settled) goes as its message (api.endpoint).
 func answerOf(m protocol.Message) protocol.Message {
-	if s, ok := m.(settled); ok {
-		return s.Message
-	}
+	m, _ = unsettle(m)
 	return m
 }
 

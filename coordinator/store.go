@@ -20,7 +20,7 @@ func (s *scheduler) markDirty(j *job, fn func(error)) {
 	s.note.changed(j)
 	s.ended(j) // deps.go
 	if fn != nil {
-		j.waiters = append(j.waiters, waiter{version: j.version, fn: fn})
+		j.wait(waiter{version: j.version, fn: fn})
 	}
 	if !j.writing {
 		s.wq.queueWrite(j)
@@ -101,7 +101,11 @@ func (q *writeQueue) takeDirty(n int) ([]pendingWrite, []encodeError) {
 		ws = append(ws, w)
 	}
 	clear(q.dirty[:n])
-	q.dirty = q.dirty[n:]
+	if n == len(q.dirty) {
+		q.dirty = q.dirty[:0] // its backing again: taking from the front used it up
+	} else {
+		q.dirty = q.dirty[n:]
+	}
 	if len(q.dirty) > 0 {
 		q.wakeWriter()
 	}
@@ -150,7 +154,8 @@ func (s *scheduler) written(j *job, rev, version uint64) {
 // assignments they release leave in one flush of the outbox, merged per worker where
 // it takes batches (outbox.go); then the others, in order.
 func (s *scheduler) writtenAll(ws []ackedWrite) {
-	var done []waiter
+	var buf [16]waiter // the waiters taken, copied out of their jobs (takeWaiters)
+	done := buf[:0]
 	s.mu.Lock()
 	for _, w := range ws {
 		done = s.recordWritten(w.j, w.rev, w.version, done)
@@ -177,11 +182,7 @@ func (s *scheduler) recordWritten(j *job, rev, version uint64, done []waiter) []
 	j.uncertain = false
 	s.note.written(j, version)
 	s.ckpt.count(len(s.kept.index.entries))
-	if done == nil {
-		done = takeWaiters(j, version) // one write: no copy
-	} else {
-		done = append(done, takeWaiters(j, version)...)
-	}
+	done = takeWaiters(j, version, done)
 	s.wq.doneWriting(j)
 	if j.version > version { // changed while being written
 		s.wq.queueWrite(j)
@@ -195,9 +196,9 @@ func (s *scheduler) recordWritten(j *job, rev, version uint64, done []waiter) []
 
 // fail ends every waiter of j with err.
 func (s *scheduler) fail(j *job, err error) {
+	var buf [4]waiter
 	s.mu.Lock()
-	done := j.waiters
-	j.waiters = nil
+	done := takeWaiters(j, ^uint64(0), buf[:0])
 	s.wq.doneWriting(j)
 	n := 0
 	for _, w := range done {
@@ -291,14 +292,28 @@ type writeQueue struct {
 	wake   chan struct{}
 }
 
-func takeWaiters(j *job, version uint64) []waiter {
+// takeWaiters removes from j the waiters that its durable version satisfies and
+// appends them to into. Called with the scheduler's mu held.
+func takeWaiters(j *job, version uint64, into []waiter) []waiter {
 	n := 0
 	for n < len(j.waiters) && j.waiters[n].version <= version {
 		n++
 	}
-	done := j.waiters[:n:n]
+	// Copied out: the job's backing (waitBuf) takes its next waiters while these
+	// still run, outside the lock.
+	into = append(into, j.waiters[:n]...)
+	clear(j.waiters[:n])
 	j.waiters = j.waiters[n:]
-	return done
+	return into
+}
+
+// wait adds w to j's waiters, in j's own backing (waitBuf) when it has none. Called
+// with the scheduler's mu held.
+func (j *job) wait(w waiter) {
+	if len(j.waiters) == 0 {
+		j.waiters = j.waitBuf[:0]
+	}
+	j.waiters = append(j.waiters, w)
 }
 
 // refuseWaitingCreates gives up, with err, the jobs waiting for their first write:

@@ -72,7 +72,9 @@ func (s *scheduler) traceSubmission(j *job, from request, arrived time.Time) fun
 	parent := tracing.Parse(from.traceParent, from.traceState)
 	if parent.IsValid() {
 		j.setTraceContext(tracing.Normal(parent, from.traceParent, from.traceState)) // what a worker can parse
-		j.vis.trace = &parent
+		// A copy: &parent would put parent on the heap for every submission, traced or not.
+		stored := parent
+		j.vis.trace = &stored
 	}
 	if !s.tracer.Samples(parent) {
 		return nil

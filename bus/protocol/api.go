@@ -78,6 +78,35 @@ func EndpointFor(t Type) (e Endpoint, ok bool) {
 	return Endpoint{}, false
 }
 
+// SubjectFor returns the subject of the endpoint that serves request type t, as
+// EndpointFor(t).Subject() would, without building it: a client asks for it on every
+// request. ok is false for a type that is not a client request.
+func SubjectFor(t Type) (subject string, ok bool) {
+	subject, ok = endpointSubjects.subject[t]
+	return subject, ok
+}
+
+// RequestOn returns the request type the client API endpoint on subject serves; ok is
+// false for a subject that is none.
+func RequestOn(subject string) (t Type, ok bool) {
+	t, ok = endpointSubjects.request[subject]
+	return t, ok
+}
+
+// endpointSubjects is Endpoints' subjects both ways, made once.
+var endpointSubjects = func() (x struct {
+	subject map[Type]string
+	request map[string]Type
+}) {
+	x.subject = make(map[Type]string, len(Endpoints))
+	x.request = make(map[string]Type, len(Endpoints))
+	for _, e := range Endpoints {
+		x.subject[e.Request] = e.Subject()
+		x.request[e.Subject()] = e.Request
+	}
+	return x
+}()
+
 // IsClientRequest reports whether t is a request of the client port.
 func IsClientRequest(t Type) bool {
 	_, ok := EndpointFor(t)

@@ -17,10 +17,6 @@ func ReadOnly(t Type) bool {
 // ReadOnlySubject reports whether the client API endpoint on subject serves a ReadOnly
 // request.
 func ReadOnlySubject(subject string) bool {
-	for _, e := range Endpoints {
-		if e.Subject() == subject {
-			return ReadOnly(e.Request)
-		}
-	}
-	return false
+	t, ok := RequestOn(subject)
+	return ok && ReadOnly(t)
 }

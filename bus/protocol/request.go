@@ -31,7 +31,9 @@ const (
 func NewRequestID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	var x [32]byte // hex.EncodeToString's buffer would be one allocation more
+	hex.Encode(x[:], b[:])
+	return string(x[:])
 }
 
 // RequestJobID is the id of the job a submission with request id rid creates: a
@@ -39,7 +41,19 @@ func NewRequestID() string {
 // form of every job id. The same request id always names the same job; a random
 // (version 4) job id, or another request id, never does.
 func RequestJobID(rid string) string {
-	h := sha256.Sum256([]byte("jobbus request\x00" + rid))
+	// The hash's input in a buffer on the stack, for every id a client makes
+	// (NewRequestID's 32 bytes) and any other up to MaxRequestID: the concatenation
+	// and its []byte took two allocations per submission.
+	const prefix = "jobbus request\x00"
+	var in [len(prefix) + MaxRequestID]byte
+	var h [sha256.Size]byte
+	if len(rid) <= MaxRequestID {
+		n := copy(in[:], prefix)
+		n += copy(in[n:], rid)
+		h = sha256.Sum256(in[:n])
+	} else {
+		h = sha256.Sum256([]byte(prefix + rid))
+	}
 	u := h[:16]
 	u[6] = u[6]&0x0f | 0x80 // version 8
 	u[8] = u[8]&0x3f | 0x80 // RFC 9562 variant

@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/textproto"
 	"strconv"
 	"strings"
 	"time"
@@ -63,12 +64,16 @@ func Request(ctx context.Context, nc *nats.Conn, subject string, body []byte, op
 			rid = protocol.NewRequestID()
 		}
 		opts.Fresh, opts.FirstTry, opts.MaxTry = true, SendEvery, SendEvery
-		h := make(nats.Header, len(opts.Header)+1) // the caller's (a trace context) and the id
+		h := make(nats.Header, len(opts.Header)+2) // the caller's (a trace context), the id, the time left
 		for k, v := range opts.Header {
 			h[k] = v
 		}
-		h[protocol.HeaderRequestID] = []string{rid}
-		opts.Header = h
+		// The id's value and the first send's time left (resend.header) share one
+		// backing: a submission's header took a slice for each.
+		vals := make([]string, 2)
+		vals[0] = rid
+		h[protocol.HeaderRequestID] = vals[0:1:1]
+		opts.Header, opts.firstLeft = h, vals[1:2:2]
 		opts.TryHeader, opts.TimeoutHeader = protocol.HeaderRequestTry, protocol.HeaderTimeout
 		opts.Unsure = outcomeUnknown // sent again, it finds the job if it was stored
 	case t == protocol.TypeGetJobStatus || t == protocol.TypeListWorkers:
@@ -96,12 +101,8 @@ const SendEvery = time.Second
 
 // requestType is the request type the API endpoint on subject serves, "" for none.
 func requestType(subject string) protocol.Type {
-	for _, e := range protocol.Endpoints {
-		if e.Subject() == subject {
-			return e.Request
-		}
-	}
-	return ""
+	t, _ := protocol.RequestOn(subject)
+	return t
 }
 
 // notServing reports an ERROR reply of a coordinator that does not serve now (micro's
@@ -179,6 +180,9 @@ type Options struct {
 	Header        nats.Header
 	TryHeader     string
 	TimeoutHeader string
+	// firstLeft, when Request made Header, is the one-value slice the first send's
+	// TimeoutHeader value goes into (Header.Set would allocate one).
+	firstLeft []string
 	// WaitForResponders waits out "no responders" (with backoff, sending again) until
 	// ctx ends, as a bridge holds a request while no coordinator serves. Without it,
 	// "no responders" is returned at once unless a send already went unanswered (then
@@ -458,8 +462,13 @@ func (r *resend) header(ctx context.Context) nats.Header {
 	case left == "" && v == "":
 		return o.Header
 	case r.sends == 1: // Header is the request's own: no copy
-		if o.Header == nil {
+		switch {
+		case o.Header == nil:
 			o.Header = make(nats.Header, 1)
+		case o.firstLeft != nil:
+			o.firstLeft[0] = left
+			o.Header[textproto.CanonicalMIMEHeaderKey(o.TimeoutHeader)] = o.firstLeft
+			return o.Header
 		}
 		o.Header.Set(o.TimeoutHeader, left)
 		return o.Header
@@ -539,6 +548,20 @@ func (x *exchange) wait(ctx context.Context, until time.Time) (*nats.Msg, error)
 		x.m = nil
 		if d, ok := ctx.Deadline(); ok && !d.After(until) {
 			return x.nc.RequestMsgWithContext(ctx, m)
+		}
+		if ctx.Done() == nil {
+			// Only the time can end the wait (a context.Background caller): nats.go's
+			// own timer, pooled, rather than a context with a timer and a channel of
+			// its own per request. As a context past its deadline, nothing is sent.
+			d := time.Until(until)
+			if d <= 0 {
+				return nil, context.DeadlineExceeded
+			}
+			reply, err := x.nc.RequestMsg(m, d)
+			if errors.Is(err, nats.ErrTimeout) {
+				err = context.DeadlineExceeded
+			}
+			return reply, err
 		}
 		wctx, cancel := context.WithDeadline(ctx, until)
 		defer cancel()

@@ -71,8 +71,13 @@ func TestResend(t *testing.T) {
 
 	t.Run("NoRespondersAtOnce", func(t *testing.T) {
 		nc := connect(t)
-
-		_, err := natsreq.Resend(ctx, nc, "svc", nil, opts)
+		// The first send's own wait (DefaultFirstTry), not opts' 50 ms: a loaded
+		// machine may take longer to say nobody is subscribed, and a send unanswered
+		// makes the request wait out "no responders" until its context ends, which
+		// a test's bound (not Background) must then be.
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		_, err := natsreq.Resend(rctx, nc, "svc", nil, natsreq.Options{})
 		if !errors.Is(err, nats.ErrNoResponders) {
 			t.Fatalf("err = %v, want ErrNoResponders", err)
 		}
@@ -438,6 +443,51 @@ func TestRequest(t *testing.T) {
 		defer cancel()
 		if m, err := natsreq.Request(rctx, nc, status, nil, opts); err != nil || string(m.Data) != "ok" {
 			t.Fatalf("%v, %v", m, err)
+		}
+	})
+	// Each send of a submission carries the caller's headers, its request id and the
+	// time it has left; a send again its number too.
+	t.Run("SubmissionHeaders", func(t *testing.T) {
+		t.Parallel()
+		nc := connect(t)
+		var mu sync.Mutex
+		var sends []nats.Header
+		sub, err := nc.Subscribe(submit, func(m *nats.Msg) {
+			mu.Lock()
+			defer mu.Unlock()
+			sends = append(sends, m.Header)
+			if len(sends) > 1 { // the first goes unanswered
+				_ = m.Respond([]byte("ok"))
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
+		caller := nats.Header{"Traceparent": []string{"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}
+		const within = 10 * time.Second
+		if m, err := natsreq.Request(context.Background(), nc, submit, nil, natsreq.Options{RequestID: "r-h", Header: caller, Within: within}); err != nil || string(m.Data) != "ok" {
+			t.Fatalf("%v, %v", m, err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(sends) != 2 {
+			t.Fatalf("%d sends, want 2", len(sends))
+		}
+		for i, h := range sends {
+			if h.Get(protocol.HeaderRequestID) != "r-h" || h.Get("Traceparent") != caller.Get("Traceparent") {
+				t.Errorf("send %d: headers %v, want the request id and the caller's", i+1, h)
+			}
+			ms, err := strconv.Atoi(h.Get(protocol.HeaderTimeout))
+			if err != nil || ms <= 0 || ms > int(within.Milliseconds()) {
+				t.Errorf("send %d: %s %q, want the milliseconds left", i+1, protocol.HeaderTimeout, h.Get(protocol.HeaderTimeout))
+			}
+			if try, want := h.Get(protocol.HeaderRequestTry), []string{"", "2"}[i]; try != want {
+				t.Errorf("send %d: %s %q, want %q", i+1, protocol.HeaderRequestTry, try, want)
+			}
+		}
+		if len(caller) != 1 {
+			t.Errorf("the caller's header changed: %v", caller)
 		}
 	})
 	for _, tc := range []struct{ name, subject string }{

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/internal/natsreq"
+	"github.com/jobbus/jobbus/internal/testkit"
 )
 
 // A responder is one coordinator serving the submission subject, without a queue group
@@ -87,37 +88,78 @@ func TestSubmissionNeverSaysNotStoredWhenStored(t *testing.T) {
 	for i := range 16 {
 		// A batch of submissions (SUBMIT_JOBS) is held to the same rule.
 		typ := []protocol.Type{protocol.TypeSubmitJob, protocol.TypeSubmitJobs}[i%2]
+		// The request's time as a context's deadline, or as Options.Within (the
+		// client's, when its caller's context has none) with a context that cannot
+		// end otherwise (waited for with nats.go's timer) or that can (with one of
+		// its own): each wait of the three shapes holds the rule.
+		b := bound((i / 2) % int(numBounds))
 		n := 1 + rng.IntN(3)
 		rs := make([]*responder, n)
 		for k := range rs {
 			rs[k] = &responder{role: role(rng.IntN(int(numRoles))), delay: time.Duration(rng.IntN(700)) * time.Millisecond, refusals: 1 + rng.IntN(3)}
 		}
 		within := time.Duration(150+rng.IntN(800)) * time.Millisecond
-		name := fmt.Sprintf("%d-%s", i, typ)
+		name := fmt.Sprintf("%d-%s-%s", i, typ, b)
 		for _, r := range rs {
 			name += "-" + r.role.String()
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			submissionHolds(t, typ, rs, within)
+			submissionHolds(t, typ, rs, within, b)
 		})
 	}
 }
 
-func submissionHolds(t *testing.T, typ protocol.Type, rs []*responder, within time.Duration) {
+// bound is how a request's time is bounded.
+type bound int
+
+const (
+	byDeadline         bound = iota // the context's deadline
+	byWithin                        // Options.Within, the context never done
+	byWithinCancelable              // Options.Within, the context cancelable
+	numBounds
+)
+
+func (b bound) String() string {
+	return [...]string{"deadline", "within", "within-cancelable"}[b]
+}
+
+func submissionHolds(t *testing.T, typ protocol.Type, rs []*responder, within time.Duration, b bound) {
 	nc := connect(t)
 	submit, _ := protocol.EndpointFor(typ)
 	var stored atomic.Bool
+	// A responder may still be answering (a storer's delay) when the request ends:
+	// the test waits for it, so that no handler outlives it (goleak).
+	var handling atomic.Int32
+	t.Cleanup(func() { // after the unsubscribes below
+		testkit.Eventually(t, 10*time.Second, "the responders' handlers done", func() bool { return handling.Load() == 0 })
+	})
 	for _, r := range rs {
-		sub, err := nc.Subscribe(submit.Subject(), func(m *nats.Msg) { r.handle(m, &stored) })
+		sub, err := nc.Subscribe(submit.Subject(), func(m *nats.Msg) {
+			handling.Add(1)
+			defer handling.Add(-1)
+			r.handle(m, &stored)
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = sub.Unsubscribe() })
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), within)
-	defer cancel()
-	m, err := natsreq.Request(ctx, nc, submit.Subject(), nil, natsreq.Options{})
+	ctx, opts := context.Background(), natsreq.Options{}
+	switch b {
+	case byDeadline:
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, within)
+		defer cancel()
+	case byWithinCancelable:
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		fallthrough
+	case byWithin:
+		opts.Within = within
+	}
+	m, err := natsreq.Request(ctx, nc, submit.Subject(), nil, opts)
 	// What the caller (the client, the bridge) makes of the ending: a reply that is no
 	// error header is the coordinator's answer; a 503 reply, or no responders, means
 	// nothing was stored; a 504, a timeout, a cut-off or a RefusedError mean the
