@@ -76,30 +76,8 @@ func scanAssigns(data []byte) (assigns []TaskAssign, ok bool) {
 	if !hasPrefix(data, head) {
 		return nil, false
 	}
-	i := len(head)
-	n := 0
-	for j := i; j < len(data) && data[j] != ']'; n++ { // count the assignments first
-		end, _ := skipValue(data, j, 0)
-		if end < 0 || end >= len(data) || data[end] != ',' && data[end] != ']' {
-			return nil, false
-		}
-		j = end
-		if data[j] == ',' {
-			j++
-		}
-	}
-	assigns = make([]TaskAssign, n)
-	for k := range assigns {
-		end, _ := skipValue(data, i, 0)
-		if _, good := assigns[k].scan(data[i:end]); !good {
-			return nil, false
-		}
-		i = end
-		if k < n-1 {
-			i++ // the ','
-		}
-	}
-	if string(data[i:]) != "]}" {
+	assigns, i, ok := scanList[TaskAssign](data, len(head))
+	if !ok || string(data[i:]) != "]}" {
 		return nil, false
 	}
 	return assigns, true

@@ -121,29 +121,8 @@ func scanResults(data []byte) (workerID string, results []TaskResult, ok bool) {
 		return "", nil, false
 	}
 	i += len(mid)
-	n := 0
-	for j := i; j < len(data) && data[j] != ']'; n++ { // count the results first
-		end, _ := skipValue(data, j, 0)
-		if end < 0 || end >= len(data) || data[end] != ',' && data[end] != ']' {
-			return "", nil, false
-		}
-		j = end
-		if data[j] == ',' {
-			j++
-		}
-	}
-	results = make([]TaskResult, n)
-	for k := range results {
-		end, _ := skipValue(data, i, 0)
-		if _, good := results[k].scan(data[i:end]); !good {
-			return "", nil, false
-		}
-		i = end
-		if k < n-1 {
-			i++ // the ','
-		}
-	}
-	if string(data[i:]) != "]}" {
+	results, i, ok = scanList[TaskResult](data, i)
+	if !ok || string(data[i:]) != "]}" {
 		return "", nil, false
 	}
 	return workerID, results, true

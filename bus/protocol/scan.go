@@ -240,6 +240,39 @@ func decodeJSON(m interface{ scan([]byte) (exact, ok bool) }, data []byte) error
 	return nil
 }
 
+// scanList reads the elements of the array whose '[' is just before data[i], each as
+// P's scanner reads it, and returns them with the index of the array's ']'; ok is
+// false for anything it leaves to encoding/json. The batches (TaskAssigns,
+// TaskResults, ResultAcks) are arrays of hot messages.
+func scanList[T any, P interface {
+	*T
+	scan([]byte) (exact, ok bool)
+}](data []byte, i int) (list []T, end int, ok bool) {
+	n := 0
+	for j := i; j < len(data) && data[j] != ']'; n++ { // count the elements first
+		e, _ := skipValue(data, j, 0)
+		if e < 0 || e >= len(data) || data[e] != ',' && data[e] != ']' {
+			return nil, 0, false
+		}
+		j = e
+		if data[j] == ',' {
+			j++
+		}
+	}
+	list = make([]T, n)
+	for k := range list {
+		e, _ := skipValue(data, i, 0)
+		if _, good := P(&list[k]).scan(data[i:e]); !good {
+			return nil, 0, false
+		}
+		i = e
+		if k < n-1 {
+			i++ // the ','
+		}
+	}
+	return list, i, true
+}
+
 // scanObject reads data, which must be one JSON object and nothing else but
 // whitespace, into vals (one per field of l): each field's last value, checked to be
 // one encoding/json stores in the field. It returns every string value decoded, in one
