@@ -19,22 +19,14 @@ func (m ResultAcks) MarshalJSON() ([]byte, error) {
 	}
 	b := make([]byte, 0, 16+len(m.Acks)*64)
 	b = append(b, `{"acks":[`...)
-	for i := range m.Acks {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		mark := len(b)
-		var good bool
-		if b, good = m.Acks[i].appendFast(b); !good {
-			data, err := json.Marshal(&m.Acks[i]) // encoding/json writes this one
-			if err != nil {
-				return nil, err
-			}
-			b = append(b[:mark], data...)
-		}
+	b, err := appendList(b, m.Acks)
+	if err != nil {
+		return nil, err
 	}
 	return append(b, "]}"...), nil
 }
+
+func (a ResultAnswer) marshalSlow() ([]byte, error) { return json.Marshal(a) }
 
 // appendFast writes a as encoding/json does, when its strings need no escaping that
 // appendString leaves to encoding/json.

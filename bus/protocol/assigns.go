@@ -38,19 +38,9 @@ func (m TaskAssigns) MarshalJSON() ([]byte, error) {
 	}
 	b := make([]byte, 0, n)
 	b = append(b, `{"assigns":[`...)
-	for i := range m.Assigns {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		mark := len(b)
-		var good bool
-		if b, good = m.Assigns[i].appendFast(b); !good {
-			data, err := m.Assigns[i].marshalSlow() // encoding/json writes this one
-			if err != nil {
-				return nil, err
-			}
-			b = append(b[:mark], data...)
-		}
+	b, err := appendList(b, m.Assigns)
+	if err != nil {
+		return nil, err
 	}
 	return append(b, "]}"...), nil
 }

@@ -101,6 +101,29 @@ func (m *JobSubmitted) appendFast(b []byte) ([]byte, bool) {
 	return append(b, '}'), ok
 }
 
+// appendList writes list's elements comma-separated, each as its appendFast writes it
+// or, where that cannot, as encoding/json does (marshalSlow): the batches' encoders.
+func appendList[T interface{ marshalSlow() ([]byte, error) }, P interface {
+	*T
+	appendFast([]byte) ([]byte, bool)
+}](b []byte, list []T) ([]byte, error) {
+	for i := range list {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		mark := len(b)
+		var good bool
+		if b, good = P(&list[i]).appendFast(b); !good {
+			data, err := list[i].marshalSlow()
+			if err != nil {
+				return nil, err
+			}
+			b = append(b[:mark], data...)
+		}
+	}
+	return b, nil
+}
+
 // appendString quotes s as json.Marshal does when s is ASCII; a string with other
 // characters (which it may replace or escape) is left to it.
 func appendString(b []byte, s string) ([]byte, bool) {

@@ -62,19 +62,9 @@ func (m TaskResults) MarshalJSON() ([]byte, error) {
 		return append(b, `,"results":null}`...), nil
 	}
 	b = append(b, `,"results":[`...)
-	for i := range m.Results {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		mark := len(b)
-		var good bool
-		if b, good = m.Results[i].appendFast(b); !good {
-			data, err := m.Results[i].marshalSlow() // encoding/json writes this one
-			if err != nil {
-				return nil, err
-			}
-			b = append(b[:mark], data...)
-		}
+	b, err := appendList(b, m.Results)
+	if err != nil {
+		return nil, err
 	}
 	return append(b, "]}"...), nil
 }
