@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -29,8 +30,9 @@ type pipeline struct {
 	slots  chan struct{}   // one per write in flight
 	sub    *nats.Subscription
 
+	next atomic.Uint64 // the last write's number
+
 	mu     sync.Mutex
-	next   uint64
 	flying map[uint64]*flight
 
 	// acked are the writes stored whose acknowledgements came in one burst (only the
@@ -110,10 +112,7 @@ func (p *pipeline) send(w pendingWrite) bool {
 		return false
 	}
 	f := &flight{w: w, start: time.Now()}
-	p.mu.Lock()
-	p.next++
-	id := p.next
-	p.mu.Unlock()
+	id := p.next.Add(1)
 	var buf [64]byte
 	f.msgs, f.reply = p.s.messagesIn(&f.rec, &f.w, strconv.AppendUint(append(buf[:0], p.prefix...), id, 36))
 	p.mu.Lock()
