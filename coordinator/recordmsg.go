@@ -21,19 +21,13 @@ type recordMessage struct {
 	vals [8]string
 }
 
-// recordMsg builds w's record message: its headers say the job's sequence and state,
-// the revision it replaces (a CAS) or, for a create, the term it is fenced by, and for
-// a finished job its TTL and when its retention ends, for a COMPLETED job that holds
-// a unique window when the window ends, and for a SCHEDULED job when it is due.
-func (s *jsStore) recordMsg(w *pendingWrite) *recordMessage {
-	r := &recordMessage{}
-	s.buildRecordMsg(r, w, nil)
-	return r
-}
-
-// buildRecordMsg builds w's record message in r (recordMsg), and returns reply as a
-// part of the one string the message's subject and header values are parts of: a
-// pipelined write's reply subject (pipeline.send), without an allocation of its own.
+// buildRecordMsg builds w's record message in r: its headers say the job's sequence
+// and state, the revision it replaces (a CAS) or, for a create, the term it is fenced
+// by, and for a finished job its TTL and when its retention ends, for a COMPLETED job
+// that holds a unique window when the window ends, and for a SCHEDULED job when it is
+// due. It returns reply as a part of the one string the message's subject and header
+// values are parts of: a pipelined write's reply subject (pipeline.send), without an
+// allocation of its own.
 func (s *jsStore) buildRecordMsg(r *recordMessage, w *pendingWrite, reply []byte) (replySubject string) {
 	r.one[0] = &r.m
 	var buf [256]byte
