@@ -15,9 +15,10 @@ const MaxResults = 256
 
 // TaskResults carries the results of several of one worker's attempts in one ask
 // (PathResults, a native extension of the worker protocol, which the bridge also
-// speaks for its TCP workers; never sent to a spec peer). Each result is a whole TASK_RESULT, type included, whose WorkerID must be the
-// batch's. It is the group commit of results: results that finish while one delivery
-// is in flight go together in the next.
+// speaks for its TCP workers; never sent to a spec peer). Each result is a whole
+// TASK_RESULT, type included, whose WorkerID must be the batch's. It is the group
+// commit of results: results that finish while one delivery is in flight go together
+// in the next.
 type TaskResults struct {
 	WorkerID string       `json:"workerId"`
 	Results  []TaskResult `json:"results"`

@@ -73,9 +73,9 @@ func Heartbeat(ctx context.Context, node *bus.Node, hb *protocol.Heartbeat) (bea
 // coordinator until it answers finally (the answer comes once the outcome is durable,
 // so a result outlives a coordinator restart or failover), ctx ends, the node closes,
 // or (unless zero) the time is past until. Each offer waits at most the node's ask
-// timeout; between offers it waits per retry. The bytes are sent as they are: the
-// bridge forwards a TCP worker's result without encoding it again. It makes no context
-// of its own: every result passes here.
+// timeout; between offers it waits per retry. Results delivers a result alone here (to
+// a coordinator without batches, or one too large for a batch). It makes no context of
+// its own.
 func Deliver(ctx context.Context, node *bus.Node, res json.RawMessage, until time.Time, retry backoff.Policy) (ack protocol.ResultAck, tries int, err error) {
 	b := retry.Start()
 	for tries = 1; ; tries++ {
