@@ -174,7 +174,7 @@ func (s *workerSession) join(reg *protocol.WorkerRegister) error {
 	}
 	s.reg, s.node = *reg, node
 	// Results are delivered even after the connection closed, until the bridge closes.
-	s.results = workerproto.NewResults(s.b.ctx, node, reg.WorkerID, resultRetry, resultAsks)
+	s.results = workerproto.NewResults(s.b.ctx, node, reg.WorkerID, resultRetry, resultAsks, &s.b.wg)
 	s.b.stats.track(node)
 	if old := s.b.workers.claim(s); old != nil {
 		s.log.Info("worker re-registered; superseding the previous connection")

@@ -76,6 +76,7 @@ type Worker struct {
 	// sendCtx bounds result deliveries; it ends when the shutdown grace runs out.
 	sendCtx  context.Context
 	stopSend context.CancelFunc
+	sending  sync.WaitGroup // the goroutines that deliver results in batches
 	// results delivers the attempts' results, in batches where the coordinator takes
 	// them (group commit).
 	results *workerproto.Results
@@ -133,7 +134,7 @@ func newWorker(cfg config, node *bus.Node) *Worker {
 		instance: newInstance(),
 	}
 	w.sendCtx, w.stopSend = context.WithCancel(context.Background())
-	w.results = workerproto.NewResults(w.sendCtx, node, cfg.ID, cfg.retry(), resultAsks)
+	w.results = workerproto.NewResults(w.sendCtx, node, cfg.ID, cfg.retry(), resultAsks, &w.sending)
 	return w
 }
 
@@ -230,6 +231,7 @@ func (w *Worker) Close() error {
 	w.closeOnce.Do(func() {
 		w.stopAccepting()
 		w.stopSend()
+		w.sending.Wait()
 		w.closeErr = w.node.Close()
 	})
 	return w.closeErr

@@ -53,12 +53,11 @@ type Results struct {
 
 	asks, sent atomic.Uint64 // batch asks made, and the results they carried
 
-	// pool runs send on reused goroutines, each counted in running: a fresh one's
+	// pool runs send on reused goroutines, its owner's (NewResults): a fresh one's
 	// stack grew, by copying, as each ask's encoding and decoding deepened it (all of a
 	// native bench's stack copying). sendTask is r.send made once (a method value
 	// per use would be an allocation).
 	pool     *reuse.Pool
-	running  sync.WaitGroup
 	sendTask func()
 
 	// free holds pendingResults to reuse, each with its done channel (empty): every
@@ -86,11 +85,11 @@ type delivered struct {
 
 // NewResults returns a deliverer of the results of workerID, with at most inFlight
 // batch asks at once (at least 1). Until Serves is told the coordinator takes batches,
-// every result goes on its own.
-// Its goroutines end once idle for reuse.Idle, or when ctx ends.
-func NewResults(ctx context.Context, node *bus.Node, workerID string, retry backoff.Policy, inFlight int) *Results {
+// every result goes on its own. The goroutines it starts belong to wg, which its owner
+// waits for once ctx ended: they end then, or once idle for reuse.Idle.
+func NewResults(ctx context.Context, node *bus.Node, workerID string, retry backoff.Policy, inFlight int, wg *sync.WaitGroup) *Results {
 	r := &Results{ctx: ctx, node: node, workerID: workerID, retry: retry, inFlight: max(inFlight, 1)}
-	r.pool = reuse.New(ctx.Done(), &r.running)
+	r.pool = reuse.New(ctx.Done(), wg)
 	r.sendTask = r.send
 	return r
 }
