@@ -53,9 +53,9 @@ type attempt struct {
 // Run executes the attempt, on one of the Set's goroutines.
 func (a *attempt) Run() { a.set.execute(a) }
 
-// Finisher receives an attempt's outcome. A value that holds its attempt's state
-// already (the native worker's) implements it itself, allocating no closure; others
-// use FinishFunc.
+// Finisher receives an attempt's outcome: a value that holds its attempt's state (the
+// native worker's run, the TCP worker's assigned), so that starting one allocates no
+// closure.
 type Finisher interface{ Finish(Outcome) }
 
 // Slot is room for the Set's record of one attempt. A Finisher made per attempt may
@@ -68,12 +68,6 @@ type SlotHolder interface {
 	Finisher
 	AttemptSlot() *Slot
 }
-
-// FinishFunc is a function as a Finisher.
-type FinishFunc func(Outcome)
-
-// Finish calls f(o).
-func (f FinishFunc) Finish(o Outcome) { f(o) }
 
 // Set is the attempts of one worker executing now. Its methods are safe for
 // concurrent use.

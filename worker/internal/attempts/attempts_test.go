@@ -108,7 +108,7 @@ func assign(job, attemptID, taskType, payload string) *protocol.TaskAssign {
 // start starts an attempt under parent, recording its outcome.
 func (f *fixture) start(parent context.Context, m *protocol.TaskAssign) bool {
 	l := attempts.Lease{JobID: m.JobID, AttemptID: m.AttemptID}
-	return f.set.Start(parent, m, attempts.FinishFunc(func(o attempts.Outcome) {
+	return f.set.Start(parent, m, finishFunc(func(o attempts.Outcome) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		f.outcomes[l] = append(f.outcomes[l], o)
@@ -329,7 +329,7 @@ func TestWaitWaitsForDone(t *testing.T) {
 	release := make(chan struct{})
 	var returned bool // written by done, read after Wait: the race detector checks the order
 	m := assign("job-w", "a", typeEcho, `1`)
-	f.set.Start(context.Background(), m, attempts.FinishFunc(func(attempts.Outcome) {
+	f.set.Start(context.Background(), m, finishFunc(func(attempts.Outcome) {
 		<-release
 		returned = true
 	}))
@@ -372,7 +372,7 @@ func BenchmarkStartResult(b *testing.B) {
 	}()
 	results := make(chan *protocol.TaskResult, 1)
 	m := assign("job-1", "att-1", typeEcho, `{}`)
-	done := attempts.FinishFunc(func(o attempts.Outcome) { results <- attempts.Result("w", m, o) })
+	done := finishFunc(func(o attempts.Outcome) { results <- attempts.Result("w", m, o) })
 	for b.Loop() {
 		if !set.Start(context.Background(), m, done) {
 			b.Fatal("not started")
@@ -425,3 +425,8 @@ func TestSlotHolder(t *testing.T) {
 	}
 	testkit.Eventually(t, 10*time.Second, "attempts forgotten", func() bool { return f.set.Len() == 0 })
 }
+
+// finishFunc is a function as an attempts.Finisher.
+type finishFunc func(attempts.Outcome)
+
+func (f finishFunc) Finish(o attempts.Outcome) { f(o) }
