@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/jobbus/jobbus/bridge"
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/coordinator"
@@ -113,4 +114,53 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkTCPSubmit is the cost of a submission over the bridge's client port on one
+// DialTCP client, against a real coordinator and bridge in the same process (no worker:
+// the jobs stay queued). Sequential: one caller at a time. Parallel: b.RunParallel's
+// goroutines share the client, so its connection carries their requests together.
+//
+//	go test -run '^$' -bench TCP -benchmem -count 5 ./client/
+func BenchmarkTCPSubmit(b *testing.B) {
+	sys := jobbustest.Start(b, jobbustest.WithCoordinatorConfig(func(c *coordinator.Config) { c.MaxActiveJobs = 1 << 20 }))
+	br := sys.StartBridge(b, func(c *bridge.Config) { c.WorkerListen = "" })
+	c, err := client.DialTCP(context.Background(), br.ClientAddr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	payload := map[string]string{"text": "x"}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := c.Submit(ctx, "SHA256", payload); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkTCPSubmitParallel is BenchmarkTCPSubmit with b.RunParallel's goroutines
+// (GOMAXPROCS of them, times -cpu's setting via SetParallelism) sharing the client.
+func BenchmarkTCPSubmitParallel(b *testing.B) {
+	sys := jobbustest.Start(b, jobbustest.WithCoordinatorConfig(func(c *coordinator.Config) { c.MaxActiveJobs = 1 << 20 }))
+	br := sys.StartBridge(b, func(c *bridge.Config) { c.WorkerListen = "" })
+	c, err := client.DialTCP(context.Background(), br.ClientAddr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	payload := map[string]string{"text": "x"}
+	b.SetParallelism(8) // 8 callers a core: enough to keep a pipeline full
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := c.Submit(ctx, "SHA256", payload); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }

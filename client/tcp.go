@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"slices"
 	"sync"
 	"syscall"
@@ -22,13 +21,21 @@ var ErrClosed = errors.New("client closed")
 // port (default 7071) at addr (host:port). It dials at once, within ctx or else the
 // client's timeout, so a bridge that is not there is reported here.
 //
-// The connection carries one request at a time: one frame out, one frame in. A
-// connection that breaks fails the request in flight, which is never resent by the
-// transport (a submission may already have been applied); the next request dials
-// again. Close closes the connection.
+// The connection carries many requests at once: concurrent calls on the client queue
+// their frames on it in turn, frames queued together going out in one write, and the
+// bridge's replies, which come in the order of the requests, go back to the callers in
+// that order. At most 64 requests are in flight on the connection; a caller beyond
+// that waits for one of them to finish, within its ctx. A caller whose ctx ends stops
+// waiting, but its request keeps its place: its reply is read and discarded, and the
+// connection stays (unless all 64 requests in flight were given up on like this: such
+// a connection is dropped as one that no longer answers). A connection that breaks
+// fails the requests in flight, which are never resent by the transport (a submission
+// may already have been applied); the next request dials again. Close closes the
+// connection, failing the requests in flight with ErrClosed.
 func DialTCP(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	tr := &tcpTransport{addr: addr}
 	c := NewWithTransport(tr, opts...)
+	tr.writeStall = c.timeout
 	if _, has := ctx.Deadline(); !has {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
@@ -40,49 +47,33 @@ func DialTCP(ctx context.Context, addr string, opts ...Option) (*Client, error) 
 	return c, nil
 }
 
+// maxInFlight bounds the requests in flight on a connection (queued to be written, or
+// written and waiting for their replies), and so the memory their frames and waiters
+// hold.
+const maxInFlight = 64
+
+// maxKeptBuf bounds the write buffer a connection keeps between writes.
+const maxKeptBuf = 64 << 10
+
 // tcpTransport is the client side of the bridge's client port.
 type tcpTransport struct {
 	addr string
+	// writeStall bounds one write (the client's timeout): the caller writing carries
+	// other callers' frames too, so it cannot give up the write when its own ctx ends;
+	// a bridge that reads nothing for this long breaks the connection instead.
+	writeStall time.Duration
 
-	// reqMu serialises requests: the protocol pairs replies with requests by order.
-	reqMu sync.Mutex
-
-	// mu guards conn and closed; it is held only briefly, so Close can interrupt a
-	// request in flight.
+	// mu guards conn and closed; it is held only briefly, so Close can interrupt the
+	// requests in flight.
 	mu     sync.Mutex
 	conn   *tcpConn // nil until dialled, and after a failure
 	closed bool
+
+	readers sync.WaitGroup // the connections' reader goroutines; Close waits for them
+	waiters sync.Pool      // of *waiter, so a request costs no channel
 }
 
-// tcpConn is a connection with its frame reader, which only the request holding
-// reqMu uses.
-type tcpConn struct {
-	net.Conn
-	r    *frame.Reader
-	wbuf []byte // the request frame, reused
-
-	// expire, made once, expires the connection's deadline when a request's ctx ends,
-	// and then signals expired (buffered: the request waits for it only when stopping
-	// the watch failed). poisoned: expire ran, so the deadline is in the past until
-	// the next request clears it.
-	expire   func()
-	expired  chan struct{}
-	poisoned bool
-}
-
-func newTCPConn(nc net.Conn) *tcpConn {
-	c := &tcpConn{Conn: nc, r: frame.NewReader(nc), expired: make(chan struct{}, 1)}
-	c.expire = func() {
-		_ = c.SetDeadline(time.Unix(1, 0))
-		c.expired <- struct{}{}
-	}
-	return c
-}
-
-// maxKeptBuf bounds the request buffer a connection keeps between requests.
-const maxKeptBuf = 64 << 10
-
-// RoundTrip sends body as one frame and returns the next frame the bridge sends back.
+// RoundTrip sends body as one frame and returns the frame the bridge sends back for it.
 func (t *tcpTransport) RoundTrip(ctx context.Context, typ protocol.Type, body []byte) ([]byte, error) {
 	if !protocol.IsClientRequest(typ) {
 		return nil, fmt.Errorf("%s is not a client request", typ)
@@ -92,29 +83,48 @@ func (t *tcpTransport) RoundTrip(ctx context.Context, typ protocol.Type, body []
 		_, err := frame.Append(nil, body) // refuses it before copying, and says why
 		return nil, fmt.Errorf("%s: %w", typ, err)
 	}
-	t.reqMu.Lock()
-	defer t.reqMu.Unlock()
 	conn, err := t.current(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", typ, err)
 	}
-	out, _ := frame.Append(conn.wbuf[:0], body)
-	if cap(out) <= maxKeptBuf {
-		conn.wbuf = out
-	}
-	reply, err := t.exchange(ctx, conn, out)
-	if err != nil {
-		t.drop(conn)
+	w := t.waiter()
+	if err := conn.send(ctx, body, w); err != nil {
+		t.waiters.Put(w)
 		return nil, t.explain(ctx, typ, err)
 	}
-	if closesConnection(reply) {
-		t.drop(conn) // the bridge closes after it; the next request dials afresh
+	reply, err := conn.await(ctx, w)
+	if err != nil {
+		return nil, t.explain(ctx, typ, err)
 	}
 	if isWorkerPortGreeting(reply) {
-		t.drop(conn)
 		return nil, &workerPortError{addr: t.addr} // whatever the request, the port is wrong
 	}
 	return reply, nil
+}
+
+// waiter is one request's place in its connection's queue of replies due.
+type waiter struct {
+	done chan result // buffered, so the reader never waits for the caller
+
+	// Guarded by the connection's mu.
+	queued    bool // in the queue: its reply has not been read
+	abandoned bool // its caller's ctx ended: its reply is to be discarded
+}
+
+type result struct {
+	reply []byte
+	err   error
+}
+
+// waiter returns an idle waiter. A waiter goes back to the pool from whoever holds it
+// last: its caller once it has its result, or, when its caller gave up on it, the
+// connection once its reply is read or the connection failed.
+func (t *tcpTransport) waiter() *waiter {
+	if w, ok := t.waiters.Get().(*waiter); ok {
+		w.queued, w.abandoned = false, false
+		return w
+	}
+	return &waiter{done: make(chan result, 1)}
 }
 
 // ErrWorkerPort means the address given for the client port is a bridge's worker
@@ -145,14 +155,15 @@ func (e *workerPortError) Error() string {
 
 func (e *workerPortError) Unwrap() error { return ErrWorkerPort }
 
-// closesConnection reports whether reply is the ERROR PROTOCOL.md sends before closing
-// a connection that sent a malformed frame.
-func closesConnection(reply []byte) bool {
+// endsConnection reports whether reply is an ERROR after which the bridge closes the
+// connection: the one PROTOCOL.md sends before closing a connection that sent a
+// malformed frame, or the worker port's greeting.
+func endsConnection(reply []byte) bool {
 	if t, err := protocol.PeekType(reply); err != nil || t != protocol.TypeError {
 		return false
 	}
 	e, err := protocol.DecodeAs[protocol.Error](reply)
-	return err == nil && e.ClosesConnection()
+	return err == nil && (e.ClosesConnection() || e.Message == protocol.FirstMessageMustRegister().Message)
 }
 
 // current returns the open connection, dialling one if there is none.
@@ -186,7 +197,8 @@ func (t *tcpTransport) dial(ctx context.Context) (net.Conn, error) {
 	return nil, &noBridgeError{addr: t.addr, err: err}
 }
 
-// use installs a fresh connection, unless the transport was closed meanwhile.
+// use installs a fresh connection and starts its reader, unless the transport was
+// closed meanwhile.
 func (t *tcpTransport) use(nc net.Conn) (*tcpConn, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -194,54 +206,28 @@ func (t *tcpTransport) use(nc net.Conn) (*tcpConn, error) {
 		_ = nc.Close()
 		return nil, ErrClosed
 	}
-	t.conn = newTCPConn(nc)
-	return t.conn, nil
+	c := &tcpConn{
+		t:      t,
+		nc:     nc,
+		r:      frame.NewReader(nc),
+		slots:  make(chan struct{}, maxInFlight),
+		broken: make(chan struct{}),
+	}
+	t.conn = c
+	t.readers.Add(1)
+	go c.readLoop()
+	return c, nil
 }
 
-// exchange writes one request frame and reads one reply frame, within ctx: when ctx
-// ends (its deadline passes, or it is cancelled) the connection's deadline expires,
-// which interrupts the write or the read. The connection itself has no deadline
-// otherwise, so a request costs no deadline to set: ctx's own timer is the only one.
-func (t *tcpTransport) exchange(ctx context.Context, conn *tcpConn, out []byte) ([]byte, error) {
-	if conn.poisoned {
-		// The last request's ctx ended as it finished: clear the expired deadline.
-		if err := conn.SetDeadline(time.Time{}); err != nil {
-			return nil, err
-		}
-		conn.poisoned = false
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if ctx.Done() != nil {
-		stop := context.AfterFunc(ctx, conn.expire)
-		defer func() {
-			if !stop() {
-				<-conn.expired // expire has run: its deadline must not outlive this request
-				conn.poisoned = true
-			}
-		}()
-	}
-	if _, err := conn.Write(out); err != nil {
-		return nil, fmt.Errorf("send: %w", err)
-	}
-	reply, err := conn.r.Read()
-	if err != nil {
-		return nil, fmt.Errorf("await reply: %w", err)
-	}
-	// The reader reuses its buffer; the reply outlives the next Read.
-	return slices.Clone(reply), nil
-}
-
-// drop closes a connection that failed, so the next request dials a fresh one: a
-// stream that broke or timed out mid-request can no longer pair replies with requests.
+// drop forgets a connection that failed, so the next request dials a fresh one, and
+// closes it, which ends its reader.
 func (t *tcpTransport) drop(conn *tcpConn) {
 	t.mu.Lock()
 	if t.conn == conn {
 		t.conn = nil
 	}
 	t.mu.Unlock()
-	_ = conn.Close()
+	_ = conn.nc.Close()
 }
 
 // explain names why a request failed: the client closed, ctx ended, or the connection
@@ -255,23 +241,238 @@ func (t *tcpTransport) explain(ctx context.Context, typ protocol.Type, err error
 		return fmt.Errorf("%s: %w", typ, ErrClosed)
 	case ctx.Err() != nil:
 		return fmt.Errorf("%s: no reply from %s: %w", typ, t.addr, ctx.Err())
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		// The connection's deadline is ctx's, which may expire a moment before ctx does.
-		return fmt.Errorf("%s: no reply from %s: %w", typ, t.addr, context.DeadlineExceeded)
 	}
 	return fmt.Errorf("%s: connection to %s broken, outcome unknown: %w", typ, t.addr, err)
 }
 
-// Close closes the connection, interrupting a request in flight. It is idempotent.
+// Close closes the connection, interrupting the requests in flight, and waits for its
+// reader to end. It is idempotent.
 func (t *tcpTransport) Close() error {
 	t.mu.Lock()
 	conn := t.conn
 	t.conn, t.closed = nil, true
 	t.mu.Unlock()
-	if conn == nil {
+	if conn != nil {
+		conn.fail(ErrClosed)
+	}
+	t.readers.Wait()
+	return nil
+}
+
+// tcpConn is one connection to the client port. Its requests pair with its replies by
+// order: each request queues its frame and its waiter together, under mu, so the
+// frames go out in the order of the waiters, and the reader hands each reply to the
+// oldest waiter.
+//
+// A caller whose ctx ends leaves its waiter in the queue, marked abandoned, and the
+// reader discards that reply when it comes. (The transport used to carry one request
+// at a time and drop the connection when a request's ctx ended, since the late reply
+// would have been taken for the next request's; with the queue the late reply has
+// its own place, so the connection keeps its pairing and stays.)
+type tcpConn struct {
+	t  *tcpTransport
+	nc net.Conn
+	r  *frame.Reader // the reader goroutine's
+
+	// slots holds a token per request in flight: taken before its frame is queued,
+	// given back when its reply is read. It bounds the queue below.
+	slots  chan struct{}
+	broken chan struct{} // closed when the connection fails
+
+	mu  sync.Mutex
+	err error // why the connection failed; nil while it works
+	// out holds the frames queued and not yet taken by a write. The caller that finds
+	// no write in progress writes it, outside mu, and again while callers queue more
+	// meanwhile, so frames queued together cost one write and no goroutine of their
+	// own. spare is the last write's buffer, reused for the next frames.
+	out     []byte
+	spare   []byte
+	writing bool
+	// queue is a ring of the waiters whose replies are due, oldest at head.
+	queue     [maxInFlight]*waiter
+	head, n   int
+	abandoned int // the waiters in queue whose callers gave up on them
+}
+
+// send queues body's frame and w, and writes what is queued unless another caller is
+// writing it. An error means the frame was not queued.
+func (c *tcpConn) send(ctx context.Context, body []byte, w *waiter) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	select {
+	case c.slots <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.broken:
+		return c.failure()
+	}
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		<-c.slots
+		return err
+	}
+	c.out, _ = frame.Append(c.out, body) // RoundTrip checked its size
+	c.queue[(c.head+c.n)%maxInFlight] = w
+	c.n++
+	w.queued = true
+	if c.writing {
+		c.mu.Unlock() // the writer takes it
 		return nil
 	}
-	return conn.Close()
+	c.writing = true
+	for c.err == nil && len(c.out) > 0 {
+		buf := c.out
+		c.out, c.spare = c.spare[:0], nil
+		c.mu.Unlock()
+		err := c.write(buf)
+		c.mu.Lock()
+		if cap(buf) <= maxKeptBuf {
+			c.spare = buf[:0]
+		}
+		if err != nil {
+			c.writing = false
+			c.mu.Unlock()
+			c.fail(fmt.Errorf("send: %w", err)) // w's error comes to await
+			return nil
+		}
+	}
+	c.writing = false
+	c.mu.Unlock()
+	return nil
+}
+
+// write writes buf within writeStall.
+func (c *tcpConn) write(buf []byte) error {
+	if c.t.writeStall > 0 {
+		if err := c.nc.SetWriteDeadline(time.Now().Add(c.t.writeStall)); err != nil {
+			return err
+		}
+	}
+	_, err := c.nc.Write(buf)
+	return err
+}
+
+// await returns w's reply, or ctx's error if ctx ends first, leaving w to be
+// discarded when its reply comes.
+func (c *tcpConn) await(ctx context.Context, w *waiter) ([]byte, error) {
+	select {
+	case r := <-w.done:
+		c.t.waiters.Put(w)
+		return r.reply, r.err
+	case <-ctx.Done():
+	}
+	c.mu.Lock()
+	if !w.queued { // its result is on its way: take it
+		c.mu.Unlock()
+		r := <-w.done
+		c.t.waiters.Put(w)
+		return r.reply, r.err
+	}
+	w.abandoned = true
+	c.abandoned++
+	unanswered := c.abandoned == maxInFlight
+	c.mu.Unlock()
+	if unanswered {
+		c.fail(errUnanswered)
+	}
+	return nil, ctx.Err()
+}
+
+// errEndedByBridge fails the requests behind a reply that ends the connection.
+var errEndedByBridge = errors.New("the bridge ended the connection with an ERROR")
+
+// errUnanswered fails a connection whose every request in flight was given up on.
+var errUnanswered = fmt.Errorf("no reply to %d requests in flight", maxInFlight)
+
+// pop takes the oldest waiter off the queue; it reports false when the queue is empty.
+// An abandoned waiter goes back to the pool, and pop returns nil for it. c.mu is held.
+func (c *tcpConn) pop() (*waiter, bool) {
+	if c.n == 0 {
+		return nil, false
+	}
+	w := c.queue[c.head]
+	c.queue[c.head] = nil
+	c.head = (c.head + 1) % maxInFlight
+	c.n--
+	w.queued = false
+	if w.abandoned {
+		c.abandoned--
+		c.t.waiters.Put(w)
+		return nil, true
+	}
+	return w, true
+}
+
+// readLoop reads the replies and hands each to its waiter, until the connection fails.
+func (c *tcpConn) readLoop() {
+	defer c.t.readers.Done()
+	for {
+		reply, err := c.r.Read()
+		if err != nil {
+			c.fail(fmt.Errorf("await reply: %w", err))
+			return
+		}
+		c.mu.Lock()
+		w, ok := c.pop()
+		c.mu.Unlock()
+		if !ok {
+			c.fail(errors.New("a reply to no request"))
+			return
+		}
+		<-c.slots
+		last := endsConnection(reply)
+		if last {
+			// The bridge closes the connection after this reply: forget it before its
+			// waiter returns, so that caller's next request dials afresh. The requests
+			// behind it may or may not have been read.
+			c.fail(errEndedByBridge)
+		}
+		if w != nil {
+			// The reader reuses its buffer; the reply outlives the next Read.
+			w.done <- result{reply: slices.Clone(reply)}
+		}
+		if last {
+			return
+		}
+	}
+}
+
+// fail breaks the connection once: it forgets and closes it, and fails the waiters in
+// its queue with err.
+func (c *tcpConn) fail(err error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err = err
+	var failed []*waiter
+	for {
+		w, ok := c.pop()
+		if !ok {
+			break
+		}
+		if w != nil {
+			failed = append(failed, w)
+		}
+	}
+	c.out, c.spare = nil, nil
+	c.mu.Unlock()
+	c.t.drop(c) // before the waiters return, so their next requests dial afresh
+	close(c.broken)
+	for _, w := range failed {
+		w.done <- result{err: err}
+	}
+}
+
+// failure is why the connection failed.
+func (c *tcpConn) failure() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
 }
 
 // noBridgeError reports that nothing answered at the bridge's address. It matches
