@@ -2,6 +2,8 @@ package client_test
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/jobbus/jobbus/bridge"
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/bus/protocol/frame"
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/coordinator"
 	"github.com/jobbus/jobbus/internal/jobbustest"
@@ -140,8 +143,8 @@ func BenchmarkTCPSubmit(b *testing.B) {
 	}
 }
 
-// BenchmarkTCPSubmitParallel is BenchmarkTCPSubmit with b.RunParallel's goroutines
-// (GOMAXPROCS of them, times -cpu's setting via SetParallelism) sharing the client.
+// BenchmarkTCPSubmitParallel is BenchmarkTCPSubmit with b.RunParallel's goroutines (8
+// a core) sharing the client, so its connection can carry their requests together.
 func BenchmarkTCPSubmitParallel(b *testing.B) {
 	sys := jobbustest.Start(b, jobbustest.WithCoordinatorConfig(func(c *coordinator.Config) { c.MaxActiveJobs = 1 << 20 }))
 	br := sys.StartBridge(b, func(c *bridge.Config) { c.WorkerListen = "" })
@@ -163,4 +166,96 @@ func BenchmarkTCPSubmitParallel(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkTCPStatusPeer isolates the client's side of the client port: Status calls
+// on one DialTCP client against a peer in the same process that answers at once,
+// without decoding, either each reply in a write of its own (as a lock-step bridge
+// does) or the replies ready together in one write (as a pipelining bridge does).
+//
+//	go test -run '^$' -bench TCPStatusPeer -benchmem -count 5 ./client/
+func BenchmarkTCPStatusPeer(b *testing.B) {
+	for _, coalesce := range []bool{false, true} {
+		for _, parallel := range []bool{false, true} {
+			b.Run(fmt.Sprintf("coalesce=%v/parallel=%v", coalesce, parallel), func(b *testing.B) {
+				addr := startEchoPeer(b, coalesce)
+				c, err := client.DialTCP(context.Background(), addr)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer c.Close()
+				ctx := context.Background()
+				b.ReportAllocs()
+				if !parallel {
+					for b.Loop() {
+						if _, err := c.Status(ctx, "a"); err != nil {
+							b.Fatal(err)
+						}
+					}
+					return
+				}
+				b.SetParallelism(8)
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						if _, err := c.Status(ctx, "a"); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			})
+		}
+	}
+}
+
+// startEchoPeer serves the client port on a raw listener until the benchmark ends,
+// answering every request with the same JOB_STATUS.
+func startEchoPeer(b *testing.B, coalesce bool) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	reply, _ := frame.Append(nil, mustEncode(&protocol.JobStatus{Job: protocol.Job{JobID: "a", State: protocol.StateQueued}}))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	wg.Go(func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, nc)
+			mu.Unlock()
+			wg.Go(func() {
+				r := frame.NewReader(nc)
+				var out []byte
+				for {
+					if _, err := r.Read(); err != nil {
+						return
+					}
+					out = append(out, reply...)
+					if coalesce && r.Started() { // more requests already here: answer them together
+						continue
+					}
+					if _, err := nc.Write(out); err != nil {
+						return
+					}
+					out = out[:0]
+				}
+			})
+		}
+	})
+	b.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		for _, nc := range conns {
+			_ = nc.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return ln.Addr().String()
 }

@@ -273,6 +273,9 @@ type tcpConn struct {
 	t  *tcpTransport
 	nc net.Conn
 	r  *frame.Reader // the reader goroutine's
+	// armed is when the write deadline was last set; only the caller writing (the one
+	// that set writing, under mu) uses it.
+	armed time.Time
 
 	// slots holds a token per request in flight: taken before its frame is queued,
 	// given back when its reply is read. It bounds the queue below.
@@ -344,11 +347,16 @@ func (c *tcpConn) send(ctx context.Context, body []byte, w *waiter) error {
 	return nil
 }
 
-// write writes buf within writeStall.
+// write writes buf, failing if it cannot within writeStall. The deadline is moved on
+// only once half of it has passed, so a write costs no timer of its own: each write
+// has at least half of writeStall.
 func (c *tcpConn) write(buf []byte) error {
-	if c.t.writeStall > 0 {
-		if err := c.nc.SetWriteDeadline(time.Now().Add(c.t.writeStall)); err != nil {
-			return err
+	if stall := c.t.writeStall; stall > 0 {
+		if now := time.Now(); now.Sub(c.armed) > stall/2 {
+			if err := c.nc.SetWriteDeadline(now.Add(stall)); err != nil {
+				return err
+			}
+			c.armed = now
 		}
 	}
 	_, err := c.nc.Write(buf)
