@@ -58,9 +58,10 @@ const maxKeptBuf = 64 << 10
 // tcpTransport is the client side of the bridge's client port.
 type tcpTransport struct {
 	addr string
-	// writeStall bounds one write (the client's timeout): the caller writing carries
+	// writeStall bounds a write (the client's timeout): the caller writing carries
 	// other callers' frames too, so it cannot give up the write when its own ctx ends;
-	// a bridge that reads nothing for this long breaks the connection instead.
+	// a write the bridge does not take within this (at least half of it, see write)
+	// breaks the connection instead.
 	writeStall time.Duration
 
 	// mu guards conn and closed; it is held only briefly, so Close can interrupt the
