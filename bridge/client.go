@@ -79,25 +79,51 @@ var endpointSubjects = func() map[protocol.Type]string {
 }()
 
 // serveClient runs one client-port connection: read a request, forward it, write the
-// reply, and only then read the next one. Waiting for the write keeps one request and
-// one reply per connection in memory; a client that pipelines more waits in TCP.
+// reply, and only then read the next one; but a submission that arrives while replies
+// are still to be written, or behind which more bytes wait already, is forwarded at
+// once and its reply written in turn (ahead.go).
 func (b *Bridge) serveClient(c net.Conn, release func()) {
 	defer release()
 	log := b.log.With("port", "client", "remote", c.RemoteAddr().String())
 	log.Debug("client connected")
+	p := &pipe{b: b, c: c, log: log}
 	r := frame.NewReader(c)
-	var wbuf []byte // the reply frame, reused: one reply at a time
-	var rdl, wdl deadline
+	var rdl deadline
+	linger := false // close c only once the replies in flight are written
+	defer func() {
+		p.close()
+		if linger {
+			lingerClose(c, b.cfg.FrameStallTimeout)
+		}
+	}()
 	for {
 		payload, err := readFrame(c, r, &rdl, b.cfg.FrameStallTimeout)
 		if err != nil {
 			b.readFailed(log, err, "client", func(data []byte) {
-				_ = writeFrame(c, data, b.cfg.WriteTimeout)
-				lingerClose(c, b.cfg.FrameStallTimeout)
+				if p.busy() {
+					p.answer(data)
+				} else {
+					_ = writeFrame(c, data, b.cfg.WriteTimeout)
+				}
+				linger = true
 			})
 			return
 		}
 		v, subject, e := classifyClient(payload)
+		if v == forward && subject == submitSubject && len(payload) <= aheadFrame && (p.busy() || r.Started()) {
+			// Judged before it is forwarded, as a reply that does not vouch for it would
+			// be judged below: nothing behind a malformed frame may be forwarded.
+			if e = malformed(payload); e == nil {
+				p.send(subject, payload)
+				if b.ctx.Err() != nil {
+					linger = true
+					return
+				}
+				continue
+			}
+			v = reject
+		}
+		p.drain()
 		var reply []byte
 		if v == forward {
 			var decoded bool
@@ -120,12 +146,12 @@ func (b *Bridge) serveClient(c net.Conn, release func()) {
 		if e != nil {
 			reply = encodeError(e)
 		}
-		if wbuf, err = writeFrameBuf(c, &wdl, wbuf, reply, b.cfg.WriteTimeout); err != nil {
+		if p.wbuf, err = writeFrameBuf(c, &p.wdl, p.wbuf, reply, b.cfg.WriteTimeout); err != nil {
 			log.Info("client dropped: write failed", "err", err)
 			return
 		}
 		if v == reject || b.ctx.Err() != nil {
-			lingerClose(c, b.cfg.FrameStallTimeout)
+			linger = true
 			return
 		}
 	}

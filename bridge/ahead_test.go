@@ -1,0 +1,170 @@
+package bridge_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+)
+
+// submitFrame is a framed SUBMIT_JOB of SHA256 with idempotency key name.
+func submitFrame(t *testing.T, name, text string) []byte {
+	t.Helper()
+	payload, err := json.Marshal(map[string]string{"text": text})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := protocol.Encode(&protocol.SubmitJob{TaskType: "SHA256", Payload: payload, IdempotencyKey: &name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return framed(string(body))
+}
+
+// keyed is the job stored under idempotency key name for text: the one a duplicate
+// names.
+func (s *system) keyed(name, text string) string {
+	s.t.Helper()
+	id, err := s.native.Submit(context.Background(), "SHA256", map[string]string{"text": text}, func(sj *protocol.SubmitJob) { sj.IdempotencyKey = &name })
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return id
+}
+
+// TestClientPortPipelining sends many requests in one write, as a client sharing its
+// connection among callers does: each reply comes in the order of its request, whatever
+// the order the coordinator answers them in.
+func TestClientPortPipelining(t *testing.T) {
+	t.Parallel()
+
+	t.Run("RepliesInRequestOrder", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t)
+		c := s.client()
+		// Submissions (sent ahead), with requests served in line between them: an
+		// unknown job's status (ERROR), the worker list, a submission the coordinator
+		// refuses (ERROR, the connection stays) and a submission too large to go ahead.
+		type want struct {
+			name, text string // a submission's key and text, "" for the others
+			kind       protocol.Type
+		}
+		var batch []byte
+		var wants []want
+		big := strings.Repeat("x", 20<<10)
+		for i := range 60 {
+			switch i {
+			case 10:
+				batch = append(batch, framed(`{"type":"GET_JOB_STATUS","jobId":"nope"}`)...)
+				wants = append(wants, want{kind: protocol.TypeError})
+			case 20:
+				batch = append(batch, framed(`{"type":"LIST_WORKERS"}`)...)
+				wants = append(wants, want{kind: protocol.TypeWorkerList})
+			case 30:
+				batch = append(batch, framed(`{"type":"SUBMIT_JOB","taskType":"SLEEP","payload":{"durationMillis":-1},"maxAttempts":1}`)...)
+				wants = append(wants, want{kind: protocol.TypeError})
+			case 40:
+				batch = append(batch, submitFrame(t, "big", big)...)
+				wants = append(wants, want{name: "big", text: big, kind: protocol.TypeJobSubmitted})
+			}
+			name := fmt.Sprintf("job %d", i)
+			batch = append(batch, submitFrame(t, name, name)...)
+			wants = append(wants, want{name: name, text: name, kind: protocol.TypeJobSubmitted})
+		}
+		if err := c.Write(batch); err != nil {
+			t.Fatal(err)
+		}
+		ids := map[string]bool{}
+		for i, w := range wants {
+			m := c.MustRecv()
+			if m.MessageType() != w.kind {
+				t.Fatalf("reply %d is %s %+v, want %s", i, m.MessageType(), m, w.kind)
+			}
+			js, ok := m.(*protocol.JobSubmitted)
+			if !ok {
+				continue
+			}
+			if want := s.keyed(w.name, w.text); js.JobID != want {
+				t.Fatalf("reply %d names job %s; the job of its request (key %q) is %s", i, js.JobID, w.name, want)
+			}
+			ids[js.JobID] = true
+		}
+		if len(ids) != 61 {
+			t.Fatalf("%d distinct jobs, want 61", len(ids))
+		}
+		// Still open, and in line again.
+		if _, ok := c.Request(&protocol.ListWorkers{}).(*protocol.WorkerList); !ok {
+			t.Fatal("connection not usable after the pipeline")
+		}
+	})
+
+	for _, tc := range []struct {
+		name, bad, errPrefix string
+	}{
+		{"MalformedFrameEndsIt", string(framed(`{"type":"SUBMIT_JOB","taskType":"SHA256","payload":{"text":"x"},"maxAttempts":"three"}`)), "Malformed request: "},
+		{"BadLengthEndsIt", string(header(0)), "Malformed request: frame: length must be positive"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := setup(t)
+			c := s.client()
+			var batch []byte
+			for i := range 5 {
+				batch = append(batch, submitFrame(t, fmt.Sprintf("before %d", i), "before")...)
+			}
+			batch = append(batch, tc.bad...)
+			for i := range 5 {
+				batch = append(batch, submitFrame(t, fmt.Sprintf("after %d", i), "after")...)
+			}
+			if err := c.Write(batch); err != nil {
+				t.Fatal(err)
+			}
+			frames := c.ExpectClosed()
+			if len(frames) != 6 {
+				t.Fatalf("%d frames before the close, want 5 JOB_SUBMITTED and an ERROR: %q", len(frames), frames)
+			}
+			for i, f := range frames[:5] {
+				m, err := protocol.Decode(f)
+				js, ok := m.(*protocol.JobSubmitted)
+				if err != nil || !ok {
+					t.Fatalf("frame %d: %s, want JOB_SUBMITTED", i, f)
+				}
+				if want := s.keyed(fmt.Sprintf("before %d", i), "before"); js.JobID != want {
+					t.Fatalf("frame %d names job %s, want %s", i, js.JobID, want)
+				}
+			}
+			if !bytes.HasPrefix(frames[5], []byte(`{"type":"ERROR","message":"`+tc.errPrefix)) {
+				t.Fatalf("last frame %s, want an ERROR %q...", frames[5], tc.errPrefix)
+			}
+			// The connection closed only once every request forwarded was answered, so a
+			// submission behind the bad frame would be stored by now.
+			page, err := s.native.List(context.Background(), protocol.ListJobs{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(page.Jobs) != 5 {
+				t.Fatalf("%d jobs stored, want the 5 before the bad frame", len(page.Jobs))
+			}
+		})
+	}
+
+	t.Run("ClosedBeforeReading", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t)
+		c := s.client()
+		var batch []byte
+		for i := range 20 {
+			batch = append(batch, submitFrame(t, fmt.Sprintf("gone %d", i), "gone")...)
+		}
+		if err := c.Write(batch); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.Close()
+		s.specWorker("w-1", 4)
+		s.healthy(2) // the bridge serves on
+	})
+}
