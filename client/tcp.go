@@ -70,7 +70,7 @@ type tcpTransport struct {
 	conn   *tcpConn // nil until dialled, and after a failure
 	closed bool
 
-	readers sync.WaitGroup // the connections' reader goroutines; Close waits for them
+	readers sync.WaitGroup // the connections' reader and flusher goroutines; Close waits for them
 	waiters sync.Pool      // of *waiter, so a request costs no channel
 }
 
@@ -208,15 +208,17 @@ func (t *tcpTransport) use(nc net.Conn) (*tcpConn, error) {
 		return nil, ErrClosed
 	}
 	c := &tcpConn{
-		t:      t,
-		nc:     nc,
-		r:      frame.NewReader(nc),
-		slots:  make(chan struct{}, maxInFlight),
-		broken: make(chan struct{}),
+		t:       t,
+		nc:      nc,
+		r:       frame.NewReader(nc),
+		slots:   make(chan struct{}, maxInFlight),
+		broken:  make(chan struct{}),
+		backlog: make(chan struct{}, 1),
 	}
 	t.conn = c
-	t.readers.Add(1)
+	t.readers.Add(2)
 	go c.readLoop()
+	go c.flushLoop()
 	return c, nil
 }
 
@@ -274,21 +276,23 @@ type tcpConn struct {
 	t  *tcpTransport
 	nc net.Conn
 	r  *frame.Reader // the reader goroutine's
-	// armed is when the write deadline was last set; only the caller writing (the one
-	// that set writing, under mu) uses it.
+	// armed is when the write deadline was last set; only the writer (whoever set
+	// writing, under mu: a caller, or the flusher it handed over to) uses it.
 	armed time.Time
 
 	// slots holds a token per request in flight: taken before its frame is queued,
 	// given back when its reply is read. It bounds the queue below.
-	slots  chan struct{}
-	broken chan struct{} // closed when the connection fails
+	slots   chan struct{}
+	broken  chan struct{} // closed when the connection fails
+	backlog chan struct{} // hands the flusher what callers queued during a write
 
 	mu  sync.Mutex
 	err error // why the connection failed; nil while it works
 	// out holds the frames queued and not yet taken by a write. The caller that finds
-	// no write in progress writes it, outside mu, and again while callers queue more
-	// meanwhile, so frames queued together cost one write and no goroutine of their
-	// own. spare is the last write's buffer, reused for the next frames.
+	// no write in progress writes it, outside mu; what callers queue meanwhile goes to
+	// the flusher (flush), so frames queued together cost one write, and a lone
+	// request costs no goroutine but the reader. spare is the last write's buffer,
+	// reused for the next frames.
 	out     []byte
 	spare   []byte
 	writing bool
@@ -327,6 +331,15 @@ func (c *tcpConn) send(ctx context.Context, body []byte, w *waiter) error {
 		return nil
 	}
 	c.writing = true
+	c.flush(false)
+	return nil
+}
+
+// flush writes what is queued, with c.mu held and writing set, and returns with c.mu
+// released. A caller writes once: what other callers queued during its write goes to
+// the connection's flusher goroutine (backlog true), which writes until nothing is
+// left, so no caller is held writing for others for longer than one write.
+func (c *tcpConn) flush(backlog bool) {
 	for c.err == nil && len(c.out) > 0 {
 		buf := c.out
 		c.out, c.spare = c.spare[:0], nil
@@ -339,13 +352,31 @@ func (c *tcpConn) send(ctx context.Context, body []byte, w *waiter) error {
 		if err != nil {
 			c.writing = false
 			c.mu.Unlock()
-			c.fail(fmt.Errorf("send: %w", err)) // w's error comes to await
-			return nil
+			c.fail(fmt.Errorf("send: %w", err)) // the waiters' error comes to await
+			return
+		}
+		if !backlog && len(c.out) > 0 {
+			c.mu.Unlock()
+			c.backlog <- struct{}{} // writing stays set: the flusher's now
+			return
 		}
 	}
 	c.writing = false
 	c.mu.Unlock()
-	return nil
+}
+
+// flushLoop writes the backlogs callers hand it, until the connection fails.
+func (c *tcpConn) flushLoop() {
+	defer c.t.readers.Done()
+	for {
+		select {
+		case <-c.backlog:
+			c.mu.Lock()
+			c.flush(true)
+		case <-c.broken:
+			return
+		}
+	}
 }
 
 // write writes buf, failing if it cannot within writeStall. The deadline is moved on
