@@ -59,7 +59,7 @@ Example:
 			&cli.IntFlag{Name: "jobs", Value: 20000, Usage: "jobs to run under load (0: only the --idle run)", EnvVars: env("bench-jobs")},
 			&cli.IntFlag{Name: "workers", Value: 4, Usage: "in-process workers", EnvVars: env("bench-workers")},
 			&cli.IntFlag{Name: "worker-capacity", Value: 64, Usage: "capacity of each worker", EnvVars: env("bench-worker-capacity")},
-			&cli.IntFlag{Name: "submitters", Value: 64, Usage: "concurrent submitting clients", EnvVars: env("bench-submitters")},
+			&cli.IntFlag{Name: "submitters", Value: 64, Usage: "concurrent submitters (sharing one NATS connection, or one TCP connection to the client port)", EnvVars: env("bench-submitters")},
 			&cli.IntFlag{Name: "submit-many", Usage: "each submitter sends this many jobs at a time with SubmitMany (one request) instead of one Submit each (0: Submit)", EnvVars: env("bench-submit-many")},
 			&cli.StringFlag{Name: "transport", Value: "native", Usage: "native (NATS) or tcp (the bridge's ports) for clients and workers", EnvVars: env("bench-transport")},
 			&cli.StringFlag{Name: "sync", Value: "default", Usage: "in-process system: " + syncFlagUsage, EnvVars: env("bench-sync")},
@@ -265,7 +265,7 @@ func bench(c *cli.Context) error {
 func benchTarget(ctx context.Context, c *cli.Context, transport string, syncOpts []embeddednats.Option, probeJobs int) (*benchSystem, error) {
 	submitters := c.Int("submitters")
 	if addr := global(c, "connect"); addr != "" {
-		return dialClients(ctx, submitters, func() (*client.Client, error) { return client.DialTCP(ctx, addr) })
+		return dialClients(ctx, submitters, sharedTCP(ctx, addr))
 	}
 	if global(c, "nats") != "" || global(c, "context") != "" {
 		target, err := natsTarget(c, false)
@@ -287,6 +287,21 @@ func benchTarget(ctx context.Context, c *cli.Context, transport string, syncOpts
 		return sys, nil
 	}
 	return inProcessSystem(ctx, c, transport, syncOpts, newStartProbe(probeJobs), newProgressFlood(c))
+}
+
+// sharedTCP dials the client port once and gives every submitter that client, whose
+// one connection carries their requests together, as the native submitters share one
+// NATS connection.
+func sharedTCP(ctx context.Context, addr string) func() (*client.Client, error) {
+	var shared *client.Client
+	return func() (*client.Client, error) {
+		if shared != nil {
+			return shared, nil
+		}
+		cl, err := client.DialTCP(ctx, addr)
+		shared = cl
+		return cl, err
+	}
 }
 
 func dialClients(ctx context.Context, n int, dial func() (*client.Client, error)) (*benchSystem, error) {
@@ -393,7 +408,7 @@ func inProcessSystem(ctx context.Context, c *cli.Context, transport string, sync
 	cleanups = append(cleanups, cnc.Close)
 	dial := func() (*client.Client, error) { return client.New(cnc, client.WithTracerProvider(tp)), nil }
 	if br := sys.Bridge(); br != nil {
-		dial = func() (*client.Client, error) { return client.DialTCP(ctx, br.ClientAddr().String()) }
+		dial = sharedTCP(ctx, br.ClientAddr().String())
 	}
 	bs, err := dialClients(ctx, c.Int("submitters"), dial)
 	if err != nil {

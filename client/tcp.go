@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"slices"
 	"sync"
 	"syscall"
@@ -326,12 +327,19 @@ func (c *tcpConn) send(ctx context.Context, body []byte, w *waiter) error {
 	c.queue[(c.head+c.n)%maxInFlight] = w
 	c.n++
 	w.queued = true
-	if c.writing {
+	switch {
+	case c.writing:
 		c.mu.Unlock() // the writer takes it
-		return nil
+	case c.n > 1:
+		// Others are in flight: their callers, woken by their replies, are about to
+		// queue more, which the flusher gathers into one write.
+		c.writing = true
+		c.mu.Unlock()
+		c.backlog <- struct{}{}
+	default:
+		c.writing = true
+		c.flush(false)
 	}
-	c.writing = true
-	c.flush(false)
 	return nil
 }
 
@@ -371,6 +379,7 @@ func (c *tcpConn) flushLoop() {
 	for {
 		select {
 		case <-c.backlog:
+			runtime.Gosched() // let the callers woken with this one queue theirs first
 			c.mu.Lock()
 			c.flush(true)
 		case <-c.broken:
