@@ -3,8 +3,12 @@ package bridge
 import (
 	"log/slog"
 	"net"
+	"strings"
 	"sync/atomic"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/bus/protocol/frame"
 )
 
@@ -19,6 +23,7 @@ import (
 const (
 	aheadMax   = 32
 	aheadFrame = 16 << 10
+	batchMax   = 16
 )
 
 // pipe is what a client connection has in flight ahead of the request being read:
@@ -36,6 +41,7 @@ type pipe struct {
 	wdl  deadline
 
 	queue    chan *ahead   // nil until the first request sent ahead
+	gather   *batch        // the submissions read ahead and not yet forwarded
 	inFlight atomic.Int32  // requests queued and not yet written
 	idle     chan struct{} // signalled when inFlight falls to 0
 	written  chan struct{} // closed when the writer has ended
@@ -43,36 +49,146 @@ type pipe struct {
 
 // ahead is one request sent ahead: its reply, once done is closed.
 type ahead struct {
-	p       *pipe
-	subject string
 	payload []byte
+	rid     string // its request id, in a batch
 	reply   []byte
 	done    chan struct{}
 }
 
-// Run forwards the request (on the bridge's pool).
-func (a *ahead) Run() {
-	reply, _, e := a.p.b.request(a.subject, a.payload, a.p.log)
+// batch is the submissions read together ahead of their replies, forwarded as one
+// request: SUBMIT_JOBS when there are several, whose answers are the replies each would
+// have had alone, byte for byte (PROTOCOL.md). So a client whose callers share its
+// connection costs the coordinator one request for the submissions it sent together.
+type batch struct {
+	p     *pipe
+	items []*ahead
+}
+
+// Run forwards the batch (on the bridge's pool) and ends each of its requests.
+func (bt *batch) Run() {
+	if len(bt.items) == 1 {
+		bt.p.alone(bt.items[0], "", nil)
+	} else {
+		bt.p.together(bt.items)
+	}
+	for _, a := range bt.items {
+		a.payload = nil
+		close(a.done)
+	}
+}
+
+// alone forwards one submission, under its request id rid ("": a fresh one) with
+// header h, and sets its reply.
+func (p *pipe) alone(a *ahead, rid string, h nats.Header) {
+	if rid == "" {
+		rid = protocol.NewRequestID()
+	}
+	reply, _, e := p.b.requestAs(submitSubject, a.payload, rid, h, p.log)
 	if e != nil {
 		reply = encodeError(e)
 	}
-	a.reply, a.payload = reply, nil
-	close(a.done)
+	a.reply = reply
+}
+
+// resent marks a submission sent again under a request id a batch already carried,
+// so the coordinator looks for the job that send may have created.
+var resent = nats.Header{protocol.HeaderRequestTry: []string{"2"}}
+
+// together forwards items as one SUBMIT_JOBS and sets each reply from its answer.
+func (p *pipe) together(items []*ahead) {
+	req := protocol.SubmitJobs{Jobs: make([]protocol.BatchedSubmission, len(items))}
+	for i, a := range items {
+		a.rid = protocol.NewRequestID()
+		req.Jobs[i] = protocol.BatchedSubmission{RequestID: a.rid, Submit: a.payload}
+	}
+	body, err := protocol.Encode(&req)
+	if err != nil { // not for payloads already decoded as SUBMIT_JOB; but never lose one
+		for _, a := range items {
+			p.alone(a, "", nil)
+		}
+		return
+	}
+	msg, refused, err := p.b.forward(submitManySubject, body, "", nil, p.log)
+	switch {
+	case refused != nil:
+		for _, a := range items {
+			a.reply = encodeError(refused)
+		}
+		return
+	case err != nil: // each says what it would have said alone, naming its job
+		for _, a := range items {
+			a.reply = encodeError(p.b.unavailable(submitSubject, protocol.RequestJobID(a.rid), err))
+		}
+		return
+	}
+	m, err := protocol.Decode(msg.Data)
+	answers, ok := m.(*protocol.JobsSubmitted)
+	switch {
+	case err == nil && ok && len(answers.Answers) == len(items):
+	case err == nil && m.MessageType() == protocol.TypeError:
+		// Refused whole, none of it acted on: each is refused so.
+		for _, a := range items {
+			a.reply = msg.Data
+		}
+		return
+	default:
+		p.log.Warn("unexpected answer to a batch of submissions", "answer", string(msg.Data), "err", err)
+		for _, a := range items {
+			a.reply = encodeError(protocol.OutcomeUnknown("submission", protocol.RequestJobID(a.rid), "the coordinator's answer to its batch was unexpected"))
+		}
+		return
+	}
+	for i, a := range items {
+		ans := answers.Answers[i]
+		if unsettled(ans) {
+			// A submission sent alone would be sent again under its request id until
+			// its outcome is known: so it is, once.
+			p.alone(a, a.rid, resent)
+			continue
+		}
+		a.reply = ans
+	}
+}
+
+// unsettled reports whether a submission's answer in a batch leaves its outcome open:
+// its coordinator stopped serving, or could not tell yet whether its job was stored.
+func unsettled(answer []byte) bool {
+	if t, err := protocol.PeekType(answer); err != nil || t != protocol.TypeError {
+		return false
+	}
+	e, err := protocol.DecodeAs[protocol.Error](answer)
+	return err == nil && (strings.HasPrefix(e.Message, protocol.NotServingPrefix) || strings.HasPrefix(e.Message, protocol.OutcomeUnknownPrefix))
 }
 
 // busy reports whether replies are still to be written.
 func (p *pipe) busy() bool { return p.inFlight.Load() != 0 }
 
-// send forwards a well-formed submission and queues its reply.
-func (p *pipe) send(subject string, payload []byte) {
-	a := &ahead{p: p, subject: subject, payload: append([]byte(nil), payload...), done: make(chan struct{})}
+// add queues a well-formed submission in the batch being gathered, which the reader
+// hands over (dispatch) once no more frames wait, or before anything else.
+func (p *pipe) add(payload []byte) {
+	if len(p.queue) == cap(p.queue) || (p.gather != nil && len(p.gather.items) == batchMax) {
+		p.dispatch() // the writer waits on the queue's first: it must be on its way
+	}
+	if p.gather == nil {
+		p.gather = &batch{p: p}
+	}
+	a := &ahead{payload: append([]byte(nil), payload...), done: make(chan struct{})}
+	p.gather.items = append(p.gather.items, a)
 	p.enqueue(a)
-	p.b.deliveries.Run(a)
+}
+
+// dispatch forwards the batch gathered, if any.
+func (p *pipe) dispatch() {
+	if p.gather != nil {
+		p.b.deliveries.Run(p.gather)
+		p.gather = nil
+	}
 }
 
 // answer queues a reply that needs no request, behind those in flight.
 func (p *pipe) answer(data []byte) {
-	a := &ahead{p: p, reply: data, done: make(chan struct{})}
+	p.dispatch()
+	a := &ahead{reply: data, done: make(chan struct{})}
 	close(a.done)
 	p.enqueue(a)
 }
@@ -90,6 +206,7 @@ func (p *pipe) enqueue(a *ahead) {
 
 // drain waits until every queued reply was written (or dropped with the connection).
 func (p *pipe) drain() {
+	p.dispatch()
 	for p.busy() {
 		<-p.idle
 	}
@@ -98,6 +215,7 @@ func (p *pipe) drain() {
 // close ends the writer once it has written what is queued; the connection is the
 // caller's to close afterwards.
 func (p *pipe) close() {
+	p.dispatch()
 	if p.queue != nil {
 		close(p.queue)
 		<-p.written

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go/micro"
+
 	"github.com/jobbus/jobbus/bus/protocol"
 )
 
@@ -23,6 +25,41 @@ func submitFrame(t *testing.T, name, text string) []byte {
 		t.Fatal(err)
 	}
 	return framed(string(body))
+}
+
+var (
+	submitSubject     = mustSubject(protocol.TypeSubmitJob)
+	submitManySubject = mustSubject(protocol.TypeSubmitJobs)
+)
+
+func mustSubject(t protocol.Type) string {
+	e, ok := protocol.EndpointFor(t)
+	if !ok {
+		panic("no endpoint for " + string(t))
+	}
+	return e.Subject()
+}
+
+// requestsServed is how many requests the coordinator's API served, by subject.
+func (s *system) requestsServed() map[string]int {
+	s.t.Helper()
+	subject, err := micro.ControlSubject(micro.StatsVerb, protocol.ServiceName, "")
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	m, err := s.NC.Request(subject, nil, waitFor)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var stats micro.Stats
+	if err := json.Unmarshal(m.Data, &stats); err != nil {
+		s.t.Fatal(err)
+	}
+	served := map[string]int{}
+	for _, e := range stats.Endpoints {
+		served[e.Subject] += e.NumRequests
+	}
+	return served
 }
 
 // keyed is the job stored under idempotency key name for text: the one a duplicate
@@ -52,6 +89,7 @@ func TestClientPortPipelining(t *testing.T) {
 		type want struct {
 			name, text string // a submission's key and text, "" for the others
 			kind       protocol.Type
+			raw        []byte // the reply's bytes, where given
 		}
 		var batch []byte
 		var wants []want
@@ -65,8 +103,15 @@ func TestClientPortPipelining(t *testing.T) {
 				batch = append(batch, framed(`{"type":"LIST_WORKERS"}`)...)
 				wants = append(wants, want{kind: protocol.TypeWorkerList})
 			case 30:
-				batch = append(batch, framed(`{"type":"SUBMIT_JOB","taskType":"SLEEP","payload":{"durationMillis":-1},"maxAttempts":1}`)...)
-				wants = append(wants, want{kind: protocol.TypeError})
+				// In a batch with the submissions around it: its answer must be the one it
+				// gets alone, byte for byte.
+				refused := `{"type":"SUBMIT_JOB","taskType":"SLEEP","payload":{"durationMillis":-1},"maxAttempts":1}`
+				alone, err := s.native.DoRaw(context.Background(), protocol.TypeSubmitJob, []byte(refused))
+				if err != nil {
+					t.Fatal(err)
+				}
+				batch = append(batch, framed(refused)...)
+				wants = append(wants, want{kind: protocol.TypeError, raw: alone})
 			case 40:
 				batch = append(batch, submitFrame(t, "big", big)...)
 				wants = append(wants, want{name: "big", text: big, kind: protocol.TypeJobSubmitted})
@@ -80,7 +125,17 @@ func TestClientPortPipelining(t *testing.T) {
 		}
 		ids := map[string]bool{}
 		for i, w := range wants {
-			m := c.MustRecv()
+			raw, err := c.RecvRaw()
+			if err != nil {
+				t.Fatalf("reply %d: %v", i, err)
+			}
+			if w.raw != nil && !bytes.Equal(raw, w.raw) {
+				t.Fatalf("reply %d is\n%s\nalone it is\n%s", i, raw, w.raw)
+			}
+			m, err := protocol.Decode(raw)
+			if err != nil {
+				t.Fatalf("reply %d %s: %v", i, raw, err)
+			}
 			if m.MessageType() != w.kind {
 				t.Fatalf("reply %d is %s %+v, want %s", i, m.MessageType(), m, w.kind)
 			}
@@ -151,6 +206,40 @@ func TestClientPortPipelining(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("SentTogetherGoAsOneRequest", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t)
+		before := s.requestsServed()
+		c := s.client()
+		var frames []byte
+		for i := range 40 {
+			frames = append(frames, submitFrame(t, fmt.Sprintf("together %d", i), "together")...)
+		}
+		if err := c.Write(frames); err != nil {
+			t.Fatal(err)
+		}
+		ids := make([]string, 40)
+		for i := range ids {
+			js, ok := c.MustRecv().(*protocol.JobSubmitted)
+			if !ok {
+				t.Fatalf("reply %d is no JOB_SUBMITTED", i)
+			}
+			ids[i] = js.JobID
+		}
+		after := s.requestsServed()
+		singles := after[submitSubject] - before[submitSubject]
+		batches := after[submitManySubject] - before[submitManySubject]
+		if batches == 0 || singles+batches >= 40 {
+			t.Fatalf("40 submissions sent together cost %d single and %d batch requests; want batches", singles, batches)
+		}
+		for i, id := range ids {
+			if want := s.keyed(fmt.Sprintf("together %d", i), "together"); id != want {
+				t.Fatalf("reply %d names job %s, want %s", i, id, want)
+			}
+		}
+		t.Logf("40 submissions: %d batches, %d alone", batches, singles)
+	})
 
 	t.Run("ClosedBeforeReading", func(t *testing.T) {
 		t.Parallel()

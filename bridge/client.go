@@ -114,7 +114,10 @@ func (b *Bridge) serveClient(c net.Conn, release func()) {
 			// Judged before it is forwarded, as a reply that does not vouch for it would
 			// be judged below: nothing behind a malformed frame may be forwarded.
 			if e = malformed(payload); e == nil {
-				p.send(subject, payload)
+				p.add(payload)
+				if !r.Started() {
+					p.dispatch() // nothing more to gather: forward what was
+				}
 				if b.ctx.Err() != nil {
 					linger = true
 					return
@@ -182,35 +185,24 @@ func (b *Bridge) readFailed(log *slog.Logger, err error, port string, last func(
 // answer to the request it decoded: the coordinator flags every ERROR it answers (with
 // micro's error header), and it answers anything else only to a request it decoded.
 func (b *Bridge) request(subject string, payload []byte, log *slog.Logger) (reply []byte, decoded bool, e *protocol.Error) {
-	select {
-	case b.requests <- struct{}{}:
-	case <-b.ctx.Done():
-		return nil, false, errShuttingDown()
-	}
-	defer func() { <-b.requests }()
-	if e := b.connDown(); e != nil {
-		// Answer now rather than after RequestTimeout: nothing can reach the
-		// coordinator, and a request buffered by the connection would be sent after
-		// the client already got its ERROR.
-		log.Debug("request refused: NATS connection down", "subject", subject)
-		return nil, false, e
-	}
-	// Sent again while no coordinator serves its subject (one is starting, or failing
-	// over), and as natsreq.Request says: the TCP client hears one reply, only later. A
-	// submission's request id names the job it creates, for an "Outcome unknown".
-	// Within bounds the request as a context.WithTimeout of b.ctx would (the same
-	// deadline, the same errors), without a context and a timer of its own per request:
-	// natsreq then arms only each send's wait.
-	opts := natsreq.Options{WaitForResponders: true, Within: b.cfg.RequestTimeout}
+	var rid string
 	if subject == submitSubject {
-		opts.RequestID = protocol.NewRequestID()
+		rid = protocol.NewRequestID()
 	}
-	msg, err := natsreq.Request(b.ctx, b.nc, subject, payload, opts)
-	if err != nil {
-		log.Debug("request failed", "subject", subject, "err", err)
+	return b.requestAs(subject, payload, rid, nil, log)
+}
+
+// requestAs is request with the submission's request id rid ("" for other requests)
+// and header h.
+func (b *Bridge) requestAs(subject string, payload []byte, rid string, h nats.Header, log *slog.Logger) (reply []byte, decoded bool, e *protocol.Error) {
+	msg, e, err := b.forward(subject, payload, rid, h, log)
+	switch {
+	case e != nil:
+		return nil, false, e
+	case err != nil:
 		var jobID string
-		if opts.RequestID != "" {
-			jobID = protocol.RequestJobID(opts.RequestID)
+		if rid != "" {
+			jobID = protocol.RequestJobID(rid)
 		}
 		return nil, false, b.unavailable(subject, jobID, err)
 	}
@@ -218,7 +210,41 @@ func (b *Bridge) request(subject string, payload []byte, log *slog.Logger) (repl
 	return reply, e == nil && msg.Header.Get(micro.ErrorHeader) == "", e
 }
 
-var submitSubject = func() string { e, _ := protocol.EndpointFor(protocol.TypeSubmitJob); return e.Subject() }()
+// forward sends payload to the coordinator on subject and returns its reply. refused
+// is the ERROR to answer when the bridge did not send it (it is stopping, or its NATS
+// connection is down); err is natsreq's when no reply came.
+func (b *Bridge) forward(subject string, payload []byte, rid string, h nats.Header, log *slog.Logger) (msg *nats.Msg, refused *protocol.Error, err error) {
+	select {
+	case b.requests <- struct{}{}:
+	case <-b.ctx.Done():
+		return nil, errShuttingDown(), nil
+	}
+	defer func() { <-b.requests }()
+	if e := b.connDown(); e != nil {
+		// Answer now rather than after RequestTimeout: nothing can reach the
+		// coordinator, and a request buffered by the connection would be sent after
+		// the client already got its ERROR.
+		log.Debug("request refused: NATS connection down", "subject", subject)
+		return nil, e, nil
+	}
+	// Sent again while no coordinator serves its subject (one is starting, or failing
+	// over), and as natsreq.Request says: the TCP client hears one reply, only later. A
+	// submission's request id names the job it creates, for an "Outcome unknown".
+	// Within bounds the request as a context.WithTimeout of b.ctx would (the same
+	// deadline, the same errors), without a context and a timer of its own per request:
+	// natsreq then arms only each send's wait.
+	opts := natsreq.Options{WaitForResponders: true, Within: b.cfg.RequestTimeout, RequestID: rid, Header: h}
+	msg, err = natsreq.Request(b.ctx, b.nc, subject, payload, opts)
+	if err != nil {
+		log.Debug("request failed", "subject", subject, "err", err)
+	}
+	return msg, nil, err
+}
+
+var (
+	submitSubject     = func() string { e, _ := protocol.EndpointFor(protocol.TypeSubmitJob); return e.Subject() }()
+	submitManySubject = func() string { e, _ := protocol.EndpointFor(protocol.TypeSubmitJobs); return e.Subject() }()
+)
 
 // checkReply vets a reply body before it is written as a frame unchanged.
 func checkReply(msg *nats.Msg, log *slog.Logger) ([]byte, *protocol.Error) {

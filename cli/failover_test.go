@@ -270,7 +270,9 @@ func testPausedLeader(t *testing.T, sys *jobbustest.System, pause time.Duration,
 	for n := range 3 {
 		submitter("submit", native, n)
 	}
-	submitter("tcp-submit", tcp, 0)
+	for n := range 3 { // on one connection: sent ahead of each other's replies, in batches
+		submitter("tcp-submit", tcp, n)
+	}
 	for range 2 {
 		loop("status", func(int) request {
 			r := request{kind: "status", id: warm, sent: time.Now()}
