@@ -90,10 +90,6 @@ func (p *pipe) alone(a *ahead, rid string, h nats.Header) {
 	a.reply = reply
 }
 
-// resent marks a submission sent again under a request id a batch already carried,
-// so the coordinator looks for the job that send may have created.
-var resent = nats.Header{protocol.HeaderRequestTry: []string{"2"}}
-
 // together forwards items as one SUBMIT_JOBS and sets each reply from its answer.
 func (p *pipe) together(items []*ahead) {
 	req := protocol.SubmitJobs{Jobs: make([]protocol.BatchedSubmission, len(items))}
@@ -142,8 +138,9 @@ func (p *pipe) together(items []*ahead) {
 		ans := answers.Answers[i]
 		if unsettled(ans) {
 			// A submission sent alone would be sent again under its request id until
-			// its outcome is known: so it is, once.
-			p.alone(a, a.rid, resent)
+			// its outcome is known: so it is, once, marked as a send again so that the
+			// coordinator looks for the job the batch may have created.
+			p.alone(a, a.rid, nats.Header{protocol.HeaderRequestTry: []string{"2"}})
 			continue
 		}
 		a.reply = ans

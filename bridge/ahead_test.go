@@ -8,19 +8,24 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/jobbus/jobbus/bus/protocol"
 )
 
-// submitFrame is a framed SUBMIT_JOB of SHA256 with idempotency key name.
+// submitFrame is a framed SUBMIT_JOB of SHA256 with idempotency key name ("": none).
 func submitFrame(t *testing.T, name, text string) []byte {
 	t.Helper()
 	payload, err := json.Marshal(map[string]string{"text": text})
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, err := protocol.Encode(&protocol.SubmitJob{TaskType: "SHA256", Payload: payload, IdempotencyKey: &name})
+	sj := &protocol.SubmitJob{TaskType: "SHA256", Payload: payload}
+	if name != "" {
+		sj.IdempotencyKey = &name
+	}
+	body, err := protocol.Encode(sj)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,4 +261,130 @@ func TestClientPortPipelining(t *testing.T) {
 		s.specWorker("w-1", 4)
 		s.healthy(2) // the bridge serves on
 	})
+}
+
+// TestClientPortBatchAnswers plays the coordinator on NATS to give a batch of
+// submissions the answers a real one gives only across a failover or an outage, and
+// checks what each submission's client then hears: what it would have heard alone.
+func TestClientPortBatchAnswers(t *testing.T) {
+	t.Parallel()
+	errNotServing := `{"type":"ERROR","message":"` + protocol.NotServingPrefix + `: its lease lapsed"}`
+	refusal := `{"type":"ERROR","message":"Malformed request: batch"}`
+	for _, tc := range []struct {
+		name string
+		// answer answers the batch of request ids rids; "" sends no answer.
+		answer func(rids []string) string
+		// want checks the replies and the lone submissions the bridge sent meanwhile.
+		want func(t *testing.T, rids []string, replies []protocol.Message, alone []*nats.Msg)
+	}{
+		{
+			name: "UnsettledIsSentAgainAlone",
+			answer: func(rids []string) string {
+				return `{"type":"JOBS_SUBMITTED","answers":[{"type":"JOB_SUBMITTED","jobId":"` + protocol.RequestJobID(rids[0]) + `"},` + errNotServing + `]}`
+			},
+			want: func(t *testing.T, rids []string, replies []protocol.Message, alone []*nats.Msg) {
+				for i, m := range replies {
+					if js, ok := m.(*protocol.JobSubmitted); !ok || js.JobID != protocol.RequestJobID(rids[i]) {
+						t.Fatalf("reply %d %+v, want the job of request id %s", i, m, rids[i])
+					}
+				}
+				if len(alone) != 1 || alone[0].Header.Get(protocol.HeaderRequestID) != rids[1] || protocol.FirstTry(alone[0].Header.Get(protocol.HeaderRequestTry)) {
+					t.Fatalf("sent alone: %v, want the second again, under its request id %s, as a send again", headers(alone), rids[1])
+				}
+			},
+		},
+		{
+			name:   "UnansweredNamesEachJob",
+			answer: func([]string) string { return "" },
+			want: func(t *testing.T, rids []string, replies []protocol.Message, _ []*nats.Msg) {
+				for i, m := range replies {
+					e, ok := m.(*protocol.Error)
+					if want := protocol.OutcomeUnknownPrefix + "job " + protocol.RequestJobID(rids[i]); !ok || !strings.HasPrefix(e.Message, want) {
+						t.Fatalf("reply %d %+v, want an ERROR %q...", i, m, want)
+					}
+				}
+			},
+		},
+		{
+			name:   "RefusedWhole",
+			answer: func([]string) string { return refusal },
+			want: func(t *testing.T, _ []string, replies []protocol.Message, alone []*nats.Msg) {
+				for i, m := range replies {
+					if e, ok := m.(*protocol.Error); !ok || e.Message != "Malformed request: batch" {
+						t.Fatalf("reply %d %+v, want the batch's refusal", i, m)
+					}
+				}
+				if len(alone) != 0 {
+					t.Fatalf("%d sent alone after a refusal, want none", len(alone))
+				}
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := setup(t, noCoordinator())
+			batches := make(chan []string, 16)
+			many, err := s.NC.Subscribe(submitManySubject, func(m *nats.Msg) {
+				got, err := protocol.Decode(m.Data)
+				req, ok := got.(*protocol.SubmitJobs)
+				if err != nil || !ok {
+					t.Errorf("submit.many got %s: %v", m.Data, err)
+					return
+				}
+				var rids []string
+				for _, j := range req.Jobs {
+					rids = append(rids, j.RequestID)
+				}
+				batches <- rids
+				if a := tc.answer(rids); a != "" {
+					_ = m.Respond([]byte(a))
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = many.Unsubscribe() }()
+			alone := make(chan *nats.Msg, 16)
+			one, err := s.NC.Subscribe(submitSubject, func(m *nats.Msg) {
+				alone <- m
+				_ = m.Respond([]byte(`{"type":"JOB_SUBMITTED","jobId":"` + protocol.RequestJobID(m.Header.Get(protocol.HeaderRequestID)) + `"}`))
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = one.Unsubscribe() }()
+			// Two submissions in one write are read together, and so batched; should
+			// the bridge read them apart (each then goes alone), try again.
+			for try := 0; ; try++ {
+				c := s.client()
+				if err := c.Write(append(submitFrame(t, "", "one"), submitFrame(t, "", "two")...)); err != nil {
+					t.Fatal(err)
+				}
+				replies := []protocol.Message{c.MustRecv(), c.MustRecv()}
+				_ = c.Close()
+				var sent []*nats.Msg
+				for len(alone) > 0 {
+					sent = append(sent, <-alone)
+				}
+				select {
+				case rids := <-batches:
+					tc.want(t, rids, replies, sent)
+					return
+				default:
+				}
+				if try == 20 {
+					t.Fatal("the bridge never batched two submissions written together")
+				}
+			}
+		})
+	}
+}
+
+// headers lists the request id and send number of each message.
+func headers(msgs []*nats.Msg) []string {
+	var out []string
+	for _, m := range msgs {
+		out = append(out, m.Header.Get(protocol.HeaderRequestID)+" try "+m.Header.Get(protocol.HeaderRequestTry))
+	}
+	return out
 }
