@@ -119,6 +119,19 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// tcpBenchClient is a DialTCP client of a coordinator and bridge in this process that
+// admits every job the benchmark submits.
+func tcpBenchClient(b *testing.B) *client.Client {
+	sys := jobbustest.Start(b, jobbustest.WithCoordinatorConfig(func(c *coordinator.Config) { c.MaxActiveJobs = 1 << 20 }))
+	br := sys.StartBridge(b, func(c *bridge.Config) { c.WorkerListen = "" })
+	c, err := client.DialTCP(context.Background(), br.ClientAddr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
 // BenchmarkTCPSubmit is the cost of a submission over the bridge's client port on one
 // DialTCP client, against a real coordinator and bridge in the same process (no worker:
 // the jobs stay queued). Sequential: one caller at a time. Parallel: b.RunParallel's
@@ -126,13 +139,7 @@ func cpuTime() time.Duration {
 //
 //	go test -run '^$' -bench TCP -benchmem -count 5 ./client/
 func BenchmarkTCPSubmit(b *testing.B) {
-	sys := jobbustest.Start(b, jobbustest.WithCoordinatorConfig(func(c *coordinator.Config) { c.MaxActiveJobs = 1 << 20 }))
-	br := sys.StartBridge(b, func(c *bridge.Config) { c.WorkerListen = "" })
-	c, err := client.DialTCP(context.Background(), br.ClientAddr().String())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
+	c := tcpBenchClient(b)
 	ctx := context.Background()
 	payload := map[string]string{"text": "x"}
 	b.ReportAllocs()
@@ -146,13 +153,7 @@ func BenchmarkTCPSubmit(b *testing.B) {
 // BenchmarkTCPSubmitParallel is BenchmarkTCPSubmit with b.RunParallel's goroutines (8
 // a core) sharing the client, so its connection can carry their requests together.
 func BenchmarkTCPSubmitParallel(b *testing.B) {
-	sys := jobbustest.Start(b, jobbustest.WithCoordinatorConfig(func(c *coordinator.Config) { c.MaxActiveJobs = 1 << 20 }))
-	br := sys.StartBridge(b, func(c *bridge.Config) { c.WorkerListen = "" })
-	c, err := client.DialTCP(context.Background(), br.ClientAddr().String())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
+	c := tcpBenchClient(b)
 	ctx := context.Background()
 	payload := map[string]string{"text": "x"}
 	b.SetParallelism(8) // 8 callers a core: enough to keep a pipeline full
