@@ -23,6 +23,13 @@ func FuzzSession(f *testing.F) {
 		framed(`{"type":"LIST_WORKERS"}`),
 		append(framed(`{"type":"GET_JOB_STATUS","jobId":"x"}`), framed(`{"type":"LIST_JOBS"}`)...),
 		framed(`{"type":"SUBMIT_JOB","taskType":"SHA256","payload":{"text":"a"},"maxAttempts":1}`),
+		// Submissions sent ahead of their replies, forwarded together (ahead.go).
+		append(append(framed(`{"type":"SUBMIT_JOB","taskType":"SHA256","payload":{"text":"a"},"maxAttempts":1}`),
+			framed(`{"type":"SUBMIT_JOB","taskType":"SLEEP","payload":{"durationMillis":-1},"maxAttempts":1}`)...),
+			framed(`{"type":"SUBMIT_JOB","taskType":"WORD_COUNT","payload":{"text":"a b"},"maxAttempts":1}`)...),
+		append(append(framed(`{"type":"SUBMIT_JOB","taskType":"SHA256","payload":{"text":"a"},"maxAttempts":1}`),
+			framed(`{"type":"SUBMIT_JOB","taskType":"SHA256","maxAttempts":"x"}`)...),
+			framed(`{"type":"SUBMIT_JOB","taskType":"SHA256","payload":{"text":"b"},"maxAttempts":1}`)...),
 		framed(`{"type":"WORKER_REGISTER","workerId":"fuzz","capacity":2}`),
 		append(framed(`{"type":"WORKER_REGISTER","workerId":"fuzz","capacity":2}`), framed(`{"type":"HEARTBEAT","workerId":"fuzz"}`)...),
 		framed(`{"type":"HEARTBEAT","workerId":"w"}`),
