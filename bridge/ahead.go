@@ -73,7 +73,7 @@ type batch struct {
 // Run forwards the batch (on the bridge's pool) and ends each of its requests.
 func (bt *batch) Run() {
 	if len(bt.items) == 1 {
-		bt.p.alone(bt.items[0], "", nil)
+		bt.p.alone(bt.items[0], protocol.NewRequestID(), nil)
 	} else {
 		bt.p.together(bt.items)
 	}
@@ -83,12 +83,9 @@ func (bt *batch) Run() {
 	}
 }
 
-// alone forwards one submission, under its request id rid ("": a fresh one) with
-// header h, and sets its reply.
+// alone forwards one submission, under its request id rid with header h, and sets its
+// reply.
 func (p *pipe) alone(a *ahead, rid string, h nats.Header) {
-	if rid == "" {
-		rid = protocol.NewRequestID()
-	}
 	reply, _, e := p.b.requestAs(submitSubject, a.payload, rid, h, p.log)
 	if e != nil {
 		reply = encodeError(e)
@@ -106,7 +103,7 @@ func (p *pipe) together(items []*ahead) {
 	body, err := protocol.Encode(&req)
 	if err != nil { // not for payloads already decoded as SUBMIT_JOB; but never lose one
 		for _, a := range items {
-			p.alone(a, "", nil)
+			p.alone(a, protocol.NewRequestID(), nil)
 		}
 		return
 	}

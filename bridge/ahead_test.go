@@ -33,17 +33,9 @@ func submitFrame(t *testing.T, name, text string) []byte {
 }
 
 var (
-	submitSubject     = mustSubject(protocol.TypeSubmitJob)
-	submitManySubject = mustSubject(protocol.TypeSubmitJobs)
+	submitSubject, _     = protocol.SubjectFor(protocol.TypeSubmitJob)
+	submitManySubject, _ = protocol.SubjectFor(protocol.TypeSubmitJobs)
 )
-
-func mustSubject(t protocol.Type) string {
-	e, ok := protocol.EndpointFor(t)
-	if !ok {
-		panic("no endpoint for " + string(t))
-	}
-	return e.Subject()
-}
 
 // requestsServed is how many requests the coordinator's API served, by subject.
 func (s *system) requestsServed() map[string]int {

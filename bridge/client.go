@@ -51,7 +51,7 @@ func classifyClient(payload []byte) (verdict, string, *protocol.Error) {
 		// Decode's own error: it reads the type with PeekType first.
 		return reject, "", protocol.MalformedRequest(err)
 	}
-	if subject, ok := endpointSubjects[t]; ok {
+	if subject, ok := protocol.SubjectFor(t); ok {
 		return forward, subject, nil
 	}
 	if e := malformed(payload); e != nil {
@@ -67,16 +67,6 @@ func malformed(payload []byte) *protocol.Error {
 	}
 	return nil
 }
-
-// endpointSubjects maps each client request type to its endpoint's subject, which
-// Endpoint.Subject would build afresh for every request.
-var endpointSubjects = func() map[protocol.Type]string {
-	m := make(map[protocol.Type]string, len(protocol.Endpoints))
-	for _, e := range protocol.Endpoints {
-		m[e.Request] = e.Subject()
-	}
-	return m
-}()
 
 // serveClient runs one client-port connection: read a request, forward it, write the
 // reply, and only then read the next one; but a submission that arrives while replies
@@ -242,8 +232,8 @@ func (b *Bridge) forward(subject string, payload []byte, rid string, h nats.Head
 }
 
 var (
-	submitSubject     = func() string { e, _ := protocol.EndpointFor(protocol.TypeSubmitJob); return e.Subject() }()
-	submitManySubject = func() string { e, _ := protocol.EndpointFor(protocol.TypeSubmitJobs); return e.Subject() }()
+	submitSubject, _     = protocol.SubjectFor(protocol.TypeSubmitJob)
+	submitManySubject, _ = protocol.SubjectFor(protocol.TypeSubmitJobs)
 )
 
 // checkReply vets a reply body before it is written as a frame unchanged.
@@ -300,18 +290,13 @@ func (b *Bridge) unavailable(subject, jobID string, err error) *protocol.Error {
 // writeRequest names the request an API subject takes when it may store something
 // ("submission", "cancel"), "" otherwise.
 func writeRequest(subject string) string {
-	for _, e := range protocol.Endpoints {
-		if e.Subject() != subject {
-			continue
-		}
-		switch e.Request {
-		case protocol.TypeSubmitJob:
-			return "submission"
-		case protocol.TypeSubmitJobs:
-			return "batch of submissions"
-		case protocol.TypeCancelJob:
-			return "cancel"
-		}
+	switch t, _ := protocol.RequestOn(subject); t {
+	case protocol.TypeSubmitJob:
+		return "submission"
+	case protocol.TypeSubmitJobs:
+		return "batch of submissions"
+	case protocol.TypeCancelJob:
+		return "cancel"
 	}
 	return ""
 }
