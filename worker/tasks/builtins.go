@@ -1,13 +1,13 @@
 package tasks
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jobbus/jobbus/bus/protocol/tasktype"
@@ -44,7 +44,7 @@ func (b builtin[A]) Run(ctx context.Context, attempt int, payload json.RawMessag
 func builtinTasks() map[string]Task {
 	return map[string]Task{
 		TypeSleep:      builtin[int64]{tasktype.Sleep, runSleep},
-		TypeWordCount:  builtin[string]{tasktype.WordCount, runWordCount},
+		TypeWordCount:  builtin[[]byte]{tasktype.WordCount, runWordCount},
 		TypeSHA256:     builtin[[]byte]{tasktype.SHA256, runSHA256},
 		TypePrimeCount: builtin[int64]{tasktype.PrimeCount, runPrimeCount},
 		TypeFail:       builtin[int64]{tasktype.Fail, runFail},
@@ -92,8 +92,8 @@ const (
 	sleepProgressEvery = 100 * time.Millisecond
 )
 
-func runWordCount(_ context.Context, _ int, text string) (string, error) {
-	return strconv.Itoa(len(strings.Fields(text))), nil
+func runWordCount(_ context.Context, _ int, text []byte) (string, error) {
+	return strconv.Itoa(len(bytes.Fields(text))), nil
 }
 
 func runSHA256(_ context.Context, _ int, text []byte) (string, error) {

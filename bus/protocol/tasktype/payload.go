@@ -175,16 +175,6 @@ func (o object) intField(name string, lo, hi int64) (int64, *PayloadError) {
 	return n, nil
 }
 
-// stringField reads a string field of at most maxChars characters. With check set it
-// only checks the field and returns "", copying nothing.
-func (o object) stringField(name string, maxChars int, check bool) (string, *PayloadError) {
-	b, perr := o.bytesField(name, maxChars)
-	if perr != nil || check {
-		return "", perr
-	}
-	return string(b), nil
-}
-
 // bytesField reads a string field of at most maxChars characters as its UTF-8 bytes. A
 // text that is its own JSON (no escapes, valid UTF-8: every job's) is a slice of o,
 // neither copied nor to be modified; json.Unmarshal decodes the others.

@@ -66,32 +66,27 @@ func (s *Set) Validate(taskType string, payload json.RawMessage) error {
 // arguments its code runs on (A).
 type Builtin[A any] struct {
 	Name string
-	// parse reads the arguments from a payload; with check set it only checks them
-	// (Validate), and may return A's zero value instead.
-	parse func(o object, check bool) (A, *PayloadError)
+	// parse reads the arguments from a payload.
+	parse func(o object) (A, *PayloadError)
 }
 
 // Args parses payload into the task's arguments, or fails with a *PayloadError.
 func (b Builtin[A]) Args(payload json.RawMessage) (A, error) {
-	return b.read(payload, false)
-}
-
-// Validate reports whether payload parses.
-func (b Builtin[A]) Validate(payload json.RawMessage) error {
-	_, err := b.read(payload, true)
-	return err
-}
-
-func (b Builtin[A]) read(payload json.RawMessage, check bool) (A, error) {
 	o, perr := parseObject(payload)
 	if perr == nil {
 		var a A
-		if a, perr = b.parse(o, check); perr == nil {
+		if a, perr = b.parse(o); perr == nil {
 			return a, nil
 		}
 	}
 	var zero A
 	return zero, perr
+}
+
+// Validate reports whether payload parses.
+func (b Builtin[A]) Validate(payload json.RawMessage) error {
+	_, err := b.Args(payload)
+	return err
 }
 
 // Bounds of the built-in payloads (PROTOCOL.md, "Task payloads"). They exist so that
@@ -116,28 +111,28 @@ const (
 // The five built-in task types.
 var (
 	// Sleep waits durationMillis (0..600000).
-	Sleep = Builtin[int64]{Name: TypeSleep, parse: func(o object, _ bool) (int64, *PayloadError) {
+	Sleep = Builtin[int64]{Name: TypeSleep, parse: func(o object) (int64, *PayloadError) {
 		return o.intField("durationMillis", 0, MaxSleepMillis)
 	}}
-	// WordCount counts the whitespace-separated words of text.
-	WordCount = Builtin[string]{Name: TypeWordCount, parse: textField}
+	// WordCount counts the whitespace-separated words of text. Args gives its UTF-8
+	// bytes, as SHA256's.
+	WordCount = Builtin[[]byte]{Name: TypeWordCount, parse: textField}
 	// SHA256 hashes the UTF-8 bytes of text. Args gives them, as a slice of the
 	// payload when the text is its own JSON (every job's: no copy), so read-only.
-	SHA256 = Builtin[[]byte]{Name: TypeSHA256, parse: func(o object, _ bool) ([]byte, *PayloadError) {
-		return o.bytesField("text", MaxTextChars)
-	}}
+	SHA256 = Builtin[[]byte]{Name: TypeSHA256, parse: textField}
 	// PrimeCount counts the primes below limit (2..50000000).
-	PrimeCount = Builtin[int64]{Name: TypePrimeCount, parse: func(o object, _ bool) (int64, *PayloadError) {
+	PrimeCount = Builtin[int64]{Name: TypePrimeCount, parse: func(o object) (int64, *PayloadError) {
 		return o.intField("limit", MinPrimeLimit, MaxPrimeLimit)
 	}}
 	// Fail fails every attempt before failUntilAttempt (0..1000).
-	Fail = Builtin[int64]{Name: TypeFail, parse: func(o object, _ bool) (int64, *PayloadError) {
+	Fail = Builtin[int64]{Name: TypeFail, parse: func(o object) (int64, *PayloadError) {
 		return o.intField("failUntilAttempt", 0, MaxFailUntilAttempt)
 	}}
 )
 
-func textField(o object, check bool) (string, *PayloadError) {
-	return o.stringField("text", MaxTextChars, check)
+// textField reads the text of WORD_COUNT and SHA256.
+func textField(o object) ([]byte, *PayloadError) {
+	return o.bytesField("text", MaxTextChars)
 }
 
 // Lookup returns the validator of task type name.
