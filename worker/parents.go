@@ -30,7 +30,7 @@ func JobID(ctx context.Context) string {
 // it; ctx must be the handler's.
 func ParentResults(ctx context.Context) ([]protocol.ParentResult, error) {
 	r, ok := ctx.Value(attemptKey{}).(*run)
-	if !ok || r.w == nil {
+	if !ok {
 		return nil, ErrNoAttempt
 	}
 	job, err := client.New(r.w.node.Conn()).Status(ctx, r.m.JobID)
