@@ -125,6 +125,21 @@ func newFramePeer(t *testing.T) *framePeer {
 
 func (p *framePeer) addr() string { return p.ln.Addr().String() }
 
+// servesNextOnASecondConnection checks that c's next request, after its first
+// connection ended, dials again and gets its reply on the second connection p accepts.
+func (p *framePeer) servesNextOnASecondConnection(t *testing.T, c *client.Client) {
+	t.Helper()
+	next := goStatus(context.Background(), c, "next")
+	conn := p.accept()
+	conn.write(0, echo(conn.read(1)[0]))
+	if next.wait(t); next.err != nil || next.job.JobID != "next" {
+		t.Fatalf("Status after the first connection ended = %+v, %v", next.job, next.err)
+	}
+	if got := p.accepts.Load(); got != 2 {
+		t.Fatalf("%d connections, want 2", got)
+	}
+}
+
 // accept returns the next connection the client made.
 func (p *framePeer) accept() *peerConn {
 	p.t.Helper()
@@ -338,15 +353,7 @@ func TestTCPConnectionLostMidPipeline(t *testing.T) {
 					t.Errorf("unanswered Status(%s) = %+v, %v; want a broken-connection error", id, call.job, call.err)
 				}
 			}
-			next := goStatus(context.Background(), c, "next")
-			conn2 := p.accept()
-			conn2.write(0, echo(conn2.read(1)[0]))
-			if next.wait(t); next.err != nil || next.job.JobID != "next" {
-				t.Fatalf("Status after the break = %+v, %v", next.job, next.err)
-			}
-			if got := p.accepts.Load(); got != 2 {
-				t.Fatalf("%d connections, want 2", got)
-			}
+			p.servesNextOnASecondConnection(t, c)
 		})
 	}
 }
@@ -391,12 +398,7 @@ func TestTCPReplyThatEndsTheConnection(t *testing.T) {
 					t.Errorf("Status(%s) behind the ending reply = %+v, %v; want a broken-connection error", id, call.job, call.err)
 				}
 			}
-			next := goStatus(context.Background(), c, "next")
-			conn2 := p.accept()
-			conn2.write(0, echo(conn2.read(1)[0]))
-			if next.wait(t); next.err != nil || next.job.JobID != "next" {
-				t.Fatalf("Status after the ending reply = %+v, %v", next.job, next.err)
-			}
+			p.servesNextOnASecondConnection(t, c)
 		})
 	}
 }
@@ -462,13 +464,5 @@ func TestTCPBoundsRequestsInFlight(t *testing.T) {
 	if payload, err := conn.r.Read(); err == nil {
 		t.Fatalf("the dropped connection carried %s", payload)
 	}
-	next := goStatus(context.Background(), c, "next")
-	conn2 := p.accept()
-	conn2.write(0, echo(conn2.read(1)[0]))
-	if next.wait(t); next.err != nil || next.job.JobID != "next" {
-		t.Fatalf("Status on a fresh connection = %+v, %v", next.job, next.err)
-	}
-	if got := p.accepts.Load(); got != 2 {
-		t.Fatalf("%d connections, want 2", got)
-	}
+	p.servesNextOnASecondConnection(t, c)
 }
