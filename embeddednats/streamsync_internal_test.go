@@ -17,6 +17,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jobbus/jobbus/internal/testkit"
 )
 
 // syncServer starts a lone server in a temporary store, and connects to it with dial.
@@ -112,9 +114,13 @@ func TestStreamSyncCoversEveryBlock(t *testing.T) {
 			if err := js.DeleteStream(ctx, "S"); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := js.CreateStream(ctx, cfg); err != nil {
-				t.Fatal(err)
-			}
+			// nats-server finishes removing a deleted stream's store after it answered,
+			// and refuses a store of the same name meanwhile ("error creating store for
+			// stream", 2 runs in 15 under -race).
+			testkit.Wait(t, 10*time.Second, func() error {
+				_, err := js.CreateStream(ctx, cfg)
+				return err
+			})
 			publish(3)
 			check("after the stream was made again")
 		})
