@@ -153,6 +153,25 @@ func (tb *tab) do(what string, actions ...chromedp.Action[chromedp.Void]) {
 	}
 }
 
+// click clicks the element sel finds, again when the page redrew it between finding
+// and clicking it: the counts and lists are drawn afresh at every live update, and a
+// node found a moment before may be gone ("Could not find node with given id").
+func (tb *tab) click(what, sel string) {
+	tb.t.Helper()
+	deadline := time.Now().Add(browserWait)
+	for {
+		ctx, cancel := context.WithTimeout(tb.ctx, browserWait)
+		err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(sel)))
+		cancel()
+		switch {
+		case err == nil:
+			return
+		case !strings.Contains(err.Error(), "Could not find node") || time.Now().After(deadline):
+			tb.t.Fatalf("%s: %v (console errors: %v)", what, err, tb.consoleErrors())
+		}
+	}
+}
+
 // until waits until the JavaScript expression is true.
 func (tb *tab) until(what, expr string) {
 	tb.t.Helper()
@@ -342,7 +361,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		tb.screenshot("dashboard-overview")
 
 		// Filter by state from its count, then by task type.
-		tb.do("filter FAILED", chromedp.Click(chromedp.CSS(`#counts [data-state="FAILED"]`)))
+		tb.click("filter FAILED", `#counts [data-state="FAILED"]`)
 		tb.until("only FAILED rows", `(() => { const r = document.querySelectorAll("#jobs tr[data-job]"); return r.length > 0 && Array.from(r).every(x => x.dataset.state === "FAILED"); })()`)
 		tb.do("filter the type", chromedp.SetValue(chromedp.ID("f-type"), "FAIL"))
 		tb.eval(`String(document.getElementById("f-type").dispatchEvent(new Event("change")))`)
@@ -362,13 +381,13 @@ func TestDashboardInBrowser(t *testing.T) {
 		row := `document.querySelector('#queues tr[data-queue="reports"]')`
 		tb.until("the queue listed with its job", row+` !== null && `+row+`.querySelector('[data-k="queued"]').textContent === "1"`)
 		tb.until("its depth chart drawn", row+`.querySelector('.spark polyline') !== null`)
-		tb.do("click pause", chromedp.Click(chromedp.CSS(`#queues button[data-pause="reports"]`)))
+		tb.click("click pause", `#queues button[data-pause="reports"]`)
 		tb.until("the queue shown paused", row+`.dataset.paused === "yes"`)
 		if qs, err := s.cl.Queues(ctx); err != nil || !pausedIn(qs, "reports") {
 			t.Fatalf("after the page's pause: %+v %v", qs, err)
 		}
 		tb.screenshot("queues-paused")
-		tb.do("click resume", chromedp.Click(chromedp.CSS(`#queues button[data-resume="reports"]`)))
+		tb.click("click resume", `#queues button[data-resume="reports"]`)
 		tb.until("the queue shown running", row+`.dataset.paused === "no"`)
 		if qs, err := s.cl.Queues(ctx); err != nil || pausedIn(qs, "reports") {
 			t.Fatalf("after the page's resume: %+v %v", qs, err)
@@ -392,7 +411,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 		tb.screenshot("phone-overview", true)
 		id := tb.eval(`document.querySelector("#jobs tr[data-job]").dataset.job`)
-		tb.do("open a job", chromedp.Click(chromedp.CSS(`#jobs tr[data-job="`+id+`"] a`)))
+		tb.click("open a job", `#jobs tr[data-job="`+id+`"] a`)
 		tb.until("the job page", `!document.getElementById("job-view").hidden && document.getElementById("j-id").textContent === `+fmt.Sprintf("%q", id))
 		if got := tb.eval(`String(document.documentElement.scrollWidth <= window.innerWidth)`); got != "true" {
 			t.Errorf("the job page is wider than a phone")
