@@ -220,6 +220,10 @@ func scanHot(data []byte) (m Message, exact, ok bool) {
 		s := new(SubmitJobs)
 		exact, ok = s.scan(data)
 		m = s
+	case hasPrefix(t, `"JOBS_SUBMITTED"`): // its answers' "type" keys, likewise
+		s := new(JobsSubmitted)
+		exact, ok = s.scan(data)
+		m = s
 	}
 	return m, exact, ok
 }

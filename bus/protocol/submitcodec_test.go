@@ -101,3 +101,87 @@ func TestSubmitJobsScanned(t *testing.T) {
 		t.Fatalf("%+v changed with the buffer it was read from", out)
 	}
 }
+
+var jobsSubmittedSeeds = []string{
+	`{"type":"JOBS_SUBMITTED","answers":[{"type":"JOB_SUBMITTED","jobId":"j1","state":"QUEUED"},{"type":"ERROR","code":503,"message":"not serving"}]}`,
+	`{"type":"JOBS_SUBMITTED","answers":[]}`,
+	`{"type":"JOBS_SUBMITTED","answers":null}`,
+	`{"type":"JOBS_SUBMITTED"}`,
+	`{"type":"JOBS_SUBMITTED","answers":[{}]}`,
+	`{"type":"JOBS_SUBMITTED","answers":[null]}`,
+	`{"type":"JOBS_SUBMITTED","answers":[1,"a",true]}`,
+	`{"type":"JOBS_SUBMITTED","answers":[{"a":}]}`,
+	`{"type":"JOBS_SUBMITTED","answers":[{"a":"]}"},{"b":[1,{"c":"x"}]}]}`,
+	`{"type":"JOBS_SUBMITTED","answers":[{ "a" : 1 }]}`,
+	`{"type":"JOBS_SUBMITTED","answers":[{"a":"<&>"}]}`,
+	`{"type":"JOBS_SUBMITTED","answers":[{"a":"` + "\xff" + `"}]}`,
+	`{"type":"JOBS_SUBMITTED","answers":[{} ,{}]}`,
+	`{"type":"JOBS_SUBMITTED","answers":[{},]}`,
+	`{"type":"JOBS_SUBMITTED","answers":[{}]} `,
+	`{"type":"JOBS_SUBMITTED","answers":[{}]`,
+	`{"type":"JOBS_SUBMITTED","answers":[{}],"type":"JOB_SUBMITTED"}`,
+	`{"type":"JOBS_SUBMITTED","answers":[{}],"answers":[]}`,
+	`{"type":"JOBS_SUBMITTED","Answers":[{}]}`,
+	`{"answers":[{}],"type":"JOBS_SUBMITTED"}`,
+	`null`, `[]`, `{}`, ``,
+}
+
+// FuzzJobsSubmittedDecode holds JobsSubmitted's scanner to json.Unmarshal, as
+// FuzzSubmitJobsDecode does SubmitJobs'. Seeds here and in
+// testdata/fuzz/FuzzJobsSubmittedDecode.
+func FuzzJobsSubmittedDecode(f *testing.F) {
+	for _, s := range jobsSubmittedSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		checkBatchCodec(t, data, []func() *JobsSubmitted{
+			func() *JobsSubmitted { return new(JobsSubmitted) },
+			func() *JobsSubmitted { return &JobsSubmitted{Answers: []json.RawMessage{json.RawMessage(`{"a":1}`)}} },
+		}, func(m *JobsSubmitted) ([]byte, error) {
+			type plain JobsSubmitted
+			return encode(TypeJobsSubmitted, (*plain)(m))
+		})
+		if m, _, ok := scanHot(data); ok {
+			got, batch := m.(*JobsSubmitted)
+			if !batch {
+				return
+			}
+			want := new(JobsSubmitted)
+			typ, err := PeekType(data)
+			if werr := json.Unmarshal(data, want); werr != nil || err != nil || typ != TypeJobsSubmitted {
+				t.Fatalf("from %q: scanned a batch, encoding/json reads type %q (%v), %v", data, typ, err, werr)
+			}
+			if !reflect.DeepEqual(want, got) {
+				t.Fatalf("from %q: scanned %+v, json.Unmarshal %+v", data, got, want)
+			}
+		}
+	})
+}
+
+// TestJobsSubmittedScanned: a batch's answers as a coordinator encodes them are read
+// by the scanner (not encoding/json), whole, and hold nothing of the buffer they were
+// read from; Decode takes the same path.
+func TestJobsSubmittedScanned(t *testing.T) {
+	in := JobsSubmitted{Answers: []json.RawMessage{
+		json.RawMessage(`{"type":"JOB_SUBMITTED","jobId":"j1","state":"QUEUED"}`),
+		json.RawMessage(`{"type":"SUBMIT_REJECTED","reason":"queue full"}`),
+	}}
+	data, err := Encode(&in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out JobsSubmitted
+	if _, ok := out.scan(data); !ok {
+		t.Fatalf("%s, as Encode writes it, left to encoding/json", data)
+	}
+	m, _, ok := scanHot(data)
+	if !ok || !reflect.DeepEqual(m, &in) {
+		t.Fatalf("Decode's scanner read %+v (ok %v) from %s, want %+v", m, ok, data, in)
+	}
+	for i := range data {
+		data[i] = 'x'
+	}
+	if !reflect.DeepEqual(in, out) {
+		t.Fatalf("%+v changed with the buffer it was read from, want %+v", out, in)
+	}
+}

@@ -72,3 +72,34 @@ func BenchmarkEncodeJobsSubmitted(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(m.Answers)), "ns/answer")
 }
+
+// BenchmarkDecodeJobsSubmitted decodes the answer to a batch of 4 submissions (the
+// bridge's batch) as a coordinator writes it, by Decode and by encoding/json, and
+// reports the cost per answer.
+func BenchmarkDecodeJobsSubmitted(b *testing.B) {
+	m := protocol.JobsSubmitted{Answers: make([]json.RawMessage, 4)}
+	for i := range m.Answers {
+		m.Answers[i], _ = protocol.Encode(&protocol.JobSubmitted{JobID: protocol.RequestJobID(protocol.NewRequestID())})
+	}
+	data, err := protocol.Encode(&m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name   string
+		decode func([]byte) error
+	}{
+		{"Decode", func(d []byte) error { _, err := protocol.Decode(d); return err }},
+		{"encoding/json", func(d []byte) error { return json.Unmarshal(d, new(protocol.JobsSubmitted)) }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := c.decode(data); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(m.Answers)), "ns/answer")
+		})
+	}
+}
