@@ -1,9 +1,9 @@
 package bridge
 
 import (
+	"bytes"
 	"log/slog"
 	"net"
-	"strings"
 	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
@@ -140,14 +140,63 @@ func (p *pipe) together(items []*ahead) {
 	for i, a := range items {
 		ans := answers.Answers[i]
 		if unsettled(ans) {
-			// A submission sent alone would be sent again under its request id until
-			// its outcome is known: so it is, once, marked as a send again so that the
-			// coordinator looks for the job the batch may have created.
-			p.alone(a, a.rid, nats.Header{protocol.HeaderRequestTry: []string{"2"}})
+			a.reply = p.b.sendAgain(a.payload, a.rid, p.log)
 			continue
 		}
 		a.reply = ans
 	}
+}
+
+// sendAgain sends submit, a submission of a batch whose answer left its outcome open,
+// once more alone under its request id rid, and returns the reply to write for it. A
+// submission sent alone would be sent again under its request id until its outcome is
+// known: so it is, once, marked as a send again so that the coordinator looks for the
+// job the batch may have created.
+func (b *Bridge) sendAgain(submit []byte, rid string, log *slog.Logger) []byte {
+	h := nats.Header{protocol.HeaderRequestTry: []string{protocol.TryValue(2)}}
+	reply, _, e := b.requestAs(submitSubject, submit, rid, h, log)
+	if e != nil {
+		return encodeError(e)
+	}
+	return reply
+}
+
+// settleBatch answers a client's own SUBMIT_JOBS as the bridge answers its batches
+// (together): each submission whose answer in reply leaves its outcome open is sent
+// once more alone (sendAgain), and its answer replaces the open one. A reply other
+// than a JOBS_SUBMITTED is returned as it is, and so is a submission without a request
+// id: sent again, it would be a new job.
+func (b *Bridge) settleBatch(payload, reply []byte, log *slog.Logger) []byte {
+	if !bytes.Contains(reply, []byte(`"ERROR"`)) { // no answer is an ERROR: all settled
+		return reply
+	}
+	m, err := protocol.Decode(reply)
+	answers, ok := m.(*protocol.JobsSubmitted)
+	if err != nil || !ok {
+		return reply
+	}
+	var req *protocol.SubmitJobs // read only when an answer is open
+	sent := false
+	for i, a := range answers.Answers {
+		if !unsettled(a) {
+			continue
+		}
+		if req == nil {
+			if req, err = protocol.DecodeAs[protocol.SubmitJobs](payload); err != nil || len(req.Jobs) != len(answers.Answers) {
+				return reply
+			}
+		}
+		if j := req.Jobs[i]; j.RequestID != "" {
+			answers.Answers[i], sent = b.sendAgain(j.Submit, j.RequestID, log), true
+		}
+	}
+	if !sent {
+		return reply
+	}
+	if out, err := protocol.Encode(answers); err == nil {
+		return out
+	}
+	return reply
 }
 
 // unsettled reports whether a submission's answer in a batch leaves its outcome open:
@@ -157,7 +206,7 @@ func unsettled(answer []byte) bool {
 		return false
 	}
 	e, err := protocol.DecodeAs[protocol.Error](answer)
-	return err == nil && (strings.HasPrefix(e.Message, protocol.NotServingPrefix) || strings.HasPrefix(e.Message, protocol.OutcomeUnknownPrefix))
+	return err == nil && e.OutcomeOpen()
 }
 
 // busy reports whether replies are still to be written.

@@ -380,3 +380,58 @@ func headers(msgs []*nats.Msg) []string {
 	}
 	return out
 }
+
+// TestClientPortClientBatchSettled: a client's own SUBMIT_JOBS is answered as the
+// bridge's batches are: a submission whose answer leaves its outcome open is sent once
+// more alone, under its request id and marked as a send again, and its answer takes
+// the open one's place; one without a request id keeps its answer (sent again it
+// would be a new job).
+func TestClientPortClientBatchSettled(t *testing.T) {
+	t.Parallel()
+	s := setup(t, noCoordinator())
+	notServing := `{"type":"ERROR","message":"` + protocol.NotServingPrefix + `: its lease lapsed"}`
+	many, err := s.NC.Subscribe(submitManySubject, func(m *nats.Msg) {
+		_ = m.Respond([]byte(`{"type":"JOBS_SUBMITTED","answers":[{"type":"JOB_SUBMITTED","jobId":"` + protocol.RequestJobID("r0") + `"},` + notServing + `,` + notServing + `]}`))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = many.Unsubscribe() }()
+	alone := make(chan *nats.Msg, 16)
+	one, err := s.NC.Subscribe(submitSubject, func(m *nats.Msg) {
+		alone <- m
+		_ = m.Respond([]byte(`{"type":"JOB_SUBMITTED","jobId":"` + protocol.RequestJobID(m.Header.Get(protocol.HeaderRequestID)) + `"}`))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = one.Unsubscribe() }()
+
+	submit := json.RawMessage(`{"type":"SUBMIT_JOB","taskType":"SHA256","payload":{"text":"x"}}`)
+	c := s.client()
+	if err := c.Send(&protocol.SubmitJobs{Jobs: []protocol.BatchedSubmission{
+		{RequestID: "r0", Submit: submit}, {RequestID: "r1", Submit: submit}, {Submit: submit},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	got, ok := c.MustRecv().(*protocol.JobsSubmitted)
+	if !ok || len(got.Answers) != 3 {
+		t.Fatalf("reply %+v, want a JOBS_SUBMITTED of 3 answers", got)
+	}
+	for i, want := range []string{
+		`{"type":"JOB_SUBMITTED","jobId":"` + protocol.RequestJobID("r0") + `"}`,
+		`{"type":"JOB_SUBMITTED","jobId":"` + protocol.RequestJobID("r1") + `"}`,
+		notServing,
+	} {
+		if string(got.Answers[i]) != want {
+			t.Fatalf("answer %d %s, want %s", i, got.Answers[i], want)
+		}
+	}
+	var sent []*nats.Msg
+	for len(alone) > 0 {
+		sent = append(sent, <-alone)
+	}
+	if len(sent) != 1 || sent[0].Header.Get(protocol.HeaderRequestID) != "r1" || protocol.FirstTry(sent[0].Header.Get(protocol.HeaderRequestTry)) {
+		t.Fatalf("sent alone: %v, want r1 again, as a send again", headers(sent))
+	}
+}

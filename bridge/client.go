@@ -121,6 +121,9 @@ func (b *Bridge) serveClient(c net.Conn, release func()) {
 		if v == forward {
 			var decoded bool
 			reply, decoded, e = b.request(subject, payload, log)
+			if subject == submitManySubject && e == nil && decoded {
+				reply = b.settleBatch(payload, reply, log) // ahead.go
+			}
 			if !decoded {
 				// The coordinator did not vouch for the payload: it refused it (maybe as
 				// malformed), or did not answer. Judge it here, as the bridge did before

@@ -184,7 +184,8 @@ func checkStoredOnce(t *testing.T, nc *nats.Conn, subs []request, also int) {
 
 // TestPausedLeaderHoldsNothingHostage is issue 21's SIGSTOP scenario: the leading
 // coordinator is paused (lease 2 s) for longer than a failover takes, under native
-// submissions and reads and TCP submissions through a bridge, on NATS servers that keep
+// submissions (alone and in batches) and reads and TCP submissions (alike) through a
+// bridge, on NATS servers that keep
 // the paused process's subscriptions for minutes. Every request sent after the standby
 // took over is answered, none twice, and each submission is stored once. The short
 // variant pauses 4 s on one server; the long one (JOBBUS_LONG_TESTS=1) 8 s, as the
@@ -273,6 +274,34 @@ func testPausedLeader(t *testing.T, sys *jobbustest.System, pause time.Duration,
 	for n := range 3 { // on one connection: sent ahead of each other's replies, in batches
 		submitter("tcp-submit", tcp, n)
 	}
+	// SubmitMany of 3: each submission is a request of its own in the log.
+	many := func(kind string, cl *client.Client) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				subs := make([]client.Submission, 3)
+				reqs := make([]request, 3)
+				for k := range subs {
+					reqs[k] = request{kind: kind, text: fmt.Sprintf("%s-%d-%d", kind, i, k), sent: time.Now()}
+					subs[k] = client.Submission{TaskType: "SHA256", Payload: map[string]string{"text": reqs[k].text}}
+				}
+				res, _ := cl.SubmitMany(context.Background(), subs)
+				for k, r := range res {
+					reqs[k].id, reqs[k].err, reqs[k].done = r.JobID, r.Err, time.Now()
+					log.add(reqs[k])
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}()
+	}
+	many("submit-many", native)
+	many("tcp-submit-many", tcp)
 	for range 2 {
 		loop("status", func(int) request {
 			r := request{kind: "status", id: warm, sent: time.Now()}

@@ -49,6 +49,12 @@ func (n *natsTransport) request(ctx context.Context, t protocol.Type, subject st
 		opts.RequestID = protocol.NewRequestID()
 		opts.Header = traceHeader(ctx) // each submission's (the coordinator's rule)
 		opts.Nobody = nil
+		if sentAgain(ctx) { // its submissions' request ids went before (SubmitMany)
+			if opts.Header == nil {
+				opts.Header = nats.Header{}
+			}
+			opts.Header.Set(protocol.HeaderRequestTry, protocol.TryValue(2))
+		}
 	case protocol.TypeSubmitWorkflow, protocol.TypeRetryWorkflow:
 		opts.Header = traceHeader(ctx) // its steps join the submitter's trace
 	}

@@ -42,7 +42,11 @@ type SubmitResult struct {
 // More than protocol.MaxSubmissions submissions, or more than a message holds, go in
 // several requests, one after the other, each bounded as any request is (WithTimeout).
 // A retryable rejection is resubmitted as Submit resubmits it (WithSubmitRetries): the
-// rejected submissions only, together.
+// rejected submissions only, together. A submission whose answer leaves its outcome
+// open (its coordinator stopped serving, or could not tell yet whether the job was
+// stored, as in a failover) is sent once more under its request id, marked as a send
+// again, as Submit sends it again: it hears its job, or that none was made, and is
+// "Outcome unknown" naming its job only if that answer leaves it open too.
 //
 // The error is nil when every submission got its own answer. It is not nil when a
 // request failed as a whole: no coordinator, ctx ended, an ERROR for the whole batch,
@@ -80,8 +84,18 @@ func (c *Client) SubmitMany(ctx context.Context, subs []Submission) (results []S
 		results[i].Err = err // as Submit, before it sends anything
 	}
 	for try := 0; len(items) > 0; try++ {
-		var rejected []batchItem
-		if rejected, err = c.submitAll(ctx, items, results); err != nil {
+		rejected, open, err := c.submitAll(ctx, items, results)
+		if err == nil && len(open) > 0 && c.marksSendsAgain() {
+			// Their coordinator stopped serving, or could not tell yet, while their
+			// jobs' writes went on: sent once more under their request ids, marked as
+			// sends again, each hears its job or that none was made, as a submission
+			// alone does (natsreq). Over TCP, which carries no such mark, the bridge
+			// sends them again itself.
+			var again []batchItem
+			again, _, err = c.submitAll(withSendAgain(ctx), open, results)
+			rejected = append(rejected, again...)
+		}
+		if err != nil {
 			return results, err
 		}
 		if len(rejected) == 0 || try >= c.retry.n {
@@ -109,13 +123,17 @@ type batchItem struct {
 
 // submitAll submits items in as few requests as the limits allow, one after another,
 // and writes each outcome into results. It returns the items rejected as retryable
-// (to resubmit), and the error of a request that failed as a whole.
-func (c *Client) submitAll(ctx context.Context, items []batchItem, results []SubmitResult) (rejected []batchItem, err error) {
-	limit := c.batchBytes()
+// (to resubmit under new request ids), those whose outcome their answer left open (to
+// send again under theirs), and the error of a request that failed as a whole. Items
+// sent again (withSendAgain) keep their request ids.
+func (c *Client) submitAll(ctx context.Context, items []batchItem, results []SubmitResult) (rejected, open []batchItem, err error) {
+	limit, again := c.batchBytes(), sentAgain(ctx)
 	for len(items) > 0 {
 		n, size := 0, len(`{"type":"SUBMIT_JOBS","jobs":[]}`)
 		for n < len(items) && n < protocol.MaxSubmissions {
-			items[n].rid = protocol.NewRequestID() // fresh at each try: a rejection created no job
+			if !again {
+				items[n].rid = protocol.NewRequestID() // fresh at each try: a rejection created no job
+			}
 			s := itemSize(&items[n])
 			if n > 0 && size+s > limit {
 				break
@@ -125,28 +143,35 @@ func (c *Client) submitAll(ctx context.Context, items []batchItem, results []Sub
 		}
 		batch := items[:n]
 		items = items[n:]
-		r, err := c.submitBatch(ctx, batch, results)
-		rejected = append(rejected, r...)
-		if errors.Is(err, errNoBatches) {
+		r, o, err := c.submitBatch(ctx, batch, results)
+		rejected, open = append(rejected, r...), append(open, o...)
+		switch {
+		case errors.Is(err, errNoBatches) && again:
+			// Nobody serves submit.many now (mid-failover): alone, under new request
+			// ids, they could be made twice; each keeps its "Outcome unknown".
+			return rejected, open, nil
+		case errors.Is(err, errNoBatches):
 			// Nobody serves submit.many: each goes alone, as Submit sends it.
-			return rejected, c.submitAlone(ctx, append(batch, items...), results)
+			return rejected, open, c.submitAlone(ctx, append(batch, items...), results)
 		}
 		if err != nil {
-			notSent(items, results, err)
-			return rejected, err
+			if !again { // sent before, the rest keep their "Outcome unknown"
+				notSent(items, results, err)
+			}
+			return rejected, open, err
 		}
 	}
-	return rejected, nil
+	return rejected, open, nil
 }
 
 // errNoBatches: nobody received a batch (nobody serves jobbus.api.submit.many).
 var errNoBatches = errors.New("no coordinator serves batches of submissions")
 
 // submitBatch sends one SUBMIT_JOBS of batch and writes each answer into results. It
-// returns the items rejected as retryable, errNoBatches when nobody received it, and
-// the error of a batch that failed as a whole (each item's result then says what it
-// would have been alone).
-func (c *Client) submitBatch(ctx context.Context, batch []batchItem, results []SubmitResult) (rejected []batchItem, err error) {
+// returns the items rejected as retryable, those whose outcome their answer left open,
+// errNoBatches when nobody received it, and the error of a batch that failed as a
+// whole (each item's result then says what it would have been alone).
+func (c *Client) submitBatch(ctx context.Context, batch []batchItem, results []SubmitResult) (rejected, open []batchItem, err error) {
 	req := &protocol.SubmitJobs{Jobs: make([]protocol.BatchedSubmission, len(batch))}
 	for k, it := range batch {
 		req.Jobs[k] = protocol.BatchedSubmission{RequestID: it.rid, Submit: it.body}
@@ -155,19 +180,19 @@ func (c *Client) submitBatch(ctx context.Context, batch []batchItem, results []S
 	var unanswered *batchUnanswered
 	switch {
 	case errors.Is(err, ErrNoCoordinator):
-		return nil, errNoBatches
+		return nil, nil, errNoBatches
 	case errors.As(err, &unanswered):
 		for _, it := range batch {
 			results[it.i].Err = &ServerError{Message: protocol.OutcomeUnknown("submission", protocol.RequestJobID(it.rid), unanswered.cause).Message}
 		}
-		return nil, err
+		return nil, nil, err
 	case err != nil:
 		// Nothing was received (ctx ended first, the connection is down) or no reply
 		// came that the transport could read: each says what its send said.
 		for _, it := range batch {
 			results[it.i].Err = err
 		}
-		return nil, err
+		return nil, nil, err
 	}
 	switch r := m.(type) {
 	case *protocol.JobsSubmitted:
@@ -176,11 +201,14 @@ func (c *Client) submitBatch(ctx context.Context, batch []batchItem, results []S
 			break
 		}
 		for k, it := range batch {
-			if c.answerItem(r.Answers[k], it.rid, &results[it.i]) {
+			switch retry, unsure := c.answerItem(r.Answers[k], it.rid, &results[it.i]); {
+			case retry:
 				rejected = append(rejected, it)
+			case unsure:
+				open = append(open, it)
 			}
 		}
-		return rejected, nil
+		return rejected, open, nil
 	case *protocol.Error: // the whole batch's
 		err = &ServerError{Message: r.Message}
 		switch {
@@ -190,14 +218,14 @@ func (c *Client) submitBatch(ctx context.Context, batch []batchItem, results []S
 			for _, it := range batch {
 				results[it.i].Err = &ServerError{Message: protocol.OutcomeUnknown("submission", protocol.RequestJobID(it.rid), "its batch's answer: "+r.Message).Message}
 			}
-			return nil, err
+			return nil, nil, err
 		case errors.Is(err, ErrNoCoordinator): // the bridge's: nobody received it
-			return nil, errNoBatches
+			return nil, nil, errNoBatches
 		}
 		for _, it := range batch { // refused whole: none of it was acted on
 			results[it.i].Err = err
 		}
-		return nil, err
+		return nil, nil, err
 	default:
 		err = unexpected(m)
 	}
@@ -205,29 +233,33 @@ func (c *Client) submitBatch(ctx context.Context, batch []batchItem, results []S
 	for _, it := range batch {
 		results[it.i].Err = &ServerError{Message: protocol.OutcomeUnknown("submission", protocol.RequestJobID(it.rid), "unexpected answer to its batch: "+err.Error()).Message}
 	}
-	return nil, err
+	return nil, nil, err
 }
 
 // answerItem writes one submission's answer in a JOBS_SUBMITTED into res, as Submit
-// would have returned it, and reports whether it is a retryable rejection. rid is the
-// submission's request id.
-func (c *Client) answerItem(a json.RawMessage, rid string, res *SubmitResult) (retry bool) {
+// would have returned it, and reports whether it is a retryable rejection, or an
+// answer that leaves the submission's outcome open (its job may be stored; res then
+// says "Outcome unknown" naming it). rid is the submission's request id.
+func (c *Client) answerItem(a json.RawMessage, rid string, res *SubmitResult) (retry, open bool) {
 	m, err := protocol.Decode(a)
 	if err != nil {
 		res.Err = fmt.Errorf("%s: %w", protocol.TypeJobsSubmitted, err)
-		return false
+		return false, false
 	}
-	if e, ok := m.(*protocol.Error); ok && strings.HasPrefix(e.Message, protocol.NotServingPrefix) {
-		// Its coordinator lost its lease while the job's write went on: a single
-		// submission would be sent again under its request id and find the job if it
-		// was stored; here its outcome is unknown, and named.
-		res.Err = &ServerError{Message: protocol.OutcomeUnknown("submission", protocol.RequestJobID(rid),
-			"its coordinator stopped serving before it answered ("+e.Message+")").Message}
-		return false
+	if e, ok := m.(*protocol.Error); ok && e.OutcomeOpen() {
+		if strings.HasPrefix(e.Message, protocol.NotServingPrefix) {
+			// Its coordinator lost its lease while the job's write went on: alone, it
+			// would be sent again under its request id; until it is, its outcome is
+			// unknown, and named.
+			e = protocol.OutcomeUnknown("submission", protocol.RequestJobID(rid),
+				"its coordinator stopped serving before it answered ("+e.Message+")")
+		}
+		res.JobID, res.Err = "", &ServerError{Message: e.Message}
+		return false, true
 	}
 	res.JobID, res.Err = submitted(m)
 	r, rejected := m.(*protocol.SubmitRejected)
-	return rejected && r.Retryable
+	return rejected && r.Retryable, false
 }
 
 // submitAlone submits each item alone, as Submit does (with its retries), for a
@@ -259,6 +291,23 @@ func notSent(items []batchItem, results []SubmitResult, err error) {
 		results[it.i].Err = fmt.Errorf("%w: an earlier request of the call failed: %v", ErrNotSent, err)
 	}
 }
+
+// marksSendsAgain reports whether the transport can mark a request as a send again
+// (withSendAgain): NATS carries it in a header; a TCP frame has none.
+func (c *Client) marksSendsAgain() bool {
+	_, ok := c.tr.(*natsTransport)
+	return ok
+}
+
+// sendAgainKey marks a context whose SUBMIT_JOBS sends its submissions again, under
+// the request ids of an earlier send (natsTransport.request).
+type sendAgainKey struct{}
+
+func withSendAgain(ctx context.Context) context.Context {
+	return context.WithValue(ctx, sendAgainKey{}, true)
+}
+
+func sentAgain(ctx context.Context) bool { return ctx.Value(sendAgainKey{}) != nil }
 
 // batchBytes bounds a batch's body: what its transport carries, less room for headers.
 func (c *Client) batchBytes() int {

@@ -397,34 +397,88 @@ func TestSubmitManyTraced(t *testing.T) {
 	}
 }
 
-// TestSubmitManyNotServingIsOutcomeUnknown: a submission of a batch answered by a
+// TestSubmitManySendsOpenOutcomesAgain: a submission of a batch answered by a
 // coordinator that stopped serving meanwhile (its lease lapsed while the job's write
-// went on) may have been stored: its result is Outcome unknown naming its own job,
-// never the refusal, which would say that nothing was stored.
-func TestSubmitManyNotServingIsOutcomeUnknown(t *testing.T) {
+// went on), or that could not tell yet whether its job was stored, is sent once more
+// alone of the batch, under its own request id and marked as a send again, as Submit
+// sends it again; its result is what that send hears. Still open, it is Outcome
+// unknown naming its own job, never the refusal, which would say that nothing was
+// stored.
+func TestSubmitManySendsOpenOutcomesAgain(t *testing.T) {
 	t.Parallel()
-	nc := jobbustest.Start(t, jobbustest.WithoutCoordinator()).NC
-	var rids []string
-	sub, err := nc.Subscribe(submitManySubject, func(m *nats.Msg) {
-		rids = batchRequestIDs(t, m.Data)
-		_ = m.Respond(mustEncode(&protocol.JobsSubmitted{Answers: []json.RawMessage{
-			mustEncode(&protocol.JobSubmitted{JobID: protocol.RequestJobID(rids[0])}),
-			mustEncode(&protocol.Error{Message: coordinator.ErrNotServing.Error() + ": its leader lease lapsed"}),
-		}}))
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	res, err := client.New(nc).SubmitMany(context.Background(), make([]client.Submission, 2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res[0].Err != nil || res[0].JobID != protocol.RequestJobID(rids[0]) {
-		t.Fatalf("first: %+v", res[0])
-	}
-	job, ok := client.OutcomeJob(res[1].Err)
-	if !errors.Is(res[1].Err, client.ErrOutcomeUnknown) || !ok || job != protocol.RequestJobID(rids[1]) {
-		t.Fatalf("second: %v (job %q), want Outcome unknown naming %s", res[1].Err, job, protocol.RequestJobID(rids[1]))
+	notServing := &protocol.Error{Message: coordinator.ErrNotServing.Error() + ": its leader lease lapsed"}
+	for _, tc := range []struct {
+		name  string
+		first protocol.Message                   // the second submission's first answer
+		again func(rid string) protocol.Message // its answer when sent again
+		check func(t *testing.T, r client.SubmitResult, rid string)
+	}{
+		{"NotServingThenStored", notServing,
+			func(rid string) protocol.Message { return &protocol.JobSubmitted{JobID: protocol.RequestJobID(rid)} },
+			func(t *testing.T, r client.SubmitResult, rid string) {
+				if r.Err != nil || r.JobID != protocol.RequestJobID(rid) {
+					t.Fatalf("second: %+v, want its job %s", r, protocol.RequestJobID(rid))
+				}
+			}},
+		{"UnknownThenNotStored", protocol.OutcomeUnknown("submission", "j", "not confirmed in time"),
+			func(string) protocol.Message { return protocol.AtCapacity(10, 10) },
+			func(t *testing.T, r client.SubmitResult, _ string) {
+				if !errors.Is(r.Err, client.ErrRejected) || errors.Is(r.Err, client.ErrOutcomeUnknown) {
+					t.Fatalf("second: %v, want its rejection", r.Err)
+				}
+			}},
+		{"StillOpen", notServing,
+			func(string) protocol.Message { return notServing },
+			func(t *testing.T, r client.SubmitResult, rid string) {
+				job, ok := client.OutcomeJob(r.Err)
+				if !errors.Is(r.Err, client.ErrOutcomeUnknown) || !ok || job != protocol.RequestJobID(rid) {
+					t.Fatalf("second: %v (job %q), want Outcome unknown naming %s", r.Err, job, protocol.RequestJobID(rid))
+				}
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			nc := jobbustest.Start(t, jobbustest.WithoutCoordinator()).NC
+			var mu sync.Mutex
+			var batches [][]string
+			var tries []string
+			sub, err := nc.Subscribe(submitManySubject, func(m *nats.Msg) {
+				rids := batchRequestIDs(t, m.Data)
+				mu.Lock()
+				batches = append(batches, rids)
+				tries = append(tries, m.Header.Get(protocol.HeaderRequestTry))
+				n := len(batches)
+				mu.Unlock()
+				answers := []protocol.Message{tc.again(rids[0])}
+				if n == 1 {
+					answers = []protocol.Message{&protocol.JobSubmitted{JobID: protocol.RequestJobID(rids[0])}, tc.first}
+				}
+				var raw []json.RawMessage
+				for _, a := range answers {
+					raw = append(raw, mustEncode(a))
+				}
+				_ = m.Respond(mustEncode(&protocol.JobsSubmitted{Answers: raw}))
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = sub.Unsubscribe() })
+			res, err := client.New(nc).SubmitMany(context.Background(), make([]client.Submission, 2))
+			if err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(batches) != 2 || len(batches[0]) != 2 || fmt.Sprint(batches[1]) != fmt.Sprint(batches[0][1:]) {
+				t.Fatalf("batches %v: want the second submission sent again alone under its request id", batches)
+			}
+			if tries[0] != "" || protocol.FirstTry(tries[1]) {
+				t.Fatalf("%s headers %q: want the second batch marked as a send again", protocol.HeaderRequestTry, tries)
+			}
+			if res[0].Err != nil || res[0].JobID != protocol.RequestJobID(batches[0][0]) {
+				t.Fatalf("first: %+v", res[0])
+			}
+			tc.check(t, res[1], batches[0][1])
+		})
 	}
 }

@@ -120,6 +120,14 @@ const OutcomeUnknownPrefix = "Outcome unknown: "
 // may have been stored: its outcome is unknown.
 const NotServingPrefix = "coordinator is not serving"
 
+// OutcomeOpen reports whether e leaves its submission's outcome open: its coordinator
+// stopped serving (NotServingPrefix) or could not tell yet (OutcomeUnknownPrefix)
+// whether the job was stored. Sent again under its request id, marked as a send again
+// (HeaderRequestTry), the submission hears which: its job, or that none was made.
+func (e *Error) OutcomeOpen() bool {
+	return strings.HasPrefix(e.Message, NotServingPrefix) || strings.HasPrefix(e.Message, OutcomeUnknownPrefix)
+}
+
 // OutcomeUnknown is the ERROR of a request about job jobID whose write may or may not
 // be stored: what names the request ("submission", "cancel"), cause says why the
 // coordinator could not tell.
