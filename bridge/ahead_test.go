@@ -336,15 +336,7 @@ func TestClientPortBatchAnswers(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer func() { _ = many.Unsubscribe() }()
-			alone := make(chan *nats.Msg, 16)
-			one, err := s.NC.Subscribe(submitSubject, func(m *nats.Msg) {
-				alone <- m
-				_ = m.Respond([]byte(`{"type":"JOB_SUBMITTED","jobId":"` + protocol.RequestJobID(m.Header.Get(protocol.HeaderRequestID)) + `"}`))
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = one.Unsubscribe() }()
+			alone := answerAlone(t, s.NC)
 			// Two submissions in one write are read together, and so batched; should
 			// the bridge read them apart (each then goes alone), try again.
 			for try := 0; ; try++ {
@@ -372,6 +364,22 @@ func TestClientPortBatchAnswers(t *testing.T) {
 	}
 }
 
+// answerAlone stands in for the coordinator on submit until the test ends: it answers
+// each submission with the job its request id names, and hands it to the channel.
+func answerAlone(t *testing.T, nc *nats.Conn) <-chan *nats.Msg {
+	t.Helper()
+	alone := make(chan *nats.Msg, 16)
+	one, err := nc.Subscribe(submitSubject, func(m *nats.Msg) {
+		alone <- m
+		_ = m.Respond([]byte(`{"type":"JOB_SUBMITTED","jobId":"` + protocol.RequestJobID(m.Header.Get(protocol.HeaderRequestID)) + `"}`))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = one.Unsubscribe() })
+	return alone
+}
+
 // headers lists the request id and send number of each message.
 func headers(msgs []*nats.Msg) []string {
 	var out []string
@@ -397,15 +405,7 @@ func TestClientPortClientBatchSettled(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = many.Unsubscribe() }()
-	alone := make(chan *nats.Msg, 16)
-	one, err := s.NC.Subscribe(submitSubject, func(m *nats.Msg) {
-		alone <- m
-		_ = m.Respond([]byte(`{"type":"JOB_SUBMITTED","jobId":"` + protocol.RequestJobID(m.Header.Get(protocol.HeaderRequestID)) + `"}`))
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = one.Unsubscribe() }()
+	alone := answerAlone(t, s.NC)
 
 	submit := json.RawMessage(`{"type":"SUBMIT_JOB","taskType":"SHA256","payload":{"text":"x"}}`)
 	c := s.client()

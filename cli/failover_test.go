@@ -245,7 +245,8 @@ func testPausedLeader(t *testing.T, sys *jobbustest.System, pause time.Duration,
 	var log requestLog
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	loop := func(kind string, do func(i int) request) {
+	// loop logs the requests each do makes until stop, one do at a time.
+	loop := func(do func(i int) []request) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -255,17 +256,19 @@ func testPausedLeader(t *testing.T, sys *jobbustest.System, pause time.Duration,
 					return
 				default:
 				}
-				log.add(do(i))
+				for _, r := range do(i) {
+					log.add(r)
+				}
 				time.Sleep(20 * time.Millisecond)
 			}
 		}()
 	}
 	submitter := func(kind string, cl *client.Client, n int) {
-		loop(kind, func(i int) request {
+		loop(func(i int) []request {
 			r := request{kind: kind, text: fmt.Sprintf("%s-%d-%d", kind, n, i), sent: time.Now()}
 			r.id, r.err = cl.Submit(context.Background(), "SHA256", map[string]string{"text": r.text})
 			r.done = time.Now()
-			return r
+			return []request{r}
 		})
 	}
 	for n := range 3 {
@@ -276,38 +279,28 @@ func testPausedLeader(t *testing.T, sys *jobbustest.System, pause time.Duration,
 	}
 	// SubmitMany of 3: each submission is a request of its own in the log.
 	many := func(kind string, cl *client.Client) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				subs := make([]client.Submission, 3)
-				reqs := make([]request, 3)
-				for k := range subs {
-					reqs[k] = request{kind: kind, text: fmt.Sprintf("%s-%d-%d", kind, i, k), sent: time.Now()}
-					subs[k] = client.Submission{TaskType: "SHA256", Payload: map[string]string{"text": reqs[k].text}}
-				}
-				res, _ := cl.SubmitMany(context.Background(), subs)
-				for k, r := range res {
-					reqs[k].id, reqs[k].err, reqs[k].done = r.JobID, r.Err, time.Now()
-					log.add(reqs[k])
-				}
-				time.Sleep(20 * time.Millisecond)
+		loop(func(i int) []request {
+			subs := make([]client.Submission, 3)
+			reqs := make([]request, 3)
+			for k := range subs {
+				reqs[k] = request{kind: kind, text: fmt.Sprintf("%s-%d-%d", kind, i, k), sent: time.Now()}
+				subs[k] = client.Submission{TaskType: "SHA256", Payload: map[string]string{"text": reqs[k].text}}
 			}
-		}()
+			res, _ := cl.SubmitMany(context.Background(), subs)
+			for k, r := range res {
+				reqs[k].id, reqs[k].err, reqs[k].done = r.JobID, r.Err, time.Now()
+			}
+			return reqs
+		})
 	}
 	many("submit-many", native)
 	many("tcp-submit-many", tcp)
 	for range 2 {
-		loop("status", func(int) request {
+		loop(func(int) []request {
 			r := request{kind: "status", id: warm, sent: time.Now()}
 			_, r.err = native.Status(context.Background(), warm)
 			r.done = time.Now()
-			return r
+			return []request{r}
 		})
 	}
 	// Probes sent every 50 ms whether or not the last was answered, as an operator's

@@ -58,22 +58,30 @@ func FuzzSubmitJobsDecode(f *testing.F) {
 			type plain SubmitJobs
 			return encode(TypeSubmitJobs, (*plain)(m))
 		})
-		// Decode's scanner (scanHot) takes a batch only when encoding/json reads it as one.
-		if m, _, ok := scanHot(data); ok {
-			got, batch := m.(*SubmitJobs)
-			if !batch {
-				return
-			}
-			want := new(SubmitJobs)
-			typ, err := PeekType(data)
-			if werr := json.Unmarshal(data, want); werr != nil || err != nil || typ != TypeSubmitJobs {
-				t.Fatalf("from %q: scanned a batch, encoding/json reads type %q (%v), %v", data, typ, err, werr)
-			}
-			if !reflect.DeepEqual(want, got) {
-				t.Fatalf("from %q: scanned %+v, json.Unmarshal %+v", data, got, want)
-			}
-		}
+		checkHotBatch[SubmitJobs](t, data, TypeSubmitJobs)
 	})
+}
+
+// checkHotBatch checks that Decode's scanner (scanHot) takes data as a batch of type
+// typ only when encoding/json reads it as one, and reads what encoding/json reads.
+func checkHotBatch[T any, P interface{ *T }](t *testing.T, data []byte, typ Type) {
+	t.Helper()
+	m, _, ok := scanHot(data)
+	if !ok {
+		return
+	}
+	got, batch := m.(P)
+	if !batch {
+		return
+	}
+	want := P(new(T))
+	read, err := PeekType(data)
+	if werr := json.Unmarshal(data, want); werr != nil || err != nil || read != typ {
+		t.Fatalf("from %q: scanned a batch, encoding/json reads type %q (%v), %v", data, read, err, werr)
+	}
+	if !reflect.DeepEqual(want, got) {
+		t.Fatalf("from %q: scanned %+v, json.Unmarshal %+v", data, got, want)
+	}
 }
 
 // TestSubmitJobsScanned: a batch as a client encodes it is read by the scanner (not
@@ -141,20 +149,7 @@ func FuzzJobsSubmittedDecode(f *testing.F) {
 			type plain JobsSubmitted
 			return encode(TypeJobsSubmitted, (*plain)(m))
 		})
-		if m, _, ok := scanHot(data); ok {
-			got, batch := m.(*JobsSubmitted)
-			if !batch {
-				return
-			}
-			want := new(JobsSubmitted)
-			typ, err := PeekType(data)
-			if werr := json.Unmarshal(data, want); werr != nil || err != nil || typ != TypeJobsSubmitted {
-				t.Fatalf("from %q: scanned a batch, encoding/json reads type %q (%v), %v", data, typ, err, werr)
-			}
-			if !reflect.DeepEqual(want, got) {
-				t.Fatalf("from %q: scanned %+v, json.Unmarshal %+v", data, got, want)
-			}
-		}
+		checkHotBatch[JobsSubmitted](t, data, TypeJobsSubmitted)
 	})
 }
 
