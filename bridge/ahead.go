@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"log/slog"
 	"net"
+	"slices"
 	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
@@ -95,77 +96,101 @@ func (p *pipe) alone(a *ahead, rid string, h nats.Header) {
 
 // together forwards items as one SUBMIT_JOBS and sets each reply from its answer.
 func (p *pipe) together(items []*ahead) {
-	req := protocol.SubmitJobs{Jobs: make([]protocol.BatchedSubmission, len(items))}
+	jobs := make([]protocol.BatchedSubmission, len(items))
 	for i, a := range items {
 		a.rid = protocol.NewRequestID()
-		req.Jobs[i] = protocol.BatchedSubmission{RequestID: a.rid, Submit: a.payload}
+		jobs[i] = protocol.BatchedSubmission{RequestID: a.rid, Submit: a.payload}
 	}
-	body, err := protocol.Encode(&req)
-	if err != nil { // not for payloads already decoded as SUBMIT_JOB; but never lose one
+	replies, answered := p.b.submitTogether(jobs, nil, p.log)
+	if replies == nil { // not for payloads already decoded as SUBMIT_JOB; but never lose one
 		for _, a := range items {
 			p.alone(a, protocol.NewRequestID(), nil)
 		}
 		return
 	}
-	msg, refused, err := p.b.forward(submitManySubject, body, "", nil, p.log)
+	if answered {
+		p.b.settleOpen(jobs, replies, p.log)
+	}
+	for i, a := range items {
+		a.reply = replies[i]
+	}
+}
+
+// submitTogether forwards jobs as one SUBMIT_JOBS with header h and returns the reply
+// to write for each, in order. answered reports that they are the coordinator's
+// answers in its JOBS_SUBMITTED; otherwise each is the batch's refusal (refused whole,
+// none of it acted on) or, with no answer or an unexpected one, "Outcome unknown"
+// naming its own job. replies is nil when the batch cannot be encoded.
+func (b *Bridge) submitTogether(jobs []protocol.BatchedSubmission, h nats.Header, log *slog.Logger) (replies [][]byte, answered bool) {
+	body, err := protocol.Encode(&protocol.SubmitJobs{Jobs: jobs})
+	if err != nil {
+		return nil, false
+	}
+	replies = make([][]byte, len(jobs))
+	each := func(reply func(j protocol.BatchedSubmission) []byte) ([][]byte, bool) {
+		for i, j := range jobs {
+			replies[i] = reply(j)
+		}
+		return replies, false
+	}
+	msg, refused, err := b.forward(submitManySubject, body, "", h, log)
 	switch {
 	case refused != nil:
-		for _, a := range items {
-			a.reply = encodeError(refused)
-		}
-		return
+		return each(func(protocol.BatchedSubmission) []byte { return encodeError(refused) })
 	case err != nil: // each says what it would have said alone, naming its job
-		for _, a := range items {
-			a.reply = encodeError(p.b.unavailable(submitSubject, protocol.RequestJobID(a.rid), err))
-		}
-		return
+		return each(func(j protocol.BatchedSubmission) []byte {
+			return encodeError(b.unavailable(submitSubject, protocol.RequestJobID(j.RequestID), err))
+		})
 	}
 	m, err := protocol.Decode(msg.Data)
 	answers, ok := m.(*protocol.JobsSubmitted)
 	switch {
-	case err == nil && ok && len(answers.Answers) == len(items):
+	case err == nil && ok && len(answers.Answers) == len(jobs):
+		for i, a := range answers.Answers {
+			replies[i] = a
+		}
+		return replies, true
 	case err == nil && m.MessageType() == protocol.TypeError:
 		// Refused whole, none of it acted on: each is refused so.
-		for _, a := range items {
-			a.reply = msg.Data
-		}
-		return
-	default:
-		p.log.Warn("unexpected answer to a batch of submissions", "answer", string(msg.Data), "err", err)
-		for _, a := range items {
-			a.reply = encodeError(protocol.OutcomeUnknown("submission", protocol.RequestJobID(a.rid), "the coordinator's answer to its batch was unexpected"))
-		}
-		return
+		return each(func(protocol.BatchedSubmission) []byte { return msg.Data })
 	}
-	for i, a := range items {
-		ans := answers.Answers[i]
-		if unsettled(ans) {
-			a.reply = p.b.sendAgain(a.payload, a.rid, p.log)
-			continue
-		}
-		a.reply = ans
-	}
+	log.Warn("unexpected answer to a batch of submissions", "answer", string(msg.Data), "err", err)
+	return each(func(j protocol.BatchedSubmission) []byte {
+		return encodeError(protocol.OutcomeUnknown("submission", protocol.RequestJobID(j.RequestID), "the coordinator's answer to its batch was unexpected"))
+	})
 }
 
-// sendAgain sends submit, a submission of a batch whose answer left its outcome open,
-// once more alone under its request id rid, and returns the reply to write for it. A
+// settleOpen sends the submissions of jobs whose answers in replies leave their
+// outcomes open once more, together, and puts what that send hears in their places. A
 // submission sent alone would be sent again under its request id until its outcome is
-// known: so it is, once, marked as a send again so that the coordinator looks for the
-// job the batch may have created.
-func (b *Bridge) sendAgain(submit []byte, rid string, log *slog.Logger) []byte {
-	h := nats.Header{protocol.HeaderRequestTry: []string{protocol.TryValue(2)}}
-	reply, _, e := b.requestAs(submitSubject, submit, rid, h, log)
-	if e != nil {
-		return encodeError(e)
+// known: so these are, once, marked as sends again so that the coordinator looks for
+// the jobs the batch may have created. One without a request id keeps its answer:
+// sent again, it would be a new job.
+func (b *Bridge) settleOpen(jobs []protocol.BatchedSubmission, replies [][]byte, log *slog.Logger) {
+	var open []int
+	for i, r := range replies {
+		if jobs[i].RequestID != "" && unsettled(r) {
+			open = append(open, i)
+		}
 	}
-	return reply
+	if len(open) == 0 {
+		return
+	}
+	again := make([]protocol.BatchedSubmission, len(open))
+	for k, i := range open {
+		again[k] = jobs[i]
+	}
+	h := nats.Header{protocol.HeaderRequestTry: []string{protocol.TryValue(2)}}
+	if heard, _ := b.submitTogether(again, h, log); heard != nil {
+		for k, i := range open {
+			replies[i] = heard[k]
+		}
+	}
 }
 
 // settleBatch answers a client's own SUBMIT_JOBS as the bridge answers its batches
-// (together): each submission whose answer in reply leaves its outcome open is sent
-// once more alone (sendAgain), and its answer replaces the open one. A reply other
-// than a JOBS_SUBMITTED is returned as it is, and so is a submission without a request
-// id: sent again, it would be a new job.
+// (together): reply's answers that leave their outcomes open are settled (settleOpen).
+// A reply other than a JOBS_SUBMITTED is returned as it is.
 func (b *Bridge) settleBatch(payload, reply []byte, log *slog.Logger) []byte {
 	if !bytes.Contains(reply, []byte(`"ERROR"`)) { // no answer is an ERROR: all settled
 		return reply
@@ -175,23 +200,20 @@ func (b *Bridge) settleBatch(payload, reply []byte, log *slog.Logger) []byte {
 	if err != nil || !ok {
 		return reply
 	}
-	var req *protocol.SubmitJobs // read only when an answer is open
-	sent := false
+	replies := make([][]byte, len(answers.Answers))
 	for i, a := range answers.Answers {
-		if !unsettled(a) {
-			continue
-		}
-		if req == nil {
-			if req, err = protocol.DecodeAs[protocol.SubmitJobs](payload); err != nil || len(req.Jobs) != len(answers.Answers) {
-				return reply
-			}
-		}
-		if j := req.Jobs[i]; j.RequestID != "" {
-			answers.Answers[i], sent = b.sendAgain(j.Submit, j.RequestID, log), true
-		}
+		replies[i] = a
 	}
-	if !sent {
+	if !slices.ContainsFunc(replies, unsettled) {
 		return reply
+	}
+	req, err := protocol.DecodeAs[protocol.SubmitJobs](payload)
+	if err != nil || len(req.Jobs) != len(replies) {
+		return reply
+	}
+	b.settleOpen(req.Jobs, replies, log)
+	for i, r := range replies {
+		answers.Answers[i] = r
 	}
 	if out, err := protocol.Encode(answers); err == nil {
 		return out

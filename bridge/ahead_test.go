@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -266,22 +267,22 @@ func TestClientPortBatchAnswers(t *testing.T) {
 		name string
 		// answer answers the batch of request ids rids; "" sends no answer.
 		answer func(rids []string) string
-		// want checks the replies and the lone submissions the bridge sent meanwhile.
-		want func(t *testing.T, rids []string, replies []protocol.Message, alone []*nats.Msg)
+		// want checks the replies and the batches the bridge sent again meanwhile.
+		want func(t *testing.T, rids []string, replies []protocol.Message, again []*nats.Msg)
 	}{
 		{
-			name: "UnsettledIsSentAgainAlone",
+			name: "UnsettledIsSentAgain",
 			answer: func(rids []string) string {
 				return `{"type":"JOBS_SUBMITTED","answers":[{"type":"JOB_SUBMITTED","jobId":"` + protocol.RequestJobID(rids[0]) + `"},` + errNotServing + `]}`
 			},
-			want: func(t *testing.T, rids []string, replies []protocol.Message, alone []*nats.Msg) {
+			want: func(t *testing.T, rids []string, replies []protocol.Message, again []*nats.Msg) {
 				for i, m := range replies {
 					if js, ok := m.(*protocol.JobSubmitted); !ok || js.JobID != protocol.RequestJobID(rids[i]) {
 						t.Fatalf("reply %d %+v, want the job of request id %s", i, m, rids[i])
 					}
 				}
-				if len(alone) != 1 || alone[0].Header.Get(protocol.HeaderRequestID) != rids[1] || protocol.FirstTry(alone[0].Header.Get(protocol.HeaderRequestTry)) {
-					t.Fatalf("sent alone: %v, want the second again, under its request id %s, as a send again", headers(alone), rids[1])
+				if len(again) != 1 || fmt.Sprint(batchIDs(t, again[0])) != fmt.Sprint(rids[1:]) {
+					t.Fatalf("sent again: %v, want the second, under its request id %s", sentAgain(t, again), rids[1])
 				}
 			},
 		},
@@ -300,14 +301,14 @@ func TestClientPortBatchAnswers(t *testing.T) {
 		{
 			name:   "RefusedWhole",
 			answer: func([]string) string { return refusal },
-			want: func(t *testing.T, _ []string, replies []protocol.Message, alone []*nats.Msg) {
+			want: func(t *testing.T, _ []string, replies []protocol.Message, again []*nats.Msg) {
 				for i, m := range replies {
 					if e, ok := m.(*protocol.Error); !ok || e.Message != "Malformed request: batch" {
 						t.Fatalf("reply %d %+v, want the batch's refusal", i, m)
 					}
 				}
-				if len(alone) != 0 {
-					t.Fatalf("%d sent alone after a refusal, want none", len(alone))
+				if len(again) != 0 {
+					t.Fatalf("%d sent again after a refusal, want none", len(again))
 				}
 			},
 		},
@@ -315,28 +316,7 @@ func TestClientPortBatchAnswers(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s := setup(t, noCoordinator())
-			batches := make(chan []string, 16)
-			many, err := s.NC.Subscribe(submitManySubject, func(m *nats.Msg) {
-				got, err := protocol.Decode(m.Data)
-				req, ok := got.(*protocol.SubmitJobs)
-				if err != nil || !ok {
-					t.Errorf("submit.many got %s: %v", m.Data, err)
-					return
-				}
-				var rids []string
-				for _, j := range req.Jobs {
-					rids = append(rids, j.RequestID)
-				}
-				batches <- rids
-				if a := tc.answer(rids); a != "" {
-					_ = m.Respond([]byte(a))
-				}
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = many.Unsubscribe() }()
-			alone := answerAlone(t, s.NC)
+			batches, again := standInMany(t, s.NC, tc.answer)
 			// Two submissions in one write are read together, and so batched; should
 			// the bridge read them apart (each then goes alone), try again.
 			for try := 0; ; try++ {
@@ -347,8 +327,8 @@ func TestClientPortBatchAnswers(t *testing.T) {
 				replies := []protocol.Message{c.MustRecv(), c.MustRecv()}
 				_ = c.Close()
 				var sent []*nats.Msg
-				for len(alone) > 0 {
-					sent = append(sent, <-alone)
+				for len(again) > 0 {
+					sent = append(sent, <-again)
 				}
 				select {
 				case rids := <-batches:
@@ -364,27 +344,65 @@ func TestClientPortBatchAnswers(t *testing.T) {
 	}
 }
 
-// answerAlone stands in for the coordinator on submit until the test ends: it answers
-// each submission with the job its request id names, and hands it to the channel.
-func answerAlone(t *testing.T, nc *nats.Conn) <-chan *nats.Msg {
+// standInMany stands in for the coordinator on submit.many until the test ends: a
+// batch hears answer(its request ids) ("" sends no answer), and its first send goes to
+// batches; a batch of submissions sent before in another batch (the bridge's send
+// again of those left open) hears each submission's job and goes to again.
+func standInMany(t *testing.T, nc *nats.Conn, answer func(rids []string) string) (batches <-chan []string, again <-chan *nats.Msg) {
 	t.Helper()
-	alone := make(chan *nats.Msg, 16)
-	one, err := nc.Subscribe(submitSubject, func(m *nats.Msg) {
-		alone <- m
-		_ = m.Respond([]byte(`{"type":"JOB_SUBMITTED","jobId":"` + protocol.RequestJobID(m.Header.Get(protocol.HeaderRequestID)) + `"}`))
+	first, more := make(chan []string, 16), make(chan *nats.Msg, 16)
+	var mu sync.Mutex
+	seen := map[string]bool{} // each batch's request ids, joined
+	sub, err := nc.Subscribe(submitManySubject, func(m *nats.Msg) {
+		rids := batchIDs(t, m)
+		key := strings.Join(rids, " ")
+		mu.Lock()
+		resent, ok := seen[key], len(seen) > 0
+		seen[key] = true
+		mu.Unlock()
+		if ok && !resent && !protocol.FirstTry(m.Header.Get(protocol.HeaderRequestTry)) {
+			more <- m
+			var answers []string
+			for _, rid := range rids {
+				answers = append(answers, `{"type":"JOB_SUBMITTED","jobId":"`+protocol.RequestJobID(rid)+`"}`)
+			}
+			_ = m.Respond([]byte(`{"type":"JOBS_SUBMITTED","answers":[` + strings.Join(answers, ",") + `]}`))
+			return
+		}
+		if !resent {
+			first <- rids
+		}
+		if a := answer(rids); a != "" {
+			_ = m.Respond([]byte(a))
+		}
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = one.Unsubscribe() })
-	return alone
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return first, more
 }
 
-// headers lists the request id and send number of each message.
-func headers(msgs []*nats.Msg) []string {
+// batchIDs returns the request ids of the submissions in a SUBMIT_JOBS.
+func batchIDs(t *testing.T, m *nats.Msg) []string {
+	got, err := protocol.Decode(m.Data)
+	req, ok := got.(*protocol.SubmitJobs)
+	if err != nil || !ok {
+		t.Errorf("submit.many got %s: %v", m.Data, err)
+		return nil
+	}
+	var rids []string
+	for _, j := range req.Jobs {
+		rids = append(rids, j.RequestID)
+	}
+	return rids
+}
+
+// sentAgain lists the request ids of each batch and its send number.
+func sentAgain(t *testing.T, msgs []*nats.Msg) []string {
 	var out []string
 	for _, m := range msgs {
-		out = append(out, m.Header.Get(protocol.HeaderRequestID)+" try "+m.Header.Get(protocol.HeaderRequestTry))
+		out = append(out, fmt.Sprint(batchIDs(t, m))+" try "+m.Header.Get(protocol.HeaderRequestTry))
 	}
 	return out
 }
@@ -398,14 +416,9 @@ func TestClientPortClientBatchSettled(t *testing.T) {
 	t.Parallel()
 	s := setup(t, noCoordinator())
 	notServing := `{"type":"ERROR","message":"` + protocol.NotServingPrefix + `: its lease lapsed"}`
-	many, err := s.NC.Subscribe(submitManySubject, func(m *nats.Msg) {
-		_ = m.Respond([]byte(`{"type":"JOBS_SUBMITTED","answers":[{"type":"JOB_SUBMITTED","jobId":"` + protocol.RequestJobID("r0") + `"},` + notServing + `,` + notServing + `]}`))
+	_, again := standInMany(t, s.NC, func([]string) string {
+		return `{"type":"JOBS_SUBMITTED","answers":[{"type":"JOB_SUBMITTED","jobId":"` + protocol.RequestJobID("r0") + `"},` + notServing + `,` + notServing + `]}`
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = many.Unsubscribe() }()
-	alone := answerAlone(t, s.NC)
 
 	submit := json.RawMessage(`{"type":"SUBMIT_JOB","taskType":"SHA256","payload":{"text":"x"}}`)
 	c := s.client()
@@ -428,10 +441,10 @@ func TestClientPortClientBatchSettled(t *testing.T) {
 		}
 	}
 	var sent []*nats.Msg
-	for len(alone) > 0 {
-		sent = append(sent, <-alone)
+	for len(again) > 0 {
+		sent = append(sent, <-again)
 	}
-	if len(sent) != 1 || sent[0].Header.Get(protocol.HeaderRequestID) != "r1" || protocol.FirstTry(sent[0].Header.Get(protocol.HeaderRequestTry)) {
-		t.Fatalf("sent alone: %v, want r1 again, as a send again", headers(sent))
+	if len(sent) != 1 || fmt.Sprint(batchIDs(t, sent[0])) != "[r1]" {
+		t.Fatalf("sent again: %v, want r1", sentAgain(t, sent))
 	}
 }
