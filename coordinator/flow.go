@@ -92,17 +92,11 @@ func (f *flow) setLimit(ctx context.Context, req *protocol.SetLimit) protocol.Me
 	}
 	f.writeMu.Lock()
 	defer f.writeMu.Unlock()
+	_, rev, refused := f.current(req.Scope, req.Name)
+	if refused != nil {
+		return refused
+	}
 	s := f.s
-	s.mu.Lock()
-	if s.fenced != nil {
-		defer s.unlock()
-		return s.refuse()
-	}
-	var rev uint64
-	if lim := f.limits.get(req.Scope, req.Name); lim != nil {
-		rev = lim.rev
-	}
-	s.unlock()
 	value, _ := json.Marshal(protocol.LimitSpec{Rate: r.String(), Burst: burst})
 	key := protocol.LimitControlKey(req.Scope, req.Name)
 	if rev, err = f.write(ctx, key, value, rev); err != nil {
@@ -118,6 +112,22 @@ func (f *flow) setLimit(ctx context.Context, req *protocol.SetLimit) protocol.Me
 	return settled{&protocol.LimitList{Limits: []protocol.LimitInfo{info}}}
 }
 
+// current returns the limit on scope and name (nil: none) and the revision of its
+// setting, or the refusal of a fenced coordinator. Its callers hold writeMu, so that no
+// other change of a limit lands between this read and their write.
+func (f *flow) current(scope, name string) (lim *rateLimit, rev uint64, refused protocol.Message) {
+	s := f.s
+	s.mu.Lock()
+	defer s.unlock()
+	if s.fenced != nil {
+		return nil, 0, s.refuse()
+	}
+	if lim = f.limits.get(scope, name); lim != nil {
+		rev = lim.rev
+	}
+	return lim, rev, nil
+}
+
 // removeLimit removes a rate limit: durable first, then out of force.
 func (f *flow) removeLimit(ctx context.Context, req *protocol.RemoveLimit) protocol.Message {
 	if err := protocol.CheckLimitTarget(req.Scope, req.Name); err != nil {
@@ -125,19 +135,14 @@ func (f *flow) removeLimit(ctx context.Context, req *protocol.RemoveLimit) proto
 	}
 	f.writeMu.Lock()
 	defer f.writeMu.Unlock()
-	s := f.s
-	s.mu.Lock()
-	if s.fenced != nil {
-		defer s.unlock()
-		return s.refuse()
-	}
-	lim := f.limits.get(req.Scope, req.Name)
-	if lim == nil {
-		s.unlock()
+	lim, rev, refused := f.current(req.Scope, req.Name)
+	switch {
+	case refused != nil:
+		return refused
+	case lim == nil:
 		return protocol.UnknownLimit(req.Scope, req.Name)
 	}
-	rev := lim.rev
-	s.unlock()
+	s := f.s
 	key := protocol.LimitControlKey(req.Scope, req.Name)
 	if _, err := f.write(ctx, key, nil, rev); err != nil {
 		return controlFailed("limit of "+req.Scope+" "+req.Name, err)
