@@ -409,7 +409,7 @@ func TestSubmitManySendsOpenOutcomesAgain(t *testing.T) {
 	notServing := &protocol.Error{Message: coordinator.ErrNotServing.Error() + ": its leader lease lapsed"}
 	for _, tc := range []struct {
 		name  string
-		first protocol.Message                   // the second submission's first answer
+		first protocol.Message                  // the second submission's first answer
 		again func(rid string) protocol.Message // its answer when sent again
 		check func(t *testing.T, r client.SubmitResult, rid string)
 	}{
