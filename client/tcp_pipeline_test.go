@@ -223,6 +223,19 @@ func (s *statusCall) wait(t *testing.T) *statusCall {
 	return s
 }
 
+// statusesInFlight dials a frame peer and puts n concurrent Status calls in flight on
+// the client's one connection; it returns the peer, the client, the peer's side of the
+// connection, the calls by job id, and the requests as the peer read them, all of them
+// before it answers any.
+func statusesInFlight(t *testing.T, n int) (*framePeer, *client.Client, *peerConn, map[string]*statusCall, []protocol.Message) {
+	t.Helper()
+	p := newFramePeer(t)
+	c := dial(t, p.addr())
+	conn := p.accept()
+	calls := goStatuses(c, n)
+	return p, c, conn, calls, conn.read(n)
+}
+
 func goStatuses(c *client.Client, n int) map[string]*statusCall {
 	calls := make(map[string]*statusCall, n)
 	for i := range n {
@@ -245,11 +258,7 @@ func TestTCPRepliesPairByOrder(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			p := newFramePeer(t)
-			c := dial(t, p.addr())
-			conn := p.accept()
-			calls := goStatuses(c, callers)
-			reqs := conn.read(callers)
+			p, _, conn, calls, reqs := statusesInFlight(t, callers)
 			replies := make([]protocol.Message, len(reqs))
 			for i, r := range reqs {
 				replies[i] = echo(r)
@@ -331,11 +340,7 @@ func TestTCPConnectionLostMidPipeline(t *testing.T) {
 	for _, answered := range []int{0, 3, callers - 1} {
 		t.Run(fmt.Sprint("answered=", answered), func(t *testing.T) {
 			t.Parallel()
-			p := newFramePeer(t)
-			c := dial(t, p.addr())
-			conn := p.accept()
-			calls := goStatuses(c, callers)
-			reqs := conn.read(callers)
+			p, c, conn, calls, reqs := statusesInFlight(t, callers)
 			replied := make(map[string]bool)
 			var replies []protocol.Message
 			for _, r := range reqs[:answered] {
@@ -378,11 +383,7 @@ func TestTCPReplyThatEndsTheConnection(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			p := newFramePeer(t)
-			c := dial(t, p.addr())
-			conn := p.accept()
-			calls := goStatuses(c, callers)
-			reqs := conn.read(callers)
+			p, c, conn, calls, reqs := statusesInFlight(t, callers)
 			replies := []protocol.Message{tc.reply}
 			for _, r := range reqs[1:] {
 				replies = append(replies, echo(r)) // late, after the connection ended
@@ -408,11 +409,7 @@ func TestTCPReplyThatEndsTheConnection(t *testing.T) {
 func TestTCPCloseInterruptsThePipeline(t *testing.T) {
 	t.Parallel()
 	const callers = 16
-	p := newFramePeer(t)
-	c := dial(t, p.addr())
-	conn := p.accept()
-	calls := goStatuses(c, callers)
-	conn.read(callers) // all in flight
+	_, c, _, calls, _ := statusesInFlight(t, callers) // all in flight
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
