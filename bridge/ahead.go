@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"bytes"
+	"encoding/json"
 	"log/slog"
 	"net"
 	"slices"
@@ -57,7 +58,6 @@ type pipe struct {
 // ahead is one request sent ahead: its reply, once done is closed.
 type ahead struct {
 	payload []byte
-	rid     string // its request id, in a batch
 	reply   []byte
 	done    chan struct{}
 }
@@ -74,7 +74,7 @@ type batch struct {
 // Run forwards the batch (on the bridge's pool) and ends each of its requests.
 func (bt *batch) Run() {
 	if len(bt.items) == 1 {
-		bt.p.alone(bt.items[0], protocol.NewRequestID(), nil)
+		bt.p.alone(bt.items[0])
 	} else {
 		bt.p.together(bt.items)
 	}
@@ -84,10 +84,9 @@ func (bt *batch) Run() {
 	}
 }
 
-// alone forwards one submission, under its request id rid with header h, and sets its
-// reply.
-func (p *pipe) alone(a *ahead, rid string, h nats.Header) {
-	reply, _, e := p.b.requestAs(submitSubject, a.payload, rid, h, p.log)
+// alone forwards one submission and sets its reply.
+func (p *pipe) alone(a *ahead) {
+	reply, _, e := p.b.request(submitSubject, a.payload, p.log)
 	if e != nil {
 		reply = encodeError(e)
 	}
@@ -98,13 +97,12 @@ func (p *pipe) alone(a *ahead, rid string, h nats.Header) {
 func (p *pipe) together(items []*ahead) {
 	jobs := make([]protocol.BatchedSubmission, len(items))
 	for i, a := range items {
-		a.rid = protocol.NewRequestID()
-		jobs[i] = protocol.BatchedSubmission{RequestID: a.rid, Submit: a.payload}
+		jobs[i] = protocol.BatchedSubmission{RequestID: protocol.NewRequestID(), Submit: a.payload}
 	}
 	replies, answered := p.b.submitTogether(jobs, nil, p.log)
 	if replies == nil { // not for payloads already decoded as SUBMIT_JOB; but never lose one
 		for _, a := range items {
-			p.alone(a, protocol.NewRequestID(), nil)
+			p.alone(a)
 		}
 		return
 	}
@@ -121,13 +119,13 @@ func (p *pipe) together(items []*ahead) {
 // answers in its JOBS_SUBMITTED; otherwise each is the batch's refusal (refused whole,
 // none of it acted on) or, with no answer or an unexpected one, "Outcome unknown"
 // naming its own job. replies is nil when the batch cannot be encoded.
-func (b *Bridge) submitTogether(jobs []protocol.BatchedSubmission, h nats.Header, log *slog.Logger) (replies [][]byte, answered bool) {
+func (b *Bridge) submitTogether(jobs []protocol.BatchedSubmission, h nats.Header, log *slog.Logger) (replies []json.RawMessage, answered bool) {
 	body, err := protocol.Encode(&protocol.SubmitJobs{Jobs: jobs})
 	if err != nil {
 		return nil, false
 	}
-	replies = make([][]byte, len(jobs))
-	each := func(reply func(j protocol.BatchedSubmission) []byte) ([][]byte, bool) {
+	each := func(reply func(j protocol.BatchedSubmission) []byte) ([]json.RawMessage, bool) {
+		replies = make([]json.RawMessage, len(jobs))
 		for i, j := range jobs {
 			replies[i] = reply(j)
 		}
@@ -146,10 +144,7 @@ func (b *Bridge) submitTogether(jobs []protocol.BatchedSubmission, h nats.Header
 	answers, ok := m.(*protocol.JobsSubmitted)
 	switch {
 	case err == nil && ok && len(answers.Answers) == len(jobs):
-		for i, a := range answers.Answers {
-			replies[i] = a
-		}
-		return replies, true
+		return answers.Answers, true
 	case err == nil && m.MessageType() == protocol.TypeError:
 		// Refused whole, none of it acted on: each is refused so.
 		return each(func(protocol.BatchedSubmission) []byte { return msg.Data })
@@ -166,7 +161,7 @@ func (b *Bridge) submitTogether(jobs []protocol.BatchedSubmission, h nats.Header
 // known: so these are, once, marked as sends again so that the coordinator looks for
 // the jobs the batch may have created. One without a request id keeps its answer:
 // sent again, it would be a new job.
-func (b *Bridge) settleOpen(jobs []protocol.BatchedSubmission, replies [][]byte, log *slog.Logger) {
+func (b *Bridge) settleOpen(jobs []protocol.BatchedSubmission, replies []json.RawMessage, log *slog.Logger) {
 	var open []int
 	for i, r := range replies {
 		if jobs[i].RequestID != "" && unsettled(r) {
@@ -195,26 +190,15 @@ func (b *Bridge) settleBatch(payload, reply []byte, log *slog.Logger) []byte {
 	if !bytes.Contains(reply, []byte(`"ERROR"`)) { // no answer is an ERROR: all settled
 		return reply
 	}
-	m, err := protocol.Decode(reply)
-	answers, ok := m.(*protocol.JobsSubmitted)
-	if err != nil || !ok {
-		return reply
-	}
-	replies := make([][]byte, len(answers.Answers))
-	for i, a := range answers.Answers {
-		replies[i] = a
-	}
-	if !slices.ContainsFunc(replies, unsettled) {
+	answers, err := protocol.DecodeAs[protocol.JobsSubmitted](reply)
+	if err != nil || !slices.ContainsFunc(answers.Answers, unsettled) {
 		return reply
 	}
 	req, err := protocol.DecodeAs[protocol.SubmitJobs](payload)
-	if err != nil || len(req.Jobs) != len(replies) {
+	if err != nil || len(req.Jobs) != len(answers.Answers) {
 		return reply
 	}
-	b.settleOpen(req.Jobs, replies, log)
-	for i, r := range replies {
-		answers.Answers[i] = r
-	}
+	b.settleOpen(req.Jobs, answers.Answers, log)
 	if out, err := protocol.Encode(answers); err == nil {
 		return out
 	}
@@ -223,12 +207,9 @@ func (b *Bridge) settleBatch(payload, reply []byte, log *slog.Logger) []byte {
 
 // unsettled reports whether a submission's answer in a batch leaves its outcome open:
 // its coordinator stopped serving, or could not tell yet whether its job was stored.
-func unsettled(answer []byte) bool {
-	if t, err := protocol.PeekType(answer); err != nil || t != protocol.TypeError {
-		return false
-	}
-	e, err := protocol.DecodeAs[protocol.Error](answer)
-	return err == nil && e.OutcomeOpen()
+func unsettled(answer json.RawMessage) bool {
+	e, ok := protocol.AsError(answer)
+	return ok && e.OutcomeOpen()
 }
 
 // busy reports whether replies are still to be written.

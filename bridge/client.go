@@ -178,17 +178,11 @@ func (b *Bridge) readFailed(log *slog.Logger, err error, port string, last func(
 // answer to the request it decoded: the coordinator flags every ERROR it answers (with
 // micro's error header), and it answers anything else only to a request it decoded.
 func (b *Bridge) request(subject string, payload []byte, log *slog.Logger) (reply []byte, decoded bool, e *protocol.Error) {
-	var rid string
+	var rid string // a submission's: it names the job, for an "Outcome unknown"
 	if subject == submitSubject {
 		rid = protocol.NewRequestID()
 	}
-	return b.requestAs(subject, payload, rid, nil, log)
-}
-
-// requestAs is request with the submission's request id rid ("" for other requests)
-// and header h.
-func (b *Bridge) requestAs(subject string, payload []byte, rid string, h nats.Header, log *slog.Logger) (reply []byte, decoded bool, e *protocol.Error) {
-	msg, e, err := b.forward(subject, payload, rid, h, log)
+	msg, e, err := b.forward(subject, payload, rid, nil, log)
 	switch {
 	case e != nil:
 		return nil, false, e

@@ -136,11 +136,8 @@ var ErrWorkerPort = errors.New("a worker port, not the client port")
 // isWorkerPortGreeting reports whether reply is the worker port's ERROR to a first
 // message that is no WORKER_REGISTER.
 func isWorkerPortGreeting(reply []byte) bool {
-	if t, err := protocol.PeekType(reply); err != nil || t != protocol.TypeError {
-		return false
-	}
-	e, err := protocol.DecodeAs[protocol.Error](reply)
-	return err == nil && e.Message == protocol.FirstMessageMustRegister().Message
+	e, ok := protocol.AsError(reply)
+	return ok && e.Message == protocol.FirstMessageMustRegister().Message
 }
 
 // workerPortError names the port a client should have used. It matches ErrWorkerPort.
@@ -161,11 +158,8 @@ func (e *workerPortError) Unwrap() error { return ErrWorkerPort }
 // connection: the one PROTOCOL.md sends before closing a connection that sent a
 // malformed frame, or the worker port's greeting.
 func endsConnection(reply []byte) bool {
-	if t, err := protocol.PeekType(reply); err != nil || t != protocol.TypeError {
-		return false
-	}
-	e, err := protocol.DecodeAs[protocol.Error](reply)
-	return err == nil && (e.ClosesConnection() || e.Message == protocol.FirstMessageMustRegister().Message)
+	e, ok := protocol.AsError(reply)
+	return ok && (e.ClosesConnection() || e.Message == protocol.FirstMessageMustRegister().Message)
 }
 
 // current returns the open connection, dialling one if there is none.

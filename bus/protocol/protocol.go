@@ -249,6 +249,16 @@ func DecodeAs[M any, PM interface {
 	return (*M)(pm), nil
 }
 
+// AsError returns the ERROR data holds, and false for any other message or none. The
+// type is read first (PeekType), so a reply that is no ERROR costs no decoding.
+func AsError(data []byte) (*Error, bool) {
+	if t, err := PeekType(data); err != nil || t != TypeError {
+		return nil, false
+	}
+	e, err := DecodeAs[Error](data)
+	return e, err == nil
+}
+
 // Encode writes m as JSON with its "type" first.
 func Encode(m Message) ([]byte, error) {
 	// A nil Message or nil pointer would marshal to null, which no peer accepts.
