@@ -33,6 +33,17 @@ func submitFrame(t *testing.T, name, text string) []byte {
 	return framed(string(body))
 }
 
+// submitFrames is n SHA256 submissions of text, framed one after the other, the
+// idempotency key of the i-th "text i".
+func submitFrames(t *testing.T, text string, n int) []byte {
+	t.Helper()
+	var frames []byte
+	for i := range n {
+		frames = append(frames, submitFrame(t, fmt.Sprintf("%s %d", text, i), text)...)
+	}
+	return frames
+}
+
 var (
 	submitSubject, _     = protocol.SubjectFor(protocol.TypeSubmitJob)
 	submitManySubject, _ = protocol.SubjectFor(protocol.TypeSubmitJobs)
@@ -165,14 +176,9 @@ func TestClientPortPipelining(t *testing.T) {
 			t.Parallel()
 			s := setup(t)
 			c := s.client()
-			var batch []byte
-			for i := range 5 {
-				batch = append(batch, submitFrame(t, fmt.Sprintf("before %d", i), "before")...)
-			}
+			batch := submitFrames(t, "before", 5)
 			batch = append(batch, tc.bad...)
-			for i := range 5 {
-				batch = append(batch, submitFrame(t, fmt.Sprintf("after %d", i), "after")...)
-			}
+			batch = append(batch, submitFrames(t, "after", 5)...)
 			if err := c.Write(batch); err != nil {
 				t.Fatal(err)
 			}
@@ -210,11 +216,7 @@ func TestClientPortPipelining(t *testing.T) {
 		s := setup(t)
 		before := s.requestsServed()
 		c := s.client()
-		var frames []byte
-		for i := range 40 {
-			frames = append(frames, submitFrame(t, fmt.Sprintf("together %d", i), "together")...)
-		}
-		if err := c.Write(frames); err != nil {
+		if err := c.Write(submitFrames(t, "together", 40)); err != nil {
 			t.Fatal(err)
 		}
 		ids := make([]string, 40)
@@ -243,11 +245,7 @@ func TestClientPortPipelining(t *testing.T) {
 		t.Parallel()
 		s := setup(t)
 		c := s.client()
-		var batch []byte
-		for i := range 20 {
-			batch = append(batch, submitFrame(t, fmt.Sprintf("gone %d", i), "gone")...)
-		}
-		if err := c.Write(batch); err != nil {
+		if err := c.Write(submitFrames(t, "gone", 20)); err != nil {
 			t.Fatal(err)
 		}
 		_ = c.Close()
