@@ -285,6 +285,38 @@ func TestDashboardInBrowser(t *testing.T) {
 		tb.noConsoleErrors()
 	})
 
+	// A click is a press and a release on one element: a live update that replaced the
+	// counts or a row's buttons between the two would lose it.
+	t.Run("LiveUpdatesKeepButtonsInPlace", func(t *testing.T) {
+		id, err := s.cl.Submit(ctx, "SLEEP", map[string]int{"durationMillis": 120000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tb := openTab(t, browser, s.url, shots)
+		tb.open("")
+		cancel := fmt.Sprintf(`document.querySelector('#jobs button[data-cancel="%s"]')`, id)
+		completed := `document.querySelector('#counts [data-state="COMPLETED"]')`
+		tb.until("the running job's cancel button", cancel+` !== null`)
+		before := tb.eval(completed + `.querySelector("b").textContent`)
+		tb.eval(`window.__cancel = ` + cancel + `; window.__count = ` + completed + `; "kept"`)
+		other, err := s.cl.Submit(ctx, "SHA256", map[string]string{"text": "a live update"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.cl.Wait(ctx, other); err != nil {
+			t.Fatal(err)
+		}
+		tb.until("the other job listed COMPLETED", fmt.Sprintf(`document.querySelector('#jobs tr[data-job="%s"][data-state="COMPLETED"]') !== null`, other))
+		tb.until("the count moved", completed+`.querySelector("b").textContent !== `+fmt.Sprintf("%q", before))
+		if got := tb.eval(`String(window.__count === ` + completed + `) + " " + String(window.__cancel === ` + cancel + `)`); got != "true true" {
+			t.Errorf("after a live update, the same count button and cancel button (true true): %s", got)
+		}
+		if _, _, err := s.cl.Cancel(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		tb.noConsoleErrors()
+	})
+
 	t.Run("CancelFromTheJobPage", func(t *testing.T) {
 		id, err := s.cl.Submit(ctx, "SLEEP", map[string]int{"durationMillis": 120000})
 		if err != nil {

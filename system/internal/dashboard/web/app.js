@@ -82,15 +82,43 @@ async function post(url) {
 
 // ---- summary: counts, workers, charts ----
 
+// renderCounts draws the count buttons once and then updates them in place (showRows
+// says why).
 function renderCounts(sum) {
   const box = $("counts");
-  box.replaceChildren(...STATES.map((st) =>
-    el("button", {
-      type: "button",
-      class: "count " + st + (ui.state === st ? " active" : ""),
-      "data-state": st,
-      onclick: () => setFilter(ui.state === st ? "" : st, ui.type),
-    }, el("b", {}, sum.counts[st] || 0), el("span", {}, st))));
+  if (box.children.length !== STATES.length) {
+    box.replaceChildren(...STATES.map((st) =>
+      el("button", {
+        type: "button",
+        class: "count " + st,
+        "data-state": st,
+        onclick: () => setFilter(ui.state === st ? "" : st, ui.type),
+      }, el("b", {}, 0), el("span", {}, st))));
+  }
+  for (const b of box.children) {
+    const st = b.dataset.state;
+    b.className = "count " + st + (ui.state === st ? " active" : "");
+    b.firstChild.textContent = sum.counts[st] || 0;
+  }
+}
+
+// showRows shows rows in the table body box, or the row empty when there are none.
+// A row already shown under the same key (its attribute keyAttr) stays, and only its
+// cells that changed are replaced: the live updates redraw these tables several times a
+// second, and a button or link replaced between a press and its release loses the
+// click.
+function showRows(box, keyAttr, rows, empty) {
+  if (!rows.length) rows = [empty];
+  const shown = new Map();
+  for (const r of box.children) if (r.hasAttribute(keyAttr)) shown.set(r.getAttribute(keyAttr), r);
+  const next = rows.map((fresh) => {
+    const row = shown.get(fresh.getAttribute(keyAttr));
+    if (!row || row.cells.length !== fresh.cells.length) return fresh;
+    for (const a of fresh.attributes) row.setAttribute(a.name, a.value);
+    Array.from(fresh.cells).forEach((c, i) => { if (!row.cells[i].isEqualNode(c)) row.cells[i].replaceWith(c); });
+    return row;
+  });
+  if (next.length !== box.children.length || next.some((r, i) => r !== box.children[i])) box.replaceChildren(...next);
 }
 
 // loadBar is a bar filled to pct; its width is set through the CSSOM, which the
@@ -113,8 +141,7 @@ function renderWorkers(sum) {
       el("td", {}, loadBar(pct), w.activeTasks + " / " + w.capacity),
       el("td", {}, ago(w.lastHeartbeatMillis, sum.nowMillis)));
   });
-  if (!rows.length) rows.push(el("tr", {}, el("td", { colspan: 3, class: "empty" }, "no live workers")));
-  $("workers").replaceChildren(...rows);
+  showRows($("workers"), "data-worker", rows, el("tr", {}, el("td", { colspan: 3, class: "empty" }, "no live workers")));
 }
 
 function renderLimits(sum) {
@@ -213,9 +240,7 @@ function queueRow(q) {
 }
 
 function renderQueues(sum) {
-  const rows = (sum.queues || []).map(queueRow);
-  if (!rows.length) rows.push(el("tr", {}, el("td", { colspan: 10, class: "empty" }, "no queues yet")));
-  $("queues").replaceChildren(...rows);
+  showRows($("queues"), "data-queue", (sum.queues || []).map(queueRow), el("tr", {}, el("td", { colspan: 10, class: "empty" }, "no queues yet")));
 }
 
 async function changeQueue(name, what, button) {
@@ -312,8 +337,7 @@ async function loadSchedules() {
       el("td", { "data-k": "error", class: "error-text" }, err),
       el("td", { "data-k": "actions" }, btn));
   });
-  if (!rows.length) rows.push(el("tr", {}, el("td", { colspan: 8, class: "empty" }, "no schedules (jobbus schedule add)")));
-  $("schedules").replaceChildren(...rows);
+  showRows($("schedules"), "data-schedule", rows, el("tr", {}, el("td", { colspan: 8, class: "empty" }, "no schedules (jobbus schedule add)")));
 }
 
 async function changeSchedule(name, action, button) {
@@ -365,9 +389,7 @@ async function loadList() {
   if (cur) q.set("cursor", cur);
   const page = await getJSON("/api/jobs?" + q);
   const now = ui.summary ? ui.summary.nowMillis : Date.now();
-  const rows = page.jobs.map((j) => jobRow(j, now));
-  if (!rows.length) rows.push(el("tr", {}, el("td", { colspan: 7, class: "empty" }, page.loaded ? "no jobs" : "loading…")));
-  $("jobs").replaceChildren(...rows);
+  showRows($("jobs"), "data-job", page.jobs.map((j) => jobRow(j, now)), el("tr", {}, el("td", { colspan: 7, class: "empty" }, page.loaded ? "no jobs" : "loading…")));
   ui.next = page.nextCursor || "";
   $("p-newer").disabled = ui.cursors.length <= 1;
   $("p-older").disabled = !ui.next;
@@ -630,7 +652,9 @@ async function loadWorkflow() {
 
 // ---- refresh and routing ----
 
-let busy = false, again = false;
+// A view that failed to load is asked for again a second later: on a quiet system the
+// next change, which would refresh it, may be long in coming.
+let busy = false, again = false, retry = 0;
 async function refresh() {
   if (busy) { again = true; return; }
   busy = true;
@@ -641,6 +665,7 @@ async function refresh() {
   } catch (e) {
     $("problem").hidden = false;
     $("problem").textContent = e.message;
+    if (!retry) retry = setTimeout(() => { retry = 0; refresh(); }, 1000);
   } finally {
     busy = false;
     if (again) { again = false; refresh(); }
