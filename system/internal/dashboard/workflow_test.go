@@ -89,9 +89,17 @@ func TestWorkflowGraphInBrowser(t *testing.T) {
 		t.Errorf("edges %q", got)
 	}
 	tb.eval(`window.__notReloaded = "yes"`)
+	extract := `document.querySelector('#w-graph [data-step="extract"]')`
+	tb.until("extract COMPLETED", extract+`.dataset.state === "COMPLETED"`)
+	tb.eval(`window.__extract = ` + extract + `; "kept"`)
 	tb.until("every step COMPLETED, live", `Array.from(document.querySelectorAll("#w-graph a.step")).every(a => a.dataset.state === "COMPLETED") && document.querySelector("#w-state .COMPLETED") !== null`)
 	if got := tb.eval(`window.__notReloaded`); got != "yes" {
 		t.Errorf("the page reloaded")
+	}
+	// A click is a press and a release on one element: a redraw that replaced a step
+	// whose state did not change could lose it.
+	if got := tb.eval(`String(window.__extract === ` + extract + `)`); got != "true" {
+		t.Errorf("the extract step's box was replaced while only other steps changed")
 	}
 	tb.screenshot("workflow-completed")
 	tb.do("open the load step", chromedp.Click(chromedp.CSS(`#w-graph [data-step="load"] rect`)))

@@ -115,10 +115,21 @@ function showRows(box, keyAttr, rows, empty) {
     const row = shown.get(fresh.getAttribute(keyAttr));
     if (!row || row.cells.length !== fresh.cells.length) return fresh;
     for (const a of fresh.attributes) row.setAttribute(a.name, a.value);
-    Array.from(fresh.cells).forEach((c, i) => { if (!row.cells[i].isEqualNode(c)) row.cells[i].replaceWith(c); });
+    patch(row, Array.from(fresh.cells));
     return row;
   });
   if (next.length !== box.children.length || next.some((r, i) => r !== box.children[i])) box.replaceChildren(...next);
+}
+
+// patch makes kids node's children, keeping each child already in its place that
+// equals its kid (showRows says why).
+function patch(node, kids) {
+  const old = node.children;
+  if (old.length !== kids.length) {
+    node.replaceChildren(...kids);
+    return;
+  }
+  kids.forEach((k, i) => { if (!old[i].isEqualNode(k)) old[i].replaceWith(k); });
 }
 
 // loadBar is a bar filled to pct; its width is set through the CSSOM, which the
@@ -432,7 +443,7 @@ async function loadJob() {
   }
   if (j.schedule) f.push(["schedule", j.schedule]);
   f.push(["sequence", j.seq]);
-  $("j-fields").replaceChildren(...f.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { "data-field": k }, v)]));
+  patch($("j-fields"), f.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { "data-field": k }, v)]));
   renderProgress(j);
   ui.jobActive = ACTIVE.has(j.state);
   loadLogs(); // its last records too, once it ended
@@ -450,7 +461,7 @@ async function loadJob() {
       el("td", {}, h.workerId || ""),
       el("td", { class: "error-text" }, h.error || (h.runAtMillis ? (h.snoozes ? "snoozed (" + h.snoozes + "), " : "") + "due " + new Date(h.runAtMillis).toLocaleString() : ""))));
   if (!hist.length) hist.push(el("tr", {}, el("td", { colspan: 5, class: "empty" }, "no changes seen yet")));
-  $("j-history").replaceChildren(...hist);
+  patch($("j-history"), hist);
 }
 
 // renderProgress shows the latest progress a handler reported (worker.Progress).
@@ -620,7 +631,7 @@ function drawGraph(node, steps) {
     a.append(name, sub);
     kids.push(a);
   });
-  node.replaceChildren(...kids);
+  patch(node, kids); // a step's link stays while only others change
 }
 
 // MAX_DRAWN bounds the steps drawn: beyond it the page lists counts only.
