@@ -463,7 +463,7 @@ func runBench(ctx context.Context, sys *benchSystem, n, first int, progress func
 	errs := make(chan error, len(clients))
 	var mem0, mem1 runtime.MemStats
 	runtime.ReadMemStats(&mem0)
-	cpu0, cpuOK := processCPU()
+	cpu0, _, cpuOK := processUsage()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for _, cl := range clients {
@@ -498,8 +498,8 @@ func runBench(ctx context.Context, sys *benchSystem, n, first int, progress func
 	if err := waitIdle(ctx, clients[0], sys.flood.running()); err != nil {
 		return res, err
 	}
-	cpu1, _ := processCPU()
-	res.cpu, res.cpuOK, res.cpuWall = cpu1-cpu0, cpuOK, time.Since(start)
+	cpu1, peak, _ := processUsage()
+	res.cpu, res.cpuOK, res.cpuWall, res.peakRSS = cpu1-cpu0, cpuOK, time.Since(start), peak
 	measured()
 	runtime.ReadMemStats(&mem1)
 	res.allocs, res.allocBytes = mem1.Mallocs-mem0.Mallocs, mem1.TotalAlloc-mem0.TotalAlloc

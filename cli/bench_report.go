@@ -69,6 +69,7 @@ type benchResult struct {
 	cpu        time.Duration // CPU time of this process over the run
 	cpuWall    time.Duration // the run's wall time, until it was seen to be idle
 	cpuOK      bool
+	peakRSS    uint64 // the most this process held resident, from its start to the run's end (bytes)
 	// allocs and allocBytes are this process's heap allocations over the run: unlike
 	// time, they hardly depend on what else the machine runs.
 	allocs, allocBytes uint64
@@ -124,6 +125,7 @@ func newBenchReport(settings map[string]string, run *benchResult, idle *idleResu
 		if r.cpuOK {
 			m["e2e.cpu_ms_per_job"] = fracMillis(r.cpu) / float64(r.jobs)
 			m["e2e.cpu_self_cores"] = r.cpu.Seconds() / r.cpuWall.Seconds()
+			m["e2e.peak_rss_mib"] = float64(r.peakRSS) / (1 << 20)
 		}
 	}
 	if i := idle; i != nil {
@@ -158,6 +160,7 @@ func (rep *benchReport) writeText(w io.Writer, inProcess bool) {
 				whose = "the whole system, in-process"
 			}
 			fmt.Fprintf(w, "CPU %.2f s, %.3f ms per job, %.2f cores (%s)\n", r.cpu.Seconds(), fracMillis(r.cpu)/float64(r.jobs), r.cpu.Seconds()/r.cpuWall.Seconds(), whose)
+			fmt.Fprintf(w, "peak RSS %.0f MiB (%s, since it started)\n", float64(r.peakRSS)/(1<<20), whose)
 		}
 		fmt.Fprintf(w, "heap allocations per job: %.0f, %.1f KiB\n", float64(r.allocs)/float64(r.jobs), float64(r.allocBytes)/float64(r.jobs)/1024)
 	}

@@ -289,7 +289,7 @@ func TestBench(t *testing.T) {
 		}
 		for _, k := range []string{"e2e.jobs_per_s", "e2e.jobs_per_s_after_first_start", "e2e.first_start_ms",
 			"e2e.start.p50_ms", "e2e.start.p90_ms", "e2e.start.p99_ms", "e2e.start.max_ms", "e2e.complete.p99_ms",
-			"e2e.enqueue_ack.p50_ms", "latency.start.p50_ms", "latency.complete.p50_ms", "latency.complete.p99_ms", "e2e.cpu_ms_per_job"} {
+			"e2e.enqueue_ack.p50_ms", "latency.start.p50_ms", "latency.complete.p50_ms", "latency.complete.p99_ms", "e2e.cpu_ms_per_job", "e2e.peak_rss_mib"} {
 			if v, ok := doc.Metrics[k]; !ok || v <= 0 {
 				t.Errorf("metric %s = %v (present %v)", k, v, ok)
 			}

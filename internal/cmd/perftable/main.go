@@ -37,6 +37,7 @@ var columns = []column{
 	{"load submit -> completed p99 ms", "e2e.complete.p99_ms", "%.0f"},
 	{"CPU ms/job", "e2e.cpu_ms_per_job", "%.3f"},
 	{"heap allocs/job", "e2e.allocs_per_job", "%.0f"},
+	{"peak RSS MiB", "e2e.peak_rss_mib", "%.0f"},
 }
 
 // row is one configuration's runs.

@@ -1,8 +1,0 @@
-//go:build !unix
-
-package cli
-
-import "time"
-
-// processCPU reports no CPU time where getrusage does not exist.
-func processCPU() (time.Duration, bool) { return 0, false }
