@@ -150,11 +150,20 @@ func strictFields(data []byte) error {
 }
 
 // Encode writes m's JSON, the frame's payload. A payload that is not valid JSON fails.
+// Strings are written as Jackson writes them, without escaping &, < and > (which
+// json.Marshal would turn into \u0026, \u003c and \u003e, also inside a payload), so a
+// payload travels byte for byte, compacted.
 func Encode(m *Message) ([]byte, error) {
 	if !m.MessageType.Valid() {
 		return nil, fmt.Errorf("mu: encode: unknown messageType %q", m.MessageType)
 	}
-	return json.Marshal(m)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(m); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // Payload turns bytes that travel on the bus into a MuMessage payload: valid JSON as it
