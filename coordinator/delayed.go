@@ -259,7 +259,9 @@ func (s *scheduler) warm(now time.Time) {
 		switch {
 		case e == nil:
 		case e.j != nil:
-			if e.j.rec.State == protocol.StateScheduled && e.j.rec.RunAt == c.at {
+			// One whose create is still in flight gets its timer once it is stored
+			// (stored), so that a create that fails leaves no timer behind.
+			if e.j.rev != 0 && e.j.rec.State == protocol.StateScheduled && e.j.rec.RunAt == c.at {
 				s.timers.wakeJob(e.j, time.UnixMilli(c.at))
 			}
 		case e.state() == protocol.StateScheduled:

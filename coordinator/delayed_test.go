@@ -1,9 +1,12 @@
 package coordinator
 
 import (
+	"context"
+	"errors"
 	"runtime"
 	"runtime/metrics"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -137,5 +140,105 @@ func TestDelayedJobAgesFromItsDueTime(t *testing.T) {
 	s.register("w", 1)
 	if a := s.assigned("w"); a.JobID != normal {
 		t.Fatalf("assigned %s first, want the NORMAL job: the delayed LOW one aged from its submission", a.JobID)
+	}
+}
+
+// heldCreate is a memStore whose first create waits until released and is then stored,
+// or given up (fail) as a failing store gives up a create it could not store
+// (jsStore.gaveUpCreate, refuseWaitingCreates).
+type heldCreate struct {
+	*memStore
+	fail          bool
+	held, release chan struct{}
+	id            string // the held create's job
+	once          sync.Once
+}
+
+func (s *heldCreate) write(ctx context.Context, ws []pendingWrite) bool {
+	hold := false
+	if len(ws) == 1 && ws[0].rev == 0 {
+		s.once.Do(func() { hold = true })
+	}
+	if !hold {
+		return s.memStore.write(ctx, ws)
+	}
+	s.id = ws[0].id
+	close(s.held)
+	<-s.release
+	if !s.fail {
+		return s.memStore.write(ctx, ws)
+	}
+	s.sink.giveUp(ws[0].j, errors.New("the store is failing"))
+	return true
+}
+
+// TestDelayedJobComingDueWhileCreated: a job due just beyond the window comes within it
+// while its create is in flight. If the create fails, its submitter hears so and the
+// job is gone: when its time comes nothing is queued, stored or run. If it is stored,
+// the job runs when due.
+func TestDelayedJobComingDueWhileCreated(t *testing.T) {
+	for _, fail := range []bool{true, false} {
+		t.Run(map[bool]string{true: "CreateFails", false: "CreateStored"}[fail], func(t *testing.T) {
+			delayedJobComingDueWhileCreated(t, fail)
+		})
+	}
+}
+
+func delayedJobComingDueWhileCreated(t *testing.T, fail bool) {
+	b := newMemBackend()
+	clock := &testClock{now: time.UnixMilli(1_700_000_000_000)}
+	b.now = clock.Now
+	cfg := DefaultConfig()
+	cfg.Now = clock.Now
+	cfg.HeartbeatTimeout = time.Hour
+	cfg.ScheduleWindow = time.Minute
+	cfg.fill()
+	st := &heldCreate{memStore: newMemStore(b), fail: fail, held: make(chan struct{}), release: make(chan struct{})}
+	s := &memSystem{t: t, clock: clock, told: make(chan told, 1024)}
+	s.c = &Coordinator{cfg: cfg}
+	s.c.build(nil, st)
+	s.sched = s.c.sched
+	s.sched.link = s
+	if _, err := s.c.open(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.c.Close() })
+	s.register("w", 1)
+
+	answer := make(chan protocol.Message, 1)
+	s.sched.submit(runIn(sha("doomed"), time.Minute+10*time.Millisecond), request{due: cfg.ReplyWithin},
+		func(m protocol.Message) { answer <- answerOf(m) })
+	select {
+	case <-st.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the create never reached the store")
+	}
+	s.sweep(20 * time.Millisecond) // within the window now: the warmer runs
+	close(st.release)
+	select {
+	case m := <-answer:
+		if _, ok := m.(*protocol.JobSubmitted); ok == fail {
+			t.Fatalf("submission answered %#v; its create failed: %v", m, fail)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer to the submission")
+	}
+	s.settle()
+	s.sweep(time.Minute) // its time comes
+	if !fail {
+		if a := s.assigned("w"); a.JobID != st.id {
+			t.Fatalf("assigned %s, want the delayed job %s once due", a.JobID, st.id)
+		}
+		return
+	}
+	s.quiet()
+	b.mu.Lock()
+	_, stored := b.records[st.id]
+	b.mu.Unlock()
+	s.sched.mu.Lock()
+	active, scheduled := s.sched.active, s.sched.delayed.scheduled
+	s.sched.mu.Unlock()
+	if stored || active != 0 || scheduled != 0 {
+		t.Fatalf("job %s, whose create failed: stored %v later, %d active and %d SCHEDULED counted; want none", st.id, stored, active, scheduled)
 	}
 }

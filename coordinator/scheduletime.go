@@ -54,17 +54,24 @@ func (c cronSpec) next(t time.Time) time.Time {
 		return n
 	}
 	// Clocks forward between t and n: a tick in the skipped hour runs at the change.
-	if _, end := t.In(c.s.Location).ZoneBounds(); !end.IsZero() && end.After(t) && !end.After(n) {
+	// Each change between them, not only the first: n may be a year off, past a change
+	// back and then a change forward that skipped a tick.
+	for at := t; ; {
+		_, end := at.In(c.s.Location).ZoneBounds()
+		if end.IsZero() || !end.After(at) || !end.Before(n) {
+			break
+		}
 		_, before := end.Add(-time.Second).In(c.s.Location).Zone()
 		_, after := end.In(c.s.Location).Zone()
 		if after > before {
 			fixed := *c.s
 			fixed.Location = time.FixedZone("", before) // the skipped wall times exist there
 			gap := time.Duration(after-before) * time.Second
-			if g := fixed.Next(end.Add(-time.Nanosecond)); !g.Before(end) && g.Before(end.Add(gap)) && end.Before(n) {
+			if g := fixed.Next(end.Add(-time.Nanosecond)); !g.Before(end) && g.Before(end.Add(gap)) {
 				return end
 			}
 		}
+		at = end
 	}
 	// Clocks back just before n: n's wall time happened an offset's difference earlier,
 	// and was a tick then.

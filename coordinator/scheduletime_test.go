@@ -84,6 +84,11 @@ func TestScheduleTicks(t *testing.T) {
 			[]string{"2026-03-29T01:00:00Z", "2026-03-30T00:00:00Z", "2026-03-30T00:15:00Z"}},
 		{"BerlinRepeatedHourRunsItsFirstPass", protocol.ScheduleSpec{Cron: "0 */15 2 * * *", TimeZone: "Europe/Berlin"}, "2026-10-24T23:59:00Z",
 			[]string{"2026-10-25T00:00:00Z", "2026-10-25T00:15:00Z", "2026-10-25T00:30:00Z", "2026-10-25T00:45:00Z", "2026-10-26T01:00:00Z"}},
+		// Yearly on the night of a spring change: 02:30 on 30 March exists in 2024 (the
+		// change was on the 31st), not in 2025 (it was on the 30th): it runs at that
+		// change, not a year later.
+		{"BerlinSkippedTimeOnAYearlyDate", protocol.ScheduleSpec{Cron: "0 30 2 30 3 *", TimeZone: "Europe/Berlin"}, "2024-03-30T01:30:00Z",
+			[]string{"2025-03-30T01:00:00Z", "2026-03-30T00:30:00Z"}},
 		{"UTCByDefault", protocol.ScheduleSpec{Cron: "0 0 9 * * *"}, "2026-03-28T00:00:00Z",
 			[]string{"2026-03-28T09:00:00Z", "2026-03-29T09:00:00Z"}},
 	}
