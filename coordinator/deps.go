@@ -179,6 +179,9 @@ func (s *scheduler) finishedParents(after []string) (map[string]protocol.State, 
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			snap, err := s.snapshot(id)
+			if err == nil && snap.State == protocol.StateScheduled {
+				err = s.holdParent(id) // SCHEDULED beyond the window: held to be waited for
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -213,7 +216,7 @@ func (s *scheduler) activeParents(after []string, anyEnd bool, finished map[stri
 			}
 			st, known = p.rec.State, true
 		}
-		if !known {
+		if !known || st.Active() { // not held, yet not ended as far as was read
 			return nil, &protocol.Error{Message: fmt.Sprintf(errParentRace, id)}
 		}
 		if !st.Active() && st != protocol.StateCompleted && !anyEnd {
@@ -257,6 +260,9 @@ func (s *scheduler) recoverWaiting(ctx context.Context) error {
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			r, err := s.readKept(id)
+			if err == nil && r.State == protocol.StateScheduled {
+				err = s.holdParent(id) // SCHEDULED beyond the window: held to be waited for
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -311,6 +317,24 @@ func (s *scheduler) recoverWaiting(ctx context.Context) error {
 			d.pending[c] = int32(len(active))
 		}
 	}
+	return nil
+}
+
+// holdParent holds whole again parent id, SCHEDULED beyond the schedule window and so
+// kept by its index entry only (delayed.go): the index above knows parents by their
+// job in memory, and chillable lets none with children leave it again. A parent no
+// longer cold (held meanwhile, or ended) is left as it is. Called without mu.
+func (s *scheduler) holdParent(id string) error {
+	r, rev, err := s.readRecord(id)
+	switch {
+	case errors.Is(err, errNoRecord):
+		return errUnknownJob
+	case err != nil:
+		return &protocol.Error{Message: fmt.Sprintf("read job %s: %v", id, err)}
+	}
+	s.mu.Lock()
+	s.holdCold(r, rev)
+	s.unlock()
 	return nil
 }
 

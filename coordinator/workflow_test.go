@@ -113,3 +113,46 @@ func TestWorkflowAtCapacity(t *testing.T) {
 	w2 := client.NewWorkflow("big").Step("a", "SHA256", text("x"))
 	s.SubmitWorkflow(w2)
 }
+
+// TestAfterFarScheduledParentWaits: a job after a SCHEDULED job due beyond the
+// schedule window (held out of memory by its index entry) waits for it, across a
+// restart too, and is cancelled when it is; one after a parent that snoozed that far
+// waits for it as well.
+func TestAfterFarScheduledParentWaits(t *testing.T) {
+	t.Parallel()
+	s := setup(t, func(c *coordinator.Config) { c.ScheduleWindow = time.Minute })
+	s.StartWorker(2)
+	p := s.Submit("SHA256", text("p"), client.RunIn(time.Hour))
+	c := s.Submit("SHA256", text("c"), client.After(p))
+	if j := s.Status(c); j.State != protocol.StateWaiting {
+		t.Fatalf("job after a parent SCHEDULED in an hour is %s, want WAITING", j.State)
+	}
+	s.RestartCoordinator(t)
+	s.StartWorker(2)
+	if j := s.Status(c); j.State != protocol.StateWaiting {
+		t.Fatalf("after a restart the job is %s %q, want WAITING", j.State, deref(j.Error))
+	}
+	if _, _, err := s.Client.Cancel(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	if j := s.Wait(c); j.State != protocol.StateCancelled || deref(j.Error) != "parent job "+p+" ended CANCELLED" {
+		t.Fatalf("once its parent was cancelled the job is %s %q, want CANCELLED naming it", j.State, deref(j.Error))
+	}
+
+	// A parent that snoozes beyond the window leaves memory the same way.
+	s.StartFunctionWorker(t, func(w *worker.Worker) error {
+		return w.Handle("NAP", func(context.Context, int, json.RawMessage) (string, error) {
+			return "", worker.Snooze(time.Hour)
+		})
+	}, worker.WithTasks(tasks.NewRegistry()), worker.WithID("nap"))
+	s.Eventually("nap registered", func() bool { return s.HasWorker("nap") })
+	n := s.Submit("NAP", rawJSON(`{}`))
+	k := s.Submit("SHA256", text("k"), client.After(n))
+	s.WaitState(n, protocol.StateScheduled)
+	if _, _, err := s.Client.Cancel(context.Background(), n); err != nil {
+		t.Fatal(err)
+	}
+	if j := s.Wait(k); j.State != protocol.StateCancelled {
+		t.Fatalf("job after a snoozed parent that was cancelled is %s, want CANCELLED", j.State)
+	}
+}
