@@ -267,7 +267,11 @@ func (s *scheduler) recoverWaiting(ctx context.Context) error {
 			defer mu.Unlock()
 			switch {
 			case errors.Is(err, errUnknownJob):
-				ended[id] = protocol.Record{JobID: id, State: protocol.StateCancelled} // expired: it ended long ago
+				// Expired: it had ended before c was admitted, which admits after a
+				// COMPLETED parent only (or with AfterAnyEnd). One that ended after c
+				// was admitted released or cancelled c as it ended, and a recovery
+				// between the two writes reads its record, kept for its retention.
+				ended[id] = protocol.Record{JobID: id, State: protocol.StateCompleted}
 			case err != nil && failed == nil:
 				failed = fmt.Errorf("recover waiting jobs: parent %s: %v", id, err)
 			default:

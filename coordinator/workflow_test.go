@@ -156,3 +156,32 @@ func TestAfterFarScheduledParentWaits(t *testing.T) {
 		t.Fatalf("job after a snoozed parent that was cancelled is %s, want CANCELLED", j.State)
 	}
 }
+
+// TestAfterExpiredParentAcrossRestart: a job submitted after a COMPLETED parent and an
+// active one still waits for the active one after a restart that comes once the
+// completed parent's retention ended, and then runs: an expired parent had ended
+// before its child was admitted, which admits only after a COMPLETED one.
+func TestAfterExpiredParentAcrossRestart(t *testing.T) {
+	t.Parallel()
+	s := setup(t, withRetention(time.Second))
+	_, stop := s.StartWorker(1)
+	a := s.Submit("SHA256", text("a"))
+	if j := s.Wait(a); j.State != protocol.StateCompleted {
+		t.Fatalf("parent %s, want COMPLETED", j.State)
+	}
+	stop()
+	b := s.Submit("SHA256", text("b")) // no worker: it stays QUEUED
+	c := s.Submit("SHA256", text("c"), client.After(a, b))
+	if j := s.Status(c); j.State != protocol.StateWaiting {
+		t.Fatalf("child %s, want WAITING for %s", j.State, b)
+	}
+	s.Eventually("the completed parent expired", func() bool { return gone(s, a) })
+	s.RestartCoordinator(t)
+	if j := s.Status(c); j.State != protocol.StateWaiting {
+		t.Fatalf("after a restart the child is %s %q, want still WAITING for %s", j.State, deref(j.Error), b)
+	}
+	s.StartWorker(1)
+	if j := s.Wait(c); j.State != protocol.StateCompleted {
+		t.Fatalf("child %s %q, want COMPLETED once %s completed", j.State, deref(j.Error), b)
+	}
+}
