@@ -41,7 +41,7 @@ func (s *scheduler) ended(j *job) {
 		return
 	}
 	if j.rec.WorkflowID != "" || j.rec.BatchID != "" {
-		s.stepEnded(j) // workflow.go
+		s.stepEnded(&j.rec) // workflow.go
 	}
 	d := &s.deps
 	if len(d.pending) > 0 {
@@ -288,6 +288,13 @@ func (s *scheduler) recoverWaiting(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	defer s.unlock()
+	for _, r := range ended {
+		if r.State.Terminal() && (r.WorkflowID != "" || r.BatchID != "") {
+			// A step that ended before: its group knows it, as if seen to end (a
+			// batch's on-complete counts it).
+			s.stepEnded(&r)
+		}
+	}
 	d := &s.deps
 	d.init()
 	for _, c := range waiting {

@@ -112,19 +112,25 @@ func groupOf(j *job) string {
 	return j.rec.BatchID
 }
 
-// stepEnded notes that step job j of a group ended. Called with mu held (from ended).
-func (s *scheduler) stepEnded(j *job) {
-	g := s.groups.get(groupOf(j))
+// stepEnded notes that the step job whose record is r ended: from ended, or read back
+// by recoverWaiting (a step that ended before this coordinator led). Called with mu
+// held.
+func (s *scheduler) stepEnded(r *protocol.Record) {
+	id := r.WorkflowID
+	if id == "" {
+		id = r.BatchID
+	}
+	g := s.groups.get(id)
 	if g == nil {
 		return
 	}
-	i, ok := g.byID[j.rec.JobID]
+	i, ok := g.byID[r.JobID]
 	if !ok {
 		return
 	}
-	g.final[i] = j.rec.State
-	if j.rec.Error != nil && j.rec.State != protocol.StateCompleted {
-		g.errs[i] = *j.rec.Error
+	g.final[i] = r.State
+	if r.Error != nil && r.State != protocol.StateCompleted {
+		g.errs[i] = *r.Error
 	}
 	if len(g.final) == len(g.ids) {
 		s.groupEnded(g)
