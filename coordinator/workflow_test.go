@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/coordinator"
@@ -184,4 +186,54 @@ func TestAfterExpiredParentAcrossRestart(t *testing.T) {
 	if j := s.Wait(c); j.State != protocol.StateCompleted {
 		t.Fatalf("child %s %q, want COMPLETED once %s completed", j.State, deref(j.Error), b)
 	}
+}
+
+// TestWorkflowCancelSnoozedStep: a step that snoozed beyond the schedule window, which
+// waits out of memory (as a restart leaves it), still runs for the workflow's retry,
+// which is refused, and its cancel cancels it.
+func TestWorkflowCancelSnoozedStep(t *testing.T) {
+	t.Parallel()
+	s := setup(t, func(c *coordinator.Config) { c.ScheduleWindow = time.Minute })
+	s.StartFunctionWorker(t, func(w *worker.Worker) error {
+		return w.Handle("NAP", func(context.Context, int, json.RawMessage) (string, error) {
+			return "", worker.Snooze(time.Hour)
+		})
+	}, worker.WithTasks(tasks.NewRegistry()), worker.WithID("nap"))
+	s.Eventually("nap registered", func() bool { return s.HasWorker("nap") })
+	s.StartWorker(1)
+	sub := s.SubmitWorkflow(client.NewWorkflow("naps").Step("z", "NAP", rawJSON(`{}`)).
+		Step("f", "FAIL", map[string]int{"failUntilAttempt": 5}, client.StepMaxAttempts(1)))
+	s.WaitState(sub.Jobs["f"], protocol.StateFailed)
+	s.WaitState(sub.Jobs["z"], protocol.StateScheduled)
+	s.Eventually("the snooze stored", func() bool { return storedState(s, sub.Jobs["z"]) == protocol.StateScheduled })
+	s.RestartCoordinator(t)
+	if j := s.Status(sub.Jobs["z"]); j.State != protocol.StateScheduled {
+		t.Fatalf("after a restart the snoozed step is %s, want SCHEDULED", j.State)
+	}
+	if jobs, err := s.Client.RetryWorkflow(context.Background(), "naps"); err == nil || !strings.Contains(err.Error(), "still runs") {
+		t.Fatalf("retry while a step is SCHEDULED: %v %v, want refused", jobs, err)
+	}
+	n, err := s.Client.CancelWorkflow(context.Background(), "naps")
+	if err != nil || n != 1 {
+		t.Fatalf("cancel: %d %v, want 1 step cancelled", n, err)
+	}
+	if j := s.Status(sub.Jobs["z"]); j.State != protocol.StateCancelled {
+		t.Fatalf("the snoozed step is %s after its workflow's cancel, want CANCELLED", j.State)
+	}
+}
+
+// storedState is the state in job id's record as stored in the jobs bucket.
+func storedState(s *system, id string) protocol.State {
+	s.T().Helper()
+	js, err := jetstream.New(s.NC)
+	must(s.T(), err)
+	kv, err := js.KeyValue(context.Background(), protocol.JobsBucket)
+	must(s.T(), err)
+	e, err := kv.Get(context.Background(), id)
+	if err != nil {
+		return ""
+	}
+	var r protocol.Record
+	must(s.T(), json.Unmarshal(e.Value(), &r))
+	return r.State
 }
