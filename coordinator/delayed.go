@@ -212,11 +212,12 @@ func (s *scheduler) armWarmer() {
 }
 
 // chillable reports whether j, whose write of version just became durable, may leave
-// memory: SCHEDULED beyond the window, unchanged since, with nothing waiting on it.
-// Called with the scheduler's mu held.
+// memory: SCHEDULED beyond the window, unchanged since, with nothing waiting on it
+// (no waiter, and no child: the index of waiting jobs knows parents by their job in
+// memory, deps.go). Called with the scheduler's mu held.
 func (s *scheduler) chillable(j *job, version uint64) bool {
 	return j.rec.State == protocol.StateScheduled && j.version == version && len(j.waiters) == 0 &&
-		!j.writing && s.jobs[j.rec.JobID] == j && !s.near(j.rec.RunAt)
+		!j.writing && s.jobs[j.rec.JobID] == j && !s.near(j.rec.RunAt) && len(s.deps.children[j]) == 0
 }
 
 // chill moves a cold SCHEDULED job out of memory: its entry (state SCHEDULED), its

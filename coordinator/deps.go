@@ -41,7 +41,7 @@ func (s *scheduler) ended(j *job) {
 		return
 	}
 	if j.rec.WorkflowID != "" || j.rec.BatchID != "" {
-		s.stepEnded(j) // workflow.go
+		s.stepEnded(&j.rec) // workflow.go
 	}
 	d := &s.deps
 	if len(d.pending) > 0 {
@@ -179,6 +179,9 @@ func (s *scheduler) finishedParents(after []string) (map[string]protocol.State, 
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			snap, err := s.snapshot(id)
+			if err == nil && snap.State == protocol.StateScheduled {
+				err = s.holdParent(id) // SCHEDULED beyond the window: held to be waited for
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -213,7 +216,7 @@ func (s *scheduler) activeParents(after []string, anyEnd bool, finished map[stri
 			}
 			st, known = p.rec.State, true
 		}
-		if !known {
+		if !known || st.Active() { // not held, yet not ended as far as was read
 			return nil, &protocol.Error{Message: fmt.Sprintf(errParentRace, id)}
 		}
 		if !st.Active() && st != protocol.StateCompleted && !anyEnd {
@@ -257,11 +260,18 @@ func (s *scheduler) recoverWaiting(ctx context.Context) error {
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			r, err := s.readKept(id)
+			if err == nil && r.State == protocol.StateScheduled {
+				err = s.holdParent(id) // SCHEDULED beyond the window: held to be waited for
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
 			case errors.Is(err, errUnknownJob):
-				ended[id] = protocol.Record{JobID: id, State: protocol.StateCancelled} // expired: it ended long ago
+				// Expired: it had ended before c was admitted, which admits after a
+				// COMPLETED parent only (or with AfterAnyEnd). One that ended after c
+				// was admitted released or cancelled c as it ended, and a recovery
+				// between the two writes reads its record, kept for its retention.
+				ended[id] = protocol.Record{JobID: id, State: protocol.StateCompleted}
 			case err != nil && failed == nil:
 				failed = fmt.Errorf("recover waiting jobs: parent %s: %v", id, err)
 			default:
@@ -278,6 +288,13 @@ func (s *scheduler) recoverWaiting(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	defer s.unlock()
+	for _, r := range ended {
+		if r.State.Terminal() && (r.WorkflowID != "" || r.BatchID != "") {
+			// A step that ended before: its group knows it, as if seen to end (a
+			// batch's on-complete counts it).
+			s.stepEnded(&r)
+		}
+	}
 	d := &s.deps
 	d.init()
 	for _, c := range waiting {
@@ -311,6 +328,24 @@ func (s *scheduler) recoverWaiting(ctx context.Context) error {
 			d.pending[c] = int32(len(active))
 		}
 	}
+	return nil
+}
+
+// holdParent holds whole again parent id, SCHEDULED beyond the schedule window and so
+// kept by its index entry only (delayed.go): the index above knows parents by their
+// job in memory, and chillable lets none with children leave it again. A parent no
+// longer cold (held meanwhile, or ended) is left as it is. Called without mu.
+func (s *scheduler) holdParent(id string) error {
+	r, rev, err := s.readRecord(id)
+	switch {
+	case errors.Is(err, errNoRecord):
+		return errUnknownJob
+	case err != nil:
+		return &protocol.Error{Message: fmt.Sprintf("read job %s: %v", id, err)}
+	}
+	s.mu.Lock()
+	s.holdCold(r, rev)
+	s.unlock()
 	return nil
 }
 

@@ -112,19 +112,25 @@ func groupOf(j *job) string {
 	return j.rec.BatchID
 }
 
-// stepEnded notes that step job j of a group ended. Called with mu held (from ended).
-func (s *scheduler) stepEnded(j *job) {
-	g := s.groups.get(groupOf(j))
+// stepEnded notes that the step job whose record is r ended: from ended, or read back
+// by recoverWaiting (a step that ended before this coordinator led). Called with mu
+// held.
+func (s *scheduler) stepEnded(r *protocol.Record) {
+	id := r.WorkflowID
+	if id == "" {
+		id = r.BatchID
+	}
+	g := s.groups.get(id)
 	if g == nil {
 		return
 	}
-	i, ok := g.byID[j.rec.JobID]
+	i, ok := g.byID[r.JobID]
 	if !ok {
 		return
 	}
-	g.final[i] = j.rec.State
-	if j.rec.Error != nil && j.rec.State != protocol.StateCompleted {
-		g.errs[i] = *j.rec.Error
+	g.final[i] = r.State
+	if r.Error != nil && r.State != protocol.StateCompleted {
+		g.errs[i] = *r.Error
 	}
 	if len(g.final) == len(g.ids) {
 		s.groupEnded(g)
@@ -673,6 +679,7 @@ func (s *scheduler) groupStatus(id string) protocol.Message {
 // cancelGroup cancels every step of a group not yet ended: waiting steps first, so
 // that each says the workflow was cancelled rather than that its parent was.
 func (s *scheduler) cancelGroup(id string, due time.Duration, reply replyFunc) {
+	s.holdColdSteps(id)
 	s.mu.Lock()
 	defer s.unlock()
 	if s.fenced != nil {
@@ -740,6 +747,34 @@ func (s *scheduler) cancelGroup(id string, due time.Duration, reply replyFunc) {
 	s.schedule()
 }
 
+// holdColdSteps holds whole again the steps of group id that wait out of memory, a
+// step SCHEDULED beyond the schedule window (one that snoozed: delayed.go), so that a
+// cancel finds them with the others. It reads the steps neither in memory nor known
+// to have ended. Called without mu.
+func (s *scheduler) holdColdSteps(id string) {
+	s.mu.Lock()
+	var unread []string
+	if g := s.groups.get(id); g != nil && s.fenced == nil {
+		for i, jid := range g.ids {
+			if _, ended := g.final[int32(i)]; !ended && s.jobs[jid] == nil {
+				unread = append(unread, jid)
+			}
+		}
+	}
+	s.unlock()
+	if len(unread) == 0 {
+		return
+	}
+	recs, _ := s.readRecords(unread) // one not read is not cancelled, as before
+	s.mu.Lock()
+	defer s.unlock()
+	for _, r := range recs {
+		if r.State == protocol.StateScheduled {
+			s.holdCold(r.Record, r.rev)
+		}
+	}
+}
+
 // retryGroup runs again, as new jobs, the steps of an ended group that failed or were
 // cancelled (the steps that waited on a failed one were cancelled with it).
 func (s *scheduler) retryGroup(id string, from request, reply replyFunc) {
@@ -804,6 +839,12 @@ func (s *scheduler) retryGroup(id string, from request, reply replyFunc) {
 	if rerr != nil {
 		reply(&protocol.Error{Message: fmt.Sprintf("retry of workflow %s: %v", id, rerr)})
 		return
+	}
+	for _, r := range recs { // a step out of memory, SCHEDULED beyond the window (snoozed)
+		if !r.State.Terminal() {
+			reply(&protocol.Error{Message: fmt.Sprintf("workflow %s still runs (step %s is %s): retry it once it ended", id, r.Step, r.State)})
+			return
+		}
 	}
 	redo := map[int32]bool{}
 	p := &plan{id: id, kind: g.ctl.Kind, after: g.ctl.After, steps: make([]protocol.WorkflowStep, len(ids)),

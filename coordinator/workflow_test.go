@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/coordinator"
@@ -112,4 +114,126 @@ func TestWorkflowAtCapacity(t *testing.T) {
 	// The id is free again.
 	w2 := client.NewWorkflow("big").Step("a", "SHA256", text("x"))
 	s.SubmitWorkflow(w2)
+}
+
+// TestAfterFarScheduledParentWaits: a job after a SCHEDULED job due beyond the
+// schedule window (held out of memory by its index entry) waits for it, across a
+// restart too, and is cancelled when it is; one after a parent that snoozed that far
+// waits for it as well.
+func TestAfterFarScheduledParentWaits(t *testing.T) {
+	t.Parallel()
+	s := setup(t, func(c *coordinator.Config) { c.ScheduleWindow = time.Minute })
+	s.StartWorker(2)
+	p := s.Submit("SHA256", text("p"), client.RunIn(time.Hour))
+	c := s.Submit("SHA256", text("c"), client.After(p))
+	if j := s.Status(c); j.State != protocol.StateWaiting {
+		t.Fatalf("job after a parent SCHEDULED in an hour is %s, want WAITING", j.State)
+	}
+	s.RestartCoordinator(t)
+	s.StartWorker(2)
+	if j := s.Status(c); j.State != protocol.StateWaiting {
+		t.Fatalf("after a restart the job is %s %q, want WAITING", j.State, deref(j.Error))
+	}
+	if _, _, err := s.Client.Cancel(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	if j := s.Wait(c); j.State != protocol.StateCancelled || deref(j.Error) != "parent job "+p+" ended CANCELLED" {
+		t.Fatalf("once its parent was cancelled the job is %s %q, want CANCELLED naming it", j.State, deref(j.Error))
+	}
+
+	// A parent that snoozes beyond the window leaves memory the same way.
+	s.StartFunctionWorker(t, func(w *worker.Worker) error {
+		return w.Handle("NAP", func(context.Context, int, json.RawMessage) (string, error) {
+			return "", worker.Snooze(time.Hour)
+		})
+	}, worker.WithTasks(tasks.NewRegistry()), worker.WithID("nap"))
+	s.Eventually("nap registered", func() bool { return s.HasWorker("nap") })
+	n := s.Submit("NAP", rawJSON(`{}`))
+	k := s.Submit("SHA256", text("k"), client.After(n))
+	s.WaitState(n, protocol.StateScheduled)
+	if _, _, err := s.Client.Cancel(context.Background(), n); err != nil {
+		t.Fatal(err)
+	}
+	if j := s.Wait(k); j.State != protocol.StateCancelled {
+		t.Fatalf("job after a snoozed parent that was cancelled is %s, want CANCELLED", j.State)
+	}
+}
+
+// TestAfterExpiredParentAcrossRestart: a job submitted after a COMPLETED parent and an
+// active one still waits for the active one after a restart that comes once the
+// completed parent's retention ended, and then runs: an expired parent had ended
+// before its child was admitted, which admits only after a COMPLETED one.
+func TestAfterExpiredParentAcrossRestart(t *testing.T) {
+	t.Parallel()
+	s := setup(t, withRetention(time.Second))
+	_, stop := s.StartWorker(1)
+	a := s.Submit("SHA256", text("a"))
+	if j := s.Wait(a); j.State != protocol.StateCompleted {
+		t.Fatalf("parent %s, want COMPLETED", j.State)
+	}
+	stop()
+	b := s.Submit("SHA256", text("b")) // no worker: it stays QUEUED
+	c := s.Submit("SHA256", text("c"), client.After(a, b))
+	if j := s.Status(c); j.State != protocol.StateWaiting {
+		t.Fatalf("child %s, want WAITING for %s", j.State, b)
+	}
+	s.Eventually("the completed parent expired", func() bool { return gone(s, a) })
+	s.RestartCoordinator(t)
+	if j := s.Status(c); j.State != protocol.StateWaiting {
+		t.Fatalf("after a restart the child is %s %q, want still WAITING for %s", j.State, deref(j.Error), b)
+	}
+	s.StartWorker(1)
+	if j := s.Wait(c); j.State != protocol.StateCompleted {
+		t.Fatalf("child %s %q, want COMPLETED once %s completed", j.State, deref(j.Error), b)
+	}
+}
+
+// TestWorkflowCancelSnoozedStep: a step that snoozed beyond the schedule window, which
+// waits out of memory (as a restart leaves it), still runs for the workflow's retry,
+// which is refused, and its cancel cancels it.
+func TestWorkflowCancelSnoozedStep(t *testing.T) {
+	t.Parallel()
+	s := setup(t, func(c *coordinator.Config) { c.ScheduleWindow = time.Minute })
+	s.StartFunctionWorker(t, func(w *worker.Worker) error {
+		return w.Handle("NAP", func(context.Context, int, json.RawMessage) (string, error) {
+			return "", worker.Snooze(time.Hour)
+		})
+	}, worker.WithTasks(tasks.NewRegistry()), worker.WithID("nap"))
+	s.Eventually("nap registered", func() bool { return s.HasWorker("nap") })
+	s.StartWorker(1)
+	sub := s.SubmitWorkflow(client.NewWorkflow("naps").Step("z", "NAP", rawJSON(`{}`)).
+		Step("f", "FAIL", map[string]int{"failUntilAttempt": 5}, client.StepMaxAttempts(1)))
+	s.WaitState(sub.Jobs["f"], protocol.StateFailed)
+	s.WaitState(sub.Jobs["z"], protocol.StateScheduled)
+	s.Eventually("the snooze stored", func() bool { return storedState(s, sub.Jobs["z"]) == protocol.StateScheduled })
+	s.RestartCoordinator(t)
+	if j := s.Status(sub.Jobs["z"]); j.State != protocol.StateScheduled {
+		t.Fatalf("after a restart the snoozed step is %s, want SCHEDULED", j.State)
+	}
+	if jobs, err := s.Client.RetryWorkflow(context.Background(), "naps"); err == nil || !strings.Contains(err.Error(), "still runs") {
+		t.Fatalf("retry while a step is SCHEDULED: %v %v, want refused", jobs, err)
+	}
+	n, err := s.Client.CancelWorkflow(context.Background(), "naps")
+	if err != nil || n != 1 {
+		t.Fatalf("cancel: %d %v, want 1 step cancelled", n, err)
+	}
+	if j := s.Status(sub.Jobs["z"]); j.State != protocol.StateCancelled {
+		t.Fatalf("the snoozed step is %s after its workflow's cancel, want CANCELLED", j.State)
+	}
+}
+
+// storedState is the state in job id's record as stored in the jobs bucket.
+func storedState(s *system, id string) protocol.State {
+	s.T().Helper()
+	js, err := jetstream.New(s.NC)
+	must(s.T(), err)
+	kv, err := js.KeyValue(context.Background(), protocol.JobsBucket)
+	must(s.T(), err)
+	e, err := kv.Get(context.Background(), id)
+	if err != nil {
+		return ""
+	}
+	var r protocol.Record
+	must(s.T(), json.Unmarshal(e.Value(), &r))
+	return r.State
 }

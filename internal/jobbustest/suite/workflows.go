@@ -30,6 +30,7 @@ var workflows = []struct {
 	{"WorkflowRestart", testWorkflowRestart},
 	{"BatchCallbacks", testBatchCallbacks},
 	{"BatchCallbackOnceAcrossRestart", testBatchCallbackOnceAcrossRestart},
+	{"BatchCountsAcrossRestart", testBatchCountsAcrossRestart},
 }
 
 // RunWorkflows runs the workflow suite over tr, each test as a parallel subtest.
@@ -366,5 +367,30 @@ func testBatchCallbackOnceAcrossRestart(t *testing.T, tr Transport) {
 	}
 	if j := s.Status(cb.JobID); j.Attempts != 1 || Deref(j.Result) != "fired" {
 		t.Fatalf("callback %+v, want one attempt", j)
+	}
+}
+
+// testBatchCountsAcrossRestart: the coordinator restarts after one job of a batch
+// ended and before the other did; the on-complete callback's counts still count both.
+func testBatchCountsAcrossRestart(t *testing.T, tr Transport) {
+	s := Setup(t, tr)
+	m := s.tr.Peer(s, "manual")
+	m.RegisterServing(4, protocol.Named("SHA256")) // not the other job's type: it waits for the restart
+	b := client.NewBatch("counts").Step("j1", "SHA256", Text("1")).Step("j2", "WORD_COUNT", Text("a b")).
+		OnComplete("WORD_COUNT", Text("report"))
+	sub := s.SubmitWorkflow(b)
+	s.Accept(m, s.NextAssign(m), true, "ok")
+	s.RestartCoordinator(t)
+	s.StartWorker(2)
+	st := s.WaitWorkflow("counts")
+	if st.State != string(protocol.StateCompleted) || st.Counts[protocol.StateCompleted] != 3 {
+		t.Fatalf("batch %s %v, want its 2 jobs and on-complete COMPLETED", st.State, st.Counts)
+	}
+	var p struct {
+		Batch map[string]any `json:"batch"`
+	}
+	Must(t, json.Unmarshal(s.StoredPayload(sub.Jobs[protocol.StepOnComplete]), &p))
+	if p.Batch["total"] != 2.0 || p.Batch["completed"] != 2.0 || p.Batch["failed"] != 0.0 || p.Batch["cancelled"] != 0.0 {
+		t.Fatalf("on-complete counts %v, want 2 total, 2 completed", p.Batch)
 	}
 }
