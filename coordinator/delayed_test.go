@@ -184,7 +184,11 @@ func TestDelayedJobComingDueWhileCreated(t *testing.T) {
 	}
 }
 
-func delayedJobComingDueWhileCreated(t *testing.T, fail bool) {
+// startHeld starts a coordinator on a heldCreate store (fail: its first create is given
+// up once released) with a one-minute schedule window and worker "w" of one slot, and
+// submits req, whose create is that first one: it returns once the create is held,
+// with the channel its answer comes on.
+func startHeld(t *testing.T, fail bool, req *protocol.SubmitJob) (*memSystem, *heldCreate, <-chan protocol.Message) {
 	b := newMemBackend()
 	clock := &testClock{now: time.UnixMilli(1_700_000_000_000)}
 	b.now = clock.Now
@@ -206,13 +210,18 @@ func delayedJobComingDueWhileCreated(t *testing.T, fail bool) {
 	s.register("w", 1)
 
 	answer := make(chan protocol.Message, 1)
-	s.sched.submit(runIn(sha("doomed"), time.Minute+10*time.Millisecond), request{due: cfg.ReplyWithin},
-		func(m protocol.Message) { answer <- answerOf(m) })
+	s.sched.submit(req, request{due: cfg.ReplyWithin}, func(m protocol.Message) { answer <- answerOf(m) })
 	select {
 	case <-st.held:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the create never reached the store")
 	}
+	return s, st, answer
+}
+
+func delayedJobComingDueWhileCreated(t *testing.T, fail bool) {
+	s, st, answer := startHeld(t, fail, runIn(sha("doomed"), time.Minute+10*time.Millisecond))
+	b := st.memStore.b
 	s.sweep(20 * time.Millisecond) // within the window now: the warmer runs
 	close(st.release)
 	select {

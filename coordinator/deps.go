@@ -138,6 +138,25 @@ func (s *scheduler) forgetWaiting(j *job) {
 	}
 }
 
+// parentNotStored cancels the jobs waiting for j, whose create failed (dropUnstored):
+// it never existed, so it will never end for them; left waiting, they would wait until
+// a restart, which counts a parent it cannot find as one that completed and expired.
+// Called with mu held.
+func (s *scheduler) parentNotStored(j *job) {
+	d := &s.deps
+	kids, ok := d.children[j]
+	if !ok {
+		return
+	}
+	delete(d.children, j)
+	for _, c := range kids {
+		if c.rec.State == protocol.StateWaiting {
+			delete(d.pending, c)
+			s.cancelWaiting(c, fmt.Sprintf("parent job %s was not stored", j.rec.JobID))
+		}
+	}
+}
+
 // errParentRace: a parent ended between the look outside the lock and the one inside.
 var errParentRace = "parent job %s ended while this submission was checked; submit it again"
 
