@@ -130,7 +130,8 @@ func (s *scheduler) indexCopy() []head {
 	return s.kept.heads()
 }
 
-// heads copies the index: finished jobs whole, active ones (state "") to be read.
+// heads copies the index: finished jobs whole, active ones (state "") to be read, with
+// their idempotency keys.
 // The ids are written into one string, which they slice: a million small strings would
 // cost a million allocations while the scheduler's mu is held. Called with the scheduler's mu held.
 func (rt *retention) heads() []head {
@@ -151,7 +152,10 @@ func (rt *retention) heads() []head {
 		ids = rt.index.appendID(ids, e)
 		ends = append(ends, len(ids))
 		if e.j != nil {
-			hs = append(hs, head{seq: e.seq})
+			// Its key goes too: should its finishing write straddle the checkpoint's
+			// sequence (a binding stored before it, the record after), the replay
+			// finds it finished and no later binding (jsStore.replay).
+			hs = append(hs, head{seq: e.seq, key: e.j.rec.IdempotencyKey, fingerprint: e.j.rec.Fingerprint})
 			continue
 		}
 		h := head{seq: e.seq, state: e.state(), expires: exp[e.seq], due: due[e.seq]}

@@ -159,3 +159,50 @@ func TestCheckpointEncoding(t *testing.T) {
 		t.Fatal("a checkpoint of another format was read")
 	}
 }
+
+// TestCheckpointBetweenABindingAndItsRecord: on one server a job's finishing write is
+// two messages, its idempotency binding and then, once that is stored, its record. A
+// checkpoint whose stream sequence was read between the two, and whose copy of the
+// index came before the record's acknowledgement (the job still active in it), replays
+// the record but not the binding: the restart must still know the key, so that the
+// submission sent again after the crash is answered with the job, not run again.
+func TestCheckpointBetweenABindingAndItsRecord(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	nc, cfg, logs, start := restartable(t)
+	cl := client.New(nc)
+	submit := func() string {
+		t.Helper()
+		id, err := cl.Submit(ctx, "SHA256", map[string]string{"text": "k"}, client.IdempotencyKey("k"))
+		must(t, err)
+		return id
+	}
+	c1 := start(cfg)
+	id := submit()
+	index := c1.sched.indexCopy() // the job active, as the copy saw it
+	_, _, err := cl.Cancel(ctx, id)
+	must(t, err)
+	st := c1.store.(*jsStore)
+	bound, err := st.kv.Get(ctx, bindingKey("k"))
+	must(t, err)
+	rec, err := st.kv.Get(ctx, id)
+	must(t, err)
+	if bound.Revision() >= rec.Revision() {
+		t.Fatalf("binding stored at %d, record at %d: the binding goes first", bound.Revision(), rec.Revision())
+	}
+	// The checkpoint the term would have written had its stream info been read with
+	// the binding stored and not yet the record.
+	_, err = st.ckpt.PutBytes(ctx, checkpointObject, encodeCheckpoint(c1.Term(), bound.Revision(), index))
+	must(t, err)
+	c1.ckpt.running.Store(true) // a crash: no checkpoint at the stop
+	must(t, c1.Close())
+	logs.Take()
+
+	start(cfg)
+	if !strings.Contains(logs.Take(), "recovering from a checkpoint") {
+		t.Fatal("the checkpoint was not used")
+	}
+	if got := submit(); got != id {
+		t.Fatalf("key %q names %s after the restart, want %s (cancelled before the crash)", "k", got, id)
+	}
+}

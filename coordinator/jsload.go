@@ -93,6 +93,11 @@ func (s *jsStore) replay(ctx context.Context, at uint64, heads []head) ([]head, 
 		case !ok:
 			out = append(out, h)
 		case ch != nil:
+			if ch.key == "" && h.state == "" {
+				// Active at the checkpoint: a finishing write's binding may have been
+				// stored at or before its sequence, and the record after it.
+				ch.key, ch.fingerprint = h.key, h.fingerprint
+			}
 			out = append(out, *ch)
 		}
 		delete(changed, h.id)
