@@ -78,9 +78,7 @@ func (s *jsStore) messages(w *pendingWrite) []*nats.Msg {
 // made a string alongside it.
 func (s *jsStore) messagesIn(m *recordMessage, w *pendingWrite, reply []byte) (msgs []*nats.Msg, replySubject string) {
 	replySubject = s.buildRecordMsg(m, w, reply) // recordmsg.go
-	// A SCHEDULED job's binding is stored too (for ever, until its finishing write
-	// gives it a TTL): a far-future job is not read whole by recovery (delayed.go).
-	if w.key == "" || (w.ttl == 0 && w.runAt == 0) {
+	if !w.binds() {
 		return m.one[:], replySubject
 	}
 	b := nats.NewMsg(jobsSubjects + bindingKey(w.key))

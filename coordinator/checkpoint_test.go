@@ -206,3 +206,36 @@ func TestCheckpointBetweenABindingAndItsRecord(t *testing.T) {
 		t.Fatalf("key %q names %s after the restart, want %s (cancelled before the crash)", "k", got, id)
 	}
 }
+
+// TestKeyKeptForeverSurvivesRestart: with a retention of 0 a finished job and its
+// idempotency key are kept for ever. A restart that reads the records (after a crash,
+// with no checkpoint of the term) knows the key, as one that reads a checkpoint does:
+// the submission sent again is answered with the job, not run again.
+func TestKeyKeptForeverSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	nc, cfg, logs, start := restartable(t)
+	cfg.Retention = 0
+	cl := client.New(nc)
+	submit := func() string {
+		t.Helper()
+		id, err := cl.Submit(ctx, "SHA256", map[string]string{"text": "k"}, client.IdempotencyKey("k"))
+		must(t, err)
+		return id
+	}
+	c1 := start(cfg)
+	id := submit()
+	_, _, err := cl.Cancel(ctx, id)
+	must(t, err)
+	c1.ckpt.running.Store(true) // a crash: no checkpoint at the stop
+	must(t, c1.Close())
+	logs.Take()
+
+	start(cfg)
+	if strings.Contains(logs.Take(), "recovering from a checkpoint") {
+		t.Fatal("a checkpoint was used; none was written")
+	}
+	if got := submit(); got != id {
+		t.Fatalf("key %q names %s after the restart, want %s (cancelled before it, kept for ever)", "k", got, id)
+	}
+}

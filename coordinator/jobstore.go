@@ -154,6 +154,15 @@ type pendingWrite struct {
 	uniqueUntil int64
 }
 
+// binds reports whether w stores its idempotency key's binding before its record: a
+// finishing write (with the record's TTL, or none when jobs are kept for ever), since
+// recovery reads a finished job by its headers only; and a SCHEDULED job's (for ever,
+// until its finishing write), since one due far ahead is not read whole (delayed.go).
+// An active job's key is in its record.
+func (w *pendingWrite) binds() bool {
+	return w.key != "" && (w.ttl > 0 || w.runAt != 0 || w.state.Terminal())
+}
+
 // binding is an idempotency key's value in protocol.JobsBucket, under bindingKey(key).
 type binding struct {
 	JobID       string `json:"jobId"`

@@ -133,7 +133,7 @@ func (s *jsStore) dropCreates(ws []pendingWrite, err error) []pendingWrite {
 
 // messageCount is how many messages w writes (messages).
 func (w *pendingWrite) messageCount() int {
-	if w.key == "" || w.ttl == 0 {
+	if !w.binds() {
 		return 1
 	}
 	return 2

@@ -127,7 +127,7 @@ func (s *memStore) apply(ws []pendingWrite) ([]uint64, error) {
 	defer b.mu.Unlock()
 	now := b.clock()
 	for _, w := range ws {
-		if w.rev == 0 || w.key != "" && w.ttl > 0 {
+		if w.rev == 0 || w.binds() {
 			if b.termSeq != s.termSeq {
 				return nil, fmt.Errorf("%w: term %d ended; now %d", ErrFenced, s.term, b.term)
 			}
@@ -145,7 +145,7 @@ func (s *memStore) apply(ws []pendingWrite) ([]uint64, error) {
 		if w.ttl > 0 {
 			expires, ends = now.Add(w.ttl), w.expires
 		}
-		if w.key != "" && (w.ttl > 0 || w.runAt != 0) {
+		if w.binds() {
 			data, _ := json.Marshal(w.bind)
 			b.seq++
 			b.bindings[bindingKey(w.key)] = memMessage{data: data, seq: b.seq, at: now, expires: expires}

@@ -122,3 +122,26 @@ func recordMsg(s *jsStore, w *pendingWrite) *recordMessage {
 	s.buildRecordMsg(r, w, nil)
 	return r
 }
+
+// TestMessageCount: what a write counts as its messages (messageCount, by which a
+// batch read back after an unknown outcome gives each job its revision) is what it
+// sends (messages): a binding before the record for a keyed finishing write, with a
+// TTL or kept for ever, and for a keyed SCHEDULED job.
+func TestMessageCount(t *testing.T) {
+	s := &jsStore{termSeq: 5}
+	for _, tc := range []struct {
+		name string
+		w    pendingWrite
+		want int
+	}{
+		{"Active", pendingWrite{id: "j", key: "k", rev: 3, state: protocol.StateRunning}, 1},
+		{"Unkeyed", pendingWrite{id: "j", rev: 3, state: protocol.StateCompleted, ttl: time.Hour}, 1},
+		{"Finish", pendingWrite{id: "j", key: "k", rev: 3, state: protocol.StateCompleted, ttl: time.Hour}, 2},
+		{"FinishKeptForever", pendingWrite{id: "j", key: "k", rev: 3, state: protocol.StateCancelled}, 2},
+		{"Scheduled", pendingWrite{id: "j", key: "k", state: protocol.StateScheduled, runAt: 1796000000000}, 2},
+	} {
+		if got, n := len(s.messages(&tc.w)), tc.w.messageCount(); got != tc.want || n != got {
+			t.Errorf("%s: %d messages, counted %d; want %d", tc.name, got, n, tc.want)
+		}
+	}
+}
