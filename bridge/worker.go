@@ -167,8 +167,11 @@ func (s *workerSession) awaitRegister() *protocol.WorkerRegister {
 // registration supersedes the old one at the coordinator), and join waits until it
 // has settled, so its late disconnect can never remove the new registration.
 func (s *workerSession) join(reg *protocol.WorkerRegister) error {
+	// One handler at a time (fromCoordinator): the coordinator's messages become
+	// frames in the order they arrived.
 	node, err := bus.New(s.b.nc, bus.Address{Role: bus.RoleWorker, ID: reg.WorkerID},
-		bus.WithLogger(s.log), bus.WithAskTimeout(s.b.cfg.RequestTimeout), bus.WithEnvelope(bus.Envelope2))
+		bus.WithLogger(s.log), bus.WithAskTimeout(s.b.cfg.RequestTimeout), bus.WithEnvelope(bus.Envelope2),
+		bus.WithMaxInFlight(1))
 	if err != nil {
 		return err
 	}
@@ -190,27 +193,17 @@ func (s *workerSession) supersede() {
 	s.out.kill("superseded by a new registration")
 }
 
-// register serves task.assigns, task.assign and task.cancel, then asks the coordinator
-// to register the worker and queues its answer. Serving first means no assignment sent
-// in response to the registration can be missed.
+// register serves task.assigns, task.assign and task.cancel (fromCoordinator), then
+// asks the coordinator to register the worker and queues its answer. Serving first
+// means no assignment sent in response to the registration can be missed.
 func (s *workerSession) register() bool {
 	if s.superseded.Load() {
 		return false
 	}
-	for _, h := range []struct {
-		path string
-		fn   bus.HandlerFunc
-	}{
-		{protocol.PathAssigns, s.relayAssigns},
-		// A coordinator that does not batch (an older one) sends single assignments.
-		{protocol.PathAssign, s.relay(protocol.TypeTaskAssign)},
-		{protocol.PathCancel, s.relay(protocol.TypeTaskCancel)},
-	} {
-		if err := s.node.Handle(h.path, h.fn); err != nil {
-			s.log.Warn("cannot serve the worker on the bus", "err", err)
-			s.out.finish(encodeError(s.askError(protocol.PathRegister, err)))
-			return false
-		}
+	if err := s.node.HandleAny(s.fromCoordinator); err != nil {
+		s.log.Warn("cannot serve the worker on the bus", "err", err)
+		s.out.finish(encodeError(s.askError(protocol.PathRegister, err)))
+		return false
 	}
 	ans, err := s.registerServed()
 	if err != nil {
@@ -262,35 +255,51 @@ func (s *workerSession) askError(path string, err error) *protocol.Error {
 	return errUnavailable(err.Error())
 }
 
-// relay is the handler of task.assign or task.cancel: the coordinator's message
-// becomes a frame, as Encode writes it (relayed), so that only a well-formed message of
-// the expected type reaches the worker. A frame that cannot be queued drops the connection, which
+// fromCoordinator serves every path of the worker's own subject on one subscription,
+// one message at a time (the node has one handler slot), so that the worker gets the
+// frames in the order the coordinator sent them: an attempt's TASK_CANCEL never
+// overtakes its TASK_ASSIGN (PROTOCOL.md: "TASK_CANCEL follows a revoked lease"). A
+// handler per path would run on a subscription of its own, concurrently with the
+// others, in no order.
+func (s *workerSession) fromCoordinator(ctx context.Context, req *bus.Request) (any, error) {
+	switch req.Path {
+	case protocol.PathAssigns:
+		return s.relayAssigns(ctx, req)
+	case protocol.PathAssign: // a coordinator that does not batch (an older one)
+		return s.relay(ctx, protocol.TypeTaskAssign, req)
+	case protocol.PathCancel:
+		return s.relay(ctx, protocol.TypeTaskCancel, req)
+	}
+	return nil, bus.Errorf(bus.CodeNotFound, "a TCP worker serves no path %s", req.Path)
+}
+
+// relay serves task.assign or task.cancel: the coordinator's message becomes a frame,
+// as Encode writes it (relayed), so that only a well-formed message of the expected
+// type reaches the worker. A frame that cannot be queued drops the connection, which
 // reports the worker lost.
-func (s *workerSession) relay(want protocol.Type) bus.HandlerFunc {
-	return func(ctx context.Context, req *bus.Request) (any, error) {
-		data, ref, err := relayed(want, req.Data)
-		if err != nil {
-			s.log.Warn("dropping a bad message from the coordinator", "path", req.Path, "err", err)
-			return nil, nil
-		}
-		if want == protocol.TypeTaskAssign {
-			// Held from its arrival, before the wait: a heartbeat meanwhile must not
-			// report it missing (and the worker may answer it as soon as it is sent).
-			s.held.Add(ref)
-		}
-		if !s.awaitRegistered(ctx) {
-			return nil, nil
-		}
-		if s.out.send(data) && s.log.Enabled(ctx, slog.LevelDebug) { // unguarded, its argument is boxed on every frame
-			s.log.Debug("frame queued", "type", want)
-		}
-		if want == protocol.TypeTaskCancel {
-			// The lease is revoked: whether the worker stops or not, nothing it holds
-			// under it counts any more.
-			s.held.Remove(ref)
-		}
+func (s *workerSession) relay(ctx context.Context, want protocol.Type, req *bus.Request) (any, error) {
+	data, ref, err := relayed(want, req.Data)
+	if err != nil {
+		s.log.Warn("dropping a bad message from the coordinator", "path", req.Path, "err", err)
 		return nil, nil
 	}
+	if want == protocol.TypeTaskAssign {
+		// Held from its arrival, before the wait: a heartbeat meanwhile must not
+		// report it missing (and the worker may answer it as soon as it is sent).
+		s.held.Add(ref)
+	}
+	if !s.awaitRegistered(ctx) {
+		return nil, nil
+	}
+	if s.out.send(data) && s.log.Enabled(ctx, slog.LevelDebug) { // unguarded, its argument is boxed on every frame
+		s.log.Debug("frame queued", "type", want)
+	}
+	if want == protocol.TypeTaskCancel {
+		// The lease is revoked: whether the worker stops or not, nothing it holds
+		// under it counts any more.
+		s.held.Remove(ref)
+	}
+	return nil, nil
 }
 
 // awaitRegistered waits until the worker has its WORKER_REGISTERED (frames for it go
@@ -483,9 +492,7 @@ func (s *workerSession) deliver(res *protocol.TaskResult, size int) {
 func (s *workerSession) leave() {
 	s.out.kill("session ended")
 	s.cancel()
-	_ = s.node.Unhandle(protocol.PathAssigns)
-	_ = s.node.Unhandle(protocol.PathAssign)
-	_ = s.node.Unhandle(protocol.PathCancel)
+	_ = s.node.UnhandleAny()
 	s.beats.Wait()
 	reason := s.out.dropReason()
 	if !s.superseded.Load() {

@@ -207,6 +207,43 @@ func TestWorkerPort(t *testing.T) {
 		}
 	})
 
+	// PROTOCOL.md: "TASK_CANCEL follows a revoked lease", and a worker acts on it
+	// "only when both jobId and attemptId match what it runs". The coordinator sends
+	// an attempt's TASK_ASSIGN before its TASK_CANCEL; a cancel written to the worker
+	// ahead of its assignment is ignored, and the worker runs an attempt whose lease
+	// is gone while the coordinator counts its slot free. Each job here is cancelled
+	// as soon as it is submitted, so its cancel follows its assignment closely.
+	t.Run("TaskCancelNeverOvertakesItsAssignment", func(t *testing.T) {
+		t.Parallel()
+		s := setup(t)
+		w := s.worker("overtaken", 1024)
+		c := s.client()
+		const jobs = 200
+		for range jobs {
+			id := c.Submit("SLEEP", `{"durationMillis":600000}`)
+			if jc, ok := c.Request(&protocol.CancelJob{JobID: id}).(*protocol.JobCancel); !ok || !jc.Cancelled {
+				t.Fatalf("JOB_CANCEL %+v", jc)
+			}
+		}
+		assigned := make(map[string]bool, jobs)
+		var overtaken []string
+		for range 2 * jobs {
+			switch m := w.MustRecv().(type) {
+			case *protocol.TaskAssign:
+				assigned[m.AttemptID] = true
+			case *protocol.TaskCancel:
+				if !assigned[m.AttemptID] {
+					overtaken = append(overtaken, m.JobID)
+				}
+			default:
+				t.Fatalf("got %T %+v, want TASK_ASSIGN or TASK_CANCEL", m, m)
+			}
+		}
+		if len(overtaken) > 0 {
+			t.Fatalf("%d of %d TASK_CANCELs came before their TASK_ASSIGN (jobs %v)", len(overtaken), jobs, overtaken)
+		}
+	})
+
 	t.Run("ReRegisteringSupersedes", func(t *testing.T) {
 		t.Parallel()
 		s := setup(t)

@@ -48,6 +48,9 @@ func (n *Node) HandleAny(fn HandlerFunc) error {
 	return nil
 }
 
+// UnhandleAny stops serving HandleAny's paths; handlers already running finish.
+func (n *Node) UnhandleAny() error { return n.Unhandle(anyPath) }
+
 // handles reports whether path has a handler of its own.
 func (n *Node) handles(path string) bool {
 	n.mu.Lock()
