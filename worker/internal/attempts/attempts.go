@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"sync"
 
 	"github.com/jobbus/jobbus/bus/protocol"
@@ -77,11 +78,17 @@ type Set struct {
 	log      *slog.Logger
 
 	// mu guards running, gen and closed: the attempts by lease, the generation new
-	// ones belong to, and whether new ones are refused.
+	// ones belong to, and whether new ones are refused; and revoked.
 	mu      sync.Mutex
 	running map[Lease]*attempt
 	gen     uint64
 	closed  bool
+	// revoked are the newest leases cancelled while not running, oldest first: a
+	// cancel may overtake its assignment on the way (the coordinator sends them in
+	// order, but a worker's messages need not be handled in order), and a lease once
+	// cancelled never runs. Bounded: a cancel that finds its attempt already ended
+	// leaves one here too.
+	revoked []Lease
 
 	// wg counts the attempts; Add happens only under mu while not closed, so Wait
 	// after Shutdown cannot race with it.
@@ -107,7 +114,8 @@ func New(registry *tasks.Registry, capacity int, log *slog.Logger) *Set {
 // Start runs the attempt m in a goroutine of its own, under a context derived from
 // parent, then hands its outcome to done once the attempt no longer counts as
 // running. It returns false, starting nothing, when the attempt is already running
-// (a duplicate assignment) or the Set has been shut down.
+// (a duplicate assignment), its lease was cancelled before it came, or the Set has
+// been shut down.
 func (s *Set) Start(parent context.Context, m *protocol.TaskAssign, done Finisher) bool {
 	l := Lease{m.JobID, m.AttemptID}
 	s.mu.Lock()
@@ -118,6 +126,9 @@ func (s *Set) Start(parent context.Context, m *protocol.TaskAssign, done Finishe
 		return false
 	case s.running[l] != nil:
 		s.log.Debug("duplicate assignment ignored", "job", m.JobID, "attempt", m.AttemptID)
+		return false
+	case slices.Contains(s.revoked, l):
+		s.log.Debug("assignment ignored: its cancel came first", "job", m.JobID, "attempt", m.AttemptID)
 		return false
 	case len(s.running) >= s.capacity:
 		s.log.Warn("assignment beyond capacity", "job", m.JobID, "attempt", m.AttemptID,
@@ -177,10 +188,19 @@ func (s *Set) finish(a *attempt) {
 
 // Cancel cancels the attempt with ErrCancelled, only if it is the one running under
 // that lease: a cancel of a superseded attempt must not touch a newer attempt of the
-// same job. It reports whether an attempt was cancelled.
+// same job. A cancel of a lease not running is kept (revoked), so that the attempt, if
+// its assignment comes after all, never starts. It reports whether an attempt was
+// cancelled.
 func (s *Set) Cancel(jobID, attemptID string) bool {
+	l := Lease{jobID, attemptID}
 	s.mu.Lock()
-	a := s.running[Lease{jobID, attemptID}]
+	a := s.running[l]
+	if a == nil && !slices.Contains(s.revoked, l) {
+		if len(s.revoked) == maxRevoked {
+			s.revoked = append(s.revoked[:0], s.revoked[1:]...)
+		}
+		s.revoked = append(s.revoked, l)
+	}
 	s.mu.Unlock()
 	if a == nil {
 		s.log.Debug("cancel ignored: attempt not running", "job", jobID, "attempt", attemptID)
@@ -190,6 +210,10 @@ func (s *Set) Cancel(jobID, attemptID string) bool {
 	s.log.Debug("attempt cancelled", "job", jobID, "attempt", attemptID)
 	return true
 }
+
+// maxRevoked bounds Set.revoked: a cancel overtakes its assignment by a moment, so
+// the newest few leases suffice.
+const maxRevoked = 64
 
 // NextGeneration starts a new generation and returns its number: attempts started from
 // now on belong to it, until the next one. Generations start at 0.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -160,6 +161,39 @@ func TestCancelOnlyTheMatchingAttempt(t *testing.T) {
 	}
 	if !f.logs.has("cancel ignored: attempt not running") || !f.logs.has("attempt cancelled") {
 		t.Error("cancels not logged")
+	}
+}
+
+// TestCancelBeforeItsAssignment: a cancel may overtake its assignment on the way; the
+// attempt then never runs, while other attempts, and leases cancelled long before
+// (more than the Set keeps), still do.
+func TestCancelBeforeItsAssignment(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 4)
+	ctx := context.Background()
+	if f.set.Cancel("job-c", "att-c") {
+		t.Fatal("Cancel = true for an attempt not yet assigned")
+	}
+	if f.start(ctx, assign("job-c", "att-c", typeEcho, `"ran"`)) {
+		t.Error("Start of an attempt whose cancel came first = true")
+	}
+	if !f.logs.has("assignment ignored: its cancel came first") {
+		t.Error("the ignored assignment was not logged")
+	}
+	if !f.start(ctx, assign("job-c", "att-c2", typeEcho, `"next"`)) {
+		t.Error("Start of the job's next attempt = false")
+	}
+	if o := f.outcome(t, "job-c", "att-c2"); o.Result != `"next"` {
+		t.Errorf("next attempt's outcome = %+v", o)
+	}
+	for i := range 100 { // many more cancels of attempts that ended: the oldest is forgotten
+		f.set.Cancel("job-old", fmt.Sprint("att-", i))
+	}
+	if !f.start(ctx, assign("job-old", "att-0", typeEcho, `"late"`)) {
+		t.Error("Start of a lease cancelled 100 cancels ago = false; the Set keeps only the newest")
+	}
+	if n := len(f.outcomesOf("job-c", "att-c")); n != 0 {
+		t.Errorf("%d outcomes of the attempt cancelled before it came", n)
 	}
 }
 
