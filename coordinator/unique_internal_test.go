@@ -16,7 +16,8 @@ import (
 // whichever way recovery reads the store: after a graceful stop (its checkpoint), after
 // a crash (a checkpoint from the middle of the term, then writes), and with the
 // checkpoint ignored (every record's headers). A job that completed within its window
-// holds it; one still active holds it; a cancelled one does not.
+// holds it; one still active holds it, one SCHEDULED beyond the schedule window (whose
+// record recovery does not otherwise read whole) included; a cancelled one does not.
 func TestUniqueSurvivesRestart(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -56,6 +57,10 @@ func TestUniqueSurvivesRestart(t *testing.T) {
 	done := submit("SHA256", "done", client.UniqueFor(time.Hour), client.IdempotencyKey("done-key"))
 	waitState(done, protocol.StateCompleted)
 	active := submit("WORD_COUNT", "active", client.UniqueWhileActive())
+	dueLater := func() string {
+		return submit("WORD_COUNT", "due later", client.UniqueWhileActive(), client.RunIn(time.Hour))
+	}
+	scheduled := dueLater()
 	cancelled := submit("WORD_COUNT", "cancelled", client.UniqueFor(time.Hour))
 	_, _, err = cl.Cancel(ctx, cancelled)
 	must(t, err)
@@ -70,6 +75,9 @@ func TestUniqueSurvivesRestart(t *testing.T) {
 		}
 		if got := submit("WORD_COUNT", "active", client.UniqueWhileActive()); got != active {
 			t.Fatalf("%s: the active job is %s, a resubmission got %s", when, active, got)
+		}
+		if got := dueLater(); got != scheduled {
+			t.Fatalf("%s: the job SCHEDULED an hour ahead is %s, a resubmission got %s", when, scheduled, got)
 		}
 		fresh := submit("WORD_COUNT", "cancelled", client.UniqueFor(time.Hour))
 		if fresh == cancelled {
