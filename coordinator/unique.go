@@ -110,13 +110,14 @@ func (u *uniqueIndex) holder(key string, now time.Time) (string, *job) {
 	return "", nil
 }
 
-// holds reports whether a job in state st, whose window ends at until (0: none),
-// holds its key at now.
+// holds reports whether a job in state st, whose window ends at until (0: none, it is
+// unique while active), holds its key at now: within its window unless it FAILED or
+// was CANCELLED, whether still active or COMPLETED; without one, while active.
 func holds(st protocol.State, until int64, now time.Time) bool {
-	if !st.Terminal() {
-		return true
+	if until == 0 {
+		return !st.Terminal()
 	}
-	return st == protocol.StateCompleted && until > now.UnixMilli()
+	return (!st.Terminal() || st == protocol.StateCompleted) && until > now.UnixMilli()
 }
 
 // hold makes j, just created, unique as w asks (if it asks): its record carries the

@@ -122,3 +122,29 @@ func TestUniqueSurvivesRestart(t *testing.T) {
 		t.Fatalf("from every record's headers: %s holds the key, a resubmission got %s", later, got)
 	}
 }
+
+// TestUniqueForEndsWithItsWindow: a job unique for a window holds its key for the
+// window, whatever its state: one still QUEUED (or retrying) when the window ends does
+// not answer for the same work any longer, as Asynq's Unique(ttl) and River's ByPeriod
+// do not; the job that then comes holds the key.
+func TestUniqueForEndsWithItsWindow(t *testing.T) {
+	s := startMem(t, nil)
+	unique := func(forMillis int64) *protocol.SubmitJob {
+		req := sha("x")
+		req.UniqueForMillis = forMillis
+		return req
+	}
+	first := s.accepted(unique(60_000)) // no worker: it stays QUEUED
+	s.clock.advance(59 * time.Second)
+	if got := s.accepted(unique(60_000)); got != first {
+		t.Fatalf("within the window: got %s, want the unique job %s", got, first)
+	}
+	s.clock.advance(time.Second)
+	second := s.accepted(unique(60_000))
+	if second == first {
+		t.Fatalf("the window ended, yet the job %s, still %s, answered", first, s.status(first).State)
+	}
+	if got := s.accepted(unique(60_000)); got != second {
+		t.Fatalf("the new job holds the key: got %s, want %s", got, second)
+	}
+}
