@@ -149,8 +149,9 @@ type pendingWrite struct {
 	expires int64         // when the job's retention ends, Unix milliseconds; with ttl
 	runAt   int64         // a SCHEDULED job's due time, Unix milliseconds (protocol.HeaderRunAt)
 	bind    binding
-	// uniqueUntil is the end of the unique window a COMPLETED job holds (unique.go), 0
-	// if none: a header of the record (protocol.HeaderUniqueUntil).
+	// uniqueUntil is the end of the unique window a COMPLETED job holds, or the due
+	// time of a SCHEDULED job that holds a unique key (unique.go's heldUntil), 0 if
+	// none: a header of the record (protocol.HeaderUniqueUntil).
 	uniqueUntil int64
 }
 

@@ -339,6 +339,59 @@ func TestQueuesKeyFromPayload(t *testing.T) {
 	}
 }
 
+// TestQueuesKeyFromPayloadInGroups: the steps of a batch or workflow take their key
+// from the payload as a submission does, so that the type's per-key limit holds them
+// too; a step whose payload does not resolve the pointer is refused with the group.
+func TestQueuesKeyFromPayloadInGroups(t *testing.T) {
+	s := startMem(t, nil)
+	s.sched.cat.mu.Lock()
+	s.sched.cat.types["SHA256"] = &catalogued{rec: protocol.TaskTypeRecord{Name: "SHA256",
+		Options: protocol.TaskTypeOptions{ConcurrencyKey: "/customer", KeyConcurrency: 1}}}
+	s.sched.cat.mu.Unlock()
+	group := func(req *protocol.SubmitWorkflow) protocol.Message {
+		got := make(chan protocol.Message, 1)
+		s.sched.submitGroup(req, request{due: time.Minute}, func(m protocol.Message) { got <- answerOf(m) })
+		select {
+		case m := <-got:
+			return m
+		case <-time.After(10 * time.Second):
+			t.Fatal("no answer to a group submission")
+			return nil
+		}
+	}
+	step := func(name, customer string) protocol.WorkflowStep {
+		return protocol.WorkflowStep{Name: name, TaskType: "SHA256", Payload: json.RawMessage(`{"text":"x","customer":"` + customer + `"}`)}
+	}
+	if e, ok := group(&protocol.SubmitWorkflow{WorkflowID: "bad", Kind: protocol.KindBatch,
+		Steps: []protocol.WorkflowStep{step("a", "a"), {Name: "x", TaskType: "SHA256", Payload: json.RawMessage(`{"text":"x"}`)}}}).(*protocol.Error); !ok ||
+		!strings.Contains(e.Message, "step x: Invalid payload: task type SHA256 takes its concurrency key from the payload at /customer") {
+		t.Fatalf("a step whose payload has no key: %#v, want an error naming it", e)
+	}
+	m := group(&protocol.SubmitWorkflow{WorkflowID: "emails", Kind: protocol.KindBatch,
+		Steps: []protocol.WorkflowStep{step("a1", "a"), step("a2", "a"), step("a3", "a"), step("b1", "b")}})
+	sub, ok := m.(*protocol.WorkflowSubmitted)
+	if !ok {
+		t.Fatalf("batch answered %#v", m)
+	}
+	s.sched.mu.Lock()
+	for name, id := range sub.Jobs {
+		if j := s.sched.jobs[id]; j == nil || j.rec.ConcurrencyKey != name[:1] {
+			t.Errorf("step %s: key %q, want %q from /customer", name, j.rec.ConcurrencyKey, name[:1])
+		}
+	}
+	s.sched.mu.Unlock()
+	s.waitQueued("default", 4)
+	s.register("w1", 4)
+	started := map[string]bool{}
+	for range 2 {
+		started[s.assigned("w1").JobID] = true
+	}
+	if !started[sub.Jobs["b1"]] {
+		t.Fatalf("started %v, want one of key a and b1", started)
+	}
+	s.quiet() // key a is at its limit of 1: its other steps wait, though slots are free
+}
+
 func TestQueuesRefuseBadInput(t *testing.T) {
 	s := startMem(t, nil)
 	for _, tc := range []struct {

@@ -24,8 +24,8 @@ type recordMessage struct {
 // buildRecordMsg builds w's record message in r: its headers say the job's sequence
 // and state, the revision it replaces (a CAS) or, for a create, the term it is fenced
 // by, and for a finished job its TTL and when its retention ends, for a COMPLETED job
-// that holds a unique window when the window ends, and for a SCHEDULED job when it is
-// due. It returns reply as a part of the one string the message's subject and header
+// that holds a unique window when the window ends (for a SCHEDULED one that holds a
+// unique key, when it is due), and for a SCHEDULED job when it is due. It returns reply as a part of the one string the message's subject and header
 // values are parts of: a pipelined write's reply subject (pipeline.send), without an
 // allocation of its own.
 func (s *jsStore) buildRecordMsg(r *recordMessage, w *pendingWrite, reply []byte) (replySubject string) {
@@ -76,7 +76,7 @@ func (s *jsStore) buildRecordMsg(r *recordMessage, w *pendingWrite, reply []byte
 		set(jetstream.MsgTTLHeader, s.ttlText(w.ttl))
 		set(protocol.HeaderExpires, part(3))
 	}
-	if w.uniqueUntil > 0 { // a COMPLETED job holding its unique window (unique.go)
+	if w.uniqueUntil > 0 { // a COMPLETED or SCHEDULED job holding a unique key (unique.go)
 		set(protocol.HeaderUniqueUntil, part(4))
 	}
 	if w.runAt != 0 { // a SCHEDULED job's due time (delayed.go)

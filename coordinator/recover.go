@@ -116,7 +116,7 @@ type head struct {
 
 	key, fingerprint string // a finished job's idempotency binding, from a checkpoint
 
-	uniqueUntil int64 // a COMPLETED job's unique window (protocol.HeaderUniqueUntil); 0: none
+	uniqueUntil int64 // a unique key held past the headers (protocol.HeaderUniqueUntil); 0: none
 }
 
 // restore adds one stored job to memory: a finished one only as its entry, unless its

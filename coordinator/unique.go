@@ -110,13 +110,14 @@ func (u *uniqueIndex) holder(key string, now time.Time) (string, *job) {
 	return "", nil
 }
 
-// holds reports whether a job in state st, whose window ends at until (0: none),
-// holds its key at now.
+// holds reports whether a job in state st, whose window ends at until (0: none, it is
+// unique while active), holds its key at now: within its window unless it FAILED or
+// was CANCELLED, whether still active or COMPLETED; without one, while active.
 func holds(st protocol.State, until int64, now time.Time) bool {
-	if !st.Terminal() {
-		return true
+	if until == 0 {
+		return !st.Terminal()
 	}
-	return st == protocol.StateCompleted && until > now.UnixMilli()
+	return (!st.Terminal() || st == protocol.StateCompleted) && until > now.UnixMilli()
 }
 
 // hold makes j, just created, unique as w asks (if it asks): its record carries the
@@ -196,36 +197,49 @@ func (u *uniqueIndex) restored(r *protocol.Record) {
 	}
 }
 
-// readWhole marks, in a checkpoint's heads (sorted by sequence), the finished jobs that
-// hold a window as jobs to read whole, so that the recovery reading the checkpoint
-// learns their keys.
+// readWhole marks, in a checkpoint's heads (sorted by sequence), the jobs out of memory
+// that hold a key as jobs to read whole, so that the recovery reading the checkpoint
+// learns their keys: finished ones within their window, and SCHEDULED ones due beyond
+// the schedule window (delayed.go), which recovery would otherwise know by their heads.
 func (u *uniqueIndex) readWhole(hs []head) {
 	now := u.s.now()
 	for _, h := range u.holds {
-		if h.until <= now.UnixMilli() || u.s.jobs[h.id] != nil {
-			continue // no window, or active: read whole anyway
+		if u.s.jobs[h.id] != nil {
+			continue // in memory: read whole anyway
 		}
 		i := sort.Search(len(hs), func(i int) bool { return hs[i].seq >= h.seq })
-		if i < len(hs) && hs[i].seq == h.seq && hs[i].state == protocol.StateCompleted {
+		if i >= len(hs) || hs[i].seq != h.seq {
+			continue
+		}
+		if st := hs[i].state; st == protocol.StateScheduled || st == protocol.StateCompleted && h.until > now.UnixMilli() {
 			hs[i] = head{seq: h.seq, id: hs[i].id}
 		}
 	}
 }
 
 // wholeHead is h as a head whose record recovery reads whole: a finished one that
-// holds a unique window is restored from its record, not from its head, once.
+// holds a unique window, or a SCHEDULED one that holds a key, is restored from its
+// record, not from its head, once.
 func wholeHead(h head) head {
-	if h.state.Terminal() {
+	if h.state.Terminal() || h.state == protocol.StateScheduled {
 		return head{id: h.id, seq: h.seq}
 	}
 	return h
 }
 
-// heldUntil is what a record's headers say of its window: its end while the job is
-// COMPLETED within it, else 0.
+// heldUntil is what a record's headers say of the unique key it holds, so that
+// recovery, which knows finished and far SCHEDULED jobs by their headers only, reads
+// the record whole: while COMPLETED within its window, the window's end; while
+// SCHEDULED, its due time (it holds the key at least until then); else 0.
 func heldUntil(r *protocol.Record) int64 {
-	if r.State == protocol.StateCompleted && r.UniqueKey != "" {
+	if r.UniqueKey == "" {
+		return 0
+	}
+	switch r.State {
+	case protocol.StateCompleted:
 		return r.UniqueUntil
+	case protocol.StateScheduled:
+		return r.RunAt
 	}
 	return 0
 }

@@ -16,7 +16,8 @@ import (
 // whichever way recovery reads the store: after a graceful stop (its checkpoint), after
 // a crash (a checkpoint from the middle of the term, then writes), and with the
 // checkpoint ignored (every record's headers). A job that completed within its window
-// holds it; one still active holds it; a cancelled one does not.
+// holds it; one still active holds it, one SCHEDULED beyond the schedule window (whose
+// record recovery does not otherwise read whole) included; a cancelled one does not.
 func TestUniqueSurvivesRestart(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -56,6 +57,10 @@ func TestUniqueSurvivesRestart(t *testing.T) {
 	done := submit("SHA256", "done", client.UniqueFor(time.Hour), client.IdempotencyKey("done-key"))
 	waitState(done, protocol.StateCompleted)
 	active := submit("WORD_COUNT", "active", client.UniqueWhileActive())
+	dueLater := func() string {
+		return submit("WORD_COUNT", "due later", client.UniqueWhileActive(), client.RunIn(time.Hour))
+	}
+	scheduled := dueLater()
 	cancelled := submit("WORD_COUNT", "cancelled", client.UniqueFor(time.Hour))
 	_, _, err = cl.Cancel(ctx, cancelled)
 	must(t, err)
@@ -70,6 +75,9 @@ func TestUniqueSurvivesRestart(t *testing.T) {
 		}
 		if got := submit("WORD_COUNT", "active", client.UniqueWhileActive()); got != active {
 			t.Fatalf("%s: the active job is %s, a resubmission got %s", when, active, got)
+		}
+		if got := dueLater(); got != scheduled {
+			t.Fatalf("%s: the job SCHEDULED an hour ahead is %s, a resubmission got %s", when, scheduled, got)
 		}
 		fresh := submit("WORD_COUNT", "cancelled", client.UniqueFor(time.Hour))
 		if fresh == cancelled {
@@ -112,5 +120,31 @@ func TestUniqueSurvivesRestart(t *testing.T) {
 	expect("from every record's headers")
 	if got := submit("SHA256", "later", client.UniqueFor(time.Hour)); got != later {
 		t.Fatalf("from every record's headers: %s holds the key, a resubmission got %s", later, got)
+	}
+}
+
+// TestUniqueForEndsWithItsWindow: a job unique for a window holds its key for the
+// window, whatever its state: one still QUEUED (or retrying) when the window ends does
+// not answer for the same work any longer, as Asynq's Unique(ttl) and River's ByPeriod
+// do not; the job that then comes holds the key.
+func TestUniqueForEndsWithItsWindow(t *testing.T) {
+	s := startMem(t, nil)
+	unique := func(forMillis int64) *protocol.SubmitJob {
+		req := sha("x")
+		req.UniqueForMillis = forMillis
+		return req
+	}
+	first := s.accepted(unique(60_000)) // no worker: it stays QUEUED
+	s.clock.advance(59 * time.Second)
+	if got := s.accepted(unique(60_000)); got != first {
+		t.Fatalf("within the window: got %s, want the unique job %s", got, first)
+	}
+	s.clock.advance(time.Second)
+	second := s.accepted(unique(60_000))
+	if second == first {
+		t.Fatalf("the window ended, yet the job %s, still %s, answered", first, s.status(first).State)
+	}
+	if got := s.accepted(unique(60_000)); got != second {
+		t.Fatalf("the new job holds the key: got %s, want %s", got, second)
 	}
 }

@@ -188,9 +188,11 @@ type plan struct {
 	steps []protocol.WorkflowStep
 	after [][]int32
 	fp    string
-	// max attempts and priority of each step, as the submission path resolves them
+	// max attempts, priority and concurrency key of each step, as the submission path
+	// resolves them (the key from the payload, by its task type's pointer)
 	maxAttempts []int
 	prio        []protocol.Priority
+	keys        []string
 	// trace is the W3C trace context of the request that made the plan (traceparent,
 	// tracestate), which every step it creates joins: a workflow is one trace.
 	trace [2]string
@@ -304,6 +306,7 @@ func (s *scheduler) planGroup(req *protocol.SubmitWorkflow) (*plan, *protocol.Er
 	}
 	p.maxAttempts = make([]int, n)
 	p.prio = make([]protocol.Priority, n)
+	p.keys = make([]string, n)
 	for i := range steps {
 		st := &steps[i]
 		sub := protocol.SubmitJob{TaskType: st.TaskType, Payload: st.Payload, MaxAttempts: st.MaxAttempts, Priority: st.Priority}
@@ -313,6 +316,10 @@ func (s *scheduler) planGroup(req *protocol.SubmitWorkflow) (*plan, *protocol.Er
 		if err := s.route.validatePayload(st.TaskType, st.Payload); err != nil {
 			return nil, &protocol.Error{Message: fmt.Sprintf("Invalid workflow: step %s: %s", st.Name, validationError(st.TaskType, err).Message)}
 		}
+		if e := s.route.queueFields(&sub); e != nil {
+			return nil, &protocol.Error{Message: fmt.Sprintf("Invalid workflow: step %s: %s", st.Name, e.Message)}
+		}
+		p.keys[i] = sub.ConcurrencyKey
 		p.maxAttempts[i] = st.MaxAttempts
 		if p.maxAttempts[i] <= 0 {
 			p.maxAttempts[i] = s.route.defaultMaxAttempts(st.TaskType)
@@ -458,7 +465,7 @@ func (s *scheduler) createSteps(g *group, p *plan, redo map[int32]bool) ([]*job,
 			continue
 		}
 		st := &p.steps[i]
-		sub := &protocol.SubmitJob{TaskType: st.TaskType, Payload: st.Payload}
+		sub := &protocol.SubmitJob{TaskType: st.TaskType, Payload: st.Payload, ConcurrencyKey: p.keys[i]}
 		j := s.newJob(g.ids[i], sub, p.maxAttempts[i], p.prio[i], "", "")
 		if g.ctl.Kind == protocol.KindBatch {
 			j.rec.BatchID = g.id
@@ -848,7 +855,7 @@ func (s *scheduler) retryGroup(id string, from request, reply replyFunc) {
 	}
 	redo := map[int32]bool{}
 	p := &plan{id: id, kind: g.ctl.Kind, after: g.ctl.After, steps: make([]protocol.WorkflowStep, len(ids)),
-		maxAttempts: make([]int, len(ids)), prio: make([]protocol.Priority, len(ids)), trace: stepTrace(from)}
+		maxAttempts: make([]int, len(ids)), prio: make([]protocol.Priority, len(ids)), keys: make([]string, len(ids)), trace: stepTrace(from)}
 	for i, r := range recs {
 		if p.trace[0] == "" && r.TraceParent != "" { // the retry joins the workflow's trace, without one of its own
 			p.trace = [2]string{r.TraceParent, r.TraceState}
@@ -857,7 +864,7 @@ func (s *scheduler) retryGroup(id string, from request, reply replyFunc) {
 			redo[int32(i)] = true
 		}
 		p.steps[i] = protocol.WorkflowStep{Name: g.ctl.Steps[i], TaskType: r.TaskType, Payload: r.Payload, AfterAnyEnd: r.AfterAnyEnd}
-		p.maxAttempts[i], p.prio[i] = r.MaxAttempts, r.Priority
+		p.maxAttempts[i], p.prio[i], p.keys[i] = r.MaxAttempts, r.Priority, r.ConcurrencyKey
 		if r.Step == protocol.StepOnComplete && r.BatchID != "" {
 			p.steps[i].Payload = withoutCounts(r.Payload)
 		}
