@@ -25,9 +25,10 @@ type recordMessage struct {
 // and state, the revision it replaces (a CAS) or, for a create, the term it is fenced
 // by, and for a finished job its TTL and when its retention ends, for a COMPLETED job
 // that holds a unique window when the window ends (for a SCHEDULED one that holds a
-// unique key, when it is due), and for a SCHEDULED job when it is due. It returns reply as a part of the one string the message's subject and header
-// values are parts of: a pipelined write's reply subject (pipeline.send), without an
-// allocation of its own.
+// unique key, when it is due), and for a SCHEDULED job when it is due. It returns
+// reply as a part of the one string the message's subject and header values are parts
+// of: a pipelined write's reply subject (pipeline.send), without an allocation of its
+// own.
 func (s *jsStore) buildRecordMsg(r *recordMessage, w *pendingWrite, reply []byte) (replySubject string) {
 	r.one[0] = &r.m
 	var buf [256]byte
