@@ -171,12 +171,7 @@ func TestCheckpointBetweenABindingAndItsRecord(t *testing.T) {
 	ctx := context.Background()
 	nc, cfg, logs, start := restartable(t)
 	cl := client.New(nc)
-	submit := func() string {
-		t.Helper()
-		id, err := cl.Submit(ctx, "SHA256", map[string]string{"text": "k"}, client.IdempotencyKey("k"))
-		must(t, err)
-		return id
-	}
+	submit := submitUnderKey(t, cl, "k")
 	c1 := start(cfg)
 	id := submit()
 	index := c1.sched.indexCopy() // the job active, as the copy saw it
@@ -207,6 +202,17 @@ func TestCheckpointBetweenABindingAndItsRecord(t *testing.T) {
 	}
 }
 
+// submitUnderKey returns a submit of one SHA256 job under idempotency key k, which
+// returns the id of the job the key names.
+func submitUnderKey(t *testing.T, cl *client.Client, k string) func() string {
+	return func() string {
+		t.Helper()
+		id, err := cl.Submit(context.Background(), "SHA256", map[string]string{"text": k}, client.IdempotencyKey(k))
+		must(t, err)
+		return id
+	}
+}
+
 // TestKeyKeptForeverSurvivesRestart: with a retention of 0 a finished job and its
 // idempotency key are kept for ever. A restart that reads the records (after a crash,
 // with no checkpoint of the term) knows the key, as one that reads a checkpoint does:
@@ -217,12 +223,7 @@ func TestKeyKeptForeverSurvivesRestart(t *testing.T) {
 	nc, cfg, logs, start := restartable(t)
 	cfg.Retention = 0
 	cl := client.New(nc)
-	submit := func() string {
-		t.Helper()
-		id, err := cl.Submit(ctx, "SHA256", map[string]string{"text": "k"}, client.IdempotencyKey("k"))
-		must(t, err)
-		return id
-	}
+	submit := submitUnderKey(t, cl, "k")
 	c1 := start(cfg)
 	id := submit()
 	_, _, err := cl.Cancel(ctx, id)

@@ -307,12 +307,18 @@ func TestQueuesKeyConcurrency(t *testing.T) {
 	}
 }
 
+// keyFrom declares that taskType takes its concurrency key from its payload at
+// pointer, at most n running per key.
+func (s *memSystem) keyFrom(taskType, pointer string, n int) {
+	s.sched.cat.mu.Lock()
+	defer s.sched.cat.mu.Unlock()
+	s.sched.cat.types[taskType] = &catalogued{rec: protocol.TaskTypeRecord{Name: taskType,
+		Options: protocol.TaskTypeOptions{ConcurrencyKey: pointer, KeyConcurrency: n}}}
+}
+
 func TestQueuesKeyFromPayload(t *testing.T) {
 	s := startMem(t, nil)
-	s.sched.cat.mu.Lock()
-	s.sched.cat.types["SEND_EMAIL"] = &catalogued{rec: protocol.TaskTypeRecord{Name: "SEND_EMAIL",
-		Options: protocol.TaskTypeOptions{ConcurrencyKey: "/customer/id", KeyConcurrency: 1}}}
-	s.sched.cat.mu.Unlock()
+	s.keyFrom("SEND_EMAIL", "/customer/id", 1)
 	email := func(payload string) *protocol.SubmitJob {
 		return &protocol.SubmitJob{TaskType: "SEND_EMAIL", Payload: json.RawMessage(payload)}
 	}
@@ -344,10 +350,7 @@ func TestQueuesKeyFromPayload(t *testing.T) {
 // too; a step whose payload does not resolve the pointer is refused with the group.
 func TestQueuesKeyFromPayloadInGroups(t *testing.T) {
 	s := startMem(t, nil)
-	s.sched.cat.mu.Lock()
-	s.sched.cat.types["SHA256"] = &catalogued{rec: protocol.TaskTypeRecord{Name: "SHA256",
-		Options: protocol.TaskTypeOptions{ConcurrencyKey: "/customer", KeyConcurrency: 1}}}
-	s.sched.cat.mu.Unlock()
+	s.keyFrom("SHA256", "/customer", 1)
 	group := func(req *protocol.SubmitWorkflow) protocol.Message {
 		got := make(chan protocol.Message, 1)
 		s.sched.submitGroup(req, request{due: time.Minute}, func(m protocol.Message) { got <- answerOf(m) })
