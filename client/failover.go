@@ -36,6 +36,9 @@ func WithFailoverNotice(notice func(msg string)) Option {
 // (jobbus is not running there). A submission left unanswered hears "Outcome unknown"
 // naming the job its request id names.
 func (n *natsTransport) request(ctx context.Context, t protocol.Type, subject string, body []byte, within time.Duration) (*nats.Msg, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err // ended before anything was sent: nothing was stored
+	}
 	opts := natsreq.Options{Within: within, Nobody: n.nobodyFn}
 	switch t {
 	case protocol.TypeSubmitJob:
@@ -63,18 +66,27 @@ func (n *natsTransport) request(ctx context.Context, t protocol.Type, subject st
 	case errors.Is(err, nats.ErrNoResponders):
 		// A coordinator process ran, but none served in time: nothing was received.
 		err = fmt.Errorf("%w on %s: %s, but none took over in time", ErrNoCoordinator, n.nc.ConnectedUrlRedacted(), noticeWithoutRetrying)
-	case opts.RequestID != "" && context.Cause(ctx) == ctx.Err() && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, natsreq.ErrCutOff)):
-		// A send was taken and not answered: the job its request id names may exist.
+	case opts.RequestID != "" && context.Cause(ctx) == ctx.Err() &&
+		(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, natsreq.ErrCutOff)):
+		// A send was taken and not answered: the job its request id names may exist,
+		// whether the time ran out or the caller cancelled.
 		cause := "no reply from a coordinator in time"
 		var refused *natsreq.RefusedError
-		if errors.Is(err, natsreq.ErrCutOff) || errors.As(err, &refused) {
+		var cancelled error
+		switch {
+		case errors.Is(err, context.Canceled):
+			cause, cancelled = "the request was cancelled before a coordinator replied", context.Canceled
+		case errors.Is(err, natsreq.ErrCutOff) || errors.As(err, &refused):
 			cause = err.Error()
 		}
 		if t == protocol.TypeSubmitJobs {
-			err = &batchUnanswered{cause: cause} // SubmitMany names each submission's job
+			err = &batchUnanswered{cause: cause, err: cancelled} // SubmitMany names each submission's job
 			break
 		}
 		err = &ServerError{Message: protocol.OutcomeUnknown("submission", protocol.RequestJobID(opts.RequestID), cause).Message}
+		if cancelled != nil {
+			err = fmt.Errorf("%w: %w", err, cancelled)
+		}
 	}
 	return msg, err
 }

@@ -159,3 +159,34 @@ func TestSubmitRetriesStopWithTheContext(t *testing.T) {
 		t.Fatalf("%d requests, want 1", got)
 	}
 }
+
+// TestSubmitCancelledAfterItWentIsOutcomeUnknown: a caller that cancels Submit after
+// its submission was received does not learn that it was not stored (a coordinator
+// may have stored it): it hears ErrOutcomeUnknown naming the job, as when its deadline
+// passes.
+func TestSubmitCancelledAfterItWentIsOutcomeUnknown(t *testing.T) {
+	t.Parallel()
+	sys := jobbustest.Start(t, jobbustest.WithoutCoordinator())
+	e, _ := protocol.EndpointFor(protocol.TypeSubmitJob)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rid := make(chan string, 1)
+	// A coordinator that takes the submission and has not answered when the caller
+	// gives up.
+	overhear(t, sys.NC, e.Subject(), func(m *nats.Msg) {
+		select {
+		case rid <- m.Header.Get(protocol.HeaderRequestID):
+			cancel()
+		default:
+		}
+	})
+	c := client.New(sys.NC, client.WithTimeout(time.Minute))
+	_, err := c.Submit(ctx, "SHA256", map[string]string{"text": "x"})
+	job, ok := client.OutcomeJob(err)
+	if !errors.Is(err, client.ErrOutcomeUnknown) || !ok || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Submit = %v, want an unknown outcome naming the job, and context.Canceled", err)
+	}
+	if want := protocol.RequestJobID(<-rid); job != want {
+		t.Fatalf("OutcomeJob = %s, want %s", job, want)
+	}
+}

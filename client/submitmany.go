@@ -322,7 +322,10 @@ func (c *Client) batchBytes() int {
 
 // batchUnanswered ends a batch of submissions that was sent and left unanswered (see
 // natsTransport.request): any of its jobs may exist, and SubmitMany names each.
-type batchUnanswered struct{ cause string }
+type batchUnanswered struct {
+	cause string
+	err   error // context.Canceled when the caller gave up on it, else nil
+}
 
 func (e *batchUnanswered) Error() string {
 	return protocol.OutcomeUnknownUnanswered("batch of submissions", e.cause).Message
@@ -330,6 +333,9 @@ func (e *batchUnanswered) Error() string {
 
 // Is matches ErrOutcomeUnknown.
 func (e *batchUnanswered) Is(target error) bool { return target == ErrOutcomeUnknown }
+
+// Unwrap is context.Canceled when the caller cancelled the batch.
+func (e *batchUnanswered) Unwrap() error { return e.err }
 
 // itemSize bounds its size in a batch: {"requestId":"...","submit":...}, and a comma.
 func itemSize(it *batchItem) int { return len(it.rid) + len(it.body) + 30 }

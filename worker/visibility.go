@@ -188,10 +188,16 @@ func (s *scope) send(r *protocol.TaskProgress) {
 }
 
 // Logger is jobctx.Scope's: a JSON logger into the attempt's log shipper, made on
-// first use.
+// first use. Once the attempt has ended (a context kept beyond its handler) it
+// discards: end has shipped the log already, and a shipper made now would never stop.
 func (s *scope) Logger() *slog.Logger {
 	s.logOnce.Do(func() {
 		s.mu.Lock()
+		if s.done {
+			s.mu.Unlock()
+			s.logger = slog.New(slog.DiscardHandler)
+			return
+		}
 		s.log = newLogShipper(s.w, s.m)
 		s.mu.Unlock()
 		h := slog.NewJSONHandler(s.log, &slog.HandlerOptions{Level: slog.LevelDebug})

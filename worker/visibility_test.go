@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -325,4 +326,35 @@ func TestProgressOverNATSAPI(t *testing.T) {
 	if j := status(); j["progress"] != 1.0 || j["progressMessage"] != "all done" {
 		t.Fatalf("finished job's progress %v %q, want 1 and the last message", j["progress"], j["progressMessage"])
 	}
+}
+
+// TestLoggerAfterTheAttemptEnded: a handler's context outlives its attempt (kept by a
+// goroutine the handler started); its Logger then discards, and starts nothing that
+// outlives the worker. Not parallel: it counts the worker's log shippers.
+func TestLoggerAfterTheAttemptEnded(t *testing.T) {
+	sys := jobbustest.Start(t)
+	kept := make(chan context.Context, 1)
+	w, stop := sys.StartFunctionWorker(t, func(w *worker.Worker) error {
+		return w.Handle("KEEPER", func(ctx context.Context, _ int, _ json.RawMessage) (string, error) {
+			kept <- ctx
+			return "kept", nil
+		})
+	})
+	cl := client.New(sys.NC)
+	testkit.Eventually(t, 15*time.Second, "worker listed", func() bool { return jobbustest.WorkerListed(cl, w.ID()) })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	id, err := cl.Submit(ctx, "KEEPER", map[string]any{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job, err := cl.Wait(ctx, id); err != nil || job.State != protocol.StateCompleted {
+		t.Fatalf("job %s: %+v, %v", id, job, err)
+	}
+	worker.Logger(<-kept).Info("after the attempt ended")
+	stop()
+	testkit.Eventually(t, 10*time.Second, "no log shipper left", func() bool {
+		buf := make([]byte, 1<<20)
+		return !strings.Contains(string(buf[:runtime.Stack(buf, true)]), "logShipper).run")
+	})
 }
