@@ -38,6 +38,7 @@ onComplete). The file is JSON:
 Edges may also be given apart ("edges": [["extract", "left"], ...]), and a chain in short:
 "chain": "a -> b -> c". A batch: {"kind": "batch", "steps": [...], "onSuccess": {...},
 "onComplete": {...}}; onComplete's payload gets "batch": {total, completed, failed, cancelled}.`,
+		Action: unknownSubcommand, // usage.go
 		Subcommands: []*cli.Command{
 			{
 				Name:      "submit",
