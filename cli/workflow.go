@@ -39,7 +39,7 @@ Edges may also be given apart ("edges": [["extract", "left"], ...]), and a chain
 "chain": "a -> b -> c". A batch: {"kind": "batch", "steps": [...], "onSuccess": {...},
 "onComplete": {...}}; onComplete's payload gets "batch": {total, completed, failed, cancelled}.`,
 		Action: unknownSubcommand, // usage.go
-		Subcommands: []*cli.Command{
+		Subcommands: withGlobalFlags([]*cli.Command{
 			{
 				Name:      "submit",
 				Usage:     "submit a workflow or batch from FILE.json (- reads stdin)",
@@ -112,7 +112,7 @@ Example:
 					return printStepJobs(p.w, pos[0], jobs)
 				}),
 			},
-		},
+		}),
 	}
 }
 
