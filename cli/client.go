@@ -45,7 +45,9 @@ func (s *session) Close() {
 // connect opens the session of a client command. reconnect lets a long-running command
 // (watch) ride out a short NATS outage; one-shot commands fail at once.
 func connect(c *cli.Context, reconnect bool, opts ...client.Option) (*session, error) {
-	if addr := global(c, "connect"); addr != "" {
+	// A command that does not take --connect (cluster, logs) reads NATS whatever
+	// JOBBUS_CONNECT says: set in the environment, it is the client commands'.
+	if addr := global(c, "connect"); addr != "" && commandTakes(c, "connect") {
 		ctx, cancel := context.WithTimeout(c.Context, natsDialTimeout)
 		defer cancel()
 		cl, err := client.DialTCP(ctx, addr, opts...)
