@@ -45,7 +45,9 @@ func (s *session) Close() {
 // connect opens the session of a client command. reconnect lets a long-running command
 // (watch) ride out a short NATS outage; one-shot commands fail at once.
 func connect(c *cli.Context, reconnect bool, opts ...client.Option) (*session, error) {
-	if addr := global(c, "connect"); addr != "" {
+	// A command that does not take --connect (cluster, logs) reads NATS whatever
+	// JOBBUS_CONNECT says: set in the environment, it is the client commands'.
+	if addr := global(c, "connect"); addr != "" && commandTakes(c, "connect") {
 		ctx, cancel := context.WithTimeout(c.Context, natsDialTimeout)
 		defer cancel()
 		cl, err := client.DialTCP(ctx, addr, opts...)
@@ -154,12 +156,12 @@ func args(c *cli.Context, names ...string) ([]string, error) {
 	switch {
 	case len(pos) == len(names):
 	case len(names) == 0:
-		return nil, usageError("%s takes no arguments, got %q: see `jobbus %s --help`", c.Command.Name, words, c.Command.Name)
+		return nil, usageError("%s takes no arguments, got %q: see `jobbus %s --help`", cmdName(c), words, cmdName(c))
 	case len(pos) > len(names):
-		return nil, usageError("%s needs %s, got %d arguments: %s", c.Command.Name, strings.Join(names, " "), len(pos), strays(c, pos[len(names):]))
+		return nil, usageError("%s needs %s, got %d arguments: %s", cmdName(c), strings.Join(names, " "), len(pos), strays(c, pos[len(names):]))
 	default:
 		return nil, usageError("%s needs %s, got %d argument(s): see `jobbus %s --help`",
-			c.Command.Name, strings.Join(names, " "), len(pos), c.Command.Name)
+			cmdName(c), strings.Join(names, " "), len(pos), cmdName(c))
 	}
 	return words, nil
 }
@@ -193,7 +195,7 @@ func strays(c *cli.Context, extra []positional) string {
 		}
 		return fmt.Sprintf("%s; if %s to --%s, quote the value: --%s %s", what, it, first.flag, first.flag, shellQuote(strings.Join(value, " ")))
 	}
-	return fmt.Sprintf("%s; quote a value that has spaces (see `jobbus %s --help`)", what, c.Command.Name)
+	return fmt.Sprintf("%s; quote a value that has spaces (see `jobbus %s --help`)", what, cmdName(c))
 }
 
 // shellQuote quotes s for a POSIX shell.

@@ -35,9 +35,6 @@ Example:
 			if _, err := args(c); err != nil {
 				return err
 			}
-			if global(c, "connect") != "" {
-				return usageError("cluster reads NATS and JetStream: it takes --nats or --context, not --connect")
-			}
 			s, err := connect(c, false)
 			if err != nil {
 				return exitErr(err)

@@ -149,6 +149,29 @@ func TestGlobalFromEnvironmentNotRefused(t *testing.T) {
 	}
 }
 
+// TestConnectFromEnvironmentUnusedByNATSCommands: logs and cluster read NATS only; a
+// JOBBUS_CONNECT in the environment, there for the client commands, stays quietly
+// unused by them (docs/operations.md) instead of failing them, while --connect on
+// their command line is a usage mistake.
+func TestConnectFromEnvironmentUnusedByNATSCommands(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	out, _ := over{s, natsTransport}.mustRun(cli.ExitOK, "submit", "sha256", "--text", "hi", "--json")
+	id := submitted(t, out)
+	for _, args := range [][]string{{"logs", id}, {"cluster"}} {
+		cmd := exec.Command(jobbusBin, append([]string{"--nats", s.url}, args...)...)
+		cmd.Env = append(os.Environ(), "JOBBUS_CONNECT=127.0.0.1:1")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Errorf("jobbus %s with JOBBUS_CONNECT set: %v %s", strings.Join(args, " "), err, out)
+		}
+		if code, _, errs := cliRun([]string{"--nats", s.url, "--connect", "127.0.0.1:1"}, args...); code != cli.ExitUsage ||
+			!strings.Contains(errs, "--connect does not apply to `jobbus "+args[0]+"`") {
+			t.Errorf("jobbus --connect ... %s: exit %d, stderr %q; want %d, --connect does not apply", args[0], code, errs, cli.ExitUsage)
+		}
+	}
+}
+
 // screen is a terminal's stand-in: stdout and stderr end up on it, in order.
 type screen struct{ testkit.Buffer }
 

@@ -42,6 +42,7 @@ var globalsOf = map[string][]string{
 	"queue":       slices.Concat(natsGlobals, connectGlobal),
 	"watch":       slices.Concat(natsGlobals, connectGlobal),
 	"cluster":     natsGlobals,
+	"logs":        natsGlobals, // job logs are read from JetStream, never the TCP port
 	"schedule":    slices.Concat(natsGlobals, connectGlobal),
 	"limit":       slices.Concat(natsGlobals, connectGlobal),
 }

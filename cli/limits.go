@@ -36,6 +36,7 @@ Examples:
    jobbus limit set --queue low --rate 5/s
    jobbus limit ls
    jobbus limit rm --type SEND_EMAIL`,
+		Action: unknownSubcommand, // usage.go
 		Subcommands: withGlobalFlags([]*cli.Command{
 			{
 				Name:  "set",

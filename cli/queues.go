@@ -25,6 +25,7 @@ Example:
    jobbus queue pause low
    jobbus queue resume low
    jobbus queue set low --max-running 20 --key-concurrency 2`,
+		Action: unknownSubcommand, // usage.go
 		Subcommands: withGlobalFlags([]*cli.Command{
 			{
 				Name:  "ls",

@@ -48,12 +48,7 @@ Examples:
 				}),
 			scheduleTriggerCommand(),
 		}),
-		Action: func(c *cli.Context) error {
-			if c.Args().Len() > 0 {
-				return usageError("unknown schedule command %q (add, ls, pause, resume, rm, trigger)", c.Args().First())
-			}
-			return cli.ShowSubcommandHelp(c)
-		},
+		Action: unknownSubcommand, // usage.go
 	}
 }
 

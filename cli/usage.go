@@ -51,12 +51,22 @@ func flagError(c *cli.Context, err error) error {
 	return usageError("%s%s %s%s", prefix(c), m[1], dashed, m[3])
 }
 
-// commandPath is how the user called the command: "jobbus" or "jobbus submit".
+// commandPath is how the user called the command: "jobbus", "jobbus submit" or
+// "jobbus queue ls".
 func commandPath(c *cli.Context) string {
 	if isApp(c) {
 		return c.App.Name
 	}
-	return c.App.Name + " " + c.Command.Name
+	return c.App.Name + " " + cmdName(c)
+}
+
+// cmdName is the command's name as typed after the program's: "submit", or for a
+// subcommand its parent's name too, "queue ls" (`jobbus ls` is no command).
+func cmdName(c *cli.Context) string {
+	if h, ok := strings.CutPrefix(c.Command.HelpName, c.App.Name+" "); ok {
+		return h
+	}
+	return c.Command.Name
 }
 
 // isApp reports whether c is the app's own context, before any command's name.
@@ -69,7 +79,7 @@ func prefix(c *cli.Context) string {
 	if isApp(c) {
 		return ""
 	}
-	return c.Command.Name + ": "
+	return cmdName(c) + ": "
 }
 
 // flagNames are the long names of the flags the command (or, at the top, the app) takes.
@@ -134,6 +144,29 @@ func unknownCommand(c *cli.Context) error {
 		msg += ", did you mean `jobbus " + s + "`?"
 	}
 	return usageError("%s (see `jobbus --help` for the commands)", msg)
+}
+
+// unknownSubcommand is the action of a command that groups others (queue, limit,
+// schedule, workflow): with no subcommand it shows the help, with a word that is none
+// it says so in one line, with what is close, as unknownCommand does.
+func unknownSubcommand(c *cli.Context) error {
+	if !c.Args().Present() {
+		return cli.ShowSubcommandHelp(c)
+	}
+	name := c.Args().First()
+	var names, all []string
+	for _, sub := range c.Command.VisibleCommands() {
+		if sub.Name == "help" {
+			continue
+		}
+		all = append(all, sub.Name)
+		names = append(names, sub.Names()...)
+	}
+	msg := fmt.Sprintf("unknown %s command %q", cmdName(c), name)
+	if s := closest(name, names); s != "" {
+		msg += fmt.Sprintf(", did you mean `%s %s`?", commandPath(c), s)
+	}
+	return usageError("%s (%s; see `%s --help`)", msg, strings.Join(all, ", "), commandPath(c))
 }
 
 // helpTopicError recognises the help command's "No help topic" exit, which urfave/cli

@@ -38,7 +38,8 @@ onComplete). The file is JSON:
 Edges may also be given apart ("edges": [["extract", "left"], ...]), and a chain in short:
 "chain": "a -> b -> c". A batch: {"kind": "batch", "steps": [...], "onSuccess": {...},
 "onComplete": {...}}; onComplete's payload gets "batch": {total, completed, failed, cancelled}.`,
-		Subcommands: []*cli.Command{
+		Action: unknownSubcommand, // usage.go
+		Subcommands: withGlobalFlags([]*cli.Command{
 			{
 				Name:      "submit",
 				Usage:     "submit a workflow or batch from FILE.json (- reads stdin)",
@@ -111,7 +112,7 @@ Example:
 					return printStepJobs(p.w, pos[0], jobs)
 				}),
 			},
-		},
+		}),
 	}
 }
 

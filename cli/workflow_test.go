@@ -84,3 +84,29 @@ func TestWorkflowCommands(t *testing.T) {
 		o.mustRun(cli.ExitUsage, "submit", "sha256", "--text", "3", "--after-any-end")
 	})
 }
+
+// TestWorkflowGlobalsAfterName: the global flags go after a workflow command's name
+// too, as after every other command's (docs/operations.md): `jobbus workflow submit
+// etl.json --wait --nats URL` is not refused as if --nats did not apply.
+func TestWorkflowGlobalsAfterName(t *testing.T) {
+	t.Parallel()
+	forEachTransport(t, func(t *testing.T, o over) {
+		file := writeFile(t, `{"workflowId":"after","steps":[{"name":"a","taskType":"SHA256","payload":{"text":"a"}}]}`)
+		global := o.tr.flags(o.system)
+		run := func(want int, args ...string) string {
+			t.Helper()
+			code, out, errs := cliRun(nil, append(args, global...)...)
+			if code != want {
+				t.Fatalf("jobbus %s: exit %d, want %d\nstdout: %s\nstderr: %s", strings.Join(append(args, global...), " "), code, want, out, errs)
+			}
+			return out
+		}
+		out := run(cli.ExitOK, "workflow", "submit", file, "--wait", "--json")
+		if st := jsonLines[protocol.WorkflowStatus](t, out); len(st) != 1 || st[0].State != "COMPLETED" {
+			t.Fatalf("workflow submit --wait printed %s", out)
+		}
+		run(cli.ExitOK, "workflow", "status", "after")
+		run(cli.ExitOK, "workflow", "cancel", "after")
+		run(cli.ExitOK, "workflow", "retry", "after")
+	})
+}
