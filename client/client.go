@@ -312,8 +312,11 @@ func answer[T any, P interface {
 }
 
 func unexpected(m protocol.Message) error {
-	if e, ok := m.(*protocol.Error); ok {
+	switch e := m.(type) {
+	case *protocol.Error:
 		return &ServerError{Message: e.Message}
+	case *protocol.SubmitRejected: // a request that submits, at capacity (a schedule's trigger)
+		return &RejectedError{*e}
 	}
 	return fmt.Errorf("unexpected reply %s", m.MessageType())
 }

@@ -305,7 +305,7 @@ func (sch *schedules) submit(sc *protocol.Schedule, key string) (id string, refu
 	case *protocol.JobSubmitted:
 		return r.JobID, nil, nil
 	case *protocol.SubmitRejected:
-		return "", nil, errors.New(r.Reason)
+		return "", nil, &atCapacity{r}
 	case *protocol.Error:
 		if strings.HasPrefix(r.Message, ErrNotServing.Error()) || strings.HasPrefix(r.Message, protocol.OutcomeUnknownPrefix) ||
 			strings.Contains(r.Message, "was not stored") {
@@ -315,6 +315,13 @@ func (sch *schedules) submit(sc *protocol.Schedule, key string) (id string, refu
 	}
 	return "", nil, fmt.Errorf("unexpected answer %s", m.MessageType())
 }
+
+// atCapacity is a schedule's submission rejected at capacity: a tick tries it again, a
+// trigger answers it as it came (SUBMIT_REJECTED), so that its caller hears a rejection
+// worth retrying, as a submission's.
+type atCapacity struct{ r *protocol.SubmitRejected }
+
+func (e *atCapacity) Error() string { return e.r.Reason }
 
 // write stores sc as e's schedule, CAS on the revision last read or written. Called
 // with e.op held.
@@ -531,7 +538,10 @@ func (sch *schedules) triggerLocked(e *schedEntry, name string) protocol.Message
 	now := sch.s.now()
 	id, refused, err := sch.submit(&sc, protocol.ScheduleTickKey(name, now.UnixMilli()))
 	next := sc
+	var full *atCapacity
 	switch {
+	case errors.As(err, &full):
+		return full.r
 	case err != nil:
 		return &protocol.Error{Message: fmt.Sprintf("schedule %s: trigger not submitted: %v", name, err)}
 	case refused != nil:

@@ -420,6 +420,11 @@ func TestScheduleRetriesATickNotStored(t *testing.T) {
 	if n := obs.count("full", coordinator.ScheduleRetried); n < 1 {
 		t.Fatalf("%d retried ticks counted", n)
 	}
+	// A trigger at capacity is a rejection worth retrying, as a submission's is (the
+	// CLI's exit 3), not an error.
+	if _, err := s.Client.TriggerSchedule(ctx, "full"); !errors.Is(err, client.ErrRejected) || !strings.Contains(err.Error(), "coordinator at capacity") {
+		t.Fatalf("trigger at capacity: %v, want client.ErrRejected", err)
+	}
 	for _, id := range blockers {
 		if _, _, err := s.Client.Cancel(ctx, id); err != nil {
 			t.Fatal(err)
