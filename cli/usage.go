@@ -135,15 +135,21 @@ func unknownCommand(c *cli.Context) error {
 		return cli.ShowAppHelp(c)
 	}
 	name := c.Args().First()
+	msg := fmt.Sprintf("unknown command %q", name) + didYouMean(name, c.App.Name, c.App.VisibleCommands())
+	return usageError("%s (see `jobbus --help` for the commands)", msg)
+}
+
+// didYouMean is ", did you mean `PATH NAME`?" for the command among cmds closest to
+// the word typed, or "" if none is close; path is how their parent is called.
+func didYouMean(typed, path string, cmds []*cli.Command) string {
 	var names []string
-	for _, cmd := range c.App.VisibleCommands() {
+	for _, cmd := range cmds {
 		names = append(names, cmd.Names()...)
 	}
-	msg := fmt.Sprintf("unknown command %q", name)
-	if s := closest(name, names); s != "" {
-		msg += ", did you mean `jobbus " + s + "`?"
+	if s := closest(typed, names); s != "" {
+		return fmt.Sprintf(", did you mean `%s %s`?", path, s)
 	}
-	return usageError("%s (see `jobbus --help` for the commands)", msg)
+	return ""
 }
 
 // unknownSubcommand is the action of a command that groups others (queue, limit,
@@ -154,18 +160,14 @@ func unknownSubcommand(c *cli.Context) error {
 		return cli.ShowSubcommandHelp(c)
 	}
 	name := c.Args().First()
-	var names, all []string
+	var subs []*cli.Command
+	var all []string
 	for _, sub := range c.Command.VisibleCommands() {
-		if sub.Name == "help" {
-			continue
+		if sub.Name != "help" {
+			subs, all = append(subs, sub), append(all, sub.Name)
 		}
-		all = append(all, sub.Name)
-		names = append(names, sub.Names()...)
 	}
-	msg := fmt.Sprintf("unknown %s command %q", cmdName(c), name)
-	if s := closest(name, names); s != "" {
-		msg += fmt.Sprintf(", did you mean `%s %s`?", commandPath(c), s)
-	}
+	msg := fmt.Sprintf("unknown %s command %q", cmdName(c), name) + didYouMean(name, commandPath(c), subs)
 	return usageError("%s (%s; see `%s --help`)", msg, strings.Join(all, ", "), commandPath(c))
 }
 

@@ -40,7 +40,7 @@ func (s *scheduler) ended(j *job) {
 	if !j.rec.State.Terminal() {
 		return
 	}
-	if j.rec.WorkflowID != "" || j.rec.BatchID != "" {
+	if groupOf(&j.rec) != "" {
 		s.stepEnded(&j.rec) // workflow.go
 	}
 	d := &s.deps
@@ -308,7 +308,7 @@ func (s *scheduler) recoverWaiting(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.unlock()
 	for _, r := range ended {
-		if r.State.Terminal() && (r.WorkflowID != "" || r.BatchID != "") {
+		if r.State.Terminal() && groupOf(&r) != "" {
 			// A step that ended before: its group knows it, as if seen to end (a
 			// batch's on-complete counts it).
 			s.stepEnded(&r)

@@ -104,23 +104,19 @@ func (gs *groups) put(g *group) {
 	gs.byID[g.id] = g
 }
 
-// groupOf is the id of j's group, if any.
-func groupOf(j *job) string {
-	if j.rec.WorkflowID != "" {
-		return j.rec.WorkflowID
+// groupOf is the id of the group of the job whose record is r, if any.
+func groupOf(r *protocol.Record) string {
+	if r.WorkflowID != "" {
+		return r.WorkflowID
 	}
-	return j.rec.BatchID
+	return r.BatchID
 }
 
 // stepEnded notes that the step job whose record is r ended: from ended, or read back
 // by recoverWaiting (a step that ended before this coordinator led). Called with mu
 // held.
 func (s *scheduler) stepEnded(r *protocol.Record) {
-	id := r.WorkflowID
-	if id == "" {
-		id = r.BatchID
-	}
-	g := s.groups.get(id)
+	g := s.groups.get(groupOf(r))
 	if g == nil {
 		return
 	}
@@ -776,9 +772,7 @@ func (s *scheduler) holdColdSteps(id string) {
 	s.mu.Lock()
 	defer s.unlock()
 	for _, r := range recs {
-		if r.State == protocol.StateScheduled {
-			s.holdCold(r.Record, r.rev)
-		}
+		s.holdCold(r.Record, r.rev) // only one still SCHEDULED and cold
 	}
 }
 
@@ -979,7 +973,7 @@ func (s *scheduler) recoverGroups(ctx context.Context) error {
 	s.mu.Lock()
 	active := make(map[string][]*job) // group id -> its active jobs
 	for _, j := range s.jobs {
-		if id := groupOf(j); id != "" {
+		if id := groupOf(&j.rec); id != "" {
 			active[id] = append(active[id], j)
 		}
 	}
