@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nuid"
+
 	"github.com/jobbus/jobbus/bus/protocol"
 )
 
@@ -525,8 +527,8 @@ func (sch *schedules) removeLocked(e *schedEntry, name string) protocol.Message 
 	return settled{&protocol.ScheduleInfo{Schedule: was}}
 }
 
-// trigger submits schedule name's job now, paused or not, under the key of this
-// millisecond; its ticks go on as before.
+// trigger submits schedule name's job now, paused or not, under a key of its own; its
+// ticks go on as before.
 func (sch *schedules) trigger(name string) protocol.Message {
 	return sch.with(name, func(e *schedEntry) protocol.Message { return sch.triggerLocked(e, name) })
 }
@@ -536,7 +538,7 @@ func (sch *schedules) triggerLocked(e *schedEntry, name string) protocol.Message
 	sc := e.sc
 	sch.mu.Unlock()
 	now := sch.s.now()
-	id, refused, err := sch.submit(&sc, protocol.ScheduleTickKey(name, now.UnixMilli()))
+	id, refused, err := sch.submit(&sc, protocol.ScheduleTriggerKey(name, nuid.Next()))
 	next := sc
 	var full *atCapacity
 	switch {

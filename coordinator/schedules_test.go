@@ -456,3 +456,34 @@ func TestScheduleRetriesATickNotStored(t *testing.T) {
 		}
 	}
 }
+
+// TestScheduleTriggersEachRun: every trigger is a run of its own, even two in the same
+// millisecond or one on the millisecond of a tick (each got the other's job, keyed by
+// the millisecond alone).
+func TestScheduleTriggersEachRun(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock(time.Now().Truncate(time.Second))
+	s := setup(t, func(c *coordinator.Config) { c.Now = clock.now })
+	ctx := context.Background()
+	added := addSchedule(t, s, client.Schedule{Name: "often", Every: time.Minute, TaskType: "SHA256", Payload: text("o")})
+	clock.advance(time.Minute) // onto the first tick's millisecond, and held there
+	s.Eventually("the first tick", func() bool { return len(scheduleJobs(t, s, "often")) == 1 })
+	tick := scheduleJobs(t, s, "often")[0].JobID
+	if sc := scheduleNamed(t, s, "often"); sc.LastTickMillis != added.CreatedAtMillis+time.Minute.Milliseconds() {
+		t.Fatalf("last tick %d, want the first minute's", sc.LastTickMillis)
+	}
+	seen := map[string]bool{tick: true}
+	for i := range 2 {
+		id, err := s.Client.TriggerSchedule(ctx, "often")
+		if err != nil {
+			t.Fatalf("trigger %d: %v", i, err)
+		}
+		if seen[id] {
+			t.Fatalf("trigger %d answered job %s, which an earlier run of the same millisecond made", i, id)
+		}
+		seen[id] = true
+	}
+	if got := len(scheduleJobs(t, s, "often")); got != 3 {
+		t.Fatalf("%d jobs, want a tick's and two triggers'", got)
+	}
+}

@@ -40,6 +40,13 @@ func ScheduleTickKey(name string, tickMillis int64) string {
 	return fmt.Sprintf("schedule:%s:%d", name, tickMillis)
 }
 
+// ScheduleTriggerKey is the idempotency key of the job a trigger of schedule name
+// submits: run, unique to the trigger, so that each trigger is a run of its own and
+// none shares a tick's key (a name has no ':').
+func ScheduleTriggerKey(name, run string) string {
+	return fmt.Sprintf("schedule:%s:trigger:%s", name, run)
+}
+
 // CatchUp says what a schedule does with the ticks that passed while no coordinator
 // ran (or while the leader could not submit): none skips them, one runs the latest of
 // them once, all runs each of them.
