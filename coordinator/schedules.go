@@ -485,14 +485,16 @@ func (sch *schedules) changeLocked(e *schedEntry, name string, pause bool) proto
 	sch.mu.Lock()
 	next := e.sc
 	sch.mu.Unlock()
-	if next.Paused != pause {
-		next.Paused = pause
-		if !pause {
-			next.SinceMillis = sch.s.now().UnixMilli()
-		}
-		if err := sch.write(e, next); err != nil {
-			return &protocol.Error{Message: err.Error()}
-		}
+	if next.Paused == pause {
+		// Nothing changes: an active schedule's timer may be a retry's backoff.
+		return settled{&protocol.ScheduleInfo{Schedule: sch.view(e)}}
+	}
+	next.Paused = pause
+	if !pause {
+		next.SinceMillis = sch.s.now().UnixMilli()
+	}
+	if err := sch.write(e, next); err != nil {
+		return &protocol.Error{Message: err.Error()}
 	}
 	if pause {
 		sch.disarm(e)

@@ -487,3 +487,33 @@ func TestScheduleTriggersEachRun(t *testing.T) {
 		t.Fatalf("%d jobs, want a tick's and two triggers'", got)
 	}
 }
+
+// TestScheduleResumeWhileActive: resuming a schedule that is not paused changes
+// nothing; it re-armed the schedule at its tick, so that a tick waiting out a retry's
+// backoff was tried again at once.
+func TestScheduleResumeWhileActive(t *testing.T) {
+	t.Parallel()
+	obs := &tickCounter{}
+	s := setup(t, func(c *coordinator.Config) { c.MaxActiveJobs = 1; c.Observer = obs })
+	ctx := context.Background()
+	s.Submit("SLEEP", map[string]int{"durationMillis": 1}) // no worker: the coordinator stays full
+	addSchedule(t, s, client.Schedule{Name: "full", Every: time.Second, TaskType: "SHA256", Payload: text("f")})
+	// After its second failure a tick waits 2 s before it is tried again.
+	s.Eventually("a tick refused twice", func() bool { return obs.count("full", coordinator.ScheduleRetried) >= 2 })
+	before := scheduleNamed(t, s, "full")
+	retried := obs.count("full", coordinator.ScheduleRetried)
+	if before.NextTickMillis <= time.Now().UnixMilli() {
+		t.Fatalf("next tick %d: want the retry, ahead", before.NextTickMillis)
+	}
+	resumed, err := s.Client.ResumeSchedule(ctx, "full")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resumed.NextTickMillis != before.NextTickMillis || resumed.SinceMillis != before.SinceMillis {
+		t.Fatalf("resumed while active: next %d since %d, want %d and %d as before",
+			resumed.NextTickMillis, resumed.SinceMillis, before.NextTickMillis, before.SinceMillis)
+	}
+	if n := obs.count("full", coordinator.ScheduleRetried); n > retried+1 {
+		t.Fatalf("%d retries after the resume, %d before: the resume skipped the backoff", n, retried)
+	}
+}
