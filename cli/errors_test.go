@@ -56,6 +56,8 @@ func TestUsageErrorsInOneLine(t *testing.T) {
 		{"BenchSyncOnExternal", []string{"--connect", "127.0.0.1:1"}, []string{"bench", "--sync", "always"}, "--sync applies to the system bench builds"},
 		{"BenchNothing", nil, []string{"bench", "--jobs", "0"}, "nothing to measure: give --jobs, --idle or --scheduled"},
 		{"BenchScheduledOnExternal", []string{"--connect", "127.0.0.1:1"}, []string{"bench", "--scheduled", "10"}, "--scheduled must be at least 0, and needs the in-process system"},
+		{"SubmitTimeoutWithoutWait", nats, []string{"submit", "sha256", "--text", "x", "--timeout", "5s"}, "--timeout applies only with --wait: it is how long to wait for the job to end"},
+		{"WorkflowTimeoutWithoutWait", nats, []string{"workflow", "submit", "etl.json", "--timeout", "5s"}, "--timeout applies only with --wait: it is how long to wait for the workflow to end"},
 		{"SubmitInAndAt", nats, []string{"submit", "sha256", "--text", "x", "--in", "1m", "--at", "2026-12-24T09:00:00Z"}, "--in and --at cannot be combined: give the delay or the time"},
 		{"SubmitNegativeIn", nats, []string{"submit", "sha256", "--text", "x", "--in", "-1m"}, "--in must not be negative, got -1m0s"},
 		{"SubmitAtNotRFC3339", nats, []string{"submit", "sha256", "--text", "x", "--at", "tomorrow 9am"}, `--at must be an RFC 3339 time such as 2026-12-24T09:00:00Z (or with an offset, +01:00), got "tomorrow 9am"`},

@@ -41,6 +41,17 @@ func timeoutFlag(usage string) cli.Flag {
 	return &cli.DurationFlag{Name: "timeout", Usage: usage + " (0: until Ctrl-C)", EnvVars: env("timeout")}
 }
 
+// timeoutNeedsWait refuses --timeout without --wait on a command whose --timeout is how
+// long --wait waits for what to end: unused, it would read as the job's own time limit.
+// One set in the environment is shared configuration and stays quietly unused. Called
+// once the flags after the arguments are read (args).
+func timeoutNeedsWait(c *cli.Context, what string) error {
+	if givenOnCommandLine(c, "timeout") && !c.Bool("wait") {
+		return usageError("--timeout applies only with --wait: it is how long to wait for the %s to end", what)
+	}
+	return nil
+}
+
 func submitCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "submit",
@@ -90,6 +101,9 @@ Examples:
 func submit(c *cli.Context) error {
 	pos, err := args(c, "TASK")
 	if err != nil {
+		return err
+	}
+	if err := timeoutNeedsWait(c, "job"); err != nil {
 		return err
 	}
 	task := taskName(pos[0])

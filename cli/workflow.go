@@ -155,6 +155,9 @@ func readWorkflow(name string, stdin io.Reader) (*protocol.SubmitWorkflow, error
 }
 
 func workflowSubmit(c *cli.Context, s *session, pos []string) error {
+	if err := timeoutNeedsWait(c, "workflow"); err != nil {
+		return err
+	}
 	req, err := readWorkflow(pos[0], os.Stdin)
 	if err != nil {
 		return err
