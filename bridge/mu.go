@@ -514,9 +514,12 @@ func (s *muSession) api(m *mu.Message) ([]byte, error) {
 	if e, ok := protocol.EndpointFor(req.MessageType()); !ok || e.Subject() != m.Path {
 		return nil, fmt.Errorf("%s does not serve %s", m.Path, req.MessageType())
 	}
-	reply, _, perr := s.b.request(m.Path, m.Payload, s.log)
+	reply, decoded, perr := s.b.request(m.Path, m.Payload, s.log)
 	if perr != nil {
 		return encodeError(perr), nil
+	}
+	if m.Path == submitManySubject && decoded {
+		reply = s.b.settleBatch(m.Payload, reply, s.log) // as the client port does
 	}
 	return reply, nil
 }

@@ -484,3 +484,37 @@ func TestMuHostileInputs(t *testing.T) {
 		t.Errorf("frame errors not counted: %+v", st)
 	}
 }
+
+// TestMuClientBatchSettled: a Mu node's own SUBMIT_JOBS is answered as the client
+// port's is: a submission whose answer leaves its outcome open is sent once more alone
+// and its answer takes the open one's place.
+func TestMuClientBatchSettled(t *testing.T) {
+	t.Parallel()
+	s := setup(t, noCoordinator(), withMu(nil))
+	notServing := `{"type":"ERROR","message":"` + protocol.NotServingPrefix + `: its lease lapsed"}`
+	_, again := standInMany(t, s.NC, func([]string) string {
+		return `{"type":"JOBS_SUBMITTED","answers":[{"type":"JOB_SUBMITTED","jobId":"` + protocol.RequestJobID("r0") + `"},` + notServing + `]}`
+	})
+	submit := json.RawMessage(`{"type":"SUBMIT_JOB","taskType":"SHA256","payload":{"text":"x"}}`)
+	payload, err := protocol.Encode(&protocol.SubmitJobs{Jobs: []protocol.BatchedSubmission{
+		{RequestID: "r0", Submit: submit}, {RequestID: "r1", Submit: submit},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := dial(t, s.br.MuAddr())
+	sendMu(t, p, `{"messageType":"ASK","requestId":"b","path":"`+submitManySubject+`","payload":`+string(payload)+`}`)
+	a := recvMu(t, p)
+	got, ok := decodeReply(t, a.Payload).(*protocol.JobsSubmitted)
+	if a.MessageType != mu.TypeResponse || !ok || len(got.Answers) != 2 {
+		t.Fatalf("reply %+v, want a RESPONSE of a JOBS_SUBMITTED of 2 answers", a)
+	}
+	for i, rid := range []string{"r0", "r1"} {
+		if want := `{"type":"JOB_SUBMITTED","jobId":"` + protocol.RequestJobID(rid) + `"}`; string(got.Answers[i]) != want {
+			t.Fatalf("answer %d %s, want %s", i, got.Answers[i], want)
+		}
+	}
+	if len(again) != 1 {
+		t.Fatalf("%d batches sent again, want 1", len(again))
+	}
+}
