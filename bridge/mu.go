@@ -445,8 +445,12 @@ func (n *muNode) answered(m *mu.Message) {
 // and port 0, so that "<path>@<host>" reaches it either way.
 func muSender(from bus.Address) *mu.Address {
 	if from.Role == bus.RoleMu {
-		if a, err := mu.ParseAddress(from.ID); err == nil {
-			return &a
+		// The id is mu.Address.String(), host + ":" + port, whatever colons the host
+		// holds (an IPv6 one), so the port is after the last colon.
+		if i := strings.LastIndexByte(from.ID, ':'); i > 0 {
+			if port, err := strconv.Atoi(from.ID[i+1:]); err == nil && port >= 0 && port <= 65535 {
+				return &mu.Address{Host: from.ID[:i], Port: port}
+			}
 		}
 	}
 	return &mu.Address{Host: string(from.Role) + "/" + from.ID}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -516,5 +517,30 @@ func TestMuClientBatchSettled(t *testing.T) {
 	}
 	if len(again) != 1 {
 		t.Fatalf("%d batches sent again, want 1", len(again))
+	}
+}
+
+// TestMuSenderAddressIPv6: a Mu node with an IPv6 host reaches another as its own
+// senderAddress, host and port apart, so that the other can answer it.
+func TestMuSenderAddressIPv6(t *testing.T) {
+	t.Parallel()
+	s := setup(t, noCoordinator(), withMu(nil))
+	v6, v4 := s.muNode("[::1]:27041"), s.muNode("127.0.0.1:27042")
+	seen := make(chan *mu.Address, 1)
+	v4.Handle("who", func(_ context.Context, m *mu.Message) (json.RawMessage, error) {
+		seen <- m.SenderAddress
+		return nil, nil
+	})
+	ctx := askCtx(t)
+	if _, err := v6.Ask(ctx, "who@127.0.0.1:27042", nil); err != nil {
+		t.Fatal(err)
+	}
+	a := <-seen
+	if a == nil || *a != (mu.Address{Host: "::1", Port: 27041}) {
+		t.Fatalf("senderAddress %+v, want ::1 and 27041", a)
+	}
+	// Answered the way the doc says: "<path>@<host>:<port>".
+	if got, err := v4.Ask(ctx, "echo@"+a.Host+":"+strconv.Itoa(a.Port), json.RawMessage(`1`)); err != nil || string(got) != "1" {
+		t.Fatalf("asking the sender back: %s, %v", got, err)
 	}
 }
