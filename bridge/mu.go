@@ -445,8 +445,12 @@ func (n *muNode) answered(m *mu.Message) {
 // and port 0, so that "<path>@<host>" reaches it either way.
 func muSender(from bus.Address) *mu.Address {
 	if from.Role == bus.RoleMu {
-		if a, err := mu.ParseAddress(from.ID); err == nil {
-			return &a
+		// The id is mu.Address.String(), host + ":" + port, whatever colons the host
+		// holds (an IPv6 one), so the port is after the last colon.
+		if i := strings.LastIndexByte(from.ID, ':'); i > 0 {
+			if port, err := strconv.Atoi(from.ID[i+1:]); err == nil && port >= 0 && port <= 65535 {
+				return &mu.Address{Host: from.ID[:i], Port: port}
+			}
 		}
 	}
 	return &mu.Address{Host: string(from.Role) + "/" + from.ID}
@@ -514,9 +518,12 @@ func (s *muSession) api(m *mu.Message) ([]byte, error) {
 	if e, ok := protocol.EndpointFor(req.MessageType()); !ok || e.Subject() != m.Path {
 		return nil, fmt.Errorf("%s does not serve %s", m.Path, req.MessageType())
 	}
-	reply, _, perr := s.b.request(m.Path, m.Payload, s.log)
+	reply, decoded, perr := s.b.request(m.Path, m.Payload, s.log)
 	if perr != nil {
 		return encodeError(perr), nil
+	}
+	if m.Path == submitManySubject && decoded {
+		reply = s.b.settleBatch(m.Payload, reply, s.log) // as the client port does
 	}
 	return reply, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -482,5 +483,64 @@ func TestMuHostileInputs(t *testing.T) {
 	t.Logf("mu port: %+v", st)
 	if st.FrameErrors["malformed"] == 0 || st.FrameErrors["bad_length"] == 0 {
 		t.Errorf("frame errors not counted: %+v", st)
+	}
+}
+
+// TestMuClientBatchSettled: a Mu node's own SUBMIT_JOBS is answered as the client
+// port's is: a submission whose answer leaves its outcome open is sent once more alone
+// and its answer takes the open one's place.
+func TestMuClientBatchSettled(t *testing.T) {
+	t.Parallel()
+	s := setup(t, noCoordinator(), withMu(nil))
+	notServing := `{"type":"ERROR","message":"` + protocol.NotServingPrefix + `: its lease lapsed"}`
+	_, again := standInMany(t, s.NC, func([]string) string {
+		return `{"type":"JOBS_SUBMITTED","answers":[{"type":"JOB_SUBMITTED","jobId":"` + protocol.RequestJobID("r0") + `"},` + notServing + `]}`
+	})
+	submit := json.RawMessage(`{"type":"SUBMIT_JOB","taskType":"SHA256","payload":{"text":"x"}}`)
+	payload, err := protocol.Encode(&protocol.SubmitJobs{Jobs: []protocol.BatchedSubmission{
+		{RequestID: "r0", Submit: submit}, {RequestID: "r1", Submit: submit},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := dial(t, s.br.MuAddr())
+	sendMu(t, p, `{"messageType":"ASK","requestId":"b","path":"`+submitManySubject+`","payload":`+string(payload)+`}`)
+	a := recvMu(t, p)
+	got, ok := decodeReply(t, a.Payload).(*protocol.JobsSubmitted)
+	if a.MessageType != mu.TypeResponse || !ok || len(got.Answers) != 2 {
+		t.Fatalf("reply %+v, want a RESPONSE of a JOBS_SUBMITTED of 2 answers", a)
+	}
+	for i, rid := range []string{"r0", "r1"} {
+		if want := `{"type":"JOB_SUBMITTED","jobId":"` + protocol.RequestJobID(rid) + `"}`; string(got.Answers[i]) != want {
+			t.Fatalf("answer %d %s, want %s", i, got.Answers[i], want)
+		}
+	}
+	if len(again) != 1 {
+		t.Fatalf("%d batches sent again, want 1", len(again))
+	}
+}
+
+// TestMuSenderAddressIPv6: a Mu node with an IPv6 host reaches another as its own
+// senderAddress, host and port apart, so that the other can answer it.
+func TestMuSenderAddressIPv6(t *testing.T) {
+	t.Parallel()
+	s := setup(t, noCoordinator(), withMu(nil))
+	v6, v4 := s.muNode("[::1]:27041"), s.muNode("127.0.0.1:27042")
+	seen := make(chan *mu.Address, 1)
+	v4.Handle("who", func(_ context.Context, m *mu.Message) (json.RawMessage, error) {
+		seen <- m.SenderAddress
+		return nil, nil
+	})
+	ctx := askCtx(t)
+	if _, err := v6.Ask(ctx, "who@127.0.0.1:27042", nil); err != nil {
+		t.Fatal(err)
+	}
+	a := <-seen
+	if a == nil || *a != (mu.Address{Host: "::1", Port: 27041}) {
+		t.Fatalf("senderAddress %+v, want ::1 and 27041", a)
+	}
+	// Answered the way the doc says: "<path>@<host>:<port>".
+	if got, err := v4.Ask(ctx, "echo@"+a.Host+":"+strconv.Itoa(a.Port), json.RawMessage(`1`)); err != nil || string(got) != "1" {
+		t.Fatalf("asking the sender back: %s, %v", got, err)
 	}
 }

@@ -51,11 +51,14 @@ func (n *Node) HandleAny(fn HandlerFunc) error {
 // UnhandleAny stops serving HandleAny's paths; handlers already running finish.
 func (n *Node) UnhandleAny() error { return n.Unhandle(anyPath) }
 
-// handles reports whether path has a handler of its own.
+// handles reports whether path has a handler of its own on the node's own subject: a
+// handler with OnlyRole has just the role's queue subscription, and the catch-all
+// serves its path on the node's address.
 func (n *Node) handles(path string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.handlers[path] != nil
+	subs := n.handlers[path]
+	return len(subs) > 0 && subs[0].Queue == "" // the direct subscription comes first
 }
 
 // pathAfterSender reads the path of a subject that starts with prefix and then names

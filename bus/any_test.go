@@ -51,3 +51,23 @@ func TestHandleAny(t *testing.T) {
 		return errors.Is(err, bus.ErrNoPeer)
 	})
 }
+
+// TestHandleAnyBesideRoleOnlyHandler: a path the node serves only for its role
+// (OnlyRole) is not served on its own address, so the catch-all serves it there
+// rather than nobody answering.
+func TestHandleAnyBesideRoleOnlyHandler(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t, -1)
+	gw := connect(t, srv.url, worker("gw"))
+	asker := connect(t, srv.url, coordinator("c1"), bus.WithAskTimeout(time.Minute))
+	must(t, gw.HandleAny(func(context.Context, *bus.Request) (any, error) { return "any", nil }))
+	must(t, gw.Handle("p", func(context.Context, *bus.Request) (any, error) { return "role", nil }, bus.OnlyRole()))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if got, err := bus.Ask[string](ctx, asker, gw.Self(), "p", nil); err != nil || got != "any" {
+		t.Fatalf("ask the node's own address: %q, %v; want the catch-all's answer", got, err)
+	}
+	if got, err := bus.Ask[string](ctx, asker, anyOf(bus.RoleWorker), "p", nil); err != nil || got != "role" {
+		t.Fatalf("ask the role: %q, %v", got, err)
+	}
+}

@@ -122,12 +122,12 @@ func (n *Node) dispatch(path string, fn HandlerFunc, m *nats.Msg) {
 	select {
 	case n.slots <- struct{}{}:
 	case <-n.ctx.Done():
-		n.stats.dropped.Add(1)
+		n.refuse(path, m)
 		return
 	}
 	if n.ctx.Err() != nil { // the slot raced Close's
 		<-n.slots
-		n.stats.dropped.Add(1)
+		n.refuse(path, m)
 		return
 	}
 	call := handlerCall{path: path, fn: fn, m: m}
@@ -136,6 +136,20 @@ func (n *Node) dispatch(path string, fn HandlerFunc, m *nats.Msg) {
 	default:
 		n.pool.Add(1)
 		go n.handlerLoop(call)
+	}
+}
+
+// refuse answers a message that reached the node as it closes: an ask gets ERROR
+// CodeUnavailable at once, so that its asker does not wait out its timeout for a
+// handler that will never run, and may ask again elsewhere.
+func (n *Node) refuse(path string, m *nats.Msg) {
+	n.stats.dropped.Add(1)
+	if m.Reply == "" {
+		return
+	}
+	err := Errorf(CodeUnavailable, "%s: %w", n.self, ErrClosed)
+	if perr := n.respondError(m.Reply, first(m.Header[HeaderRequestID]), err); perr != nil {
+		n.log.Debug("bus refusal not sent", "path", path, "err", perr)
 	}
 }
 

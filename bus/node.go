@@ -241,8 +241,9 @@ func statusText(s nats.Status) string {
 }
 
 // Close stops the node: handlers stop receiving (their context ends and Close waits for
-// those running), asks still waiting fail with ErrClosed, and a goodbye tells presence
-// watchers the node left. A connection of its own (Connect) is flushed and closed.
+// those running), asks that reached the node but wait for a handler are answered with
+// an ERROR of CodeUnavailable, the node's own asks still waiting fail with ErrClosed,
+// and a goodbye tells presence watchers the node left. A connection of its own (Connect) is flushed and closed.
 // Close is idempotent; it must not be called from a handler of the node.
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() { n.closeErr = n.close() })
@@ -261,7 +262,7 @@ func (n *Node) close() error {
 		errs = append(errs, p.Close())
 	}
 	for _, subs := range handlers {
-		errs = append(errs, unsubscribe(subs...))
+		errs = append(errs, n.drain(subs...))
 	}
 	n.failPending(ErrClosed, true)
 	n.nc.RemoveStatusListener(n.status) // ends watchStatus
@@ -278,6 +279,35 @@ func (n *Node) close() error {
 		n.sync()
 	}
 	return errors.Join(errs...)
+}
+
+// drain ends a closing node's handler subscriptions: the server stops sending at once,
+// and the messages the node already received still reach dispatch, which refuses them
+// (the node's context has ended), so that no ask that reached the node waits out its
+// timeout. While the connection is down, or when draining takes longer than the ask
+// timeout, it unsubscribes instead.
+func (n *Node) drain(subs ...*nats.Subscription) error {
+	if !n.nc.IsConnected() {
+		return unsubscribe(subs...)
+	}
+	closed := make([]<-chan nats.SubStatus, 0, len(subs))
+	for _, s := range subs {
+		ch := s.StatusChanged(nats.SubscriptionClosed) // closed when the drain ends
+		if err := s.Drain(); err != nil {
+			return unsubscribe(subs...)
+		}
+		closed = append(closed, ch)
+	}
+	t := n.timer(n.cfg.askTimeout)
+	defer n.putTimer(t)
+	for _, ch := range closed {
+		select {
+		case <-ch:
+		case <-t.C:
+			return unsubscribe(subs...)
+		}
+	}
+	return nil
 }
 
 // unsubscribe ends subscriptions, ignoring those the connection already ended.
