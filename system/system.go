@@ -7,7 +7,9 @@
 // and `bench`, the test systems and fillstore are this one assembly with different
 // parts on, and bench measures what serve runs.
 //
-// The parts start in the order NATS, HTTP, bridge, coordinator, workers. They stop as
+// The parts start in the order NATS, HTTP, bridge, coordinator, workers, except that
+// the HTTP listener opens before NATS, answering /healthz (and /readyz: not ready)
+// while the system waits for NATS or its store. They stop as
 // serve always stopped: the coordinator and the workers are told to stop at once (a
 // drain before Close lets the workers' running jobs finish while the coordinator is
 // still there to take their results), then the rest in the reverse order of the start,
@@ -203,6 +205,9 @@ func (c Config) check() error {
 }
 
 func (s *System) start(ctx context.Context) error {
+	if err := s.listenHTTP(ctx); err != nil {
+		return err
+	}
 	if err := s.startNATS(ctx); err != nil { // nats.go
 		return err
 	}
@@ -212,7 +217,7 @@ func (s *System) start(ctx context.Context) error {
 	if s.cfg.Metrics {
 		s.reg = metrics.New()
 	}
-	if err := s.startHTTP(ctx); err != nil {
+	if err := s.startHTTP(); err != nil {
 		return err
 	}
 	if err := s.startBridge(ctx); err != nil {
@@ -236,15 +241,29 @@ func (s *System) stop() {
 	}
 }
 
-func (s *System) startHTTP(ctx context.Context) error {
+// listenHTTP opens the HTTP listener first, so that it answers /healthz while the
+// system waits for NATS; startHTTP serves the rest on it once NATS is there (http.go).
+func (s *System) listenHTTP(ctx context.Context) error {
 	if s.cfg.HTTPListen == "" {
 		return nil
 	}
-	web, stop, err := startHTTP(ctx, s.cfg.HTTPListen, s.nc, s.log, s.MetricsHandler()) // http.go
+	web, err := listenHTTP(ctx, s.cfg.HTTPListen, s.log)
 	if err != nil {
 		return err
 	}
 	s.web = web
+	s.onStop(func() { _ = web.Close() }) // should NATS never come
+	return nil
+}
+
+func (s *System) startHTTP() error {
+	if s.web == nil {
+		return nil
+	}
+	stop, err := mountHTTP(s.web, s.cfg.HTTPListen, s.nc, s.log, s.MetricsHandler())
+	if err != nil {
+		return err
+	}
 	s.onStop(stop)
 	return nil
 }

@@ -319,3 +319,76 @@ func TestDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestHealthWhileWaitingForNATS: a system that joins NATS at a URL waits for it at
+// start-up; meanwhile its HTTP listener already answers, /healthz 200 (the process is
+// up: a liveness probe must not restart it for its NATS being away) and /readyz 503
+// with the reason, and once NATS is there the rest is served.
+func TestHealthWhileWaitingForNATS(t *testing.T) {
+	t.Parallel()
+	host := start(t, system.Config{NATS: embedded(t.TempDir())})
+	nats := testkit.NewProxy(t, strings.TrimPrefix(host.ClientURL(), "nats://"))
+	nats.Cut() // NATS unreachable while the system starts
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr()
+	_ = l.Close()
+
+	type started struct {
+		sys *system.System
+		err error
+	}
+	done := make(chan started, 1)
+	go func() {
+		sys, err := system.Start(context.Background(), system.Config{
+			NATS: system.NATS{URL: "nats://" + nats.Addr()}, Coordinator: fastCoordinator(), HTTPListen: addr.String(), Metrics: true,
+		})
+		done <- started{sys, err}
+	}()
+	answers := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr.String() + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	testkit.Eventually(t, 10*time.Second, "/healthz answered while NATS is away", func() bool {
+		code, _ := answers("/healthz")
+		return code == http.StatusOK
+	})
+	if code, body := answers("/readyz"); code != http.StatusServiceUnavailable || !strings.HasPrefix(body, "not ready: NATS not connected") {
+		t.Errorf("/readyz while NATS is away: %d %q", code, body)
+	}
+	select {
+	case s := <-done:
+		t.Fatalf("Start returned without NATS: %v", s.err)
+	default:
+	}
+
+	nats.Restore()
+	var s started
+	select {
+	case s = <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Start did not return once NATS was there")
+	}
+	if s.err != nil {
+		t.Fatalf("start: %v", s.err)
+	}
+	t.Cleanup(func() { _ = s.sys.Close() })
+	leading(t, s.sys)
+	testkit.Eventually(t, 10*time.Second, "/readyz ready", func() bool {
+		code, _ := answers("/readyz")
+		return code == http.StatusOK
+	})
+	if code, body := answers("/metrics"); code != http.StatusOK || !strings.Contains(body, "jobbus_coordinator_leading 1") {
+		t.Errorf("/metrics: %d, %d bytes", code, len(body))
+	}
+	if code, body := answers("/api/summary"); code != http.StatusOK || !strings.Contains(body, `"counts"`) {
+		t.Errorf("/api/summary: %d %q", code, body)
+	}
+}

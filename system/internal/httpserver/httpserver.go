@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -47,45 +48,53 @@ type Config struct {
 
 // Server is a running HTTP listener.
 type Server struct {
-	srv  *http.Server
-	ln   net.Listener
-	log  *slog.Logger
-	done chan struct{}
-	once sync.Once
+	srv     *http.Server
+	ln      net.Listener
+	log     *slog.Logger
+	handler atomic.Pointer[http.Handler] // startingHandler until Mount
+	done    chan struct{}
+	once    sync.Once
 }
 
-// Start listens on cfg.Listen and serves until Close.
+// Start listens on cfg.Listen and serves cfg until Close.
 func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.NC == nil {
 		return nil, errors.New("httpserver: nil NATS connection")
 	}
-	if cfg.ReadyTimeout <= 0 {
-		cfg.ReadyTimeout = 2 * time.Second
+	s, err := Listen(ctx, cfg.Listen, cfg.Logger)
+	if err != nil {
+		return nil, err
 	}
-	log := cfg.Logger
+	s.Mount(cfg)
+	return s, nil
+}
+
+// Listen listens on addr and, until Mount, answers /healthz and, to everything else,
+// 503 "not ready: NATS not connected": a process that waits for its NATS (or its
+// store) at start-up is up, and says why it is not ready yet.
+func Listen(ctx context.Context, addr string, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", cfg.Listen)
+	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
 		if isAddrInUse(err) {
-			return nil, fmt.Errorf("http: listen %s: %w (pass --http-listen)", cfg.Listen, ErrPortInUse)
+			return nil, fmt.Errorf("http: listen %s: %w (pass --http-listen)", addr, ErrPortInUse)
 		}
-		return nil, fmt.Errorf("http: listen %s: %w", cfg.Listen, err)
+		return nil, fmt.Errorf("http: listen %s: %w", addr, err)
 	}
 	// Requests see a context that ends when Close starts, so long-lived event streams
 	// end with the server instead of holding up its shutdown.
 	base, stop := context.WithCancel(context.Background())
-	s := &Server{
-		srv: &http.Server{
-			Handler:           Handler(cfg),
-			ReadHeaderTimeout: 10 * time.Second,
-			IdleTimeout:       2 * time.Minute,
-			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-			BaseContext:       func(net.Listener) context.Context { return base },
-		},
-		ln: ln, log: log, done: make(chan struct{}),
+	s := &Server{ln: ln, log: log, done: make(chan struct{})}
+	s.handler.Store(&startingHandler)
+	s.srv = &http.Server{
+		Handler:           http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*s.handler.Load()).ServeHTTP(w, r) }),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return base },
 	}
 	s.srv.RegisterOnShutdown(stop)
 	go func() {
@@ -98,16 +107,37 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	return s, nil
 }
 
+// Mount serves cfg from now on; its Listen, if empty, is the server's address.
+func (s *Server) Mount(cfg Config) {
+	if cfg.Listen == "" {
+		cfg.Listen = s.ln.Addr().String()
+	}
+	h := Handler(cfg)
+	s.handler.Store(&h)
+}
+
+// startingHandler is what a listener serves before Mount.
+var startingHandler http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/healthz" {
+		healthz(w, r)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	http.Error(w, "not ready: NATS not connected (starting up)", http.StatusServiceUnavailable)
+})
+
+func healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	fmt.Fprintln(w, "ok")
+}
+
 // Handler routes the health checks, metrics and dashboard of cfg.
 func Handler(cfg Config) http.Handler {
 	if cfg.ReadyTimeout <= 0 {
 		cfg.ReadyTimeout = 2 * time.Second
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		fmt.Fprintln(w, "ok")
-	})
+	mux.HandleFunc("GET /healthz", healthz)
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), cfg.ReadyTimeout)
 		defer cancel()
