@@ -142,6 +142,7 @@ func (s *Server) summary() summary {
 
 func (s *Server) summaryHandler(w http.ResponseWriter, r *http.Request) {
 	s.touch()
+	s.waitLoaded(r.Context())
 	writeJSON(w, http.StatusOK, s.summary())
 }
 
@@ -194,6 +195,34 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// loadWait bounds how long a request waits for the watch to read the stored jobs.
+const loadWait = 5 * time.Second
+
+// waitLoaded waits until the watch has read the stored jobs, so that the first answer
+// after it started is not an empty table, unless the watch is failing (the answer
+// says why), ctx ends or loadWait passes: then the answer says "loaded": false.
+func (s *Server) waitLoaded(ctx context.Context) {
+	timeout := time.NewTimer(loadWait)
+	defer timeout.Stop()
+	for {
+		s.mu.Lock()
+		done, changed := s.x.loaded || s.watchErr != "", s.changed
+		s.mu.Unlock()
+		if done {
+			return
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return
+		case <-s.ctx.Done():
+			return
+		case <-timeout.C:
+			return
+		}
+	}
+}
+
 // jobPage is one page of the job table.
 type jobPage struct {
 	Jobs       []row  `json:"jobs"`
@@ -231,6 +260,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 		}
 		before = n
 	}
+	s.waitLoaded(r.Context())
 	s.mu.Lock()
 	rows, next := s.x.page(state, q.Get("type"), before, limit)
 	loaded := s.x.loaded

@@ -437,3 +437,17 @@ func TestWatchStopsWhenIdle(t *testing.T) {
 		return p.Loaded && len(p.Jobs) == 1 && p.Jobs[0].JobID == id && consumers() == 1
 	})
 }
+
+// TestFirstListHasTheStoredJobs: the first request to a dashboard starts its watch of
+// the job bucket; its answer waits for the stored jobs to be read, instead of an empty
+// list that a script (or the table) would take for "no jobs".
+func TestFirstListHasTheStoredJobs(t *testing.T) {
+	t.Parallel()
+	s := start(t, false, nil)
+	for i := range 50 {
+		s.submit(t, "SHA256", map[string]string{"text": fmt.Sprint(i)})
+	}
+	if p := s.page(t, "limit=500"); !p.Loaded || len(p.Jobs) != 50 {
+		t.Errorf("first /api/jobs: loaded %v, %d jobs; want the 50 stored", p.Loaded, len(p.Jobs))
+	}
+}
