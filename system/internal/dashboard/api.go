@@ -284,6 +284,10 @@ type detail struct {
 }
 
 func (s *Server) record(ctx context.Context, id string) (*storedJob, error) {
+	if !protocol.IsRecordKey(id) {
+		// The bucket's other keys (settings, bindings, the term) are no jobs.
+		return nil, jetstream.ErrKeyNotFound
+	}
 	kv, err := s.js.KeyValue(ctx, protocol.JobsBucket)
 	if err != nil {
 		return nil, err

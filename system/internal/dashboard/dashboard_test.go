@@ -451,3 +451,36 @@ func TestFirstListHasTheStoredJobs(t *testing.T) {
 		t.Errorf("first /api/jobs: loaded %v, %d jobs; want the 50 stored", p.Loaded, len(p.Jobs))
 	}
 }
+
+// TestOnlyJobRecordsAreJobs: the job bucket holds more than job records (a
+// schedule's settings, the leadership term); a job page or a resubmit naming one of
+// those keys is an unknown job, not a job made up of whatever the key holds.
+func TestOnlyJobRecordsAreJobs(t *testing.T) {
+	t.Parallel()
+	s := start(t, false, nil)
+	ctx := context.Background()
+	if _, err := s.cl.AddSchedule(ctx, client.Schedule{Name: "nightly", Every: time.Hour, TaskType: "SHA256", Payload: map[string]string{"text": "x"}}); err != nil {
+		t.Fatal(err)
+	}
+	tok := s.token(t)
+	for _, key := range []string{protocol.ControlPrefix + "schedule.nightly", protocol.TermKey} {
+		var e struct{ Error string }
+		if code := getJSON(t, s.url+"/api/jobs/"+key, &e); code != http.StatusNotFound || !strings.Contains(e.Error, "Unknown job") {
+			t.Errorf("GET /api/jobs/%s: %d %q, want 404 Unknown job", key, code, e.Error)
+		}
+		req, _ := http.NewRequest(http.MethodPost, s.url+"/api/jobs/"+key+"/resubmit", nil)
+		req.Header.Set(dashboard.TokenHeader, tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Errorf("resubmit %s: %d %s, want 404", key, resp.StatusCode, body)
+		}
+	}
+	if l, err := s.cl.List(ctx, protocol.ListJobs{}); err != nil || len(l.Jobs) != 0 {
+		t.Errorf("jobs made by resubmitting keys that are no jobs: %+v, %v", l.Jobs, err)
+	}
+}
