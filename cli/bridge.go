@@ -151,7 +151,7 @@ Example:
 			defer cancel()
 			// Alone on its connection, the bridge gives it its options (system.NATS).
 			sys, err := system.Start(ctx, system.Config{
-				NATS: joinNATS(c, target), Bridge: bcfg, HTTPListen: httpListen(c), Metrics: true, Logger: log,
+				NATS: joinNATS(c, target), Bridge: bcfg, HTTPListen: httpListen(c, log), Metrics: true, Logger: log,
 			})
 			if err != nil {
 				return err

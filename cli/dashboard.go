@@ -36,7 +36,7 @@ Example:
 			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			sys, err := system.Start(ctx, system.Config{
-				NATS: joinNATS(c, target), HTTPListen: httpListen(c), Metrics: true, Logger: log,
+				NATS: joinNATS(c, target), HTTPListen: httpListen(c, log), Metrics: true, Logger: log,
 			})
 			if err != nil {
 				return err

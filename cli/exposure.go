@@ -47,6 +47,18 @@ func warnOpenNATS(log *slog.Logger, host, url string, authenticated bool) {
 		"listen_host", host, "url", url)
 }
 
+// warnOpenHTTP warns when the HTTP listener (at addr) reaches beyond loopback: it has
+// no authentication, and its dashboard cancels and resubmits jobs.
+func warnOpenHTTP(log *slog.Logger, addr string) {
+	host, _, err := net.SplitHostPort(addr)
+	if addr == "" || err == nil && loopback(host) {
+		return
+	}
+	log.Warn("the HTTP listener listens beyond loopback without authentication: anyone who reaches "+addr+
+		" can read every job on the dashboard and cancel or resubmit it; keep --http-listen on loopback, "+
+		"or put it behind a proxy that authenticates", "http_listen", addr)
+}
+
 // embeddedAuth maps --nats-user, --nats-password, --nats-token and --nats-config onto
 // the embedded server's options and serve's own connection's.
 func embeddedAuth(c *cli.Context) (server []embeddednats.Option, conn []nats.Option, err error) {

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"log/slog"
+
 	"github.com/urfave/cli/v2"
 )
 
@@ -10,10 +12,13 @@ func httpListenFlag(def string) cli.Flag {
 	return &cli.StringFlag{Name: "http-listen", Value: def, Usage: usage, EnvVars: env("http-listen")}
 }
 
-// httpListen is the address of --http-listen, "" when it is off.
-func httpListen(c *cli.Context) string {
-	if addr := c.String("http-listen"); addr != "-" {
-		return addr
+// httpListen is the address of --http-listen, "" when it is off; it warns when the
+// listener reaches beyond loopback.
+func httpListen(c *cli.Context, log *slog.Logger) string {
+	addr := c.String("http-listen")
+	if addr == "-" {
+		return ""
 	}
-	return ""
+	warnOpenHTTP(log, addr)
+	return addr
 }

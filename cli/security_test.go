@@ -97,15 +97,17 @@ func TestServeAuthentication(t *testing.T) {
 	}
 }
 
-// TestOpenListenWarnings: serve warns, naming the flags to add, when NATS or the TCP
-// ports listen beyond loopback without authentication.
+// TestOpenListenWarnings: serve warns, naming the flags to add, when NATS, the TCP
+// ports or the HTTP listener (dashboard, whose buttons cancel jobs) listen beyond
+// loopback without authentication.
 func TestOpenListenWarnings(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	var cur *running
-	startOnFreePorts(t, 3, func(p []int) *running {
+	startOnFreePorts(t, 4, func(p []int) *running {
 		cur = start(t, nil, "serve", "--data-dir", dir, "--nats-listen", fmt.Sprintf("0.0.0.0:%d", p[0]),
-			"--listen-host", "0.0.0.0", "--worker-port", strconv.Itoa(p[1]), "--client-port", strconv.Itoa(p[2]), "--http-listen", "-")
+			"--listen-host", "0.0.0.0", "--worker-port", strconv.Itoa(p[1]), "--client-port", strconv.Itoa(p[2]),
+			"--http-listen", fmt.Sprintf(":%d", p[3]))
 		return cur
 	}, func() bool {
 		return strings.Contains(cur.errs.String(), "jobbus serving") || strings.Contains(cur.out.String(), "jobbus serving")
@@ -114,6 +116,7 @@ func TestOpenListenWarnings(t *testing.T) {
 	for _, want := range []string{
 		"the embedded NATS server listens beyond loopback without authentication", "--nats-user", "--nats-config",
 		"the TCP ports listen beyond loopback without authentication", "--bridge-tls-client-ca",
+		"the HTTP listener listens beyond loopback without authentication",
 	} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("serve's log does not say %q:\n%s", want, logs)

@@ -185,7 +185,7 @@ func serveSystem(c *cli.Context, log *slog.Logger, cfg coordinator.Config) (syst
 	if err != nil {
 		return system.Config{}, err
 	}
-	scfg := system.Config{NATS: nats, HTTPListen: httpListen(c), Metrics: true, Logger: log, ReturnIdleMemory: true}
+	scfg := system.Config{NATS: nats, HTTPListen: httpListen(c, log), Metrics: true, Logger: log, ReturnIdleMemory: true}
 	if !isLeaf(c) {
 		scfg.Coordinator = &cfg
 	}
@@ -341,7 +341,7 @@ Example:
 			ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			sys, err := system.Start(ctx, system.Config{
-				NATS: joinNATS(c, target), Coordinator: &cfg, HTTPListen: httpListen(c), Metrics: true, Logger: log,
+				NATS: joinNATS(c, target), Coordinator: &cfg, HTTPListen: httpListen(c, log), Metrics: true, Logger: log,
 				ReturnIdleMemory: true,
 			})
 			if err != nil {
