@@ -237,3 +237,32 @@ func storedState(s *system, id string) protocol.State {
 	must(s.T(), json.Unmarshal(e.Value(), &r))
 	return r.State
 }
+
+// TestWorkflowKeptWhileAStepIsKept: a workflow whose first step's record expired
+// (retention) while a later step is still kept is still known after a restart: its
+// status answers, with the later step's end.
+func TestWorkflowKeptWhileAStepIsKept(t *testing.T) {
+	t.Parallel()
+	s := setup(t, withRetention(time.Second))
+	s.StartWorker(2)
+	sub := s.SubmitWorkflow(client.NewWorkflow("early").Step("first", "SHA256", text("x")).
+		Step("long", "SLEEP", map[string]int{"durationMillis": 600_000}))
+	first, long := sub.Jobs["first"], sub.Jobs["long"]
+	s.Wait(first)
+	s.WaitState(long, protocol.StateRunning)
+	s.Eventually("the first step expired", func() bool { return gone(s, first) })
+	// The long step ends under a long retention, so that it is kept from here on.
+	s.RestartCoordinator(t, withRetention(time.Hour))
+	if ok, _, err := s.Client.Cancel(context.Background(), long); err != nil || !ok {
+		t.Fatalf("cancel the long step: %v %v", ok, err)
+	}
+	s.Wait(long)
+	s.RestartCoordinator(t)
+	st, err := s.Client.WorkflowStatus(context.Background(), "early")
+	if err != nil {
+		t.Fatalf("status after a restart, its step %s still kept: %v", long, err)
+	}
+	if st.State != string(protocol.StateCancelled) || st.Steps[1].State != protocol.StateCancelled {
+		t.Fatalf("status %+v, want CANCELLED with the long step CANCELLED", st)
+	}
+}
