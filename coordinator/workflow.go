@@ -644,7 +644,7 @@ func (s *scheduler) groupStatus(id string) protocol.Message {
 		s.unlock()
 	}
 	running := false
-	failed, cancelled := false, false
+	failed, cancelled, unknown := false, false, false
 	for _, st := range out.Steps {
 		out.Counts[st.State]++
 		switch {
@@ -654,6 +654,8 @@ func (s *scheduler) groupStatus(id string) protocol.Message {
 			failed = true
 		case st.State == protocol.StateCancelled:
 			cancelled = true
+		case st.State != protocol.StateCompleted: // its record expired, or could not be read
+			unknown = true
 		}
 	}
 	switch {
@@ -663,6 +665,8 @@ func (s *scheduler) groupStatus(id string) protocol.Message {
 		out.State = string(protocol.StateFailed)
 	case cancelled:
 		out.State = string(protocol.StateCancelled)
+	case unknown: // it may have failed: COMPLETED only if every step is known to have
+		out.State = "UNKNOWN"
 	default:
 		out.State = string(protocol.StateCompleted)
 	}
