@@ -281,3 +281,37 @@ func TestFailedCreateGivesItsTokenBack(t *testing.T) {
 		t.Fatalf("assigned %s, want the next job %s: the failed create's token is back", a.JobID, id)
 	}
 }
+
+// TestJobQueuedAgainWhileCreatedIsQueuedOnce: a job assigned at once whose create stalls
+// past its worker's loss and its backoff is QUEUED again before its create lands; the
+// create landing does not queue it a second time. Otherwise its queue counts it twice,
+// and, once it ran, shows a job queued that is not.
+func TestJobQueuedAgainWhileCreatedIsQueuedOnce(t *testing.T) {
+	s, st, answer := startHeld(t, false, sha("slow create"))
+	s.sweep(time.Hour + time.Second) // the worker is lost (and the attempt's deadline passed)
+	s.sweep(s.sched.cfg.RetryMaxDelay)
+	s.sched.mu.Lock()
+	j := s.sched.jobs[st.id]
+	state := j.rec.State
+	s.sched.mu.Unlock()
+	if state != protocol.StateQueued {
+		t.Fatalf("job %s before its create landed: %s, want QUEUED again", st.id, state)
+	}
+	close(st.release)
+	if m := <-answer; m.(*protocol.JobSubmitted).JobID != st.id {
+		t.Fatalf("submission answered %#v", m)
+	}
+	s.settle()
+	if q := s.sched.queueList(); len(q) != 1 || q[0].Queued != 1 {
+		t.Fatalf("queues %+v, want default with 1 job queued", q)
+	}
+	s.register("w2", 1)
+	var a *protocol.TaskAssign
+	for a == nil { // the lost attempt's TASK_CANCEL to w may come first
+		a, _ = s.next().msg.(*protocol.TaskAssign)
+	}
+	s.done("w2", a)
+	if q := s.sched.queueList(); len(q) != 1 || q[0].Queued != 0 {
+		t.Fatalf("queues %+v once the job ran, want default with none queued", q)
+	}
+}
