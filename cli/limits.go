@@ -43,15 +43,16 @@ Examples:
 				Usage: "create or change a rate limit",
 				Description: `Sets the limit of one task type (--type) or one queue (--queue). --rate is COUNT/PERIOD:
 100/s, 100/m, 5/h, 1000/d, or a duration as the period (10/30s). --burst is how many jobs
-may start at once after a quiet spell (default 1). Changing a limit keeps the tokens its
-bucket holds (at most the new burst).
+may start at once after a quiet spell: when not given, a limit keeps the burst it has
+(a new one gets 1). Changing a limit keeps the tokens its bucket holds (at most the new
+burst).
 
 Examples:
    jobbus limit set --type SEND_EMAIL --rate 100/m --burst 10
    jobbus limit set --queue default --rate 50/s`,
 				Flags: append(target(),
 					&cli.StringFlag{Name: "rate", Usage: "starts per period: COUNT/PERIOD, as 100/s, 100/m, 10/30s", EnvVars: env("limit-rate")},
-					&cli.Int64Flag{Name: "burst", Value: 1, Usage: "tokens the bucket holds at most: starts that may follow one another at once", EnvVars: env("limit-burst")},
+					&cli.Int64Flag{Name: "burst", Value: 1, Usage: "tokens the bucket holds at most: starts that may follow one another at once (not given: the limit's current burst, 1 for a new one)", EnvVars: env("limit-burst")},
 					jsonFlag()),
 				Action: inSession(nil, func(c *cli.Context, s *session, _ []string) error {
 					t, err := limitTarget(c, s)
@@ -64,7 +65,11 @@ Examples:
 					if b := c.Int64("burst"); b < 1 || b > protocol.MaxLimitBurst {
 						return usageError("limit set: --burst must be 1 to %d, got %d", protocol.MaxLimitBurst, b)
 					}
-					info, err := s.cl.SetLimit(c.Context, t, c.String("rate"), c.Int64("burst"))
+					burst, err := limitBurst(c, s.cl, t)
+					if err != nil {
+						return exitErr(fmt.Errorf("limit set %s: %w", t, err))
+					}
+					info, err := s.cl.SetLimit(c.Context, t, c.String("rate"), burst)
 					if errors.Is(err, protocol.ErrBadLimit) {
 						return usageError("limit set: %v", err)
 					}
@@ -120,6 +125,25 @@ Example:
 			},
 		}),
 	}
+}
+
+// limitBurst is the burst limit set sends: --burst if given, else the burst the limit
+// has, so that changing only the rate keeps it (as queue set keeps a limit not given);
+// 1 for a new limit.
+func limitBurst(c *cli.Context, cl *client.Client, t client.LimitTarget) (int64, error) {
+	if c.IsSet("burst") {
+		return c.Int64("burst"), nil
+	}
+	infos, err := cl.Limits(c.Context)
+	if err != nil {
+		return 0, err
+	}
+	for _, in := range infos {
+		if in.Scope == t.Scope && in.Name == t.Name {
+			return in.Burst, nil
+		}
+	}
+	return 1, nil
 }
 
 // limitTarget is the --type or --queue given, exactly one of them. A task type is

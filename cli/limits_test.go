@@ -57,6 +57,22 @@ func TestLimitCommands(t *testing.T) {
 	})
 }
 
+// TestLimitSetKeepsBurst: limit set without --burst changes the rate and keeps the
+// burst set earlier, as queue set keeps a limit not given; a new limit's burst is 1.
+func TestLimitSetKeepsBurst(t *testing.T) {
+	t.Parallel()
+	forEachTransport(t, func(t *testing.T, o over) {
+		o.mustRun(cli.ExitOK, "limit", "set", "--type", "SHA256", "--rate", "100/m", "--burst", "10")
+		o.mustRun(cli.ExitOK, "limit", "set", "--type", "SHA256", "--rate", "200/m")
+		o.mustRun(cli.ExitOK, "limit", "set", "--queue", "low", "--rate", "5/s")
+		out, _ := o.mustRun(cli.ExitOK, "limit", "ls", "--json")
+		infos := jsonLines[protocol.LimitInfo](t, out)
+		if len(infos) != 2 || infos[0].Name != "low" || infos[0].Burst != 1 || infos[1].Name != "SHA256" || infos[1].Rate != "200/m" || infos[1].Burst != 10 {
+			t.Fatalf("limit ls --json: %+v, want SHA256 at 200/m keeping its burst of 10, and low's burst 1", infos)
+		}
+	})
+}
+
 // TestLimitUsageErrors: a limit that cannot be set exits 2 with what is wrong.
 func TestLimitUsageErrors(t *testing.T) {
 	t.Parallel()

@@ -185,10 +185,10 @@ func TestDelayedJobComingDueWhileCreated(t *testing.T) {
 }
 
 // startHeld starts a coordinator on a heldCreate store (fail: its first create is given
-// up once released) with a one-minute schedule window and worker "w" of one slot, and
-// submits req, whose create is that first one: it returns once the create is held,
+// up once released) with a one-minute schedule window and worker "w" of one slot, runs
+// before, and submits req, whose create is that first one: it returns once the create is held,
 // with the channel its answer comes on.
-func startHeld(t *testing.T, fail bool, req *protocol.SubmitJob) (*memSystem, *heldCreate, <-chan protocol.Message) {
+func startHeld(t *testing.T, fail bool, req *protocol.SubmitJob, before ...func(*memSystem)) (*memSystem, *heldCreate, <-chan protocol.Message) {
 	b := newMemBackend()
 	clock := &testClock{now: time.UnixMilli(1_700_000_000_000)}
 	b.now = clock.Now
@@ -208,6 +208,9 @@ func startHeld(t *testing.T, fail bool, req *protocol.SubmitJob) (*memSystem, *h
 	}
 	t.Cleanup(func() { _ = s.c.Close() })
 	s.register("w", 1)
+	for _, f := range before {
+		f(s)
+	}
 
 	answer := make(chan protocol.Message, 1)
 	s.sched.submit(req, request{due: cfg.ReplyWithin}, func(m protocol.Message) { answer <- answerOf(m) })
@@ -249,5 +252,66 @@ func delayedJobComingDueWhileCreated(t *testing.T, fail bool) {
 	s.sched.mu.Unlock()
 	if stored || active != 0 || scheduled != 0 {
 		t.Fatalf("job %s, whose create failed: stored %v later, %d active and %d SCHEDULED counted; want none", st.id, stored, active, scheduled)
+	}
+}
+
+// TestFailedCreateGivesItsTokenBack: a job assigned at once, whose create then fails,
+// never started, so it gives back the rate limit's token it took: under a limit of one
+// start an hour, the next job starts at once.
+func TestFailedCreateGivesItsTokenBack(t *testing.T) {
+	limit := func(s *memSystem) {
+		m := s.sched.flow.setLimit(context.Background(), &protocol.SetLimit{Scope: protocol.LimitTaskType, Name: "SHA256", Rate: "1/h", Burst: 1})
+		if _, ok := answerOf(m).(*protocol.LimitList); !ok {
+			t.Fatalf("set limit: %#v", m)
+		}
+	}
+	s, _, answer := startHeld(t, true, sha("doomed"), limit)
+	close(s.sched.store.(*heldCreate).release)
+	select {
+	case m := <-answer:
+		if _, ok := m.(*protocol.JobSubmitted); ok {
+			t.Fatalf("submission answered %#v; its create failed", m)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer to the submission")
+	}
+	s.settle()
+	id := s.accepted(sha("next"))
+	if a := s.assigned("w"); a.JobID != id {
+		t.Fatalf("assigned %s, want the next job %s: the failed create's token is back", a.JobID, id)
+	}
+}
+
+// TestJobQueuedAgainWhileCreatedIsQueuedOnce: a job assigned at once whose create stalls
+// past its worker's loss and its backoff is QUEUED again before its create lands; the
+// create landing does not queue it a second time. Otherwise its queue counts it twice,
+// and, once it ran, shows a job queued that is not.
+func TestJobQueuedAgainWhileCreatedIsQueuedOnce(t *testing.T) {
+	s, st, answer := startHeld(t, false, sha("slow create"))
+	s.sweep(time.Hour + time.Second) // the worker is lost (and the attempt's deadline passed)
+	s.sweep(s.sched.cfg.RetryMaxDelay)
+	s.sched.mu.Lock()
+	j := s.sched.jobs[st.id]
+	state := j.rec.State
+	s.sched.mu.Unlock()
+	if state != protocol.StateQueued {
+		t.Fatalf("job %s before its create landed: %s, want QUEUED again", st.id, state)
+	}
+	close(st.release)
+	if m := <-answer; m.(*protocol.JobSubmitted).JobID != st.id {
+		t.Fatalf("submission answered %#v", m)
+	}
+	s.settle()
+	if q := s.sched.queueList(); len(q) != 1 || q[0].Queued != 1 {
+		t.Fatalf("queues %+v, want default with 1 job queued", q)
+	}
+	s.register("w2", 1)
+	var a *protocol.TaskAssign
+	for a == nil { // the lost attempt's TASK_CANCEL to w may come first
+		a, _ = s.next().msg.(*protocol.TaskAssign)
+	}
+	s.done("w2", a)
+	if q := s.sched.queueList(); len(q) != 1 || q[0].Queued != 0 {
+		t.Fatalf("queues %+v once the job ran, want default with none queued", q)
 	}
 }

@@ -41,6 +41,13 @@ func (f *flow) started(queue, taskType string, now time.Time) {
 	f.limits.started(queue, taskType, now)
 }
 
+// unstarted: a job of this queue and type assigned at once never started (its
+// assignment never reached its worker, or its create failed): it gives its token back.
+// Called with s.mu held.
+func (f *flow) unstarted(queue, taskType string) {
+	f.limits.unstarted(queue, taskType, f.s.now())
+}
+
 // serve answers a request of the limit API (protocol.SetLimit, RemoveLimit, ListLimits).
 // A write goes on off the API's goroutine: it waits for the store.
 func (f *flow) serve(m protocol.Message, reply func(protocol.Message)) {

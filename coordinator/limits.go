@@ -106,6 +106,19 @@ func (l *limiter) started(queue, taskType string, now time.Time) {
 	}
 }
 
+// unstarted gives back the token a job of queue and taskType took when it was
+// assigned, at now: its assignment never reached a worker, so nothing started.
+func (l *limiter) unstarted(queue, taskType string, now time.Time) {
+	if l.empty() {
+		return
+	}
+	for _, lim := range [2]*rateLimit{l.byType[taskType], l.byQueue[protocol.QueueOf(queue)]} {
+		if lim != nil {
+			lim.bucket.giveBack(now)
+		}
+	}
+}
+
 // info is lim's state at now.
 func (lim *rateLimit) info(now time.Time) protocol.LimitInfo {
 	in := protocol.LimitInfo{

@@ -99,7 +99,13 @@ func (r *readyQueue) waiting(name string) bool {
 	return q != nil && q.size > 0
 }
 
+// push makes queued job j ready, once: a job already in the queue stays where it is.
+// Two paths may queue the same job (its create's landing, and its retry's backoff
+// ending while that create stalled), and a second entry would count it twice.
 func (r *readyQueue) push(j *job) {
+	if j.inQueue {
+		return
+	}
 	q := r.queue(queueOf(j))
 	tl := q.byType[j.rec.TaskType]
 	if tl == nil {

@@ -94,6 +94,7 @@ func (reg *registry) undelivered(w *worker, jobID string, a assignment) {
 	reg.s.log.Debug("assignment never delivered; job queued again", "job", jobID, "attempt", a.attempt, "worker", w.id)
 	reg.s.deadlines.remove(j)
 	reg.s.route.leaseEnded(j)
+	reg.s.flow.unstarted(queueOf(j), j.rec.TaskType) // nothing started: nor does it count against a rate limit
 	j.rec.WorkerID, j.rec.AttemptID = "", ""
 	j.rec.Attempts--
 	j.rec.State = protocol.StateQueued

@@ -273,3 +273,23 @@ func TestUnleasedAttemptCancelled(t *testing.T) {
 	default:
 	}
 }
+
+// TestLostAssignmentGivesItsTokenBack: an assignment that never reached its worker
+// started nothing, so it gives back the rate limit's token it took: under a limit of
+// one start an hour, the job queued again starts at once rather than an hour later.
+func TestLostAssignmentGivesItsTokenBack(t *testing.T) {
+	t.Parallel()
+	s := reconcileSystem(t)
+	_, err := s.Client.SetLimit(context.Background(), client.ForTaskType("SHA256"), "1/h", 1)
+	must(t, err)
+	w := newRawWorker(t, s, "dropper")
+	reg := w.register("", nil)
+	id := s.Submit("SHA256", text("x"))
+	dropped := w.nextAssign() // and dropped: never run
+	mark := w.heartbeat(&protocol.Held{Mark: *reg.Mark, Attempts: holding()})
+	w.heartbeat(&protocol.Held{Mark: mark, Attempts: holding()}) // judges it: never delivered
+	again := w.nextAssign()
+	if again.JobID != id || again.AttemptID == dropped.AttemptID {
+		t.Fatalf("assigned again %+v after %+v, want the job on a new lease", again, dropped)
+	}
+}

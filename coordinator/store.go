@@ -248,6 +248,7 @@ func (s *scheduler) dropUnstored(j *job) {
 		}
 		s.deadlines.remove(j)
 		s.route.leaseEnded(j)
+		s.flow.unstarted(queueOf(j), j.rec.TaskType)
 		s.schedule()
 	}
 }

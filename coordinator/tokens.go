@@ -73,6 +73,12 @@ func (b *tokenBucket) take(now time.Time) bool {
 	return true
 }
 
+// giveBack returns the token of a start that did not happen, up to the burst.
+func (b *tokenBucket) giveBack(now time.Time) {
+	b.refill(now)
+	b.units = min(b.units+b.period, b.capacity())
+}
+
 // tokens is how many tokens the bucket holds at now, in fractions of one.
 func (b *tokenBucket) tokens(now time.Time) float64 {
 	b.refill(now)

@@ -644,7 +644,7 @@ func (s *scheduler) groupStatus(id string) protocol.Message {
 		s.unlock()
 	}
 	running := false
-	failed, cancelled := false, false
+	failed, cancelled, unknown := false, false, false
 	for _, st := range out.Steps {
 		out.Counts[st.State]++
 		switch {
@@ -654,6 +654,8 @@ func (s *scheduler) groupStatus(id string) protocol.Message {
 			failed = true
 		case st.State == protocol.StateCancelled:
 			cancelled = true
+		case st.State != protocol.StateCompleted: // its record expired, or could not be read
+			unknown = true
 		}
 	}
 	switch {
@@ -663,6 +665,8 @@ func (s *scheduler) groupStatus(id string) protocol.Message {
 		out.State = string(protocol.StateFailed)
 	case cancelled:
 		out.State = string(protocol.StateCancelled)
+	case unknown: // it may have failed: COMPLETED only if every step is known to have
+		out.State = "UNKNOWN"
 	default:
 		out.State = string(protocol.StateCompleted)
 	}
@@ -967,6 +971,19 @@ func withoutCounts(payload json.RawMessage) json.RawMessage {
 	return out
 }
 
+// groupExpired reports whether none of g's jobs is kept any more. Steps end at
+// different times, and so expire at different times: the first step's record may be
+// gone while a later step's is kept, and the group is known until every one is gone.
+// Reads from the first step on, so a group whose first step is kept costs one read.
+func (s *scheduler) groupExpired(g *group) bool {
+	for _, id := range g.ids {
+		if _, err := s.readKept(id); !errors.Is(err, errUnknownJob) {
+			return false
+		}
+	}
+	return true
+}
+
 // recoverGroups reads every group's control back into memory. A group none of whose
 // jobs is kept any more (retention ended) goes, its control too.
 func (s *scheduler) recoverGroups(ctx context.Context) error {
@@ -1011,7 +1028,7 @@ func (s *scheduler) recoverGroups(ctx context.Context) error {
 			if len(active[id]) > 0 {
 				continue
 			}
-			if _, err := s.readKept(g.ids[0]); errors.Is(err, errUnknownJob) {
+			if s.groupExpired(g) {
 				s.mu.Lock()
 				delete(s.groups.byID, id)
 				s.unlock()

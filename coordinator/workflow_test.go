@@ -237,3 +237,68 @@ func storedState(s *system, id string) protocol.State {
 	must(s.T(), json.Unmarshal(e.Value(), &r))
 	return r.State
 }
+
+// TestWorkflowKeptWhileAStepIsKept: a workflow whose first step's record expired
+// (retention) while a later step is still kept is still known after a restart: its
+// status answers, with the later step's end.
+func TestWorkflowKeptWhileAStepIsKept(t *testing.T) {
+	t.Parallel()
+	s := setup(t, withRetention(time.Second))
+	s.StartWorker(2)
+	sub := s.SubmitWorkflow(client.NewWorkflow("early").Step("first", "SHA256", text("x")).
+		Step("long", "SLEEP", map[string]int{"durationMillis": 600_000}))
+	first, long := sub.Jobs["first"], sub.Jobs["long"]
+	s.Wait(first)
+	s.WaitState(long, protocol.StateRunning)
+	s.Eventually("the first step expired", func() bool { return gone(s, first) })
+	// The long step ends under a long retention, so that it is kept from here on.
+	s.RestartCoordinator(t, withRetention(time.Hour))
+	if ok, _, err := s.Client.Cancel(context.Background(), long); err != nil || !ok {
+		t.Fatalf("cancel the long step: %v %v", ok, err)
+	}
+	s.Wait(long)
+	s.RestartCoordinator(t)
+	st, err := s.Client.WorkflowStatus(context.Background(), "early")
+	if err != nil {
+		t.Fatalf("status after a restart, its step %s still kept: %v", long, err)
+	}
+	if st.State != string(protocol.StateCancelled) || st.Steps[1].State != protocol.StateCancelled {
+		t.Fatalf("status %+v, want CANCELLED with the long step CANCELLED", st)
+	}
+}
+
+// TestWorkflowWithAnExpiredStepIsNotCompleted: a workflow one of whose steps failed
+// and whose record expired (retention) before the others ended reads UNKNOWN after a
+// restart, not COMPLETED: a workflow is COMPLETED only if every step is known to have
+// completed.
+func TestWorkflowWithAnExpiredStepIsNotCompleted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t, withRetention(time.Second))
+	s.StartWorker(2)
+	// A limit of one SHA256 a day, its token spent: the "ok" step waits QUEUED.
+	_, err := s.Client.SetLimit(ctx, client.ForTaskType("SHA256"), "1/d", 1)
+	must(t, err)
+	s.Wait(s.Submit("SHA256", text("spends the token")))
+	sub := s.SubmitWorkflow(client.NewWorkflow("mixed").Step("ok", "SHA256", text("x")).
+		Step("bad", "FAIL", map[string]int{"failUntilAttempt": 5}, client.StepMaxAttempts(1)))
+	ok, bad := sub.Jobs["ok"], sub.Jobs["bad"]
+	if j := s.Wait(bad); j.State != protocol.StateFailed {
+		t.Fatalf("bad step %+v, want FAILED", j)
+	}
+	s.Eventually("the failed step expired", func() bool { return gone(s, bad) })
+	if j := s.Status(ok); j.State != protocol.StateQueued {
+		t.Fatalf("ok step %+v, want QUEUED behind the limit", j)
+	}
+	s.RestartCoordinator(t, withRetention(time.Hour))
+	_, err = s.Client.RemoveLimit(ctx, client.ForTaskType("SHA256"))
+	must(t, err)
+	if j := s.Wait(ok); j.State != protocol.StateCompleted {
+		t.Fatalf("ok step %+v, want COMPLETED", j)
+	}
+	st, err := s.Client.WorkflowStatus(ctx, "mixed")
+	must(t, err)
+	if st.State != "UNKNOWN" || st.Steps[1].State != "UNKNOWN" {
+		t.Fatalf("status %+v: a workflow whose failed step expired reads %s, want UNKNOWN", st, st.State)
+	}
+}

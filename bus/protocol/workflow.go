@@ -87,7 +87,8 @@ type GetWorkflow struct {
 }
 
 // WorkflowStatus answers GetWorkflow. State is RUNNING while a step is active, else
-// COMPLETED when every step completed, FAILED when one failed, CANCELLED otherwise.
+// COMPLETED when every step completed, FAILED when one failed, CANCELLED when one was
+// cancelled, UNKNOWN otherwise (a step's record expired: its end is not known).
 // Counts are the steps by state (a batch's progress). Steps are in submission order;
 // Truncated says some were left out to fit one message (Counts has them all).
 type WorkflowStatus struct {
