@@ -180,12 +180,18 @@ func (b *Bridge) readFailed(log *slog.Logger, err error, port string, last func(
 func (b *Bridge) request(subject string, payload []byte, log *slog.Logger) (reply []byte, decoded bool, e *protocol.Error) {
 	var rid string // a submission's: it names the job, for an "Outcome unknown"
 	if subject == submitSubject {
+		if e := oversizedSubmission(payload); e != nil {
+			return nil, false, e
+		}
 		rid = protocol.NewRequestID()
 	}
 	msg, e, err := b.forward(subject, payload, rid, nil, log)
 	switch {
 	case e != nil:
 		return nil, false, e
+	case errors.Is(err, nats.ErrMaxPayload):
+		// Refused by the connection before it was sent: surely nothing was stored.
+		return nil, false, errTooLargeToForward(len(payload), b.nc.MaxPayload())
 	case err != nil:
 		var jobID string
 		if rid != "" {
@@ -195,6 +201,22 @@ func (b *Bridge) request(subject string, payload []byte, log *slog.Logger) (repl
 	}
 	reply, e = checkReply(msg, log)
 	return reply, e == nil && msg.Header.Get(micro.ErrorHeader) == "", e
+}
+
+// oversizedSubmission is the coordinator's ERROR for a SUBMIT_JOB whose payload
+// exceeds protocol.MaxPayloadBytes, said here: a frame that large may not fit in a NATS
+// message with the request's headers, and the client is owed the coordinator's answer.
+// Only frames that large are decoded.
+func oversizedSubmission(payload []byte) *protocol.Error {
+	if len(payload) <= protocol.MaxPayloadBytes {
+		return nil
+	}
+	if m, err := protocol.Decode(payload); err == nil {
+		if sub, ok := m.(*protocol.SubmitJob); ok && len(sub.Payload) > protocol.MaxPayloadBytes {
+			return sub.CheckSubmission()
+		}
+	}
+	return nil
 }
 
 // forward sends payload to the coordinator on subject and returns its reply. refused

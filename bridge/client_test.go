@@ -255,3 +255,42 @@ func TestClientPortRequestTimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestClientPortSubmissionFillingAFrame: a SUBMIT_JOB the size of a whole frame, which
+// the bridge cannot forward over NATS as it is (its headers take it past NATS's 1 MiB),
+// is answered as surely refused, never as "Outcome unknown": nothing was sent, so
+// nothing was stored. A SHA256 text of some 174,000 escaped characters (within its 200,000)
+// gets the coordinator's own answer to such a payload; a small payload padded with a
+// field the spec says to ignore, an ERROR that says nothing was sent.
+func TestClientPortSubmissionFillingAFrame(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	c := s.client()
+	fill := func(prefix, unit, suffix string) []byte {
+		n := (frame.MaxSize - len(prefix) - len(suffix)) / len(unit)
+		b := []byte(prefix + strings.Repeat(unit, n) + suffix)
+		b = append(b[:len(b)-len(suffix)], strings.Repeat(" ", frame.MaxSize-len(b))+suffix...) // exactly a frame
+		if len(b) != frame.MaxSize {
+			t.Fatalf("frame of %d bytes", len(b))
+		}
+		return b
+	}
+	big := fill(`{"type":"SUBMIT_JOB","taskType":"SHA256","maxAttempts":1,"payload":{"text":"`, `\u0001`, `"}}`)
+	padded := fill(`{"type":"SUBMIT_JOB","taskType":"SHA256","maxAttempts":1,"payload":{"text":"x"},"pad":"`, `p`, `"}`)
+	for _, tc := range []struct {
+		name  string
+		frame []byte
+		want  string
+	}{
+		{"BigPayload", big, fmt.Sprintf("Invalid payload: Payload exceeds %d bytes", protocol.MaxPayloadBytes)},
+		{"PaddedRequest", padded, "Request too large to forward: "},
+	} {
+		if err := c.SendPayload(tc.frame); err != nil {
+			t.Fatal(err)
+		}
+		c.ExpectError(tc.want)
+	}
+	if l, ok := c.Request(&protocol.ListJobs{}).(*protocol.JobList); !ok || len(l.Jobs) != 0 {
+		t.Fatalf("jobs %+v, want none stored (and the connection kept)", l)
+	}
+}

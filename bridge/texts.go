@@ -22,6 +22,13 @@ func errNATSDown() *protocol.Error {
 	return errUnavailable("the bridge has lost its NATS connection and is reconnecting; nothing was sent, try again")
 }
 
+// errTooLargeToForward: a request the bridge's NATS connection refused to send, since
+// with its headers it exceeds the server's maximum payload.
+func errTooLargeToForward(n int, max int64) *protocol.Error {
+	return &protocol.Error{Message: fmt.Sprintf("Request too large to forward: %d bytes and their headers exceed "+
+		"the NATS server's maximum payload of %d bytes; nothing was sent", n, max)}
+}
+
 // errShuttingDown: the bridge is closing.
 func errShuttingDown() *protocol.Error {
 	return &protocol.Error{Message: "bridge shutting down"}

@@ -369,6 +369,9 @@ func TestWorkerPort(t *testing.T) {
 			{"BadName", `["has space"]`, "Registration refused: bad task type name"},
 			{"BadSchema", `[{"name":"X","schema":{"type":17}}]`, "Registration refused: task type X: schema:"},
 			{"NegativeConcurrency", `[{"name":"X","options":{"concurrency":-1}}]`, "Registration refused: task type X: concurrency must not be negative"},
+			// A JVM peer's Long.MAX_VALUE for "no deadline": past what a deadline can hold.
+			{"TimeoutBeyondADeadline", `[{"name":"X","options":{"timeoutMillis":9223372036854775807}}]`,
+				"Registration refused: task type X: timeoutMillis must be in 0..9223372036854, got 9223372036854775807"},
 			{"NotAList", `"X"`, "Malformed request"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {

@@ -16,6 +16,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
 
 	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
@@ -165,23 +168,48 @@ func describeSchemaError(err error) string {
 		return err.Error()
 	}
 	var parts []string
-	for _, e := range ve.BasicOutput().Errors {
-		if e.Error == nil {
-			continue
-		}
-		msg := e.Error.String()
-		if e.InstanceLocation != "" {
-			msg = fmt.Sprintf("at '%s': %s", e.InstanceLocation, msg)
-		}
-		if !slices.Contains(parts, msg) {
-			parts = append(parts, msg)
-		}
-	}
+	schemaProblems(ve.Causes, &parts)
 	if len(parts) == 0 {
 		return ve.Error()
 	}
 	return strings.Join(parts, "; ")
 }
+
+// schemaPrinter prints the validator's texts, in English as its own errors do.
+var schemaPrinter = message.NewPrinter(language.English)
+
+// schemaProblems appends the problem each of errs and their causes states, in order,
+// each once. A reference ($ref) or a group states only that its causes failed, and is
+// passed over: the validator's BasicOutput instead labels the one problem under a
+// $ref "validation failed" and drops the others.
+func schemaProblems(errs []*jsonschema.ValidationError, parts *[]string) {
+	for _, e := range errs {
+		switch e.ErrorKind.(type) {
+		case *kind.Reference, *kind.Group:
+		default:
+			msg := e.ErrorKind.LocalizedString(schemaPrinter)
+			if len(e.InstanceLocation) > 0 {
+				msg = fmt.Sprintf("at '%s': %s", jsonPointer(e.InstanceLocation), msg)
+			}
+			if !slices.Contains(*parts, msg) {
+				*parts = append(*parts, msg)
+			}
+		}
+		schemaProblems(e.Causes, parts)
+	}
+}
+
+// jsonPointer is the JSON Pointer (RFC 6901) of a place in the payload.
+func jsonPointer(tokens []string) string {
+	var b strings.Builder
+	for _, t := range tokens {
+		b.WriteByte('/')
+		b.WriteString(pointerEscaper.Replace(t))
+	}
+	return b.String()
+}
+
+var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
 
 // options returns taskType's options (zero for a built-in or unknown type).
 func (cat *catalogue) options(taskType string) protocol.TaskTypeOptions {

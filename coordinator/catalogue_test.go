@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/jobbus/jobbus/bus/protocol"
@@ -48,6 +50,53 @@ func TestCatalogueValidate(t *testing.T) {
 			t.Errorf("%s %s: %v, want %q", tc.taskType, tc.payload, err, tc.want)
 		}
 	}
+}
+
+// TestCatalogueValidateUnderRef: a schema that refers to itself (a tree, as HandleJSON
+// derives for a recursive type, or "$ref": "#") names every problem below a $ref, as it
+// does without one, rather than "validation failed".
+func TestCatalogueValidateUnderRef(t *testing.T) {
+	t.Parallel()
+	cat := newCatalogue(tasktype.Builtins(), slog.New(slog.DiscardHandler))
+	for name, raw := range map[string]string{
+		"DEFS": `{"$ref":"#/$defs/node","$defs":{"node":{"type":"object","required":["name"],` +
+			`"properties":{"name":{"type":"string","minLength":1},"children":{"type":"array","items":{"$ref":"#/$defs/node"}}}}}}`,
+		"ROOT": `{"type":"object","required":["name"],` +
+			`"properties":{"name":{"type":"string","minLength":1},"children":{"type":"array","items":{"$ref":"#"}}}}`,
+	} {
+		schema, err := compileSchema(name, json.RawMessage(raw))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cat.types[name] = &catalogued{rec: protocol.TaskTypeRecord{Name: name, Schema: json.RawMessage(raw)}, schema: schema}
+	}
+	for _, tc := range []struct{ payload, want string }{
+		{`{"name":"a","children":[{"name":"b","children":[{"name":"c"}]}]}`, ""},
+		{`{"name":""}`, "at '/name': minLength: got 0, want 1"},
+		{`{"name":"a","children":[{"name":"b","children":[{"name":""}]}]}`, "at '/children/0/children/0/name': minLength: got 0, want 1"},
+		{`{"name":"a","children":[{"name":"b"},{"name":5,"children":[{}]}]}`,
+			"at '/children/1/name': got number, want string; at '/children/1/children/0': missing property 'name'"},
+	} {
+		for _, taskType := range []string{"DEFS", "ROOT"} {
+			err := cat.validate(taskType, json.RawMessage(tc.payload))
+			var pe *tasktype.PayloadError
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("%s %s: %v, want valid", taskType, tc.payload, err)
+			case tc.want != "" && (!errors.As(err, &pe) || !sameProblems(pe.Message, tc.want)):
+				t.Errorf("%s %s: %v, want %q", taskType, tc.payload, err, tc.want)
+			}
+		}
+	}
+}
+
+// sameProblems reports whether two "; "-joined lists of problems hold the same ones: the
+// validator visits an object's properties in no fixed order.
+func sameProblems(a, b string) bool {
+	pa, pb := strings.Split(a, "; "), strings.Split(b, "; ")
+	slices.Sort(pa)
+	slices.Sort(pb)
+	return slices.Equal(pa, pb)
 }
 
 // BenchmarkValidate compares the validation of a submission of a built-in type with

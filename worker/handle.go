@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
+	"strings"
 	"time"
 
 	"github.com/invopop/jsonschema"
@@ -125,17 +127,74 @@ func HandleJSON[A any](w *Worker, taskType string, h func(ctx context.Context, a
 
 // SchemaFor derives the JSON Schema of A, a struct, as HandleJSON declares it: its
 // properties from the json tags, fields without omitempty required, constraints from
-// jsonschema tags, other properties allowed (as encoding/json ignores them).
+// jsonschema tags, other properties allowed (as encoding/json ignores them). A type
+// that contains itself (a tree) refers to its definitions ($defs) where the others are
+// written out in place.
 func SchemaFor[A any]() (json.RawMessage, error) {
 	r := &jsonschema.Reflector{DoNotReference: true, ExpandedStruct: true, AllowAdditionalProperties: true}
+	if recursive(reflect.TypeFor[A](), map[reflect.Type]walk{}) {
+		// Inlined, a type that contains itself (a tree's children) never ends: the
+		// reflector overflows the stack, which kills the process. Such a type refers to
+		// its definitions ($defs) instead.
+		r.DoNotReference, r.ExpandedStruct = false, false
+	}
 	s := r.Reflect(new(A))
-	if s.Type != "object" {
+	if schemaType(s) != "object" {
 		return nil, fmt.Errorf("payload type %T is not a struct", *new(A))
 	}
 	// The coordinator's default draft (2020-12) either way; and no $id, which would name
 	// the Go package, not the task type.
 	s.Version, s.ID = "", ""
 	return json.Marshal(s)
+}
+
+// recursive reports whether t contains itself, through fields (as encoding/json
+// reads them), pointers, slices, arrays or map values: a depth-first walk in which
+// seen marks the types on its path (walking) and those it cleared (done), so that a
+// type shared by many fields is walked once.
+func recursive(t reflect.Type, seen map[reflect.Type]walk) bool {
+	switch seen[t] {
+	case walking:
+		return true
+	case done:
+		return false
+	}
+	seen[t] = walking
+	var inner []reflect.Type
+	switch t.Kind() {
+	case reflect.Pointer, reflect.Slice, reflect.Array, reflect.Map:
+		inner = append(inner, t.Elem())
+	case reflect.Struct:
+		for i := range t.NumField() {
+			if f := t.Field(i); f.IsExported() || f.Anonymous {
+				inner = append(inner, f.Type)
+			}
+		}
+	}
+	for _, it := range inner {
+		if recursive(it, seen) {
+			return true
+		}
+	}
+	seen[t] = done
+	return false
+}
+
+// walk is a type's mark in recursive's walk; the zero value is a type not yet seen.
+type walk uint8
+
+const (
+	walking walk = iota + 1
+	done
+)
+
+// schemaType is the type of the value s describes: its own, or that of the
+// definition it refers to.
+func schemaType(s *jsonschema.Schema) string {
+	if name, ok := strings.CutPrefix(s.Ref, "#/$defs/"); ok && s.Definitions[name] != nil {
+		return s.Definitions[name].Type
+	}
+	return s.Type
 }
 
 func (w *Worker) handleTask(taskType string, run Handler, schema json.RawMessage, opts []TypeOption) error {

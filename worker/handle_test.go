@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/client"
+	"github.com/jobbus/jobbus/internal/jobbustest"
+	"github.com/jobbus/jobbus/internal/testkit"
 	"github.com/jobbus/jobbus/worker"
 	"github.com/jobbus/jobbus/worker/tasks"
 )
@@ -148,5 +151,49 @@ func TestHandlersDeclareAndRun(t *testing.T) {
 		if r.Success != tc.success || r.Permanent != tc.permanent || r.SnoozeMillis != tc.snoozeMillis || text == nil || *text != tc.text {
 			t.Errorf("%s %s: result %+v (text %q), want success %v permanent %v snooze %d ms %q", tc.job, tc.taskType, r, deref(text), tc.success, tc.permanent, tc.snoozeMillis, tc.text)
 		}
+	}
+}
+
+// treeNode is a payload type that contains itself, as a tree's does.
+type treeNode struct {
+	Name     string     `json:"name" jsonschema:"minLength=1"`
+	Children []treeNode `json:"children,omitempty"`
+	Parent   *treeNode  `json:"parent,omitempty"`
+}
+
+// TestHandleJSONRecursiveType: a payload type that contains itself registers (its
+// schema refers to its own definition rather than expanding forever), and the
+// coordinator validates its payloads at every depth.
+func TestHandleJSONRecursiveType(t *testing.T) {
+	t.Parallel()
+	sys := jobbustest.Start(t)
+	cl := client.New(sys.NC)
+	count := func(_ context.Context, _ int, n treeNode) (string, error) {
+		var size func(treeNode) int
+		size = func(n treeNode) int {
+			s := 1
+			for _, c := range n.Children {
+				s += size(c)
+			}
+			return s
+		}
+		return fmt.Sprint(size(n)), nil
+	}
+	w, _ := sys.StartFunctionWorker(t, func(w *worker.Worker) error { return worker.HandleJSON(w, "TREE_SIZE", count) },
+		worker.WithTasks(tasks.NewRegistry()))
+	testkit.Eventually(t, 15*time.Second, "worker listed", func() bool { return jobbustest.WorkerListed(cl, w.ID()) })
+
+	ctx := context.Background()
+	id, err := cl.Submit(ctx, "TREE_SIZE", json.RawMessage(`{"name":"a","children":[{"name":"b","children":[{"name":"c"}]},{"name":"d"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 15*time.Second, "job completed", func() bool { return jobState(t, cl, id).State == protocol.StateCompleted })
+	if j := jobState(t, cl, id); deref(j.Result) != "4" {
+		t.Fatalf("job %+v, result %q, want 4", j, deref(j.Result))
+	}
+	_, err = cl.Submit(ctx, "TREE_SIZE", json.RawMessage(`{"name":"a","children":[{"name":"b","children":[{"name":""}]}]}`))
+	if want := "Invalid payload: at '/children/0/children/0/name': minLength: got 0, want 1"; err == nil || err.Error() != want {
+		t.Fatalf("a nested bad payload: %v, want %q", err, want)
 	}
 }

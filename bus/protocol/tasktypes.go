@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
+	"time"
 )
 
 // Task types beyond the five built-ins (a native extension; spec peers never see it).
@@ -52,14 +54,19 @@ type TaskTypeOptions struct {
 	KeyConcurrency int `json:"keyConcurrency,omitempty"`
 }
 
+// MaxTimeoutMillis is the longest TimeoutMillis: the most whole milliseconds a
+// time.Duration holds (about 292 years). A longer one would wrap round to a deadline
+// already past, and every attempt of the type would time out at once.
+const MaxTimeoutMillis = int64(math.MaxInt64 / time.Millisecond)
+
 // Check returns every problem of o at once.
 func (o TaskTypeOptions) Check() error {
 	var errs []error
 	if o.MaxAttempts < 0 {
 		errs = append(errs, fmt.Errorf("maxAttempts must not be negative, got %d", o.MaxAttempts))
 	}
-	if o.TimeoutMillis < 0 {
-		errs = append(errs, fmt.Errorf("timeoutMillis must not be negative, got %d", o.TimeoutMillis))
+	if o.TimeoutMillis < 0 || o.TimeoutMillis > MaxTimeoutMillis {
+		errs = append(errs, fmt.Errorf("timeoutMillis must be in 0..%d, got %d", MaxTimeoutMillis, o.TimeoutMillis))
 	}
 	if o.Concurrency < 0 {
 		errs = append(errs, fmt.Errorf("concurrency must not be negative, got %d", o.Concurrency))

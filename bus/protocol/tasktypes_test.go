@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jobbus/jobbus/bus/protocol"
 )
@@ -65,5 +66,22 @@ func TestCheckTaskTypeName(t *testing.T) {
 		if (err == nil) != ok || (err != nil && !errors.Is(err, protocol.ErrBadTaskTypeName)) {
 			t.Errorf("CheckTaskTypeName(%.20q) = %v, want ok=%v", name, err, ok)
 		}
+	}
+}
+
+// TestTaskTypeOptionsTimeoutBound: an execution deadline is a time.Duration, so the
+// longest timeout is the most whole milliseconds one holds; one more is refused rather
+// than wrapping round to a deadline already past.
+func TestTaskTypeOptionsTimeoutBound(t *testing.T) {
+	t.Parallel()
+	if err := (protocol.TaskTypeOptions{TimeoutMillis: protocol.MaxTimeoutMillis}).Check(); err != nil {
+		t.Fatalf("timeoutMillis %d: %v", protocol.MaxTimeoutMillis, err)
+	}
+	if d := time.Duration(protocol.MaxTimeoutMillis) * time.Millisecond; d <= 0 {
+		t.Fatalf("timeoutMillis %d is %v", protocol.MaxTimeoutMillis, d)
+	}
+	err := (protocol.TaskTypeOptions{TimeoutMillis: protocol.MaxTimeoutMillis + 1}).Check()
+	if want := "timeoutMillis must be in 0..9223372036854, got 9223372036855"; err == nil || err.Error() != want {
+		t.Fatalf("got %v, want %q", err, want)
 	}
 }
