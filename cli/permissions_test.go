@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -206,5 +207,52 @@ func TestExampleConfigRoles(t *testing.T) {
 			nc.Close()
 		}
 		t.Fatalf("an anonymous connection: %v, want an authorization violation", err)
+	}
+}
+
+// TestExampleConfigWorkersShipJobLogs: with docs/nats-server.conf, a worker under the
+// shared worker user, and one whose user is its id (edge-1, with its own inbox), write
+// what their handlers log where `jobbus logs` finds it.
+func TestExampleConfigWorkersShipJobLogs(t *testing.T) {
+	t.Parallel()
+	for _, user := range []string{"worker", "edge-1"} {
+		t.Run(user, func(t *testing.T) {
+			t.Parallel()
+			url := configServer(t)
+			ctx := context.Background()
+			runConfigCoordinator(t, url)
+			opts := []worker.Option{worker.WithHeartbeat(100 * time.Millisecond), worker.WithLogger(nil)}
+			if user == "edge-1" {
+				opts = append(opts, worker.WithID(user), worker.WithBusOptions(bus.WithNATSOptions(nats.CustomInboxPrefix("_INBOX_edge-1"))))
+			}
+			w, err := worker.Connect(ctx, userURL(url, user), opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Handle("NOTES", func(ctx context.Context, _ int, _ json.RawMessage) (string, error) {
+				worker.Logger(ctx).Info("noted by the worker")
+				return "ok", nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			stopWorker := jobbustest.Go(t, w.Run)
+			t.Cleanup(func() { stopWorker(); _ = w.Close() })
+			as := func(user string, args ...string) (int, string, string) {
+				return cliRun([]string{"--nats", userURL(url, user)}, args...)
+			}
+			eventually(t, "worker listed", func() bool {
+				_, out, _ := as("submitter", "workers", "--json")
+				return strings.Contains(out, w.ID())
+			})
+			code, out, errs := as("submitter", "submit", "NOTES", "--payload", "{}", "--wait", "--json")
+			if code != cli.ExitOK || !strings.Contains(out, `"COMPLETED"`) {
+				t.Fatalf("submit --wait: exit %d\n%s%s", code, out, errs)
+			}
+			id := jsonJob(t, out).JobID
+			eventually(t, "the handler's record in the job's log", func() bool {
+				code, out, _ := as("coordinator", "logs", id)
+				return code == cli.ExitOK && strings.Contains(out, "noted by the worker")
+			})
+		})
 	}
 }
