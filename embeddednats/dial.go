@@ -134,18 +134,44 @@ func checkJetStream(ctx context.Context, nc *nats.Conn, url string) error {
 func redact(urls string) string {
 	parts := strings.Split(urls, ",")
 	for i, p := range parts {
-		u, err := url.Parse(strings.TrimSpace(p))
-		if err != nil || u.User == nil {
-			continue
-		}
-		if _, hasPass := u.User.Password(); hasPass {
-			parts[i] = u.Redacted()
-		} else {
-			u.User = url.User("xxxxx") // a lone user part may be a token
-			parts[i] = u.String()
-		}
+		parts[i] = redactURL(p)
 	}
 	return strings.Join(parts, ",")
+}
+
+// redactURL hides the password or token of one URL. nats.go takes one without a
+// scheme (user:pw@host:4222) as nats://, so it is read as one; one that does not parse
+// loses everything before its last @, where its credentials would be.
+func redactURL(p string) string {
+	s, bare := strings.TrimSpace(p), !strings.Contains(p, "://")
+	if bare {
+		s = "nats://" + s
+	}
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		at := strings.LastIndex(p, "@")
+		if at < 0 {
+			return p
+		}
+		start := strings.Index(p, "://") + len("://")
+		if start < len("://") {
+			start = 0
+		}
+		return p[:start] + "xxxxx" + p[at:]
+	case u.User == nil:
+		return p
+	}
+	if _, hasPass := u.User.Password(); hasPass {
+		s = u.Redacted()
+	} else {
+		u.User = url.User("xxxxx") // a lone user part may be a token
+		s = u.String()
+	}
+	if bare {
+		s = strings.TrimPrefix(s, "nats://")
+	}
+	return s
 }
 
 // ServiceOptions are the nats.go options of a long-running service (coordinator,
