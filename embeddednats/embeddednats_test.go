@@ -216,14 +216,17 @@ func TestStartInvalidOptions(t *testing.T) {
 		{"ClusterNoName", embeddednats.WithClusterRoutes("", "127.0.0.1:-1"), "cluster needs a name"},
 		{"BadRoute", embeddednats.WithClusterRoutes("c", "127.0.0.1:-1", "::nope"), "cluster route"},
 		{"BadLeaf", embeddednats.WithLeafRemote("::nope"), "leaf remote"},
+		// A URL that does not parse is named without the credentials it carries.
+		{"BadRouteWithPassword", embeddednats.WithClusterRoutes("c", "127.0.0.1:-1", "nats-route://bob:topsecret@h:bad"), "cluster route \"nats-route://xxxxx@h:bad\""},
+		{"BadLeafWithPassword", embeddednats.WithLeafRemote("nats-leaf://bob:topsecret@hub:bad"), "leaf remote \"nats-leaf://xxxxx@hub:bad\""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := embeddednats.Start(context.Background(),
 				embeddednats.WithListen("127.0.0.1:-1"), embeddednats.WithStoreDir(t.TempDir()), tt.opt)
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("Start = %v, want error containing %q", err, tt.want)
+			if err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "topsecret") {
+				t.Fatalf("Start = %v, want error containing %q and no password", err, tt.want)
 			}
 		})
 	}
