@@ -256,3 +256,16 @@ func TestExampleConfigWorkersShipJobLogs(t *testing.T) {
 		})
 	}
 }
+
+// TestExampleConfigClusterRefusedSays: with docs/nats-server.conf, `jobbus cluster`
+// under a user that may not ask the servers (the reader) fails with NATS's permissions
+// violation, not with a bare "context canceled".
+func TestExampleConfigClusterRefusedSays(t *testing.T) {
+	t.Parallel()
+	url := configServer(t)
+	runConfigCoordinator(t, url)
+	code, out, errs := cliRun([]string{"--nats", userURL(url, "reader")}, "cluster")
+	if code != cli.ExitError || !strings.Contains(errs, "Permissions Violation for Publish to") {
+		t.Errorf("reader's cluster: exit %d, stdout %q, stderr %q; want exit 1 and NATS's permissions violation", code, out, errs)
+	}
+}

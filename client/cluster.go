@@ -101,7 +101,9 @@ func ReadClusterStatus(ctx context.Context, nc *nats.Conn, wait time.Duration) (
 	slices.SortFunc(st.Coordinators, func(a, b protocol.Coordinator) int {
 		return cmp.Or(cmp.Compare(a.State, b.State), cmp.Compare(a.ID, b.ID)) // "leading" < "standby"
 	})
-	return st, ctx.Err()
+	// The cause says why the context ended (a publish NATS refused, say), where
+	// ctx.Err() says only that it did.
+	return st, context.Cause(ctx)
 }
 
 func sameHost(u, host string) bool {
