@@ -3,6 +3,8 @@ package cli_test
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -267,5 +269,37 @@ func TestExampleConfigClusterRefusedSays(t *testing.T) {
 	code, out, errs := cliRun([]string{"--nats", userURL(url, "reader")}, "cluster")
 	if code != cli.ExitError || !strings.Contains(errs, "Permissions Violation for Publish to") {
 		t.Errorf("reader's cluster: exit %d, stdout %q, stderr %q; want exit 1 and NATS's permissions violation", code, out, errs)
+	}
+}
+
+// TestExampleConfigReaderReadsEverything: with docs/nats-server.conf, the reader reads
+// what the system has to show over the API, queues, rate limits and workflows as well
+// as jobs, and changes none of it.
+func TestExampleConfigReaderReadsEverything(t *testing.T) {
+	t.Parallel()
+	url := configServer(t)
+	runConfigCoordinator(t, url)
+	as := func(user string, args ...string) (int, string, string) {
+		return cliRun([]string{"--nats", userURL(url, user)}, args...)
+	}
+	file := filepath.Join(t.TempDir(), "wf.json")
+	if err := os.WriteFile(file, []byte(`{"workflowId": "wf-read", "chain": "a -> b", "steps": [
+		{"name": "a", "taskType": "SHA256", "payload": {"text": "a"}},
+		{"name": "b", "taskType": "SHA256", "payload": {"text": "b"}}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a coordinator serving", func() bool { code, _, _ := as("submitter", "jobs"); return code == cli.ExitOK })
+	if code, out, errs := as("submitter", "workflow", "submit", file); code != cli.ExitOK {
+		t.Fatalf("submitter's workflow submit: exit %d\n%s%s", code, out, errs)
+	}
+	for _, args := range [][]string{{"queue", "ls"}, {"limit", "ls"}, {"workflow", "status", "wf-read"}} {
+		if code, out, errs := as("reader", args...); code != cli.ExitOK || out == "" {
+			t.Errorf("reader's %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errs)
+		}
+	}
+	for _, args := range [][]string{{"queue", "pause", "default"}, {"workflow", "cancel", "wf-read"}} {
+		if code, out, errs := as("reader", args...); code != cli.ExitError || !strings.Contains(errs, "Permissions Violation") {
+			t.Errorf("reader's %s: exit %d, stdout %q, stderr %q; want exit 1 and NATS's permissions violation", strings.Join(args, " "), code, out, errs)
+		}
 	}
 }
