@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/jobbus/jobbus/bridge"
+	"github.com/jobbus/jobbus/internal/natsurl"
 	"github.com/jobbus/jobbus/system"
 )
 
@@ -156,7 +157,7 @@ Example:
 			if err != nil {
 				return err
 			}
-			log.Info("bridge running", "nats", sys.Conn().ConnectedUrlRedacted())
+			log.Info("bridge running", "nats", natsurl.Connected(sys.Conn()))
 			<-ctx.Done()
 			log.Info("bridge stopping")
 			_ = sys.Close()
