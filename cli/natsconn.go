@@ -78,7 +78,11 @@ func natsFlagOptions(c *cli.Context) ([]nats.Option, error) {
 	case creds != "" && nkey != "":
 		return nil, usageError("--nats-creds and --nkey are two ways to authenticate: give one")
 	case creds != "":
-		opts = append(opts, nats.UserCredentials(creds))
+		o := nats.UserCredentials(creds)
+		if err := natscontext.Check(o); err != nil {
+			return nil, usageError("--nats-creds %s: %v", creds, err)
+		}
+		opts = append(opts, o)
 	case nkey != "":
 		o, err := nats.NkeyOptionFromSeed(nkey)
 		if err != nil {

@@ -89,8 +89,8 @@ func TestTLSAndNKeyFlags(t *testing.T) {
 	}
 }
 
-// TestBadNATSTLSFilesRefused: a missing or bad --tls-ca, --tls-cert/--tls-key, or a
-// context's ca, is a usage error naming the flag (or context) and the file, at once,
+// TestBadNATSTLSFilesRefused: a missing or bad --tls-ca, --tls-cert/--tls-key,
+// --nats-creds, or a context's ca, is a usage error naming the flag (or context) and the file, at once,
 // for every command that talks to NATS; the services (coordinator, bridge, dashboard,
 // serve --nats) waited for NATS for ever instead, saying "is a nats-server running
 // there?".
@@ -112,10 +112,12 @@ func TestBadNATSTLSFilesRefused(t *testing.T) {
 		flags []string
 		want  []string // in stderr
 	}{
-		"MissingCA": {[]string{"--nats", url, "--tls-ca", missing}, []string{"--tls-ca", missing}},
-		"BadCA":     {[]string{"--nats", url, "--tls-ca", bad}, []string{"--tls-ca", bad}},
-		"BadCert":   {[]string{"--nats", url, "--tls-ca", p.CA, "--tls-cert", bad, "--tls-key", p.ClientKey}, []string{"--tls-cert", bad}},
-		"ContextCA": {[]string{"--context", ctxFile}, []string{"--context", bad}},
+		"MissingCA":    {[]string{"--nats", url, "--tls-ca", missing}, []string{"--tls-ca", missing}},
+		"BadCA":        {[]string{"--nats", url, "--tls-ca", bad}, []string{"--tls-ca", bad}},
+		"BadCert":      {[]string{"--nats", url, "--tls-ca", p.CA, "--tls-cert", bad, "--tls-key", p.ClientKey}, []string{"--tls-cert", bad}},
+		"ContextCA":    {[]string{"--context", ctxFile}, []string{"--context", bad}},
+		"MissingCreds": {[]string{"--nats", url, "--nats-creds", missing}, []string{"--nats-creds", missing}},
+		"BadCreds":     {[]string{"--nats", url, "--nats-creds", bad}, []string{"--nats-creds", bad}},
 	}
 	commands := map[string][]string{
 		"jobs":        {"jobs"},

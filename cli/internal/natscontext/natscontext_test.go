@@ -106,11 +106,24 @@ func TestNKeyAndCreds(t *testing.T) {
 	if err := os.WriteFile(seedFile, seed, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// A .creds file as nsc writes it: the user's JWT, then its seed.
+	credsFile := filepath.Join(t.TempDir(), "user.creds")
+	creds := "-----BEGIN NATS USER JWT-----\neyJ0eXAiOiJKV1QiLCJhbGciOiJlZDI1NTE5LW5rZXkifQ.e30.c2ln\n------END NATS USER JWT------\n\n" +
+		"-----BEGIN USER NKEY SEED-----\n" + string(seed) + "\n------END USER NKEY SEED------\n"
+	if err := os.WriteFile(credsFile, []byte(creds), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	junk := filepath.Join(t.TempDir(), "junk.creds")
+	if err := os.WriteFile(junk, []byte("not credentials\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	configHome(t, "", map[string]string{
-		"nk":      `{"url":"nats://x","nkey":"` + seedFile + `"}`,
-		"nkfile":  `{"url":"nats://x","nkey":"file://` + seedFile + `"}`,
-		"creds":   `{"url":"nats://x","creds":"/some/user.creds"}`,
-		"missing": `{"url":"nats://x","nkey":"/no/such.nk"}`,
+		"nk":           `{"url":"nats://x","nkey":"` + seedFile + `"}`,
+		"nkfile":       `{"url":"nats://x","nkey":"file://` + seedFile + `"}`,
+		"creds":        `{"url":"nats://x","creds":"` + credsFile + `"}`,
+		"missing":      `{"url":"nats://x","nkey":"/no/such.nk"}`,
+		"missingCreds": `{"url":"nats://x","creds":"/no/such.creds"}`,
+		"badCreds":     `{"url":"nats://x","creds":"` + junk + `"}`,
 	})
 	for _, name := range []string{"nk", "nkfile", "creds"} {
 		c, err := Load(name)
@@ -121,8 +134,10 @@ func TestNKeyAndCreds(t *testing.T) {
 			t.Errorf("%s: %d options, %v", name, len(opts), err)
 		}
 	}
-	c, _ := Load("missing")
-	if _, err := c.Options(); err == nil {
-		t.Error("a missing nkey seed file was accepted")
+	for _, name := range []string{"missing", "missingCreds", "badCreds"} {
+		c, _ := Load(name)
+		if _, err := c.Options(); err == nil {
+			t.Errorf("%s: a missing or bad credentials file was accepted", name)
+		}
 	}
 }
