@@ -50,7 +50,7 @@ func bridgeTLS(c *cli.Context) (*tls.Config, error) {
 	}
 	pair, err := tls.LoadX509KeyPair(cert, key)
 	if err != nil {
-		return nil, usageError("--bridge-tls-cert/--bridge-tls-key: %v", err)
+		return nil, usageError("--bridge-tls-cert %s, --bridge-tls-key %s: %v", cert, key, err)
 	}
 	cfg := &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
 	if ca != "" {

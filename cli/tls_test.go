@@ -150,3 +150,32 @@ func TestBadNATSTLSFilesRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestBadBridgeTLSFilesRefused: a missing or bad --bridge-tls-cert, --bridge-tls-key
+// or --bridge-tls-client-ca is a usage error naming the flag and the file.
+func TestBadBridgeTLSFilesRefused(t *testing.T) {
+	t.Parallel()
+	p := newPKI(t)
+	bad := filepath.Join(t.TempDir(), "bad.pem")
+	if err := os.WriteFile(bad, []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct{ flags, want []string }{
+		"BadCert":     {[]string{"--bridge-tls-cert", bad, "--bridge-tls-key", p.ServerKey}, []string{"--bridge-tls-cert", bad}},
+		"BadKey":      {[]string{"--bridge-tls-cert", p.ServerCert, "--bridge-tls-key", bad}, []string{"--bridge-tls-key", bad}},
+		"MismatchKey": {[]string{"--bridge-tls-cert", p.ServerCert, "--bridge-tls-key", p.ClientKey}, []string{"--bridge-tls-key", p.ClientKey}},
+		"BadClientCA": {[]string{"--bridge-tls-cert", p.ServerCert, "--bridge-tls-key", p.ServerKey, "--bridge-tls-client-ca", bad}, []string{"--bridge-tls-client-ca", bad}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			code, _, errs := cliRun([]string{"--nats", "nats://127.0.0.1:1"}, append([]string{"bridge", "--worker-port", "0", "--client-port", "-1"}, tc.flags...)...)
+			if code != cli.ExitUsage {
+				t.Fatalf("exit %d, want %d: %s", code, cli.ExitUsage, errs)
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(errs, want) {
+					t.Errorf("stderr does not name %q: %s", want, errs)
+				}
+			}
+		})
+	}
+}
