@@ -37,6 +37,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/jobbus/jobbus/internal/natsurl"
 )
 
 // Node is one addressed participant of the bus: it sends tells and asks, and serves
@@ -215,7 +217,7 @@ func (n *Node) watchStatus(up bool) {
 			up = true
 			if everUp {
 				n.stats.reconnects.Add(1)
-				n.log.Info("bus reconnected", "server", n.nc.ConnectedUrlRedacted())
+				n.log.Info("bus reconnected", "server", natsurl.Connected(n.nc))
 			}
 			everUp = true
 			select {

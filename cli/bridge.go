@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/jobbus/jobbus/bridge"
+	"github.com/jobbus/jobbus/internal/natsurl"
 	"github.com/jobbus/jobbus/system"
 )
 
@@ -49,7 +50,7 @@ func bridgeTLS(c *cli.Context) (*tls.Config, error) {
 	}
 	pair, err := tls.LoadX509KeyPair(cert, key)
 	if err != nil {
-		return nil, usageError("--bridge-tls-cert/--bridge-tls-key: %v", err)
+		return nil, usageError("--bridge-tls-cert %s, --bridge-tls-key %s: %v", cert, key, err)
 	}
 	cfg := &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
 	if ca != "" {
@@ -156,7 +157,7 @@ Example:
 			if err != nil {
 				return err
 			}
-			log.Info("bridge running", "nats", sys.Conn().ConnectedUrlRedacted())
+			log.Info("bridge running", "nats", natsurl.Connected(sys.Conn()))
 			<-ctx.Done()
 			log.Info("bridge stopping")
 			_ = sys.Close()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
+	"github.com/jobbus/jobbus/internal/natsurl"
 )
 
 // natsDialTimeout bounds a client command's connect (to NATS or to the TCP client
@@ -96,7 +97,7 @@ func connect(c *cli.Context, reconnect bool, opts ...client.Option) (*session, e
 		return nil, err
 	}
 	opts = append([]client.Option{notice, client.WithTracerProvider(tp)}, opts...)
-	return &session{cl: client.New(nc, opts...), nc: nc, target: nc.ConnectedUrlRedacted(), stop: func() { flush(); refused(nil) }}, nil
+	return &session{cl: client.New(nc, opts...), nc: nc, target: natsurl.Connected(nc), stop: func() { flush(); refused(nil) }}, nil
 }
 
 // dialCause is what to add to "cannot reach" about err: nothing when the port refused

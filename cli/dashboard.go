@@ -6,6 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/jobbus/jobbus/internal/natsurl"
 	"github.com/jobbus/jobbus/system"
 )
 
@@ -41,7 +42,7 @@ Example:
 			if err != nil {
 				return err
 			}
-			log.Info("dashboard running", "nats", sys.Conn().ConnectedUrlRedacted(), "url", "http://"+c.String("http-listen")+"/")
+			log.Info("dashboard running", "nats", natsurl.Connected(sys.Conn()), "url", "http://"+c.String("http-listen")+"/")
 			<-ctx.Done()
 			_ = sys.Close()
 			return nil

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/jobbus/jobbus/bridge"
+	"github.com/jobbus/jobbus/cli/internal/natscontext"
 	"github.com/jobbus/jobbus/embeddednats"
 	"github.com/nats-io/nats.go"
 	"github.com/urfave/cli/v2"
@@ -88,7 +89,11 @@ func embeddedAuth(c *cli.Context) (server []embeddednats.Option, conn []nats.Opt
 	// The global --nats-creds or --nkey authenticate serve's connection too.
 	switch creds, nkey := global(c, "nats-creds"), global(c, "nkey"); {
 	case creds != "":
-		conn = append(conn, nats.UserCredentials(creds))
+		o := nats.UserCredentials(creds)
+		if err := natscontext.Check(o); err != nil {
+			return nil, nil, usageError("--nats-creds %s: %v", creds, err)
+		}
+		conn = append(conn, o)
 	case nkey != "":
 		o, err := nats.NkeyOptionFromSeed(nkey)
 		if err != nil {

@@ -78,7 +78,11 @@ func natsFlagOptions(c *cli.Context) ([]nats.Option, error) {
 	case creds != "" && nkey != "":
 		return nil, usageError("--nats-creds and --nkey are two ways to authenticate: give one")
 	case creds != "":
-		opts = append(opts, nats.UserCredentials(creds))
+		o := nats.UserCredentials(creds)
+		if err := natscontext.Check(o); err != nil {
+			return nil, usageError("--nats-creds %s: %v", creds, err)
+		}
+		opts = append(opts, o)
 	case nkey != "":
 		o, err := nats.NkeyOptionFromSeed(nkey)
 		if err != nil {
@@ -87,12 +91,20 @@ func natsFlagOptions(c *cli.Context) ([]nats.Option, error) {
 		opts = append(opts, o)
 	}
 	if ca := global(c, "tls-ca"); ca != "" {
-		opts = append(opts, nats.RootCAs(ca))
+		o := nats.RootCAs(ca)
+		if err := natscontext.Check(o); err != nil {
+			return nil, usageError("--tls-ca %s: %v", ca, err)
+		}
+		opts = append(opts, o)
 	}
 	cert, key := global(c, "tls-cert"), global(c, "tls-key")
 	switch {
 	case cert != "" && key != "":
-		opts = append(opts, nats.ClientCert(cert, key))
+		o := nats.ClientCert(cert, key)
+		if err := natscontext.Check(o); err != nil {
+			return nil, usageError("--tls-cert %s, --tls-key %s: %v", cert, key, err)
+		}
+		opts = append(opts, o)
 	case cert != "" || key != "":
 		return nil, usageError("--tls-cert and --tls-key go together: give both")
 	}

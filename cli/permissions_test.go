@@ -2,6 +2,9 @@ package cli_test
 
 import (
 	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -206,5 +209,97 @@ func TestExampleConfigRoles(t *testing.T) {
 			nc.Close()
 		}
 		t.Fatalf("an anonymous connection: %v, want an authorization violation", err)
+	}
+}
+
+// TestExampleConfigWorkersShipJobLogs: with docs/nats-server.conf, a worker under the
+// shared worker user, and one whose user is its id (edge-1, with its own inbox), write
+// what their handlers log where `jobbus logs` finds it.
+func TestExampleConfigWorkersShipJobLogs(t *testing.T) {
+	t.Parallel()
+	for _, user := range []string{"worker", "edge-1"} {
+		t.Run(user, func(t *testing.T) {
+			t.Parallel()
+			url := configServer(t)
+			ctx := context.Background()
+			runConfigCoordinator(t, url)
+			opts := []worker.Option{worker.WithHeartbeat(100 * time.Millisecond), worker.WithLogger(nil)}
+			if user == "edge-1" {
+				opts = append(opts, worker.WithID(user), worker.WithBusOptions(bus.WithNATSOptions(nats.CustomInboxPrefix("_INBOX_edge-1"))))
+			}
+			w, err := worker.Connect(ctx, userURL(url, user), opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Handle("NOTES", func(ctx context.Context, _ int, _ json.RawMessage) (string, error) {
+				worker.Logger(ctx).Info("noted by the worker")
+				return "ok", nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			stopWorker := jobbustest.Go(t, w.Run)
+			t.Cleanup(func() { stopWorker(); _ = w.Close() })
+			as := func(user string, args ...string) (int, string, string) {
+				return cliRun([]string{"--nats", userURL(url, user)}, args...)
+			}
+			eventually(t, "worker listed", func() bool {
+				_, out, _ := as("submitter", "workers", "--json")
+				return strings.Contains(out, w.ID())
+			})
+			code, out, errs := as("submitter", "submit", "NOTES", "--payload", "{}", "--wait", "--json")
+			if code != cli.ExitOK || !strings.Contains(out, `"COMPLETED"`) {
+				t.Fatalf("submit --wait: exit %d\n%s%s", code, out, errs)
+			}
+			id := jsonJob(t, out).JobID
+			eventually(t, "the handler's record in the job's log", func() bool {
+				code, out, _ := as("coordinator", "logs", id)
+				return code == cli.ExitOK && strings.Contains(out, "noted by the worker")
+			})
+		})
+	}
+}
+
+// TestExampleConfigClusterRefusedSays: with docs/nats-server.conf, `jobbus cluster`
+// under a user that may not ask the servers (the reader) fails with NATS's permissions
+// violation, not with a bare "context canceled".
+func TestExampleConfigClusterRefusedSays(t *testing.T) {
+	t.Parallel()
+	url := configServer(t)
+	runConfigCoordinator(t, url)
+	code, out, errs := cliRun([]string{"--nats", userURL(url, "reader")}, "cluster")
+	if code != cli.ExitError || !strings.Contains(errs, "Permissions Violation for Publish to") {
+		t.Errorf("reader's cluster: exit %d, stdout %q, stderr %q; want exit 1 and NATS's permissions violation", code, out, errs)
+	}
+}
+
+// TestExampleConfigReaderReadsEverything: with docs/nats-server.conf, the reader reads
+// what the system has to show over the API, queues, rate limits and workflows as well
+// as jobs, and changes none of it.
+func TestExampleConfigReaderReadsEverything(t *testing.T) {
+	t.Parallel()
+	url := configServer(t)
+	runConfigCoordinator(t, url)
+	as := func(user string, args ...string) (int, string, string) {
+		return cliRun([]string{"--nats", userURL(url, user)}, args...)
+	}
+	file := filepath.Join(t.TempDir(), "wf.json")
+	if err := os.WriteFile(file, []byte(`{"workflowId": "wf-read", "chain": "a -> b", "steps": [
+		{"name": "a", "taskType": "SHA256", "payload": {"text": "a"}},
+		{"name": "b", "taskType": "SHA256", "payload": {"text": "b"}}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a coordinator serving", func() bool { code, _, _ := as("submitter", "jobs"); return code == cli.ExitOK })
+	if code, out, errs := as("submitter", "workflow", "submit", file); code != cli.ExitOK {
+		t.Fatalf("submitter's workflow submit: exit %d\n%s%s", code, out, errs)
+	}
+	for _, args := range [][]string{{"queue", "ls"}, {"limit", "ls"}, {"workflow", "status", "wf-read"}} {
+		if code, out, errs := as("reader", args...); code != cli.ExitOK || out == "" {
+			t.Errorf("reader's %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errs)
+		}
+	}
+	for _, args := range [][]string{{"queue", "pause", "default"}, {"workflow", "cancel", "wf-read"}} {
+		if code, out, errs := as("reader", args...); code != cli.ExitError || !strings.Contains(errs, "Permissions Violation") {
+			t.Errorf("reader's %s: exit %d, stdout %q, stderr %q; want exit 1 and NATS's permissions violation", strings.Join(args, " "), code, out, errs)
+		}
 	}
 }

@@ -8,6 +8,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/jobbus/jobbus/cli"
 	"github.com/jobbus/jobbus/internal/testkit"
@@ -120,6 +123,46 @@ func TestOpenListenWarnings(t *testing.T) {
 	} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("serve's log does not say %q:\n%s", want, logs)
+		}
+	}
+}
+
+// TestTokenNeverShown: a token given in the NATS URL (nats://TOKEN@host, as
+// docs/security.md shows for --nats-token) is never printed: not in the logs of the
+// services that connect with it, nor in `jobbus cluster`. url.URL.Redacted, which
+// nats.go's ConnectedUrlRedacted uses, hides only a password.
+func TestTokenNeverShown(t *testing.T) {
+	t.Parallel()
+	const token = "t0kenSecret"
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true,
+		JetStream: true, StoreDir: t.TempDir(), Authorization: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	url := strings.Replace(ns.ClientURL(), "nats://", "nats://"+token+"@", 1)
+	global := []string{"--nats", url}
+	coord := start(t, global, "coordinator")
+	worker := start(t, global, "worker", "--id", "w-token")
+	var out string
+	eventually(t, "the coordinator and the worker up", func() bool {
+		code, o, _ := cliRun(global, "cluster")
+		_, w, _ := cliRun(global, "workers")
+		out = o
+		return code == cli.ExitOK && strings.Contains(o, "leading") && strings.Contains(w, "w-token") &&
+			strings.Contains(coord.errs.String()+coord.out.String(), "coordinator campaigning")
+	})
+	for what, text := range map[string]string{
+		"jobbus cluster":        out,
+		"the coordinator's log": coord.errs.String() + coord.out.String(),
+		"the worker's log":      worker.errs.String() + worker.out.String(),
+	} {
+		if strings.Contains(text, token) {
+			t.Errorf("%s shows the token:\n%s", what, text)
 		}
 	}
 }

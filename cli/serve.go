@@ -12,6 +12,7 @@ import (
 
 	"github.com/jobbus/jobbus/coordinator"
 	"github.com/jobbus/jobbus/embeddednats"
+	"github.com/jobbus/jobbus/internal/natsurl"
 	"github.com/jobbus/jobbus/system"
 	"github.com/jobbus/jobbus/worker"
 )
@@ -167,7 +168,7 @@ func serveUntil(ctx context.Context, c *cli.Context, log *slog.Logger, scfg syst
 		log.Info("leaf node: no coordinator here; the hub's serve this site's workers and clients")
 	}
 	n := scfg.Workers.Count
-	log.Info("jobbus serving", "nats", sys.Conn().ConnectedUrlRedacted(), "workers", n)
+	log.Info("jobbus serving", "nats", natsurl.Connected(sys.Conn()), "workers", n)
 	if n == 0 {
 		log.Info("no workers: jobs wait until a worker connects (jobbus worker, or serve --workers N)")
 	}
@@ -347,7 +348,7 @@ Example:
 			if err != nil {
 				return err
 			}
-			log.Info("coordinator campaigning", "nats", sys.Conn().ConnectedUrlRedacted())
+			log.Info("coordinator campaigning", "nats", natsurl.Connected(sys.Conn()))
 			return untilStopped(ctx, sys)
 		},
 	}

@@ -3,8 +3,11 @@ package cli_test
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -83,5 +86,96 @@ func TestTLSAndNKeyFlags(t *testing.T) {
 		if code, _, errs := cliRun(flags, "workers"); code != cli.ExitError || !strings.Contains(errs, "cannot reach NATS") {
 			t.Errorf("%s: exit %d, stderr %q; want a refused connection", name, code, errs)
 		}
+	}
+}
+
+// TestBadNATSTLSFilesRefused: a missing or bad --tls-ca, --tls-cert/--tls-key,
+// --nats-creds, or a context's ca, is a usage error naming the flag (or context) and the file, at once,
+// for every command that talks to NATS; the services (coordinator, bridge, dashboard,
+// serve --nats) waited for NATS for ever instead, saying "is a nats-server running
+// there?".
+func TestBadNATSTLSFilesRefused(t *testing.T) {
+	t.Parallel()
+	p := newPKI(t)
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.pem")
+	if err := os.WriteFile(bad, []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing.pem")
+	ctxFile := filepath.Join(dir, "badca.json")
+	if err := os.WriteFile(ctxFile, []byte(`{"url":"nats://127.0.0.1:1","ca":"`+bad+`"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const url = "nats://127.0.0.1:1" // nothing listens: only the files can be wrong
+	files := map[string]struct {
+		flags []string
+		want  []string // in stderr
+	}{
+		"MissingCA":    {[]string{"--nats", url, "--tls-ca", missing}, []string{"--tls-ca", missing}},
+		"BadCA":        {[]string{"--nats", url, "--tls-ca", bad}, []string{"--tls-ca", bad}},
+		"BadCert":      {[]string{"--nats", url, "--tls-ca", p.CA, "--tls-cert", bad, "--tls-key", p.ClientKey}, []string{"--tls-cert", bad}},
+		"ContextCA":    {[]string{"--context", ctxFile}, []string{"--context", bad}},
+		"MissingCreds": {[]string{"--nats", url, "--nats-creds", missing}, []string{"--nats-creds", missing}},
+		"BadCreds":     {[]string{"--nats", url, "--nats-creds", bad}, []string{"--nats-creds", bad}},
+	}
+	commands := map[string][]string{
+		"jobs":        {"jobs"},
+		"worker":      {"worker"},
+		"coordinator": {"coordinator"},
+		"bridge":      {"bridge", "--worker-port", "0", "--client-port", "-1"},
+		"dashboard":   {"dashboard", "--http-listen", "127.0.0.1:0"},
+		"serve":       {"serve", "--worker-port", "-1", "--client-port", "-1", "--http-listen", "-"},
+	}
+	for fname, f := range files {
+		for cname, args := range commands {
+			t.Run(fname+"/"+cname, func(t *testing.T) {
+				t.Parallel()
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				cmd := exec.CommandContext(ctx, jobbusBin, append(slices.Clone(f.flags), args...)...)
+				var stderr strings.Builder
+				cmd.Stderr = &stderr
+				err := cmd.Run()
+				var exit *exec.ExitError
+				if ctx.Err() != nil || !errors.As(err, &exit) || exit.ExitCode() != cli.ExitUsage {
+					t.Fatalf("exit %v (deadline: %v), want %d; stderr:\n%s", err, ctx.Err(), cli.ExitUsage, stderr.String())
+				}
+				for _, want := range f.want {
+					if !strings.Contains(stderr.String(), want) {
+						t.Errorf("stderr does not name %q:\n%s", want, stderr.String())
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestBadBridgeTLSFilesRefused: a missing or bad --bridge-tls-cert, --bridge-tls-key
+// or --bridge-tls-client-ca is a usage error naming the flag and the file.
+func TestBadBridgeTLSFilesRefused(t *testing.T) {
+	t.Parallel()
+	p := newPKI(t)
+	bad := filepath.Join(t.TempDir(), "bad.pem")
+	if err := os.WriteFile(bad, []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct{ flags, want []string }{
+		"BadCert":     {[]string{"--bridge-tls-cert", bad, "--bridge-tls-key", p.ServerKey}, []string{"--bridge-tls-cert", bad}},
+		"BadKey":      {[]string{"--bridge-tls-cert", p.ServerCert, "--bridge-tls-key", bad}, []string{"--bridge-tls-key", bad}},
+		"MismatchKey": {[]string{"--bridge-tls-cert", p.ServerCert, "--bridge-tls-key", p.ClientKey}, []string{"--bridge-tls-key", p.ClientKey}},
+		"BadClientCA": {[]string{"--bridge-tls-cert", p.ServerCert, "--bridge-tls-key", p.ServerKey, "--bridge-tls-client-ca", bad}, []string{"--bridge-tls-client-ca", bad}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			code, _, errs := cliRun([]string{"--nats", "nats://127.0.0.1:1"}, append([]string{"bridge", "--worker-port", "0", "--client-port", "-1"}, tc.flags...)...)
+			if code != cli.ExitUsage {
+				t.Fatalf("exit %d, want %d: %s", code, cli.ExitUsage, errs)
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(errs, want) {
+					t.Errorf("stderr does not name %q: %s", want, errs)
+				}
+			}
+		})
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/internal/backoff"
+	"github.com/jobbus/jobbus/internal/natsurl"
 	"github.com/jobbus/jobbus/internal/tracing"
 )
 
@@ -165,7 +166,7 @@ func (n *natsTransport) roundTrip(ctx context.Context, t protocol.Type, body []b
 	case errors.Is(err, ErrNoCoordinator):
 		return nil, err
 	case errors.Is(err, nats.ErrNoResponders):
-		return nil, fmt.Errorf("%w on %s (is `jobbus serve` running?)", ErrNoCoordinator, n.nc.ConnectedUrlRedacted())
+		return nil, fmt.Errorf("%w on %s (is `jobbus serve` running?)", ErrNoCoordinator, natsurl.Connected(n.nc))
 	case err != nil && ctx.Err() != nil && context.Cause(ctx) != ctx.Err():
 		// Whoever ended the wait said why (the CLI: NATS refused the publish).
 		return nil, fmt.Errorf("%s: %w", t, context.Cause(ctx))

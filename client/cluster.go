@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/internal/natsurl"
 )
 
 // DefaultGather is how long ClusterStatus collects the answers of coordinators and
@@ -69,8 +70,8 @@ func ReadClusterStatus(ctx context.Context, nc *nats.Conn, wait time.Duration) (
 	if wait <= 0 {
 		wait = DefaultGather
 	}
-	st := ClusterStatus{Cluster: nc.ConnectedClusterName(), Connected: cmp.Or(nc.ConnectedServerName(), nc.ConnectedUrlRedacted())}
-	st.URLs = append(st.URLs, nc.ConnectedUrlRedacted())
+	st := ClusterStatus{Cluster: nc.ConnectedClusterName(), Connected: cmp.Or(nc.ConnectedServerName(), natsurl.Connected(nc))}
+	st.URLs = append(st.URLs, natsurl.Connected(nc))
 	for _, u := range nc.DiscoveredServers() {
 		if p, err := url.Parse(u); err == nil && !slices.ContainsFunc(st.URLs, func(s string) bool { return sameHost(s, p.Host) }) {
 			st.URLs = append(st.URLs, u)
@@ -101,7 +102,9 @@ func ReadClusterStatus(ctx context.Context, nc *nats.Conn, wait time.Duration) (
 	slices.SortFunc(st.Coordinators, func(a, b protocol.Coordinator) int {
 		return cmp.Or(cmp.Compare(a.State, b.State), cmp.Compare(a.ID, b.ID)) // "leading" < "standby"
 	})
-	return st, ctx.Err()
+	// The cause says why the context ended (a publish NATS refused, say), where
+	// ctx.Err() says only that it did.
+	return st, context.Cause(ctx)
 }
 
 func sameHost(u, host string) bool {

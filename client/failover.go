@@ -10,6 +10,7 @@ import (
 
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/internal/natsreq"
+	"github.com/jobbus/jobbus/internal/natsurl"
 )
 
 // FailoverNotice is what a request says while it waits for a coordinator to take over
@@ -65,7 +66,7 @@ func (n *natsTransport) request(ctx context.Context, t protocol.Type, subject st
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		// A coordinator process ran, but none served in time: nothing was received.
-		err = fmt.Errorf("%w on %s: %s, but none took over in time", ErrNoCoordinator, n.nc.ConnectedUrlRedacted(), noticeWithoutRetrying)
+		err = fmt.Errorf("%w on %s: %s, but none took over in time", ErrNoCoordinator, natsurl.Connected(n.nc), noticeWithoutRetrying)
 	case opts.RequestID != "" && context.Cause(ctx) == ctx.Err() &&
 		(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, natsreq.ErrCutOff)):
 		// A send was taken and not answered: the job its request id names may exist,
@@ -95,7 +96,7 @@ func (n *natsTransport) request(ctx context.Context, t protocol.Type, subject st
 // coordinator process runs (a failover), not otherwise.
 func (n *natsTransport) nobody(ctx context.Context) error {
 	if !n.coordinatorRuns(ctx) {
-		return fmt.Errorf("%w on %s (is `jobbus serve` running?)", ErrNoCoordinator, n.nc.ConnectedUrlRedacted())
+		return fmt.Errorf("%w on %s (is `jobbus serve` running?)", ErrNoCoordinator, natsurl.Connected(n.nc))
 	}
 	if n.notice != nil {
 		n.notice(FailoverNotice)

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/internal/natsurl"
 	"github.com/jobbus/jobbus/internal/version"
 )
 
@@ -48,7 +49,7 @@ func (p *presence) answer(m *nats.Msg) {
 	p.mu.Unlock()
 	self.Server = p.nc.ConnectedServerName()
 	if self.Server == "" {
-		self.Server = p.nc.ConnectedUrlRedacted()
+		self.Server = natsurl.Connected(p.nc)
 	}
 	data, err := json.Marshal(self)
 	if err == nil {

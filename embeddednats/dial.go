@@ -5,13 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jobbus/jobbus/internal/natsurl"
 	"github.com/jobbus/jobbus/internal/startup"
 )
 
@@ -131,22 +130,7 @@ func checkJetStream(ctx context.Context, nc *nats.Conn, url string) error {
 }
 
 // redact hides passwords and tokens in a comma-separated URL list.
-func redact(urls string) string {
-	parts := strings.Split(urls, ",")
-	for i, p := range parts {
-		u, err := url.Parse(strings.TrimSpace(p))
-		if err != nil || u.User == nil {
-			continue
-		}
-		if _, hasPass := u.User.Password(); hasPass {
-			parts[i] = u.Redacted()
-		} else {
-			u.User = url.User("xxxxx") // a lone user part may be a token
-			parts[i] = u.String()
-		}
-	}
-	return strings.Join(parts, ",")
-}
+func redact(urls string) string { return natsurl.Redact(urls) }
 
 // ServiceOptions are the nats.go options of a long-running service (coordinator,
 // bridge, worker): reconnect forever, to any server of the cluster, and find a server

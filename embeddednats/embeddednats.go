@@ -242,7 +242,7 @@ func (c *config) clusterOptions(o *server.Options) error {
 	for _, r := range c.cluster.routes {
 		u, err := url.Parse(r)
 		if err != nil || u.Host == "" {
-			return fmt.Errorf("embeddednats: cluster route %q is not a URL like nats-route://host:6222", r)
+			return fmt.Errorf("embeddednats: cluster route %q is not a URL like nats-route://host:6222", redact(r))
 		}
 		o.Routes = append(o.Routes, u)
 	}
@@ -260,7 +260,7 @@ func (c *config) leafOptions(o *server.Options) error {
 	for _, r := range c.leafRemotes {
 		u, err := url.Parse(r)
 		if err != nil || u.Host == "" {
-			return fmt.Errorf("embeddednats: leaf remote %q is not a URL like nats-leaf://host:7422", r)
+			return fmt.Errorf("embeddednats: leaf remote %q is not a URL like nats-leaf://host:7422", redact(r))
 		}
 		o.LeafNode.Remotes = append(o.LeafNode.Remotes, &server.RemoteLeafOpts{URLs: []*url.URL{u}})
 	}

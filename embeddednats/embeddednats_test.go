@@ -216,14 +216,17 @@ func TestStartInvalidOptions(t *testing.T) {
 		{"ClusterNoName", embeddednats.WithClusterRoutes("", "127.0.0.1:-1"), "cluster needs a name"},
 		{"BadRoute", embeddednats.WithClusterRoutes("c", "127.0.0.1:-1", "::nope"), "cluster route"},
 		{"BadLeaf", embeddednats.WithLeafRemote("::nope"), "leaf remote"},
+		// A URL that does not parse is named without the credentials it carries.
+		{"BadRouteWithPassword", embeddednats.WithClusterRoutes("c", "127.0.0.1:-1", "nats-route://bob:topsecret@h:bad"), "cluster route \"nats-route://xxxxx@h:bad\""},
+		{"BadLeafWithPassword", embeddednats.WithLeafRemote("nats-leaf://bob:topsecret@hub:bad"), "leaf remote \"nats-leaf://xxxxx@hub:bad\""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := embeddednats.Start(context.Background(),
 				embeddednats.WithListen("127.0.0.1:-1"), embeddednats.WithStoreDir(t.TempDir()), tt.opt)
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("Start = %v, want error containing %q", err, tt.want)
+			if err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "topsecret") {
+				t.Fatalf("Start = %v, want error containing %q and no password", err, tt.want)
 			}
 		})
 	}
@@ -608,5 +611,27 @@ func TestSyncOptions(t *testing.T) {
 				t.Errorf("SyncAlways %v, SyncInterval %v; want %v, %v", cfg.SyncAlways, cfg.SyncInterval, tc.always, tc.interval)
 			}
 		})
+	}
+}
+
+// TestRedactHidesSecrets: a password or token never survives Redact, whatever form of
+// URL nats.go accepts carries it: with or without a scheme, in a list, or one that
+// does not parse as a URL.
+func TestRedactHidesSecrets(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"nats://bob:topsecret@h:4222":         "nats://bob:xxxxx@h:4222",
+		"nats://topsecret@h:4222":             "nats://xxxxx@h:4222",
+		"bob:topsecret@h:4222":                "bob:xxxxx@h:4222",
+		"topsecret@h:4222":                    "xxxxx@h:4222",
+		"nats://a:4222, bob:topsecret@h:4222": "nats://a:4222,bob:xxxxx@h:4222",
+		"nats://bob:top/secret@h:4222":        "nats://xxxxx@h:4222",
+		"tls://bob:topsecret%zz@h:4222":       "tls://xxxxx@h:4222",
+		"nats://h:4222":                       "nats://h:4222",
+		"h:4222":                              "h:4222",
+	} {
+		if got := embeddednats.Redact(in); got != want {
+			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
+		}
 	}
 }

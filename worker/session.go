@@ -11,6 +11,7 @@ import (
 
 	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/internal/natsurl"
 	"github.com/jobbus/jobbus/internal/workerproto"
 	"github.com/jobbus/jobbus/worker/internal/attempts"
 )
@@ -135,7 +136,7 @@ func (w *Worker) register(ctx context.Context, reason string) error {
 
 // natsServers are the NATS URLs the worker's connection tries, redacted.
 func (w *Worker) natsServers() string {
-	if u := w.node.Conn().ConnectedUrlRedacted(); u != "" {
+	if u := natsurl.Connected(w.node.Conn()); u != "" {
 		return u
 	}
 	return strings.Join(w.node.Conn().Servers(), ",")

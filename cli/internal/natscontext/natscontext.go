@@ -123,7 +123,11 @@ func (c *Context) Options() ([]nats.Option, error) {
 		if err != nil {
 			return nil, fmt.Errorf("natscontext: context %s: creds: %w", c.Name, err)
 		}
-		opts = append(opts, nats.UserCredentials(path))
+		o := nats.UserCredentials(path)
+		if err := Check(o); err != nil {
+			return nil, fmt.Errorf("natscontext: context %s: creds %s: %w", c.Name, path, err)
+		}
+		opts = append(opts, o)
 	case c.NKey != "":
 		path, err := credentialPath(c.NKey)
 		if err != nil {
@@ -142,13 +146,21 @@ func (c *Context) Options() ([]nats.Option, error) {
 		opts = append(opts, nats.Token(c.Token))
 	}
 	if c.CA != "" {
-		opts = append(opts, nats.RootCAs(expandHome(c.CA)))
+		o := nats.RootCAs(expandHome(c.CA))
+		if err := Check(o); err != nil {
+			return nil, fmt.Errorf("natscontext: context %s: ca %s: %w", c.Name, c.CA, err)
+		}
+		opts = append(opts, o)
 	}
 	if c.Cert != "" || c.Key != "" {
 		if c.Cert == "" || c.Key == "" {
 			return nil, fmt.Errorf("natscontext: context %s sets only one of cert and key", c.Name)
 		}
-		opts = append(opts, nats.ClientCert(expandHome(c.Cert), expandHome(c.Key)))
+		o := nats.ClientCert(expandHome(c.Cert), expandHome(c.Key))
+		if err := Check(o); err != nil {
+			return nil, fmt.Errorf("natscontext: context %s: cert %s, key %s: %w", c.Name, c.Cert, c.Key, err)
+		}
+		opts = append(opts, o)
 	}
 	if c.TLSFirst {
 		opts = append(opts, nats.TLSHandshakeFirst())
@@ -157,6 +169,28 @@ func (c *Context) Options() ([]nats.Option, error) {
 		opts = append(opts, nats.CustomInboxPrefix(c.InboxPrefix))
 	}
 	return opts, nil
+}
+
+// Check applies o to scratch options, and reads the credentials it sets, so that a file
+// it names (a CA, a client certificate and key, a .creds file) that is missing or bad
+// is refused at once: nats.go would report it only at each connection attempt, and a
+// service that waits for NATS would wait for ever.
+func Check(o nats.Option) error {
+	scratch := nats.GetDefaultOptions()
+	if err := o(&scratch); err != nil {
+		return err
+	}
+	if scratch.UserJWT != nil {
+		if _, err := scratch.UserJWT(); err != nil {
+			return err
+		}
+	}
+	if scratch.SignatureCB != nil {
+		if _, err := scratch.SignatureCB([]byte("check")); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // credentialPath is the file a creds or nkey field names: a bare path or a file:// URI.

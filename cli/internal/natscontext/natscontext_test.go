@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/nats-io/nkeys"
+
+	"github.com/jobbus/jobbus/internal/testkit"
 )
 
 // configHome points XDG_CONFIG_HOME at a fresh directory holding the given contexts
@@ -33,8 +35,9 @@ func configHome(t *testing.T, selected string, contexts map[string]string) strin
 }
 
 func TestLoadAndSelected(t *testing.T) {
+	ca := testkit.NewPKI(t).CA
 	home := configHome(t, "prod", map[string]string{
-		"prod": `{"description":"production","url":"nats://a:4222,nats://b:4222","user":"alice","password":"pw","ca":"/etc/ca.pem","inbox_prefix":"_I.alice","creds":"","nkey":"","cert":"","key":"","token":"","jetstream_domain":"","user_jwt":"","tls_first":false}`,
+		"prod": `{"description":"production","url":"nats://a:4222,nats://b:4222","user":"alice","password":"pw","ca":"` + ca + `","inbox_prefix":"_I.alice","creds":"","nkey":"","cert":"","key":"","token":"","jetstream_domain":"","user_jwt":"","tls_first":false}`,
 	})
 	sel, err := Selected()
 	if err != nil || sel != "prod" {
@@ -44,7 +47,7 @@ func TestLoadAndSelected(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.URL != "nats://a:4222,nats://b:4222" || c.User != "alice" || c.Password != "pw" || c.CA != "/etc/ca.pem" || c.InboxPrefix != "_I.alice" {
+	if c.URL != "nats://a:4222,nats://b:4222" || c.User != "alice" || c.Password != "pw" || c.CA != ca || c.InboxPrefix != "_I.alice" {
 		t.Errorf("loaded %+v", c)
 	}
 	opts, err := c.Options()
@@ -71,6 +74,7 @@ func TestLoadErrors(t *testing.T) {
 		"domain":  `{"url":"nats://x","jetstream_domain":"hub"}`,
 		"nscref":  `{"url":"nats://x","creds":"nsc://op/acc/user"}`,
 		"halfTLS": `{"url":"nats://x","cert":"/c.pem"}`,
+		"noCA":    `{"url":"nats://x","ca":"/no/such/ca.pem"}`,
 	})
 	if _, err := Load("missing"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("missing context: %v, want ErrNotFound", err)
@@ -81,7 +85,7 @@ func TestLoadErrors(t *testing.T) {
 	if _, err := Load("../escape"); err == nil {
 		t.Error("a name with .. loaded")
 	}
-	for _, name := range []string{"domain", "nscref", "halfTLS"} {
+	for _, name := range []string{"domain", "nscref", "halfTLS", "noCA"} {
 		c, err := Load(name)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -102,11 +106,24 @@ func TestNKeyAndCreds(t *testing.T) {
 	if err := os.WriteFile(seedFile, seed, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// A .creds file as nsc writes it: the user's JWT, then its seed.
+	credsFile := filepath.Join(t.TempDir(), "user.creds")
+	creds := "-----BEGIN NATS USER JWT-----\neyJ0eXAiOiJKV1QiLCJhbGciOiJlZDI1NTE5LW5rZXkifQ.e30.c2ln\n------END NATS USER JWT------\n\n" +
+		"-----BEGIN USER NKEY SEED-----\n" + string(seed) + "\n------END USER NKEY SEED------\n"
+	if err := os.WriteFile(credsFile, []byte(creds), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	junk := filepath.Join(t.TempDir(), "junk.creds")
+	if err := os.WriteFile(junk, []byte("not credentials\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	configHome(t, "", map[string]string{
-		"nk":      `{"url":"nats://x","nkey":"` + seedFile + `"}`,
-		"nkfile":  `{"url":"nats://x","nkey":"file://` + seedFile + `"}`,
-		"creds":   `{"url":"nats://x","creds":"/some/user.creds"}`,
-		"missing": `{"url":"nats://x","nkey":"/no/such.nk"}`,
+		"nk":           `{"url":"nats://x","nkey":"` + seedFile + `"}`,
+		"nkfile":       `{"url":"nats://x","nkey":"file://` + seedFile + `"}`,
+		"creds":        `{"url":"nats://x","creds":"` + credsFile + `"}`,
+		"missing":      `{"url":"nats://x","nkey":"/no/such.nk"}`,
+		"missingCreds": `{"url":"nats://x","creds":"/no/such.creds"}`,
+		"badCreds":     `{"url":"nats://x","creds":"` + junk + `"}`,
 	})
 	for _, name := range []string{"nk", "nkfile", "creds"} {
 		c, err := Load(name)
@@ -117,8 +134,10 @@ func TestNKeyAndCreds(t *testing.T) {
 			t.Errorf("%s: %d options, %v", name, len(opts), err)
 		}
 	}
-	c, _ := Load("missing")
-	if _, err := c.Options(); err == nil {
-		t.Error("a missing nkey seed file was accepted")
+	for _, name := range []string{"missing", "missingCreds", "badCreds"} {
+		c, _ := Load(name)
+		if _, err := c.Options(); err == nil {
+			t.Errorf("%s: a missing or bad credentials file was accepted", name)
+		}
 	}
 }
