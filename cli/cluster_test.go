@@ -292,3 +292,45 @@ func sc0(t *testing.T, url string) *nats.Conn {
 	t.Cleanup(nc.Close)
 	return nc
 }
+
+// TestServeRefusesBadClusterFlags: a malformed address, route or name for the embedded
+// server is a usage error naming its flag (exit 2), before anything starts, not
+// embeddednats's or nats-server's words with exit 1, nor a server that starts and dials
+// a route without a port for ever. Processes, so that such a server cannot hang the test.
+func TestServeRefusesBadClusterFlags(t *testing.T) {
+	t.Parallel()
+	route := "nats-route://127.0.0.1:6222"
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"RouteNotAURL", []string{"--routes", "nats-route://a:6222,foo"}, `--routes: "foo" is not a URL like nats-route://host:6222`},
+		{"RouteWithoutPort", []string{"--routes", "nats-route://a"}, `--routes: "nats-route://a" is not a URL`},
+		{"ClusterListen", []string{"--routes", route, "--cluster-listen", "bogus"}, `--cluster-listen must be HOST:PORT like 0.0.0.0:6222, got "bogus"`},
+		{"ClusterListenPort", []string{"--routes", route, "--cluster-listen", "127.0.0.1:99999"}, `--cluster-listen must be HOST:PORT`},
+		{"EmptyClusterName", []string{"--routes", route, "--cluster-name", ""}, "--cluster-name must not be empty"},
+		{"ClusterNameSpaces", []string{"--routes", route, "--cluster-name", "a b"}, `--cluster-name must not contain spaces, got "a b"`},
+		{"ServerNameSpaces", []string{"--routes", route, "--server-name", "node 1"}, `--server-name must not contain spaces, got "node 1"`},
+		{"LeafRemote", []string{"--leafnode-remote", "foo"}, `--leafnode-remote: "foo" is not a URL like nats-leaf://hub:7422`},
+		{"LeafListen", []string{"--leafnode-listen", "bogus"}, `--leafnode-listen must be HOST:PORT like 0.0.0.0:7422, got "bogus"`},
+		{"NATSListen", []string{"--nats-listen", "127.0.0.1:bogus"}, `--nats-listen must be HOST:PORT like 127.0.0.1:4222, got "127.0.0.1:bogus"`},
+		{"NATSHTTPListen", []string{"--nats-http-listen", "bogus"}, `--nats-http-listen must be HOST:PORT`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			args := append([]string{"serve", "--data-dir", filepath.Join(t.TempDir(), "data"), "--server-name", "n1",
+				"--worker-port", "-1", "--client-port", "-1", "--http-listen", "-"}, tc.args...)
+			p := startProc(t, nil, args...)
+			code := p.wait()
+			out, errs := p.stdout.String(), p.stderr.String()
+			if code != cli.ExitUsage || !strings.Contains(errs, tc.want) {
+				t.Errorf("exit %d, stderr %q; want %d and %q", code, errs, cli.ExitUsage, tc.want)
+			}
+			if out != "" || strings.Count(errs, "\n") != 1 {
+				t.Errorf("want one line on stderr and nothing on stdout, got stdout %q stderr %q", out, errs)
+			}
+		})
+	}
+}
