@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,10 +14,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/cli"
 	"github.com/jobbus/jobbus/client"
+	"github.com/jobbus/jobbus/coordinator"
+	"github.com/jobbus/jobbus/internal/jobbustest"
 	"github.com/jobbus/jobbus/internal/testkit"
 )
 
@@ -332,5 +336,48 @@ func TestServeRefusesBadClusterFlags(t *testing.T) {
 				t.Errorf("want one line on stderr and nothing on stdout, got stdout %q stderr %q", out, errs)
 			}
 		})
+	}
+}
+
+// TestClusterCommandWithoutAMajority: with two of three servers down, JetStream answers
+// nothing; `jobbus cluster` still shows what it knows, saying JetStream did not answer,
+// instead of printing only a context deadline after 10 s.
+func TestClusterCommandWithoutAMajority(t *testing.T) {
+	t.Parallel()
+	c := jobbustest.StartRestartableCluster(t, 3)
+	nc := natsConnect(t, c.Nodes[0].ClientURL())
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, b := range []string{protocol.LeaderBucket, protocol.JobsBucket} {
+		if _, err := coordinator.OpenBucket(ctx, nc, js, coordinator.DefaultConfig(), jetstream.KeyValueConfig{Bucket: b, History: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Stop(t, 1)
+	c.Stop(t, 2)
+	// A stream led by n0 may still answer; one led by a stopped server does not.
+	testkit.Wait(t, 60*time.Second, func() error {
+		for _, b := range []string{protocol.LeaderBucket, protocol.JobsBucket} {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_, err := js.Stream(ctx, "KV_"+b)
+			cancel()
+			if err != nil {
+				return nil
+			}
+		}
+		return errors.New("JetStream still answers for both buckets")
+	})
+	code, out, errs := cliRun([]string{"--nats", c.Nodes[0].ClientURL()}, "cluster")
+	if code != cli.ExitOK {
+		t.Fatalf("exit %d, stderr %q; want 0 and the status", code, errs)
+	}
+	for _, want := range []string{"cluster jobbus-test, connected to n0", "JOBBUS_LEADER", "JOBS", "JetStream did not answer within 5s"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("jobbus cluster lacks %q:\n%s", want, out)
+		}
 	}
 }
