@@ -381,3 +381,24 @@ func TestClusterCommandWithoutAMajority(t *testing.T) {
 		}
 	}
 }
+
+// TestServeNodeNamedFromABarePort: --nats-listen takes a bare port (on 127.0.0.1), and
+// a cluster node's default name is <host>-<that port>, not a refusal asking for a fixed
+// port.
+func TestServeNodeNamedFromABarePort(t *testing.T) {
+	t.Parallel()
+	ports := freePorts(t, 2)
+	p := startProc(t, nil, "serve", "--data-dir", filepath.Join(t.TempDir(), "data"),
+		"--nats-listen", strconv.Itoa(ports[0]), "--cluster-listen", fmt.Sprintf("127.0.0.1:%d", ports[1]),
+		"--routes", fmt.Sprintf("nats-route://127.0.0.1:%d", ports[1]),
+		"--worker-port", "-1", "--client-port", "-1", "--http-listen", "-")
+	p.logged("embedded NATS started")
+	nc := natsConnect(t, fmt.Sprintf("nats://127.0.0.1:%d", ports[0]))
+	host, err := os.Hostname()
+	if err != nil {
+		t.Skip("no host name:", err)
+	}
+	if got, want := nc.ConnectedServerName(), fmt.Sprintf("%s-%d", host, ports[0]); got != want {
+		t.Fatalf("server name %q, want %q", got, want)
+	}
+}

@@ -130,6 +130,9 @@ func checkHostPort(hp string) error {
 // defaultServerName is <host name>-<port of --nats-listen>: stable across restarts
 // and distinct for several nodes on one box.
 func defaultServerName(listen string) (string, error) {
+	if !strings.Contains(listen, ":") { // a bare port, as --nats-listen takes it
+		listen = "127.0.0.1:" + listen
+	}
 	_, port, err := net.SplitHostPort(listen)
 	if err != nil || port == "0" || port == "-1" {
 		return "", usageError("--server-name: a cluster node needs a stable name; give one (or a fixed --nats-listen port)")
