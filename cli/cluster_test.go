@@ -402,3 +402,21 @@ func TestServeNodeNamedFromABarePort(t *testing.T) {
 		t.Fatalf("server name %q, want %q", got, want)
 	}
 }
+
+// TestServeJoiningNATSRefusesClusterName: --cluster-name and --nats-system-user, like
+// every other flag of the embedded server, are refused when serve joins another NATS,
+// not silently unused.
+func TestServeJoiningNATSRefusesClusterName(t *testing.T) {
+	t.Parallel()
+	for _, flag := range []string{"cluster-name", "nats-system-user"} {
+		t.Run(flag, func(t *testing.T) {
+			t.Parallel()
+			p := startProc(t, nil, "--nats", "nats://127.0.0.1:1", "serve", "--"+flag, "east",
+				"--worker-port", "-1", "--client-port", "-1", "--http-listen", "-")
+			want := "--" + flag + " configures the embedded NATS server, which serve does not start when it joins nats://127.0.0.1:1"
+			if code := p.wait(); code != cli.ExitUsage || !strings.Contains(p.stderr.String(), want) {
+				t.Fatalf("exit %d, stderr %q; want %d and %q", code, p.stderr, cli.ExitUsage, want)
+			}
+		})
+	}
+}
