@@ -97,6 +97,8 @@ func writeCluster(w io.Writer, st client.ClusterStatus, now time.Time) error {
 		fmt.Fprintln(tw, "(none answered)")
 	}
 	switch l := st.Lease; {
+	case st.LeaseError != "":
+		fmt.Fprintf(tw, "\nLEASE\tunknown: %s\n", st.LeaseError)
 	case l == nil:
 		fmt.Fprintln(tw, "\nLEASE\tnot held: no coordinator leads")
 	default:

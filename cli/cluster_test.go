@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,10 +14,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/cli"
 	"github.com/jobbus/jobbus/client"
+	"github.com/jobbus/jobbus/coordinator"
+	"github.com/jobbus/jobbus/internal/jobbustest"
 	"github.com/jobbus/jobbus/internal/testkit"
 )
 
@@ -291,4 +295,128 @@ func sc0(t *testing.T, url string) *nats.Conn {
 	}
 	t.Cleanup(nc.Close)
 	return nc
+}
+
+// TestServeRefusesBadClusterFlags: a malformed address, route or name for the embedded
+// server is a usage error naming its flag (exit 2), before anything starts, not
+// embeddednats's or nats-server's words with exit 1, nor a server that starts and dials
+// a route without a port for ever. Processes, so that such a server cannot hang the test.
+func TestServeRefusesBadClusterFlags(t *testing.T) {
+	t.Parallel()
+	route := "nats-route://127.0.0.1:6222"
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"RouteNotAURL", []string{"--routes", "nats-route://a:6222,foo"}, `--routes: "foo" is not a URL like nats-route://host:6222`},
+		{"RouteWithoutPort", []string{"--routes", "nats-route://a"}, `--routes: "nats-route://a" is not a URL`},
+		{"ClusterListen", []string{"--routes", route, "--cluster-listen", "bogus"}, `--cluster-listen must be HOST:PORT like 0.0.0.0:6222, got "bogus"`},
+		{"ClusterListenPort", []string{"--routes", route, "--cluster-listen", "127.0.0.1:99999"}, `--cluster-listen must be HOST:PORT`},
+		{"EmptyClusterName", []string{"--routes", route, "--cluster-name", ""}, "--cluster-name must not be empty"},
+		{"ClusterNameSpaces", []string{"--routes", route, "--cluster-name", "a b"}, `--cluster-name must not contain spaces, got "a b"`},
+		{"ServerNameSpaces", []string{"--routes", route, "--server-name", "node 1"}, `--server-name must not contain spaces, got "node 1"`},
+		{"LeafRemote", []string{"--leafnode-remote", "foo"}, `--leafnode-remote: "foo" is not a URL like nats-leaf://hub:7422`},
+		{"LeafListen", []string{"--leafnode-listen", "bogus"}, `--leafnode-listen must be HOST:PORT like 0.0.0.0:7422, got "bogus"`},
+		{"NATSListen", []string{"--nats-listen", "127.0.0.1:bogus"}, `--nats-listen must be HOST:PORT like 127.0.0.1:4222, got "127.0.0.1:bogus"`},
+		{"NATSHTTPListen", []string{"--nats-http-listen", "bogus"}, `--nats-http-listen must be HOST:PORT`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			args := append([]string{"serve", "--data-dir", filepath.Join(t.TempDir(), "data"), "--server-name", "n1",
+				"--worker-port", "-1", "--client-port", "-1", "--http-listen", "-"}, tc.args...)
+			p := startProc(t, nil, args...)
+			code := p.wait()
+			out, errs := p.stdout.String(), p.stderr.String()
+			if code != cli.ExitUsage || !strings.Contains(errs, tc.want) {
+				t.Errorf("exit %d, stderr %q; want %d and %q", code, errs, cli.ExitUsage, tc.want)
+			}
+			if out != "" || strings.Count(errs, "\n") != 1 {
+				t.Errorf("want one line on stderr and nothing on stdout, got stdout %q stderr %q", out, errs)
+			}
+		})
+	}
+}
+
+// TestClusterCommandWithoutAMajority: with two of three servers down, JetStream answers
+// nothing; `jobbus cluster` still shows what it knows, saying JetStream did not answer,
+// instead of printing only a context deadline after 10 s.
+func TestClusterCommandWithoutAMajority(t *testing.T) {
+	t.Parallel()
+	c := jobbustest.StartRestartableCluster(t, 3)
+	nc := natsConnect(t, c.Nodes[0].ClientURL())
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, b := range []string{protocol.LeaderBucket, protocol.JobsBucket} {
+		if _, err := coordinator.OpenBucket(ctx, nc, js, coordinator.DefaultConfig(), jetstream.KeyValueConfig{Bucket: b, History: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Stop(t, 1)
+	c.Stop(t, 2)
+	// A stream led by n0 may still answer; one led by a stopped server does not.
+	testkit.Wait(t, 60*time.Second, func() error {
+		for _, b := range []string{protocol.LeaderBucket, protocol.JobsBucket} {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_, err := js.Stream(ctx, "KV_"+b)
+			cancel()
+			if err != nil {
+				return nil
+			}
+		}
+		return errors.New("JetStream still answers for both buckets")
+	})
+	code, out, errs := cliRun([]string{"--nats", c.Nodes[0].ClientURL()}, "cluster")
+	if code != cli.ExitOK {
+		t.Fatalf("exit %d, stderr %q; want 0 and the status", code, errs)
+	}
+	for _, want := range []string{"cluster jobbus-test, connected to n0", "JOBBUS_LEADER", "JOBS", "JetStream did not answer within 5s"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("jobbus cluster lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestServeNodeNamedFromABarePort: --nats-listen takes a bare port (on 127.0.0.1), and
+// a cluster node's default name is <host>-<that port>, not a refusal asking for a fixed
+// port.
+func TestServeNodeNamedFromABarePort(t *testing.T) {
+	t.Parallel()
+	ports := freePorts(t, 2)
+	p := startProc(t, nil, "serve", "--data-dir", filepath.Join(t.TempDir(), "data"),
+		"--nats-listen", strconv.Itoa(ports[0]), "--cluster-listen", fmt.Sprintf("127.0.0.1:%d", ports[1]),
+		"--routes", fmt.Sprintf("nats-route://127.0.0.1:%d", ports[1]),
+		"--worker-port", "-1", "--client-port", "-1", "--http-listen", "-")
+	p.logged("embedded NATS started")
+	nc := natsConnect(t, fmt.Sprintf("nats://127.0.0.1:%d", ports[0]))
+	host, err := os.Hostname()
+	if err != nil {
+		t.Skip("no host name:", err)
+	}
+	if got, want := nc.ConnectedServerName(), fmt.Sprintf("%s-%d", host, ports[0]); got != want {
+		t.Fatalf("server name %q, want %q", got, want)
+	}
+}
+
+// TestServeJoiningNATSRefusesClusterName: --cluster-name and --nats-system-user, like
+// every other flag of the embedded server, are refused when serve joins another NATS,
+// not silently unused.
+func TestServeJoiningNATSRefusesClusterName(t *testing.T) {
+	t.Parallel()
+	for _, flag := range []string{"cluster-name", "nats-system-user"} {
+		t.Run(flag, func(t *testing.T) {
+			t.Parallel()
+			p := startProc(t, nil, "--nats", "nats://127.0.0.1:1", "serve", "--"+flag, "east",
+				"--worker-port", "-1", "--client-port", "-1", "--http-listen", "-")
+			want := "--" + flag + " configures the embedded NATS server, which serve does not start when it joins nats://127.0.0.1:1"
+			if code := p.wait(); code != cli.ExitUsage || !strings.Contains(p.stderr.String(), want) {
+				t.Fatalf("exit %d, stderr %q; want %d and %q", code, p.stderr, cli.ExitUsage, want)
+			}
+		})
+	}
 }

@@ -240,7 +240,7 @@ func serveNATS(c *cli.Context, log *slog.Logger) (system.NATS, error) {
 	}
 	if target.url != "" {
 		for _, f := range []string{"data-dir", "nats-listen", "nats-http-listen", "nats-system-password", "nats-log-level", "nats-max-store", "nats-user", "nats-password", "nats-token", "nats-config",
-			"server-name", "cluster-listen", "routes", "leafnode-remote", "leafnode-listen", "sync"} {
+			"nats-system-user", "server-name", "cluster-name", "cluster-listen", "routes", "leafnode-remote", "leafnode-listen", "sync"} {
 			if c.IsSet(f) && givenOnCommandLine(c, f) {
 				return system.NATS{}, usageError("--%s configures the embedded NATS server, which serve does not start when it joins %s", f, target.where())
 			}

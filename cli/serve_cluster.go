@@ -3,7 +3,9 @@ package cli
 import (
 	"fmt"
 	"net"
+	"net/url"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -27,6 +29,9 @@ func serveClusterFlags() []cli.Flag {
 // embedClusterOptions maps the cluster flags onto embedded server options; it also
 // sets the ping settings that drop a frozen peer within seconds.
 func embedClusterOptions(c *cli.Context) ([]embeddednats.Option, error) {
+	if err := checkEmbedFlags(c); err != nil {
+		return nil, err
+	}
 	opts := []embeddednats.Option{embeddednats.WithPing(embeddednats.PingInterval, embeddednats.MaxPingsOut)}
 	routes := splitList(c.StringSlice("routes"))
 	leaves := splitList(c.StringSlice("leafnode-remote"))
@@ -70,9 +75,64 @@ func embedClusterOptions(c *cli.Context) ([]embeddednats.Option, error) {
 	return opts, nil
 }
 
+// checkEmbedFlags refuses, naming the flag, the values of the embedded server's flags
+// that embeddednats or nats-server would refuse later in words of their own (exit 1), or
+// take for something else (a route without a port).
+func checkEmbedFlags(c *cli.Context) error {
+	for _, f := range []string{"server-name", "cluster-name"} {
+		if strings.ContainsAny(c.String(f), " \t\n") {
+			return usageError("--%s must not contain spaces, got %q", f, c.String(f))
+		}
+	}
+	if c.String("cluster-name") == "" && len(splitList(c.StringSlice("routes"))) > 0 {
+		return usageError("--cluster-name must not be empty: give every node the same name")
+	}
+	for _, f := range []struct{ flag, example string }{
+		{"nats-listen", "127.0.0.1:4222"}, {"nats-http-listen", "127.0.0.1:8222"}, {"cluster-listen", "0.0.0.0:6222"}, {"leafnode-listen", "0.0.0.0:7422"},
+	} {
+		if v := c.String(f.flag); v != "" {
+			if err := checkHostPort(v); err != nil {
+				return usageError("--%s must be HOST:PORT like %s, got %q: %v", f.flag, f.example, v, err)
+			}
+		}
+	}
+	// A route needs its port (nats-server dials the URL's host as it is); a leaf remote
+	// without one dials 7422.
+	for _, r := range splitList(c.StringSlice("routes")) {
+		if u, err := url.Parse(r); err != nil || u.Hostname() == "" || u.Port() == "" {
+			return usageError("--routes: %q is not a URL like nats-route://host:6222", r)
+		}
+	}
+	for _, r := range splitList(c.StringSlice("leafnode-remote")) {
+		if u, err := url.Parse(r); err != nil || u.Hostname() == "" {
+			return usageError("--leafnode-remote: %q is not a URL like nats-leaf://hub:7422", r)
+		}
+	}
+	return nil
+}
+
+// checkHostPort checks a listen address as embeddednats reads it: host:port, or a
+// bare port, with a port of -1 (random) or 0..65535.
+func checkHostPort(hp string) error {
+	if !strings.Contains(hp, ":") {
+		hp = "127.0.0.1:" + hp
+	}
+	_, p, err := net.SplitHostPort(hp)
+	if err != nil {
+		return err
+	}
+	if n, err := strconv.Atoi(p); err != nil || n < -1 || n > 65535 {
+		return fmt.Errorf("port must be -1 (random) or 0..65535")
+	}
+	return nil
+}
+
 // defaultServerName is <host name>-<port of --nats-listen>: stable across restarts
 // and distinct for several nodes on one box.
 func defaultServerName(listen string) (string, error) {
+	if !strings.Contains(listen, ":") { // a bare port, as --nats-listen takes it
+		listen = "127.0.0.1:" + listen
+	}
 	_, port, err := net.SplitHostPort(listen)
 	if err != nil || port == "0" || port == "-1" {
 		return "", usageError("--server-name: a cluster node needs a stable name; give one (or a fixed --nats-listen port)")

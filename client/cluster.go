@@ -33,8 +33,10 @@ type ClusterStatus struct {
 	Servers []protocol.Server `json:"servers,omitempty"`
 	// Buckets are jobbus's KV buckets with their replicas and currency.
 	Buckets []BucketStatus `json:"buckets"`
-	// Lease is the leader lease; nil when no coordinator holds it.
-	Lease *Lease `json:"lease,omitempty"`
+	// Lease is the leader lease; nil when no coordinator holds it, or when it could not
+	// be read (LeaseError says why).
+	Lease      *Lease `json:"lease,omitempty"`
+	LeaseError string `json:"lease_error,omitempty"`
 	// Term is the leadership term in JOBS (protocol.TermKey): its number and the
 	// coordinator that claimed it, which fences every create of the term.
 	Term string `json:"term,omitempty"`
@@ -86,12 +88,17 @@ func ReadClusterStatus(ctx context.Context, nc *nats.Conn, wait time.Duration) (
 	if err != nil {
 		return st, fmt.Errorf("cluster status: %w", err)
 	}
+	// JetStream answers nothing while its cluster lacks a majority: its reads get a
+	// deadline of their own, so that what the servers and coordinators said is still
+	// shown, and when it is needed most.
+	jctx, cancel := context.WithTimeout(ctx, jetStreamWait)
+	defer cancel()
 	for _, b := range []string{protocol.LeaderBucket, protocol.JobsBucket} {
-		st.Buckets = append(st.Buckets, bucketStatus(ctx, js, b))
+		st.Buckets = append(st.Buckets, bucketStatus(ctx, jctx, js, b))
 	}
-	st.Lease = readLease(ctx, js)
-	if kv, err := js.KeyValue(ctx, protocol.JobsBucket); err == nil {
-		if e, err := kv.Get(ctx, protocol.TermKey); err == nil {
+	st.Lease, st.LeaseError = readLease(ctx, jctx, js)
+	if kv, err := js.KeyValue(jctx, protocol.JobsBucket); err == nil {
+		if e, err := kv.Get(jctx, protocol.TermKey); err == nil {
 			st.Term = string(e.Value())
 		}
 	}
@@ -112,15 +119,28 @@ func sameHost(u, host string) bool {
 	return err == nil && p.Host == host
 }
 
-func bucketStatus(ctx context.Context, js jetstream.JetStream, bucket string) BucketStatus {
+// jetStreamWait bounds ReadClusterStatus's JetStream reads (nats.go's default API
+// timeout).
+const jetStreamWait = 5 * time.Second
+
+// jsError words err, from a JetStream read under jctx within ctx: JetStream's silence is
+// named as such.
+func jsError(ctx, jctx context.Context, err error) string {
+	if errors.Is(err, context.DeadlineExceeded) && jctx.Err() != nil && ctx.Err() == nil {
+		return fmt.Sprintf("JetStream did not answer within %s (is a majority of its servers up?)", jetStreamWait)
+	}
+	return err.Error()
+}
+
+func bucketStatus(ctx, jctx context.Context, js jetstream.JetStream, bucket string) BucketStatus {
 	b := BucketStatus{Bucket: bucket}
-	s, err := js.Stream(ctx, "KV_"+bucket)
+	s, err := js.Stream(jctx, "KV_"+bucket)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		b.Error = "does not exist (no coordinator has run)"
 		return b
 	}
 	if err != nil {
-		b.Error = err.Error()
+		b.Error = jsError(ctx, jctx, err)
 		return b
 	}
 	info := s.CachedInfo()
@@ -135,16 +155,24 @@ func bucketStatus(ctx context.Context, js jetstream.JetStream, bucket string) Bu
 	return b
 }
 
-func readLease(ctx context.Context, js jetstream.JetStream) *Lease {
-	kv, err := js.KeyValue(ctx, protocol.LeaderBucket)
-	if err != nil {
-		return nil
+// readLease reads the leader lease: nil and "" when nobody holds it, nil and why when it
+// could not be read.
+func readLease(ctx, jctx context.Context, js jetstream.JetStream) (*Lease, string) {
+	kv, err := js.KeyValue(jctx, protocol.LeaderBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, ""
 	}
-	e, err := kv.Get(ctx, protocol.LeaderKey)
 	if err != nil {
-		return nil
+		return nil, jsError(ctx, jctx, err)
 	}
-	return &Lease{Holder: string(e.Value()), Renewed: e.Created()}
+	e, err := kv.Get(jctx, protocol.LeaderKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, ""
+	}
+	if err != nil {
+		return nil, jsError(ctx, jctx, err)
+	}
+	return &Lease{Holder: string(e.Value()), Renewed: e.Created()}, ""
 }
 
 // gather sends one request on subject and collects every reply that arrives within
