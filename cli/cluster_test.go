@@ -311,6 +311,8 @@ func TestServeRefusesBadClusterFlags(t *testing.T) {
 	}{
 		{"RouteNotAURL", []string{"--routes", "nats-route://a:6222,foo"}, `--routes: "foo" is not a URL like nats-route://host:6222`},
 		{"RouteWithoutPort", []string{"--routes", "nats-route://a"}, `--routes: "nats-route://a" is not a URL`},
+		{"RouteWithoutPortHidesItsPassword", []string{"--routes", "nats-route://ops:s3cret@a"}, `--routes: "nats-route://ops:xxxxx@a" is not a URL`},
+		{"LeafNotAURLHidesItsToken", []string{"--leafnode-remote", "nats-leaf://s3cret@"}, `--leafnode-remote: "nats-leaf://xxxxx@" is not a URL`},
 		{"ClusterListen", []string{"--routes", route, "--cluster-listen", "bogus"}, `--cluster-listen must be HOST:PORT like 0.0.0.0:6222, got "bogus"`},
 		{"ClusterListenPort", []string{"--routes", route, "--cluster-listen", "127.0.0.1:99999"}, `--cluster-listen must be HOST:PORT`},
 		{"EmptyClusterName", []string{"--routes", route, "--cluster-name", ""}, "--cluster-name must not be empty"},

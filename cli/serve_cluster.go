@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/jobbus/jobbus/embeddednats"
+	"github.com/jobbus/jobbus/internal/natsurl"
 )
 
 // serveClusterFlags are serve's flags for an embedded server that is one node of a
@@ -100,12 +101,12 @@ func checkEmbedFlags(c *cli.Context) error {
 	// without one dials 7422.
 	for _, r := range splitList(c.StringSlice("routes")) {
 		if u, err := url.Parse(r); err != nil || u.Hostname() == "" || u.Port() == "" {
-			return usageError("--routes: %q is not a URL like nats-route://host:6222", r)
+			return usageError("--routes: %q is not a URL like nats-route://host:6222", natsurl.Redact(r))
 		}
 	}
 	for _, r := range splitList(c.StringSlice("leafnode-remote")) {
 		if u, err := url.Parse(r); err != nil || u.Hostname() == "" {
-			return usageError("--leafnode-remote: %q is not a URL like nats-leaf://hub:7422", r)
+			return usageError("--leafnode-remote: %q is not a URL like nats-leaf://hub:7422", natsurl.Redact(r))
 		}
 	}
 	return nil
