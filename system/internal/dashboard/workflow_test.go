@@ -54,10 +54,10 @@ func TestWorkflowGraphInBrowser(t *testing.T) {
 	browser := startBrowser(t)
 	shots := screenshotDir(t)
 	s := start(t, false, nil)
-	w, _ := s.StartNativeWorker(t)
-	testkit.Eventually(t, waitFor, "worker listed", func() bool { return jobbustest.WorkerListed(s.cl, w.ID()) })
+	// The worker starts once the page shows the graph: a browser slow to start under
+	// load missed a RUNNING extract that was over before the page was.
 	wf := client.NewWorkflow("diamond").
-		Step("extract", "SLEEP", map[string]int{"durationMillis": 1500}).
+		Step("extract", "SLEEP", map[string]int{"durationMillis": 3000}).
 		Step("left", "WORD_COUNT", map[string]string{"text": "a b"}, client.StepAfter("extract")).
 		Step("right", "FAIL", map[string]int{"failUntilAttempt": 2}, client.StepAfter("extract"), client.StepMaxAttempts(2)).
 		Step("load", "SLEEP", map[string]int{"durationMillis": 300}, client.StepAfter("left", "right"))
@@ -68,6 +68,8 @@ func TestWorkflowGraphInBrowser(t *testing.T) {
 	tb := openTab(t, browser, s.url, shots)
 	tb.open("#/workflow/diamond")
 	tb.until("four boxes and four arrows", `document.querySelectorAll("#w-graph a.step").length === 4 && document.querySelectorAll("#w-graph path.edge[marker-end]").length === 4`)
+	w, _ := s.StartNativeWorker(t)
+	testkit.Eventually(t, waitFor, "worker listed", func() bool { return jobbustest.WorkerListed(s.cl, w.ID()) })
 	tb.until("extract running while load waits", `document.querySelector('#w-graph [data-step="extract"]').dataset.state === "RUNNING" && document.querySelector('#w-graph [data-step="load"]').dataset.state === "WAITING"`)
 	if got := tb.eval(`getComputedStyle(document.querySelector('#w-graph [data-step="extract"] rect')).fill`); got == tb.eval(`getComputedStyle(document.querySelector('#w-graph [data-step="load"] rect')).fill`) {
 		t.Errorf("a RUNNING and a WAITING box share the colour %s", got)
