@@ -175,3 +175,49 @@ func dialServer(t *testing.T, url string) *nats.Conn {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestOpenBucketKeepsItsTTL: the lease bucket's TTL (the leader lease) is changed only
+// with ReconfigureBuckets, so every coordinator renews within the lease the bucket
+// enforces.
+func TestOpenBucketKeepsItsTTL(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t)
+	nc := dialServer(t, srv.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := func(ttl time.Duration, reconfigure bool) error {
+		cfg := coordinator.DefaultConfig()
+		cfg.ReconfigureBuckets = reconfigure
+		_, err := coordinator.OpenBucket(ctx, nc, js, cfg, jetstream.KeyValueConfig{Bucket: "LEASE", History: 1, TTL: ttl})
+		return err
+	}
+	ttl := func() time.Duration {
+		s, err := js.Stream(ctx, "KV_LEASE")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.CachedInfo().Config.MaxAge
+	}
+	if err := open(2*time.Second, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := open(2*time.Second, false); err != nil {
+		t.Fatalf("the same TTL again: %v", err)
+	}
+	if err := open(time.Second, false); !errors.Is(err, coordinator.ErrLeaseDiffers) || ctx.Err() != nil {
+		t.Fatalf("another TTL = %v, want %v at once", err, coordinator.ErrLeaseDiffers)
+	}
+	if got := ttl(); got != 2*time.Second {
+		t.Fatalf("TTL after the refusal = %v, want 2s", got)
+	}
+	if err := open(time.Second, true); err != nil {
+		t.Fatalf("another TTL with ReconfigureBuckets: %v", err)
+	}
+	if got := ttl(); got != time.Second {
+		t.Fatalf("TTL after ReconfigureBuckets = %v, want 1s", got)
+	}
+}
