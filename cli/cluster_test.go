@@ -422,3 +422,33 @@ func TestServeJoiningNATSRefusesClusterName(t *testing.T) {
 		})
 	}
 }
+
+// TestServeLeafRefusesCoordinatorFlags: a leaf node runs no coordinator and no
+// JetStream, so the flags that configure them are a usage error naming the flag (exit
+// 2), as for serve --nats; before, they were silently ignored. Set in the environment,
+// they are shared configuration and stay quietly unused.
+func TestServeLeafRefusesCoordinatorFlags(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ flag, value string }{
+		{"replicas", "3"}, {"reconfigure-buckets", "true"}, {"leader-lease-millis", "5000"},
+		{"heartbeat-timeout-millis", "9000"}, {"coordinator-id", "c1"}, {"sync", "always"}, {"nats-max-store", "1G"},
+	} {
+		t.Run(tc.flag, func(t *testing.T) {
+			t.Parallel()
+			p := startProc(t, nil, "serve", "--data-dir", filepath.Join(t.TempDir(), "data"), "--server-name", "edge",
+				"--nats-listen", "127.0.0.1:-1", "--leafnode-remote", "nats-leaf://127.0.0.1:1", "--"+tc.flag+"="+tc.value,
+				"--worker-port", "-1", "--client-port", "-1", "--http-listen", "-")
+			want := "--" + tc.flag + " does not apply to a leaf node (--leafnode-remote)"
+			if code := p.wait(); code != cli.ExitUsage || !strings.Contains(p.stderr.String(), want) {
+				t.Fatalf("exit %d, stderr %q; want %d and %q", code, p.stderr, cli.ExitUsage, want)
+			}
+		})
+	}
+	t.Run("FromTheEnvironment", func(t *testing.T) {
+		t.Parallel()
+		p := startProc(t, []string{"JOBBUS_REPLICAS=3", "JOBBUS_SYNC=always"}, "serve", "--data-dir", filepath.Join(t.TempDir(), "data"),
+			"--server-name", "edge", "--nats-listen", "127.0.0.1:-1", "--leafnode-remote", "nats-leaf://127.0.0.1:1",
+			"--worker-port", "-1", "--client-port", "-1", "--http-listen", "-")
+		p.logged("leaf node: no coordinator here")
+	})
+}
