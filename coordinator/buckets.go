@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -53,15 +54,43 @@ func OpenBucket(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg 
 	}
 	log := cfg.Logger
 	var kv jetstream.KeyValue
+	warn := noPeersWarning{start: time.Now()}
 	err := startup.Wait(ctx, log, "JetStream bucket "+kvc.Bucket, func(ctx context.Context) error {
 		var err error
 		kv, err = openBucketOnce(ctx, nc, js, cfg, kvc)
+		warn.check(log, nc, cfg, kvc.Bucket, err)
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open bucket %s: %w", kvc.Bucket, err)
 	}
 	return kv, nil
+}
+
+// noPeersAfter is how long JetStream may find no servers for a bucket's replicas
+// before OpenBucket warns: a cluster still forming does that for a few seconds.
+const noPeersAfter = 5 * time.Second
+
+// noPeersWarning warns once that a bucket waits for more servers than JetStream finds.
+// More replicas than the cluster has look just like a cluster still starting, so the
+// wait goes on; the warning says what to check.
+type noPeersWarning struct {
+	start  time.Time
+	warned bool
+}
+
+func (w *noPeersWarning) check(log *slog.Logger, nc *nats.Conn, cfg Config, bucket string, err error) {
+	if w.warned || !isAPIError(err, errCodeNoPeers) || time.Since(w.start) < noPeersAfter {
+		return
+	}
+	w.warned = true
+	asked := cfg.Replicas
+	if asked == 0 {
+		asked = autoReplicas(nc)
+	}
+	log.Warn("still waiting: JetStream finds too few servers for the bucket's replicas; check --replicas "+
+		"(at most the cluster's JetStream servers) and that every node's routes reach the others (jobbus cluster lists them)",
+		"bucket", bucket, "replicas", asked, "waited", time.Since(w.start).Round(time.Second), "err", err)
 }
 
 func openBucketOnce(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config, kvc jetstream.KeyValueConfig) (jetstream.KeyValue, error) {

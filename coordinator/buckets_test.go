@@ -3,7 +3,9 @@ package coordinator_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/jobbus/jobbus/coordinator"
 	"github.com/jobbus/jobbus/embeddednats"
 	"github.com/jobbus/jobbus/internal/jobbustest"
+	"github.com/jobbus/jobbus/internal/testkit"
 )
 
 func openBucket(ctx context.Context, t *testing.T, nc *nats.Conn, name string, mod func(*coordinator.Config)) (jetstream.KeyValue, error) {
@@ -114,6 +117,36 @@ func TestOpenBucketInACluster(t *testing.T) {
 			}
 		})
 	}
+
+	// More replicas than servers: JetStream cannot place them, as while a cluster is
+	// still forming, so it is waited for; but after a few seconds a warning says what
+	// to check. Before, the wait said so only at INFO, for ever.
+	t.Run("MoreReplicasThanServersWarns", func(t *testing.T) {
+		logs := new(testkit.Buffer)
+		wctx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			_, err := openBucket(wctx, t, nc, "TOO_MANY", func(c *coordinator.Config) {
+				c.Replicas, c.Logger = 5, slog.New(slog.NewTextHandler(logs, nil))
+			})
+			done <- err
+		}()
+		testkit.Wait(t, 20*time.Second, func() error {
+			if !strings.Contains(logs.String(), "level=WARN") {
+				return errors.New("no warning yet")
+			}
+			return nil
+		})
+		stop()
+		if err := <-done; err == nil {
+			t.Fatal("OpenBucket with 5 replicas on 3 servers succeeded")
+		}
+		for _, want := range []string{"replicas=5", "--replicas", "routes", "TOO_MANY"} {
+			if !strings.Contains(logs.String(), want) {
+				t.Errorf("warning lacks %q:\n%s", want, logs.String())
+			}
+		}
+	})
 }
 
 func TestOpenBucketWaitsForTheServer(t *testing.T) {
