@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -451,4 +452,34 @@ func TestServeLeafRefusesCoordinatorFlags(t *testing.T) {
 			"--worker-port", "-1", "--client-port", "-1", "--http-listen", "-")
 		p.logged("leaf node: no coordinator here")
 	})
+}
+
+// TestClusterCommandListsTaskTypes: `jobbus cluster` lists every bucket a coordinator
+// opens, TASK_TYPES included (in text and --json), as docs/deployment.md says; before,
+// it left TASK_TYPES out, so its replicas could not be checked.
+func TestClusterCommandListsTaskTypes(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	code, out, errs := cliRun([]string{"--nats", s.url}, "cluster")
+	if code != cli.ExitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"JOBBUS_LEADER", "JOBS ", "TASK_TYPES     1"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("jobbus cluster lacks %q:\n%s", want, out)
+		}
+	}
+	code, out, errs = cliRun([]string{"--nats", s.url}, "cluster", "--json")
+	if code != cli.ExitOK {
+		t.Fatalf("--json: exit %d: %s", code, errs)
+	}
+	var st client.ClusterStatus
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("--json: %v\n%s", err, out)
+	}
+	if !slices.ContainsFunc(st.Buckets, func(b client.BucketStatus) bool {
+		return b.Bucket == protocol.TaskTypesBucket && b.Replicas == 1 && b.Error == ""
+	}) {
+		t.Errorf("--json buckets %+v lack %s with 1 replica", st.Buckets, protocol.TaskTypesBucket)
+	}
 }
