@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -420,5 +421,65 @@ func TestServeJoiningNATSRefusesClusterName(t *testing.T) {
 				t.Fatalf("exit %d, stderr %q; want %d and %q", code, p.stderr, cli.ExitUsage, want)
 			}
 		})
+	}
+}
+
+// TestServeLeafRefusesCoordinatorFlags: a leaf node runs no coordinator and no
+// JetStream, so the flags that configure them are a usage error naming the flag (exit
+// 2), as for serve --nats; before, they were silently ignored. Set in the environment,
+// they are shared configuration and stay quietly unused.
+func TestServeLeafRefusesCoordinatorFlags(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ flag, value string }{
+		{"replicas", "3"}, {"reconfigure-buckets", "true"}, {"leader-lease-millis", "5000"},
+		{"heartbeat-timeout-millis", "9000"}, {"coordinator-id", "c1"}, {"sync", "always"}, {"nats-max-store", "1G"},
+	} {
+		t.Run(tc.flag, func(t *testing.T) {
+			t.Parallel()
+			p := startProc(t, nil, "serve", "--data-dir", filepath.Join(t.TempDir(), "data"), "--server-name", "edge",
+				"--nats-listen", "127.0.0.1:-1", "--leafnode-remote", "nats-leaf://127.0.0.1:1", "--"+tc.flag+"="+tc.value,
+				"--worker-port", "-1", "--client-port", "-1", "--http-listen", "-")
+			want := "--" + tc.flag + " does not apply to a leaf node (--leafnode-remote)"
+			if code := p.wait(); code != cli.ExitUsage || !strings.Contains(p.stderr.String(), want) {
+				t.Fatalf("exit %d, stderr %q; want %d and %q", code, p.stderr, cli.ExitUsage, want)
+			}
+		})
+	}
+	t.Run("FromTheEnvironment", func(t *testing.T) {
+		t.Parallel()
+		p := startProc(t, []string{"JOBBUS_REPLICAS=3", "JOBBUS_SYNC=always"}, "serve", "--data-dir", filepath.Join(t.TempDir(), "data"),
+			"--server-name", "edge", "--nats-listen", "127.0.0.1:-1", "--leafnode-remote", "nats-leaf://127.0.0.1:1",
+			"--worker-port", "-1", "--client-port", "-1", "--http-listen", "-")
+		p.logged("leaf node: no coordinator here")
+	})
+}
+
+// TestClusterCommandListsTaskTypes: `jobbus cluster` lists every bucket a coordinator
+// opens, TASK_TYPES included (in text and --json), as docs/deployment.md says; before,
+// it left TASK_TYPES out, so its replicas could not be checked.
+func TestClusterCommandListsTaskTypes(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	code, out, errs := cliRun([]string{"--nats", s.url}, "cluster")
+	if code != cli.ExitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"JOBBUS_LEADER", "JOBS ", "TASK_TYPES     1"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("jobbus cluster lacks %q:\n%s", want, out)
+		}
+	}
+	code, out, errs = cliRun([]string{"--nats", s.url}, "cluster", "--json")
+	if code != cli.ExitOK {
+		t.Fatalf("--json: exit %d: %s", code, errs)
+	}
+	var st client.ClusterStatus
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("--json: %v\n%s", err, out)
+	}
+	if !slices.ContainsFunc(st.Buckets, func(b client.BucketStatus) bool {
+		return b.Bucket == protocol.TaskTypesBucket && b.Replicas == 1 && b.Error == ""
+	}) {
+		t.Errorf("--json buckets %+v lack %s with 1 replica", st.Buckets, protocol.TaskTypesBucket)
 	}
 }

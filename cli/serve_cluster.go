@@ -59,6 +59,9 @@ func embedClusterOptions(c *cli.Context) ([]embeddednats.Option, error) {
 		}
 		opts = append(opts, embeddednats.WithClusterRoutes(c.String("cluster-name"), listen, routes...))
 	case len(leaves) > 0:
+		if err := refuseLeafFlags(c); err != nil {
+			return nil, err
+		}
 		for _, r := range leaves {
 			opts = append(opts, embeddednats.WithLeafRemote(r))
 		}
@@ -74,6 +77,22 @@ func embedClusterOptions(c *cli.Context) ([]embeddednats.Option, error) {
 		opts = append(opts, embeddednats.WithLeafListen(hp))
 	}
 	return opts, nil
+}
+
+// refuseLeafFlags refuses, as serve --nats refuses the embedded server's flags, the
+// flags a leaf node would ignore: it runs no coordinator (the hub's serve it) and no
+// JetStream. Set in the environment, they are shared configuration and stay unused.
+func refuseLeafFlags(c *cli.Context) error {
+	ignored := []string{"sync", "nats-max-store"}
+	for _, f := range coordinatorFlags() {
+		ignored = append(ignored, f.Names()[0])
+	}
+	for _, f := range ignored {
+		if c.IsSet(f) && givenOnCommandLine(c, f) {
+			return usageError("--%s does not apply to a leaf node (--leafnode-remote): it runs no coordinator and no JetStream; the hub's coordinators and buckets serve it (docs/deployment.md)", f)
+		}
+	}
+	return nil
 }
 
 // checkEmbedFlags refuses, naming the flag, the values of the embedded server's flags

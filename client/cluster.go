@@ -31,7 +31,8 @@ type ClusterStatus struct {
 	URLs []string `json:"urls"`
 	// Servers are the embedded servers (jobbus serve) that answered, by name.
 	Servers []protocol.Server `json:"servers,omitempty"`
-	// Buckets are jobbus's KV buckets with their replicas and currency.
+	// Buckets are the KV buckets a coordinator opens (JOBBUS_LEADER, JOBS, TASK_TYPES)
+	// with their replicas and currency.
 	Buckets []BucketStatus `json:"buckets"`
 	// Lease is the leader lease; nil when no coordinator holds it, or when it could not
 	// be read (LeaseError says why).
@@ -93,7 +94,7 @@ func ReadClusterStatus(ctx context.Context, nc *nats.Conn, wait time.Duration) (
 	// shown, and when it is needed most.
 	jctx, cancel := context.WithTimeout(ctx, jetStreamWait)
 	defer cancel()
-	for _, b := range []string{protocol.LeaderBucket, protocol.JobsBucket} {
+	for _, b := range []string{protocol.LeaderBucket, protocol.JobsBucket, protocol.TaskTypesBucket} {
 		st.Buckets = append(st.Buckets, bucketStatus(ctx, jctx, js, b))
 	}
 	st.Lease, st.LeaseError = readLease(ctx, jctx, js)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -18,6 +19,12 @@ import (
 // for: changing it moves data between servers, so it is done only when asked
 // (Config.ReconfigureBuckets, --reconfigure-buckets).
 var ErrReplicasDiffer = errors.New("bucket exists with another replica count")
+
+// ErrLeaseDiffers means the leader lease bucket exists with another TTL (lease) than
+// the one asked for. Every coordinator must run with the bucket's lease: one with a
+// longer lease renews less often than the lease lasts and loses it between renewals.
+// So it is changed only when asked (Config.ReconfigureBuckets, --reconfigure-buckets).
+var ErrLeaseDiffers = errors.New("bucket exists with another leader lease")
 
 // DefaultClusterReplicas is the replica count of a bucket created in a cluster when
 // Config.Replicas is 0 (or the cluster's size, if smaller).
@@ -38,23 +45,52 @@ const (
 // kvc.Replicas is ignored; the count is cfg.Replicas, or when that is 0 the count of an
 // existing bucket, else DefaultClusterReplicas in a cluster (the cluster's size if
 // smaller) and 1 on a lone server. An existing bucket keeps its replica count: asked for
-// another one it is refused with ErrReplicasDiffer unless cfg.ReconfigureBuckets. Its
-// other settings (TTL, markers, description) are brought up to date, as before.
+// another one it is refused with ErrReplicasDiffer unless cfg.ReconfigureBuckets, and
+// so is another TTL (the leader lease, the only bucket with one) with ErrLeaseDiffers.
+// Its other settings (markers, description) are brought up to date, as before.
 func OpenBucket(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config, kvc jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	log := cfg.Logger
 	var kv jetstream.KeyValue
+	warn := noPeersWarning{start: time.Now()}
 	err := startup.Wait(ctx, log, "JetStream bucket "+kvc.Bucket, func(ctx context.Context) error {
 		var err error
 		kv, err = openBucketOnce(ctx, nc, js, cfg, kvc)
+		warn.check(log, nc, cfg, kvc.Bucket, err)
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open bucket %s: %w", kvc.Bucket, err)
 	}
 	return kv, nil
+}
+
+// noPeersAfter is how long JetStream may find no servers for a bucket's replicas
+// before OpenBucket warns: a cluster still forming does that for a few seconds.
+const noPeersAfter = 5 * time.Second
+
+// noPeersWarning warns once that a bucket waits for more servers than JetStream finds.
+// More replicas than the cluster has look just like a cluster still starting, so the
+// wait goes on; the warning says what to check.
+type noPeersWarning struct {
+	start  time.Time
+	warned bool
+}
+
+func (w *noPeersWarning) check(log *slog.Logger, nc *nats.Conn, cfg Config, bucket string, err error) {
+	if w.warned || !isAPIError(err, errCodeNoPeers) || time.Since(w.start) < noPeersAfter {
+		return
+	}
+	w.warned = true
+	asked := cfg.Replicas
+	if asked == 0 {
+		asked = autoReplicas(nc)
+	}
+	log.Warn("still waiting: JetStream finds too few servers for the bucket's replicas; check --replicas "+
+		"(at most the cluster's JetStream servers) and that every node's routes reach the others (jobbus cluster lists them)",
+		"bucket", bucket, "replicas", asked, "waited", time.Since(w.start).Round(time.Second), "err", err)
 }
 
 func openBucketOnce(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config, kvc jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
@@ -82,6 +118,14 @@ func openBucketOnce(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 		return nil, startup.Permanent(fmt.Errorf("%w: %s has %d replicas, this coordinator asks for %d "+
 			"(start it with --replicas %d, or 0 to keep what exists; or give --reconfigure-buckets to change the bucket)",
 			ErrReplicasDiffer, kvc.Bucket, have, want, have))
+	}
+	if have := s.CachedInfo().Config.MaxAge; have != kvc.TTL {
+		if !cfg.ReconfigureBuckets {
+			return nil, startup.Permanent(fmt.Errorf("%w: %s has a lease (TTL) of %v, this coordinator asks for %v; every coordinator must use the same "+
+				"(start it with --leader-lease-millis %d; or give --reconfigure-buckets to change the bucket, then restart every coordinator with the new lease)",
+				ErrLeaseDiffers, kvc.Bucket, have, kvc.TTL, have.Milliseconds()))
+		}
+		cfg.Logger.Warn("changing the bucket's lease (--reconfigure-buckets): restart every coordinator with the new lease", "bucket", kvc.Bucket, "from", have, "to", kvc.TTL)
 	}
 	if !differs(s.CachedInfo().Config, kvc) {
 		// No update to wait for: a cluster still catching up after a restart answers

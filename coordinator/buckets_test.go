@@ -3,7 +3,9 @@ package coordinator_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/jobbus/jobbus/coordinator"
 	"github.com/jobbus/jobbus/embeddednats"
 	"github.com/jobbus/jobbus/internal/jobbustest"
+	"github.com/jobbus/jobbus/internal/testkit"
 )
 
 func openBucket(ctx context.Context, t *testing.T, nc *nats.Conn, name string, mod func(*coordinator.Config)) (jetstream.KeyValue, error) {
@@ -114,6 +117,36 @@ func TestOpenBucketInACluster(t *testing.T) {
 			}
 		})
 	}
+
+	// More replicas than servers: JetStream cannot place them, as while a cluster is
+	// still forming, so it is waited for; but after a few seconds a warning says what
+	// to check. Before, the wait said so only at INFO, for ever.
+	t.Run("MoreReplicasThanServersWarns", func(t *testing.T) {
+		logs := new(testkit.Buffer)
+		wctx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			_, err := openBucket(wctx, t, nc, "TOO_MANY", func(c *coordinator.Config) {
+				c.Replicas, c.Logger = 5, slog.New(slog.NewTextHandler(logs, nil))
+			})
+			done <- err
+		}()
+		testkit.Wait(t, 20*time.Second, func() error {
+			if !strings.Contains(logs.String(), "level=WARN") {
+				return errors.New("no warning yet")
+			}
+			return nil
+		})
+		stop()
+		if err := <-done; err == nil {
+			t.Fatal("OpenBucket with 5 replicas on 3 servers succeeded")
+		}
+		for _, want := range []string{"replicas=5", "--replicas", "routes", "TOO_MANY"} {
+			if !strings.Contains(logs.String(), want) {
+				t.Errorf("warning lacks %q:\n%s", want, logs.String())
+			}
+		}
+	})
 }
 
 func TestOpenBucketWaitsForTheServer(t *testing.T) {
@@ -175,3 +208,49 @@ func dialServer(t *testing.T, url string) *nats.Conn {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestOpenBucketKeepsItsTTL: the lease bucket's TTL (the leader lease) is changed only
+// with ReconfigureBuckets, so every coordinator renews within the lease the bucket
+// enforces.
+func TestOpenBucketKeepsItsTTL(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t)
+	nc := dialServer(t, srv.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := func(ttl time.Duration, reconfigure bool) error {
+		cfg := coordinator.DefaultConfig()
+		cfg.ReconfigureBuckets = reconfigure
+		_, err := coordinator.OpenBucket(ctx, nc, js, cfg, jetstream.KeyValueConfig{Bucket: "LEASE", History: 1, TTL: ttl})
+		return err
+	}
+	ttl := func() time.Duration {
+		s, err := js.Stream(ctx, "KV_LEASE")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.CachedInfo().Config.MaxAge
+	}
+	if err := open(2*time.Second, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := open(2*time.Second, false); err != nil {
+		t.Fatalf("the same TTL again: %v", err)
+	}
+	if err := open(time.Second, false); !errors.Is(err, coordinator.ErrLeaseDiffers) || ctx.Err() != nil {
+		t.Fatalf("another TTL = %v, want %v at once", err, coordinator.ErrLeaseDiffers)
+	}
+	if got := ttl(); got != 2*time.Second {
+		t.Fatalf("TTL after the refusal = %v, want 2s", got)
+	}
+	if err := open(time.Second, true); err != nil {
+		t.Fatalf("another TTL with ReconfigureBuckets: %v", err)
+	}
+	if got := ttl(); got != time.Second {
+		t.Fatalf("TTL after ReconfigureBuckets = %v, want 1s", got)
+	}
+}

@@ -52,7 +52,8 @@ type Config struct {
 	// count. A count that differs from an existing bucket's is refused
 	// (ErrReplicasDiffer) unless ReconfigureBuckets (buckets.go).
 	Replicas int
-	// ReconfigureBuckets lets Replicas change the replica count of existing buckets.
+	// ReconfigureBuckets lets Replicas change the replica count of existing buckets,
+	// and LeaderLease the lease bucket's TTL.
 	ReconfigureBuckets bool
 	// SyncAlways says the server syncs every write to disk (a server configured with
 	// sync_interval: always): writes then go as atomic batches, so that one sync covers
@@ -76,7 +77,9 @@ type Config struct {
 	// means a random one per process, which waits out a lease it left behind.
 	ID string
 	// LeaderLease is how long a leader's lease lasts unless renewed (every third of it):
-	// a standby takes over within about this long of the leader's loss.
+	// a standby takes over within about this long of the leader's loss. It is the lease
+	// bucket's TTL, so every coordinator must use the same: another is refused
+	// (ErrLeaseDiffers) unless ReconfigureBuckets (buckets.go).
 	LeaderLease time.Duration
 	// ReplyWithin is how long after its arrival a submission or a cancel is answered at
 	// the latest when the request does not say how long its sender waits

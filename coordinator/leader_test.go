@@ -2,6 +2,7 @@ package coordinator_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -368,4 +369,37 @@ func stoppableCampaign(t *testing.T, s *system, cfg coordinator.Config) (<-chan 
 	stop := sync.OnceFunc(func() { cancel(); <-done })
 	t.Cleanup(stop)
 	return leaders, stop
+}
+
+// TestCoordinatorWithAnotherLeaseIsRefused: a coordinator started with another
+// --leader-lease-millis than the bucket's is refused at once, and the leader's lease
+// is left as it is. Before, it rewrote the bucket's TTL: a leader with a longer lease
+// then renewed less often than its lease lasted, and lost it between renewals.
+func TestCoordinatorWithAnotherLeaseIsRefused(t *testing.T) {
+	t.Parallel()
+	s, logs, leaders := leading(t) // a 3 s lease
+	cfg := s.Config
+	cfg.LeaderLease = 600 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := coordinator.Run(ctx, s.NC, cfg, nil)
+	if !errors.Is(err, coordinator.ErrLeaseDiffers) || ctx.Err() != nil {
+		t.Fatalf("Run with another lease = %v, want %v at once", err, coordinator.ErrLeaseDiffers)
+	}
+	for _, want := range []string{"3s", "600ms", "--leader-lease-millis 3000", "--reconfigure-buckets"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("refusal %q does not say %q", err, want)
+		}
+	}
+	js, err := jetstream.New(s.NC)
+	must(t, err)
+	stream, err := js.Stream(ctx, "KV_"+protocol.LeaderBucket)
+	must(t, err)
+	if got := stream.CachedInfo().Config.MaxAge; got != 3*time.Second {
+		t.Fatalf("lease bucket TTL = %v after the refusal, want 3s", got)
+	}
+	time.Sleep(2 * time.Second) // two renewals: the leader must keep its lease
+	if len(leaders) > 0 || strings.Contains(logs.String(), "lost leadership") {
+		t.Fatalf("leadership changed:\n%s", logs.String())
+	}
 }
