@@ -43,7 +43,7 @@ func coordinatorFlags() []cli.Flag {
 		&cli.IntFlag{Name: "replicas", Value: d.Replicas, Usage: "replicas of the KV buckets it creates: 0 is 3 in a cluster (or its size, if smaller), 1 on a lone server, and keeps what exists. Another count than an existing bucket's is refused without --reconfigure-buckets (docs/deployment.md)", EnvVars: env("replicas")},
 		&cli.BoolFlag{Name: "reconfigure-buckets", Usage: "change existing buckets to --replicas (JetStream moves their data)", EnvVars: env("reconfigure-buckets")},
 		millisFlag("leader-lease-millis", d.LeaderLease, "a standby coordinator takes over within this long of the leader's loss"),
-		&cli.StringFlag{Name: "coordinator-id", Usage: "this coordinator's name in the leader lease: restarted after a crash, it takes its lease back at once. Unique to one process at a time; serve keeps one in --data-dir (default: random per process)", EnvVars: env("coordinator-id")},
+		&cli.StringFlag{Name: "coordinator-id", Usage: "this coordinator's name in the leader lease: restarted after a crash, it takes its lease back at once. Unique to one process at a time; serve keeps one in its store, --data-dir or the --nats-config file's store_dir (default: random per process)", EnvVars: env("coordinator-id")},
 	}
 }
 
@@ -159,7 +159,7 @@ func serveUntil(ctx context.Context, c *cli.Context, log *slog.Logger, scfg syst
 			log.Info("NATS monitoring", "url", u)
 		}
 		warnOpenNATS(log, srv.ListenHost(), srv.ClientURL(), srv.Authenticated())
-		log.Info("embedded NATS started", "url", srv.ClientURL(), "data_dir", c.String("data-dir"))
+		log.Info("embedded NATS started", "url", srv.ClientURL(), "data_dir", srv.StoreDir())
 		if scfg.NATS.SyncJobs {
 			log.Info("--sync always: every job write is fsynced before anything depends on it, writes acknowledged together in one fsync")
 		}
