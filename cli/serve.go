@@ -83,7 +83,7 @@ func serveCommand() *cli.Command {
 		&cli.StringFlag{Name: "nats-password", Usage: "the password of --nats-user", EnvVars: env("nats-password")},
 		&cli.StringFlag{Name: "nats-token", Usage: "the embedded NATS server requires this token of every client (instead of a user)", EnvVars: env("nats-token")},
 		&cli.StringFlag{Name: "nats-config", Usage: "a nats-server configuration file for the embedded server (accounts, users and permissions, nkeys, JWT resolver, TLS): what it sets wins over the --nats-* flags; see docs/security.md and docs/nats-server.conf", EnvVars: env("nats-config")},
-		&cli.StringFlag{Name: "nats-max-store", Usage: "cap the embedded server's JetStream file storage (e.g. 512M, 10G; default: 75% of the disk's free space); at the cap, or when the disk fills up first, submissions are refused with an ERROR that says so and running jobs go on: see docs/operations.md", EnvVars: env("nats-max-store")},
+		&cli.StringFlag{Name: "nats-max-store", Usage: "cap the embedded server's JetStream file storage (e.g. 512M, 10G; default: 75% of the disk's free space); at the cap, or when the disk fills up first, submissions are refused with an ERROR that says so, and jobs already accepted are kept: see docs/operations.md", EnvVars: env("nats-max-store")},
 		&cli.StringFlag{Name: "sync", Value: "default", Usage: syncFlagUsage, EnvVars: env("sync")},
 		&cli.StringFlag{Name: "nats-log-level", Value: "warn", Usage: "the embedded NATS server's own log lines at this level and above (debug, info, warn, error): --log-level debug stays jobbus's", EnvVars: env("nats-log-level")},
 	}
