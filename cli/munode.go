@@ -26,7 +26,8 @@ HEARTBEAT carrying it as senderAddress, and heartbeats until stopped. Asks and t
 --echo path are answered with their own payload. Bus nodes reach it as mu/<address>, Mu nodes
 with "<path>@<address>".
 
-With --ask it asks once instead and prints the RESPONSE payload (an ERROR exits 1). A path
+With --ask it asks once instead and prints the RESPONSE payload, exit 0 even when that payload
+is a spec ERROR ({"type":"ERROR",...}: read its type); a Mu ERROR exits 1. A path
 names its destination: "<path>@<role>/<id>", "<path>@<role>", "<path>@<host:port>" (a Mu
 node), or a client API subject, which takes the client port's request as payload.
 

@@ -303,3 +303,28 @@ func TestExampleConfigReaderReadsEverything(t *testing.T) {
 		}
 	}
 }
+
+// TestExampleConfigLogsAndWatchRefusedSay: with docs/nats-server.conf, `jobbus logs`
+// and `jobbus watch` read JetStream, which the reader may not: they fail with NATS's
+// permissions violation (exit 1), not with nothing printed and exit 0, nor a bare
+// "context canceled".
+func TestExampleConfigLogsAndWatchRefusedSay(t *testing.T) {
+	t.Parallel()
+	url := configServer(t)
+	runConfigCoordinator(t, url)
+	as := func(user string, args ...string) (int, string, string) {
+		return cliRun([]string{"--nats", userURL(url, user)}, args...)
+	}
+	eventually(t, "a coordinator serving", func() bool { code, _, _ := as("submitter", "jobs"); return code == cli.ExitOK })
+	code, out, errs := as("submitter", "submit", "sha256", "--text", "hi")
+	if code != cli.ExitOK {
+		t.Fatalf("submitter's submit: exit %d %s", code, errs)
+	}
+	id := strings.TrimSpace(out)
+	for _, args := range [][]string{{"logs", id}, {"watch"}} {
+		code, out, errs := as("reader", args...)
+		if code != cli.ExitError || !strings.Contains(errs, `Permissions Violation for Publish to "$JS.API.`) {
+			t.Errorf("reader's %s: exit %d, stdout %q, stderr %q; want exit 1 and NATS's permissions violation", args[0], code, out, errs)
+		}
+	}
+}

@@ -43,7 +43,7 @@ func coordinatorFlags() []cli.Flag {
 		&cli.IntFlag{Name: "replicas", Value: d.Replicas, Usage: "replicas of the KV buckets it creates: 0 is 3 in a cluster (or its size, if smaller), 1 on a lone server, and keeps what exists. Another count than an existing bucket's is refused without --reconfigure-buckets (docs/deployment.md)", EnvVars: env("replicas")},
 		&cli.BoolFlag{Name: "reconfigure-buckets", Usage: "change existing buckets to --replicas (JetStream moves their data) and the leader lease bucket to --leader-lease-millis", EnvVars: env("reconfigure-buckets")},
 		millisFlag("leader-lease-millis", d.LeaderLease, "a standby coordinator takes over within this long of the leader's loss; the same for every coordinator (another than the lease bucket's is refused without --reconfigure-buckets)"),
-		&cli.StringFlag{Name: "coordinator-id", Usage: "this coordinator's name in the leader lease: restarted after a crash, it takes its lease back at once. Unique to one process at a time; serve keeps one in --data-dir (default: random per process)", EnvVars: env("coordinator-id")},
+		&cli.StringFlag{Name: "coordinator-id", Usage: "this coordinator's name in the leader lease: restarted after a crash, it takes its lease back at once. Unique to one process at a time; serve keeps one in its store, --data-dir or the --nats-config file's store_dir (default: random per process)", EnvVars: env("coordinator-id")},
 	}
 }
 
@@ -83,7 +83,7 @@ func serveCommand() *cli.Command {
 		&cli.StringFlag{Name: "nats-password", Usage: "the password of --nats-user", EnvVars: env("nats-password")},
 		&cli.StringFlag{Name: "nats-token", Usage: "the embedded NATS server requires this token of every client (instead of a user)", EnvVars: env("nats-token")},
 		&cli.StringFlag{Name: "nats-config", Usage: "a nats-server configuration file for the embedded server (accounts, users and permissions, nkeys, JWT resolver, TLS): what it sets wins over the --nats-* flags; see docs/security.md and docs/nats-server.conf", EnvVars: env("nats-config")},
-		&cli.StringFlag{Name: "nats-max-store", Usage: "cap the embedded server's JetStream file storage (e.g. 512M, 10G; default: 75% of the disk's free space); at the cap, or when the disk fills up first, submissions are refused with an ERROR that says so and running jobs go on: see docs/operations.md", EnvVars: env("nats-max-store")},
+		&cli.StringFlag{Name: "nats-max-store", Usage: "cap the embedded server's JetStream file storage (e.g. 512M, 10G; default: 75% of the disk's free space); at the cap, or when the disk fills up first, submissions are refused with an ERROR that says so, and jobs already accepted are kept: see docs/operations.md", EnvVars: env("nats-max-store")},
 		&cli.StringFlag{Name: "sync", Value: "default", Usage: syncFlagUsage, EnvVars: env("sync")},
 		&cli.StringFlag{Name: "nats-log-level", Value: "warn", Usage: "the embedded NATS server's own log lines at this level and above (debug, info, warn, error): --log-level debug stays jobbus's", EnvVars: env("nats-log-level")},
 	}
@@ -159,7 +159,7 @@ func serveUntil(ctx context.Context, c *cli.Context, log *slog.Logger, scfg syst
 			log.Info("NATS monitoring", "url", u)
 		}
 		warnOpenNATS(log, srv.ListenHost(), srv.ClientURL(), srv.Authenticated())
-		log.Info("embedded NATS started", "url", srv.ClientURL(), "data_dir", c.String("data-dir"))
+		log.Info("embedded NATS started", "url", srv.ClientURL(), "data_dir", srv.StoreDir())
 		if scfg.NATS.SyncJobs {
 			log.Info("--sync always: every job write is fsynced before anything depends on it, writes acknowledged together in one fsync")
 		}

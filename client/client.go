@@ -178,6 +178,15 @@ func (n *natsTransport) roundTrip(ctx context.Context, t protocol.Type, body []b
 
 func (*natsTransport) Close() error { return nil }
 
+// causeOf is err, or, when err is only ctx's end and whoever ended ctx said why (the
+// CLI: NATS refused a publish), that reason.
+func causeOf(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil && context.Cause(ctx) != ctx.Err() {
+		return context.Cause(ctx)
+	}
+	return err
+}
+
 // SubmitOption sets an optional field of a submission.
 type SubmitOption func(*protocol.SubmitJob)
 

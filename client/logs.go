@@ -71,7 +71,7 @@ func (c *Client) Logs(ctx context.Context, id string, follow bool, fn func(LogRe
 		return ErrNoLogs
 	}
 	if err != nil {
-		return fmt.Errorf("job logs: %w", err)
+		return fmt.Errorf("job logs: %w", causeOf(ctx, err))
 	}
 	r := logReader{stream: stream, subject: protocol.LogSubject(id), next: 1, chunks: map[int]int{}}
 	ended := !follow || job.State.Terminal()
@@ -113,7 +113,7 @@ func (r *logReader) drain(ctx context.Context, fn func(LogRecord) error) error {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("job logs: %w", err)
+			return fmt.Errorf("job logs: %w", causeOf(ctx, err))
 		}
 		r.next = m.Sequence + 1
 		if err := r.chunk(m.Header, m.Data, fn); err != nil {

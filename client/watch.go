@@ -155,11 +155,11 @@ func watchBucket(ctx context.Context, nc *nats.Conn) (func(context.Context, chan
 	kv, err := js.KeyValue(ctx, protocol.JobsBucket)
 	if err != nil {
 		// ErrBucketNotFound: no coordinator has run on this NATS.
-		return nil, fmt.Errorf("watch jobs: open bucket %s: %w", protocol.JobsBucket, err)
+		return nil, fmt.Errorf("watch jobs: open bucket %s: %w", protocol.JobsBucket, causeOf(ctx, err))
 	}
 	w, err := kv.Watch(ctx, "*", jetstream.UpdatesOnly()) // records only (protocol.IsRecordKey)
 	if err != nil {
-		return nil, fmt.Errorf("watch jobs: watch bucket %s: %w", protocol.JobsBucket, err)
+		return nil, fmt.Errorf("watch jobs: watch bucket %s: %w", protocol.JobsBucket, causeOf(ctx, err))
 	}
 	return func(ctx context.Context, events chan<- JobEvent) {
 		defer func() { _ = w.Stop() }()

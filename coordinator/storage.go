@@ -203,7 +203,7 @@ func (s *jsStore) storeProber(ctx context.Context) {
 
 func storeFullError(desc string) *protocol.Error {
 	return &protocol.Error{Message: "job not stored: the job store is full (JetStream: " + desc +
-		"); jobs already accepted are kept and go on, new ones are refused until space is freed " +
+		"); jobs already accepted are kept; new ones are refused until space is freed " +
 		"or the limit raised (jobbus serve --nats-max-store, or the NATS server's max_file_store)"}
 }
 
@@ -216,7 +216,7 @@ var errStoreStalled = errors.New("a job write got no answer while the NATS serve
 func storeFaultError(err error) *protocol.Error {
 	what, until := storeFaultWords(err)
 	return &protocol.Error{Message: "job not stored: " + what + " (" + err.Error() +
-		"); jobs already accepted are kept and go on, new ones are refused until " + until}
+		"); jobs already accepted are kept; new ones are refused until " + until}
 }
 
 // storeFaultWords says what is wrong with the store, and until when submissions are

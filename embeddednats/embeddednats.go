@@ -33,6 +33,7 @@ type Server struct {
 	// authenticated: clients must give credentials (auth.go).
 	authenticated bool
 	listenHost    string
+	storeDir      string      // where JetStream keeps its data: a config file's store_dir wins
 	guard         *storeGuard // nil unless WithStoreGuard
 
 	shutdownOnce sync.Once
@@ -73,7 +74,7 @@ func Start(ctx context.Context, opts ...Option) (*Server, error) {
 		return nil, err
 	}
 	guard := startStoreGuard(ns, sopts, &cfg, globalJS)
-	return &Server{ns: ns, lock: lock, done: make(chan struct{}), authenticated: auth, listenHost: host, guard: guard}, nil
+	return &Server{ns: ns, lock: lock, done: make(chan struct{}), authenticated: auth, listenHost: host, storeDir: cfg.storeDir, guard: guard}, nil
 }
 
 // runServer creates and starts the server and waits until it is ready.
@@ -111,6 +112,10 @@ func runServer(ctx context.Context, sopts *server.Options, cfg *config) (*server
 	}
 	return ns, nil
 }
+
+// StoreDir is the store directory the server runs on: WithStoreDir's, or the
+// store_dir of WithConfigFile's file when it sets one.
+func (s *Server) StoreDir() string { return s.storeDir }
 
 // ClientURL returns the URL clients use to reach the server, e.g.
 // nats://127.0.0.1:4222.

@@ -52,12 +52,13 @@ func (s *System) startNATS(ctx context.Context) error {
 		dir = tmp
 		s.onStop(func() { _ = os.RemoveAll(tmp) })
 	}
-	s.dir = dir
 	srv, err := s.startServer(ctx, append(slices.Clone(s.cfg.NATS.Server), embeddednats.WithStoreDir(dir)))
 	if err != nil {
 		return err
 	}
-	s.srv, s.url = srv, srv.ClientURL()
+	// A configuration file's store_dir wins over dir: the coordinator's identity goes
+	// with the store the server runs on.
+	s.srv, s.url, s.dir = srv, srv.ClientURL(), srv.StoreDir()
 	s.onStop(func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -235,6 +236,30 @@ func TestStoredCoordinatorID(t *testing.T) {
 	named.ID = "coordinator-named"
 	if got := run(named); got != "coordinator-named" {
 		t.Fatalf("a configured ID led as %q", got)
+	}
+}
+
+// TestStoredCoordinatorIDFollowsTheConfigFile: when a nats-server configuration file
+// sets the store (store_dir), the coordinator's identity is kept there, with the store
+// it names, and not in a StoreDir the file overrode (serve's --data-dir, which may not
+// even exist: serve failed at start "keep coordinator id in ./data").
+func TestStoredCoordinatorIDFollowsTheConfigFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	store, file := filepath.Join(dir, "store"), filepath.Join(dir, "nats.conf")
+	if err := os.WriteFile(file, []byte("jetstream { store_dir: "+strconv.Quote(store)+" }\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	overridden := filepath.Join(dir, "no-such-dir")
+	sys := start(t, system.Config{Coordinator: fastCoordinator(), NATS: system.NATS{StoreDir: overridden,
+		Server: []embeddednats.Option{embeddednats.WithListen("127.0.0.1:-1"), embeddednats.WithConfigFile(file)}}})
+	leading(t, sys)
+	kept, err := os.ReadFile(filepath.Join(store, "jobbus-coordinator-id"))
+	if id := leaderID(t, sys); err != nil || strings.TrimSpace(string(kept)) != id {
+		t.Fatalf("the file's store keeps %q (%v), want the leader %q", kept, err, id)
+	}
+	if got := sys.StoreDir(); got != store {
+		t.Errorf("StoreDir is %q, want the file's %q", got, store)
 	}
 }
 

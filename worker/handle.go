@@ -68,7 +68,9 @@ func MaxAttempts(n int) TypeOption {
 }
 
 // Timeout sets the execution deadline of one attempt of the type (default: the
-// coordinator's --task-timeout-millis). Whole milliseconds; at least 1 ms.
+// coordinator's --task-timeout-millis). Whole milliseconds; at least 1 ms: 0, a
+// negative d or one under a millisecond is a 1 ms deadline, not the default (for the
+// default, leave Timeout out).
 func Timeout(d time.Duration) TypeOption {
 	return func(decl *protocol.TaskTypeDecl) { decl.Options.TimeoutMillis = max(1, d.Milliseconds()) }
 }
