@@ -67,12 +67,17 @@ func MaxAttempts(n int) TypeOption {
 	return func(d *protocol.TaskTypeDecl) { d.Options.MaxAttempts = n }
 }
 
-// Timeout sets the execution deadline of one attempt of the type (default: the
-// coordinator's --task-timeout-millis). Whole milliseconds; at least 1 ms: 0, a
-// negative d or one under a millisecond is a 1 ms deadline, not the default (for the
-// default, leave Timeout out).
+// Timeout sets the execution deadline of one attempt of the type in whole
+// milliseconds, one under a millisecond rounded up to 1 ms. 0 or a negative d is the
+// default, the coordinator's --task-timeout-millis, as MaxAttempts(0) and
+// Concurrency(0) are theirs.
 func Timeout(d time.Duration) TypeOption {
-	return func(decl *protocol.TaskTypeDecl) { decl.Options.TimeoutMillis = max(1, d.Milliseconds()) }
+	return func(decl *protocol.TaskTypeDecl) {
+		decl.Options.TimeoutMillis = 0
+		if d > 0 {
+			decl.Options.TimeoutMillis = max(1, d.Milliseconds())
+		}
+	}
 }
 
 // Concurrency bounds how many jobs of the type run at once across all workers (default

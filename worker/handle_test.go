@@ -197,3 +197,24 @@ func TestHandleJSONRecursiveType(t *testing.T) {
 		t.Fatalf("a nested bad payload: %v, want %q", err, want)
 	}
 }
+
+// TestTimeoutOption: Timeout(0), like MaxAttempts(0) and Concurrency(0), is the
+// coordinator's default; it was a 1 ms deadline, which timed out every attempt.
+func TestTimeoutOption(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		d    time.Duration
+		want int64
+	}{
+		{0, 0},
+		{-time.Second, 0},
+		{time.Microsecond, 1},
+		{1500 * time.Millisecond, 1500},
+	} {
+		var decl protocol.TaskTypeDecl
+		worker.Timeout(tc.d)(&decl)
+		if decl.Options.TimeoutMillis != tc.want {
+			t.Errorf("Timeout(%v): timeoutMillis %d, want %d", tc.d, decl.Options.TimeoutMillis, tc.want)
+		}
+	}
+}
