@@ -366,6 +366,7 @@ func TestWorkerPort(t *testing.T) {
 		s := setup(t)
 		for _, tc := range []struct{ name, types, want string }{
 			{"BuiltinRedeclared", `[{"name":"SLEEP","schema":{"type":"object"}}]`, "Registration refused: task type SLEEP is built in"},
+			{"BuiltinInAnotherCase", `[{"name":"word-count","schema":{"type":"object"}}]`, "Registration refused: task type word-count reads as WORD_COUNT, a built-in"},
 			{"BadName", `["has space"]`, "Registration refused: bad task type name"},
 			{"BadSchema", `[{"name":"X","schema":{"type":17}}]`, "Registration refused: task type X: schema:"},
 			{"NegativeConcurrency", `[{"name":"X","options":{"concurrency":-1}}]`, "Registration refused: task type X: concurrency must not be negative"},

@@ -211,6 +211,11 @@ func jsonPointer(tokens []string) string {
 
 var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
 
+func (cat *catalogue) isBuiltin(name string) bool {
+	_, ok := cat.builtins.Lookup(name)
+	return ok
+}
+
 // options returns taskType's options (zero for a built-in or unknown type).
 func (cat *catalogue) options(taskType string) protocol.TaskTypeOptions {
 	cat.mu.RLock()
@@ -264,6 +269,11 @@ func (cat *catalogue) declare(ctx context.Context, workerID string, decls []prot
 				return errRegistration("task type %s is built in: its payload and options are PROTOCOL.md's", d.Name)
 			}
 			continue
+		}
+		if b := strings.ToUpper(strings.ReplaceAll(d.Name, "-", "_")); d.Declared && cat.isBuiltin(b) {
+			// The CLI reads sleep and word-count as the built-ins: a type of that name
+			// could never be submitted from it.
+			return errRegistration("task type %s reads as %s, a built-in (the CLI takes any case, and - for _): name it otherwise", d.Name, b)
 		}
 		if err := d.Options.Check(); err != nil {
 			return errRegistration("task type %s: %v", d.Name, err)
