@@ -112,7 +112,8 @@ type Config struct {
 	// MaxConns bounds the open connections of each port (default 1024).
 	MaxConns int
 	// MaxInFlight bounds the client-port requests waiting for the coordinator at once,
-	// across all connections (default 256). Further requests wait their turn.
+	// across all connections (default 256). Further requests wait their turn. It also
+	// bounds each Mu connection's own asks in flight: an ASK beyond gets an ERROR at once.
 	MaxInFlight int
 	// FrameStallTimeout bounds how long a frame that has begun may take to arrive
 	// (default 10s): a frame gets between one and two of these. An idle connection,

@@ -18,7 +18,8 @@ package bridge
 // another Mu node; the node must have registered. An ASK on a client API subject
 // ("jobbus.api.submit", ...) carries the client port's request as its payload and gets
 // the client port's reply as its RESPONSE payload, registered or not. Every ASK gets
-// exactly one RESPONSE or ERROR with its requestId, within RequestTimeout.
+// exactly one RESPONSE or ERROR with its requestId, within RequestTimeout; a connection
+// has at most MaxInFlight of its ASKs in flight, and one beyond gets its ERROR at once.
 //
 // Bad input costs only its own connection: a frame with a bad length or that is not a
 // MuMessage gets an ERROR ("Malformed request: ...") and the connection closes; a
@@ -58,7 +59,7 @@ var (
 
 // muSession is one connection of the Mu port. Its reading goroutine (serveMu) owns
 // reader and is the only one to register; asks from the node run on goroutines of
-// their own (asks), bounded by slots.
+// their own (asks), bounded by slots: an ASK beyond them is refused at once.
 type muSession struct {
 	b      *Bridge
 	conn   net.Conn
@@ -206,9 +207,13 @@ func (s *muSession) serve(m *mu.Message) {
 			s.complain(m, "an ASK needs a requestId")
 			return
 		}
+		// Refused rather than waited for: the reading must go on, since the node's
+		// answers to asks from the bus (perhaps from the very handlers its asks wait
+		// on) come on this connection too.
 		select {
 		case s.slots <- struct{}{}:
-		case <-s.ctx.Done():
+		default:
+			s.complain(m, fmt.Sprintf("too many asks in flight: a connection may have %d at once; ask again once some are answered", cap(s.slots)))
 			return
 		}
 		s.asks.Add(1)

@@ -544,3 +544,62 @@ func TestMuSenderAddressIPv6(t *testing.T) {
 		t.Fatalf("asking the sender back: %s, %v", got, err)
 	}
 }
+
+// TestMuAsksAskingTheNodeBack: a Mu node with all of its connection's ask slots taken
+// by asks whose handlers ask it back still has its answers read: the asks beyond the
+// bound get an ERROR at once instead of stopping the reading, and every ask ends well
+// within the request timeout.
+func TestMuAsksAskingTheNodeBack(t *testing.T) {
+	t.Parallel()
+	const slots = 4
+	s := setup(t, noCoordinator(), withMu(func(c *bridgeConfig) {
+		c.MaxInFlight = slots
+		c.RequestTimeout = waitFor // a stall would last this long
+	}))
+	m := s.muNode("127.0.0.1:27010")
+	native := s.nativeNode("n1")
+	if err := native.Handle("ping", func(ctx context.Context, r *bus.Request) (any, error) {
+		// Ask the Mu node back: its answer comes on the same connection as its asks.
+		return bus.Ask[json.RawMessage](ctx, native, muAddr("127.0.0.1:27010"), "echo", json.RawMessage(r.Data))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := askCtx(t)
+	const asks = 3 * slots
+	type result struct {
+		i   int
+		got json.RawMessage
+		err error
+	}
+	results := make(chan result, asks)
+	start := time.Now()
+	for i := range asks {
+		go func() {
+			got, err := m.Ask(ctx, "ping@native/n1", json.RawMessage(strconv.Itoa(i)))
+			results <- result{i, got, err}
+		}()
+	}
+	answered := 0
+	for range asks {
+		select {
+		case r := <-results:
+			switch {
+			case r.err == nil && string(r.got) == strconv.Itoa(r.i):
+				answered++
+			case r.err == nil:
+				t.Fatalf("ask %d answered %s", r.i, r.got)
+			case !errors.Is(r.err, munode.ErrRemote) || !strings.Contains(r.err.Error(), "in flight"):
+				t.Fatalf("ask %d: %v, want its answer or an ERROR for too many asks in flight", r.i, r.err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("asks whose handlers ask the Mu node back still wait after %v", time.Since(start))
+		}
+	}
+	if answered < slots {
+		t.Fatalf("%d asks answered, want at least the %d the connection may have in flight", answered, slots)
+	}
+	// The connection is still a working peer.
+	if got, err := m.Ask(ctx, "ping@native/n1", json.RawMessage(`"again"`)); err != nil || string(got) != `"again"` {
+		t.Fatalf("ask after the flood: %s, %v", got, err)
+	}
+}

@@ -27,6 +27,7 @@ func (n *Node) HandleAny(fn HandlerFunc) error {
 	// "jobbus.node.<role>.<idtoken>." then the sender's two tokens, then the path.
 	prefix := subject(n.self, "", "")
 	prefix = prefix[:len(prefix)-1]
+	h := &handling{stop: make(chan struct{})}
 	s, err := n.nc.Subscribe(prefix+anySender+".>", func(m *nats.Msg) {
 		path, ok := pathAfterSender(m.Subject, prefix)
 		if !ok {
@@ -36,19 +37,20 @@ func (n *Node) HandleAny(fn HandlerFunc) error {
 		if n.handles(path) {
 			return // its own handler's subscription has it too
 		}
-		n.dispatch(path, fn, m)
+		n.dispatch(path, fn, m, h.stop)
 	})
 	if err != nil {
 		n.mu.Unlock()
 		return fmt.Errorf("handle any: %w", err)
 	}
-	n.handlers[anyPath] = []*nats.Subscription{s}
+	h.subs = []*nats.Subscription{s}
+	n.handlers[anyPath] = h
 	n.mu.Unlock()
 	n.sync()
 	return nil
 }
 
-// UnhandleAny stops serving HandleAny's paths; handlers already running finish.
+// UnhandleAny stops serving HandleAny's paths as Unhandle stops serving a path.
 func (n *Node) UnhandleAny() error { return n.Unhandle(anyPath) }
 
 // handles reports whether path has a handler of its own on the node's own subject: a
@@ -57,8 +59,8 @@ func (n *Node) UnhandleAny() error { return n.Unhandle(anyPath) }
 func (n *Node) handles(path string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	subs := n.handlers[path]
-	return len(subs) > 0 && subs[0].Queue == "" // the direct subscription comes first
+	h := n.handlers[path]
+	return h != nil && len(h.subs) > 0 && h.subs[0].Queue == "" // the direct subscription comes first
 }
 
 // pathAfterSender reads the path of a subject that starts with prefix and then names

@@ -61,3 +61,92 @@ func TestAsksQueuedAtAClosingNodeFailFast(t *testing.T) {
 		t.Fatalf("asks at a closing node failed after %v", took)
 	}
 }
+
+// TestAsksQueuedAtAnUnhandledPathFailFast: asks that reached a node but wait for a
+// handler slot when the node stops serving their path (Unhandle, UnhandleAny) are
+// answered at once with CodeUnavailable, not left to their timeout; the handler already
+// running finishes and answers.
+func TestAsksQueuedAtAnUnhandledPathFailFast(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		handle    func(*bus.Node, bus.HandlerFunc) error
+		unhandle  func(*bus.Node) error
+		stillOwns string // a path with a handler of its own, which keeps serving
+	}{
+		{"Unhandle", func(n *bus.Node, fn bus.HandlerFunc) error { return n.Handle("stuck", fn) },
+			func(n *bus.Node) error { return n.Unhandle("stuck") }, ""},
+		{"UnhandleAny", func(n *bus.Node, fn bus.HandlerFunc) error { return n.HandleAny(fn) },
+			(*bus.Node).UnhandleAny, "own"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := startServer(t, -1)
+			c := connect(t, s.url, coordinator("c1"), bus.WithAskTimeout(time.Minute))
+			w := connect(t, s.url, worker("w1"), bus.WithMaxInFlight(1))
+			entered := make(chan struct{}, 1)
+			release := make(chan struct{})
+			must(t, tc.handle(w, func(ctx context.Context, _ *bus.Request) (any, error) {
+				entered <- struct{}{}
+				select {
+				case <-release:
+				case <-ctx.Done(): // the test failed, and w closes
+				}
+				return "done", nil
+			}))
+			if tc.stillOwns != "" {
+				whoAmI(t, w, tc.stillOwns)
+			}
+			probe := make(chan *nats.Msg, 1)
+			sub, err := w.Conn().ChanSubscribe("probe.w1", probe)
+			must(t, err)
+			defer func() { _ = sub.Unsubscribe() }()
+			must(t, w.Conn().Flush())
+
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			first := make(chan error, 1)
+			go func() {
+				_, err := bus.Ask[string](ctx, c, w.Self(), "stuck", nil)
+				first <- err
+			}()
+			recv(t, "handler entered", entered)
+			const queued = 3
+			errs := make(chan error, queued)
+			for range queued {
+				go func() {
+					_, err := bus.Ask[json.RawMessage](ctx, c, w.Self(), "stuck", nil)
+					errs <- err
+				}()
+			}
+			testkit.Eventually(t, 10*time.Second, "every ask sent", func() bool { return c.Stats().Sent.Ask == queued+1 })
+			must(t, c.Conn().Publish("probe.w1", nil))
+			recv(t, "probe", probe)
+
+			start := time.Now()
+			must(t, tc.unhandle(w))
+			for range queued {
+				select {
+				case err := <-errs:
+					if !errors.Is(err, bus.CodeUnavailable) {
+						t.Fatalf("ask queued at an unhandled path: %v, want CodeUnavailable", err)
+					}
+				case <-time.After(5 * time.Second):
+					t.Fatalf("asks queued at an unhandled path still wait %v after %s", time.Since(start), tc.name)
+				}
+			}
+			close(release)
+			if err := recv(t, "the running handler's answer", first); err != nil {
+				t.Fatalf("the handler running at %s: %v, want its answer", tc.name, err)
+			}
+			if tc.stillOwns != "" {
+				if _, err := bus.Ask[echo](ctx, c, w.Self(), tc.stillOwns, nil); err != nil {
+					t.Fatalf("a path with its own handler after %s: %v", tc.name, err)
+				}
+			}
+			if _, err := bus.Ask[string](ctx, c, w.Self(), "stuck", nil); !errors.Is(err, bus.ErrNoPeer) {
+				t.Fatalf("ask after %s: %v, want ErrNoPeer", tc.name, err)
+			}
+		})
+	}
+}

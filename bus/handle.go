@@ -44,7 +44,8 @@ func (n *Node) subscribe(path string, fn HandlerFunc, hc handleConfig) error {
 	case n.handlers[path] != nil:
 		return fmt.Errorf("handle %s: %w", path, ErrHandled)
 	}
-	cb := func(m *nats.Msg) { n.dispatch(path, fn, m) }
+	h := &handling{stop: make(chan struct{})}
+	cb := func(m *nats.Msg) { n.dispatch(path, fn, m, h.stop) }
 	var subs []*nats.Subscription
 	if hc.direct {
 		s, err := n.nc.Subscribe(subject(n.self, anySender, path), cb)
@@ -61,8 +62,16 @@ func (n *Node) subscribe(path string, fn HandlerFunc, hc handleConfig) error {
 		}
 		subs = append(subs, s)
 	}
-	n.handlers[path] = subs
+	h.subs = subs
+	n.handlers[path] = h
 	return nil
+}
+
+// handling is what serves one path (or HandleAny's): its subscriptions, and stop,
+// which Unhandle closes so that the messages they still deliver are refused.
+type handling struct {
+	subs []*nats.Subscription
+	stop chan struct{}
 }
 
 // Handle serves path with a typed function: the request's payload is decoded into Req
@@ -77,14 +86,19 @@ func Handle[Req, Resp any](n *Node, path string, fn func(ctx context.Context, fr
 	}, opts...)
 }
 
-// Unhandle stops serving path; handlers already running finish. Unhandling a path that
-// has no handler does nothing.
+// Unhandle stops serving path; handlers already running finish, and asks that reached
+// the node but wait for a handler are answered with an ERROR of CodeUnavailable.
+// Unhandling a path that has no handler does nothing.
 func (n *Node) Unhandle(path string) error {
 	n.mu.Lock()
-	subs := n.handlers[path]
+	h := n.handlers[path]
 	delete(n.handlers, path)
 	n.mu.Unlock()
-	err := unsubscribe(subs...)
+	var err error
+	if h != nil {
+		close(h.stop)
+		err = n.drain(h.subs...)
+	}
 	n.sync()
 	return err
 }
@@ -117,15 +131,19 @@ type handlerCall struct {
 // dispatch runs on a subscription's delivery goroutine: it waits for a free slot, so a
 // flood queues in the subscription's bounded buffer instead of in goroutines, and
 // serves the message on a goroutine of its own: an idle one if there is one, else a
-// new one, so that at most as many exist as slots.
-func (n *Node) dispatch(path string, fn HandlerFunc, m *nats.Msg) {
+// new one, so that at most as many exist as slots. It refuses the message once the
+// node closes or stop (Unhandle's) is closed.
+func (n *Node) dispatch(path string, fn HandlerFunc, m *nats.Msg, stop <-chan struct{}) {
 	select {
+	case <-stop: // a free slot must not win over Unhandle
+		n.refuse(path, m)
+		return
 	case n.slots <- struct{}{}:
 	case <-n.ctx.Done():
 		n.refuse(path, m)
 		return
 	}
-	if n.ctx.Err() != nil { // the slot raced Close's
+	if n.ctx.Err() != nil || stopped(stop) { // the slot raced Close's or Unhandle's
 		<-n.slots
 		n.refuse(path, m)
 		return
@@ -139,15 +157,27 @@ func (n *Node) dispatch(path string, fn HandlerFunc, m *nats.Msg) {
 	}
 }
 
-// refuse answers a message that reached the node as it closes: an ask gets ERROR
-// CodeUnavailable at once, so that its asker does not wait out its timeout for a
-// handler that will never run, and may ask again elsewhere.
+func stopped(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// refuse answers a message that reached the node as it closes or stops serving path:
+// an ask gets ERROR CodeUnavailable at once, so that its asker does not wait out its
+// timeout for a handler that will never run, and may ask again elsewhere.
 func (n *Node) refuse(path string, m *nats.Msg) {
 	n.stats.dropped.Add(1)
 	if m.Reply == "" {
 		return
 	}
 	err := Errorf(CodeUnavailable, "%s: %w", n.self, ErrClosed)
+	if n.ctx.Err() == nil {
+		err = Errorf(CodeUnavailable, "%s no longer serves %s", n.self, path)
+	}
 	if perr := n.respondError(m.Reply, first(m.Header[HeaderRequestID]), err); perr != nil {
 		n.log.Debug("bus refusal not sent", "path", path, "err", perr)
 	}

@@ -77,7 +77,7 @@ type Node struct {
 
 	// mu guards handlers and presences.
 	mu        sync.Mutex
-	handlers  map[string][]*nats.Subscription
+	handlers  map[string]*handling
 	presences map[*Presence]struct{}
 
 	status chan nats.Status // connection events, drained by watchStatus
@@ -162,7 +162,7 @@ func newNode(nc *nats.Conn, self Address, cfg config, own bool) (*Node, error) {
 		handoff:   make(chan handlerCall),
 		inbox:     nc.NewInbox(),
 		pending:   make(map[uint64]*pendingAsk),
-		handlers:  make(map[string][]*nats.Subscription),
+		handlers:  make(map[string]*handling),
 		presences: make(map[*Presence]struct{}),
 		kick:      make(chan struct{}, 1),
 	}
@@ -263,8 +263,8 @@ func (n *Node) close() error {
 	for p := range presences {
 		errs = append(errs, p.Close())
 	}
-	for _, subs := range handlers {
-		errs = append(errs, n.drain(subs...))
+	for _, h := range handlers {
+		errs = append(errs, n.drain(h.subs...))
 	}
 	n.failPending(ErrClosed, true)
 	n.nc.RemoveStatusListener(n.status) // ends watchStatus
@@ -283,10 +283,10 @@ func (n *Node) close() error {
 	return errors.Join(errs...)
 }
 
-// drain ends a closing node's handler subscriptions: the server stops sending at once,
-// and the messages the node already received still reach dispatch, which refuses them
-// (the node's context has ended), so that no ask that reached the node waits out its
-// timeout. While the connection is down, or when draining takes longer than the ask
+// drain ends handler subscriptions of a closing node or an unhandled path: the server
+// stops sending at once, and the messages the node already received still reach
+// dispatch, which refuses them (the node's context has ended, or the path's stop is
+// closed), so that no ask that reached the node waits out its timeout. While the connection is down, or when draining takes longer than the ask
 // timeout, it unsubscribes instead.
 func (n *Node) drain(subs ...*nats.Subscription) error {
 	if !n.nc.IsConnected() {

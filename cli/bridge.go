@@ -29,7 +29,7 @@ func bridgeFlags() []cli.Flag {
 		millisFlag("mu-idle-timeout-millis", d.MuIdleTimeout, "a Mu connection that sends nothing (not even a HEARTBEAT) for this long is closed"),
 		&cli.StringFlag{Name: "listen-host", Value: "127.0.0.1", Usage: "address the TCP ports listen on (loopback by default; 0.0.0.0 for every interface)", EnvVars: env("listen-host")},
 		&cli.IntFlag{Name: "max-conns", Value: d.MaxConns, Usage: "open connections per TCP port; more are refused", EnvVars: env("max-conns")},
-		&cli.IntFlag{Name: "max-requests", Value: d.MaxInFlight, Usage: "client-port requests waiting for the coordinator at once, across connections", EnvVars: env("max-requests")},
+		&cli.IntFlag{Name: "max-requests", Value: d.MaxInFlight, Usage: "client-port requests waiting for the coordinator at once, across connections; also the asks in flight of one Mu connection (beyond: ERROR)", EnvVars: env("max-requests")},
 		millisFlag("frame-stall-timeout-millis", d.FrameStallTimeout, "a frame that has begun must arrive within this time (slow peers are dropped)"),
 		millisFlag("write-timeout-millis", d.WriteTimeout, "a peer must take each frame within this time"),
 		millisFlag("request-timeout-millis", d.RequestTimeout, "how long a request waits for the coordinator"),

@@ -1,6 +1,6 @@
 // Package httpserver is the one HTTP listener of a jobbus process (serve, coordinator,
 // bridge, dashboard): the dashboard at /, Prometheus metrics at /metrics, /healthz
-// (the process is up) and /readyz (NATS connected, KV reachable, a coordinator leads).
+// (the process is up) and /readyz (NATS connected, KV reachable, a coordinator leads and serves).
 package httpserver
 
 import (
@@ -18,6 +18,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/coordinator"
@@ -198,7 +199,8 @@ func loopbackHosts(next http.Handler) http.Handler {
 
 // Ready checks that nc is connected, that JetStream KV answers (the job bucket exists),
 // that a coordinator holds the leader lease, whose id it returns, and that its API
-// answers (a leader is still recovering before it does).
+// answers (a leader is still recovering before it does) without an error: a leader
+// whose lease may have run out by its own clock answers "coordinator is not serving".
 func Ready(ctx context.Context, nc *nats.Conn) (leader string, err error) {
 	if !nc.IsConnected() {
 		return "", fmt.Errorf("NATS not connected (%s)", nc.Status())
@@ -214,8 +216,12 @@ func Ready(ctx context.Context, nc *nats.Conn) (leader string, err error) {
 		return "", err
 	}
 	e, _ := protocol.EndpointFor(protocol.TypeListWorkers)
-	if _, err := nc.RequestWithContext(ctx, e.Subject(), []byte(`{"type":"LIST_WORKERS"}`)); err != nil {
+	reply, err := nc.RequestWithContext(ctx, e.Subject(), []byte(`{"type":"LIST_WORKERS"}`))
+	if err != nil {
 		return "", fmt.Errorf("coordinator %s leads but its API does not answer yet: %w", leader, err)
+	}
+	if text := reply.Header.Get(micro.ErrorHeader); text != "" {
+		return "", fmt.Errorf("coordinator %s leads but its API answers: %s", leader, text)
 	}
 	return leader, nil
 }

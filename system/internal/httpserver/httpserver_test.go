@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/coordinator"
 	"github.com/jobbus/jobbus/internal/jobbustest"
 	"github.com/jobbus/jobbus/internal/testkit"
@@ -79,6 +80,43 @@ func TestHealthInEachState(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect("not ready without NATS", http.StatusServiceUnavailable, "not ready: NATS not connected")
+}
+
+// TestNotReadyWhileTheLeaderIsNotServing: a coordinator that holds the leader key but
+// answers its API with "coordinator is not serving" (its lease may have run out by its
+// own clock: paused, or its store stalled) is not ready; /readyz says why, and is ready
+// again once the lease is renewed.
+func TestNotReadyWhileTheLeaderIsNotServing(t *testing.T) {
+	t.Parallel()
+	sys := jobbustest.Start(t, jobbustest.WithoutCoordinator())
+	cfg := sys.Config
+	cfg.LeaderLease = time.Minute // no renewal (every third of it) within the test
+	leading := make(chan *coordinator.Coordinator, 1)
+	jobbustest.Go(t, func(ctx context.Context) error {
+		return coordinator.Run(ctx, sys.NC, cfg, func(c *coordinator.Coordinator) { leading <- c })
+	})
+	var c *coordinator.Coordinator
+	select {
+	case c = <-leading:
+	case <-time.After(waitFor):
+		t.Fatal("no coordinator leads")
+	}
+	base := startServer(t, httpserver.Config{NC: sys.NC})
+	testkit.Eventually(t, waitFor, "ready while the coordinator leads", func() bool {
+		code, _ := get(t, base+"/readyz")
+		return code == http.StatusOK
+	})
+
+	c.RenewedLease(time.Now().Add(-time.Hour), time.Minute) // the lease ran out by its clock
+	code, body := get(t, base+"/readyz")
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, protocol.NotServingPrefix) {
+		t.Fatalf("/readyz while the leader is not serving: %d %q, want 503 with its error", code, body)
+	}
+
+	c.RenewedLease(time.Now(), time.Minute)
+	if code, body := get(t, base+"/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz once the lease is renewed: %d %q", code, body)
+	}
 }
 
 func TestServesMetricsAndDashboard(t *testing.T) {
