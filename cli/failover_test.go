@@ -118,11 +118,11 @@ func servingSince(t *testing.T, p *proc, since time.Time) time.Time {
 	return at
 }
 
-// storedRecord reads job id's record, if the JOBS bucket holds it.
-func storedRecord(t *testing.T, nc *nats.Conn, id string) (protocol.Record, bool) {
+// jobsBucket opens the JOBS bucket on nc, for a minute's reads.
+func jobsBucket(t *testing.T, nc *nats.Conn) (context.Context, jetstream.KeyValue) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -131,34 +131,38 @@ func storedRecord(t *testing.T, nc *nats.Conn, id string) (protocol.Record, bool
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := kv.Get(ctx, id)
+	return ctx, kv
+}
+
+// readJobRecord reads record k of kv; false when there is none.
+func readJobRecord(ctx context.Context, t *testing.T, kv jetstream.KeyValue, k string) (protocol.Record, bool) {
+	t.Helper()
+	e, err := kv.Get(ctx, k)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return protocol.Record{}, false
 	}
 	if err != nil {
-		t.Fatalf("read record %s: %v", id, err)
+		t.Fatalf("read record %s: %v", k, err)
 	}
 	var r protocol.Record
 	if err := json.Unmarshal(e.Value(), &r); err != nil {
-		t.Fatalf("record %s: %v", id, err)
+		t.Fatalf("record %s: %v", k, err)
 	}
 	return r, true
+}
+
+// storedRecord reads job id's record, if the JOBS bucket holds it.
+func storedRecord(t *testing.T, nc *nats.Conn, id string) (protocol.Record, bool) {
+	t.Helper()
+	ctx, kv := jobsBucket(t, nc)
+	return readJobRecord(ctx, t, kv, id)
 }
 
 // storedRecords reads every job record in the JOBS bucket, by job id: what the store
 // holds, whatever any reply said.
 func storedRecords(t *testing.T, nc *nats.Conn) map[string]protocol.Record {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(ctx, protocol.JobsBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, kv := jobsBucket(t, nc)
 	keys, err := kv.ListKeys(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -168,15 +172,9 @@ func storedRecords(t *testing.T, nc *nats.Conn) map[string]protocol.Record {
 		if !protocol.IsRecordKey(k) {
 			continue
 		}
-		e, err := kv.Get(ctx, k)
-		if err != nil {
-			t.Fatalf("read record %s: %v", k, err)
+		if r, ok := readJobRecord(ctx, t, kv, k); ok { // gone meanwhile: it expired
+			recs[k] = r
 		}
-		var r protocol.Record
-		if err := json.Unmarshal(e.Value(), &r); err != nil {
-			t.Fatalf("record %s: %v", k, err)
-		}
-		recs[k] = r
 	}
 	return recs
 }

@@ -29,6 +29,12 @@ func configServer(t *testing.T) string {
 	}
 	opts.Port = server.RANDOM_PORT
 	opts.StoreDir = t.TempDir()
+	return runNATS(t, opts).ClientURL()
+}
+
+// runNATS starts nats-server with opts, quiet, until the test ends.
+func runNATS(t *testing.T, opts *server.Options) *server.Server {
+	t.Helper()
 	opts.NoLog, opts.NoSigs = true, true
 	ns, err := server.NewServer(opts)
 	if err != nil {
@@ -42,7 +48,7 @@ func configServer(t *testing.T) string {
 	if !ns.ReadyForConnections(10 * time.Second) {
 		t.Fatal("nats-server not ready")
 	}
-	return ns.ClientURL()
+	return ns
 }
 
 // userURL is url with a user of the example configuration.

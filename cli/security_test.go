@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 
@@ -134,16 +133,8 @@ func TestOpenListenWarnings(t *testing.T) {
 func TestTokenNeverShown(t *testing.T) {
 	t.Parallel()
 	const token = "t0kenSecret"
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true,
+	ns := runNATS(t, &server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT,
 		JetStream: true, StoreDir: t.TempDir(), Authorization: token})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
 	url := strings.Replace(ns.ClientURL(), "nats://", "nats://"+token+"@", 1)
 	global := []string{"--nats", url}
 	coord := start(t, global, "coordinator")

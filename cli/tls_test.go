@@ -40,8 +40,8 @@ func TestTLSAndNKeyFlags(t *testing.T) {
 	if err := os.WriteFile(seedFile, seed, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ns, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true,
+	ns := runNATS(t, &server.Options{
+		Host: "127.0.0.1", Port: server.RANDOM_PORT,
 		JetStream: true, StoreDir: t.TempDir(),
 		Nkeys: []*server.NkeyUser{{Nkey: pub}},
 		TLS:   true, TLSVerify: true, TLSTimeout: 5,
@@ -50,14 +50,6 @@ func TestTLSAndNKeyFlags(t *testing.T) {
 			ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12,
 		},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
 	url := ns.ClientURL()
 
 	nkeyOpt, err := nats.NkeyOptionFromSeed(seedFile)
