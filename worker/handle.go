@@ -125,7 +125,11 @@ func HandleJSON[A any](w *Worker, taskType string, h func(ctx context.Context, a
 	run := func(ctx context.Context, attempt int, payload json.RawMessage) (string, error) {
 		var args A
 		if err := json.Unmarshal(payload, &args); err != nil {
-			return "", Permanent(fmt.Errorf("decode payload: %w", err))
+			var whole A
+			if !refusedNumber(err) || decodeWhole(payload, &whole) != nil {
+				return "", Permanent(fmt.Errorf("decode payload: %w", err))
+			}
+			args = whole // 2.0 or 1e3 for an integer field (numbers.go)
 		}
 		return h(ctx, attempt, args)
 	}
@@ -138,7 +142,8 @@ func HandleJSON[A any](w *Worker, taskType string, h func(ctx context.Context, a
 // that contains itself (a tree) refers to its definitions ($defs) where the others are
 // written out in place.
 func SchemaFor[A any]() (json.RawMessage, error) {
-	r := &jsonschema.Reflector{DoNotReference: true, ExpandedStruct: true, AllowAdditionalProperties: true}
+	r := &jsonschema.Reflector{DoNotReference: true, ExpandedStruct: true, AllowAdditionalProperties: true,
+		Mapper: integerRange}
 	if recursive(reflect.TypeFor[A](), map[reflect.Type]walk{}) {
 		// Inlined, a type that contains itself (a tree's children) never ends: the
 		// reflector overflows the stack, which kills the process. Such a type refers to

@@ -218,3 +218,45 @@ func TestTimeoutOption(t *testing.T) {
 		}
 	}
 }
+
+// sizedArgs holds Go integers that JSON numbers can overflow.
+type sizedArgs struct {
+	Level int8   `json:"level"`
+	Port  uint16 `json:"port"`
+	Count int    `json:"count"`
+	Times uint8  `json:"times,omitempty" jsonschema:"minimum=1"`
+}
+
+// TestHandleJSONIntegers: a whole number written 2.0 or 1e3, which JSON Schema's
+// integer takes and so the coordinator accepts, runs (encoding/json refused it, and the
+// job failed at run time); a number its field cannot hold is refused at submission.
+func TestHandleJSONIntegers(t *testing.T) {
+	t.Parallel()
+	sys := jobbustest.Start(t)
+	cl := client.New(sys.NC)
+	sum := func(_ context.Context, _ int, a sizedArgs) (string, error) {
+		return fmt.Sprint(int(a.Level) + int(a.Port) + a.Count + int(a.Times)), nil
+	}
+	w, _ := sys.StartFunctionWorker(t, func(w *worker.Worker) error { return worker.HandleJSON(w, "SUM", sum) },
+		worker.WithTasks(tasks.NewRegistry()))
+	testkit.Eventually(t, 15*time.Second, "worker listed", func() bool { return jobbustest.WorkerListed(cl, w.ID()) })
+	ctx := context.Background()
+	id, err := cl.Submit(ctx, "SUM", json.RawMessage(`{"level":-2.0,"port":1e3,"count":2.50e1,"times":1.0}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 15*time.Second, "job ended", func() bool { return jobState(t, cl, id).State.Terminal() })
+	if j := jobState(t, cl, id); j.State != protocol.StateCompleted || deref(j.Result) != "1024" {
+		t.Fatalf("job %+v (result %q, error %q), want COMPLETED with 1024", j, deref(j.Result), deref(j.Error))
+	}
+	for _, tc := range []struct{ payload, want string }{
+		{`{"level":128,"port":1,"count":1}`, "Invalid payload: at '/level': maximum: got 128, want 127"},
+		{`{"level":1,"port":-1,"count":1}`, "Invalid payload: at '/port': minimum: got -1, want 0"},
+		{`{"level":1,"port":1,"count":1,"times":0}`, "Invalid payload: at '/times': minimum: got 0, want 1"},
+		{`{"level":1,"port":1,"count":1.5}`, "Invalid payload: at '/count': got number, want integer"},
+	} {
+		if _, err := cl.Submit(ctx, "SUM", json.RawMessage(tc.payload)); err == nil || err.Error() != tc.want {
+			t.Errorf("%s: %v, want %q", tc.payload, err, tc.want)
+		}
+	}
+}
