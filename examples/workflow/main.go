@@ -7,7 +7,7 @@
 //
 //	go run . serve                    # terminal 1: the system (jobbus serve)
 //	go run ./examples/workflow        # terminal 2: this example
-//	jobbus workflow status words      # the workflow's steps, or the dashboard's graph
+//	jobbus workflow status words-N    # the id it printed: the steps, or the dashboard's graph
 package main
 
 import (
