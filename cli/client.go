@@ -164,6 +164,13 @@ func args(c *cli.Context, names ...string) ([]string, error) {
 		return nil, usageError("%s needs %s, got %d argument(s): see `jobbus %s --help`",
 			cmdName(c), strings.Join(names, " "), len(pos), cmdName(c))
 	}
+	// An empty argument is most often a shell variable that was never set, as
+	// `jobbus status "$id"` in a new terminal: asking for it would answer "Unknown job: ".
+	for i, w := range words {
+		if strings.TrimSpace(w) == "" {
+			return nil, usageError("%s: %s is empty (a shell variable that is not set?)", cmdName(c), names[i])
+		}
+	}
 	return words, nil
 }
 

@@ -134,6 +134,21 @@ func TestOneHintPerMessage(t *testing.T) {
 	}
 }
 
+// TestUnsetIDVariable: the README's `jobbus status "$id"` pasted in a terminal where id
+// was never set is a mistake on the command line (exit 2) that says the ID is empty,
+// not a question to the coordinator answered "Unknown job: ".
+func TestUnsetIDVariable(t *testing.T) {
+	t.Parallel()
+	s := setup(t, noWorker())
+	for _, args := range [][]string{{"status", "", "--follow"}, {"logs", "", "--follow"}, {"cancel", ""}, {"wait", " "}} {
+		code, _, errs := cliRun([]string{"--nats", s.url}, args...)
+		want := args[0] + ": ID is empty (a shell variable that is not set?)"
+		if code != cli.ExitUsage || !strings.Contains(errs, want) {
+			t.Errorf("%q: exit %d, stderr %q; want %d and %q", args, code, errs, cli.ExitUsage, want)
+		}
+	}
+}
+
 // freeAddr is a loopback address nothing listens on.
 func freeAddr(t *testing.T) string {
 	t.Helper()

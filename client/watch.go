@@ -157,6 +157,17 @@ func watchBucket(ctx context.Context, nc *nats.Conn) (func(context.Context, chan
 		// ErrBucketNotFound: no coordinator has run on this NATS.
 		return nil, fmt.Errorf("watch jobs: open bucket %s: %w", protocol.JobsBucket, causeOf(ctx, err))
 	}
+	// The bucket's last revision before the watch: nats.go's ordered consumer, reset
+	// (after a reconnect, say a server restart) before it delivered anything, starts
+	// again from the stream's first message, and what it replays did not change now.
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("watch jobs: bucket %s: %w", protocol.JobsBucket, causeOf(ctx, err))
+	}
+	var before uint64
+	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+		before = bs.StreamInfo().State.LastSeq
+	}
 	w, err := kv.Watch(ctx, "*", jetstream.UpdatesOnly()) // records only (protocol.IsRecordKey)
 	if err != nil {
 		return nil, fmt.Errorf("watch jobs: watch bucket %s: %w", protocol.JobsBucket, causeOf(ctx, err))
@@ -174,6 +185,9 @@ func watchBucket(ctx context.Context, nc *nats.Conn) (func(context.Context, chan
 						send(ctx, events, JobEvent{Err: fmt.Errorf("watch jobs: watch of bucket %s ended", protocol.JobsBucket)})
 					}
 					return
+				}
+				if e != nil && e.Revision() <= before {
+					continue
 				}
 				if ev, ok := entryEvent(e, seen); ok && !send(ctx, events, ev) {
 					return

@@ -2,14 +2,18 @@ package client_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
+	"github.com/jobbus/jobbus/embeddednats"
 	"github.com/jobbus/jobbus/internal/jobbustest"
 )
 
@@ -146,4 +150,69 @@ func next(t *testing.T, events <-chan client.JobEvent) client.JobEvent {
 		t.Fatal("no event in 15 s")
 	}
 	panic("unreachable")
+}
+
+// TestWatchIdleAcrossServerRestart: a watch that has seen no change yet when its NATS
+// server restarts (jobbus serve stopped and started again, as the README suggests)
+// reports the changes after it, not every job the bucket holds as if it had changed.
+func TestWatchIdleAcrossServerRestart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	addr := fmt.Sprintf("127.0.0.1:%d", jobbustest.FreePorts(t, 1)[0])
+	dir := t.TempDir()
+	start := func() *embeddednats.Server {
+		srv, err := embeddednats.Start(ctx, embeddednats.WithListen(addr), embeddednats.WithStoreDir(dir))
+		if err != nil {
+			t.Fatalf("start NATS: %v", err)
+		}
+		return srv
+	}
+	srv := start()
+	nc, err := nats.Connect(srv.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: protocol.JobsBucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(id string) {
+		t.Helper()
+		rec, _ := json.Marshal(protocol.Record{JobID: id, TaskType: "SHA256", State: protocol.StateCompleted, MaxAttempts: 3, Priority: protocol.PriorityNormal})
+		// A reconnect in progress may refuse the first tries.
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			if _, err = kv.Put(ctx, id, rec); err == nil || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err != nil {
+			t.Fatalf("put %s: %v", id, err)
+		}
+	}
+	put("old-1")
+	put("old-2")
+
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	events, err := client.New(nc).Watch(wctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shutdownCtx, done := context.WithTimeout(ctx, 10*time.Second)
+	defer done()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		t.Fatal(err)
+	}
+	srv = start()
+	defer func() { _ = srv.Shutdown(context.Background()) }()
+	put("new")
+	if ev := next(t, events); ev.Job.JobID != "new" {
+		t.Fatalf("first event after the restart: job %s %s, want the new job", ev.Job.JobID, ev.Job.State)
+	}
 }

@@ -7,7 +7,7 @@
 //
 //	go run . serve                    # terminal 1: the system (jobbus serve)
 //	go run ./examples/workflow        # terminal 2: this example
-//	jobbus workflow status words      # the workflow's steps, or the dashboard's graph
+//	jobbus workflow status words-N    # the id it printed: the steps, or the dashboard's graph
 package main
 
 import (
@@ -75,8 +75,17 @@ func run(ctx context.Context, url string) error {
 		return err
 	}
 	wctx, stopWorker := context.WithCancel(ctx)
-	defer stopWorker()
-	go func() { _ = w.Run(wctx) }()
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		_ = w.Run(wctx)
+	}()
+	// Run says goodbye to the coordinator when wctx ends: without waiting for it, the
+	// worker stays listed until its heartbeat times out and gets the next jobs.
+	defer func() {
+		stopWorker()
+		<-ran
+	}()
 
 	c := client.New(nc, client.WithTimeout(10*time.Second))
 	// SUM is known once the worker registered it: a step of an unknown type is refused.
