@@ -7,7 +7,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/jobbus/jobbus/cli/internal/natscontext"
-	"github.com/jobbus/jobbus/embeddednats"
+	"github.com/jobbus/jobbus/internal/natsurl"
 )
 
 // natsConn is where and how a command reaches NATS: --nats and the credential and TLS
@@ -115,7 +115,7 @@ func natsFlagOptions(c *cli.Context) ([]nats.Option, error) {
 // from.
 func (n natsConn) where() string {
 	if n.via != "" {
-		return fmt.Sprintf("%s (context %s)", embeddednats.Redact(n.url), n.via)
+		return fmt.Sprintf("%s (context %s)", natsurl.Redact(n.url), n.via)
 	}
-	return embeddednats.Redact(n.url)
+	return natsurl.Redact(n.url)
 }

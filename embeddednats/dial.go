@@ -67,7 +67,7 @@ func WithNATSOptions(opts ...nats.Option) DialOption {
 // is not. ctx's deadline, if any, bounds the connect and the check.
 func Dial(ctx context.Context, url string, opts ...DialOption) (*nats.Conn, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("embeddednats: dial %s: %w", redact(url), err)
+		return nil, fmt.Errorf("embeddednats: dial %s: %w", natsurl.Redact(url), err)
 	}
 	var cfg dialConfig
 	for _, o := range opts {
@@ -77,7 +77,7 @@ func Dial(ctx context.Context, url string, opts ...DialOption) (*nats.Conn, erro
 		return dialOnce(ctx, url, cfg.opts)
 	}
 	var nc *nats.Conn
-	err := startup.Wait(ctx, cfg.log, "NATS with JetStream at "+redact(url), func(ctx context.Context) error {
+	err := startup.Wait(ctx, cfg.log, "NATS with JetStream at "+natsurl.Redact(url), func(ctx context.Context) error {
 		var err error
 		nc, err = dialOnce(ctx, url, cfg.opts)
 		var hint *hintError
@@ -99,7 +99,7 @@ func dialOnce(ctx context.Context, url string, opts []nats.Option) (*nats.Conn, 
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("embeddednats: connect %s: %w (is a nats-server running there?)", redact(url), err)
+		return nil, fmt.Errorf("embeddednats: connect %s: %w (is a nats-server running there?)", natsurl.Redact(url), err)
 	}
 	if err := checkJetStream(ctx, nc, url); err != nil {
 		nc.Close()
@@ -120,17 +120,14 @@ func checkJetStream(ctx context.Context, nc *nats.Conn, url string) error {
 	case errors.Is(err, jetstream.ErrJetStreamNotEnabled),
 		errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
 		return &hintError{
-			msg:      fmt.Sprintf("embeddednats: JetStream is not enabled on %s (start nats-server with -js)", redact(url)),
+			msg:      fmt.Sprintf("embeddednats: JetStream is not enabled on %s (start nats-server with -js)", natsurl.Redact(url)),
 			sentinel: ErrNoJetStream,
 			cause:    err,
 		}
 	default:
-		return fmt.Errorf("embeddednats: JetStream account info on %s: %w", redact(url), err)
+		return fmt.Errorf("embeddednats: JetStream account info on %s: %w", natsurl.Redact(url), err)
 	}
 }
-
-// redact hides passwords and tokens in a comma-separated URL list.
-func redact(urls string) string { return natsurl.Redact(urls) }
 
 // ServiceOptions are the nats.go options of a long-running service (coordinator,
 // bridge, worker): reconnect forever, to any server of the cluster, and find a server

@@ -24,6 +24,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/jobbus/jobbus/internal/natsurl"
 )
 
 // Server is a running in-process nats-server with JetStream.
@@ -247,7 +249,7 @@ func (c *config) clusterOptions(o *server.Options) error {
 	for _, r := range c.cluster.routes {
 		u, err := url.Parse(r)
 		if err != nil || u.Host == "" {
-			return fmt.Errorf("embeddednats: cluster route %q is not a URL like nats-route://host:6222", redact(r))
+			return fmt.Errorf("embeddednats: cluster route %q is not a URL like nats-route://host:6222", natsurl.Redact(r))
 		}
 		o.Routes = append(o.Routes, u)
 	}
@@ -265,7 +267,7 @@ func (c *config) leafOptions(o *server.Options) error {
 	for _, r := range c.leafRemotes {
 		u, err := url.Parse(r)
 		if err != nil || u.Host == "" {
-			return fmt.Errorf("embeddednats: leaf remote %q is not a URL like nats-leaf://host:7422", redact(r))
+			return fmt.Errorf("embeddednats: leaf remote %q is not a URL like nats-leaf://host:7422", natsurl.Redact(r))
 		}
 		o.LeafNode.Remotes = append(o.LeafNode.Remotes, &server.RemoteLeafOpts{URLs: []*url.URL{u}})
 	}
