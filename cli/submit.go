@@ -157,9 +157,7 @@ func submit(c *cli.Context) error {
 
 // taskName is the wire name of the task the user typed: any case, and kebab-case for
 // the built-ins' snake case (word-count is WORD_COUNT).
-func taskName(s string) string {
-	return strings.ToUpper(strings.ReplaceAll(s, "-", "_"))
-}
+func taskName(s string) string { return protocol.TypedTaskType(s) }
 
 // buildPayload is --payload, or the object holding the task's one flag.
 func buildPayload(c *cli.Context, task string) (json.RawMessage, error) {

@@ -270,7 +270,7 @@ func (cat *catalogue) declare(ctx context.Context, workerID string, decls []prot
 			}
 			continue
 		}
-		if b := strings.ToUpper(strings.ReplaceAll(d.Name, "-", "_")); d.Declared && cat.isBuiltin(b) {
+		if b := protocol.TypedTaskType(d.Name); d.Declared && cat.isBuiltin(b) {
 			// The CLI reads sleep and word-count as the built-ins: a type of that name
 			// could never be submitted from it.
 			return errRegistration("task type %s reads as %s, a built-in (the CLI takes any case, and - for _): name it otherwise", d.Name, b)

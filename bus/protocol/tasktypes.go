@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"strings"
 	"time"
 )
 
@@ -34,6 +35,13 @@ func CheckTaskTypeName(name string) error {
 			ErrBadTaskTypeName, name, MaxTaskTypeName)
 	}
 	return nil
+}
+
+// TypedTaskType is the task type a name typed on the command line stands for: any
+// case, and kebab-case for snake case (word-count is WORD_COUNT). A declared type whose
+// name reads as a built-in this way is refused, since the CLI sends it to the built-in.
+func TypedTaskType(typed string) string {
+	return strings.ToUpper(strings.ReplaceAll(typed, "-", "_"))
 }
 
 // TaskTypeOptions are a task type's own scheduling options; zero means the
