@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/jobbus/jobbus/bridge"
-	"github.com/jobbus/jobbus/cli/internal/natscontext"
 	"github.com/jobbus/jobbus/embeddednats"
 	"github.com/nats-io/nats.go"
 	"github.com/urfave/cli/v2"
@@ -87,19 +86,12 @@ func embeddedAuth(c *cli.Context) (server []embeddednats.Option, conn []nats.Opt
 		conn = append(conn, nats.Token(token))
 	}
 	// The global --nats-creds or --nkey authenticate serve's connection too.
-	switch creds, nkey := global(c, "nats-creds"), global(c, "nkey"); {
-	case creds != "":
-		o := nats.UserCredentials(creds)
-		if err := natscontext.Check(o); err != nil {
-			return nil, nil, usageError("--nats-creds %s: %v", creds, err)
-		}
-		conn = append(conn, o)
-	case nkey != "":
-		o, err := nats.NkeyOptionFromSeed(nkey)
-		if err != nil {
-			return nil, nil, usageError("--nkey %s: %v", nkey, err)
-		}
-		conn = append(conn, o)
+	cred, err := credentialOption(c) // natsconn.go
+	if err != nil {
+		return nil, nil, err
+	}
+	if cred != nil {
+		conn = append(conn, cred)
 	}
 	return server, conn, nil
 }

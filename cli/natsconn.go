@@ -73,42 +73,58 @@ func natsTarget(c *cli.Context, embed bool) (natsConn, error) {
 // --tls-key.
 func natsFlagOptions(c *cli.Context) ([]nats.Option, error) {
 	var opts []nats.Option
-	creds, nkey := global(c, "nats-creds"), global(c, "nkey")
-	switch {
-	case creds != "" && nkey != "":
-		return nil, usageError("--nats-creds and --nkey are two ways to authenticate: give one")
-	case creds != "":
-		o := nats.UserCredentials(creds)
-		if err := natscontext.Check(o); err != nil {
-			return nil, usageError("--nats-creds %s: %v", creds, err)
-		}
-		opts = append(opts, o)
-	case nkey != "":
-		o, err := nats.NkeyOptionFromSeed(nkey)
-		if err != nil {
-			return nil, usageError("--nkey %s: %v", nkey, err)
-		}
-		opts = append(opts, o)
+	cred, err := credentialOption(c)
+	if err != nil {
+		return nil, err
+	}
+	if cred != nil {
+		opts = append(opts, cred)
 	}
 	if ca := global(c, "tls-ca"); ca != "" {
-		o := nats.RootCAs(ca)
-		if err := natscontext.Check(o); err != nil {
-			return nil, usageError("--tls-ca %s: %v", ca, err)
+		o, err := checked(nats.RootCAs(ca), "--tls-ca "+ca)
+		if err != nil {
+			return nil, err
 		}
 		opts = append(opts, o)
 	}
 	cert, key := global(c, "tls-cert"), global(c, "tls-key")
 	switch {
 	case cert != "" && key != "":
-		o := nats.ClientCert(cert, key)
-		if err := natscontext.Check(o); err != nil {
-			return nil, usageError("--tls-cert %s, --tls-key %s: %v", cert, key, err)
+		o, err := checked(nats.ClientCert(cert, key), "--tls-cert "+cert+", --tls-key "+key)
+		if err != nil {
+			return nil, err
 		}
 		opts = append(opts, o)
 	case cert != "" || key != "":
 		return nil, usageError("--tls-cert and --tls-key go together: give both")
 	}
 	return opts, nil
+}
+
+// credentialOption is the option of --nats-creds or --nkey, nil when neither is given.
+func credentialOption(c *cli.Context) (nats.Option, error) {
+	switch creds, nkey := global(c, "nats-creds"), global(c, "nkey"); {
+	case creds != "" && nkey != "":
+		return nil, usageError("--nats-creds and --nkey are two ways to authenticate: give one")
+	case creds != "":
+		return checked(nats.UserCredentials(creds), "--nats-creds "+creds)
+	case nkey != "":
+		o, err := nats.NkeyOptionFromSeed(nkey)
+		if err != nil {
+			return nil, usageError("--nkey %s: %v", nkey, err)
+		}
+		return o, nil
+	}
+	return nil, nil
+}
+
+// checked is o, or a usage error naming what (the flag and its file) when a file o
+// reads is missing or bad: nats.go would only say so at each connection attempt.
+func checked(o nats.Option, what string) (nats.Option, error) {
+	if err := natscontext.Check(o); err != nil {
+		return nil, usageError("%s: %v", what, err)
+	}
+	return o, nil
 }
 
 // where names the NATS a message is about: its redacted URL, and the context it came
