@@ -1,7 +1,6 @@
 package system
 
 import (
-	"context"
 	"log/slog"
 	"net/http"
 
@@ -10,14 +9,6 @@ import (
 	"github.com/jobbus/jobbus/system/internal/dashboard"
 	"github.com/jobbus/jobbus/system/internal/httpserver"
 )
-
-// listenHTTP opens the HTTP listener at addr before NATS is there: while the system
-// waits for its NATS (or its store) at start-up, /healthz answers and /readyz says
-// why it is not ready, so that a liveness probe does not restart a process that only
-// waits. mountHTTP serves the rest.
-func listenHTTP(ctx context.Context, addr string, log *slog.Logger) (*httpserver.Server, error) {
-	return httpserver.Listen(ctx, addr, log)
-}
 
 // mountHTTP serves the dashboard on srv, with nc, and the metrics of metrics unless
 // it is nil. stop closes both.

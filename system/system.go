@@ -241,13 +241,15 @@ func (s *System) stop() {
 	}
 }
 
-// listenHTTP opens the HTTP listener first, so that it answers /healthz while the
-// system waits for NATS; startHTTP serves the rest on it once NATS is there (http.go).
+// listenHTTP opens the HTTP listener first: while the system waits for its NATS (or
+// its store) at start-up, /healthz answers and /readyz says why it is not ready, so
+// that a liveness probe does not restart a process that only waits. startHTTP serves
+// the rest on it once NATS is there (mountHTTP, http.go).
 func (s *System) listenHTTP(ctx context.Context) error {
 	if s.cfg.HTTPListen == "" {
 		return nil
 	}
-	web, err := listenHTTP(ctx, s.cfg.HTTPListen, s.log)
+	web, err := httpserver.Listen(ctx, s.cfg.HTTPListen, s.log)
 	if err != nil {
 		return err
 	}
