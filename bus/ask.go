@@ -16,6 +16,9 @@ import (
 // received that one result.
 type pendingAsk struct {
 	ch chan askResult
+	// to is whom the ask went to: one node, whose leave fails the ask (peerLeft), or
+	// any node of a role (no ID), which nobody can tell has gone.
+	to Address
 }
 
 type askResult struct {
@@ -60,7 +63,10 @@ func (n *Node) checkSend(ctx context.Context, to Address, path string) error {
 //
 // Errors: a *RemoteError (errors.Is ErrRemote) when the handler failed; ErrNoPeer at
 // once when nobody serves the path at to; ErrTimeout (wrapping the context's error);
-// ErrDisconnected when the connection is down or goes down while waiting; ErrClosed.
+// ErrDisconnected when the connection is down or goes down while waiting; ErrClosed;
+// CodeUnavailable (not ErrRemote) as soon as presence watched on n (WatchPresence) sees
+// to, one node, leave while the ask waits: NATS says nothing when a node that took an
+// ask dies, and the answer will not come. The node may have acted on the ask.
 func Ask[R any](ctx context.Context, n *Node, to Address, path string, req any) (R, error) {
 	var r R
 	data, err := n.ask(ctx, to, path, req)
@@ -105,6 +111,7 @@ func (n *Node) sendAsk(ctx context.Context, to Address, path string, req any, st
 		return nil, fmt.Errorf("encode: %w", err)
 	}
 	p := n.pendPool.Get().(*pendingAsk)
+	p.to = to
 	id, err := n.register(p)
 	if err != nil {
 		n.pendPool.Put(p)
@@ -240,6 +247,56 @@ func (n *Node) failPending(err error, closing bool) {
 	}
 	n.pendMu.Unlock()
 	for _, p := range failed {
+		p.ch <- askResult{err: err}
+	}
+}
+
+// peerLeft fails the asks waiting for node a, which presence saw leave (its goodbye, or
+// no heartbeat within the watcher's timeout), so that they do not wait out their
+// timeout for an answer that will not come. Asks to a's role are left alone: another
+// node of the role may have taken them. The asks fail behind every message the
+// connection has received (a Barrier), so that an answer a node sent before its goodbye
+// is taken, not lost; a subscription whose delivery is held up delays them, at worst
+// to their timeout as before.
+func (n *Node) peerLeft(a Address) {
+	if !n.waitsFor(a) {
+		return
+	}
+	fail := func() { n.failPendingTo(a) }
+	if err := n.nc.Barrier(fail); err != nil {
+		fail() // the connection is closed: nothing more will arrive
+	}
+}
+
+// waitsFor reports whether an ask to node a is waiting.
+func (n *Node) waitsFor(a Address) bool {
+	n.pendMu.Lock()
+	defer n.pendMu.Unlock()
+	for _, p := range n.pending {
+		if p.to == a {
+			return true
+		}
+	}
+	return false
+}
+
+// failPendingTo ends the asks waiting for node a with CodeUnavailable. It removes them
+// all before it ends any.
+func (n *Node) failPendingTo(a Address) {
+	var gone []*pendingAsk
+	n.pendMu.Lock()
+	for id, p := range n.pending {
+		if p.to == a {
+			delete(n.pending, id)
+			gone = append(gone, p)
+		}
+	}
+	n.pendMu.Unlock()
+	if len(gone) == 0 {
+		return
+	}
+	err := Errorf(CodeUnavailable, "%s left before it answered", a)
+	for _, p := range gone {
 		p.ch <- askResult{err: err}
 	}
 }

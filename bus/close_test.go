@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -148,5 +151,102 @@ func TestAsksQueuedAtAnUnhandledPathFailFast(t *testing.T) {
 				t.Fatalf("ask after %s: %v, want ErrNoPeer", tc.name, err)
 			}
 		})
+	}
+}
+
+// TestCloseOnAStalledServerWaitsOneAskTimeout: when the server stops answering (frozen,
+// its connection still up), Close gives the drain of all its handlers one ask timeout,
+// not one per path.
+func TestCloseOnAStalledServerWaitsOneAskTimeout(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, -1)
+	p := newStallProxy(t, fmt.Sprintf("127.0.0.1:%d", s.port))
+	const askTimeout, paths = time.Second, 10
+	w := connect(t, "nats://"+p.addr(), worker("w1"), bus.WithAskTimeout(askTimeout))
+	for i := range paths {
+		must(t, w.Handle(fmt.Sprintf("p%d", i), func(context.Context, *bus.Request) (any, error) { return nil, nil }, bus.AsRole()))
+	}
+	p.stall()
+	start := time.Now()
+	must(t, w.Close())
+	// One ask timeout and the connection's close; one per path would be paths of them.
+	if took := time.Since(start); took > paths/2*askTimeout {
+		t.Fatalf("Close on a stalled server took %v, with an ask timeout of %v", took, askTimeout)
+	}
+}
+
+// stallProxy forwards TCP to a server until stall, and from then on passes nothing
+// either way while keeping the connections open, as a frozen server (SIGSTOP, a stalled
+// VM) looks to its clients until their pings time out.
+type stallProxy struct {
+	ln      net.Listener
+	target  string
+	stalled chan struct{}
+	mu      sync.Mutex
+	conns   []net.Conn
+	wg      sync.WaitGroup
+}
+
+func newStallProxy(t *testing.T, target string) *stallProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	p := &stallProxy{ln: ln, target: target, stalled: make(chan struct{})}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		p.mu.Lock()
+		for _, c := range p.conns {
+			_ = c.Close()
+		}
+		p.mu.Unlock()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *stallProxy) addr() string { return p.ln.Addr().String() }
+func (p *stallProxy) stall()       { close(p.stalled) }
+
+func (p *stallProxy) accept() {
+	defer p.wg.Done()
+	for {
+		in, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		out, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = in.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, in, out)
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go p.pipe(out, in)
+		go p.pipe(in, out)
+	}
+}
+
+// pipe copies src to dst until the proxy stalls, then reads src and drops it (the
+// frozen peer's socket buffer), until either side closes.
+func (p *stallProxy) pipe(dst, src net.Conn) {
+	defer p.wg.Done()
+	defer dst.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		select {
+		case <-p.stalled:
+		default:
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
 	}
 }

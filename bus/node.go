@@ -245,7 +245,11 @@ func statusText(s nats.Status) string {
 // Close stops the node: handlers stop receiving (their context ends and Close waits for
 // those running), asks that reached the node but wait for a handler are answered with
 // an ERROR of CodeUnavailable, the node's own asks still waiting fail with ErrClosed,
-// and a goodbye tells presence watchers the node left. A connection of its own (Connect) is flushed and closed.
+// and, once the running handlers have answered, a goodbye tells presence watchers the
+// node left. A connection of its own (Connect) is flushed and closed. Beyond the
+// running handlers, Close waits for the server one ask timeout at most for the drain
+// of all its paths, and on a shared connection (New) one more for the final flush: a
+// stalled server costs that, not one per path.
 // Close is idempotent; it must not be called from a handler of the node.
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() { n.closeErr = n.close() })
@@ -263,17 +267,24 @@ func (n *Node) close() error {
 	for p := range presences {
 		errs = append(errs, p.Close())
 	}
+	// One drain for every path, so that one ask timeout bounds them all: a stalled
+	// server would make a drain per path wait out one each.
+	var subs []*nats.Subscription
 	for _, h := range handlers {
-		errs = append(errs, n.drain(h.subs...))
+		subs = append(subs, h.subs...)
 	}
+	errs = append(errs, n.drain(subs...))
 	n.failPending(ErrClosed, true)
 	n.nc.RemoveStatusListener(n.status) // ends watchStatus
 	n.wg.Wait()                         // and the heartbeat loop
-	n.sayGoodbye()
-	for range cap(n.slots) { // wait for running handlers
+	// Wait for running handlers, by taking every slot.
+	for range cap(n.slots) {
 		n.slots <- struct{}{}
 	}
 	n.pool.Wait() // and for the idle ones, which leave when n.ctx ends
+	// Only now: a watcher fails the asks still waiting for the node at its goodbye
+	// (Presence), so every answer must have gone before it.
+	n.sayGoodbye()
 	errs = append(errs, unsubscribe(n.mux))
 	if n.own {
 		n.nc.Close() // flushes

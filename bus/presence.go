@@ -55,7 +55,10 @@ func (n *Node) sayGoodbye() {
 
 // Presence follows which nodes of a role are alive, from their heartbeats (WithHeartbeat).
 // A node joins with its first heartbeat and leaves with its goodbye (Node.Close) or when
-// none was heard within the timeout.
+// none was heard within the timeout. When a node leaves, the asks to it (to that node,
+// not to its role) that the watching node still waits for fail at once with
+// CodeUnavailable (see Ask): a node killed mid-ask costs its asker the timeout, not
+// the ask timeout.
 type Presence struct {
 	n        *Node
 	role     Role
@@ -184,6 +187,9 @@ func (p *Presence) heard(m *nats.Msg) {
 		p.seen[from] = time.Now()
 	}
 	p.mu.Unlock()
+	if leaving {
+		p.n.peerLeft(from) // known or not: its goodbye says no answer will come
+	}
 	switch {
 	case leaving && known && p.onLeave != nil:
 		p.onLeave(from)
@@ -203,10 +209,10 @@ func (p *Presence) expire(now time.Time) {
 		}
 	}
 	p.mu.Unlock()
-	if p.onLeave == nil {
-		return
-	}
 	for _, a := range gone {
-		p.onLeave(a)
+		p.n.peerLeft(a)
+		if p.onLeave != nil {
+			p.onLeave(a)
+		}
 	}
 }

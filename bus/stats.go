@@ -42,7 +42,7 @@ type AskCounts struct {
 	Timeout      uint64 // ErrTimeout
 	NoPeer       uint64 // ErrNoPeer
 	Disconnected uint64 // ErrDisconnected
-	Failed       uint64 // anything else: closed node, bad address, encoding
+	Failed       uint64 // anything else: closed node, the node asked left (presence), bad address, encoding
 }
 
 // LatencyBucket is one bucket of a latency histogram.

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -110,7 +111,8 @@ func Dial(ctx context.Context, addr string, self mu.Address, opts Options) (*Nod
 func (n *Node) Self() mu.Address { return n.self }
 
 // Handle serves path (exactly as the bus sends it, without any "@..."); fn runs on a
-// goroutine of its own per message.
+// goroutine of its own per message. A panic in fn is logged and answers an ASK with
+// an ERROR.
 func (n *Node) Handle(path string, fn HandlerFunc) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -277,7 +279,7 @@ func (n *Node) serve(fn HandlerFunc, m *mu.Message) {
 	if fn == nil {
 		err = fmt.Errorf("no handler for path %q on %s", m.Path, n.self)
 	} else {
-		payload, err = fn(n.ctx, m)
+		payload, err = n.call(fn, m)
 	}
 	n.log.Debug("served", "type", m.MessageType, "path", m.Path, "err", err)
 	if m.MessageType != mu.TypeAsk {
@@ -290,6 +292,19 @@ func (n *Node) serve(fn HandlerFunc, m *mu.Message) {
 	if werr := n.write(a); werr != nil {
 		n.log.Debug("answer not sent", "err", werr)
 	}
+}
+
+// call runs the handler, turning a panic into its error and a log line with the stack,
+// as the bus does for its handlers: one bad message costs its own ask, not the process.
+func (n *Node) call(fn HandlerFunc, m *mu.Message) (payload json.RawMessage, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			n.log.Error("mu handler panicked", "type", m.MessageType, "path", m.Path,
+				"panic", r, "stack", string(debug.Stack()))
+			payload, err = nil, fmt.Errorf("handler %s panicked: %v", m.Path, r)
+		}
+	}()
+	return fn(n.ctx, m)
 }
 
 // Done is closed when the connection has ended.
