@@ -94,8 +94,15 @@ type Client struct {
 // Option configures a Client.
 type Option func(*Client)
 
-// WithTimeout bounds each request when its context has no deadline (default 5s).
-func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
+// WithTimeout bounds each request when its context has no deadline (default 5s; 0 or
+// less keeps the default, as an unset option would).
+func WithTimeout(d time.Duration) Option {
+	return func(c *Client) {
+		if d > 0 {
+			c.timeout = d
+		}
+	}
+}
 
 // New returns a client on nc, which it does not own.
 func New(nc *nats.Conn, opts ...Option) *Client {

@@ -190,3 +190,19 @@ func TestSubmitCancelledAfterItWentIsOutcomeUnknown(t *testing.T) {
 		t.Fatalf("OutcomeJob = %s, want %s", job, want)
 	}
 }
+
+// TestWithTimeoutZeroKeepsTheDefault: WithTimeout(0) leaves the default bound, as the
+// worker's Timeout(0) does, on both transports (TCP failed every request at once, and
+// NATS left it unbounded).
+func TestWithTimeoutZeroKeepsTheDefault(t *testing.T) {
+	t.Parallel()
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			t.Parallel()
+			c, _ := tr.start(t, rejectThenAccept(0), client.WithTimeout(0))
+			if id, err := c.Submit(context.Background(), "SHA256", map[string]string{"text": "x"}); err != nil || id != "job-1" {
+				t.Fatalf("Submit = %q, %v, want job-1", id, err)
+			}
+		})
+	}
+}
