@@ -193,6 +193,26 @@ func consume(ctx context.Context, stream jetstream.Stream, cfg jetstream.Ordered
 	}
 }
 
+// kvKeys hands fn every key under filter (">" for all) of the KV bucket whose stream
+// is stream and whose subjects start with prefix ("$KV.<bucket>."): the last message of
+// each key, read until none is pending, as recovery reads the records. Not kv.ListKeys:
+// its watcher stops after as many messages as were pending when it began, so a key
+// rewritten meanwhile, counted twice, hides another rewritten before it was read,
+// which is never seen. Here a key stored throughout is seen at least once; one removed
+// meanwhile may be too (fn's read of it finds it gone). After an error of fn's, fn
+// is called no more, and kvKeys returns that error.
+func kvKeys(ctx context.Context, stream jetstream.Stream, prefix, filter string, fn func(key string) error) error {
+	last := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
+		HeadersOnly: true, FilterSubjects: []string{prefix + filter}}
+	var fnErr error
+	err := consume(ctx, stream, last, func(msg jetstream.Msg, _ *jetstream.MsgMetadata) {
+		if fnErr == nil && !removal(msg.Headers()) {
+			fnErr = fn(strings.TrimPrefix(msg.Subject(), prefix))
+		}
+	})
+	return cmp.Or(fnErr, err)
+}
+
 // loadRecords reads the records of ids, a few at a time; one gone meanwhile (it
 // expired) is left out.
 func (s *jsStore) loadRecords(ctx context.Context, ids []string) ([]stored, error) {
