@@ -214,7 +214,8 @@ func kvKeys(ctx context.Context, stream jetstream.Stream, prefix, filter string,
 }
 
 // loadRecords reads the records of ids, a few at a time; one gone meanwhile (it
-// expired) is left out.
+// expired) is left out. A finished one comes with the end of retention its headers
+// give, which recovery keeps rather than the retention it runs with (restoreFinished).
 func (s *jsStore) loadRecords(ctx context.Context, ids []string) ([]stored, error) {
 	var (
 		mu    sync.Mutex
@@ -228,10 +229,10 @@ func (s *jsStore) loadRecords(ctx context.Context, ids []string) ([]stored, erro
 		go func() {
 			defer wg.Done()
 			for id := range next {
-				e, err := s.kv.Get(ctx, id)
+				m, err := s.stream.GetLastMsgForSubject(ctx, jobsSubjects+id)
 				var r protocol.Record
-				if err == nil {
-					err = json.Unmarshal(e.Value(), &r)
+				if err == nil && !removal(m.Header) {
+					err = json.Unmarshal(m.Data, &r)
 					if err != nil { // unreadable: skipped, as before
 						s.log.Warn("skipping unreadable job record", "key", id, "err", err)
 						continue
@@ -239,11 +240,12 @@ func (s *jsStore) loadRecords(ctx context.Context, ids []string) ([]stored, erro
 				}
 				mu.Lock()
 				switch {
-				case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
+				case errors.Is(err, jetstream.ErrMsgNotFound), err == nil && removal(m.Header):
 				case err != nil:
 					first = cmp.Or(first, err)
 				default:
-					out = append(out, stored{Record: r, rev: e.Revision()})
+					expires, _ := strconv.ParseInt(m.Header.Get(protocol.HeaderExpires), 10, 64)
+					out = append(out, stored{Record: r, rev: m.Sequence, expires: expires})
 				}
 				mu.Unlock()
 			}
