@@ -65,11 +65,7 @@ Examples:
 					if b := c.Int64("burst"); b < 1 || b > protocol.MaxLimitBurst {
 						return usageError("limit set: --burst must be 1 to %d, got %d", protocol.MaxLimitBurst, b)
 					}
-					burst, err := limitBurst(c, s.cl, t)
-					if err != nil {
-						return exitErr(fmt.Errorf("limit set %s: %w", t, err))
-					}
-					info, err := s.cl.SetLimit(c.Context, t, c.String("rate"), burst)
+					info, err := setLimit(c, s.cl, t)
 					if errors.Is(err, protocol.ErrBadLimit) {
 						return usageError("limit set: %v", err)
 					}
@@ -127,23 +123,15 @@ Example:
 	}
 }
 
-// limitBurst is the burst limit set sends: --burst if given, else the burst the limit
-// has, so that changing only the rate keeps it (as queue set keeps a limit not given);
-// 1 for a new limit.
-func limitBurst(c *cli.Context, cl *client.Client, t client.LimitTarget) (int64, error) {
+// setLimit sets the limit on t with --burst if given, else with the burst the limit
+// has (1 for a new limit), so that changing only the rate keeps it (as queue set keeps
+// a limit not given). The coordinator reads that burst as it writes: one another
+// operator sets meanwhile is kept, where a burst read here first would overwrite it.
+func setLimit(c *cli.Context, cl *client.Client, t client.LimitTarget) (protocol.LimitInfo, error) {
 	if c.IsSet("burst") {
-		return c.Int64("burst"), nil
+		return cl.SetLimit(c.Context, t, c.String("rate"), c.Int64("burst"))
 	}
-	infos, err := cl.Limits(c.Context)
-	if err != nil {
-		return 0, err
-	}
-	for _, in := range infos {
-		if in.Scope == t.Scope && in.Name == t.Name {
-			return in.Burst, nil
-		}
-	}
-	return 1, nil
+	return cl.SetLimitRate(c.Context, t, c.String("rate"))
 }
 
 // limitTarget is the --type or --queue given, exactly one of them. A task type is

@@ -25,7 +25,10 @@ func ForQueue(name string) LimitTarget { return LimitTarget{protocol.LimitQueue,
 // once (0: 1). It returns the limit's state once the setting is durable. A rate it
 // cannot read is an error before anything is sent (errors.Is protocol.ErrBadLimit).
 func (c *Client) SetLimit(ctx context.Context, target LimitTarget, rate string, burst int64) (protocol.LimitInfo, error) {
-	req := &protocol.SetLimit{Scope: target.Scope, Name: target.Name, Rate: rate, Burst: burst}
+	return c.setLimit(ctx, &protocol.SetLimit{Scope: target.Scope, Name: target.Name, Rate: rate, Burst: burst})
+}
+
+func (c *Client) setLimit(ctx context.Context, req *protocol.SetLimit) (protocol.LimitInfo, error) {
 	if _, _, err := req.Check(); err != nil {
 		return protocol.LimitInfo{}, err
 	}
@@ -37,6 +40,13 @@ func (c *Client) SetLimit(ctx context.Context, target LimitTarget, rate string, 
 		return r.Limits[0], nil
 	}
 	return protocol.LimitInfo{}, unexpected(m)
+}
+
+// SetLimitRate sets the rate of the limit on target and keeps its burst (1 for a new
+// limit), as SetLimit does otherwise. The coordinator reads the burst as it writes, so
+// a burst another sets meanwhile is kept, not overwritten by one read before.
+func (c *Client) SetLimitRate(ctx context.Context, target LimitTarget, rate string) (protocol.LimitInfo, error) {
+	return c.setLimit(ctx, &protocol.SetLimit{Scope: target.Scope, Name: target.Name, Rate: rate, KeepBurst: true})
 }
 
 // RemoveLimit removes the limit on target and returns its last state; removing one

@@ -36,6 +36,7 @@ import (
 type catalogue struct {
 	builtins *tasktype.Set
 	kv       jetstream.KeyValue
+	stream   jetstream.Stream // kv's, which load reads (kvKeys)
 	log      *slog.Logger
 
 	mu    sync.RWMutex
@@ -68,20 +69,22 @@ func (cat *catalogue) open(ctx context.Context, nc *nats.Conn, replicas int) err
 	if err != nil {
 		return fmt.Errorf("open bucket %s: %w", protocol.TaskTypesBucket, err)
 	}
+	if cat.stream, err = js.Stream(ctx, "KV_"+protocol.TaskTypesBucket); err != nil {
+		return fmt.Errorf("open bucket %s: %w", protocol.TaskTypesBucket, err)
+	}
 	cat.kv = kv
 	return cat.load(ctx)
 }
 
+// load reads every task type in the bucket. A worker may declare one meanwhile (on a
+// deposed leader, or a served mark in its background), so the keys are not listed
+// with kv.ListKeys, which can miss one then (kvKeys).
 func (cat *catalogue) load(ctx context.Context) error {
-	lister, err := cat.kv.ListKeys(ctx)
-	if err != nil {
-		return fmt.Errorf("list task types: %w", err)
-	}
 	loaded := make(map[string]*catalogued)
-	for name := range lister.Keys() {
+	err := kvKeys(ctx, cat.stream, "$KV."+protocol.TaskTypesBucket+".", ">", func(name string) error {
 		e, err := cat.kv.Get(ctx, name)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue
+		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+			return nil
 		}
 		if err != nil {
 			return fmt.Errorf("read task type %s: %w", name, err)
@@ -89,14 +92,18 @@ func (cat *catalogue) load(ctx context.Context) error {
 		var rec protocol.TaskTypeRecord
 		if err := json.Unmarshal(e.Value(), &rec); err != nil {
 			cat.log.Warn("task type record unreadable; ignored", "task_type", name, "err", err)
-			continue
+			return nil
 		}
 		schema, err := compileSchema(rec.Name, rec.Schema)
 		if err != nil {
 			cat.log.Warn("task type schema does not compile; ignored", "task_type", name, "err", err)
-			continue
+			return nil
 		}
 		loaded[rec.Name] = &catalogued{rec: rec, schema: schema}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("list task types: %w", err)
 	}
 	cat.mu.Lock()
 	cat.types = loaded

@@ -129,8 +129,11 @@ func (e *controlChanged) Error() string {
 
 func (e *controlChanged) Unwrap() []error { return []error{errControlChanged, e.err} }
 
-// kvControls keeps controls in the jobs bucket.
-type kvControls struct{ kv jetstream.KeyValue }
+// kvControls keeps controls in the jobs bucket, whose stream list reads.
+type kvControls struct {
+	kv     jetstream.KeyValue
+	stream jetstream.Stream
+}
 
 func (c kvControls) put(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
 	var err error
@@ -176,15 +179,18 @@ func (c kvControls) get(ctx context.Context, key string) (control, bool, error) 
 }
 
 func (c kvControls) list(ctx context.Context, prefix string) ([]control, error) {
-	lister, err := c.kv.ListKeysFiltered(ctx, protocol.ControlPrefix+prefix+">")
+	// Not kv.ListKeysFiltered: a deposed leader's write meanwhile could hide a key from
+	// it (kvKeys), and a paused queue read as resumed, a schedule as gone.
+	var keys []string
+	err := kvKeys(ctx, c.stream, jobsSubjects, protocol.ControlPrefix+prefix+">", func(k string) error {
+		keys = append(keys, k)
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list settings %s: %w", prefix, err)
 	}
-	var keys []string
-	for k := range lister.Keys() {
-		keys = append(keys, k)
-	}
 	slices.Sort(keys)
+	keys = slices.Compact(keys) // a key rewritten meanwhile may come twice
 	var out []control
 	for _, k := range keys {
 		e, err := c.kv.Get(ctx, k)

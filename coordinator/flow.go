@@ -99,9 +99,14 @@ func (f *flow) setLimit(ctx context.Context, req *protocol.SetLimit) protocol.Me
 	}
 	f.writeMu.Lock()
 	defer f.writeMu.Unlock()
-	_, rev, refused := f.current(req.Scope, req.Name)
+	held, rev, refused := f.current(req.Scope, req.Name)
 	if refused != nil {
 		return refused
+	}
+	if req.KeepBurst && req.Burst == 0 && held != nil {
+		// Read under writeMu, which every change of a limit holds: the burst stored
+		// when this write lands, not one a client read before another changed it.
+		burst = held.burst
 	}
 	s := f.s
 	value, _ := json.Marshal(protocol.LimitSpec{Rate: r.String(), Burst: burst})

@@ -119,7 +119,8 @@ type loaded struct {
 // stored is a record read whole, with its revision.
 type stored struct {
 	protocol.Record
-	rev uint64
+	rev     uint64
+	expires int64 // a finished record's end of retention (protocol.HeaderExpires); 0: none known
 }
 
 // storedBinding is an idempotency binding read from the store: its key and value.

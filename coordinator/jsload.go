@@ -193,8 +193,29 @@ func consume(ctx context.Context, stream jetstream.Stream, cfg jetstream.Ordered
 	}
 }
 
+// kvKeys hands fn every key under filter (">" for all) of the KV bucket whose stream
+// is stream and whose subjects start with prefix ("$KV.<bucket>."): the last message of
+// each key, read until none is pending, as recovery reads the records. Not kv.ListKeys:
+// its watcher stops after as many messages as were pending when it began, so a key
+// rewritten meanwhile, counted twice, hides another rewritten before it was read,
+// which is never seen. Here a key stored throughout is seen at least once; one removed
+// meanwhile may be too (fn's read of it finds it gone). After an error of fn's, fn
+// is called no more, and kvKeys returns that error.
+func kvKeys(ctx context.Context, stream jetstream.Stream, prefix, filter string, fn func(key string) error) error {
+	last := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
+		HeadersOnly: true, FilterSubjects: []string{prefix + filter}}
+	var fnErr error
+	err := consume(ctx, stream, last, func(msg jetstream.Msg, _ *jetstream.MsgMetadata) {
+		if fnErr == nil && !removal(msg.Headers()) {
+			fnErr = fn(strings.TrimPrefix(msg.Subject(), prefix))
+		}
+	})
+	return cmp.Or(fnErr, err)
+}
+
 // loadRecords reads the records of ids, a few at a time; one gone meanwhile (it
-// expired) is left out.
+// expired) is left out. A finished one comes with the end of retention its headers
+// give, which recovery keeps rather than the retention it runs with (restoreFinished).
 func (s *jsStore) loadRecords(ctx context.Context, ids []string) ([]stored, error) {
 	var (
 		mu    sync.Mutex
@@ -208,10 +229,10 @@ func (s *jsStore) loadRecords(ctx context.Context, ids []string) ([]stored, erro
 		go func() {
 			defer wg.Done()
 			for id := range next {
-				e, err := s.kv.Get(ctx, id)
+				m, err := s.stream.GetLastMsgForSubject(ctx, jobsSubjects+id)
 				var r protocol.Record
-				if err == nil {
-					err = json.Unmarshal(e.Value(), &r)
+				if err == nil && !removal(m.Header) {
+					err = json.Unmarshal(m.Data, &r)
 					if err != nil { // unreadable: skipped, as before
 						s.log.Warn("skipping unreadable job record", "key", id, "err", err)
 						continue
@@ -219,11 +240,12 @@ func (s *jsStore) loadRecords(ctx context.Context, ids []string) ([]stored, erro
 				}
 				mu.Lock()
 				switch {
-				case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
+				case errors.Is(err, jetstream.ErrMsgNotFound), err == nil && removal(m.Header):
 				case err != nil:
 					first = cmp.Or(first, err)
 				default:
-					out = append(out, stored{Record: r, rev: e.Revision()})
+					expires, _ := strconv.ParseInt(m.Header.Get(protocol.HeaderExpires), 10, 64)
+					out = append(out, stored{Record: r, rev: m.Sequence, expires: expires})
 				}
 				mu.Unlock()
 			}

@@ -195,7 +195,7 @@ func (s *memStore) load(context.Context) (*loaded, error) {
 			if err := json.Unmarshal(m.data, &r); err != nil {
 				return nil, fmt.Errorf("job %s: %w", id, err)
 			}
-			ld.records = append(ld.records, stored{Record: r, rev: m.seq})
+			ld.records = append(ld.records, stored{Record: r, rev: m.seq, expires: m.ends})
 		}
 	}
 	return ld, nil

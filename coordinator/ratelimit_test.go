@@ -247,6 +247,32 @@ func TestRateLimitBadInput(t *testing.T) {
 	}
 }
 
+// TestRateLimitRateChangeKeepsTheBurst: a change of the rate alone (SetLimitRate,
+// `jobbus limit set` without --burst) keeps the burst the coordinator holds as it
+// writes, so a burst another operator set since is kept. The CLI read the burst and
+// sent it back with the new rate: a burst set between its read and its write was
+// overwritten with the one it read.
+func TestRateLimitRateChangeKeepsTheBurst(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	target := client.ForTaskType("SHA256")
+	_, err := s.Client.SetLimit(ctx, target, "10/s", 5) // what one operator's CLI read
+	must(t, err)
+	_, err = s.Client.SetLimit(ctx, target, "10/s", 20) // another's, meanwhile
+	must(t, err)
+	info, err := s.Client.SetLimitRate(ctx, target, "20/s")
+	must(t, err)
+	if info.Rate != "20/s" || info.Burst != 20 {
+		t.Fatalf("rate changed alone: %+v, want 20/s with the burst 20 set last", info)
+	}
+	info, err = s.Client.SetLimitRate(ctx, client.ForQueue("fresh"), "1/s")
+	must(t, err)
+	if info.Burst != 1 {
+		t.Fatalf("a new limit set by its rate alone: %+v, want burst 1", info)
+	}
+}
+
 // TestRateLimitSurvivesFailover runs two campaigning coordinators on one server. The
 // leader spends its whole burst at once and is stopped: the standby takes over with
 // the limit (a durable setting) and an empty bucket, so the two leaders together start

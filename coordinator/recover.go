@@ -60,7 +60,7 @@ func (s *scheduler) recover(ctx context.Context) error {
 	}
 	s.restoredCold()
 	for _, r := range recs {
-		s.restore(r.Record, r.rev)
+		s.restore(r.Record, r.rev, r.expires)
 	}
 	s.kept.index.sort()
 	for i := range recs { // once the index is sorted: a finished one's entry is found
@@ -119,13 +119,14 @@ type head struct {
 	uniqueUntil int64 // a unique key held past the headers (protocol.HeaderUniqueUntil); 0: none
 }
 
-// restore adds one stored job to memory: a finished one only as its entry, unless its
-// record predates retention and must be written again with a TTL. Called with the scheduler's mu held.
-func (s *scheduler) restore(r protocol.Record, rev uint64) {
+// restore adds one stored job to memory: a finished one only as its entry, kept until
+// expires (its record's end of retention; 0: none known), unless its record predates
+// retention and must be written again with a TTL. Called with the scheduler's mu held.
+func (s *scheduler) restore(r protocol.Record, rev uint64, expires int64) {
 	s.seq = max(s.seq, r.Seq)
 	s.lastMilli = max(s.lastMilli, r.CreatedAt)
 	if r.State.Terminal() && (r.EndedAt != 0 || s.cfg.Retention == 0) {
-		s.kept.restoreFinished(head{seq: r.Seq, id: r.JobID, state: r.State, at: time.UnixMilli(max(r.EndedAt, r.UpdatedAt))})
+		s.kept.restoreFinished(head{seq: r.Seq, id: r.JobID, state: r.State, at: time.UnixMilli(max(r.EndedAt, r.UpdatedAt)), expires: expires})
 		return
 	}
 	j := &job{rec: r, rev: rev, seen: r.State}

@@ -196,3 +196,26 @@ func TestRetentionIsValidated(t *testing.T) {
 		t.Fatal(errors.Join(err, errors.New("0 keeps jobs forever")))
 	}
 }
+
+// TestRestartKeepsARecordsRetention: a finished job that recovery reads whole (it holds
+// a unique window) is kept for the retention its record was written with, as
+// JetStream keeps the record, whatever --retention the restarted coordinator has. It
+// was kept for the new one from its end: a restart with a shorter retention forgot it
+// (Unknown job) while its record was stored for another hour.
+func TestRestartKeepsARecordsRetention(t *testing.T) {
+	t.Parallel()
+	s := setup(t, withRetention(time.Hour))
+	s.StartWorker(1)
+	id := s.Submit("SHA256", text("unique"), client.UniqueFor(10*time.Minute))
+	s.Wait(id)
+	s.RestartCoordinator(t, withRetention(time.Second))
+	s.StartWorker(1)
+	// A job that ends after it, kept for a second: once it is gone, a second after the
+	// first one's end has passed too.
+	later := s.Submit("SHA256", text("later"))
+	s.Wait(later)
+	s.Eventually("the later job expired", func() bool { return gone(s, later) })
+	if gone(s, id) {
+		t.Fatalf("job %s, written to be kept an hour, forgotten a second after its end", id)
+	}
+}

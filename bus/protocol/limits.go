@@ -121,12 +121,16 @@ const LimitControlPrefix = "limit."
 func LimitControlKey(scope, name string) string { return LimitControlPrefix + scope + "." + name }
 
 // SetLimit creates or replaces the rate limit of a task type or a queue. Burst is the
-// most starts that may follow one another at once (the bucket's size); 0 means 1.
+// most starts that may follow one another at once (the bucket's size); 0 means 1, or
+// with KeepBurst the burst the limit has (1 for a new one).
 type SetLimit struct {
 	Scope string `json:"scope"` // LimitTaskType or LimitQueue
 	Name  string `json:"name"`
 	Rate  string `json:"rate"` // as ParseRate reads it: 100/s, 100/m
 	Burst int64  `json:"burst,omitempty"`
+	// KeepBurst (an extension) keeps the limit's burst when Burst is 0, read by the
+	// coordinator as it writes: a change of the rate alone loses no burst set meanwhile.
+	KeepBurst bool `json:"keepBurst,omitempty"`
 }
 
 // RemoveLimit removes a rate limit; LIMIT_REMOVED answers it.
