@@ -94,7 +94,8 @@ Examples:
 				Usage:     "run again the failed and cancelled steps of an ended workflow",
 				ArgsUsage: "ID",
 				Description: `Each step that failed or was cancelled (the steps after a failed one are) runs again as a
-new job, after the steps it waits for; completed steps are kept.
+new job, after the steps it waits for; completed steps are kept. A workflow whose steps
+all completed has nothing to retry: it says so and exits 0.
 
 Example:
    jobbus workflow retry etl-2026-12-01`,
@@ -108,6 +109,13 @@ Example:
 					if p.json {
 						type plain protocol.WorkflowRetried
 						return p.jsonLine(plain{WorkflowID: pos[0], Jobs: jobs})
+					}
+					if len(jobs) == 0 {
+						// The coordinator refuses a workflow with a step still active or
+						// gone, and runs again each one that failed or was cancelled:
+						// nothing run again means all completed. A no-op, not an error.
+						_, err = fmt.Fprintf(p.w, "workflow %s: nothing to retry: every step COMPLETED\n", pos[0])
+						return err
 					}
 					return printStepJobs(p.w, pos[0], jobs)
 				}),

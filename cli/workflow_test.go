@@ -38,6 +38,11 @@ func TestWorkflowCommands(t *testing.T) {
 				t.Errorf("workflow status lacks %q:\n%s", want, out)
 			}
 		}
+		// Nothing failed: a retry is a no-op, not an error, and says so.
+		out, _ = o.mustRun(cli.ExitOK, "workflow", "retry", "etl")
+		if want := "workflow etl: nothing to retry: every step COMPLETED\n"; out != want {
+			t.Errorf("retry of a completed workflow printed %q, want %q", out, want)
+		}
 		out, _ = o.mustRun(cli.ExitOK, "status", st[0].Steps[3].JobID)
 		if !strings.Contains(out, "WORKFLOW  etl (step load)") {
 			t.Errorf("status of a step lacks its workflow:\n%s", out)
