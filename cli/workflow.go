@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -294,6 +295,26 @@ func afterOptions(c *cli.Context) ([]client.SubmitOption, error) {
 	}
 	return opts, nil
 }
+
+// afterFlagHint has the refusal of a job after a parent that failed name the flag that
+// runs it anyway, --after-any-end, where the coordinator names the wire's field.
+func afterFlagHint(err error) error {
+	msg := err.Error()
+	var se *client.ServerError
+	if !errors.As(err, &se) || !strings.HasSuffix(msg, protocol.AfterAnyEndHint) {
+		return err
+	}
+	return reworded{err, strings.TrimSuffix(msg, protocol.AfterAnyEndHint) + " (add --after-any-end to run it anyway)"}
+}
+
+// reworded is an error said otherwise, still wrapping it.
+type reworded struct {
+	err error
+	msg string
+}
+
+func (r reworded) Error() string { return r.msg }
+func (r reworded) Unwrap() error { return r.err }
 
 // afterFlags are submit's flags of dependencies.
 func afterFlags() []cli.Flag {
