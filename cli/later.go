@@ -35,6 +35,12 @@ func laterOptions(c *cli.Context) ([]client.SubmitOption, error) {
 		if err != nil {
 			return nil, usageError("--at must be an RFC 3339 time such as 2026-12-24T09:00:00Z (or with an offset, +01:00), got %q", c.String("at"))
 		}
+		// The coordinator refuses it too, but its hint is for a number on the wire
+		// (microseconds given for milliseconds), not for a date typed as a date.
+		if time.Until(t) > protocol.MaxRunAhead {
+			return nil, usageError("--at %s is more than %d days ahead: a job is scheduled at most 10 years ahead",
+				c.String("at"), protocol.MaxRunAhead/(24*time.Hour))
+		}
 		return []client.SubmitOption{client.RunAt(t)}, nil
 	}
 	return nil, nil
