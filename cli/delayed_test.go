@@ -126,3 +126,22 @@ func TestDelayedJobsSurviveServeSIGKILL(t *testing.T) {
 		t.Fatalf("far job %+v, %v; want SCHEDULED", j, err)
 	}
 }
+
+// TestCancelledScheduledJobIsNotDue: a delayed job cancelled before its time keeps the
+// time it was due as information ("WAS DUE ... (not reached)", as the dashboard's
+// "was due"), never as a pending "DUE ... (in 1h)"; the table shows its error.
+func TestCancelledScheduledJobIsNotDue(t *testing.T) {
+	t.Parallel()
+	o := over{setup(t, noWorker()), natsTransport}
+	id := strings.TrimSpace(first(o.mustRun(cli.ExitOK, "submit", "sha256", "--text", "later", "--in", "1h")))
+	o.mustRun(cli.ExitOK, "cancel", id)
+	out, _ := o.mustRun(cli.ExitOK, "status", id)
+	if !strings.Contains(out, "CANCELLED") || strings.Contains(out, "\nDUE") || !strings.Contains(out, "WAS DUE") ||
+		!strings.Contains(out, "(not reached)") || strings.Contains(out, "(in ") {
+		t.Errorf("status of a cancelled delayed job:\n%s\nwant WAS DUE ... (not reached), no DUE", out)
+	}
+	out, _ = o.mustRun(cli.ExitOK, "jobs")
+	if strings.Contains(out, "due ") {
+		t.Errorf("jobs shows a cancelled job as due:\n%s", out)
+	}
+}

@@ -35,6 +35,12 @@ func laterOptions(c *cli.Context) ([]client.SubmitOption, error) {
 		if err != nil {
 			return nil, usageError("--at must be an RFC 3339 time such as 2026-12-24T09:00:00Z (or with an offset, +01:00), got %q", c.String("at"))
 		}
+		// The coordinator refuses it too, but its hint is for a number on the wire
+		// (microseconds given for milliseconds), not for a date typed as a date.
+		if time.Until(t) > protocol.MaxRunAhead {
+			return nil, usageError("--at %s is more than %d days ahead: a job is scheduled at most 10 years ahead",
+				c.String("at"), protocol.MaxRunAhead/(24*time.Hour))
+		}
 		return []client.SubmitOption{client.RunAt(t)}, nil
 	}
 	return nil, nil
@@ -52,15 +58,25 @@ func due(now time.Time, j protocol.Job) string {
 	return "due in " + short(d)
 }
 
-// dueStamp renders a due time for the detail view: RFC 3339 in UTC and how far off.
-func dueStamp(now time.Time, millis int64) string {
-	if millis <= 0 {
-		return "-"
+// dueRow is the detail view's row of a delayed job's due time: DUE while the job waits
+// SCHEDULED; once it does not (it came due, or was cancelled first), WAS DUE, as the
+// dashboard says, kept as information: a time it never reached is "not reached", never
+// "in 59m", which would read as still pending.
+func dueRow(now time.Time, j protocol.Job) [2]string {
+	if j.RunAtMillis <= 0 {
+		return [2]string{"DUE", "-"}
 	}
-	at := time.UnixMilli(millis)
-	rel := ago(now, millis)
+	at := time.UnixMilli(j.RunAtMillis)
+	rel := ago(now, j.RunAtMillis)
 	if d := at.Sub(now); d > 0 {
 		rel = "in " + short(d)
 	}
-	return at.UTC().Format("2006-01-02T15:04:05.000Z") + " (" + rel + ")"
+	label := "DUE"
+	if j.State != protocol.StateScheduled {
+		label = "WAS DUE"
+		if at.After(now) {
+			rel = "not reached"
+		}
+	}
+	return [2]string{label, at.UTC().Format("2006-01-02T15:04:05.000Z") + " (" + rel + ")"}
 }

@@ -134,7 +134,7 @@ func (p *printer) job(j protocol.Job) error {
 		{"WORKER", orNothing(j.RanBy())},
 		{"CREATED", stamp(now, j.CreatedAtMillis)},
 		{"UPDATED", stamp(now, j.UpdatedAtMillis)},
-		{"DUE", dueStamp(now, j.RunAtMillis)},
+		dueRow(now, j), // later.go
 		{"RESULT", oneLine(orDash(j.Result))},
 		{"ERROR", oneLine(orDash(j.Error))},
 	}

@@ -334,3 +334,17 @@ func TestExampleConfigLogsAndWatchRefusedSay(t *testing.T) {
 		}
 	}
 }
+
+// TestExampleConfigDashboardRefusedSays: with docs/nats-server.conf, `jobbus dashboard`
+// under a user without JetStream access (the reader) exits 1 with NATS's permissions
+// violation naming the JetStream API, as logs and watch do, instead of waiting for
+// JetStream for ever.
+func TestExampleConfigDashboardRefusedSays(t *testing.T) {
+	t.Parallel()
+	url := configServer(t)
+	runConfigCoordinator(t, url)
+	p := startProc(t, nil, "--nats", userURL(url, "reader"), "dashboard", "--http-listen", "127.0.0.1:0")
+	if code := p.wait(); code != cli.ExitError || !strings.Contains(p.stderr.String(), `Permissions Violation for Publish to "$JS.API.`) {
+		t.Errorf("reader's dashboard: exit %d, stderr %q; want exit 1 and NATS's permissions violation", code, p.stderr.String())
+	}
+}

@@ -140,7 +140,7 @@ func submit(c *cli.Context) error {
 			}
 			err = fmt.Errorf("%w%s (%s)", err, mean, hint)
 		}
-		return exitErr(fmt.Errorf("submit %s: %w", task, err))
+		return exitErr(fmt.Errorf("submit %s: %w", task, afterFlagHint(err)))
 	}
 	p := newPrinter(c.App.Writer, c.Bool("json"))
 	if !c.Bool("wait") {

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -94,7 +95,8 @@ Examples:
 				Usage:     "run again the failed and cancelled steps of an ended workflow",
 				ArgsUsage: "ID",
 				Description: `Each step that failed or was cancelled (the steps after a failed one are) runs again as a
-new job, after the steps it waits for; completed steps are kept.
+new job, after the steps it waits for; completed steps are kept. A workflow whose steps
+all completed has nothing to retry: it says so and exits 0.
 
 Example:
    jobbus workflow retry etl-2026-12-01`,
@@ -108,6 +110,13 @@ Example:
 					if p.json {
 						type plain protocol.WorkflowRetried
 						return p.jsonLine(plain{WorkflowID: pos[0], Jobs: jobs})
+					}
+					if len(jobs) == 0 {
+						// The coordinator refuses a workflow with a step still active or
+						// gone, and runs again each one that failed or was cancelled:
+						// nothing run again means all completed. A no-op, not an error.
+						_, err = fmt.Fprintf(p.w, "workflow %s: nothing to retry: every step COMPLETED\n", pos[0])
+						return err
 					}
 					return printStepJobs(p.w, pos[0], jobs)
 				}),
@@ -286,6 +295,26 @@ func afterOptions(c *cli.Context) ([]client.SubmitOption, error) {
 	}
 	return opts, nil
 }
+
+// afterFlagHint has the refusal of a job after a parent that failed name the flag that
+// runs it anyway, --after-any-end, where the coordinator names the wire's field.
+func afterFlagHint(err error) error {
+	msg := err.Error()
+	var se *client.ServerError
+	if !errors.As(err, &se) || !strings.HasSuffix(msg, protocol.AfterAnyEndHint) {
+		return err
+	}
+	return reworded{err, strings.TrimSuffix(msg, protocol.AfterAnyEndHint) + " (add --after-any-end to run it anyway)"}
+}
+
+// reworded is an error said otherwise, still wrapping it.
+type reworded struct {
+	err error
+	msg string
+}
+
+func (r reworded) Error() string { return r.msg }
+func (r reworded) Unwrap() error { return r.err }
 
 // afterFlags are submit's flags of dependencies.
 func afterFlags() []cli.Flag {

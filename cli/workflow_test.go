@@ -38,6 +38,11 @@ func TestWorkflowCommands(t *testing.T) {
 				t.Errorf("workflow status lacks %q:\n%s", want, out)
 			}
 		}
+		// Nothing failed: a retry is a no-op, not an error, and says so.
+		out, _ = o.mustRun(cli.ExitOK, "workflow", "retry", "etl")
+		if want := "workflow etl: nothing to retry: every step COMPLETED\n"; out != want {
+			t.Errorf("retry of a completed workflow printed %q, want %q", out, want)
+		}
 		out, _ = o.mustRun(cli.ExitOK, "status", st[0].Steps[3].JobID)
 		if !strings.Contains(out, "WORKFLOW  etl (step load)") {
 			t.Errorf("status of a step lacks its workflow:\n%s", out)
@@ -82,6 +87,13 @@ func TestWorkflowCommands(t *testing.T) {
 			t.Errorf("after an unknown job: %q", errs)
 		}
 		o.mustRun(cli.ExitUsage, "submit", "sha256", "--text", "3", "--after-any-end")
+
+		// After a parent that failed: the refusal names the CLI's flag, not the wire's field.
+		failed, _ := o.mustRun(cli.ExitError, "submit", "fail", "--fail-until-attempt", "5", "--max-attempts", "1", "--wait", "--json")
+		_, errs = o.mustRun(cli.ExitError, "submit", "sha256", "--text", "4", "--after", jsonJob(t, failed).JobID)
+		if !strings.Contains(errs, "ended FAILED") || !strings.Contains(errs, "--after-any-end") || strings.Contains(errs, "afterAnyEnd") {
+			t.Errorf("after a failed job: %q, want the hint to name --after-any-end", errs)
+		}
 	})
 }
 

@@ -239,7 +239,7 @@ func (s *scheduler) activeParents(after []string, anyEnd bool, finished map[stri
 			return nil, &protocol.Error{Message: fmt.Sprintf(errParentRace, id)}
 		}
 		if !st.Active() && st != protocol.StateCompleted && !anyEnd {
-			return nil, protocol.InvalidPayload(fmt.Sprintf("parent job %s ended %s, so a job after it would never run (submit with afterAnyEnd to run it anyway)", id, st))
+			return nil, protocol.ParentEnded(id, st)
 		}
 	}
 	return active, nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -26,8 +27,8 @@ type dialConfig struct {
 // WithWait makes Dial wait, with backoff, until a server answers and its JetStream
 // does, logging to log what it waits for, instead of failing at the first refusal: a
 // service started together with its cluster (or before it) waits for the cluster. ctx
-// still bounds the wait. Authentication failures and a server without JetStream fail
-// at once.
+// still bounds the wait. Authentication failures, a server without JetStream and a
+// user who may not use it (ErrNoJetStreamAccess) fail at once.
 func WithWait(log *slog.Logger) DialOption {
 	return func(c *dialConfig) { c.wait, c.log = true, log }
 }
@@ -124,9 +125,19 @@ func checkJetStream(ctx context.Context, nc *nats.Conn, url string) error {
 			sentinel: ErrNoJetStream,
 			cause:    err,
 		}
-	default:
-		return fmt.Errorf("embeddednats: JetStream account info on %s: %w", natsurl.Redact(url), err)
 	}
+	// NATS refuses a publish the user may not make only in an asynchronous error, which
+	// is the connection's last, and the request times out. Waiting will not give the
+	// user the permission: say which one it lacks, at once.
+	if le := nc.LastError(); errors.Is(le, nats.ErrPermissionViolation) && strings.Contains(le.Error(), `"$JS.API.`) {
+		return &hintError{
+			msg: fmt.Sprintf("embeddednats: the user on %s may not use JetStream (%v): give it a user with JetStream access in the account (docs/security.md)",
+				natsurl.Redact(url), le),
+			sentinel: ErrNoJetStreamAccess,
+			cause:    le,
+		}
+	}
+	return fmt.Errorf("embeddednats: JetStream account info on %s: %w", natsurl.Redact(url), err)
 }
 
 // ServiceOptions are the nats.go options of a long-running service (coordinator,

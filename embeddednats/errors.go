@@ -11,6 +11,8 @@ var (
 	ErrStoreLocked = errors.New("store directory is locked by another server")
 	// ErrNoJetStream means the NATS server reached by Dial has no JetStream.
 	ErrNoJetStream = errors.New("JetStream is not enabled")
+	// ErrNoJetStreamAccess means the user Dial connects as may not use JetStream's API.
+	ErrNoJetStreamAccess = errors.New("no permission to use JetStream")
 )
 
 // hintError carries a full, human-oriented message while still matching a

@@ -25,6 +25,16 @@ func InvalidPayload(detail string) *Error {
 	return &Error{Message: "Invalid payload: " + detail}
 }
 
+// AfterAnyEndHint ends ParentEnded's text. It names the wire's field; a client that
+// calls it otherwise (the CLI's --after-any-end) replaces it with its own.
+const AfterAnyEndHint = " (submit with afterAnyEnd to run it anyway)"
+
+// ParentEnded is the ERROR text refusing a job after a parent that already ended st
+// (FAILED, CANCELLED), which it would wait for in vain.
+func ParentEnded(parentID string, st State) *Error {
+	return InvalidPayload(fmt.Sprintf("parent job %s ended %s, so a job after it would never run", parentID, st) + AfterAnyEndHint)
+}
+
 // UnknownJob is the ERROR text for a job id the coordinator does not know.
 func UnknownJob(jobID string) *Error {
 	return &Error{Message: "Unknown job: " + jobID}

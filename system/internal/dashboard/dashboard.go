@@ -47,6 +47,8 @@ type Config struct {
 	IdleStop time.Duration
 	// Logger receives structured logs; nil discards them.
 	Logger *slog.Logger
+
+	watchOpened func(ctx context.Context) // a test's hook (export_test.go)
 }
 
 // Server serves the dashboard; it is an http.Handler. Close stops its watch.
@@ -166,8 +168,10 @@ func (s *Server) watchJobs(ctx context.Context) {
 			return
 		}
 		s.mu.Lock()
-		s.watchErr = err.Error()
-		s.notify()
+		if ctx.Err() == nil { // else a newer watch's error, or none, is the page's
+			s.watchErr = err.Error()
+			s.notify()
+		}
 		s.mu.Unlock()
 		s.log.Debug("dashboard: job watch ended; retrying", "err", err)
 		select {
@@ -191,8 +195,17 @@ func (s *Server) watchOnce(ctx context.Context) error {
 		return fmt.Errorf("watch bucket %s: %w", protocol.JobsBucket, err)
 	}
 	defer func() { _ = w.Stop() }()
+	if s.cfg.watchOpened != nil {
+		s.cfg.watchOpened(ctx)
+	}
 	x := newIndex() // the watch replays every current record
 	s.mu.Lock()
+	if ctx.Err() != nil {
+		// The idle stop ended this watch as it opened, and a request may have started
+		// the next one since: the pages' index is that one's now.
+		s.mu.Unlock()
+		return nil
+	}
 	s.x = x
 	s.watchErr = ""
 	s.mu.Unlock()
@@ -253,12 +266,15 @@ func (s *Server) pollWorkers(ctx context.Context, stop func()) {
 		}
 		idle := time.Since(s.lastUse) > s.cfg.IdleStop
 		if idle {
+			// Stopped under s.mu, with running: the watch sees its context ended (under
+			// s.mu) before any request can start the next, so it never takes the pages'
+			// index or error from that one.
 			s.running = false
+			stop()
 		}
 		s.mu.Unlock()
 		if idle {
 			s.log.Debug("dashboard idle; job watch stopped")
-			stop()
 			return
 		}
 		select {

@@ -10,6 +10,8 @@ import (
 	"net/http/httptest"
 	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -483,4 +485,83 @@ func TestOnlyJobRecordsAreJobs(t *testing.T) {
 	if l, err := s.cl.List(ctx, protocol.ListJobs{}); err != nil || len(l.Jobs) != 0 {
 		t.Errorf("jobs made by resubmitting keys that are no jobs: %+v, %v", l.Jobs, err)
 	}
+}
+
+// TestIdleStopLeavesTheNextWatchLive: a watch that the idle stop ends while it opens
+// (after its bucket answered, before its jobs became the pages') must not replace the
+// watch the next request started: the pages would read an index nobody fills, and
+// see no job change again until the next idle stop.
+func TestIdleStopLeavesTheNextWatchLive(t *testing.T) {
+	t.Parallel()
+	opened, release := make(chan context.Context, 1), make(chan struct{})
+	var calls atomic.Int32
+	hold := func(ctx context.Context) {
+		if calls.Add(1) == 1 { // the first watch only
+			opened <- ctx
+			<-release
+		}
+	}
+	s := start(t, false, []func(*dashboard.Config){
+		func(c *dashboard.Config) { c.IdleStop = 500 * time.Millisecond },
+		dashboard.WithWatchOpened(hold),
+	})
+	released := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(released)
+	first := s.submit(t, "SHA256", map[string]string{"text": "first"})
+	touch := func() {
+		resp, err := http.Get(s.url + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	touch() // starts the first watch, which holds in the hook
+	var old context.Context
+	select {
+	case old = <-opened:
+	case <-time.After(waitFor):
+		t.Fatal("the first watch never opened")
+	}
+	select {
+	case <-old.Done(): // nobody asked for IdleStop: the idle stop ended it
+	case <-time.After(waitFor):
+		t.Fatal("the idle stop never ended the first watch")
+	}
+	if p := s.page(t, ""); !p.Loaded || len(p.Jobs) != 1 || p.Jobs[0].JobID != first {
+		t.Fatalf("the request after the idle stop: %+v, want the first job loaded", p)
+	}
+	released() // the first watch goes on, ended: it must leave the second one be
+	consumers := func() int {
+		js, err := jetstream.New(s.NC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := js.Stream(context.Background(), "KV_"+protocol.JobsBucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := st.Info(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Consumers
+	}
+	// Its consumer goes once it returned; meanwhile requests keep the second live.
+	testkit.Eventually(t, waitFor, "the first watch to end", func() bool { touch(); return consumers() == 1 })
+	second := s.submit(t, "SHA256", map[string]string{"text": "second"})
+	// Asked briefly, so that a page left unloaded (its answer waits for the load) does
+	// not let the second watch go idle too, and the next request start a third.
+	testkit.Eventually(t, waitFor, "the second job on the page", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.url+"/api/jobs", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var p page
+		return json.NewDecoder(resp.Body).Decode(&p) == nil && p.Loaded && len(p.Jobs) == 2 &&
+			(p.Jobs[0].JobID == second || p.Jobs[1].JobID == second)
+	})
 }
