@@ -60,6 +60,7 @@ func TestUsageErrorsInOneLine(t *testing.T) {
 		{"WorkflowTimeoutWithoutWait", nats, []string{"workflow", "submit", "etl.json", "--timeout", "5s"}, "--timeout applies only with --wait: it is how long to wait for the workflow to end"},
 		{"SubmitInAndAt", nats, []string{"submit", "sha256", "--text", "x", "--in", "1m", "--at", "2026-12-24T09:00:00Z"}, "--in and --at cannot be combined: give the delay or the time"},
 		{"SubmitNegativeIn", nats, []string{"submit", "sha256", "--text", "x", "--in", "-1m"}, "--in must not be negative, got -1m0s"},
+		{"SubmitInTooFar", nats, []string{"submit", "sha256", "--text", "x", "--in", "100000h"}, "--in 100000h0m0s is more than 3660 days: a job is scheduled at most 10 years ahead"},
 		{"SubmitAtTooFar", nats, []string{"submit", "sha256", "--text", "x", "--at", "2099-12-24T09:00:00Z"}, "--at 2099-12-24T09:00:00Z is more than 3660 days ahead: a job is scheduled at most 10 years ahead"},
 		{"SubmitAtNotRFC3339", nats, []string{"submit", "sha256", "--text", "x", "--at", "tomorrow 9am"}, `--at must be an RFC 3339 time such as 2026-12-24T09:00:00Z (or with an offset, +01:00), got "tomorrow 9am"`},
 		{"StrayWord", nats, []string{"submit", "sha256", "--text", "hello", "jobbus"}, `submit needs TASK, got 2 arguments: "jobbus" is a stray word; if it belongs to --text, quote the value: --text "hello jobbus"`},

@@ -29,6 +29,10 @@ func laterOptions(c *cli.Context) ([]client.SubmitOption, error) {
 		if d < 0 {
 			return nil, usageError("--in must not be negative, got %v", d)
 		}
+		if d > protocol.MaxRunAhead {
+			return nil, usageError("--in %v is more than %d days: a job is scheduled at most 10 years ahead",
+				d, protocol.MaxRunAhead/(24*time.Hour))
+		}
 		return []client.SubmitOption{client.RunIn(d)}, nil
 	case c.IsSet("at"):
 		t, err := time.Parse(time.RFC3339, c.String("at"))
