@@ -47,7 +47,9 @@ const (
 // smaller) and 1 on a lone server. An existing bucket keeps its replica count: asked for
 // another one it is refused with ErrReplicasDiffer unless cfg.ReconfigureBuckets, and
 // so is another TTL (the leader lease, the only bucket with one) with ErrLeaseDiffers.
-// Its other settings (markers, description) are brought up to date, as before.
+// Its other settings (markers, description, a limit in kvc.MaxBytes) are brought up to
+// date, as before; kvc.MaxBytes 0 keeps the bucket's limit, and one JetStream cannot
+// reserve is not set (roomRefused).
 func OpenBucket(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config, kvc jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -58,6 +60,13 @@ func OpenBucket(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg 
 	err := startup.Wait(ctx, log, "JetStream bucket "+kvc.Bucket, func(ctx context.Context) error {
 		var err error
 		kv, err = openBucketOnce(ctx, nc, js, cfg, kvc)
+		if kvc.MaxBytes > 0 && roomRefused(err) {
+			log.Warn("the bucket is not limited: JetStream cannot reserve its limit (max bytes) for other streams' limits, or a server with less room; "+
+				"at the store's cap JetStream then refuses the leader lease's renewal too, and the coordinator stops serving until there is room",
+				"bucket", kvc.Bucket, "max_bytes", kvc.MaxBytes, "err", err)
+			kvc.MaxBytes = 0
+			kv, err = openBucketOnce(ctx, nc, js, cfg, kvc)
+		}
 		warn.check(log, nc, cfg, kvc.Bucket, err)
 		return err
 	})
@@ -127,6 +136,9 @@ func openBucketOnce(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, 
 		}
 		cfg.Logger.Warn("changing the bucket's lease (--reconfigure-buckets): restart every coordinator with the new lease", "bucket", kvc.Bucket, "from", have, "to", kvc.TTL)
 	}
+	if kvc.MaxBytes == 0 {
+		kvc.MaxBytes = s.CachedInfo().Config.MaxBytes // no limit asked for: keep the bucket's
+	}
 	if !differs(s.CachedInfo().Config, kvc) {
 		// No update to wait for: a cluster still catching up after a restart answers
 		// a read long before it commits a change.
@@ -145,7 +157,7 @@ func differs(sc jetstream.StreamConfig, kvc jetstream.KeyValueConfig) bool {
 	history := max(int64(kvc.History), 1)
 	return sc.Description != kvc.Description || sc.MaxMsgsPerSubject != history || sc.MaxAge != kvc.TTL ||
 		sc.Storage != kvc.Storage || sc.Replicas != kvc.Replicas || sc.SubjectDeleteMarkerTTL != kvc.LimitMarkerTTL ||
-		sc.AllowMsgTTL != (kvc.LimitMarkerTTL > 0)
+		sc.AllowMsgTTL != (kvc.LimitMarkerTTL > 0) || sc.MaxBytes != kvc.MaxBytes
 }
 
 // createBucket creates a missing bucket. With no replica count given, a cluster gets
@@ -213,6 +225,15 @@ func classify(err error) error {
 		return startup.Permanent(err)
 	}
 	return err
+}
+
+// roomRefused reports a bucket's limit (max bytes) that JetStream refused: it reserves
+// a stream's limit from its servers' storage, and other streams reserved too much, or
+// (in a cluster, where the limit comes from one server's cap) a server has less room.
+func roomRefused(err error) bool {
+	var apiErr *jetstream.APIError
+	return isAPIError(err, codeStorageResourcesExceeded) || isAPIError(err, errCodeInsufficient) ||
+		isAPIError(err, errCodeNoPeers) && errors.As(err, &apiErr) && strings.Contains(apiErr.Description, "insufficient storage")
 }
 
 func isAPIError(err error, code jetstream.ErrorCode) bool {

@@ -254,3 +254,54 @@ func TestOpenBucketKeepsItsTTL(t *testing.T) {
 		t.Fatalf("TTL after ReconfigureBuckets = %v, want 1s", got)
 	}
 }
+
+// TestOpenBucketLimit: a bucket's limit (max bytes, jobsMaxBytes for the jobs) is set
+// on a bucket that had none (one an earlier version created), kept when none is asked
+// for (a coordinator that does not know the store's cap), and left off, with a
+// warning, when JetStream cannot reserve it: the bucket opens either way.
+func TestOpenBucketLimit(t *testing.T) {
+	t.Parallel()
+	srv, err := embeddednats.Start(context.Background(), embeddednats.WithListen("127.0.0.1:-1"),
+		embeddednats.WithStoreDir(t.TempDir()), embeddednats.WithJetStreamLimits(0, 4<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	nc := dialServer(t, srv.ClientURL())
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	open := func(bucket string, maxBytes int64) int64 {
+		t.Helper()
+		kv, err := coordinator.OpenBucket(ctx, nc, js, coordinator.DefaultConfig(),
+			jetstream.KeyValueConfig{Bucket: bucket, History: 1, MaxBytes: maxBytes})
+		if err != nil {
+			t.Fatalf("OpenBucket(%s, max bytes %d): %v", bucket, maxBytes, err)
+		}
+		st, err := kv.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.MaxBytes
+	}
+	if got := open("LIMITED", 0); got != -1 {
+		t.Fatalf("a bucket created with no limit has max bytes %d, want -1", got)
+	}
+	for _, c := range []struct {
+		what      string
+		bucket    string
+		ask, want int64
+	}{
+		{"the limit set on a bucket that had none", "LIMITED", 1 << 20, 1 << 20},
+		{"none asked: the bucket's kept", "LIMITED", 0, 1 << 20},
+		{"more than the store can reserve: the bucket's kept", "LIMITED", 8 << 20, 1 << 20},
+		{"more than the store can reserve: a new bucket has none", "UNROOMY", 8 << 20, -1},
+	} {
+		if got := open(c.bucket, c.ask); got != c.want {
+			t.Errorf("%s: asked for %d, the bucket has %d, want %d", c.what, c.ask, got, c.want)
+		}
+	}
+}

@@ -43,6 +43,13 @@ type Config struct {
 	// JobLogBytes bounds the stream of job logs as a whole (joblogs.go): 0 means
 	// DefaultJobLogBytes, a negative value keeps no job logs.
 	JobLogBytes int64
+	// StoreLimit is the JetStream server's cap on its file storage (serve's
+	// --nats-max-store, or the default it took), 0 when unknown. JetStream refuses
+	// every file write at its cap, the leader lease's renewal too; so, given it, the
+	// jobs bucket is limited below it (jobsMaxBytes, jswrite.go): submissions are then
+	// refused by that limit while the lease can still be renewed. 0 keeps the bucket's
+	// limit as it is.
+	StoreLimit int64
 	// TracerProvider traces submissions, queueing, attempts' assignment and results
 	// (trace.go); nil (the default) is tracing off. A job's trace context is stored
 	// and handed to its workers either way.

@@ -29,7 +29,7 @@ func openBuckets(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c *
 	// LimitMarkerTTL turns on per-message TTLs, which retention uses.
 	jobs, err := OpenBucket(ctx, nc, js, *c, jetstream.KeyValueConfig{
 		Bucket: protocol.JobsBucket, Description: "jobbus job records, idempotency keys and leadership term",
-		History: 1, Storage: jetstream.FileStorage, LimitMarkerTTL: markerTTL})
+		History: 1, Storage: jetstream.FileStorage, LimitMarkerTTL: markerTTL, MaxBytes: jobsMaxBytes(c)})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -45,6 +45,37 @@ func openBuckets(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, c *
 		}
 	}
 	return jobs, stream, nil
+}
+
+// storeHeadroom is the least room jobsMaxBytes leaves free: the leader lease, renewed
+// in place, takes a few hundred bytes, the task types a few KiB.
+const storeHeadroom = 1 << 20
+
+// jobsMaxBytes is the jobs bucket's limit (max bytes) on a store JetStream caps at
+// cfg.StoreLimit, 0 (keep the bucket's) when that is unknown or too small to share.
+// JetStream refuses every file write at its cap, the leader lease's renewal too; a
+// KV bucket refuses a write its limit cannot take (it discards new, never drops an old
+// record) with "maximum bytes exceeded", which StoreFull counts as full. So with the
+// jobs under the cap, a store full of jobs refuses submissions while the lease is
+// still renewed. The job logs' stream, bounded on its own, is set aside; of the rest a
+// fifth is left for the checkpoint of the job index, which grows with the jobs
+// (checkpoint.go: some 50 bytes a job, twice while a new one replaces the old), the
+// lease and the task types.
+func jobsMaxBytes(cfg *Config) int64 {
+	room := cfg.StoreLimit
+	if logs := cfg.JobLogBytes; logs >= 0 {
+		if logs == 0 {
+			logs = DefaultJobLogBytes
+		}
+		if logs < room { // else JetStream refuses the logs' stream, which reserves it
+			room -= logs
+		}
+	}
+	headroom := max(room/5, storeHeadroom)
+	if room < 2*headroom {
+		return 0
+	}
+	return room - headroom
 }
 
 // commit makes ws durable as one write (s.publish), retrying transient failures until ctx ends.

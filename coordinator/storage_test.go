@@ -167,3 +167,114 @@ func (o *fullObserver) Stored(_ time.Duration, err error, _ bool, _ int) {
 		o.full.Store(true)
 	}
 }
+
+// TestStoreFullOfJobs: when submissions fill the store up to its JetStream cap
+// (Config.StoreLimit, serve's --nats-max-store), the jobs bucket's own limit refuses
+// them while room is left for the leader lease: for leases after, the coordinator
+// still leads, answers status and lists, and refuses each submission with the ERROR
+// that says the store is full. Every job accepted is kept, and runs once room returns
+// (here: the bucket's limit lifted, as a higher cap would). In a cluster whose
+// servers have the same cap, each server's copy of the jobs stays under it alike.
+func TestStoreFullOfJobs(t *testing.T) {
+	t.Parallel()
+	const limit = 4 << 20
+	t.Run("LoneServer", func(t *testing.T) {
+		t.Parallel()
+		srv, err := embeddednats.Start(context.Background(), embeddednats.WithListen("127.0.0.1:-1"),
+			embeddednats.WithStoreDir(t.TempDir()), embeddednats.WithJetStreamLimits(0, limit))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+		storeFullOfJobs(t, srv, limit)
+	})
+	t.Run("Cluster", func(t *testing.T) {
+		t.Parallel()
+		nodes := jobbustest.StartCluster(t, 3, embeddednats.WithJetStreamLimits(0, limit))
+		storeFullOfJobs(t, nodes[0], limit)
+	})
+}
+
+func storeFullOfJobs(t *testing.T, srv *embeddednats.Server, limit int64) {
+	const waitFor = 30 * time.Second
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	cfg := jobbustest.FastCoordinatorConfig()
+	cfg.LeaderLease = time.Second
+	cfg.StoreLimit = limit
+	jobbustest.Go(t, func(ctx context.Context) error { return coordinator.Run(ctx, nc, cfg, nil) })
+	c := client.New(nc, client.WithTimeout(waitFor))
+	ctx := context.Background()
+
+	// No worker: the jobs stay QUEUED, and their records fill the store.
+	text := strings.Repeat("x", 64<<10)
+	var accepted []string
+	var refused string
+	testkit.Wait(t, waitFor, func() error {
+		id, err := c.Submit(ctx, "SHA256", map[string]string{"text": text})
+		switch {
+		case err == nil:
+			accepted = append(accepted, id)
+			return errors.New("still room")
+		case strings.Contains(err.Error(), "job not stored: the job store is full"):
+			refused = err.Error()
+			return nil
+		}
+		return fmt.Errorf("submit: %w", err)
+	})
+	t.Logf("%d jobs accepted, then: %s", len(accepted), refused)
+	if len(accepted) == 0 {
+		t.Fatal("no job accepted before the store was full")
+	}
+
+	// Several leases on, the coordinator still leads: reads answer, and a submission
+	// hears that the store is full, never "not serving" or "Outcome unknown".
+	for end := time.Now().Add(3 * cfg.LeaderLease); time.Now().Before(end); {
+		if j, err := c.Status(ctx, accepted[0]); err != nil || j.State != protocol.StateQueued {
+			t.Fatalf("status with the store full: %+v %v, want QUEUED", j, err)
+		}
+		if l, err := c.List(ctx, protocol.ListJobs{Limit: 5}); err != nil || len(l.Jobs) == 0 {
+			t.Fatalf("list with the store full: %+v %v", l, err)
+		}
+		_, err := c.Submit(ctx, "SHA256", map[string]string{"text": text})
+		if err == nil || !strings.Contains(err.Error(), "job not stored: the job store is full") {
+			t.Fatalf("submit with the store full: %v, want the store-full ERROR", err)
+		}
+	}
+
+	// Room returns: every accepted job runs.
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, "KV_"+protocol.JobsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := s.CachedInfo().Config
+	sc.MaxBytes = -1
+	if _, err := js.UpdateStream(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	wnc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(wnc.Close)
+	w, err := worker.New(wnc, worker.WithHeartbeat(100*time.Millisecond), worker.WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close() })
+	jobbustest.Go(t, w.Run)
+	wctx, cancel := context.WithTimeout(ctx, waitFor)
+	defer cancel()
+	for _, id := range accepted {
+		if j, err := c.Wait(wctx, id); err != nil || j.State != protocol.StateCompleted {
+			t.Fatalf("job %s accepted before the store was full: %+v %v, want COMPLETED", id, j, err)
+		}
+	}
+}

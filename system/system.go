@@ -53,8 +53,9 @@ type Config struct {
 	// Coordinator, if set, runs a coordinator that campaigns for leadership and
 	// coordinates while it leads, as coordinator.Run does. The system fills in what
 	// is its own to give: Observer (with Metrics) and, on an embedded server,
-	// StoreFault, SyncJobs (with NATS.SyncJobs) and, when empty, ID (kept in the
-	// store directory, so that a restarted process takes its lease back at once).
+	// StoreFault, StoreLimit (when 0), SyncJobs (with NATS.SyncJobs) and, when empty,
+	// ID (kept in the store directory, so that a restarted process takes its lease
+	// back at once).
 	Coordinator *coordinator.Config
 	// Bridge, if set, serves the TCP ports of PROTOCOL.md in front of the coordinator.
 	Bridge *bridge.Config
@@ -277,6 +278,11 @@ func (s *System) startCoordinator() error {
 	cfg := *s.cfg.Coordinator
 	if s.srv != nil {
 		cfg.StoreFault = s.srv.StoreFault // the store guard tells the coordinator of a failed disk
+		if jsc := s.srv.NATS().JetStreamConfig(); jsc != nil && cfg.StoreLimit == 0 {
+			// The cap it took (--nats-max-store, or 75% of the disk's free space): the
+			// coordinator keeps the jobs under it, and room for its lease.
+			cfg.StoreLimit = jsc.MaxStore
+		}
 		if s.cfg.NATS.SyncJobs {
 			cfg.SyncJobs = s.srv.StreamSync(s.nc, jobsStream).Sync
 		}

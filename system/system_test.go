@@ -417,3 +417,26 @@ func TestHealthWhileWaitingForNATS(t *testing.T) {
 		t.Errorf("/api/summary: %d %q", code, body)
 	}
 }
+
+// TestEmbeddedStoreLimit: the embedded server's cap on its store reaches the
+// coordinator, which keeps the jobs bucket under it (room for the leader lease when
+// the store fills with jobs: coordinator.Config.StoreLimit).
+func TestEmbeddedStoreLimit(t *testing.T) {
+	t.Parallel()
+	const limit = 64 << 20
+	nats := embedded(t.TempDir())
+	nats.Server = append(nats.Server, embeddednats.WithJetStreamLimits(0, limit))
+	sys := start(t, system.Config{NATS: nats, Coordinator: fastCoordinator()})
+	leading(t, sys)
+	js, err := jetstream.New(sys.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(context.Background(), "KV_"+protocol.JobsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.CachedInfo().Config.MaxBytes; got <= 0 || got >= limit {
+		t.Fatalf("the jobs bucket's max bytes on a store capped at %d: %d, want a limit below the cap", limit, got)
+	}
+}
