@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -37,6 +38,9 @@ const (
 	recorderEnv     = "JOBBUS_TEST_RECORDING_WORKER" // the record file
 	recorderNATSEnv = "JOBBUS_TEST_RECORDING_NATS"
 	recorderIDEnv   = "JOBBUS_TEST_RECORDING_ID"
+	// recorderQueuesEnv, if set, is the worker's queues as jobbus worker --queues
+	// takes them; else it serves the default queue.
+	recorderQueuesEnv = "JOBBUS_TEST_RECORDING_QUEUES"
 )
 
 // recorded is RECORDED's payload: Key names the job in the record.
@@ -56,10 +60,15 @@ func runRecordingWorker() int {
 	defer f.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	queues, err := protocol.ParseQueueWeights(cmp.Or(os.Getenv(recorderQueuesEnv), protocol.DefaultQueue))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "recording worker:", err)
+		return 1
+	}
 	// As jobbus worker connects: reconnect forever, find a dead server within seconds.
 	w, err := worker.Connect(ctx, os.Getenv(recorderNATSEnv), worker.WithID(os.Getenv(recorderIDEnv)),
 		worker.WithCapacity(4), worker.WithHeartbeat(500*time.Millisecond), worker.WithTasks(tasks.NewRegistry()),
-		worker.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, nil))),
+		worker.WithQueues(queues...), worker.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, nil))),
 		worker.WithBusOptions(bus.WithNATSOptions(embeddednats.ServiceOptions()...)))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "recording worker:", err)
@@ -158,15 +167,16 @@ func overlaps(es []execution) int {
 	return n
 }
 
-// startRecordingWorker runs a recording worker process against url until the test ends.
-func startRecordingWorker(t *testing.T, url, id, record string) *proc {
+// startRecordingWorker runs a recording worker process against url until the test ends,
+// with env added to its environment.
+func startRecordingWorker(t *testing.T, url, id, record string, env ...string) *proc {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return startCommand(t, "recording worker "+id, exec.Command(self),
-		[]string{recorderEnv + "=" + record, recorderNATSEnv + "=" + url, recorderIDEnv + "=" + id})
+		append([]string{recorderEnv + "=" + record, recorderNATSEnv + "=" + url, recorderIDEnv + "=" + id}, env...))
 }
 
 // TestServeKilledCostsNativeWorkersNoAttempt is issue 21's restart row as a test: jobbus

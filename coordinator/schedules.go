@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -421,15 +422,21 @@ func (sch *schedules) add(spec protocol.ScheduleSpec) protocol.Message {
 	data, _ := json.Marshal(e.sc)
 	ctx, cancel := context.WithTimeout(sch.ctx, scheduleIOTimeout)
 	defer cancel()
-	rev, err := sch.controls().put(ctx, protocol.SchedulePrefix+spec.Name, data, 0)
+	rev, err := writeControl(ctx, sch.controls(), protocol.SchedulePrefix+spec.Name, data, 0)
 	if err != nil {
 		sch.mu.Lock()
 		delete(sch.byName, spec.Name)
 		sch.mu.Unlock()
+		var changed *controlChanged
+		if errors.As(err, &changed) && changed.stored != nil {
+			// Most likely this add sent again after an answer "Outcome unknown"
+			// whose write landed: memory takes on what is stored.
+			return sch.adopt(changed.stored, spec)
+		}
 		if errors.Is(err, errControlChanged) {
 			return protocol.ScheduleExists(spec.Name)
 		}
-		return &protocol.Error{Message: fmt.Sprintf("schedule %s was not stored: %v", spec.Name, err)}
+		return scheduleNotStored(spec.Name, err)
 	}
 	sch.mu.Lock()
 	e.rev = rev
@@ -438,6 +445,52 @@ func (sch *schedules) add(spec protocol.ScheduleSpec) protocol.Message {
 	sch.arm(e, next)
 	sch.log.Info("schedule added", "schedule", spec.Name, "next", next)
 	return settled{&protocol.ScheduleInfo{Schedule: sch.view(e)}}
+}
+
+// adopt takes on the schedule stored as c, which an add of spec found there: it is
+// added as it is stored, and the add is answered as done if it asked for the same
+// schedule, else refused as a name in use.
+func (sch *schedules) adopt(c *control, spec protocol.ScheduleSpec) protocol.Message {
+	var sc protocol.Schedule
+	if err := json.Unmarshal(c.value, &sc); err != nil {
+		return protocol.ScheduleExists(spec.Name)
+	}
+	ts, err := parseSpec(&sc.ScheduleSpec, sc.CreatedAtMillis)
+	if err != nil {
+		return protocol.ScheduleExists(spec.Name)
+	}
+	e := &schedEntry{sc: sc, rev: c.rev, spec: ts}
+	e.op.Lock()
+	defer e.op.Unlock()
+	sch.mu.Lock()
+	_, taken := sch.byName[sc.Name]
+	if !taken {
+		sch.byName[sc.Name] = e
+	}
+	sch.mu.Unlock()
+	if taken {
+		return protocol.ScheduleExists(spec.Name)
+	}
+	if !sc.Paused {
+		sch.arm(e, ts.next(sinceDone(&sc)))
+	}
+	sch.log.Info("schedule found stored; taken on", "schedule", sc.Name)
+	want, _ := json.Marshal(spec)
+	have, _ := json.Marshal(sc.ScheduleSpec)
+	if !bytes.Equal(want, have) {
+		return protocol.ScheduleExists(spec.Name)
+	}
+	return settled{&protocol.ScheduleInfo{Schedule: sch.view(e)}}
+}
+
+// scheduleNotStored answers a write of schedule name that failed: not known to have
+// landed ("Outcome unknown": sending it again is safe), or not stored.
+func scheduleNotStored(name string, err error) *protocol.Error {
+	if errors.Is(err, errControlUnknown) {
+		return &protocol.Error{Message: fmt.Sprintf("%sschedule %s may or may not be stored (%v): jobbus schedule ls tells, and sending it again is safe",
+			protocol.OutcomeUnknownPrefix, name, err)}
+	}
+	return &protocol.Error{Message: fmt.Sprintf("schedule %s was not stored: %v", name, err)}
 }
 
 // checkSubmission refuses a schedule whose submissions would be refused: as a
@@ -494,7 +547,7 @@ func (sch *schedules) changeLocked(e *schedEntry, name string, pause bool) proto
 		next.SinceMillis = sch.s.now().UnixMilli()
 	}
 	if err := sch.write(e, next); err != nil {
-		return &protocol.Error{Message: err.Error()}
+		return scheduleNotStored(name, err)
 	}
 	if pause {
 		sch.disarm(e)
@@ -516,7 +569,10 @@ func (sch *schedules) remove(name string) protocol.Message {
 func (sch *schedules) removeLocked(e *schedEntry, name string) protocol.Message {
 	ctx, cancel := context.WithTimeout(sch.ctx, scheduleIOTimeout)
 	defer cancel()
-	if err := sch.controls().remove(ctx, protocol.SchedulePrefix+name, 0); err != nil {
+	if _, err := writeControl(ctx, sch.controls(), protocol.SchedulePrefix+name, nil, 0); err != nil {
+		if errors.Is(err, errControlUnknown) {
+			return scheduleNotStored(name, err) // its removal, that is
+		}
 		return &protocol.Error{Message: fmt.Sprintf("schedule %s was not removed: %v", name, err)}
 	}
 	was := sch.view(e)
