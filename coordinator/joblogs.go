@@ -17,7 +17,9 @@ import (
 // makes the stream, with the bounds that make it safe:
 //
 //   - per job: the last protocol.LogChunksPerJob chunks of protocol.LogChunkBytes
-//     (MaxMsgsPerSubject, oldest first; MaxMsgSize refuses a bigger chunk), so 1 MiB;
+//     (MaxMsgsPerSubject, oldest first; MaxMsgSize refuses a bigger chunk), so at
+//     most 1 MiB (a chunk is a worker's flush: a job that logs a line at a time keeps
+//     that many lines);
 //   - as a whole: Config.JobLogBytes (MaxBytes, the oldest chunks of any job first),
 //     or less in a store without room for it (makeLogs);
 //   - in time: MaxAge = Retention + logAgeMargin(cfg). A chunk is written while its
