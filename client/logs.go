@@ -17,7 +17,9 @@ import (
 
 // LogRecord is one record of a job's log: a JSON object as the worker's slog handler
 // wrote it (time, level, msg, attempt and the handler's attributes), or a marker
-// jobbus adds (Dropped) where older records were dropped to keep the job's last 1 MiB.
+// jobbus adds (Dropped) where older records were dropped to keep the job's last
+// protocol.LogChunksPerJob chunks (at most 1 MiB: fewer records when its worker
+// shipped them a few at a time).
 type LogRecord struct {
 	// Attempt is the attempt that wrote it.
 	Attempt int
@@ -128,7 +130,7 @@ func (r *logReader) chunk(h nats.Header, data []byte, fn func(LogRecord) error) 
 	attempt, _ := strconv.Atoi(h.Get(protocol.HeaderLogAttempt))
 	n, _ := strconv.Atoi(h.Get(protocol.HeaderLogChunk))
 	if want := r.chunks[attempt]; n > want {
-		marker := fmt.Appendf(nil, `{"level":"WARN","msg":"jobbus: %d older log chunks of attempt %d dropped (a job keeps its last %d bytes)"}`, n-want, attempt, protocol.MaxLogBytesPerJob)
+		marker := fmt.Appendf(nil, `{"level":"WARN","msg":"jobbus: %d older log chunks of attempt %d dropped (a job keeps its last %d chunks, at most %d bytes)"}`, n-want, attempt, protocol.LogChunksPerJob, protocol.MaxLogBytesPerJob)
 		if err := fn(LogRecord{Attempt: attempt, JSON: marker, Dropped: true, Chunks: n - want}); err != nil {
 			return err
 		}

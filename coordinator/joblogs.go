@@ -17,8 +17,11 @@ import (
 // makes the stream, with the bounds that make it safe:
 //
 //   - per job: the last protocol.LogChunksPerJob chunks of protocol.LogChunkBytes
-//     (MaxMsgsPerSubject, oldest first; MaxMsgSize refuses a bigger chunk), so 1 MiB;
-//   - as a whole: Config.JobLogBytes (MaxBytes, the oldest chunks of any job first);
+//     (MaxMsgsPerSubject, oldest first; MaxMsgSize refuses a bigger chunk), so at
+//     most 1 MiB (a chunk is a worker's flush: a job that logs a line at a time keeps
+//     that many lines);
+//   - as a whole: Config.JobLogBytes (MaxBytes, the oldest chunks of any job first),
+//     or less in a store without room for it (makeLogs);
 //   - in time: MaxAge = Retention + logAgeMargin(cfg). A chunk is written while its
 //     job runs, so it outlives the job's record by at most the margin (and readers ask
 //     for the job first: an expired job has no log); and it lasts as long as the record
@@ -71,9 +74,31 @@ func openLogs(ctx context.Context, nc *nats.Conn, cfg *Config) {
 	}
 	js, err := jetstream.New(nc)
 	if err == nil {
-		_, err = js.CreateOrUpdateStream(ctx, logStreamConfig(cfg))
+		err = makeLogs(ctx, js, logStreamConfig(cfg), cfg)
 	}
 	if err != nil {
 		cfg.Logger.Warn("job logs are not kept: cannot make their stream", "stream", protocol.LogsStream, "err", fmt.Errorf("%w", err))
 	}
+}
+
+// makeLogs makes the logs stream sc. JetStream reserves a stream's MaxBytes in its
+// store when it makes it, and refuses a stream bigger than the room left (a small
+// --nats-max-store or disk): then the logs take a quarter of the most that fits (found
+// by halving), so that chatty jobs cannot fill the store the jobs themselves need.
+func makeLogs(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig, cfg *Config) error {
+	want := sc.MaxBytes
+	_, err := js.CreateOrUpdateStream(ctx, sc)
+	for StoreFull(err) && sc.MaxBytes/8 >= protocol.MaxLogBytesPerJob {
+		sc.MaxBytes /= 2
+		_, err = js.CreateOrUpdateStream(ctx, sc)
+	}
+	if err != nil || sc.MaxBytes == want {
+		return err
+	}
+	sc.MaxBytes /= 4
+	if _, err := js.UpdateStream(ctx, sc); err != nil {
+		return err
+	}
+	cfg.Logger.Info("job logs capped below their default: the store has no room for it", "stream", protocol.LogsStream, "max_bytes", sc.MaxBytes, "default", want)
+	return nil
 }

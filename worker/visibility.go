@@ -39,7 +39,9 @@ func Progress(ctx context.Context, fraction float64, message string) {
 
 // Logger is the running attempt's logger: its records, JSON lines with their
 // attributes (the job's structured output), are kept with the job, the last
-// protocol.MaxLogBytesPerJob of them, and stream to `jobbus logs ID --follow` and the
+// protocol.LogChunksPerJob chunks of them (a chunk is what the worker ships at once,
+// at most every 200 ms: at most protocol.MaxLogBytesPerJob, and one record a chunk
+// for a handler that logs a line at a time), and stream to `jobbus logs ID --follow` and the
 // dashboard while the job runs. A handler that logs faster than the worker ships
 // (LogBytesPerSecond) loses lines, with a marker saying how many; nothing else slows
 // down. Without a running attempt in ctx it discards.

@@ -506,7 +506,7 @@ async function loadLogs() {
     for (const r of page.records) {
       const want = log.chunks.has(r.attempt) ? log.chunks.get(r.attempt) : 0;
       if (r.chunk > want) {
-        pre.append(el("span", { class: "marker" }, "… " + (r.chunk - want) + " older log chunks of attempt " + r.attempt + " dropped (a job keeps its last 1 MiB)\n"));
+        pre.append(el("span", { class: "marker" }, "… " + (r.chunk - want) + " older log chunks of attempt " + r.attempt + " dropped (a job keeps its last 64 chunks, at most 1 MiB)\n"));
       }
       log.chunks.set(r.attempt, Math.max(want, r.chunk + 1));
       pre.append(logLine(r.record, r.attempt));
