@@ -436,7 +436,7 @@ func (sch *schedules) add(spec protocol.ScheduleSpec) protocol.Message {
 		if errors.Is(err, errControlChanged) {
 			return protocol.ScheduleExists(spec.Name)
 		}
-		return scheduleNotStored(spec.Name, err)
+		return scheduleNotStored(spec.Name, "stored", err)
 	}
 	sch.mu.Lock()
 	e.rev = rev
@@ -483,14 +483,15 @@ func (sch *schedules) adopt(c *control, spec protocol.ScheduleSpec) protocol.Mes
 	return settled{&protocol.ScheduleInfo{Schedule: sch.view(e)}}
 }
 
-// scheduleNotStored answers a write of schedule name that failed: not known to have
-// landed ("Outcome unknown": sending it again is safe), or not stored.
-func scheduleNotStored(name string, err error) *protocol.Error {
+// scheduleNotStored answers a write of schedule name that failed (done: "stored",
+// "removed"): not known to have landed ("Outcome unknown": sending it again is safe),
+// or not done.
+func scheduleNotStored(name, done string, err error) *protocol.Error {
 	if errors.Is(err, errControlUnknown) {
-		return &protocol.Error{Message: fmt.Sprintf("%sschedule %s may or may not be stored (%v): jobbus schedule ls tells, and sending it again is safe",
-			protocol.OutcomeUnknownPrefix, name, err)}
+		return &protocol.Error{Message: fmt.Sprintf("%sschedule %s may or may not be %s (%v): jobbus schedule ls tells, and sending it again is safe",
+			protocol.OutcomeUnknownPrefix, name, done, err)}
 	}
-	return &protocol.Error{Message: fmt.Sprintf("schedule %s was not stored: %v", name, err)}
+	return &protocol.Error{Message: fmt.Sprintf("schedule %s was not %s: %v", name, done, err)}
 }
 
 // checkSubmission refuses a schedule whose submissions would be refused: as a
@@ -547,7 +548,7 @@ func (sch *schedules) changeLocked(e *schedEntry, name string, pause bool) proto
 		next.SinceMillis = sch.s.now().UnixMilli()
 	}
 	if err := sch.write(e, next); err != nil {
-		return scheduleNotStored(name, err)
+		return scheduleNotStored(name, "stored", err)
 	}
 	if pause {
 		sch.disarm(e)
@@ -570,10 +571,7 @@ func (sch *schedules) removeLocked(e *schedEntry, name string) protocol.Message 
 	ctx, cancel := context.WithTimeout(sch.ctx, scheduleIOTimeout)
 	defer cancel()
 	if _, err := writeControl(ctx, sch.controls(), protocol.SchedulePrefix+name, nil, 0); err != nil {
-		if errors.Is(err, errControlUnknown) {
-			return scheduleNotStored(name, err) // its removal, that is
-		}
-		return &protocol.Error{Message: fmt.Sprintf("schedule %s was not removed: %v", name, err)}
+		return scheduleNotStored(name, "removed", err)
 	}
 	was := sch.view(e)
 	sch.disarm(e)

@@ -132,6 +132,9 @@ func TestScheduleWriteOfUnknownOutcome(t *testing.T) {
 	_, err = cl.RemoveSchedule(ctx, "a")
 	lose.Store(false)
 	unknown("remove", err)
+	if !strings.Contains(err.Error(), "may or may not be removed") {
+		t.Fatalf("the removal's answer %q does not say it is the removal that is in doubt", err)
+	}
 	if stored("a") {
 		t.Fatal("the removal did not land: the fault is not the one meant")
 	}
