@@ -235,7 +235,18 @@ func delayedJobComingDueWhileCreated(t *testing.T, fail bool) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no answer to the submission")
 	}
+	// The answer goes before the job is armed (stored) or dropped (giveUp): wait for
+	// that, or the clock could pass the due time before the job has its timer.
 	s.settle()
+	eventuallyTrue(t, "the create's outcome taken in", func() bool {
+		s.sched.mu.Lock()
+		defer s.sched.mu.Unlock()
+		j := s.sched.jobs[st.id]
+		if fail {
+			return j == nil
+		}
+		return j != nil && j.answer == nil
+	})
 	s.sweep(time.Minute) // its time comes
 	if !fail {
 		if a := s.assigned("w"); a.JobID != st.id {
