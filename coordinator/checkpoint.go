@@ -31,9 +31,13 @@ import (
 // one that wrote it: a deposed leader's checkpoint, or one older than a term that wrote
 // none, is ignored, as after a fence, when memory was not the truth.
 
+// checkpointMagic begins a checkpoint. It was jobbus-index-2 before checkpoints listed
+// far SCHEDULED jobs holding a unique key as jobs to read whole: such a checkpoint,
+// left by an older release, is not read (recovery reads every record's headers once),
+// since it would hide those jobs' keys.
 const (
 	checkpointObject    = "index"
-	checkpointMagic     = "jobbus-index-2\n"
+	checkpointMagic     = "jobbus-index-3\n"
 	minCheckpointWrites = 50_000
 )
 

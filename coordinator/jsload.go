@@ -154,6 +154,11 @@ func readHead(id string, h nats.Header, meta *jetstream.MsgMetadata) (head, bool
 	expires, _ := strconv.ParseInt(h.Get(protocol.HeaderExpires), 10, 64)
 	until, _ := strconv.ParseInt(h.Get(protocol.HeaderUniqueUntil), 10, 64)
 	due, _ := strconv.ParseInt(h.Get(protocol.HeaderRunAt), 10, 64)
+	if st == protocol.StateScheduled && h.Get(protocol.HeaderUniqueUntil) == "" {
+		// Written by a release before SCHEDULED records said whether they hold a unique
+		// key: it may hold one until it is due, so its record is read whole.
+		until = due
+	}
 	return head{id: id, seq: seq, state: st, at: meta.Timestamp, expires: expires, uniqueUntil: until, due: due}, true
 }
 

@@ -48,7 +48,7 @@ func (s *jsStore) buildRecordMsg(r *recordMessage, w *pendingWrite, reply []byte
 		b = strconv.AppendInt(b, w.expires, 10)
 	}
 	ends[3] = len(b)
-	if w.uniqueUntil > 0 {
+	if w.uniqueUntil > 0 || w.state == protocol.StateScheduled {
 		b = strconv.AppendInt(b, w.uniqueUntil, 10)
 	}
 	ends[4] = len(b)
@@ -77,7 +77,10 @@ func (s *jsStore) buildRecordMsg(r *recordMessage, w *pendingWrite, reply []byte
 		set(jetstream.MsgTTLHeader, s.ttlText(w.ttl))
 		set(protocol.HeaderExpires, part(3))
 	}
-	if w.uniqueUntil > 0 { // a COMPLETED or SCHEDULED job holding a unique key (unique.go)
+	// A COMPLETED or SCHEDULED job holding a unique key (unique.go); a SCHEDULED one
+	// holding none says 0, so that recovery tells it from the record of a release
+	// before the header, which it must read whole (readHead).
+	if w.uniqueUntil > 0 || w.state == protocol.StateScheduled {
 		set(protocol.HeaderUniqueUntil, part(4))
 	}
 	if w.runAt != 0 { // a SCHEDULED job's due time (delayed.go)

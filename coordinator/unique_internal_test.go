@@ -2,9 +2,13 @@ package coordinator
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
@@ -146,5 +150,75 @@ func TestUniqueForEndsWithItsWindow(t *testing.T) {
 	}
 	if got := s.accepted(unique(60_000)); got != second {
 		t.Fatalf("the new job holds the key: got %s, want %s", got, second)
+	}
+}
+
+// TestUniqueScheduledOfAnOlderRelease: a unique job SCHEDULED beyond the schedule window
+// by a release before its record carried Jobbus-Unique-Until keeps its key once a newer
+// coordinator runs on the store, whether recovery reads that release's checkpoint or
+// every record's headers. Its record was known by its head only, so after an upgrade
+// the same work submitted again made a second job.
+func TestUniqueScheduledOfAnOlderRelease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	nc, cfg, logs, start := restartable(t)
+	cl := client.New(nc)
+	dueLater := func() string {
+		t.Helper()
+		id, err := cl.Submit(ctx, "WORD_COUNT", map[string]string{"text": "due later"}, client.UniqueWhileActive(), client.RunIn(time.Hour))
+		must(t, err)
+		return id
+	}
+	c := start(cfg)
+	scheduled := dueLater()
+	must(t, c.Close())
+
+	// The store as the older release left it: the record without the header, the
+	// checkpoint (of that release's format) naming the job by its head.
+	js, err := jetstream.New(nc)
+	must(t, err)
+	stream, err := js.Stream(ctx, "KV_"+protocol.JobsBucket)
+	must(t, err)
+	m, err := stream.GetLastMsgForSubject(ctx, jobsSubjects+scheduled)
+	must(t, err)
+	old := nats.NewMsg(m.Subject)
+	old.Data = m.Data
+	for _, k := range []string{protocol.HeaderSeq, protocol.HeaderState, protocol.HeaderRunAt} {
+		old.Header.Set(k, m.Header.Get(k))
+	}
+	_, err = js.PublishMsg(ctx, old)
+	must(t, err)
+	ckpts, err := openCheckpoints(ctx, js, 1)
+	must(t, err)
+	data, err := ckpts.GetBytes(ctx, checkpointObject)
+	must(t, err)
+	term, _, heads, err := decodeCheckpoint(data)
+	must(t, err)
+	info, err := stream.Info(ctx)
+	must(t, err)
+	var r protocol.Record
+	must(t, json.Unmarshal(m.Data, &r))
+	for i := range heads {
+		if heads[i].id == scheduled {
+			heads[i] = head{seq: heads[i].seq, id: scheduled, state: protocol.StateScheduled, due: r.RunAt}
+		}
+	}
+	oldCkpt := encodeCheckpoint(term, info.State.LastSeq, heads)
+	oldCkpt = append([]byte("jobbus-index-2\n"), oldCkpt[len(checkpointMagic):]...)
+	_, err = ckpts.PutBytes(ctx, checkpointObject, oldCkpt)
+	must(t, err)
+	logs.Take()
+
+	c = start(cfg)
+	if got := dueLater(); got != scheduled {
+		t.Fatalf("after an upgrade: the job SCHEDULED an hour ahead is %s, a resubmission got %s", scheduled, got)
+	}
+	must(t, c.Close())
+
+	full := cfg
+	full.fullRecovery = true
+	start(full)
+	if got := dueLater(); got != scheduled {
+		t.Fatalf("from every record's headers: the job SCHEDULED an hour ahead is %s, a resubmission got %s", scheduled, got)
 	}
 }
