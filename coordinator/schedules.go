@@ -410,13 +410,7 @@ func (sch *schedules) add(spec protocol.ScheduleSpec) protocol.Message {
 	e := &schedEntry{spec: ts, sc: protocol.Schedule{ScheduleSpec: spec, CreatedAtMillis: now, SinceMillis: now}}
 	e.op.Lock()
 	defer e.op.Unlock()
-	sch.mu.Lock()
-	_, taken := sch.byName[spec.Name]
-	if !taken {
-		sch.byName[spec.Name] = e
-	}
-	sch.mu.Unlock()
-	if taken {
+	if !sch.claim(spec.Name, e) {
 		return protocol.ScheduleExists(spec.Name)
 	}
 	data, _ := json.Marshal(e.sc)
@@ -447,6 +441,18 @@ func (sch *schedules) add(spec protocol.ScheduleSpec) protocol.Message {
 	return settled{&protocol.ScheduleInfo{Schedule: sch.view(e)}}
 }
 
+// claim enters e as schedule name, unless a schedule has that name already; it
+// reports whether it did.
+func (sch *schedules) claim(name string, e *schedEntry) bool {
+	sch.mu.Lock()
+	defer sch.mu.Unlock()
+	if _, taken := sch.byName[name]; taken {
+		return false
+	}
+	sch.byName[name] = e
+	return true
+}
+
 // adopt takes on the schedule stored as c, which an add of spec found there: it is
 // added as it is stored, and the add is answered as done if it asked for the same
 // schedule, else refused as a name in use.
@@ -462,13 +468,7 @@ func (sch *schedules) adopt(c *control, spec protocol.ScheduleSpec) protocol.Mes
 	e := &schedEntry{sc: sc, rev: c.rev, spec: ts}
 	e.op.Lock()
 	defer e.op.Unlock()
-	sch.mu.Lock()
-	_, taken := sch.byName[sc.Name]
-	if !taken {
-		sch.byName[sc.Name] = e
-	}
-	sch.mu.Unlock()
-	if taken {
+	if !sch.claim(sc.Name, e) {
 		return protocol.ScheduleExists(spec.Name)
 	}
 	if !sc.Paused {
