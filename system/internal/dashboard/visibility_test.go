@@ -2,13 +2,16 @@ package dashboard_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/coordinator"
 	"github.com/jobbus/jobbus/internal/jobbustest"
 	"github.com/jobbus/jobbus/internal/testkit"
 	"github.com/jobbus/jobbus/worker"
@@ -90,6 +93,38 @@ func TestJobLogsAPI(t *testing.T) {
 	}
 	if code := getJSON(t, s.url+"/api/jobs/no.such/logs", &page); code != http.StatusNotFound {
 		t.Fatalf("logs of a bad id: %d, want 404", code)
+	}
+}
+
+// TestJobLogsAPIOfAnExpiredJob: once a job has expired, its log is not served (it
+// outlives the record by the logs stream's margin): 404, as the job page and `jobbus
+// logs` answer Unknown job.
+func TestJobLogsAPIOfAnExpiredJob(t *testing.T) {
+	t.Parallel()
+	s := start(t, false, nil, jobbustest.WithCoordinatorConfig(func(c *coordinator.Config) { c.Retention = time.Second }))
+	release := startChatty(t, s)
+	release()
+	id := s.submit(t, "CHATTY", chattyArgs{Steps: 1})
+	if j, err := s.cl.Wait(context.Background(), id); err != nil || j.State != protocol.StateCompleted {
+		t.Fatalf("job: %+v %v", j, err)
+	}
+	var page struct {
+		Records []json.RawMessage `json:"records"`
+	}
+	if code := getJSON(t, s.url+"/api/jobs/"+id+"/logs", &page); code != http.StatusOK || len(page.Records) != 2 {
+		t.Fatalf("logs of the finished job: %d %s", code, page.Records)
+	}
+	var e struct {
+		Error string `json:"error"`
+	}
+	testkit.Eventually(t, waitFor, "the job expired", func() bool {
+		_, err := s.cl.Status(context.Background(), id)
+		return err != nil && strings.Contains(err.Error(), "Unknown job") &&
+			getJSON(t, s.url+"/api/jobs/"+id, &e) == http.StatusNotFound
+	})
+	var logs map[string]any
+	if code := getJSON(t, s.url+"/api/jobs/"+id+"/logs", &logs); code != http.StatusNotFound || !strings.Contains(fmt.Sprint(logs["error"]), "Unknown job") {
+		t.Fatalf("logs of the expired job: %d %v, want 404 Unknown job", code, logs)
 	}
 }
 
