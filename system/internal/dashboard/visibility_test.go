@@ -155,3 +155,35 @@ func TestJobPageShowsProgressAndLiveLog(t *testing.T) {
 	}
 	tb.noConsoleErrors()
 }
+
+// TestJobPageLoadsTheLogOnceMoreWhenTheJobEnds: a log poll still in flight when the
+// page sees the job complete must not cost the log its last records. The page's fetch
+// of the log is held (answered with what was stored before the job ended) until the
+// page shows COMPLETED, so the refresh that saw the end found a load in flight.
+func TestJobPageLoadsTheLogOnceMoreWhenTheJobEnds(t *testing.T) {
+	browser := startBrowser(t)
+	s := start(t, false, nil)
+	release := startChatty(t, s)
+	id := s.submit(t, "CHATTY", chattyArgs{Steps: 2})
+
+	tb := openTab(t, browser, s.url, screenshotDir(t))
+	tb.open("#/job/" + id)
+	tb.until("the log growing live", `document.getElementById("j-log").textContent.includes("step=2")`)
+	// The next log fetch is sent, and its answer kept from the page until let go.
+	tb.eval(`(() => {
+		const fetch0 = window.fetch;
+		window.__held = [];
+		window.fetch = (url, opts) => {
+			const p = fetch0(url, opts);
+			if (!String(url).includes("/logs?") || window.__held.length) return p;
+			return new Promise((resolve) => window.__held.push(() => resolve(p)));
+		};
+		return "";
+	})()`)
+	tb.until("a log fetch in flight", `window.__held.length === 1`)
+	release()
+	tb.until("the page to show COMPLETED", `document.querySelector('[data-field="state"] .COMPLETED') !== null`)
+	tb.eval(`(window.__held[0](), "")`)
+	tb.until("the last log record", `document.getElementById("j-log").textContent.includes("finished")`)
+	tb.noConsoleErrors()
+}
