@@ -94,9 +94,14 @@ const (
 
 // Headers of a log chunk: the attempt that wrote it, and its number among that
 // attempt's chunks (from 0), so that a reader can tell that older chunks were dropped.
+// HeaderLogFinal marks an attempt's last chunk, which the worker ships once the
+// handler has returned (empty when it had nothing left), for an attempt that logged:
+// a job cancelled, or whose deadline passed, ends before its handler returns, and a
+// follower waits for this chunk to hand what the handler logged meanwhile.
 const (
 	HeaderLogAttempt = "Jobbus-Log-Attempt"
 	HeaderLogChunk   = "Jobbus-Log-Chunk"
+	HeaderLogFinal   = "Jobbus-Log-Final"
 )
 
 // LogSubject is the subject of job id's log.
