@@ -24,7 +24,9 @@ func logsCommand() *cli.Command {
 		Description: `Prints what the job's handlers wrote with worker.Logger(ctx): one line per record, oldest
 first (a job keeps its last 64 chunks, a chunk being what its worker shipped at once,
 at most every 200 ms: at most 1 MiB; a marker says where older records were dropped).
-With --follow it goes on printing while the job runs and returns once it has ended.
+With --follow it goes on printing while the job runs and returns once it has ended (a
+job cancelled, or past its deadline, ends before its handler returns: --follow waits at
+most 2 s more for what the handler logs as it stops).
 With --json it prints each record as the worker wrote it (slog's JSON).
 Logs are read from JetStream over NATS (stream JOBBUS_LOGS, subject jobbus.logs.ID).
 

@@ -49,12 +49,21 @@ var ErrNoLogs = errors.New("no job logs are kept (stream " + protocol.LogsStream
 // logPoll is how often a followed log is read again.
 const logPoll = 200 * time.Millisecond
 
+// logGrace is how long a follow goes on reading after the job ended, for the last
+// chunk of an attempt whose handler had not returned: a job cancelled, or whose
+// deadline passed, ends at once, and its handler may log while it stops. A worker
+// that is gone, or older than the last-chunk mark, costs a follow this much at its end.
+const logGrace = 2 * time.Second
+
 // Logs hands fn job id's log records in order, oldest first. Without follow it
 // returns once it has handed what is stored; with follow it goes on handing new
 // records as the job's worker writes them, and returns once the job has ended and
-// every record it wrote was handed (a worker stores an attempt's log before its
-// result), or when ctx ends or fn fails. It needs a NATS client (New): the logs are
-// in JetStream, stream protocol.LogsStream, subject protocol.LogSubject(id).
+// every record it wrote was handed, or when ctx ends or fn fails. A worker stores an
+// attempt's log before its result, and marks its last chunk when the handler returns
+// (protocol.HeaderLogFinal): after the job ended, a follow waits for the last chunk of
+// each attempt it read, at most logGrace, for what a cancelled or overrun handler logs
+// as it stops. It needs a NATS client (New): the logs are in JetStream, stream
+// protocol.LogsStream, subject protocol.LogSubject(id).
 func (c *Client) Logs(ctx context.Context, id string, follow bool, fn func(LogRecord) error) error {
 	n, ok := c.tr.(*natsTransport)
 	if !ok {
@@ -75,13 +84,16 @@ func (c *Client) Logs(ctx context.Context, id string, follow bool, fn func(LogRe
 	if err != nil {
 		return fmt.Errorf("job logs: %w", causeOf(ctx, err))
 	}
-	r := logReader{stream: stream, subject: protocol.LogSubject(id), next: 1, chunks: map[int]int{}}
-	ended := !follow || job.State.Terminal()
+	r := logReader{stream: stream, subject: protocol.LogSubject(id), next: 1, chunks: map[int]int{}, open: map[int]bool{}}
+	var endedAt time.Time
+	if job.State.Terminal() {
+		endedAt = time.Now()
+	}
 	for {
 		if err := r.drain(ctx, fn); err != nil {
 			return err
 		}
-		if ended {
+		if !follow || !endedAt.IsZero() && (len(r.open) == 0 || time.Since(endedAt) >= logGrace) {
 			return nil
 		}
 		select {
@@ -89,13 +101,18 @@ func (c *Client) Logs(ctx context.Context, id string, follow bool, fn func(LogRe
 			return ctx.Err()
 		case <-time.After(logPoll):
 		}
-		// Ended is read before the last drain: whatever it stored before it ended
-		// is read then.
+		if !endedAt.IsZero() {
+			continue
+		}
+		// The end is read before the next drain: whatever the job stored before it
+		// ended is read then.
 		job, err := c.Status(ctx, id)
 		if err != nil {
 			return err
 		}
-		ended = job.State.Terminal()
+		if job.State.Terminal() {
+			endedAt = time.Now()
+		}
 	}
 }
 
@@ -104,7 +121,8 @@ type logReader struct {
 	stream  jetstream.Stream
 	subject string
 	next    uint64
-	chunks  map[int]int // attempt -> the next chunk number expected
+	chunks  map[int]int  // attempt -> the next chunk number expected
+	open    map[int]bool // attempts read without their last chunk (protocol.HeaderLogFinal)
 }
 
 // drain hands fn every record stored from r.next on.
@@ -136,6 +154,11 @@ func (r *logReader) chunk(h nats.Header, data []byte, fn func(LogRecord) error) 
 		}
 	}
 	r.chunks[attempt] = n + 1
+	if h.Get(protocol.HeaderLogFinal) != "" {
+		delete(r.open, attempt)
+	} else {
+		r.open[attempt] = true
+	}
 	for len(data) > 0 {
 		line, rest, _ := bytes.Cut(data, []byte{'\n'})
 		data = rest

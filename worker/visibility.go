@@ -295,21 +295,24 @@ func (l *logShipper) run() {
 		select {
 		case <-l.wake:
 		case <-l.stop:
-			l.flush()
+			l.flush(true)
 			return
 		}
-		l.flush()
+		l.flush(false)
 		select { // at most one flush every logFlushEvery: a flood costs only its own lines
 		case <-time.After(logFlushEvery):
 		case <-l.stop:
-			l.flush()
+			l.flush(true)
 			return
 		}
 	}
 }
 
-// flush publishes what is buffered, in chunks that end at a record's end.
-func (l *logShipper) flush() {
+// flush publishes what is buffered, in chunks that end at a record's end. The final
+// flush, once the handler returned, marks its last chunk (an empty one when nothing
+// is left) protocol.HeaderLogFinal: a follower of a job that ended before its handler
+// returned waits for it.
+func (l *logShipper) flush(final bool) {
 	l.mu.Lock()
 	data := bytes.Clone(l.buf.Bytes())
 	l.buf.Reset()
@@ -322,7 +325,7 @@ func (l *logShipper) flush() {
 	if err != nil {
 		return
 	}
-	for len(data) > 0 {
+	for len(data) > 0 || final {
 		cut := len(data)
 		if cut > protocol.LogChunkBytes {
 			cut = bytes.LastIndexByte(data[:protocol.LogChunkBytes], '\n') + 1
@@ -335,6 +338,10 @@ func (l *logShipper) flush() {
 		msg.Header.Set(protocol.HeaderLogChunk, strconv.Itoa(l.chunk))
 		l.chunk++
 		data = data[cut:]
+		if final && len(data) == 0 {
+			msg.Header.Set(protocol.HeaderLogFinal, "1")
+			final = false
+		}
 		ctx, cancel := context.WithTimeout(l.w.sendCtx, logPublishTimeout)
 		_, err := js.PublishMsg(ctx, msg)
 		cancel()

@@ -27,6 +27,9 @@ type logArgs struct {
 	Lines       int  `json:"lines"`
 	Hold        bool `json:"hold,omitempty"`
 	FloodMillis int  `json:"floodMillis,omitempty"` // then logs as fast as it can for this long
+	// CleanupMillis: a held job cancelled logs "cleaning up", takes this long, and
+	// logs "cleaned up" before it returns.
+	CleanupMillis int `json:"cleanupMillis,omitempty"`
 }
 
 // visibilitySetup starts a system with a worker serving LOGGER, whose held jobs wait
@@ -51,6 +54,11 @@ func visibilitySetup(t *testing.T) (*jobbustest.System, *client.Client, func()) 
 				select {
 				case <-release:
 				case <-ctx.Done():
+					if a.CleanupMillis > 0 {
+						log.Warn("cleaning up")
+						time.Sleep(time.Duration(a.CleanupMillis) * time.Millisecond) // the handler's work, not a wait for the test
+						log.Warn("cleaned up")
+					}
 					return "", ctx.Err()
 				}
 				log.Warn("released")
@@ -145,6 +153,76 @@ func TestJobLogsFollowEndsWithTheJob(t *testing.T) {
 	}
 	if msg := <-records; msg != "released" {
 		t.Fatalf("last record %q, want released", msg)
+	}
+}
+
+// TestJobLogsFollowWaitsForACancelledHandler: the job ends when it is cancelled, but
+// its handler goes on to clean up, and logs while it does: a follow hands those
+// records too, as it waits for the attempt's last chunk (the worker ships it when the
+// handler returns).
+func TestJobLogsFollowWaitsForACancelledHandler(t *testing.T) {
+	t.Parallel()
+	sys, cl, _ := visibilitySetup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	id, err := cl.Submit(ctx, "LOGGER", logArgs{Lines: 1, Hold: true, CleanupMillis: 500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	records := make(chan string, 100)
+	done := make(chan error, 1)
+	go func() {
+		done <- cl.Logs(ctx, id, true, func(r client.LogRecord) error {
+			_, _, msg := r.Fields()
+			records <- msg
+			return nil
+		})
+	}()
+	select {
+	case msg := <-records:
+		if msg != "step" {
+			t.Fatalf("first record %q, want step", msg)
+		}
+	case err := <-done:
+		t.Fatalf("follow ended while the job runs: %v", err)
+	case <-ctx.Done():
+		t.Fatal("no record while the job runs")
+	}
+	if ok, _, err := cl.Cancel(ctx, id); err != nil || !ok {
+		t.Fatalf("cancel: %v %v", ok, err)
+	}
+	start := time.Now()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("follow: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("follow did not end")
+	}
+	close(records)
+	var got []string
+	for msg := range records {
+		got = append(got, msg)
+	}
+	if strings.Join(got, ",") != "cleaning up,cleaned up" {
+		t.Fatalf("records after the cancel %q (follow ended %v after it), want the handler's cleanup", got, time.Since(start))
+	}
+	// What the follow waited for, rather than its grace: the attempt's last chunk.
+	js, err := jetstream.New(sys.NC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(ctx, protocol.LogsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := stream.GetLastMsgForSubject(ctx, protocol.LogSubject(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last.Header.Get(protocol.HeaderLogFinal) == "" || last.Header.Get(protocol.HeaderLogAttempt) != "1" {
+		t.Fatalf("the log's last chunk has headers %v, want attempt 1's last (%s)", last.Header, protocol.HeaderLogFinal)
 	}
 }
 

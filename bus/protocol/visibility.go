@@ -81,8 +81,9 @@ func ClampProgress(f float64) float64 {
 // LogChunksPerJob chunks of each job (MaxMsgsPerSubject, oldest dropped first), so a
 // job keeps about its last MaxLogBytesPerJob of log, whatever its handler writes; and
 // as a whole it keeps at most its configured bytes (oldest jobs' logs dropped first).
-// A job's log is purged when the coordinator forgets the job (retention), and the
-// stream's MaxAge bounds what a purge missed.
+// Nothing purges a job's log when the coordinator forgets the job: the stream's MaxAge
+// (the retention and a margin) removes it, and until then readers ask for the job
+// first, so that an expired job shows no log.
 const (
 	LogsStream        = "JOBBUS_LOGS"
 	LogSubjectPrefix  = "jobbus.logs."
@@ -93,9 +94,14 @@ const (
 
 // Headers of a log chunk: the attempt that wrote it, and its number among that
 // attempt's chunks (from 0), so that a reader can tell that older chunks were dropped.
+// HeaderLogFinal marks an attempt's last chunk, which the worker ships once the
+// handler has returned (empty when it had nothing left), for an attempt that logged:
+// a job cancelled, or whose deadline passed, ends before its handler returns, and a
+// follower waits for this chunk to hand what the handler logged meanwhile.
 const (
 	HeaderLogAttempt = "Jobbus-Log-Attempt"
 	HeaderLogChunk   = "Jobbus-Log-Chunk"
+	HeaderLogFinal   = "Jobbus-Log-Final"
 )
 
 // LogSubject is the subject of job id's log.

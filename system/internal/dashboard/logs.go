@@ -34,14 +34,12 @@ const logChunksPerPage = protocol.LogChunksPerJob
 
 // jobLogs serves GET /api/jobs/{id}/logs?after=SEQ: the job's log chunks stored after
 // stream sequence SEQ (0: from the oldest kept), read with direct gets by subject, so
-// the page polls it while the job runs without a consumer on the server.
+// the page polls it while the job runs without a consumer on the server. The job is
+// read first, as `jobbus logs` asks for it: a log outlives its job's record by the
+// logs stream's margin, and an expired job is unknown, its log with it.
 func (s *Server) jobLogs(w http.ResponseWriter, r *http.Request) {
 	s.touch()
 	id := r.PathValue("id")
-	if !protocol.IsRecordKey(id) {
-		writeError(w, http.StatusNotFound, "Unknown job: %s", id)
-		return
-	}
 	after, err := strconv.ParseUint(r.URL.Query().Get("after"), 10, 64)
 	if r.URL.Query().Get("after") != "" && err != nil {
 		writeError(w, http.StatusBadRequest, "after must be a stream sequence, got %q", r.URL.Query().Get("after"))
@@ -49,6 +47,15 @@ func (s *Server) jobLogs(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
+	_, err = s.record(ctx, id)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrInvalidKey), errors.Is(err, jetstream.ErrKeyDeleted):
+		writeError(w, http.StatusNotFound, "Unknown job: %s", id)
+		return
+	case err != nil:
+		writeError(w, http.StatusBadGateway, "read job %s: %v", id, err)
+		return
+	}
 	page := logPage{Records: []logLine{}, Next: after}
 	stream, err := s.js.Stream(ctx, protocol.LogsStream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {

@@ -2,13 +2,16 @@ package dashboard_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/coordinator"
 	"github.com/jobbus/jobbus/internal/jobbustest"
 	"github.com/jobbus/jobbus/internal/testkit"
 	"github.com/jobbus/jobbus/worker"
@@ -93,6 +96,38 @@ func TestJobLogsAPI(t *testing.T) {
 	}
 }
 
+// TestJobLogsAPIOfAnExpiredJob: once a job has expired, its log is not served (it
+// outlives the record by the logs stream's margin): 404, as the job page and `jobbus
+// logs` answer Unknown job.
+func TestJobLogsAPIOfAnExpiredJob(t *testing.T) {
+	t.Parallel()
+	s := start(t, false, nil, jobbustest.WithCoordinatorConfig(func(c *coordinator.Config) { c.Retention = time.Second }))
+	release := startChatty(t, s)
+	release()
+	id := s.submit(t, "CHATTY", chattyArgs{Steps: 1})
+	if j, err := s.cl.Wait(context.Background(), id); err != nil || j.State != protocol.StateCompleted {
+		t.Fatalf("job: %+v %v", j, err)
+	}
+	var page struct {
+		Records []json.RawMessage `json:"records"`
+	}
+	if code := getJSON(t, s.url+"/api/jobs/"+id+"/logs", &page); code != http.StatusOK || len(page.Records) != 2 {
+		t.Fatalf("logs of the finished job: %d %s", code, page.Records)
+	}
+	var e struct {
+		Error string `json:"error"`
+	}
+	testkit.Eventually(t, waitFor, "the job expired", func() bool {
+		_, err := s.cl.Status(context.Background(), id)
+		return err != nil && strings.Contains(err.Error(), "Unknown job") &&
+			getJSON(t, s.url+"/api/jobs/"+id, &e) == http.StatusNotFound
+	})
+	var logs map[string]any
+	if code := getJSON(t, s.url+"/api/jobs/"+id+"/logs", &logs); code != http.StatusNotFound || !strings.Contains(fmt.Sprint(logs["error"]), "Unknown job") {
+		t.Fatalf("logs of the expired job: %d %v, want 404 Unknown job", code, logs)
+	}
+}
+
 // TestJobPageShowsProgressAndLiveLog: the job page of a running job shows its
 // handler's progress as a bar and its log as it is written, without a reload, and the
 // last of both once it completed.
@@ -118,5 +153,37 @@ func TestJobPageShowsProgressAndLiveLog(t *testing.T) {
 	if got := tb.eval(`window.__notReloaded`); got != "yes" {
 		t.Errorf("the page reloaded (marker %q)", got)
 	}
+	tb.noConsoleErrors()
+}
+
+// TestJobPageLoadsTheLogOnceMoreWhenTheJobEnds: a log poll still in flight when the
+// page sees the job complete must not cost the log its last records. The page's fetch
+// of the log is held (answered with what was stored before the job ended) until the
+// page shows COMPLETED, so the refresh that saw the end found a load in flight.
+func TestJobPageLoadsTheLogOnceMoreWhenTheJobEnds(t *testing.T) {
+	browser := startBrowser(t)
+	s := start(t, false, nil)
+	release := startChatty(t, s)
+	id := s.submit(t, "CHATTY", chattyArgs{Steps: 2})
+
+	tb := openTab(t, browser, s.url, screenshotDir(t))
+	tb.open("#/job/" + id)
+	tb.until("the log growing live", `document.getElementById("j-log").textContent.includes("step=2")`)
+	// The next log fetch is sent, and its answer kept from the page until let go.
+	tb.eval(`(() => {
+		const fetch0 = window.fetch;
+		window.__held = [];
+		window.fetch = (url, opts) => {
+			const p = fetch0(url, opts);
+			if (!String(url).includes("/logs?") || window.__held.length) return p;
+			return new Promise((resolve) => window.__held.push(() => resolve(p)));
+		};
+		return "";
+	})()`)
+	tb.until("a log fetch in flight", `window.__held.length === 1`)
+	release()
+	tb.until("the page to show COMPLETED", `document.querySelector('[data-field="state"] .COMPLETED') !== null`)
+	tb.eval(`(window.__held[0](), "")`)
+	tb.until("the last log record", `document.getElementById("j-log").textContent.includes("finished")`)
 	tb.noConsoleErrors()
 }

@@ -479,7 +479,10 @@ function renderProgress(j) {
 // ---- the job's log: polled while the job page shows an active job ----
 
 const LOG_LINES = 5000; // the page keeps the newest this many
-const log = { jobId: "", next: 0, chunks: new Map(), busy: false };
+// again: a load was asked for while one was in flight, whose answer may be older than
+// what the caller saw (the job's end): it runs once that one is done, or a finished
+// job, no longer polled, would miss its last records.
+const log = { jobId: "", next: 0, chunks: new Map(), busy: false, again: false };
 
 function logLine(rec, attempt) {
   const t = rec.time ? new Date(rec.time).toLocaleTimeString([], { hour12: false }) + "." + String(new Date(rec.time).getMilliseconds()).padStart(3, "0") : "            ";
@@ -491,7 +494,7 @@ function logLine(rec, attempt) {
 
 async function loadLogs() {
   const id = ui.jobId;
-  if (log.busy) return;
+  if (log.busy) { log.again = true; return; }
   if (log.jobId !== id) {
     log.jobId = id; log.next = 0; log.chunks = new Map();
     $("j-log").replaceChildren(el("span", { class: "muted" }, "no log records\n"));
@@ -518,6 +521,7 @@ async function loadLogs() {
     $("j-log-note").textContent = "(log unavailable: " + e.message + ")";
   } finally {
     log.busy = false;
+    if (log.again) { log.again = false; loadLogs(); }
   }
 }
 
