@@ -62,7 +62,12 @@ type controlStore interface {
 // timeout, a lost connection) while it landed, or an earlier write of the same value,
 // whose answer was lost, may have landed (and so this one's revision is stale). Then:
 //   - the store holds value (a removal: nothing): it landed, and no error;
-//   - it holds what was read at rev: nothing landed, and the write's error;
+//   - it holds what was read at rev, and the store refused the write: nothing landed,
+//     and the write's error;
+//   - it holds what was read at rev, and the write went unanswered: errControlUnknown.
+//     In a cluster the stream's leader may have proposed it and not yet committed it,
+//     so it is not in the store yet and can still be committed later (once a
+//     follower answers, or by the next leader);
 //   - it holds something else: a *controlChanged (errors.Is errControlChanged) that
 //     says what, for the caller to adopt;
 //   - it cannot be read: errControlUnknown, or errControlChanged if the store refused
@@ -98,7 +103,10 @@ func writeControl(ctx context.Context, cs controlStore, key string, value []byte
 	case value != nil && stored && bytes.Equal(cur.value, value):
 		return cur.rev, nil
 	case !stored && rev == 0, stored && (cur.rev == rev || value == nil && rev == 0):
-		return 0, err // nothing landed
+		if !errors.Is(err, errControlChanged) && !refusedOutright(err) {
+			return 0, fmt.Errorf("%s: %w: %w; it is not stored yet", key, errControlUnknown, err)
+		}
+		return 0, err // nothing landed, nor can
 	}
 	changed := &controlChanged{key: key, err: err}
 	if stored {
