@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/client"
 )
 
 // resultAsks counts the asks carrying a worker's results, as a subscription sees them.
@@ -332,4 +334,62 @@ func TestTCPWorkerResultOutlivesCoordinatorRestart(t *testing.T) {
 		t.Fatalf("job %+v, want COMPLETED on its first attempt with the result sent meanwhile", j)
 	}
 	eventually(t, "the result answered", func() bool { return s.br.Stats().Results.Answered == 1 })
+}
+
+// TestTCPWorkerResultOutlivesItsSupersededConnection: a spec worker sends its result
+// while no coordinator serves (a restart, a failover), then registers again on a new
+// connection before the bridge has seen the old one end (a half-open connection, a
+// quick redial). The new connection reports holding nothing, which loses every attempt
+// of the worker still open, so it must not reach the coordinator before the result read
+// on the old one: the job completes with that result, on its only attempt. Before, a
+// superseded session let its successor register at once: the next coordinator counted
+// the attempt lost, and the job failed although its result was in the bridge's hands.
+func TestTCPWorkerResultOutlivesItsSupersededConnection(t *testing.T) {
+	t.Parallel()
+	s := setup(t, withBridge(func(c *bridgeConfig) { c.RequestTimeout, c.ResultRetryFor = waitFor, waitFor }))
+	old := s.worker("twin", 1)
+	id, err := s.native.Submit(context.Background(), "SHA256", json.RawMessage(`{"text":"x"}`), client.MaxAttempts(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := old.ExpectAssign(id)
+	if err := s.Coordinator.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// A stand-in answers the result's offers as a coordinator that is not serving
+	// yet (503: offer it again), so the test sees it offered.
+	standIn, err := bus.New(s.NC, bus.Address{Role: bus.RoleCoordinator, ID: "stand-in"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer standIn.Close()
+	var offers atomic.Int64
+	notServing := func(context.Context, bus.Address, json.RawMessage) (struct{}, error) {
+		offers.Add(1)
+		return struct{}{}, bus.Errorf(bus.CodeUnavailable, "not serving yet")
+	}
+	for _, path := range []string{protocol.PathResults, protocol.PathResult} {
+		if err := bus.Handle(standIn, path, notServing, bus.AsRole()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old.MustSend(&protocol.TaskResult{WorkerID: "twin", JobID: id, AttemptID: a.AttemptID, Success: true, Result: ptr("first")})
+	eventually(t, "the result offered", func() bool { return offers.Load() > 0 })
+
+	fresh := dial(t, s.br.WorkerAddr())
+	fresh.MustSend(&protocol.WorkerRegister{WorkerID: "twin", Capacity: 1})
+	old.ExpectClosed() // superseded, while its result is still on its way
+	if err := standIn.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s.StartCoordinator(t)
+	if m, ok := fresh.MustRecv().(*protocol.WorkerRegistered); !ok {
+		t.Fatalf("got %+v, want WORKER_REGISTERED", m)
+	}
+	var j protocol.Job
+	eventually(t, "job "+id+" ended", func() bool { j = s.job(id); return j.State.Terminal() })
+	if j.State != protocol.StateCompleted || j.Attempts != 1 || deref(j.Result) != "first" {
+		t.Fatalf("job %s after %d attempts, result %q, error %q: want COMPLETED with the result sent before the new connection",
+			j.State, j.Attempts, deref(j.Result), deref(j.Error))
+	}
 }

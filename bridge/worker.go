@@ -495,18 +495,18 @@ func (s *workerSession) leave() {
 	_ = s.node.UnhandleAny()
 	s.beats.Wait()
 	reason := s.out.dropReason()
-	if !s.superseded.Load() {
-		// A result read before the connection ended must be settled before the loss,
-		// or an attempt that completed would be retried.
-		t := time.NewTimer(s.b.cfg.RequestTimeout)
-		select {
-		case <-s.pending.idle():
-		case <-t.C:
-		}
-		t.Stop()
-		if s.b.workers.current(s) {
-			s.disconnect()
-		}
+	// A result read before the connection ended must be settled before the loss, or an
+	// attempt that completed would be retried. A superseding session's registration
+	// is a loss too (it holds nothing), and it waits for released: so the wait comes
+	// first, superseded or not.
+	t := time.NewTimer(s.b.cfg.RequestTimeout)
+	select {
+	case <-s.pending.idle():
+	case <-t.C:
+	}
+	t.Stop()
+	if !s.superseded.Load() && s.b.workers.current(s) {
+		s.disconnect()
 	}
 	s.b.workers.release(s)
 	close(s.released)
