@@ -53,6 +53,7 @@ const logPoll = 200 * time.Millisecond
 // chunk of an attempt whose handler had not returned: a job cancelled, or whose
 // deadline passed, ends at once, and its handler may log while it stops. A worker
 // that is gone, or older than the last-chunk mark, costs a follow this much at its end.
+// The dashboard's job page waits as long (LOG_GRACE in its app.js).
 const logGrace = 2 * time.Second
 
 // Logs hands fn job id's log records in order, oldest first. Without follow it

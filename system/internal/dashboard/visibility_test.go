@@ -21,6 +21,9 @@ import (
 // 100 ms, Steps times, then waits until released.
 type chattyArgs struct {
 	Steps int `json:"steps"`
+	// CleanupMillis: cancelled, it logs "cleaning up", takes this long,
+	// and logs "cleaned up" before it returns.
+	CleanupMillis int `json:"cleanupMillis,omitempty"`
 }
 
 // startChatty starts s's worker serving CHATTY, whose jobs end once release is called.
@@ -32,6 +35,13 @@ func startChatty(t *testing.T, s *system) (release func()) {
 	w, _ := s.StartFunctionWorker(t, func(w *worker.Worker) error {
 		return worker.HandleJSON(w, "CHATTY", func(ctx context.Context, _ int, a chattyArgs) (string, error) {
 			log := worker.Logger(ctx)
+			defer func() {
+				if ctx.Err() != nil && a.CleanupMillis > 0 {
+					log.Warn("cleaning up")
+					time.Sleep(time.Duration(a.CleanupMillis) * time.Millisecond) // the handler's work, not a wait for the test
+					log.Warn("cleaned up")
+				}
+			}()
 			for i := 1; i <= a.Steps; i++ {
 				worker.Progress(ctx, float64(i)/float64(a.Steps+1), fmt.Sprintf("step %d of %d", i, a.Steps+1))
 				log.Info("working", "step", i, "rows", i*1000)
@@ -185,5 +195,81 @@ func TestJobPageLoadsTheLogOnceMoreWhenTheJobEnds(t *testing.T) {
 	tb.until("the page to show COMPLETED", `document.querySelector('[data-field="state"] .COMPLETED') !== null`)
 	tb.eval(`(window.__held[0](), "")`)
 	tb.until("the last log record", `document.getElementById("j-log").textContent.includes("finished")`)
+	tb.noConsoleErrors()
+}
+
+// TestJobLogsAPISaysWhichAttemptsHaveTheirLastChunk: a page of the log says, for each
+// attempt with a chunk on it, whether the attempt's last chunk was read, which the
+// worker ships once the handler returned: not while the handler runs, nor once its job
+// was cancelled while it cleans up, and then on the page that reads that chunk.
+func TestJobLogsAPISaysWhichAttemptsHaveTheirLastChunk(t *testing.T) {
+	t.Parallel()
+	s := start(t, false, nil)
+	startChatty(t, s)
+	id := s.submit(t, "CHATTY", chattyArgs{Steps: 1, CleanupMillis: 300})
+	type logPage struct {
+		Records []struct {
+			Record struct {
+				Msg string `json:"msg"`
+			} `json:"record"`
+		} `json:"records"`
+		Next  uint64          `json:"next"`
+		Final map[string]bool `json:"final"`
+	}
+	var page logPage
+	testkit.Eventually(t, waitFor, "the first record", func() bool {
+		return getJSON(t, s.url+"/api/jobs/"+id+"/logs", &page) == http.StatusOK && len(page.Records) == 1
+	})
+	if final, ok := page.Final["1"]; !ok || final {
+		t.Fatalf("final of a running attempt's log: %v, want attempt 1 false", page.Final)
+	}
+	if ok, _, err := s.cl.Cancel(context.Background(), id); err != nil || !ok {
+		t.Fatalf("cancel: %v %v", ok, err)
+	}
+	// Read on from there, as the job page does, until attempt 1's last chunk.
+	var msgs []string
+	final := false
+	testkit.Eventually(t, waitFor, "attempt 1's last chunk", func() bool {
+		var p logPage
+		if getJSON(t, fmt.Sprintf("%s/api/jobs/%s/logs?after=%d", s.url, id, page.Next), &p) != http.StatusOK {
+			return false
+		}
+		for _, r := range p.Records {
+			msgs = append(msgs, r.Record.Msg)
+		}
+		if f, ok := p.Final["1"]; ok {
+			final = f
+		}
+		page.Next = p.Next
+		return final
+	})
+	if strings.Join(msgs, ",") != "cleaning up,cleaned up" {
+		t.Fatalf("records after the cancel %q, want the handler's cleanup", msgs)
+	}
+	if j, err := s.cl.Status(context.Background(), id); err != nil || j.State != protocol.StateCancelled {
+		t.Fatalf("job: %+v %v", j, err)
+	}
+	if code := getJSON(t, s.url+"/api/jobs/"+id+"/logs", &page); code != http.StatusOK || len(page.Records) != 3 || !page.Final["1"] || len(page.Final) != 1 {
+		t.Fatalf("the whole log: %d %+v", code, page)
+	}
+}
+
+// TestJobPageFollowsACancelledHandlersCleanup: a job cancelled from its page ends at
+// once, but its handler logs as it cleans up, for longer than the page takes to show
+// the end: the page polls the log on until the attempt's last chunk, so the cleanup's
+// last record shows without a reload.
+func TestJobPageFollowsACancelledHandlersCleanup(t *testing.T) {
+	browser := startBrowser(t)
+	s := start(t, false, nil)
+	startChatty(t, s)
+	id := s.submit(t, "CHATTY", chattyArgs{Steps: 1, CleanupMillis: 800})
+
+	tb := openTab(t, browser, s.url, screenshotDir(t))
+	tb.open("#/job/" + id)
+	tb.until("the job page to show RUNNING", `document.querySelector('[data-field="state"] .RUNNING') !== null`)
+	tb.until("the log of the running job", `document.getElementById("j-log").textContent.includes("step=1")`)
+	tb.click("click cancel", "#j-cancel")
+	tb.until("the page to show CANCELLED", `document.querySelector('[data-field="state"] .CANCELLED') !== null`)
+	tb.until("the cleanup's last record", `document.getElementById("j-log").textContent.includes("cleaned up")`)
 	tb.noConsoleErrors()
 }

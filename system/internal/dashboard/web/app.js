@@ -11,6 +11,7 @@ const $ = (id) => document.getElementById(id);
 const ui = {
   view: "list",
   jobId: "",
+  jobEndedAt: 0, // when the page first saw the job ended (0: it runs)
   state: "",
   type: "",
   cursors: [""], // the cursor of each page shown so far; the last is the current one
@@ -446,6 +447,8 @@ async function loadJob() {
   patch($("j-fields"), f.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { "data-field": k }, v)]));
   renderProgress(j);
   ui.jobActive = ACTIVE.has(j.state);
+  if (ui.jobActive) ui.jobEndedAt = 0;
+  else if (!ui.jobEndedAt) ui.jobEndedAt = Date.now(); // when the page saw the end
   loadLogs(); // its last records too, once it ended
   $("j-error").textContent = j.error || "–";
   $("j-result").textContent = j.result == null ? "–" : j.result;
@@ -476,13 +479,18 @@ function renderProgress(j) {
   $("j-progress-text").textContent = pct + "%" + (j.progressMessage ? " — " + j.progressMessage : "");
 }
 
-// ---- the job's log: polled while the job page shows an active job ----
+// ---- the job's log: polled while the job page shows an active job, and after ----
 
 const LOG_LINES = 5000; // the page keeps the newest this many
+// LOG_GRACE is how long after a job ended its log is polled for an attempt's last
+// chunk, as `jobbus logs --follow` waits (client's logGrace): a cancelled handler
+// logs as it stops, and a worker gone never ships that chunk.
+const LOG_GRACE = 2000;
 // again: a load was asked for while one was in flight, whose answer may be older than
 // what the caller saw (the job's end): it runs once that one is done, or a finished
-// job, no longer polled, would miss its last records.
-const log = { jobId: "", next: 0, chunks: new Map(), busy: false, again: false };
+// job, no longer polled, would miss its last records. open: the attempts read without
+// their last chunk. sentAt: when the last load was sent.
+const log = { jobId: "", next: 0, chunks: new Map(), open: new Set(), busy: false, again: false, sentAt: 0 };
 
 function logLine(rec, attempt) {
   const t = rec.time ? new Date(rec.time).toLocaleTimeString([], { hour12: false }) + "." + String(new Date(rec.time).getMilliseconds()).padStart(3, "0") : "            ";
@@ -496,10 +504,11 @@ async function loadLogs() {
   const id = ui.jobId;
   if (log.busy) { log.again = true; return; }
   if (log.jobId !== id) {
-    log.jobId = id; log.next = 0; log.chunks = new Map();
+    log.jobId = id; log.next = 0; log.chunks = new Map(); log.open = new Set();
     $("j-log").replaceChildren(el("span", { class: "muted" }, "no log records\n"));
   }
   log.busy = true;
+  log.sentAt = Date.now();
   try {
     const page = await getJSON("/api/jobs/" + encodeURIComponent(id) + "/logs?after=" + log.next);
     if (id !== log.jobId) return;
@@ -516,6 +525,9 @@ async function loadLogs() {
     }
     while (pre.childNodes.length > LOG_LINES) pre.firstChild.remove();
     log.next = page.next;
+    for (const [attempt, final] of Object.entries(page.final || {})) {
+      if (final) log.open.delete(attempt); else log.open.add(attempt);
+    }
     if (atBottom) pre.scrollTop = pre.scrollHeight;
   } catch (e) {
     $("j-log-note").textContent = "(log unavailable: " + e.message + ")";
@@ -525,7 +537,14 @@ async function loadLogs() {
   }
 }
 
-setInterval(() => { if (ui.view === "job" && ui.jobActive) loadLogs(); }, 1000);
+// logFollowed: the job runs, or it ended with an attempt's last chunk unread and the
+// last load was sent within LOG_GRACE of the end, so one more load comes after it.
+function logFollowed() {
+  if (ui.jobActive) return true;
+  return log.jobId === ui.jobId && log.open.size > 0 && ui.jobEndedAt > 0 && log.sentAt - ui.jobEndedAt < LOG_GRACE;
+}
+
+setInterval(() => { if (ui.view === "job" && logFollowed()) loadLogs(); }, 1000);
 
 async function cancelJob(id, button) {
   if (button) button.disabled = true;
@@ -703,7 +722,7 @@ function route() {
   if (wm) ui.workflowId = decodeURIComponent(wm[1]);
   if (job) {
     const id = decodeURIComponent(m[1]);
-    if (id !== ui.jobId) say("");
+    if (id !== ui.jobId) { say(""); ui.jobEndedAt = 0; }
     ui.jobId = id;
   }
   window.scrollTo(0, 0);
