@@ -70,7 +70,7 @@ func logStreamConfig(cfg *Config) jetstream.StreamConfig {
 	limit := logsMaxBytes(cfg)
 	return jetstream.StreamConfig{
 		Name:              protocol.LogsStream,
-		Description:       "jobbus job logs: one subject per job, its last 1 MiB",
+		Description:       fmt.Sprintf("jobbus job logs: one subject per job, its last %d chunks (at most %d KiB each)", protocol.LogChunksPerJob, protocol.LogChunkBytes>>10),
 		Subjects:          []string{protocol.LogSubjectPrefix + "*"},
 		MaxMsgsPerSubject: protocol.LogChunksPerJob,
 		MaxMsgSize:        protocol.LogChunkBytes + 1024, // the chunk and its headers

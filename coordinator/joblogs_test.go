@@ -2,6 +2,8 @@ package coordinator_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -104,5 +106,43 @@ func TestStoreShareGrowsWithTheCap(t *testing.T) {
 		_ = c.Close()
 		nc.Close()
 		_ = srv.Shutdown(context.Background())
+	}
+}
+
+// TestJobLogsStreamDescription: the logs stream describes what it keeps of a job, as
+// nats stream info shows it: its last LogChunksPerJob chunks (a job that logs a line
+// at a time keeps that many lines, far less than the 1 MiB they may hold).
+func TestJobLogsStreamDescription(t *testing.T) {
+	t.Parallel()
+	srv, err := embeddednats.Start(context.Background(), embeddednats.WithListen("127.0.0.1:-1"),
+		embeddednats.WithStoreDir(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	c, err := coordinator.New(nc, jobbustest.FastCoordinatorConfig())
+	if err == nil {
+		err = c.Start(context.Background())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(context.Background(), protocol.LogsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("its last %d chunks", protocol.LogChunksPerJob)
+	if d := s.CachedInfo().Config.Description; !strings.Contains(d, want) {
+		t.Errorf("logs stream description %q, want it to say %q", d, want)
 	}
 }
