@@ -146,3 +146,62 @@ func TestJobLogsStreamDescription(t *testing.T) {
 		t.Errorf("logs stream description %q, want it to say %q", d, want)
 	}
 }
+
+// TestStoreShareAfterUpgrade: a store whose logs stream an earlier release made at
+// its whole cap (1 GiB on a store of 2 GiB; here 64 MiB of 128 MiB) gets the new
+// share at the first start: the logs shrink to a quarter of the cap and the jobs
+// bucket takes the limit jobsMaxBytes gives, not the earlier, smaller one.
+func TestStoreShareAfterUpgrade(t *testing.T) {
+	t.Parallel()
+	const logs, room = 64 << 20, 128 << 20
+	srv, err := embeddednats.Start(context.Background(), embeddednats.WithListen("127.0.0.1:-1"),
+		embeddednats.WithStoreDir(t.TempDir()), embeddednats.WithJetStreamLimits(0, room))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// The earlier release's layout: the logs at their cap, the jobs four fifths of the rest.
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: protocol.LogsStream,
+		Subjects: []string{"jobbus.logs.*"}, MaxBytes: logs, Storage: jetstream.FileStorage}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: protocol.JobsBucket,
+		History: 1, Storage: jetstream.FileStorage, MaxBytes: (room - logs) * 4 / 5}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := jobbustest.FastCoordinatorConfig()
+	cfg.JobLogBytes, cfg.StoreLimit = logs, room
+	c, err := coordinator.New(nc, cfg)
+	if err == nil {
+		err = c.Start(ctx)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	maxBytes := func(name string) int64 {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.CachedInfo().Config.MaxBytes
+	}
+	wantLogs := int64(room / 4)
+	wantJobs := (room - wantLogs) - (room-wantLogs)/5
+	if got := maxBytes(protocol.LogsStream); got != wantLogs {
+		t.Errorf("logs stream MaxBytes %d after the upgrade, want %d (a quarter of the cap)", got, wantLogs)
+	}
+	if got := maxBytes("KV_" + protocol.JobsBucket); got != wantJobs {
+		t.Errorf("jobs bucket MaxBytes %d after the upgrade, want %d (four fifths of what the logs leave)", got, wantJobs)
+	}
+}
