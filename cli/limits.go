@@ -52,7 +52,7 @@ Examples:
    jobbus limit set --queue default --rate 50/s`,
 				Flags: append(target(),
 					&cli.StringFlag{Name: "rate", Usage: "starts per period: COUNT/PERIOD, as 100/s, 100/m, 10/30s", EnvVars: env("limit-rate")},
-					&cli.Int64Flag{Name: "burst", Value: 1, Usage: "tokens the bucket holds at most: starts that may follow one another at once (not given: the limit's current burst, 1 for a new one)", EnvVars: env("limit-burst")},
+					&cli.Int64Flag{Name: "burst", Value: 1, DefaultText: "the limit's current burst, 1 for a new one", Usage: "tokens the bucket holds at most: starts that may follow one another at once", EnvVars: env("limit-burst")},
 					jsonFlag()),
 				Action: inSession(nil, func(c *cli.Context, s *session, _ []string) error {
 					t, err := limitTarget(c, s)

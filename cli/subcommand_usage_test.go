@@ -53,3 +53,22 @@ func TestSubcommandUsageErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestLimitSetBurstHelp: limit set's help says that a --burst not given keeps the
+// limit's burst; it said "(default: 1)" too, which read as a burst set back to 1.
+func TestLimitSetBurstHelp(t *testing.T) {
+	t.Parallel()
+	code, out, errs := cliRun(nil, "limit", "set", "--help")
+	if code != cli.ExitOK {
+		t.Fatalf("limit set --help exits %d: %s", code, errs)
+	}
+	for line := range strings.Lines(out) {
+		if strings.HasPrefix(strings.TrimSpace(line), "--burst") {
+			if strings.Contains(line, "(default: 1)") || !strings.Contains(line, "current burst") {
+				t.Errorf("--burst's help: %q, want the limit's current burst as what it is when not given, and no default of 1", strings.TrimSpace(line))
+			}
+			return
+		}
+	}
+	t.Fatalf("no --burst in limit set --help:\n%s", out)
+}

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -21,7 +22,8 @@ import (
 //     most 1 MiB (a chunk is a worker's flush: a job that logs a line at a time keeps
 //     that many lines);
 //   - as a whole: Config.JobLogBytes (MaxBytes, the oldest chunks of any job first),
-//     or less in a store without room for it (makeLogs);
+//     at most a quarter of the store's cap (Config.StoreLimit: logsMaxBytes), or less
+//     in a store without room for it (makeLogs);
 //   - in time: MaxAge = Retention + logAgeMargin(cfg). A chunk is written while its
 //     job runs, so it outlives the job's record by at most the margin (and readers ask
 //     for the job first: an expired job has no log); and it lasts as long as the record
@@ -42,19 +44,33 @@ func logAgeMargin(cfg *Config) time.Duration {
 // DefaultJobLogBytes bounds the logs stream as a whole.
 const DefaultJobLogBytes = 1 << 30
 
+// logsMaxBytes is the job logs stream's limit for cfg: Config.JobLogBytes (0: the
+// default), at most a quarter of the store's cap when it is known, so that the jobs
+// bucket's limit (jobsMaxBytes) has the rest; 0 when logs are off.
+func logsMaxBytes(cfg *Config) int64 {
+	if cfg.JobLogBytes < 0 {
+		return 0
+	}
+	limit := cfg.JobLogBytes
+	if limit == 0 {
+		limit = DefaultJobLogBytes
+	}
+	if share := cfg.StoreLimit / 4; share > 0 && share < limit {
+		limit = share
+	}
+	return limit
+}
+
 // logStreamConfig is the stream of job logs for cfg.
 func logStreamConfig(cfg *Config) jetstream.StreamConfig {
 	var age time.Duration
 	if cfg.Retention > 0 {
 		age = cfg.Retention + logAgeMargin(cfg)
 	}
-	limit := cfg.JobLogBytes
-	if limit == 0 {
-		limit = DefaultJobLogBytes
-	}
+	limit := logsMaxBytes(cfg)
 	return jetstream.StreamConfig{
 		Name:              protocol.LogsStream,
-		Description:       "jobbus job logs: one subject per job, its last 1 MiB",
+		Description:       fmt.Sprintf("jobbus job logs: one subject per job, its last %d chunks (at most %d KiB each)", protocol.LogChunksPerJob, protocol.LogChunkBytes>>10),
 		Subjects:          []string{protocol.LogSubjectPrefix + "*"},
 		MaxMsgsPerSubject: protocol.LogChunksPerJob,
 		MaxMsgSize:        protocol.LogChunkBytes + 1024, // the chunk and its headers
@@ -92,8 +108,14 @@ func makeLogs(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamCo
 		sc.MaxBytes /= 2
 		_, err = js.CreateOrUpdateStream(ctx, sc)
 	}
-	if err != nil || sc.MaxBytes == want {
+	if err != nil {
 		return err
+	}
+	if sc.MaxBytes == want {
+		if full := cmp.Or(cfg.JobLogBytes, DefaultJobLogBytes); want < full {
+			cfg.Logger.Info("job logs capped below their default: a quarter of the store's cap", "stream", protocol.LogsStream, "max_bytes", want, "store_limit", cfg.StoreLimit)
+		}
+		return nil
 	}
 	sc.MaxBytes /= 4
 	if _, err := js.UpdateStream(ctx, sc); err != nil {

@@ -2,6 +2,8 @@ package coordinator_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -51,5 +53,155 @@ func TestJobLogsFitASmallStore(t *testing.T) {
 			t.Errorf("job logs stream MaxBytes %d, want 1..%d (a quarter of the store at most)", got, room/4)
 		}
 		_ = c.Close()
+	}
+}
+
+// TestStoreShareGrowsWithTheCap: a store with a cap (serve's --nats-max-store) is
+// shared between the job logs and the jobs bucket's own limit so that a larger cap
+// never leaves the jobs less room, and the jobs always get a limit under the cap.
+// Here the logs' cap is 64 MiB (1 GiB by default): a store of 64 MiB and one of a little
+// more, 65 MiB, differ only by that little. (The jobs' limit fell from 51 MiB to none
+// at all once the cap exceeded the logs' cap: the logs then reserved all of it but
+// 1 MiB, too little to share, and a store full of jobs refused the lease's renewal.)
+func TestStoreShareGrowsWithTheCap(t *testing.T) {
+	t.Parallel()
+	const logs = 64 << 20
+	var last int64
+	for _, room := range []int64{logs, logs + 1<<20, 2 * logs, 5 * logs} {
+		srv, err := embeddednats.Start(context.Background(), embeddednats.WithListen("127.0.0.1:-1"),
+			embeddednats.WithStoreDir(t.TempDir()), embeddednats.WithJetStreamLimits(0, room))
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc, err := srv.Connect()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := jobbustest.FastCoordinatorConfig()
+		cfg.JobLogBytes, cfg.StoreLimit = logs, room
+		c, err := coordinator.New(nc, cfg)
+		if err == nil {
+			err = c.Start(context.Background())
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		maxBytes := func(name string) int64 {
+			s, err := js.Stream(context.Background(), name)
+			if err != nil {
+				t.Fatalf("store of %d bytes: stream %s: %v", room, name, err)
+			}
+			return s.CachedInfo().Config.MaxBytes
+		}
+		jobs, logged := maxBytes("KV_"+protocol.JobsBucket), maxBytes(protocol.LogsStream)
+		t.Logf("store %d: jobs %d, logs %d", room, jobs, logged)
+		if jobs <= 0 || jobs < last || jobs+logged > room {
+			t.Errorf("store of %d bytes: jobs limited to %d (logs %d), want more than 0, at least the %d of a smaller store, and both under the cap", room, jobs, logged, last)
+		}
+		last = jobs
+		_ = c.Close()
+		nc.Close()
+		_ = srv.Shutdown(context.Background())
+	}
+}
+
+// TestJobLogsStreamDescription: the logs stream describes what it keeps of a job, as
+// nats stream info shows it: its last LogChunksPerJob chunks (a job that logs a line
+// at a time keeps that many lines, far less than the 1 MiB they may hold).
+func TestJobLogsStreamDescription(t *testing.T) {
+	t.Parallel()
+	srv, err := embeddednats.Start(context.Background(), embeddednats.WithListen("127.0.0.1:-1"),
+		embeddednats.WithStoreDir(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	c, err := coordinator.New(nc, jobbustest.FastCoordinatorConfig())
+	if err == nil {
+		err = c.Start(context.Background())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(context.Background(), protocol.LogsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("its last %d chunks", protocol.LogChunksPerJob)
+	if d := s.CachedInfo().Config.Description; !strings.Contains(d, want) {
+		t.Errorf("logs stream description %q, want it to say %q", d, want)
+	}
+}
+
+// TestStoreShareAfterUpgrade: a store whose logs stream an earlier release made at
+// its whole cap (1 GiB on a store of 2 GiB; here 64 MiB of 128 MiB) gets the new
+// share at the first start: the logs shrink to a quarter of the cap and the jobs
+// bucket takes the limit jobsMaxBytes gives, not the earlier, smaller one.
+func TestStoreShareAfterUpgrade(t *testing.T) {
+	t.Parallel()
+	const logs, room = 64 << 20, 128 << 20
+	srv, err := embeddednats.Start(context.Background(), embeddednats.WithListen("127.0.0.1:-1"),
+		embeddednats.WithStoreDir(t.TempDir()), embeddednats.WithJetStreamLimits(0, room))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// The earlier release's layout: the logs at their cap, the jobs four fifths of the rest.
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: protocol.LogsStream,
+		Subjects: []string{"jobbus.logs.*"}, MaxBytes: logs, Storage: jetstream.FileStorage}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: protocol.JobsBucket,
+		History: 1, Storage: jetstream.FileStorage, MaxBytes: (room - logs) * 4 / 5}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := jobbustest.FastCoordinatorConfig()
+	cfg.JobLogBytes, cfg.StoreLimit = logs, room
+	c, err := coordinator.New(nc, cfg)
+	if err == nil {
+		err = c.Start(ctx)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	maxBytes := func(name string) int64 {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.CachedInfo().Config.MaxBytes
+	}
+	wantLogs := int64(room / 4)
+	wantJobs := (room - wantLogs) - (room-wantLogs)/5
+	if got := maxBytes(protocol.LogsStream); got != wantLogs {
+		t.Errorf("logs stream MaxBytes %d after the upgrade, want %d (a quarter of the cap)", got, wantLogs)
+	}
+	if got := maxBytes("KV_" + protocol.JobsBucket); got != wantJobs {
+		t.Errorf("jobs bucket MaxBytes %d after the upgrade, want %d (four fifths of what the logs leave)", got, wantJobs)
 	}
 }

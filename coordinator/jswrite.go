@@ -57,20 +57,13 @@ const storeHeadroom = 1 << 20
 // KV bucket refuses a write its limit cannot take (it discards new, never drops an old
 // record) with "maximum bytes exceeded", which StoreFull counts as full. So with the
 // jobs under the cap, a store full of jobs refuses submissions while the lease is
-// still renewed. The job logs' stream, bounded on its own, is set aside; of the rest a
-// fifth is left for the checkpoint of the job index, which grows with the jobs
-// (checkpoint.go: some 50 bytes a job, twice while a new one replaces the old), the
-// lease and the task types.
+// still renewed. The job logs' stream, bounded on its own (logsMaxBytes: at most a
+// quarter of the cap), is set aside; of the rest a fifth is left for the checkpoint of
+// the job index, which grows with the jobs (checkpoint.go: some 50 bytes a job, twice
+// while a new one replaces the old), the lease and the task types. A larger cap never
+// gives the jobs less.
 func jobsMaxBytes(cfg *Config) int64 {
-	room := cfg.StoreLimit
-	if logs := cfg.JobLogBytes; logs >= 0 {
-		if logs == 0 {
-			logs = DefaultJobLogBytes
-		}
-		if logs < room { // else JetStream refuses the logs' stream, which reserves it
-			room -= logs
-		}
-	}
+	room := cfg.StoreLimit - logsMaxBytes(cfg)
 	headroom := max(room/5, storeHeadroom)
 	if room < 2*headroom {
 		return 0
