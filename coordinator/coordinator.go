@@ -130,12 +130,6 @@ func (c *Coordinator) Start(ctx context.Context) error {
 // open opens the store and the catalogue, starts writing and recovers: everything
 // Start does before it serves. The context it returns ends when the coordinator stops.
 func (c *Coordinator) open(ctx context.Context) (context.Context, error) {
-	if c.nc != nil {
-		// The logs first: their share of a capped store (a quarter at most) is what
-		// the jobs bucket's limit leaves them, and an earlier release's larger logs
-		// stream would leave no room to reserve that limit (jsStore.open).
-		openLogs(ctx, c.nc, &c.cfg) // joblogs.go
-	}
 	if err := c.store.open(ctx); err != nil {
 		return nil, fmt.Errorf("coordinator: %w", err)
 	}
@@ -144,6 +138,7 @@ func (c *Coordinator) open(ctx context.Context) (context.Context, error) {
 		if err := c.cat.open(ctx, c.nc, c.cfg.Replicas); err != nil {
 			return nil, fmt.Errorf("coordinator: %w", err)
 		}
+		openLogs(ctx, c.nc, &c.cfg) // joblogs.go
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
