@@ -534,6 +534,10 @@ func testListIsBounded(t *testing.T, tr Transport) {
 	}
 	wg.Wait()
 
+	// A list reads each finished job's record from the store: a thousand of them, under
+	// -race on two busy cores, may take longer than a request's default 5 s.
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
 	raw, err := s.Client.DoRaw(ctx, protocol.TypeListJobs, []byte(`{"type":"LIST_JOBS"}`))
 	Must(t, err)
 	if len(raw) > protocol.MaxMessage {
