@@ -107,7 +107,7 @@ func TestServeSIGKILLAsParentsEnd(t *testing.T) {
 	})
 	serve.signal(syscall.SIGKILL) // its children are being released, or just were
 	<-serve.done
-	serve = startServe()
+	startServe() // the same store; startProc's cleanup stops it
 
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
