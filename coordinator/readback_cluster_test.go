@@ -272,3 +272,53 @@ func TestUnconfirmedCancelIsOutcomeUnknown(t *testing.T) {
 		return nil
 	})
 }
+
+// TestUnconfirmedWorkflowIsOutcomeUnknown: a workflow submitted while the JOBS stream
+// has no quorum goes as one atomic batch, proposed by the stream's leader and not
+// confirmed; the store does not hold it yet, but once a follower is back the batch is
+// committed. So the answer is "Outcome unknown", never "not stored" for a workflow
+// that is stored afterwards.
+func TestUnconfirmedWorkflowIsOutcomeUnknown(t *testing.T) {
+	t.Parallel()
+	cl := jobbustest.StartRestartableCluster(t, 3)
+	s := &jobbustest.System{Server: cl.Nodes[0], NC: dialServer(t, cl.Nodes[0].ClientURL()), Config: jobbustest.FastCoordinatorConfig()}
+	s.Config.Replicas = 3
+	s.Config.LeaderLease = 30 * time.Second // outlasts the test: the answer is the store's
+	s.StartCoordinator(t)
+	s.StartNativeWorker(t)
+	c := client.New(s.NC)
+	ctx := context.Background()
+	ran := func() error { // a job stored and run: no write is left in flight
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		id, err := c.Submit(rctx, "SHA256", text("before"))
+		if err == nil {
+			_, err = c.Wait(rctx, id)
+		}
+		return err
+	}
+	testkit.Wait(t, 60*time.Second, ran)
+	leadJobsStream(t, cl, s.NC, 0)
+	testkit.Wait(t, 30*time.Second, ran)
+
+	cl.Stop(t, 1)
+	cl.Stop(t, 2)
+	w := client.NewWorkflow("wf-unconfirmed").
+		Step("a", "SHA256", text("a")).
+		Step("b", "SHA256", text("b"), client.StepAfter("a"))
+	rctx, cancel := context.WithTimeout(ctx, 8*time.Second)
+	_, err := c.SubmitWorkflow(rctx, w)
+	cancel()
+	t.Logf("answered: %v", err)
+	if !errors.Is(err, client.ErrOutcomeUnknown) {
+		t.Errorf("workflow without a quorum: %v; want \"Outcome unknown\"", err)
+	}
+
+	// Node 0's log is ahead of node 1's: node 1 votes for it, and it commits the batch.
+	cl.Restart(t, 1)
+	subj := "$KV." + protocol.JobsBucket + "." + protocol.ControlPrefix + protocol.KindWorkflow + ".wf-unconfirmed"
+	testkit.Wait(t, 90*time.Second, func() error {
+		_, err := storedMessage(s.NC, subj)
+		return err
+	})
+}
