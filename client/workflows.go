@@ -118,7 +118,8 @@ func (w *Workflow) OnComplete(taskType string, payload any, opts ...StepOption) 
 func (w *Workflow) Request() (*protocol.SubmitWorkflow, error) { return &w.req, w.err }
 
 // SubmitWorkflow submits a workflow or batch built with NewWorkflow or NewBatch and
-// returns its id and each step's job id once every job is stored; on an error none is.
+// returns its id and each step's job id once every job is stored; on an error none is,
+// unless it is ErrOutcomeUnknown: then all may be.
 func (c *Client) SubmitWorkflow(ctx context.Context, w *Workflow) (protocol.WorkflowSubmitted, error) {
 	req, err := w.Request()
 	if err != nil {

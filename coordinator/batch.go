@@ -180,7 +180,9 @@ const (
 // leads), or a record that moved (a deposed leader's update landed, or a write whose
 // outcome was unknown landed after all). Either way this coordinator's memory is no
 // longer the truth. Writes that check only the term (creates) and were refused while
-// the term holds met a check still being replicated: they are tried again.
+// the term holds met a check still being replicated: they are tried again, as are
+// writes refused because an earlier write of their record is still being committed
+// (pendingEarlier, outcome.go): the record has not moved yet, and may never.
 func (s *jsStore) refused(ctx context.Context, err error, termOnly bool) error {
 	if !wrongLastSequence(err) {
 		return err
@@ -189,7 +191,7 @@ func (s *jsStore) refused(ctx context.Context, err error, termOnly bool) error {
 	switch {
 	case gerr == nil && e.Revision() != s.termSeq:
 		return fmt.Errorf("%w: term %d ended; now %q (%v)", ErrFenced, s.term, e.Value(), err)
-	case gerr != nil || termOnly:
+	case gerr != nil || termOnly || pendingEarlier(err):
 		return err
 	}
 	return fmt.Errorf("%w: a record moved past the revision this coordinator wrote (%v)", ErrFenced, err)

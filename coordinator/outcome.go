@@ -55,6 +55,18 @@ func refusedOutright(err error) bool {
 	return errors.As(err, &apiErr) || errors.Is(err, ErrFenced) || permanent(err) || noResponders(err)
 }
 
+// pendingEarlier reports a copy refused because a write of the same subject is still
+// being committed: JetStream's "wrong last sequence" without a sequence (code 10164).
+// A cluster's stream leader answers so while an earlier write checked against that
+// subject is in its log and not yet in its store, where a read does not see it; it
+// keeps proposing without a quorum, and the write commits once a follower is back. So
+// the store showing nothing does not mean that an earlier copy of the write cannot
+// land, nor that someone else wrote the record.
+func pendingEarlier(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}
+
 // --- The store's half: what became of a write (jsStore).
 
 // writeOutcomes is the jsStore's part that learns what became of writes whose outcome
@@ -159,7 +171,7 @@ func (o writeOutcomes) settleAbandoned(ctx context.Context, ws []pendingWrite, e
 		for i, w := range ws {
 			o.s.sink.written(w.j, revs[i], w.version)
 		}
-	case l == notLanded && refusedOutright(err):
+	case l == notLanded && refusedOutright(err) && !pendingEarlier(err):
 		o.s.sink.doubts().settle(ws)
 		o.failAll(ws, err)
 	default:
@@ -197,7 +209,8 @@ func without(ws, drop []pendingWrite) []pendingWrite {
 // landedEarlier handles a copy of ws refused outright (err) after an earlier copy's
 // outcome was unknown: when the store holds the earlier copy, the write succeeded and
 // its revisions are returned; when it holds none, nothing earlier can land any more, and
-// the refusal stands.
+// the refusal stands, unless the refusal says a write is still being committed
+// (pendingEarlier): then the earlier copy's outcome stays unknown.
 func (o writeOutcomes) landedEarlier(ctx context.Context, ws []pendingWrite, err error) ([]uint64, bool) {
 	if !refusedOutright(err) || len(o.s.sink.doubts().inDoubt(ws)) == 0 {
 		return nil, false
@@ -207,7 +220,9 @@ func (o writeOutcomes) landedEarlier(ctx context.Context, ws []pendingWrite, err
 		o.s.log.Info("a job write whose outcome was unknown had been stored; going on from it", "jobs", len(ws), "job", ws[0].id)
 		return revs, true
 	case notLanded:
-		o.s.sink.doubts().settle(ws)
+		if !pendingEarlier(err) {
+			o.s.sink.doubts().settle(ws)
+		}
 	}
 	return nil, false
 }

@@ -5,13 +5,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
+	"github.com/jobbus/jobbus/coordinator"
 	"github.com/jobbus/jobbus/internal/jobbustest"
 	"github.com/jobbus/jobbus/internal/testkit"
 )
@@ -70,22 +74,251 @@ func TestUnconfirmedSettingIsOutcomeUnknown(t *testing.T) {
 	cl.Restart(t, 1)
 	subj := "$KV." + protocol.JobsBucket + "." + protocol.ControlPrefix + protocol.QueueControlPrefix + "q"
 	testkit.Wait(t, 90*time.Second, func() error {
-		m, err := s.NC.Request("$JS.API.STREAM.MSG.GET."+jobsStreamName, []byte(`{"last_by_subj":"`+subj+`"}`), 5*time.Second)
+		data, err := storedMessage(s.NC, subj)
 		if err != nil {
 			return err
 		}
-		var resp struct {
-			Message *struct {
-				Data []byte `json:"data"`
-			} `json:"message"`
-		}
-		if err := json.Unmarshal(m.Data, &resp); err != nil || resp.Message == nil {
-			return fmt.Errorf("read %s: %q, %v", subj, m.Data, err)
-		}
 		var st protocol.QueueSettings
-		if err := json.Unmarshal(resp.Message.Data, &st); err != nil || !st.Paused {
-			return fmt.Errorf("queue q stored as %s", resp.Message.Data)
+		if err := json.Unmarshal(data, &st); err != nil || !st.Paused {
+			return fmt.Errorf("queue q stored as %s", data)
 		}
 		return nil
+	})
+}
+
+// storedMessage reads the last message of subj in the JOBS stream from its leader.
+func storedMessage(nc *nats.Conn, subj string) ([]byte, error) {
+	m, err := nc.Request("$JS.API.STREAM.MSG.GET."+jobsStreamName, []byte(`{"last_by_subj":"`+subj+`"}`), 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	var resp struct {
+		Message *struct {
+			Data []byte `json:"data"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil || resp.Message == nil {
+		return nil, fmt.Errorf("read %s: %q, %v", subj, m.Data, err)
+	}
+	return resp.Message.Data, nil
+}
+
+// TestRefusedCopyOfUnconfirmedSubmission: a job submitted while the JOBS stream has no
+// quorum is proposed by its leader and not confirmed; its next copies are refused while
+// the first is uncommitted (wrong last sequence, code 10164), and the store does not
+// hold the job yet. A store fault known meanwhile gives up the creates that were
+// certainly not stored; but once a follower is back the first copy is committed. So
+// the answer is "Outcome unknown" (or the job), never "not stored" for a job that is
+// stored afterwards.
+func TestRefusedCopyOfUnconfirmedSubmission(t *testing.T) {
+	t.Parallel()
+	cl := jobbustest.StartRestartableCluster(t, 3)
+	s := &jobbustest.System{Server: cl.Nodes[0], NC: dialServer(t, cl.Nodes[0].ClientURL()), Config: jobbustest.FastCoordinatorConfig()}
+	s.Config.Replicas = 3
+	s.Config.LeaderLease = 30 * time.Second // outlasts the test: the answer is the store's
+	// A disk fault reported once a copy was refused as pending gives up at once the
+	// creates known not to be stored (storage.go): it tells whether this one is.
+	obs := &pendingObserver{}
+	s.Config.Observer = obs
+	s.Config.StoreFault = func() error {
+		if obs.refused.Load() {
+			return syscall.EROFS
+		}
+		return nil
+	}
+	s.StartCoordinator(t)
+	s.StartNativeWorker(t)
+	c := client.New(s.NC)
+	ctx := context.Background()
+	ran := func() error { // a job stored and run: no write is left in flight
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		id, err := c.Submit(rctx, "SHA256", text("before"))
+		if err == nil {
+			_, err = c.Wait(rctx, id)
+		}
+		return err
+	}
+	testkit.Wait(t, 60*time.Second, ran)
+	leadJobsStream(t, cl, s.NC, 0)
+	testkit.Wait(t, 30*time.Second, ran)
+
+	records, err := storedRecords(s.NC)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cl.Stop(t, 1)
+	cl.Stop(t, 2)
+	rctx, cancel := context.WithTimeout(ctx, 8*time.Second)
+	_, err = c.Submit(rctx, "SHA256", text("unconfirmed"))
+	cancel()
+	t.Logf("answered: %v", err)
+	if !obs.refused.Load() {
+		t.Fatal("no copy of the job was refused as pending")
+	}
+	if !errors.Is(err, client.ErrOutcomeUnknown) {
+		t.Errorf("submission without a quorum: %v; want \"Outcome unknown\"", err)
+	}
+
+	// Node 0's log is ahead of node 1's: node 1 votes for it, and it commits the job.
+	cl.Restart(t, 1)
+	testkit.Wait(t, 90*time.Second, func() error {
+		now, err := storedRecords(s.NC)
+		if err == nil && len(now) != len(records)+1 {
+			err = fmt.Errorf("%d records stored, want %d", len(now), len(records)+1)
+		}
+		return err
+	})
+}
+
+// storedRecords are the subjects of the JOBS stream's records (jobs, and the term),
+// as its leader has them, and their message counts.
+func storedRecords(nc *nats.Conn) (map[string]uint64, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, jobsStreamName)
+	if err != nil {
+		return nil, err
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter("$KV."+protocol.JobsBucket+".*"))
+	if err != nil {
+		return nil, err
+	}
+	return info.State.Subjects, nil
+}
+
+// pendingObserver notes a job write refused because an earlier write of its subject
+// is still being committed (JetStream's wrong last sequence without a sequence).
+type pendingObserver struct{ refused atomic.Bool }
+
+func (o *pendingObserver) Submitted(coordinator.SubmitOutcome) {}
+func (o *pendingObserver) JobChanged(coordinator.JobChange)    {}
+func (o *pendingObserver) DeadlineExpired(string)              {}
+func (o *pendingObserver) Synced(time.Duration, int, error)    {}
+func (o *pendingObserver) Stored(_ time.Duration, err error, _ bool, _ int) {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant {
+		o.refused.Store(true)
+	}
+}
+
+// TestUnconfirmedCancelIsOutcomeUnknown: a cancel written while the JOBS stream has no
+// quorum is proposed by its leader and not confirmed; its next copy is refused while
+// the first is uncommitted (wrong last sequence, code 10164), and the store still holds
+// the job queued. Once a follower is back the first copy is committed: the job is
+// cancelled. So the answer is "Outcome unknown" (or the cancel), never "not stored",
+// and the coordinator, whose own write it was, does not take itself for fenced.
+func TestUnconfirmedCancelIsOutcomeUnknown(t *testing.T) {
+	t.Parallel()
+	cl := jobbustest.StartRestartableCluster(t, 3)
+	s := &jobbustest.System{Server: cl.Nodes[0], NC: dialServer(t, cl.Nodes[0].ClientURL()), Config: jobbustest.FastCoordinatorConfig()}
+	s.Config.Replicas = 3
+	s.Config.LeaderLease = 30 * time.Second // outlasts the test: the answer is the store's
+	obs := &pendingObserver{}
+	s.Config.Observer = obs
+	s.StartCoordinator(t)
+	s.StartNativeWorker(t)
+	c := client.New(s.NC)
+	ctx := context.Background()
+	var id string
+	testkit.Wait(t, 60*time.Second, func() error {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if _, err := c.SetQueue(rctx, "held", client.MaxRunning(1)); err != nil {
+			return err
+		}
+		if _, err := c.PauseQueue(rctx, "held"); err != nil {
+			return err
+		}
+		var err error
+		id, err = c.Submit(rctx, "SHA256", text("held"), client.Queue("held"))
+		return err
+	})
+	leadJobsStream(t, cl, s.NC, 0)
+
+	cl.Stop(t, 1)
+	cl.Stop(t, 2)
+	rctx, cancel := context.WithTimeout(ctx, 8*time.Second)
+	_, _, err := c.Cancel(rctx, id)
+	cancel()
+	t.Logf("answered: %v", err)
+	if err != nil && !errors.Is(err, client.ErrOutcomeUnknown) {
+		t.Errorf("cancel without a quorum: %v; want \"Outcome unknown\" or the cancel", err)
+	}
+	select {
+	case <-s.Coordinator.Fenced():
+		t.Error("the coordinator took its own unconfirmed write for another coordinator's")
+	default:
+	}
+	if !obs.refused.Load() && !t.Failed() {
+		t.Fatal("no copy of the cancel was refused as pending")
+	}
+
+	cl.Restart(t, 1)
+	testkit.Wait(t, 90*time.Second, func() error {
+		data, err := storedMessage(s.NC, "$KV."+protocol.JobsBucket+"."+id)
+		if err != nil {
+			return err
+		}
+		var j protocol.Job
+		if err := json.Unmarshal(data, &j); err != nil || j.State != protocol.StateCancelled {
+			return fmt.Errorf("job %s stored as %s", id, data)
+		}
+		return nil
+	})
+}
+
+// TestUnconfirmedWorkflowIsOutcomeUnknown: a workflow submitted while the JOBS stream
+// has no quorum goes as one atomic batch, proposed by the stream's leader and not
+// confirmed; the store does not hold it yet, but once a follower is back the batch is
+// committed. So the answer is "Outcome unknown", never "not stored" for a workflow
+// that is stored afterwards.
+func TestUnconfirmedWorkflowIsOutcomeUnknown(t *testing.T) {
+	t.Parallel()
+	cl := jobbustest.StartRestartableCluster(t, 3)
+	s := &jobbustest.System{Server: cl.Nodes[0], NC: dialServer(t, cl.Nodes[0].ClientURL()), Config: jobbustest.FastCoordinatorConfig()}
+	s.Config.Replicas = 3
+	s.Config.LeaderLease = 30 * time.Second // outlasts the test: the answer is the store's
+	s.StartCoordinator(t)
+	s.StartNativeWorker(t)
+	c := client.New(s.NC)
+	ctx := context.Background()
+	ran := func() error { // a job stored and run: no write is left in flight
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		id, err := c.Submit(rctx, "SHA256", text("before"))
+		if err == nil {
+			_, err = c.Wait(rctx, id)
+		}
+		return err
+	}
+	testkit.Wait(t, 60*time.Second, ran)
+	leadJobsStream(t, cl, s.NC, 0)
+	testkit.Wait(t, 30*time.Second, ran)
+
+	cl.Stop(t, 1)
+	cl.Stop(t, 2)
+	w := client.NewWorkflow("wf-unconfirmed").
+		Step("a", "SHA256", text("a")).
+		Step("b", "SHA256", text("b"), client.StepAfter("a"))
+	rctx, cancel := context.WithTimeout(ctx, 8*time.Second)
+	_, err := c.SubmitWorkflow(rctx, w)
+	cancel()
+	t.Logf("answered: %v", err)
+	if !errors.Is(err, client.ErrOutcomeUnknown) {
+		t.Errorf("workflow without a quorum: %v; want \"Outcome unknown\"", err)
+	}
+
+	// Node 0's log is ahead of node 1's: node 1 votes for it, and it commits the batch.
+	cl.Restart(t, 1)
+	subj := "$KV." + protocol.JobsBucket + "." + protocol.ControlPrefix + protocol.KindWorkflow + ".wf-unconfirmed"
+	testkit.Wait(t, 90*time.Second, func() error {
+		_, err := storedMessage(s.NC, subj)
+		return err
 	})
 }

@@ -396,7 +396,7 @@ func (s *scheduler) submitGroup(req *protocol.SubmitWorkflow, from request, repl
 			reply(s.resubmitted(p))
 			return
 		}
-		reply(&protocol.Error{Message: fmt.Sprintf("%s %s was not stored: %v", p.kind, p.id, err)})
+		reply(groupNotStored(p.kind+" "+p.id, err))
 		return
 	}
 	out := &protocol.WorkflowSubmitted{WorkflowID: p.id, Jobs: make(map[string]string, len(jobs))}
@@ -409,6 +409,18 @@ func (s *scheduler) submitGroup(req *protocol.SubmitWorkflow, from request, repl
 		s.unlock()
 	}
 	reply(settled{out})
+}
+
+// groupNotStored is the answer to what (a group's submission, a retry) whose write
+// failed with err: "Outcome unknown" when it may be stored later (writeAll), which
+// states what is known, as JOB_SUBMITTED does (settled); else an ERROR.
+func groupNotStored(what string, err error) protocol.Message {
+	if errors.Is(err, ErrOutcomeUnknown) {
+		return settled{&protocol.Error{Message: fmt.Sprintf("%s%s may or may not be stored (%v); "+
+			"if it is, this coordinator knows it only after its next recovery (a restart or failover)",
+			protocol.OutcomeUnknownPrefix, what, strings.TrimPrefix(err.Error(), ErrOutcomeUnknown.Error()+": "))}}
+	}
+	return &protocol.Error{Message: fmt.Sprintf("%s was not stored: %v", what, err)}
 }
 
 // resubmitted answers a submission whose group id exists: the same answer as the
@@ -912,7 +924,7 @@ func (s *scheduler) retryGroup(id string, from request, reply replyFunc) {
 		return
 	}
 	if err := s.writeSteps(ctx, ng, jobs, value, g); err != nil {
-		reply(&protocol.Error{Message: fmt.Sprintf("retry of workflow %s was not stored: %v", id, err)})
+		reply(groupNotStored("retry of workflow "+id, err))
 		return
 	}
 	for _, j := range jobs {

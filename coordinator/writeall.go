@@ -20,7 +20,8 @@ import (
 // is. The control is a create (rev 0) or a CAS on rev, as controlStore.put; records
 // are creates. Once stored, each record's outcome reaches the sink (written) as a
 // write handed to write would, and writeAll returns the control's new revision; on
-// an error nothing was stored and the sink hears nothing.
+// an error the sink hears nothing, and nothing was stored unless the error is
+// ErrOutcomeUnknown (then all may be, later).
 
 // writeAll stores ctl and ws in one step of the memory store.
 func (s *memStore) writeAll(ctx context.Context, ctl control, ws []pendingWrite) (uint64, error) {
@@ -60,7 +61,10 @@ var ErrBatchTooLarge = errors.New("atomic batch larger than the NATS server allo
 
 // writeAll stores ctl and ws as one JetStream atomic batch (each record a create: one
 // message). A commit whose answer was lost is settled by reading the control back:
-// the batch landed whole or not at all.
+// the batch landed whole or not at all. When the control is not there (yet), the
+// outcome is unknown (ErrOutcomeUnknown), not "not stored": in a cluster the stream's
+// leader may have proposed the batch without a quorum, and commits it once a follower
+// answers, unseen by reads till then (outcome.go).
 func (s *jsStore) writeAll(ctx context.Context, ctl control, ws []pendingWrite) (uint64, error) {
 	c := nats.NewMsg(jobsSubjects + protocol.ControlPrefix + ctl.key)
 	c.Data = ctl.value
@@ -79,6 +83,8 @@ func (s *jsStore) writeAll(ctx context.Context, ctl control, ws []pendingWrite) 
 		cancel()
 		if rerr == nil && string(e.Value()) == string(ctl.value) && e.Revision() != ctl.rev {
 			first, err = e.Revision(), nil
+		} else if !refusedOutright(err) {
+			err = unknownOutcome(err)
 		}
 	}
 	s.storage.noteWrite(err)
