@@ -340,7 +340,7 @@ func (sch *schedules) write(e *schedEntry, sc protocol.Schedule) error {
 		return fmt.Errorf("store schedule %s: %w", sc.Name, ErrNotServing)
 	}
 	sch.mu.Lock()
-	rev := e.rev
+	rev, pausing := e.rev, e.sc.Paused != sc.Paused
 	sch.mu.Unlock()
 	ctx, cancel := context.WithTimeout(sch.ctx, scheduleIOTimeout)
 	defer cancel()
@@ -350,7 +350,13 @@ func (sch *schedules) write(e *schedEntry, sc protocol.Schedule) error {
 	if errors.As(err, &changed) && changed.stored != nil && sch.s.lease.held() {
 		// Most likely an earlier write of this coordinator that landed unseen (its
 		// answer lost, and the read back too; a successor would have taken the lease
-		// first): write over it once.
+		// first): write over it once. A pause or resume answered "Outcome unknown"
+		// is such a write: one that is not itself a pause or resume (a tick) keeps it.
+		var was protocol.Schedule
+		if !pausing && json.Unmarshal(changed.stored.value, &was) == nil {
+			sc.Paused, sc.SinceMillis = was.Paused, was.SinceMillis
+			data, _ = json.Marshal(sc)
+		}
 		rev, err = writeControl(ctx, sch.controls(), key, data, changed.stored.rev)
 	}
 	if err != nil {
@@ -488,7 +494,7 @@ func (sch *schedules) adopt(c *control, spec protocol.ScheduleSpec) protocol.Mes
 // or not done.
 func scheduleNotStored(name, done string, err error) *protocol.Error {
 	if errors.Is(err, errControlUnknown) {
-		return &protocol.Error{Message: fmt.Sprintf("%sschedule %s may or may not be %s (%v): jobbus schedule ls tells, and sending it again is safe",
+		return &protocol.Error{Message: fmt.Sprintf("%sschedule %s may or may not be %s (%v): sending it again is safe, and answers what is stored",
 			protocol.OutcomeUnknownPrefix, name, done, err)}
 	}
 	return &protocol.Error{Message: fmt.Sprintf("schedule %s was not %s: %v", name, done, err)}

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync/atomic"
@@ -49,12 +50,10 @@ func (c switchedControls) get(ctx context.Context, key string) (control, bool, e
 	return c.lossy().get(ctx, key)
 }
 
-// TestScheduleWriteOfUnknownOutcome: a schedule added, paused or removed whose write
-// landed while its answer was lost, and could not be read back, is answered "Outcome
-// unknown", not as a change not stored: it is stored. Sent again once the store
-// answers, each is answered as done, and the list shows what the store holds.
-func TestScheduleWriteOfUnknownOutcome(t *testing.T) {
-	t.Parallel()
+// startAnswerLosing starts a coordinator on an answerLosingStore and a real embedded
+// server; lose switches the store's losing on.
+func startAnswerLosing(t *testing.T) (*Coordinator, *client.Client, *atomic.Bool) {
+	t.Helper()
 	ctx := context.Background()
 	srv, err := embeddednats.Start(ctx, embeddednats.WithListen("127.0.0.1:-1"), embeddednats.WithStoreDir(t.TempDir()))
 	if err != nil {
@@ -66,15 +65,63 @@ func TestScheduleWriteOfUnknownOutcome(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	var lose atomic.Bool
+	lose := new(atomic.Bool)
 	c := &Coordinator{cfg: DefaultConfig()}
 	c.cfg.fill()
-	c.build(nc, answerLosingStore{newJetStreamStore(nc, &c.cfg), &lose})
+	c.build(nc, answerLosingStore{newJetStreamStore(nc, &c.cfg), lose})
 	if err := c.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	cl := client.New(nc)
+	return c, client.New(nc), lose
+}
+
+// TestSchedulePauseOfUnknownOutcomeOutlivesTheNextTick: a pause answered "Outcome
+// unknown" whose write landed is not undone by the schedule's next tick, which finds
+// the stored schedule changed and writes its tick over it, keeping the stored pause.
+func TestSchedulePauseOfUnknownOutcomeOutlivesTheNextTick(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, cl, lose := startAnswerLosing(t)
+	spec := client.Schedule{Name: "p", Every: time.Second, TaskType: "SHA256", Payload: map[string]string{"text": "p"}}
+	if _, err := cl.AddSchedule(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	lose.Store(true)
+	_, err := cl.PauseSchedule(ctx, "p")
+	lose.Store(false)
+	if !errors.Is(err, client.ErrOutcomeUnknown) {
+		t.Fatalf("pause whose write landed, its answer lost: %v; want Outcome unknown", err)
+	}
+	var sc protocol.Schedule
+	paused := time.Now().UnixMilli()
+	eventuallyTrue(t, "a tick written after the pause", func() bool {
+		cur, ok, err := c.store.controls().get(ctx, protocol.SchedulePrefix+"p")
+		if err != nil || !ok {
+			t.Fatalf("schedule p: stored %v, %v", ok, err)
+		}
+		if err := json.Unmarshal(cur.value, &sc); err != nil {
+			t.Fatal(err)
+		}
+		return sc.LastTickMillis > paused
+	})
+	if !sc.Paused {
+		t.Fatalf("stored %+v after a tick: the pause that landed is undone", sc)
+	}
+	scs, err := cl.Schedules(ctx)
+	if err != nil || len(scs) != 1 || !scs[0].Paused {
+		t.Fatalf("listed %+v, %v: want p paused, as stored", scs, err)
+	}
+}
+
+// TestScheduleWriteOfUnknownOutcome: a schedule added, paused or removed whose write
+// landed while its answer was lost, and could not be read back, is answered "Outcome
+// unknown", not as a change not stored: it is stored. Sent again once the store
+// answers, each is answered as done, and the list shows what the store holds.
+func TestScheduleWriteOfUnknownOutcome(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, cl, lose := startAnswerLosing(t)
 	stored := func(name string) bool {
 		t.Helper()
 		_, ok, err := c.store.controls().get(ctx, protocol.SchedulePrefix+name)
@@ -104,7 +151,7 @@ func TestScheduleWriteOfUnknownOutcome(t *testing.T) {
 	}
 
 	lose.Store(true)
-	_, err = cl.AddSchedule(ctx, spec)
+	_, err := cl.AddSchedule(ctx, spec)
 	lose.Store(false)
 	unknown("add", err)
 	if !stored("a") {
