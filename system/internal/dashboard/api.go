@@ -283,6 +283,22 @@ type detail struct {
 	Fingerprint string   `json:"-"` // hides the record's: internal to idempotency
 }
 
+// recordOrAnswer reads job id's record; when there is none to read it answers the
+// request (404 for a job unknown, expired or never one, 502 when the store fails) and
+// reports false.
+func (s *Server) recordOrAnswer(ctx context.Context, w http.ResponseWriter, id string) (*storedJob, bool) {
+	rec, err := s.record(ctx, id)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrInvalidKey), errors.Is(err, jetstream.ErrKeyDeleted):
+		writeError(w, http.StatusNotFound, "Unknown job: %s", id)
+		return nil, false
+	case err != nil:
+		writeError(w, http.StatusBadGateway, "read job %s: %v", id, err)
+		return nil, false
+	}
+	return rec, true
+}
+
 func (s *Server) record(ctx context.Context, id string) (*storedJob, error) {
 	if !protocol.IsRecordKey(id) {
 		// The bucket's other keys (settings, bindings, the term) are no jobs.
@@ -308,13 +324,8 @@ func (s *Server) jobDetail(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	rec, err := s.record(ctx, id)
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrInvalidKey), errors.Is(err, jetstream.ErrKeyDeleted):
-		writeError(w, http.StatusNotFound, "Unknown job: %s", id)
-		return
-	case err != nil:
-		writeError(w, http.StatusBadGateway, "read job %s: %v", id, err)
+	rec, ok := s.recordOrAnswer(ctx, w, id)
+	if !ok {
 		return
 	}
 	if rec.State != protocol.StateRunning {
@@ -381,13 +392,8 @@ func (s *Server) resubmitJob(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	rec, err := s.record(ctx, id)
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrInvalidKey):
-		writeError(w, http.StatusNotFound, "Unknown job: %s", id)
-		return
-	case err != nil:
-		writeError(w, http.StatusBadGateway, "read job %s: %v", id, err)
+	rec, ok := s.recordOrAnswer(ctx, w, id)
+	if !ok {
 		return
 	}
 	opts := []client.SubmitOption{client.MaxAttempts(rec.MaxAttempts)}

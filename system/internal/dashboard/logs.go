@@ -54,13 +54,7 @@ func (s *Server) jobLogs(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	_, err = s.record(ctx, id)
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrInvalidKey), errors.Is(err, jetstream.ErrKeyDeleted):
-		writeError(w, http.StatusNotFound, "Unknown job: %s", id)
-		return
-	case err != nil:
-		writeError(w, http.StatusBadGateway, "read job %s: %v", id, err)
+	if _, ok := s.recordOrAnswer(ctx, w, id); !ok {
 		return
 	}
 	page := logPage{Records: []logLine{}, Next: after, Final: map[int]bool{}}

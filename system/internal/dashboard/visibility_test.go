@@ -14,6 +14,7 @@ import (
 	"github.com/jobbus/jobbus/coordinator"
 	"github.com/jobbus/jobbus/internal/jobbustest"
 	"github.com/jobbus/jobbus/internal/testkit"
+	"github.com/jobbus/jobbus/system/internal/dashboard"
 	"github.com/jobbus/jobbus/worker"
 )
 
@@ -135,6 +136,16 @@ func TestJobLogsAPIOfAnExpiredJob(t *testing.T) {
 	var logs map[string]any
 	if code := getJSON(t, s.url+"/api/jobs/"+id+"/logs", &logs); code != http.StatusNotFound || !strings.Contains(fmt.Sprint(logs["error"]), "Unknown job") {
 		t.Fatalf("logs of the expired job: %d %v, want 404 Unknown job", code, logs)
+	}
+	req, _ := http.NewRequest(http.MethodPost, s.url+"/api/jobs/"+id+"/resubmit", strings.NewReader("{}"))
+	req.Header.Set(dashboard.TokenHeader, s.token(t))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("resubmit of the expired job: %d, want 404 as its page", resp.StatusCode)
 	}
 }
 
