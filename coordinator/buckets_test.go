@@ -261,13 +261,7 @@ func TestOpenBucketKeepsItsTTL(t *testing.T) {
 // warning, when JetStream cannot reserve it: the bucket opens either way.
 func TestOpenBucketLimit(t *testing.T) {
 	t.Parallel()
-	srv, err := embeddednats.Start(context.Background(), embeddednats.WithListen("127.0.0.1:-1"),
-		embeddednats.WithStoreDir(t.TempDir()), embeddednats.WithJetStreamLimits(0, 4<<20))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-	nc := dialServer(t, srv.ClientURL())
+	nc := dialServer(t, startServer(t, embeddednats.WithJetStreamLimits(0, 4<<20)).ClientURL())
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

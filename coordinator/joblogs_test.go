@@ -21,17 +21,7 @@ import (
 func TestJobLogsFitASmallStore(t *testing.T) {
 	t.Parallel()
 	const room = 64 << 20
-	srv, err := embeddednats.Start(context.Background(), embeddednats.WithListen("127.0.0.1:-1"),
-		embeddednats.WithStoreDir(t.TempDir()), embeddednats.WithJetStreamLimits(0, room))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := dialServer(t, startServer(t, embeddednats.WithJetStreamLimits(0, room)).ClientURL())
 	for range 2 { // made, then kept as it is by the next coordinator
 		c, err := coordinator.New(nc, jobbustest.FastCoordinatorConfig())
 		if err != nil {

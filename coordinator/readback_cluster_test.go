@@ -37,6 +37,24 @@ func leadJobsStream(t *testing.T, cl *jobbustest.Cluster, nc *nats.Conn, n int) 
 	})
 }
 
+// settledOnN0 waits until a job is stored and run, makes n0 the JOBS stream's leader,
+// and waits for one more: no write is left in flight when it returns.
+func settledOnN0(t *testing.T, cl *jobbustest.Cluster, nc *nats.Conn, c *client.Client) {
+	t.Helper()
+	ran := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		id, err := c.Submit(ctx, "SHA256", text("before"))
+		if err == nil {
+			_, err = c.Wait(ctx, id)
+		}
+		return err
+	}
+	testkit.Wait(t, 60*time.Second, ran)
+	leadJobsStream(t, cl, nc, 0)
+	testkit.Wait(t, 30*time.Second, ran)
+}
+
 // TestUnconfirmedSettingIsOutcomeUnknown: a queue setting written while the JOBS
 // stream has no quorum is proposed by its leader and not confirmed. The leader's store
 // does not hold it yet, so a read-back finds the old setting; but the proposal is in
@@ -130,18 +148,7 @@ func TestRefusedCopyOfUnconfirmedSubmission(t *testing.T) {
 	s.StartNativeWorker(t)
 	c := client.New(s.NC)
 	ctx := context.Background()
-	ran := func() error { // a job stored and run: no write is left in flight
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		id, err := c.Submit(rctx, "SHA256", text("before"))
-		if err == nil {
-			_, err = c.Wait(rctx, id)
-		}
-		return err
-	}
-	testkit.Wait(t, 60*time.Second, ran)
-	leadJobsStream(t, cl, s.NC, 0)
-	testkit.Wait(t, 30*time.Second, ran)
+	settledOnN0(t, cl, s.NC, c)
 
 	records, err := storedRecords(s.NC)
 	if err != nil {
@@ -288,18 +295,7 @@ func TestUnconfirmedWorkflowIsOutcomeUnknown(t *testing.T) {
 	s.StartNativeWorker(t)
 	c := client.New(s.NC)
 	ctx := context.Background()
-	ran := func() error { // a job stored and run: no write is left in flight
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		id, err := c.Submit(rctx, "SHA256", text("before"))
-		if err == nil {
-			_, err = c.Wait(rctx, id)
-		}
-		return err
-	}
-	testkit.Wait(t, 60*time.Second, ran)
-	leadJobsStream(t, cl, s.NC, 0)
-	testkit.Wait(t, 30*time.Second, ran)
+	settledOnN0(t, cl, s.NC, c)
 
 	cl.Stop(t, 1)
 	cl.Stop(t, 2)

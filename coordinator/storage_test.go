@@ -180,13 +180,7 @@ func TestStoreFullOfJobs(t *testing.T) {
 	const limit = 4 << 20
 	t.Run("LoneServer", func(t *testing.T) {
 		t.Parallel()
-		srv, err := embeddednats.Start(context.Background(), embeddednats.WithListen("127.0.0.1:-1"),
-			embeddednats.WithStoreDir(t.TempDir()), embeddednats.WithJetStreamLimits(0, limit))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-		storeFullOfJobs(t, srv, limit)
+		storeFullOfJobs(t, startServer(t, embeddednats.WithJetStreamLimits(0, limit)), limit)
 	})
 	t.Run("Cluster", func(t *testing.T) {
 		t.Parallel()
