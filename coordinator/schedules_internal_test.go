@@ -11,7 +11,6 @@ import (
 
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
-	"github.com/jobbus/jobbus/embeddednats"
 )
 
 // answerLosingStore is a JetStream store whose settings' writes, while lose is set,
@@ -55,16 +54,7 @@ func (c switchedControls) get(ctx context.Context, key string) (control, bool, e
 func startAnswerLosing(t *testing.T) (*Coordinator, *client.Client, *atomic.Bool) {
 	t.Helper()
 	ctx := context.Background()
-	srv, err := embeddednats.Start(ctx, embeddednats.WithListen("127.0.0.1:-1"), embeddednats.WithStoreDir(t.TempDir()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc, _ := loneServer(t) // diagnose_test.go
 	lose := new(atomic.Bool)
 	c := &Coordinator{cfg: DefaultConfig()}
 	c.cfg.fill()
