@@ -167,9 +167,8 @@ func (s *scheduler) submit(req *protocol.SubmitJob, from request, reply replyFun
 			}
 			return
 		}
-		if r.send(jobSubmitted(id)) {
-			s.note.submitted(SubmitAccepted)
-		}
+		// The job is ready before its submitter hears: a client told JOB_SUBMITTED
+		// finds it queued behind nothing submitted after it.
 		s.mu.Lock()
 		j.answer = nil
 		switch j.rec.State {
@@ -180,6 +179,9 @@ func (s *scheduler) submit(req *protocol.SubmitJob, from request, reply replyFun
 			s.stored(j) // delayed.go
 		}
 		s.unlock()
+		if r.send(jobSubmitted(id)) {
+			s.note.submitted(SubmitAccepted)
+		}
 	})
 }
 
