@@ -14,8 +14,9 @@
 // HEARTBEAT and TASK_RESULT become asks to the coordinator; TASK_ASSIGN and TASK_CANCEL
 // become frames. HEARTBEAT and TASK_RESULT count for the registered worker, whatever
 // workerId they carry. A connection that ends reports its worker lost at once (the
-// bridge asks worker.disconnect once the results it already read are settled, so a
-// result sent just before closing still counts). A second connection registering a
+// bridge asks worker.disconnect once the results it already read are settled, however
+// long that takes within ResultRetryFor, so a result sent just before closing still
+// counts, even while no coordinator serves). A second connection registering a
 // live worker id supersedes the first, which closes without reporting a loss. This
 // holds within one bridge: one worker id live on two bridges at once is a
 // misconfiguration, as two native workers of one id are.
@@ -132,6 +133,9 @@ type Config struct {
 	WriteQueue int
 	// ResultRetryFor is how long a TASK_RESULT keeps being offered to the coordinator
 	// until it answers (default 1 minute), even after the worker's connection closed.
+	// Until its results are answered or given up, a worker whose connection ended is
+	// not reported lost, and a new connection of the same worker id waits for its
+	// WORKER_REGISTERED: either would lose the attempts the results report.
 	ResultRetryFor time.Duration
 	// Logger receives structured logs (keys worker, remote, port); nil discards them.
 	Logger *slog.Logger

@@ -393,3 +393,114 @@ func TestTCPWorkerResultOutlivesItsSupersededConnection(t *testing.T) {
 			j.State, j.Attempts, deref(j.Result), deref(j.Error))
 	}
 }
+
+// TestTCPWorkerResultOutlastingRequestTimeout: a spec worker sends its result while no
+// coordinator serves for longer than the bridge's RequestTimeout (a failover, a
+// restart), and dials again, after closing its connection or leaving it half-open. The
+// new connection reports holding nothing, and an ended one is reported lost: either
+// would lose the attempt, so neither may reach the coordinator before the result read
+// earlier, however long its relay takes within ResultRetryFor. The job completes with
+// that result, on its only attempt. Before, the bridge waited one RequestTimeout for the
+// result and then let the loss through: the coordinator counted the attempt lost and
+// the job failed, although its result was in the bridge's hands.
+func TestTCPWorkerResultOutlastingRequestTimeout(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		closeOld bool
+	}{{"OldConnectionClosed", true}, {"OldConnectionHalfOpen", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			const requestTimeout = 200 * time.Millisecond
+			s := setup(t, withBridge(func(c *bridgeConfig) { c.RequestTimeout, c.ResultRetryFor = requestTimeout, waitFor }))
+			id := "slow-relay-" + tc.name
+			old := s.worker(id, 1)
+			job, err := s.native.Submit(context.Background(), "SHA256", json.RawMessage(`{"text":"x"}`), client.MaxAttempts(1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := old.ExpectAssign(job)
+			if err := s.Coordinator.Close(); err != nil {
+				t.Fatal(err)
+			}
+			offers := timeOffers(t, s.NC, id)
+			old.MustSend(&protocol.TaskResult{WorkerID: id, JobID: job, AttemptID: a.AttemptID, Success: true, Result: ptr("first")})
+			if tc.closeOld {
+				_ = old.Close()
+			}
+			// The relay outlasts a request: the result is still offered well after one
+			// RequestTimeout, and no coordinator has answered it.
+			eventually(t, "the result offered past the request timeout", func() bool { return offers.since(time.Time{}) > 2*requestTimeout })
+			fresh := dial(t, s.br.WorkerAddr())
+			fresh.MustSend(&protocol.WorkerRegister{WorkerID: id, Capacity: 1})
+			sent := time.Now()
+			eventually(t, "the result offered past the request timeout after the new registration", func() bool {
+				return offers.since(sent) > 2*requestTimeout
+			})
+			s.StartCoordinator(t)
+			registerAgainUntilRegistered(t, s, fresh, id)
+			var j protocol.Job
+			eventually(t, "job "+job+" ended", func() bool { j = s.job(job); return j.State.Terminal() })
+			if j.State != protocol.StateCompleted || j.Attempts != 1 || deref(j.Result) != "first" {
+				t.Fatalf("job %s after %d attempts, result %q, error %q: want COMPLETED with the result sent before the new connection",
+					j.State, j.Attempts, deref(j.Result), deref(j.Error))
+			}
+		})
+	}
+}
+
+// offerTimes records when a worker's results were offered on task.result (task.results
+// is nobody's while no coordinator runs, so the bridge offers them singly).
+type offerTimes struct {
+	mu          sync.Mutex
+	first, last time.Time
+}
+
+func timeOffers(t *testing.T, nc *nats.Conn, id string) *offerTimes {
+	t.Helper()
+	o := &offerTimes{}
+	sniff(t, nc, "jobbus.role.coordinator.worker."+id+"."+protocol.PathResult, func(*nats.Msg) {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		if o.first.IsZero() {
+			o.first = time.Now()
+		}
+		o.last = time.Now()
+	})
+	return o
+}
+
+// since is how long after t (or after the first offer, if t is zero) the last offer
+// was seen; 0 if none was.
+func (o *offerTimes) since(t time.Time) time.Duration {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if t.IsZero() {
+		t = o.first
+	}
+	if o.last.IsZero() {
+		return 0
+	}
+	return o.last.Sub(t)
+}
+
+// registerAgainUntilRegistered plays a spec worker whose registration on p is pending:
+// on ERROR (no coordinator answered it) it dials again and registers anew, until one
+// connection gets WORKER_REGISTERED.
+func registerAgainUntilRegistered(t *testing.T, s *system, p *peer, id string) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for {
+		m, err := p.Recv()
+		if _, ok := m.(*protocol.WorkerRegistered); ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("worker %s not registered: last got %+v (%v)", id, m, err)
+		}
+		t.Logf("registration answered %+v (%v); dialling again", m, err)
+		_ = p.Close()
+		p = dial(t, s.br.WorkerAddr())
+		p.MustSend(&protocol.WorkerRegister{WorkerID: id, Capacity: 1})
+	}
+}

@@ -112,11 +112,10 @@ func (b *Bridge) serveWorker(c net.Conn, release func()) {
 	if s.register() {
 		s.loop()
 	}
-	s.leave()
+	s.stop()
 	s.out.wait()
-	release()
-	// The node outlives the connection while results are still being delivered.
-	<-s.pending.idle()
+	release() // the connection is closed: its slot is free while its results settle
+	s.leave()
 	s.b.stats.retire(s.node)
 }
 
@@ -487,24 +486,27 @@ func (s *workerSession) deliver(res *protocol.TaskResult, size int) {
 	}
 }
 
-// leave ends the session's life as the worker: it stops serving the worker's bus
-// paths and heartbeats and, unless superseded, reports the worker lost.
-func (s *workerSession) leave() {
+// stop ends the session's connection and its life as the worker on the bus: it stops
+// serving the worker's bus paths and heartbeats. Its results are still delivered.
+func (s *workerSession) stop() {
 	s.out.kill("session ended")
 	s.cancel()
 	_ = s.node.UnhandleAny()
 	s.beats.Wait()
+}
+
+// leave waits until every result the session read is settled and then, unless
+// superseded, reports the worker lost. A result read before the connection ended must
+// be settled before the loss, or an attempt that completed would be retried; a
+// superseding session's registration is a loss too (it holds nothing), and it waits
+// for released: so the wait comes first, superseded or not. The wait is as long as the
+// results' delivery, not one request: a relay that outlasts RequestTimeout (no
+// coordinator serves for a while, during a failover or restart) would otherwise lose
+// the attempt it reports. Each delivery ends within ResultRetryFor, or when the bridge
+// closes.
+func (s *workerSession) leave() {
 	reason := s.out.dropReason()
-	// A result read before the connection ended must be settled before the loss, or an
-	// attempt that completed would be retried. A superseding session's registration
-	// is a loss too (it holds nothing), and it waits for released: so the wait comes
-	// first, superseded or not.
-	t := time.NewTimer(s.b.cfg.RequestTimeout)
-	select {
-	case <-s.pending.idle():
-	case <-t.C:
-	}
-	t.Stop()
+	<-s.pending.idle()
 	if !s.superseded.Load() && s.b.workers.current(s) {
 		s.disconnect()
 	}
