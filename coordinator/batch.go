@@ -194,5 +194,10 @@ func (s *jsStore) refused(ctx context.Context, err error, termOnly bool) error {
 	case gerr != nil || termOnly || pendingEarlier(err):
 		return err
 	}
-	return fmt.Errorf("%w: a record moved past the revision this coordinator wrote (%v)", ErrFenced, err)
+	return fmt.Errorf("%w: %w (%v)", ErrFenced, errRecordMoved, err)
 }
+
+// errRecordMoved is why a revision check failed while the term holds: the record was
+// written since, by a deposed leader or by this write's own earlier copy, which only a
+// read of the record tells apart (landedEarlier, outcome.go).
+var errRecordMoved = errors.New("a record moved past the revision this coordinator wrote")

@@ -23,3 +23,6 @@ func (c *Coordinator) FenceLeavingTheAPIUp(err error) {
 		c.sched.fenced = err
 	}
 }
+
+// FencedBy is why the coordinator fenced itself; nil while it did not.
+func (c *Coordinator) FencedBy() error { return c.sched.fencedBy() }

@@ -79,9 +79,7 @@ func (s *jsStore) commit(ctx context.Context, ws []pendingWrite) {
 		if err != nil {
 			// A copy refused after an earlier one went unanswered: the earlier one
 			// may be what the store holds (outcome.go).
-			if landedRevs, ok := s.oc.landedEarlier(ctx, ws, err); ok {
-				revs, err = landedRevs, nil
-			}
+			revs, err = s.oc.landedEarlier(ctx, ws, err)
 		}
 		for _, w := range ws {
 			s.noteStored(w.j, start, err)

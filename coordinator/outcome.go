@@ -30,7 +30,8 @@ import (
 // until it lands (the copy is the same record, so a second landing changes nothing),
 // and an update whose retry meets a revision moved past it is read back (readBack):
 // when what is stored is its own earlier copy, the write succeeded, and the coordinator
-// goes on instead of fencing itself. When the coordinator stops writing a job (fenced,
+// goes on instead of fencing itself; when the store cannot be read, it writes again
+// until a read tells. When the coordinator stops writing a job (fenced,
 // closing), the store is read back once before its waiters hear anything.
 //
 // The parts: the store (jsStore) knows which writes went unanswered and reads back
@@ -208,23 +209,26 @@ func without(ws, drop []pendingWrite) []pendingWrite {
 
 // landedEarlier handles a copy of ws refused outright (err) after an earlier copy's
 // outcome was unknown: when the store holds the earlier copy, the write succeeded and
-// its revisions are returned; when it holds none, nothing earlier can land any more, and
-// the refusal stands, unless the refusal says a write is still being committed
-// (pendingEarlier): then the earlier copy's outcome stays unknown.
-func (o writeOutcomes) landedEarlier(ctx context.Context, ws []pendingWrite, err error) ([]uint64, bool) {
+// its revisions are returned with a nil error; when it holds none, nothing earlier can
+// land any more, and the refusal stands, unless the refusal says a write is still being
+// committed (pendingEarlier): then the earlier copy's outcome stays unknown. When the
+// store cannot be read, a record that moved may have been moved by the earlier copy: the
+// outcome is unknown, and the write is tried again rather than fence the coordinator
+// (a newer term still fences: refused, batch.go).
+func (o writeOutcomes) landedEarlier(ctx context.Context, ws []pendingWrite, err error) ([]uint64, error) {
 	if !refusedOutright(err) || len(o.s.sink.doubts().inDoubt(ws)) == 0 {
-		return nil, false
+		return nil, err
 	}
-	switch l, revs := o.readBack(ctx, ws); l {
-	case landed:
+	switch l, revs := o.readBack(ctx, ws); {
+	case l == landed:
 		o.s.log.Info("a job write whose outcome was unknown had been stored; going on from it", "jobs", len(ws), "job", ws[0].id)
-		return revs, true
-	case notLanded:
-		if !pendingEarlier(err) {
-			o.s.sink.doubts().settle(ws)
-		}
+		return revs, nil
+	case l == notLanded && !pendingEarlier(err):
+		o.s.sink.doubts().settle(ws)
+	case l == landingUnknown && errors.Is(err, errRecordMoved):
+		return nil, fmt.Errorf("%w: %w; it could not be read back to tell whether this write's earlier copy moved it", ErrOutcomeUnknown, errRecordMoved)
 	}
-	return nil, false
+	return nil, err
 }
 
 // hurry has the submitters of the uncertain creates among ws answered "Outcome

@@ -5,8 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/embeddednats"
@@ -205,5 +210,174 @@ func waitIdle(t *testing.T, c *Coordinator, j *job) {
 			t.Fatal("the job's write never ended")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestUpdateInDoubtIsNotFencedUnread: an update whose first copy's answer was lost is
+// written again, and the retry's revision check fails on what moved the record; but the
+// store cannot be read back (in a cluster whose quorum just returned, a replica that
+// still takes the stream for leaderless answers the read "temporarily unavailable"
+// while its leader takes writes). Whose write moved the record is unknown, so the
+// coordinator does not fence itself: it keeps writing, and once the store is readable
+// it goes on from its own copy, or fences when the copy is another's.
+func TestUpdateInDoubtIsNotFencedUnread(t *testing.T) {
+	t.Parallel()
+	for _, own := range []bool{true, false} {
+		t.Run(fmt.Sprintf("Own=%v", own), func(t *testing.T) {
+			t.Parallel()
+			id := newID()
+			srv, conf := unreadableServer(t, id)
+			refused := make(chan error, 16)
+			c := coordinatorOn(t, srv, storedFailures(refused))
+			s := c.sched
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			stored := make(chan error, 1)
+			s.mu.Lock()
+			j := s.newJob(id, &protocol.SubmitJob{TaskType: "SHA256", Payload: json.RawMessage(`{"text":"x"}`)}, 3, protocol.PriorityNormal, "", "")
+			s.markDirty(j, func(err error) { stored <- err })
+			s.unlock()
+			if err := <-stored; err != nil {
+				t.Fatal(err)
+			}
+			waitIdle(t, c, j)
+
+			s.mu.Lock()
+			j.rec.Error = ptr("changed")
+			s.mu.Unlock()
+			w, done := heldWrite(t, c, j)
+			moved := w
+			if !own { // another coordinator's write of the same revision
+				other := j.rec
+				other.Error = ptr("someone else's")
+				moved.data, _ = json.Marshal(other)
+			}
+			rev := landCopy(t, c, &moved)
+			s.mu.Lock()
+			j.uncertain = true // the first copy's acknowledgement was lost
+			s.mu.Unlock()
+
+			committed := make(chan struct{})
+			go func() {
+				defer close(committed)
+				jetStreamOf(t, c).commit(ctx, []pendingWrite{w})
+			}()
+			// Two copies refused while the record cannot be read: the write goes on.
+			for range 2 {
+				select {
+				case <-refused:
+				case <-committed:
+				}
+			}
+			if fence := s.fencedBy(); fence != nil {
+				t.Fatalf("fenced while the record could not be read back: %v", fence)
+			}
+			select {
+			case err := <-done:
+				t.Fatalf("the write ended while the record could not be read back: %v", err)
+			default:
+			}
+
+			readable(t, srv, conf)
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the write never ended once the record could be read")
+			}
+			fence := s.fencedBy()
+			s.mu.Lock()
+			gotRev := j.rev
+			s.mu.Unlock()
+			switch {
+			case own && (err != nil || fence != nil || gotRev != rev):
+				t.Fatalf("own copy: outcome %v, fenced %v, revision %d (stored at %d)", err, fence, gotRev, rev)
+			case !own && (err == nil || fence == nil):
+				t.Fatalf("another's write: outcome %v, fenced %v; want fenced", err, fence)
+			}
+		})
+	}
+}
+
+// unreadableServer starts a server whose user may not read job id's record (a direct
+// get of it is refused), and returns it with its configuration file (readable).
+func unreadableServer(t *testing.T, id string) (*embeddednats.Server, string) {
+	t.Helper()
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "nats.conf")
+	deny := `"$JS.API.DIRECT.GET.` + jobsStream + `.` + jobsSubjects + id + `"`
+	writeUsers(t, conf, `permissions: { publish: { allow: ">", deny: [`+deny+`] } }`)
+	srv, err := embeddednats.Start(context.Background(), embeddednats.WithConfigFile(conf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	return srv, conf
+}
+
+// writeUsers writes conf: one account with JetStream, whose user c has perms.
+func writeUsers(t *testing.T, conf, perms string) {
+	t.Helper()
+	text := `host: 127.0.0.1
+port: -1
+store_dir: "` + filepath.Join(filepath.Dir(conf), "store") + `"
+accounts: { JOBBUS: { jetstream: enabled, users: [{user: c, password: pw, ` + perms + `}] } }`
+	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readable lets srv's user read every record again (a configuration reload).
+func readable(t *testing.T, srv *embeddednats.Server, conf string) {
+	t.Helper()
+	writeUsers(t, conf, "")
+	o, err := server.ProcessConfigFile(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What embeddednats sets beside the file (serverOptions) stays as it was.
+	o.JetStream, o.NoLog, o.NoSigs, o.DisableJetStreamBanner = true, true, true, true
+	o.JetStreamLimits.MaxBatchSize = embeddednats.MaxAtomicBatch
+	if err := srv.NATS().ReloadOptions(o); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// coordinatorOn is a coordinator started on srv as its user c, holding no lease.
+func coordinatorOn(t *testing.T, srv *embeddednats.Server, obs Observer) *Coordinator {
+	t.Helper()
+	// The refused reads are the test's doing: their reports are not printed.
+	nc, err := srv.Connect(nats.UserInfo("c", "pw"), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	cfg := DefaultConfig()
+	cfg.Observer = obs
+	c, err := New(nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// storedFailures is an Observer that sends every failed job write's error on ch,
+// when ch has room.
+type storedFailures chan<- error
+
+func (storedFailures) Submitted(SubmitOutcome)          {}
+func (storedFailures) JobChanged(JobChange)             {}
+func (storedFailures) DeadlineExpired(string)           {}
+func (storedFailures) Synced(time.Duration, int, error) {}
+func (ch storedFailures) Stored(_ time.Duration, err error, _ bool, _ int) {
+	if err != nil {
+		select {
+		case ch <- err:
+		default:
+		}
 	}
 }

@@ -68,6 +68,7 @@ func TestUnconfirmedSettingIsOutcomeUnknown(t *testing.T) {
 	s.Config.Replicas = 3
 	s.Config.LeaderLease = 10 * time.Second // outlasts the write: the answer is the store's, not "not serving"
 	s.StartCoordinator(t)
+	s.StartNativeWorker(t) // for servesAfterQuorum's job
 	c := client.New(s.NC)
 	ctx := context.Background()
 	testkit.Wait(t, 60*time.Second, func() error {
@@ -102,6 +103,32 @@ func TestUnconfirmedSettingIsOutcomeUnknown(t *testing.T) {
 		}
 		return nil
 	})
+	servesAfterQuorum(t, s, c)
+}
+
+// servesAfterQuorum waits until, with the quorum back, the coordinator runs a job
+// again, and fails the test if it fenced itself meanwhile: every write of the test
+// was its own, late or refused while an earlier one was pending, never another
+// coordinator's.
+func servesAfterQuorum(t *testing.T, s *jobbustest.System, c *client.Client) {
+	t.Helper()
+	testkit.Wait(t, 90*time.Second, func() error {
+		select {
+		case <-s.Coordinator.Fenced():
+			t.Fatalf("the coordinator fenced itself once the quorum was back: %v", s.Coordinator.FencedBy())
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		id, err := c.Submit(ctx, "SHA256", text("after"))
+		if err == nil {
+			_, err = c.Wait(ctx, id)
+		}
+		return err
+	})
+	if err := s.Coordinator.FencedBy(); err != nil {
+		t.Fatalf("the coordinator fenced itself once the quorum was back: %v", err)
+	}
 }
 
 // storedMessage reads the last message of subj in the JOBS stream from its leader.
@@ -177,6 +204,11 @@ func TestRefusedCopyOfUnconfirmedSubmission(t *testing.T) {
 		}
 		return err
 	})
+	// The disk fault stays (new submissions are refused): the coordinator is only
+	// checked not to have fenced itself.
+	if err := s.Coordinator.FencedBy(); err != nil {
+		t.Fatalf("the coordinator fenced itself once the quorum was back: %v", err)
+	}
 }
 
 // storedRecords are the subjects of the JOBS stream's records (jobs, and the term),
@@ -219,7 +251,10 @@ func (o *pendingObserver) Stored(_ time.Duration, err error, _ bool, _ int) {
 // the first is uncommitted (wrong last sequence, code 10164), and the store still holds
 // the job queued. Once a follower is back the first copy is committed: the job is
 // cancelled. So the answer is "Outcome unknown" (or the cancel), never "not stored",
-// and the coordinator, whose own write it was, does not take itself for fenced.
+// and the coordinator, whose own write it was, does not take itself for fenced: not
+// while the quorum is lost, nor when its next copy is refused because the first one
+// landed, even if the record cannot be read back at once to tell (a replica that
+// still takes the stream for leaderless answers "temporarily unavailable").
 func TestUnconfirmedCancelIsOutcomeUnknown(t *testing.T) {
 	t.Parallel()
 	cl := jobbustest.StartRestartableCluster(t, 3)
@@ -278,6 +313,7 @@ func TestUnconfirmedCancelIsOutcomeUnknown(t *testing.T) {
 		}
 		return nil
 	})
+	servesAfterQuorum(t, s, c)
 }
 
 // TestUnconfirmedWorkflowIsOutcomeUnknown: a workflow submitted while the JOBS stream
@@ -317,4 +353,5 @@ func TestUnconfirmedWorkflowIsOutcomeUnknown(t *testing.T) {
 		_, err := storedMessage(s.NC, subj)
 		return err
 	})
+	servesAfterQuorum(t, s, c)
 }
