@@ -85,8 +85,14 @@ func testDelayed(t *testing.T, tr Transport) {
 	})
 	t.Run("CancelWhileScheduled", func(t *testing.T) {
 		t.Parallel()
-		// A window of 50 ms: the far job leaves memory, the near one does not.
-		s := Setup(t, tr, func(c *coordinator.Config) { c.ScheduleWindow = 50 * time.Millisecond })
+		// The coordinator's clock moves only when the test moves it, so each cancel
+		// lands before its job is due however slow the machine, and the worker is not
+		// lost meanwhile. A window of a minute: the near job stays in memory with its
+		// timer, the far one leaves it (held by its index entry).
+		clk := &clock{now: time.Now()}
+		s := Setup(t, tr, func(c *coordinator.Config) {
+			c.Now, c.ScheduleWindow, c.HeartbeatTimeout = clk.Now, time.Minute, 48*time.Hour
+		})
 		m := s.ManualWorker("w", 1)
 		for _, in := range []time.Duration{time.Second, time.Hour} {
 			id := s.Submit("SHA256", Text("never"), client.RunIn(in))
@@ -96,9 +102,16 @@ func testDelayed(t *testing.T, tr Transport) {
 				t.Fatalf("cancel of a job due in %v: %v %+v", in, ok, j)
 			}
 		}
-		sentinel := s.Submit("SHA256", Text("runs"), client.RunIn(1200*time.Millisecond))
-		if a := s.NextAssign(m); a.JobID != sentinel {
-			t.Fatalf("assigned %+v: a cancelled scheduled job ran", a)
+		// Each sentinel is due just after a cancelled job: that job, had it run, would
+		// have been assigned first.
+		for _, step := range []struct{ in, advance time.Duration }{{1200 * time.Millisecond, 2 * time.Second}, {2 * time.Hour, 3 * time.Hour}} {
+			sentinel := s.Submit("SHA256", Text("runs"), client.RunIn(step.in))
+			clk.advance(step.advance)
+			a := s.NextAssign(m)
+			if a.JobID != sentinel {
+				t.Fatalf("assigned %+v: a cancelled scheduled job ran", a)
+			}
+			s.Accept(m, a, true, "done")
 		}
 	})
 	t.Run("IdempotencyKey", func(t *testing.T) {
