@@ -46,7 +46,7 @@ func runTimes(at, in int64) client.SubmitOption {
 func testDelayed(t *testing.T, tr Transport) {
 	t.Run("ScheduledUntilDueThenRuns", func(t *testing.T) {
 		t.Parallel()
-		s := Setup(t, tr)
+		s := Setup(t, tr, calmHeartbeats) // its worker waits idle until the job is due
 		m := s.ManualWorker("w", 1)
 		const delay = 1500 * time.Millisecond
 		before := time.Now()
@@ -179,7 +179,13 @@ func testDelayed(t *testing.T, tr Transport) {
 	})
 	t.Run("RestartWhileScheduledChangesNothing", func(t *testing.T) {
 		t.Parallel()
-		s := Setup(t, tr, func(c *coordinator.Config) { c.ScheduleWindow = 100 * time.Millisecond })
+		// The coordinator's clock moves only when the test moves it: the near job is
+		// still SCHEDULED after a restart however long the restart takes, and the
+		// worker is not lost meanwhile.
+		clk := &clock{now: time.Now()}
+		s := Setup(t, tr, func(c *coordinator.Config) {
+			c.Now, c.ScheduleWindow, c.HeartbeatTimeout = clk.Now, 100*time.Millisecond, 48*time.Hour
+		})
 		near := s.Submit("SHA256", Text("near"), client.RunIn(2*time.Second))
 		far := s.Submit("SHA256", Text("far"), client.RunIn(time.Hour), client.IdempotencyKey("far"))
 		before := map[string]protocol.Job{near: s.Status(near), far: s.Status(far)}
@@ -190,8 +196,9 @@ func testDelayed(t *testing.T, tr Transport) {
 			}
 		}
 		m := s.ManualWorker("w", 1)
+		clk.advance(3 * time.Second) // the near job is due, the far one is not
 		a := s.NextAssign(m)
-		if a.JobID != near || time.Now().Before(time.UnixMilli(before[near].RunAtMillis)) {
+		if a.JobID != near || clk.Now().Before(time.UnixMilli(before[near].RunAtMillis)) {
 			t.Fatalf("assigned %+v, want job %s once due", a, near)
 		}
 		s.Accept(m, a, true, "done")
@@ -207,7 +214,7 @@ func testDelayed(t *testing.T, tr Transport) {
 }
 
 func testSnooze(t *testing.T, tr Transport) {
-	s := Setup(t, tr)
+	s := Setup(t, tr, calmHeartbeats) // its worker waits idle through the snooze
 	m := s.ManualWorker("w", 1)
 	id := s.Submit("SHA256", Text("poll"), client.MaxAttempts(1))
 	a := s.NextAssign(m)
