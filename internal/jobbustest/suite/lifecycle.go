@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobbus/jobbus/bridge"
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/coordinator"
@@ -509,7 +510,10 @@ func testIdempotency(t *testing.T, tr Transport) {
 // without a limit holds the newest that fit in 1 MiB, and paging with limit and cursor
 // visits every job once, newest first.
 func testListIsBounded(t *testing.T, tr Transport) {
-	s := Setup(t, tr)
+	// A list reads each finished job's record from the store: a thousand of them, under
+	// -race on two busy cores, may take longer than a request's default 5 s, which
+	// the bridge holds a TCP client's request to as well.
+	s := setupBridged(t, tr, []func(*bridge.Config){func(c *bridge.Config) { c.RequestTimeout = time.Minute }})
 	ctx := context.Background()
 	const n = 4500 // cancelled, with their error text, their snapshots make about 1.2 MiB
 	ids := make([]string, n)
@@ -534,8 +538,6 @@ func testListIsBounded(t *testing.T, tr Transport) {
 	}
 	wg.Wait()
 
-	// A list reads each finished job's record from the store: a thousand of them, under
-	// -race on two busy cores, may take longer than a request's default 5 s.
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	raw, err := s.Client.DoRaw(ctx, protocol.TypeListJobs, []byte(`{"type":"LIST_JOBS"}`))
@@ -545,7 +547,10 @@ func testListIsBounded(t *testing.T, tr Transport) {
 	}
 	m, err := protocol.Decode(raw)
 	Must(t, err)
-	all := m.(*protocol.JobList)
+	all, ok := m.(*protocol.JobList)
+	if !ok {
+		t.Fatalf("list without a limit answered %T %+v, want a JOB_LIST", m, m)
+	}
 	if len(all.Jobs) == 0 || len(all.Jobs) == n || len(raw) < protocol.MaxMessage-1024 || all.NextCursor != "" {
 		t.Fatalf("%d of %d jobs in %d bytes (cursor %q): want the newest that fill 1 MiB, and no cursor for a spec peer", len(all.Jobs), n, len(raw), all.NextCursor)
 	}
