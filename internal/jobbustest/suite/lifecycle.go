@@ -187,7 +187,7 @@ func testRetries(t *testing.T, tr Transport) {
 func testStaleResults(t *testing.T, tr Transport) {
 	t.Run("SupersededAttempt", func(t *testing.T) {
 		t.Parallel()
-		s := Setup(t, tr)
+		s := Setup(t, tr, calmHeartbeats) // the second attempt's worker is lost only by re-registering
 		m := s.ManualWorker("w1", 1)
 		id := s.Submit("SHA256", Text("x"))
 		first := s.NextAssign(m)
