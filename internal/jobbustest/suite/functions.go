@@ -113,7 +113,7 @@ func testSchemaValidation(t *testing.T, tr Transport) {
 }
 
 func testRoutesByType(t *testing.T, tr Transport) {
-	s := Setup(t, tr)
+	s := Setup(t, tr, calmHeartbeats)   // fn never heartbeats, and neither worker is to be lost
 	plain := s.ManualWorker("plain", 4) // the built-ins, and more free slots than fn
 	fn := s.tr.Peer(s, "fn")
 	fn.RegisterServing(1, TextReverseDecl(protocol.TaskTypeOptions{}))

@@ -117,30 +117,37 @@ func testJobsSpreadOverWorkers(t *testing.T, tr Transport) {
 }
 
 func testWorkerLoss(t *testing.T, tr Transport) {
+	// The coordinator's clock moves only when the test moves it: the doomed worker's
+	// silence lasts a heartbeat timeout when the test says so, and the worker that
+	// runs the second attempt is never lost to a stall of a loaded machine.
 	cases := []struct {
 		name  string
-		lose  func(m Peer)
+		lose  func(m Peer, clk *clock)
 		cause string
 	}{
-		{"HeartbeatSilence", func(Peer) {}, "heartbeat timeout"},
-		{"Disconnect", func(m Peer) { m.Disconnect() }, "connection closed"},
+		{"HeartbeatSilence", func(_ Peer, clk *clock) { clk.advance(2 * time.Minute) }, "heartbeat timeout"},
+		{"Disconnect", func(m Peer, _ *clock) { m.Disconnect() }, "connection closed"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			s := Setup(t, tr)
+			clk := &clock{now: time.Now()}
+			s := Setup(t, tr, func(c *coordinator.Config) {
+				c.Now, c.HeartbeatTimeout, c.TaskTimeout = clk.Now, time.Minute, time.Hour
+			})
 			dead := s.SilentWorker("doomed", 1)
 			id := s.Submit("SHA256", Text("x"))
 			a := s.NextAssign(dead)
 			if a.AttemptNumber != 1 || a.JobID != id {
 				t.Fatalf("assignment %+v", a)
 			}
-			tc.lose(dead)
+			tc.lose(dead, clk)
 			want := fmt.Sprintf("worker doomed lost (%s)", tc.cause)
 			s.Eventually("the attempt lost with the worker", func() bool {
 				j := s.Status(id)
 				return j.State != protocol.StateRunning && Deref(j.Error) == want
 			})
+			clk.advance(time.Second) // past the retry delay, far from another timeout
 			if j := s.Status(id); Deref(j.LastWorkerID) != "doomed" || j.WorkerID != nil {
 				t.Errorf("after the loss: workerId %q, lastWorkerId %q; want none and doomed", Deref(j.WorkerID), Deref(j.LastWorkerID))
 			}
