@@ -375,7 +375,7 @@ func inProcessSystem(ctx context.Context, c *cli.Context, transport string, sync
 		flushTraces()
 		return nil, err
 	}
-	cleanups := []func(){flushTraces, func() { _ = sys.Close() }}
+	cleanups := []func(){flushTraces, func() { drainThenClose(ctx, sys) }}
 	cleanup := func() {
 		for _, f := range slices.Backward(cleanups) {
 			f()
@@ -424,6 +424,17 @@ func inProcessSystem(ctx context.Context, c *cli.Context, transport string, sync
 		bs.kept += n
 	}
 	return bs, nil
+}
+
+// drainThenClose closes sys once its local workers have drained, as serve does: a job
+// still running as the bench ends (a --progress-flood job, stopped with the measured
+// run) reports to a coordinator that is still there. Closed at once, the coordinator
+// stopped with the worker, which retried the result for its whole shutdown timeout.
+func drainThenClose(ctx context.Context, sys *system.System) {
+	dctx, cancel := context.WithTimeout(ctx, worker.DefaultShutdownTimeout)
+	defer cancel()
+	_ = sys.Drain(dctx) // on an interrupt or past the timeout, Close stops what still runs
+	_ = sys.Close()
 }
 
 // submit submits len(ids) jobs numbered from k, with Submit, or with one SubmitMany

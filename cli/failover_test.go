@@ -21,6 +21,7 @@ import (
 	"github.com/jobbus/jobbus/bridge"
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
+	"github.com/jobbus/jobbus/embeddednats"
 	"github.com/jobbus/jobbus/internal/jobbustest"
 	"github.com/jobbus/jobbus/worker"
 )
@@ -149,6 +150,37 @@ func readJobRecord(ctx context.Context, t *testing.T, kv jetstream.KeyValue, k s
 		t.Fatalf("record %s: %v", k, err)
 	}
 	return r, true
+}
+
+// storedRecordsOf reads the records of taskType's jobs from the store in dir, which no
+// server holds any more.
+func storedRecordsOf(t *testing.T, dir, taskType string) []protocol.Record {
+	t.Helper()
+	srv, err := embeddednats.Start(context.Background(), embeddednats.WithListen("127.0.0.1:-1"), embeddednats.WithStoreDir(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = srv.Shutdown(context.Background()) }()
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	ctx, kv := jobsBucket(t, nc)
+	keys, err := kv.ListKeys(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []protocol.Record
+	for k := range keys.Keys() {
+		if !protocol.IsRecordKey(k) {
+			continue
+		}
+		if r, ok := readJobRecord(ctx, t, kv, k); ok && r.TaskType == taskType {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // storedRecord reads job id's record, if the JOBS bucket holds it.

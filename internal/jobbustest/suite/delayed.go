@@ -46,7 +46,7 @@ func runTimes(at, in int64) client.SubmitOption {
 func testDelayed(t *testing.T, tr Transport) {
 	t.Run("ScheduledUntilDueThenRuns", func(t *testing.T) {
 		t.Parallel()
-		s := Setup(t, tr)
+		s := Setup(t, tr, calmHeartbeats) // its worker waits idle until the job is due
 		m := s.ManualWorker("w", 1)
 		const delay = 1500 * time.Millisecond
 		before := time.Now()
@@ -85,8 +85,14 @@ func testDelayed(t *testing.T, tr Transport) {
 	})
 	t.Run("CancelWhileScheduled", func(t *testing.T) {
 		t.Parallel()
-		// A window of 50 ms: the far job leaves memory, the near one does not.
-		s := Setup(t, tr, func(c *coordinator.Config) { c.ScheduleWindow = 50 * time.Millisecond })
+		// The coordinator's clock moves only when the test moves it, so each cancel
+		// lands before its job is due however slow the machine, and the worker is not
+		// lost meanwhile. A window of a minute: the near job stays in memory with its
+		// timer, the far one leaves it (held by its index entry).
+		clk := &clock{now: time.Now()}
+		s := Setup(t, tr, func(c *coordinator.Config) {
+			c.Now, c.ScheduleWindow, c.HeartbeatTimeout = clk.Now, time.Minute, 48*time.Hour
+		})
 		m := s.ManualWorker("w", 1)
 		for _, in := range []time.Duration{time.Second, time.Hour} {
 			id := s.Submit("SHA256", Text("never"), client.RunIn(in))
@@ -96,9 +102,16 @@ func testDelayed(t *testing.T, tr Transport) {
 				t.Fatalf("cancel of a job due in %v: %v %+v", in, ok, j)
 			}
 		}
-		sentinel := s.Submit("SHA256", Text("runs"), client.RunIn(1200*time.Millisecond))
-		if a := s.NextAssign(m); a.JobID != sentinel {
-			t.Fatalf("assigned %+v: a cancelled scheduled job ran", a)
+		// Each sentinel is due just after a cancelled job: that job, had it run, would
+		// have been assigned first.
+		for _, step := range []struct{ in, advance time.Duration }{{1200 * time.Millisecond, 2 * time.Second}, {2 * time.Hour, 3 * time.Hour}} {
+			sentinel := s.Submit("SHA256", Text("runs"), client.RunIn(step.in))
+			clk.advance(step.advance)
+			a := s.NextAssign(m)
+			if a.JobID != sentinel {
+				t.Fatalf("assigned %+v: a cancelled scheduled job ran", a)
+			}
+			s.Accept(m, a, true, "done")
 		}
 	})
 	t.Run("IdempotencyKey", func(t *testing.T) {
@@ -166,7 +179,13 @@ func testDelayed(t *testing.T, tr Transport) {
 	})
 	t.Run("RestartWhileScheduledChangesNothing", func(t *testing.T) {
 		t.Parallel()
-		s := Setup(t, tr, func(c *coordinator.Config) { c.ScheduleWindow = 100 * time.Millisecond })
+		// The coordinator's clock moves only when the test moves it: the near job is
+		// still SCHEDULED after a restart however long the restart takes, and the
+		// worker is not lost meanwhile.
+		clk := &clock{now: time.Now()}
+		s := Setup(t, tr, func(c *coordinator.Config) {
+			c.Now, c.ScheduleWindow, c.HeartbeatTimeout = clk.Now, 100*time.Millisecond, 48*time.Hour
+		})
 		near := s.Submit("SHA256", Text("near"), client.RunIn(2*time.Second))
 		far := s.Submit("SHA256", Text("far"), client.RunIn(time.Hour), client.IdempotencyKey("far"))
 		before := map[string]protocol.Job{near: s.Status(near), far: s.Status(far)}
@@ -177,8 +196,9 @@ func testDelayed(t *testing.T, tr Transport) {
 			}
 		}
 		m := s.ManualWorker("w", 1)
+		clk.advance(3 * time.Second) // the near job is due, the far one is not
 		a := s.NextAssign(m)
-		if a.JobID != near || time.Now().Before(time.UnixMilli(before[near].RunAtMillis)) {
+		if a.JobID != near || clk.Now().Before(time.UnixMilli(before[near].RunAtMillis)) {
 			t.Fatalf("assigned %+v, want job %s once due", a, near)
 		}
 		s.Accept(m, a, true, "done")
@@ -194,7 +214,7 @@ func testDelayed(t *testing.T, tr Transport) {
 }
 
 func testSnooze(t *testing.T, tr Transport) {
-	s := Setup(t, tr)
+	s := Setup(t, tr, calmHeartbeats) // its worker waits idle through the snooze
 	m := s.ManualWorker("w", 1)
 	id := s.Submit("SHA256", Text("poll"), client.MaxAttempts(1))
 	a := s.NextAssign(m)

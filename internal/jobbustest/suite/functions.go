@@ -113,7 +113,7 @@ func testSchemaValidation(t *testing.T, tr Transport) {
 }
 
 func testRoutesByType(t *testing.T, tr Transport) {
-	s := Setup(t, tr)
+	s := Setup(t, tr, calmHeartbeats)   // fn never heartbeats, and neither worker is to be lost
 	plain := s.ManualWorker("plain", 4) // the built-ins, and more free slots than fn
 	fn := s.tr.Peer(s, "fn")
 	fn.RegisterServing(1, TextReverseDecl(protocol.TaskTypeOptions{}))
@@ -145,22 +145,26 @@ func testRoutesByType(t *testing.T, tr Transport) {
 }
 
 func testTypeOptions(t *testing.T, tr Transport) {
-	s := Setup(t, tr)
+	// The coordinator's clock moves only when the test moves it: the first attempt's
+	// deadline passes when the test says, and the second is answered within its own
+	// however slow the machine, by a worker that is not lost meanwhile.
+	clk := &clock{now: time.Now()}
+	s := Setup(t, tr, func(c *coordinator.Config) { c.Now, c.HeartbeatTimeout = clk.Now, 48*time.Hour })
 	fn := s.ManualWorker("fn", 1)
-	// The second attempt is answered within the same deadline: 500 ms, not less, so that
-	// a loaded machine answers it in time.
 	fn.RegisterServing(1, TextReverseDecl(protocol.TaskTypeOptions{MaxAttempts: 2, TimeoutMillis: 500}))
 	id := s.Submit(TextReverse, Text("abc")) // maxAttempts 0: the type's 2
 	if j := s.Status(id); j.MaxAttempts != 2 {
 		t.Fatalf("job %+v, want the type's 2 attempts", j)
 	}
 	first := s.NextAssign(fn) // never answered: its 500 ms deadline passes
+	clk.advance(time.Second)
 	if c := s.NextCancel(fn); c.JobID != id || c.AttemptID != first.AttemptID {
 		t.Fatalf("cancel %+v, want job %s attempt %s", c, id, first.AttemptID)
 	}
 	if j := s.Status(id); !strings.HasPrefix(Deref(j.Error), "execution deadline exceeded (500 ms) on worker fn") {
 		t.Fatalf("job %+v error %q, want the type's 500 ms deadline", j, Deref(j.Error))
 	}
+	clk.advance(time.Second) // past the retry delay, not past the second attempt's deadline
 	second := s.NextAssign(fn)
 	s.Accept(fn, second, false, "boom")
 	if second.AttemptNumber != 2 {

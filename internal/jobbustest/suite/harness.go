@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobbus/jobbus/bridge"
 	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
@@ -35,9 +36,16 @@ type System struct {
 // stops it when the test ends.
 func Setup(t testing.TB, tr Transport, mods ...func(*coordinator.Config)) *System {
 	t.Helper()
+	return setupBridged(t, tr, nil, mods...)
+}
+
+// setupBridged is Setup with the bridge's configuration, for a transport with
+// Features.Bridged, changed by bridgeMods.
+func setupBridged(t testing.TB, tr Transport, bridgeMods []func(*bridge.Config), mods ...func(*coordinator.Config)) *System {
+	t.Helper()
 	s := &System{System: jobbustest.Start(t, jobbustest.WithCoordinatorConfig(mods...)), t: t, tr: tr}
 	if tr.Features.Bridged {
-		s.Bridge = s.StartBridge(t)
+		s.Bridge = s.StartBridge(t, bridgeMods...)
 	}
 	s.Client = tr.Client(s)
 	return s

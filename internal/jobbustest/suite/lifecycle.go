@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jobbus/jobbus/bridge"
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/coordinator"
@@ -116,30 +117,37 @@ func testJobsSpreadOverWorkers(t *testing.T, tr Transport) {
 }
 
 func testWorkerLoss(t *testing.T, tr Transport) {
+	// The coordinator's clock moves only when the test moves it: the doomed worker's
+	// silence lasts a heartbeat timeout when the test says so, and the worker that
+	// runs the second attempt is never lost to a stall of a loaded machine.
 	cases := []struct {
 		name  string
-		lose  func(m Peer)
+		lose  func(m Peer, clk *clock)
 		cause string
 	}{
-		{"HeartbeatSilence", func(Peer) {}, "heartbeat timeout"},
-		{"Disconnect", func(m Peer) { m.Disconnect() }, "connection closed"},
+		{"HeartbeatSilence", func(_ Peer, clk *clock) { clk.advance(2 * time.Minute) }, "heartbeat timeout"},
+		{"Disconnect", func(m Peer, _ *clock) { m.Disconnect() }, "connection closed"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			s := Setup(t, tr)
+			clk := &clock{now: time.Now()}
+			s := Setup(t, tr, func(c *coordinator.Config) {
+				c.Now, c.HeartbeatTimeout, c.TaskTimeout = clk.Now, time.Minute, time.Hour
+			})
 			dead := s.SilentWorker("doomed", 1)
 			id := s.Submit("SHA256", Text("x"))
 			a := s.NextAssign(dead)
 			if a.AttemptNumber != 1 || a.JobID != id {
 				t.Fatalf("assignment %+v", a)
 			}
-			tc.lose(dead)
+			tc.lose(dead, clk)
 			want := fmt.Sprintf("worker doomed lost (%s)", tc.cause)
 			s.Eventually("the attempt lost with the worker", func() bool {
 				j := s.Status(id)
 				return j.State != protocol.StateRunning && Deref(j.Error) == want
 			})
+			clk.advance(time.Second) // past the retry delay, far from another timeout
 			if j := s.Status(id); Deref(j.LastWorkerID) != "doomed" || j.WorkerID != nil {
 				t.Errorf("after the loss: workerId %q, lastWorkerId %q; want none and doomed", Deref(j.WorkerID), Deref(j.LastWorkerID))
 			}
@@ -186,7 +194,7 @@ func testRetries(t *testing.T, tr Transport) {
 func testStaleResults(t *testing.T, tr Transport) {
 	t.Run("SupersededAttempt", func(t *testing.T) {
 		t.Parallel()
-		s := Setup(t, tr)
+		s := Setup(t, tr, calmHeartbeats) // the second attempt's worker is lost only by re-registering
 		m := s.ManualWorker("w1", 1)
 		id := s.Submit("SHA256", Text("x"))
 		first := s.NextAssign(m)
@@ -509,7 +517,10 @@ func testIdempotency(t *testing.T, tr Transport) {
 // without a limit holds the newest that fit in 1 MiB, and paging with limit and cursor
 // visits every job once, newest first.
 func testListIsBounded(t *testing.T, tr Transport) {
-	s := Setup(t, tr)
+	// A list reads each finished job's record from the store: a thousand of them, under
+	// -race on two busy cores, may take longer than a request's default 5 s, which
+	// the bridge holds a TCP client's request to as well.
+	s := setupBridged(t, tr, []func(*bridge.Config){func(c *bridge.Config) { c.RequestTimeout = time.Minute }})
 	ctx := context.Background()
 	const n = 4500 // cancelled, with their error text, their snapshots make about 1.2 MiB
 	ids := make([]string, n)
@@ -534,8 +545,6 @@ func testListIsBounded(t *testing.T, tr Transport) {
 	}
 	wg.Wait()
 
-	// A list reads each finished job's record from the store: a thousand of them, under
-	// -race on two busy cores, may take longer than a request's default 5 s.
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	raw, err := s.Client.DoRaw(ctx, protocol.TypeListJobs, []byte(`{"type":"LIST_JOBS"}`))
@@ -545,7 +554,10 @@ func testListIsBounded(t *testing.T, tr Transport) {
 	}
 	m, err := protocol.Decode(raw)
 	Must(t, err)
-	all := m.(*protocol.JobList)
+	all, ok := m.(*protocol.JobList)
+	if !ok {
+		t.Fatalf("list without a limit answered %T %+v, want a JOB_LIST", m, m)
+	}
 	if len(all.Jobs) == 0 || len(all.Jobs) == n || len(raw) < protocol.MaxMessage-1024 || all.NextCursor != "" {
 		t.Fatalf("%d of %d jobs in %d bytes (cursor %q): want the newest that fill 1 MiB, and no cursor for a spec peer", len(all.Jobs), n, len(raw), all.NextCursor)
 	}
