@@ -448,16 +448,19 @@ var errChangeNotStored = errors.New("its job's last change is not stored yet: of
 // unsure says why a result that memory finds stale (its attempt ended, or unknown) may
 // count after all, or nil when the store says it is stale too. The store is what the
 // next leader goes on from: while a change of the job is not stored (its write in
-// flight, or failed), the attempt may be RUNNING there. That is the case of a result
-// applied whose write is slow (a stream without a quorum, a full store): its worker's
-// ask times out and it offers the result again. A worker drops a result answered "not
-// accepted", so it hears 503 instead, and offers it again until it is answered here,
-// once the job is stored, or by the next leader. (Any change not stored, not only the
-// one that ended the attempt: that one is often written with the next, the assignment
-// of a new attempt, which goes before it is stored.) Called with the scheduler's mu
-// held.
+// flight, or failed), or once this coordinator is fenced (a newer one leads, from the
+// store), the attempt may be RUNNING there. That is the case of a result applied whose
+// write is slow (a stream without a quorum, a full store): its worker's ask times out
+// and it offers the result again. A worker drops a result answered "not accepted", so
+// it hears 503 instead, and offers it again until it is answered here, once the job is
+// stored, or by the next leader. (Any change not stored, not only the one that ended
+// the attempt: that one is often written with the next, the assignment of a new
+// attempt, which goes before it is stored.) Called with the scheduler's mu held.
 func (s *scheduler) unsure(j *job) error {
-	if j != nil && j.stored != j.version {
+	switch {
+	case s.fenced != nil: // until its handlers are withdrawn
+		return fmt.Errorf("%w: %w", ErrNotServing, s.fenced)
+	case j != nil && j.stored != j.version:
 		return errChangeNotStored
 	}
 	return nil
