@@ -23,6 +23,7 @@ type job struct {
 
 	rev     uint64 // KV revision of the last durable write; 0 until created
 	version uint64 // bumped by every change
+	stored  uint64 // the version the last durable write stored
 	writing bool   // queued for or held by a writer
 	// uncertain: a write of it was sent whose outcome is unknown, and none of its
 	// copies is known stored or known refused for good since (outcome.go).

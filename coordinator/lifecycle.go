@@ -367,7 +367,8 @@ func (s *scheduler) assignAtOnce(j *job) {
 }
 
 // result applies a worker's TASK_RESULT. reply gets the acknowledgement once the outcome
-// is durable; a stale result changes nothing and is acknowledged at once.
+// is durable; a stale result changes nothing and is acknowledged at once, once what
+// made it stale is stored (unsure).
 func (s *scheduler) result(res *protocol.TaskResult, reply func(protocol.ResultAck, error)) {
 	s.mu.Lock()
 	defer s.unlock()
@@ -399,6 +400,10 @@ func (s *scheduler) applyResult(res *protocol.TaskResult, reply func(protocol.Re
 		return
 	}
 	if j == nil || j.rec.State != protocol.StateRunning || j.rec.AttemptID != res.AttemptID || s.fenced != nil {
+		if err := s.unsure(j); err != nil {
+			s.out.later(func() error { reply(protocol.ResultAck{JobID: res.JobID, Accepted: false}, err); return nil }, nil)
+			return
+		}
 		s.log.Debug("stale result ignored", "job", res.JobID, "attempt", res.AttemptID, "worker", res.WorkerID)
 		s.out.later(func() error { reply(protocol.ResultAck{JobID: res.JobID, Accepted: false}, nil); return nil }, nil)
 		return
@@ -435,6 +440,30 @@ func (s *scheduler) applyResult(res *protocol.TaskResult, reply func(protocol.Re
 	if s.debugging() {
 		s.log.Debug("job result", "job", j.rec.JobID, "state", j.rec.State, "attempt", j.rec.Attempts)
 	}
+}
+
+// errChangeNotStored refuses a result whose job has changed in memory only.
+var errChangeNotStored = errors.New("its job's last change is not stored yet: offer the result again")
+
+// unsure says why a result that memory finds stale (its attempt ended, or unknown) may
+// count after all, or nil when the store says it is stale too. The store is what the
+// next leader goes on from: while a change of the job is not stored (its write in
+// flight, or failed), or once this coordinator is fenced (a newer one leads, from the
+// store), the attempt may be RUNNING there. That is the case of a result applied whose
+// write is slow (a stream without a quorum, a full store): its worker's ask times out
+// and it offers the result again. A worker drops a result answered "not accepted", so
+// it hears 503 instead, and offers it again until it is answered here, once the job is
+// stored, or by the next leader. (Any change not stored, not only the one that ended
+// the attempt: that one is often written with the next, the assignment of a new
+// attempt, which goes before it is stored.) Called with the scheduler's mu held.
+func (s *scheduler) unsure(j *job) error {
+	switch {
+	case s.fenced != nil: // until its handlers are withdrawn
+		return fmt.Errorf("%w: %w", ErrNotServing, s.fenced)
+	case j != nil && j.stored != j.version:
+		return errChangeNotStored
+	}
+	return nil
 }
 
 // releaseLease ends j's current attempt: its worker's slot is freed and the lease id

@@ -13,11 +13,14 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/coordinator"
 	"github.com/jobbus/jobbus/internal/jobbustest"
+	"github.com/jobbus/jobbus/internal/jobbustest/suite"
 	"github.com/jobbus/jobbus/internal/testkit"
+	"github.com/jobbus/jobbus/internal/workerproto"
 )
 
 const jobsStreamName = "KV_" + protocol.JobsBucket
@@ -354,4 +357,84 @@ func TestUnconfirmedWorkflowIsOutcomeUnknown(t *testing.T) {
 		return err
 	})
 	servesAfterQuorum(t, s, c)
+}
+
+// TestResultOfferedAgainWhileUnconfirmed: a worker's result whose write the JOBS
+// stream, without a quorum, does not confirm goes unanswered, and the worker offers it
+// again, as it does every result until it is answered finally. The result is applied
+// in memory, its write is not stored yet and may never be (the coordinator may be
+// deposed, or stop, before a quorum is back): so the answer to the second offer must
+// not be final, or the worker drops a result that nothing stored, and its job runs
+// again, or FAILS on its last attempt. Once a follower is back the write is committed,
+// and the result is answered.
+func TestResultOfferedAgainWhileUnconfirmed(t *testing.T) {
+	t.Parallel()
+	cl := jobbustest.StartRestartableCluster(t, 3)
+	s := &jobbustest.System{Server: cl.Nodes[0], NC: dialServer(t, cl.Nodes[0].ClientURL()), Config: jobbustest.FastCoordinatorConfig()}
+	s.Config.Replicas = 3
+	s.Config.LeaderLease = 30 * time.Second // outlasts the test: the answers are the store's
+	s.Config.HeartbeatTimeout = time.Hour   // the raw worker does not beat
+	s.Config.TaskTimeout = time.Hour
+	s.StartCoordinator(t)
+	c := client.New(s.NC)
+	ctx := context.Background()
+	w := newRawWorker(t, &system{System: s}, "w")
+	testkit.Wait(t, 60*time.Second, func() error {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, err := bus.Ask[protocol.WorkerRegistered](rctx, w.node, coordinatorAddr, protocol.PathRegister,
+			&protocol.WorkerRegister{WorkerID: w.id, Capacity: 1, Instance: "p1"})
+		return err
+	})
+	leadJobsStream(t, cl, s.NC, 0)
+	var id string
+	testkit.Wait(t, 60*time.Second, func() error {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		var err error
+		id, err = c.Submit(rctx, "SHA256", text("x"), client.MaxAttempts(1))
+		return err
+	})
+	a := w.nextAssign()
+	if a.JobID != id {
+		t.Fatalf("assigned %s, want %s", a.JobID, id)
+	}
+
+	cl.Stop(t, 1)
+	cl.Stop(t, 2)
+	res := suite.Result(w.id, a, true, "done")
+	offer := func() (protocol.ResultAck, error) {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		return bus.Ask[protocol.ResultAck](rctx, w.node, coordinatorAddr, protocol.PathResult, res)
+	}
+	if ack, err := offer(); workerproto.Final(err) {
+		t.Fatalf("first offer without a quorum answered finally: %+v, %v", ack, err)
+	}
+	ack, err := offer()
+	t.Logf("offered again: %+v, %v", ack, err)
+	if workerproto.Final(err) && !ack.Accepted {
+		t.Errorf("the result offered again while its write is not stored was answered %+v, %v: final, not accepted, so the worker drops it", ack, err)
+	}
+
+	// Node 0's log is ahead of node 1's: node 1 votes for it, and it commits the result.
+	cl.Restart(t, 1)
+	testkit.Wait(t, 90*time.Second, func() error {
+		data, err := storedMessage(s.NC, "$KV."+protocol.JobsBucket+"."+id)
+		if err != nil {
+			return err
+		}
+		var j protocol.Job
+		if err := json.Unmarshal(data, &j); err != nil || j.State != protocol.StateCompleted {
+			return fmt.Errorf("job %s stored as %s", id, data)
+		}
+		return nil
+	})
+	// Stored: the worker's offers end.
+	testkit.Wait(t, 30*time.Second, func() error {
+		if ack, err := offer(); !workerproto.Final(err) {
+			return fmt.Errorf("offered once stored: %+v, %w", ack, err)
+		}
+		return nil
+	})
 }

@@ -9,7 +9,9 @@ import (
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/coordinator"
+	"github.com/jobbus/jobbus/internal/backoff"
 	"github.com/jobbus/jobbus/internal/jobbustest/suite"
+	"github.com/jobbus/jobbus/internal/workerproto"
 )
 
 // rawWorker is a worker made of a NATS connection of its own and a bus node, whose
@@ -76,10 +78,15 @@ func (w *rawWorker) nextAssign() protocol.TaskAssign {
 	}
 }
 
+// report delivers a result as a worker does: offered until it is answered finally (a
+// result whose attempt ended in memory only is answered 503 until that is stored).
 func (w *rawWorker) report(a protocol.TaskAssign, result string) protocol.ResultAck {
 	w.t.Helper()
-	ack, err := bus.Ask[protocol.ResultAck](context.Background(), w.node, coordinatorAddr, protocol.PathResult,
-		suite.Result(w.id, a, true, result))
+	data, err := protocol.Encode(suite.Result(w.id, a, true, result))
+	must(w.t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ack, _, err := workerproto.Deliver(ctx, w.node, data, time.Time{}, backoff.Policy{Base: time.Millisecond, Max: 50 * time.Millisecond})
 	must(w.t, err)
 	return ack
 }

@@ -179,6 +179,7 @@ func (s *scheduler) writtenAll(ws []ackedWrite) {
 // satisfied to done. Called with the scheduler's mu held.
 func (s *scheduler) recordWritten(j *job, rev, version uint64, done []waiter) []waiter {
 	j.rev = rev
+	j.stored = version
 	j.uncertain = false
 	s.note.written(j, version)
 	s.ckpt.count(len(s.kept.index.entries))

@@ -13,8 +13,10 @@ import (
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/coordinator"
+	"github.com/jobbus/jobbus/internal/backoff"
 	"github.com/jobbus/jobbus/internal/jobbustest"
 	"github.com/jobbus/jobbus/internal/testkit"
+	"github.com/jobbus/jobbus/internal/workerproto"
 	"github.com/jobbus/jobbus/worker"
 )
 
@@ -312,9 +314,15 @@ func (m *BusPeer) Disconnect() {
 	Must(m.s.t, m.node.Tell(context.Background(), coordinatorAddr, protocol.PathDisconnect, &protocol.Disconnect{WorkerID: m.id, Cause: "connection closed"}))
 }
 
+// Report delivers a result as a worker does: offered until it is answered finally (a
+// result whose job changed in memory only is answered 503 until that is stored).
 func (m *BusPeer) Report(a protocol.TaskAssign, success bool, text string) *protocol.ResultAck {
 	m.s.t.Helper()
-	ack, err := bus.Ask[protocol.ResultAck](context.Background(), m.node, coordinatorAddr, protocol.PathResult, Result(m.id, a, success, text))
+	data, err := protocol.Encode(Result(m.id, a, success, text))
+	Must(m.s.t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ack, _, err := workerproto.Deliver(ctx, m.node, data, time.Time{}, backoff.Policy{Base: time.Millisecond, Max: 50 * time.Millisecond})
 	Must(m.s.t, err)
 	return &ack
 }
