@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -21,7 +22,9 @@ import (
 // CAS on the revision it was read at. Only the leader writes them: the API checks
 // the lease before a write, as it does for every request that changes state. The
 // leader that recovers reads them back (list) and re-arms what they imply (timers,
-// pauses, buckets).
+// pauses, buckets). A write answered "Outcome unknown" may still be committed long
+// after its answer, and nobody may send it again: the leader reads its setting back
+// until the store settles it (follow), so that what it enforces is what is stored.
 
 // errControlChanged means a control changed (or appeared, or went) since it was read:
 // read it again and decide again.
@@ -137,10 +140,106 @@ func (e *controlChanged) Error() string {
 
 func (e *controlChanged) Unwrap() []error { return []error{errControlChanged, e.err} }
 
-// kvControls keeps controls in the jobs bucket, whose stream list reads.
+// followFirst and followMax bound the wait before each read of a setting followed.
+const (
+	followFirst = 500 * time.Millisecond
+	followMax   = 10 * time.Second
+)
+
+// follows runs the read-backs of settings whose write was answered "Outcome unknown"
+// (scheduler.follow), until the coordinator stops.
+type follows struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	stopped bool
+	revs    map[string]uint64 // each key followed, and the revision memory held of it
+}
+
+func newFollows() *follows {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &follows{ctx: ctx, cancel: cancel, revs: make(map[string]uint64)}
+}
+
+// start runs fn on a goroutine that stop ends and waits for, unless stopped or key is
+// followed already from the same revision.
+func (f *follows) start(key string, rev uint64, fn func(ctx context.Context)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if was, ok := f.revs[key]; f.stopped || ok && was == rev {
+		return
+	}
+	f.revs[key] = rev
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		fn(f.ctx)
+		f.mu.Lock()
+		if f.revs[key] == rev {
+			delete(f.revs, key)
+		}
+		f.mu.Unlock()
+	}()
+}
+
+// stop ends the read-backs and waits for them. It is idempotent.
+func (f *follows) stop() {
+	f.mu.Lock()
+	f.stopped = true
+	f.mu.Unlock()
+	f.cancel()
+	f.wg.Wait()
+}
+
+// follow reads setting key back after a write of it was answered "Outcome unknown"
+// while memory held revision rev of it (0: none stored). Memory kept that one, but the
+// write may still land: a cluster's stream leader without a quorum commits it once a
+// follower answers, which may be long after. So key is read, at growing intervals,
+// until the store holds another revision (or none, or one); then adopt takes on what
+// it holds (nil: nothing), under the locks of the setting's writes, and only while
+// holds still reports that memory holds rev: a write of the setting since, or one
+// found changed, is newer. It ends once holds does not, or the coordinator stops or is
+// fenced. A write that never lands is followed on, a read every followMax, until then.
+func (s *scheduler) follow(key string, rev uint64, holds func() bool, adopt func(stored *control) bool) {
+	s.follows.start(key, rev, func(ctx context.Context) {
+		for wait := followFirst; ; wait = min(2*wait, followMax) {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			if s.fencedBy() != nil || !holds() {
+				return
+			}
+			rctx, cancel := context.WithTimeout(ctx, controlTimeout)
+			c, stored, err := s.store.controls().get(rctx, key)
+			cancel()
+			if err != nil || stored && c.rev == rev || !stored && rev == 0 {
+				continue // not settled yet, or unreadable for now
+			}
+			var now *control
+			if stored {
+				now = &c
+			}
+			if adopt(now) {
+				s.log.Info("a setting answered 'Outcome unknown' is settled in the store; taken on", "key", key, "stored", stored)
+			}
+			return
+		}
+	})
+}
+
+// kvControls keeps controls in the jobs bucket, whose stream list reads. A setting is
+// read with read (jsStore.readRecord): in a cluster from the stream's leader, which has
+// every write it acknowledged, rather than from any replica, which may lag.
 type kvControls struct {
 	kv     jetstream.KeyValue
 	stream jetstream.Stream
+	read   func(ctx context.Context, key string) ([]byte, uint64, error)
 }
 
 func (c kvControls) put(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
@@ -176,14 +275,14 @@ func (c kvControls) remove(ctx context.Context, key string, rev uint64) error {
 }
 
 func (c kvControls) get(ctx context.Context, key string) (control, bool, error) {
-	e, err := c.kv.Get(ctx, protocol.ControlPrefix+key)
+	data, rev, err := c.read(ctx, protocol.ControlPrefix+key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 		return control{}, false, nil
 	}
 	if err != nil {
 		return control{}, false, fmt.Errorf("read setting %s: %w", key, err)
 	}
-	return control{key: key, value: e.Value(), rev: e.Revision()}, true, nil
+	return control{key: key, value: data, rev: rev}, true, nil
 }
 
 func (c kvControls) list(ctx context.Context, prefix string) ([]control, error) {
