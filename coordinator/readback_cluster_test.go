@@ -366,11 +366,12 @@ func TestUnconfirmedWorkflowIsOutcomeUnknown(t *testing.T) {
 	})
 }
 
-// TestUnconfirmedScheduleChangeIsFollowed: a schedule paused, and another added, while
-// the JOBS stream has no quorum are each answered "Outcome unknown"; once a follower is
-// back both writes are committed, and the coordinator holds what is stored though
-// nobody sent them again: the paused schedule is listed paused (it ticks no more), the
-// added one is listed (it ticks).
+// TestUnconfirmedScheduleChangeIsFollowed: a schedule paused, another added and a
+// third removed while the JOBS stream has no quorum are each answered "Outcome
+// unknown"; once a follower is back the writes are committed, and the coordinator
+// holds what is stored though nobody sent them again: the paused schedule is listed
+// paused (it ticks no more), the added one is listed (it ticks), the removed one is
+// not (it ticks no more).
 func TestUnconfirmedScheduleChangeIsFollowed(t *testing.T) {
 	t.Parallel()
 	cl := jobbustest.StartRestartableCluster(t, 3)
@@ -384,6 +385,9 @@ func TestUnconfirmedScheduleChangeIsFollowed(t *testing.T) {
 	settledOnN0(t, cl, s.NC, c)
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	_, err := c.AddSchedule(rctx, client.Schedule{Name: "daily", Cron: "@daily", TaskType: "SHA256", Payload: text("daily")})
+	if err == nil {
+		_, err = c.AddSchedule(rctx, client.Schedule{Name: "gone", Every: time.Hour, TaskType: "SHA256", Payload: text("gone")})
+	}
 	cancel()
 	if err != nil {
 		t.Fatal(err)
@@ -403,6 +407,12 @@ func TestUnconfirmedScheduleChangeIsFollowed(t *testing.T) {
 	if !errors.Is(err, client.ErrOutcomeUnknown) {
 		t.Fatalf("add without a quorum: %v; want \"Outcome unknown\"", err)
 	}
+	rctx, cancel = context.WithTimeout(ctx, 20*time.Second)
+	_, err = c.RemoveSchedule(rctx, "gone")
+	cancel()
+	if !errors.Is(err, client.ErrOutcomeUnknown) {
+		t.Fatalf("rm without a quorum: %v; want \"Outcome unknown\"", err)
+	}
 
 	// Node 0's log is ahead of node 1's: node 1 votes for it, and it commits both.
 	cl.Restart(t, 1)
@@ -410,6 +420,9 @@ func TestUnconfirmedScheduleChangeIsFollowed(t *testing.T) {
 	testkit.Wait(t, 90*time.Second, func() error {
 		if _, err := storedMessage(s.NC, subj+"late"); err != nil {
 			return err
+		}
+		if data, err := storedMessage(s.NC, subj+"gone"); err != nil || len(data) > 0 {
+			return fmt.Errorf("schedule gone stored as %q (%v); want its removal", data, err)
 		}
 		data, err := storedMessage(s.NC, subj+"daily")
 		var sc protocol.Schedule
@@ -431,8 +444,9 @@ func TestUnconfirmedScheduleChangeIsFollowed(t *testing.T) {
 			listed[sc.Name] = sc
 		}
 		_, late := listed["late"]
-		if !listed["daily"].Paused || !late {
-			return fmt.Errorf("schedules listed: %+v; want daily paused, and late", scs)
+		_, gone := listed["gone"]
+		if !listed["daily"].Paused || !late || gone {
+			return fmt.Errorf("schedules listed: %+v; want daily paused, and late, not gone", scs)
 		}
 		return nil
 	})

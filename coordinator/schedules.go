@@ -661,6 +661,12 @@ func (sch *schedules) removeLocked(e *schedEntry, name string) protocol.Message 
 	ctx, cancel := context.WithTimeout(sch.ctx, scheduleIOTimeout)
 	defer cancel()
 	if _, err := writeControl(ctx, sch.controls(), protocol.SchedulePrefix+name, nil, 0); err != nil {
+		if errors.Is(err, errControlUnknown) {
+			sch.mu.Lock()
+			rev := e.rev
+			sch.mu.Unlock()
+			sch.follow(e, name, rev) // removed from memory once removed from the store
+		}
 		return scheduleNotStored(name, "removed", err)
 	}
 	was := sch.view(e)
