@@ -260,7 +260,7 @@ func controlFailed(what string, err error) *protocol.Error {
 	case errors.Is(err, errControlChanged):
 		return &protocol.Error{Message: fmt.Sprintf("the %s changed meanwhile (%v); nothing was written, try again", what, err)}
 	case errors.Is(err, errControlUnknown):
-		return &protocol.Error{Message: fmt.Sprintf("%sthe %s may or may not be stored (%v); send it again (a repeat is safe) to learn which", protocol.OutcomeUnknownPrefix, what, err)}
+		return settingUnknown("the "+what, "stored", err)
 	}
 	return &protocol.Error{Message: fmt.Sprintf("%v: the %s was not stored (%v)", ErrNotServing, what, err)}
 }

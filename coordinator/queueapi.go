@@ -88,7 +88,7 @@ func (s *scheduler) changeQueue(name string, create bool, due time.Duration, cha
 			err = errQueueSettingsChanged
 		case errors.Is(err, errControlUnknown):
 			s.followQueue(name, rev)
-			return &protocol.Error{Message: fmt.Sprintf("%squeue %s: settings may or may not be stored (%v); send them again", protocol.OutcomeUnknownPrefix, name, err)}
+			return settingUnknown("the settings of queue "+name, "stored", err)
 		}
 		if err != nil {
 			return &protocol.Error{Message: fmt.Sprintf("queue %s: settings not stored: %v", name, err)}

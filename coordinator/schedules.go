@@ -574,12 +574,10 @@ func (sch *schedules) drop(e *schedEntry, name string) {
 }
 
 // scheduleNotStored answers a write of schedule name that failed (done: "stored",
-// "removed"): not known to have landed ("Outcome unknown": sending it again is safe),
-// or not done.
+// "removed"): not known to have landed (settingUnknown), or not done.
 func scheduleNotStored(name, done string, err error) *protocol.Error {
 	if errors.Is(err, errControlUnknown) {
-		return &protocol.Error{Message: fmt.Sprintf("%sschedule %s may or may not be %s (%v): sending it again is safe, and answers what is stored",
-			protocol.OutcomeUnknownPrefix, name, done, err)}
+		return settingUnknown("schedule "+name, done, err)
 	}
 	return &protocol.Error{Message: fmt.Sprintf("schedule %s was not %s: %v", name, done, err)}
 }
