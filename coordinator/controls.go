@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -295,28 +296,25 @@ func (c kvControls) get(ctx context.Context, key string) (control, bool, error) 
 
 func (c kvControls) list(ctx context.Context, prefix string) ([]control, error) {
 	// Not kv.ListKeysFiltered: a deposed leader's write meanwhile could hide a key from
-	// it (kvKeys), and a paused queue read as resumed, a schedule as gone.
-	var keys []string
-	err := kvKeys(ctx, c.stream, jobsSubjects, protocol.ControlPrefix+prefix+">", func(k string) error {
-		keys = append(keys, k)
-		return nil
-	})
+	// it (kvKeys), and a paused queue read as resumed, a schedule as gone. Each key's
+	// last message comes with its value, read until none is pending: a key rewritten
+	// meanwhile comes again, later, and one removed comes as its removal.
+	last := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
+		FilterSubjects: []string{jobsSubjects + protocol.ControlPrefix + prefix + ">"}}
+	byKey := make(map[string]control)
+	err := consume(ctx, c.stream, last, func(msg jetstream.Msg, meta *jetstream.MsgMetadata) {
+		key := strings.TrimPrefix(msg.Subject(), jobsSubjects+protocol.ControlPrefix)
+		if removal(msg.Headers()) {
+			delete(byKey, key)
+			return
+		}
+		byKey[key] = control{key: key, value: msg.Data(), rev: meta.Sequence.Stream}
+	}, jetstream.PullMaxMessages(64)) // values, unlike headers, may be large
 	if err != nil {
 		return nil, fmt.Errorf("list settings %s: %w", prefix, err)
 	}
-	slices.Sort(keys)
-	keys = slices.Compact(keys) // a key rewritten meanwhile may come twice
-	var out []control
-	for _, k := range keys {
-		e, err := c.kv.Get(ctx, k)
-		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-			continue // removed since it was listed
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read setting %s: %w", k, err)
-		}
-		out = append(out, control{key: strings.TrimPrefix(k, protocol.ControlPrefix), value: e.Value(), rev: e.Revision()})
-	}
+	out := slices.Collect(maps.Values(byKey))
+	slices.SortFunc(out, func(a, b control) int { return strings.Compare(a.key, b.key) })
 	return out, nil
 }
 
