@@ -102,10 +102,11 @@ func TestSchedulePauseOfUnknownOutcomeOutlivesTheNextTick(t *testing.T) {
 	if !sc.Paused {
 		t.Fatalf("stored %+v after a tick: the pause that landed is undone", sc)
 	}
-	scs, err := cl.Schedules(ctx)
-	if err != nil || len(scs) != 1 || !scs[0].Paused {
-		t.Fatalf("listed %+v, %v: want p paused, as stored", scs, err)
-	}
+	// The tick's write is stored before the coordinator records it: listed once it has.
+	eventuallyTrue(t, "p listed paused, as stored", func() bool {
+		scs, err := cl.Schedules(ctx)
+		return err == nil && len(scs) == 1 && scs[0].Paused
+	})
 }
 
 // TestScheduleWriteOfUnknownOutcome: a schedule added, paused or removed whose write
