@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -21,7 +23,9 @@ import (
 // CAS on the revision it was read at. Only the leader writes them: the API checks
 // the lease before a write, as it does for every request that changes state. The
 // leader that recovers reads them back (list) and re-arms what they imply (timers,
-// pauses, buckets).
+// pauses, buckets). A write answered "Outcome unknown" may still be committed long
+// after its answer, and nobody may send it again: the leader reads its setting back
+// until the store settles it (follow), so that what it enforces is what is stored.
 
 // errControlChanged means a control changed (or appeared, or went) since it was read:
 // read it again and decide again.
@@ -137,10 +141,114 @@ func (e *controlChanged) Error() string {
 
 func (e *controlChanged) Unwrap() []error { return []error{errControlChanged, e.err} }
 
-// kvControls keeps controls in the jobs bucket, whose stream list reads.
+// followFirst and followMax bound the wait before each read of a setting followed.
+const (
+	followFirst = 500 * time.Millisecond
+	followMax   = 10 * time.Second
+)
+
+// follows runs the read-backs of settings whose write was answered "Outcome unknown"
+// (scheduler.follow), until the coordinator stops.
+type follows struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	stopped bool
+	revs    map[string]uint64 // each key followed, and the revision memory held of it
+}
+
+func newFollows() *follows {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &follows{ctx: ctx, cancel: cancel, revs: make(map[string]uint64)}
+}
+
+// start runs fn on a goroutine that stop ends and waits for, unless stopped or key is
+// followed already from the same revision.
+func (f *follows) start(key string, rev uint64, fn func(ctx context.Context)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if was, ok := f.revs[key]; f.stopped || ok && was == rev {
+		return
+	}
+	f.revs[key] = rev
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		fn(f.ctx)
+		f.mu.Lock()
+		if f.revs[key] == rev {
+			delete(f.revs, key)
+		}
+		f.mu.Unlock()
+	}()
+}
+
+// stop ends the read-backs and waits for them. It is idempotent.
+func (f *follows) stop() {
+	f.mu.Lock()
+	f.stopped = true
+	f.mu.Unlock()
+	f.cancel()
+	f.wg.Wait()
+}
+
+// follow reads setting key back after a write of it was answered "Outcome unknown"
+// while memory held revision rev of it (0: none stored). Memory kept that one, but the
+// write may still land: a cluster's stream leader without a quorum commits it once a
+// follower answers, which may be long after. So key is read, at growing intervals,
+// until the store holds another revision (or none, or one); then adopt takes on what
+// it holds (nil: nothing), under the locks of the setting's writes, and only while
+// holds still reports that memory holds rev: a write of the setting since, or one
+// found changed, is newer. It ends once holds does not, or the coordinator stops or is
+// fenced. A write that never lands is followed on, a read every followMax, until then.
+func (s *scheduler) follow(key string, rev uint64, holds func() bool, adopt func(stored *control) bool) {
+	s.follows.start(key, rev, func(ctx context.Context) {
+		for wait := followFirst; ; wait = min(2*wait, followMax) {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			if s.fencedBy() != nil || !holds() {
+				return
+			}
+			rctx, cancel := context.WithTimeout(ctx, controlTimeout)
+			c, stored, err := s.store.controls().get(rctx, key)
+			cancel()
+			if err != nil || stored && c.rev == rev || !stored && rev == 0 {
+				continue // not settled yet, or unreadable for now
+			}
+			var now *control
+			if stored {
+				now = &c
+			}
+			if adopt(now) {
+				s.log.Info("a setting answered 'Outcome unknown' is settled in the store; taken on", "key", key, "stored", stored)
+			}
+			return
+		}
+	})
+}
+
+// settingUnknown is the answer to a write of a setting whose outcome is unknown (err):
+// what names the setting ("schedule s"), done what the write does ("stored",
+// "removed"). The coordinator follows the setting meanwhile (scheduler.follow).
+func settingUnknown(what, done string, err error) *protocol.Error {
+	return &protocol.Error{Message: fmt.Sprintf("%s%s may or may not be %s (%v); the coordinator takes on what the store settles, and sending the command again is safe and answers which",
+		protocol.OutcomeUnknownPrefix, what, done, err)}
+}
+
+// kvControls keeps controls in the jobs bucket, whose stream list reads. A setting is
+// read with read (jsStore.readRecord): in a cluster from the stream's leader, which has
+// every write it acknowledged, rather than from any replica, which may lag.
 type kvControls struct {
 	kv     jetstream.KeyValue
 	stream jetstream.Stream
+	read   func(ctx context.Context, key string) ([]byte, uint64, error)
 }
 
 func (c kvControls) put(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
@@ -176,40 +284,37 @@ func (c kvControls) remove(ctx context.Context, key string, rev uint64) error {
 }
 
 func (c kvControls) get(ctx context.Context, key string) (control, bool, error) {
-	e, err := c.kv.Get(ctx, protocol.ControlPrefix+key)
+	data, rev, err := c.read(ctx, protocol.ControlPrefix+key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 		return control{}, false, nil
 	}
 	if err != nil {
 		return control{}, false, fmt.Errorf("read setting %s: %w", key, err)
 	}
-	return control{key: key, value: e.Value(), rev: e.Revision()}, true, nil
+	return control{key: key, value: data, rev: rev}, true, nil
 }
 
 func (c kvControls) list(ctx context.Context, prefix string) ([]control, error) {
 	// Not kv.ListKeysFiltered: a deposed leader's write meanwhile could hide a key from
-	// it (kvKeys), and a paused queue read as resumed, a schedule as gone.
-	var keys []string
-	err := kvKeys(ctx, c.stream, jobsSubjects, protocol.ControlPrefix+prefix+">", func(k string) error {
-		keys = append(keys, k)
-		return nil
-	})
+	// it (kvKeys), and a paused queue read as resumed, a schedule as gone. Each key's
+	// last message comes with its value, read until none is pending: a key rewritten
+	// meanwhile comes again, later, and one removed comes as its removal.
+	last := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy,
+		FilterSubjects: []string{jobsSubjects + protocol.ControlPrefix + prefix + ">"}}
+	byKey := make(map[string]control)
+	err := consume(ctx, c.stream, last, func(msg jetstream.Msg, meta *jetstream.MsgMetadata) {
+		key := strings.TrimPrefix(msg.Subject(), jobsSubjects+protocol.ControlPrefix)
+		if removal(msg.Headers()) {
+			delete(byKey, key)
+			return
+		}
+		byKey[key] = control{key: key, value: msg.Data(), rev: meta.Sequence.Stream}
+	}, jetstream.PullMaxMessages(64)) // values, unlike headers, may be large
 	if err != nil {
 		return nil, fmt.Errorf("list settings %s: %w", prefix, err)
 	}
-	slices.Sort(keys)
-	keys = slices.Compact(keys) // a key rewritten meanwhile may come twice
-	var out []control
-	for _, k := range keys {
-		e, err := c.kv.Get(ctx, k)
-		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-			continue // removed since it was listed
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read setting %s: %w", k, err)
-		}
-		out = append(out, control{key: strings.TrimPrefix(k, protocol.ControlPrefix), value: e.Value(), rev: e.Revision()})
-	}
+	out := slices.Collect(maps.Values(byKey))
+	slices.SortFunc(out, func(a, b control) int { return strings.Compare(a.key, b.key) })
 	return out, nil
 }
 

@@ -166,6 +166,7 @@ func (c *Coordinator) Close() error {
 	c.closed.Do(func() {
 		c.api.stop()
 		c.sched.sch.stop()
+		c.sched.follows.stop()
 		if c.cancel != nil {
 			c.sched.drainWrites(2 * time.Second)
 		}

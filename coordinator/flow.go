@@ -193,15 +193,46 @@ func (f *flow) limitStats() []protocol.LimitInfo {
 func (f *flow) write(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
 	wctx, cancel := context.WithTimeout(ctx, controlTimeout)
 	defer cancel()
+	was := rev
 	rev, err := writeControl(wctx, f.s.store.controls(), key, value, rev)
 	var changed *controlChanged
-	if errors.As(err, &changed) {
+	switch {
+	case errors.As(err, &changed):
 		f.adopt(key, changed.stored)
+	case errors.Is(err, errControlUnknown):
+		f.follow(key, was)
 	}
 	return rev, err
 }
 
-// adopt makes memory hold the setting stored under key (nil: none).
+// follow has the limit's setting under key read back after a write of it was answered
+// "Outcome unknown" while memory held revision rev (0: none), and taken on once the
+// store holds another (scheduler.follow).
+func (f *flow) follow(key string, rev uint64) {
+	s := f.s
+	scope, name, _ := strings.Cut(strings.TrimPrefix(key, protocol.LimitControlPrefix), ".")
+	holds := func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		var held uint64
+		if lim := f.limits.get(scope, name); lim != nil {
+			held = lim.rev
+		}
+		return held == rev
+	}
+	s.follow(key, rev, holds, func(stored *control) bool {
+		f.writeMu.Lock()
+		defer f.writeMu.Unlock()
+		if !holds() {
+			return false
+		}
+		f.adopt(key, stored)
+		return true
+	})
+}
+
+// adopt makes memory hold the setting stored under key (nil: none), and dispatches
+// what a limit raised or gone lets start.
 func (f *flow) adopt(key string, c *control) {
 	s := f.s
 	s.mu.Lock()
@@ -209,6 +240,7 @@ func (f *flow) adopt(key string, c *control) {
 	scope, name, _ := strings.Cut(strings.TrimPrefix(key, protocol.LimitControlPrefix), ".")
 	if c == nil {
 		f.limits.remove(scope, name)
+		s.schedule()
 		return
 	}
 	var spec protocol.LimitSpec
@@ -217,6 +249,7 @@ func (f *flow) adopt(key string, c *control) {
 	}
 	if r, err := protocol.ParseRate(spec.Rate); err == nil {
 		f.limits.set(scope, name, r, spec.Burst, c.rev, false, s.now())
+		s.schedule()
 	}
 }
 
@@ -227,7 +260,7 @@ func controlFailed(what string, err error) *protocol.Error {
 	case errors.Is(err, errControlChanged):
 		return &protocol.Error{Message: fmt.Sprintf("the %s changed meanwhile (%v); nothing was written, try again", what, err)}
 	case errors.Is(err, errControlUnknown):
-		return &protocol.Error{Message: fmt.Sprintf("%sthe %s may or may not be stored (%v); send it again (a repeat is safe) to learn which", protocol.OutcomeUnknownPrefix, what, err)}
+		return settingUnknown("the "+what, "stored", err)
 	}
 	return &protocol.Error{Message: fmt.Sprintf("%v: the %s was not stored (%v)", ErrNotServing, what, err)}
 }

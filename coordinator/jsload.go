@@ -163,8 +163,9 @@ func readHead(id string, h nats.Header, meta *jetstream.MsgMetadata) (head, bool
 }
 
 // consume hands fn the messages of an ordered consumer of stream with cfg, until none
-// is pending, and deletes the consumer rather than leave it to time out.
-func consume(ctx context.Context, stream jetstream.Stream, cfg jetstream.OrderedConsumerConfig, fn func(jetstream.Msg, *jetstream.MsgMetadata)) error {
+// is pending, and deletes the consumer rather than leave it to time out. pull bounds
+// the messages fetched ahead (default: 4096, for headers only).
+func consume(ctx context.Context, stream jetstream.Stream, cfg jetstream.OrderedConsumerConfig, fn func(jetstream.Msg, *jetstream.MsgMetadata), pull ...jetstream.PullMessagesOpt) error {
 	cons, err := stream.OrderedConsumer(ctx, cfg)
 	if err != nil {
 		return err
@@ -177,7 +178,10 @@ func consume(ctx context.Context, stream jetstream.Stream, cfg jetstream.Ordered
 	if ci, err := cons.Info(ctx); err != nil || ci.NumPending == 0 {
 		return err
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(4096))
+	if len(pull) == 0 {
+		pull = []jetstream.PullMessagesOpt{jetstream.PullMaxMessages(4096)}
+	}
+	it, err := cons.Messages(pull...)
 	if err != nil {
 		return err
 	}

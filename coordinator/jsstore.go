@@ -262,4 +262,4 @@ func (s *jsStore) noteStored(j *job, start time.Time, err error) {
 	}
 }
 
-func (s *jsStore) controls() controlStore { return kvControls{s.kv, s.stream} }
+func (s *jsStore) controls() controlStore { return kvControls{s.kv, s.stream, s.readRecord} }

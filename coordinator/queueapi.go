@@ -87,7 +87,8 @@ func (s *scheduler) changeQueue(name string, create bool, due time.Duration, cha
 			}
 			err = errQueueSettingsChanged
 		case errors.Is(err, errControlUnknown):
-			return &protocol.Error{Message: fmt.Sprintf("%squeue %s: settings may or may not be stored (%v); send them again", protocol.OutcomeUnknownPrefix, name, err)}
+			s.followQueue(name, rev)
+			return settingUnknown("the settings of queue "+name, "stored", err)
 		}
 		if err != nil {
 			return &protocol.Error{Message: fmt.Sprintf("queue %s: settings not stored: %v", name, err)}
@@ -147,6 +148,27 @@ func (s *scheduler) adoptQueueSettings(name string, stored *control) {
 	s.mu.Lock()
 	defer s.unlock()
 	s.applyQueueSettings(s.ready.queue(name), st, rev)
+}
+
+// followQueue has the queue's settings read back after a write of them was answered
+// "Outcome unknown" while memory held revision rev (0: none stored), and taken on once
+// the store holds others (follow).
+func (s *scheduler) followQueue(name string, rev uint64) {
+	holds := func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		q := s.ready.queues[name]
+		return q == nil && rev == 0 || q != nil && q.rev == rev
+	}
+	s.follow(protocol.QueueControlPrefix+name, rev, holds, func(stored *control) bool {
+		s.queueWrites.Lock()
+		defer s.queueWrites.Unlock()
+		if !holds() {
+			return false
+		}
+		s.adoptQueueSettings(name, stored)
+		return true
+	})
 }
 
 // loadQueues reads every queue's stored settings: a new leader does, before it

@@ -8,8 +8,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
@@ -432,5 +435,46 @@ func TestQueueRateLimitHoldsItsQueueOnly(t *testing.T) {
 	must(t, err)
 	if j := s.Wait(held); j.State != protocol.StateCompleted {
 		t.Fatalf("after low's limit was removed: %+v", j)
+	}
+}
+
+// TestRecoveryReadsEachSettingOnce: a recovering coordinator reads its settings (here
+// queues' and limits') from one listing of the jobs stream, their values with it; it
+// does not read each setting again, one request after another.
+func TestRecoveryReadsEachSettingOnce(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	const n = 5
+	for i := range n {
+		q := fmt.Sprintf("q%d", i)
+		_, err := s.Client.SetQueue(ctx, q, client.MaxRunning(i+1))
+		must(t, err)
+		_, err = s.Client.SetLimit(ctx, client.ForQueue(q), "1/s", 1)
+		must(t, err)
+	}
+	var reads atomic.Int32
+	sub, err := s.NC.Subscribe("$JS.API.DIRECT.GET.KV_"+protocol.JobsBucket+".$KV."+protocol.JobsBucket+"."+protocol.ControlPrefix+">",
+		func(*nats.Msg) { reads.Add(1) })
+	must(t, err)
+	defer sub.Unsubscribe()
+	must(t, s.NC.Flush())
+
+	s.RestartCoordinator(t)
+	qs, err := s.Client.Queues(ctx)
+	must(t, err)
+	ls, err := s.Client.Limits(ctx)
+	must(t, err)
+	for i := range n {
+		q := fmt.Sprintf("q%d", i)
+		if !slices.ContainsFunc(qs, func(qi protocol.QueueInfo) bool { return qi.Name == q && qi.MaxRunning == i+1 }) {
+			t.Fatalf("queue %s not recovered: %+v", q, qs)
+		}
+		if !slices.ContainsFunc(ls, func(l protocol.LimitInfo) bool { return l.Name == q }) {
+			t.Fatalf("limit of %s not recovered: %+v", q, ls)
+		}
+	}
+	if got := reads.Load(); got != 0 {
+		t.Errorf("recovery read single settings %d times; want none: the listing has them (%d settings)", got, 2*n)
 	}
 }

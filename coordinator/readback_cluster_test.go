@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -63,7 +64,9 @@ func settledOnN0(t *testing.T, cl *jobbustest.Cluster, nc *nats.Conn, c *client.
 // does not hold it yet, so a read-back finds the old setting; but the proposal is in
 // the leader's log, and once a follower is back it is committed. So the answer is
 // "Outcome unknown", never "settings not stored" for a setting that is stored
-// afterwards.
+// afterwards. And once it is stored, the coordinator holds and enforces it (a rate
+// limit too), though nobody sent it again: the queue is listed paused, and its job
+// waits while another queue's runs.
 func TestUnconfirmedSettingIsOutcomeUnknown(t *testing.T) {
 	t.Parallel()
 	cl := jobbustest.StartRestartableCluster(t, 3)
@@ -71,7 +74,7 @@ func TestUnconfirmedSettingIsOutcomeUnknown(t *testing.T) {
 	s.Config.Replicas = 3
 	s.Config.LeaderLease = 10 * time.Second // outlasts the write: the answer is the store's, not "not serving"
 	s.StartCoordinator(t)
-	s.StartNativeWorker(t) // for servesAfterQuorum's job
+	s.StartNativeWorker(t) // for the job of the test's end, and servesAfterQuorum's
 	c := client.New(s.NC)
 	ctx := context.Background()
 	testkit.Wait(t, 60*time.Second, func() error {
@@ -80,7 +83,7 @@ func TestUnconfirmedSettingIsOutcomeUnknown(t *testing.T) {
 		_, err := c.SetQueue(rctx, "q", client.MaxRunning(1))
 		return err
 	})
-	leadJobsStream(t, cl, s.NC, 0)
+	settledOnN0(t, cl, s.NC, c)
 
 	cl.Stop(t, 1)
 	cl.Stop(t, 2)
@@ -91,6 +94,12 @@ func TestUnconfirmedSettingIsOutcomeUnknown(t *testing.T) {
 		t.Fatalf("pause without a quorum: %v; want \"Outcome unknown\"", err)
 	}
 	t.Logf("answered: %v", err)
+	rctx, cancel = context.WithTimeout(ctx, 15*time.Second)
+	_, err = c.SetLimit(rctx, client.ForQueue("other"), "1/h", 1)
+	cancel()
+	if !errors.Is(err, client.ErrOutcomeUnknown) {
+		t.Fatalf("limit without a quorum: %v; want \"Outcome unknown\"", err)
+	}
 
 	// Node 0's log is ahead of node 1's: node 1 votes for it, and it commits the pause.
 	cl.Restart(t, 1)
@@ -106,6 +115,43 @@ func TestUnconfirmedSettingIsOutcomeUnknown(t *testing.T) {
 		}
 		return nil
 	})
+
+	// Nobody sends them again: the coordinator reads them back and holds them.
+	testkit.Wait(t, 60*time.Second, func() error {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		qs, err := c.Queues(rctx)
+		if err != nil {
+			return err
+		}
+		if i := slices.IndexFunc(qs, func(q protocol.QueueInfo) bool { return q.Name == "q" }); i < 0 || !qs[i].Paused {
+			return fmt.Errorf("queues listed: %+v; want q paused", qs)
+		}
+		ls, err := c.Limits(rctx)
+		if err != nil {
+			return err
+		}
+		if len(ls) != 1 || ls[0].Name != "other" {
+			return fmt.Errorf("limits listed: %+v", ls)
+		}
+		return nil
+	})
+	rctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	held, err := c.Submit(rctx, "SHA256", text("held"), client.Queue("q"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := c.Submit(rctx, "SHA256", text("runs"))
+	if err == nil {
+		_, err = c.Wait(rctx, id)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j, err := c.Status(rctx, held); err != nil || j.State != protocol.StateQueued {
+		t.Errorf("job of the paused queue q: %+v, %v; want QUEUED", j, err)
+	}
 	servesAfterQuorum(t, s, c)
 }
 
@@ -434,6 +480,92 @@ func TestResultOfferedAgainWhileUnconfirmed(t *testing.T) {
 	testkit.Wait(t, 30*time.Second, func() error {
 		if ack, err := offer(); !workerproto.Final(err) {
 			return fmt.Errorf("offered once stored: %+v, %w", ack, err)
+		}
+		return nil
+	})
+}
+
+// TestUnconfirmedScheduleChangeIsFollowed: a schedule paused, another added and a
+// third removed while the JOBS stream has no quorum are each answered "Outcome
+// unknown"; once a follower is back the writes are committed, and the coordinator
+// holds what is stored though nobody sent them again: the paused schedule is listed
+// paused (it ticks no more), the added one is listed (it ticks), the removed one is
+// not (it ticks no more).
+func TestUnconfirmedScheduleChangeIsFollowed(t *testing.T) {
+	t.Parallel()
+	cl := jobbustest.StartRestartableCluster(t, 3)
+	s := &jobbustest.System{Server: cl.Nodes[0], NC: dialServer(t, cl.Nodes[0].ClientURL()), Config: jobbustest.FastCoordinatorConfig()}
+	s.Config.Replicas = 3
+	s.Config.LeaderLease = 30 * time.Second // outlasts the test: the answer is the store's
+	s.StartCoordinator(t)
+	s.StartNativeWorker(t)
+	c := client.New(s.NC)
+	ctx := context.Background()
+	settledOnN0(t, cl, s.NC, c)
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	_, err := c.AddSchedule(rctx, client.Schedule{Name: "daily", Cron: "@daily", TaskType: "SHA256", Payload: text("daily")})
+	if err == nil {
+		_, err = c.AddSchedule(rctx, client.Schedule{Name: "gone", Every: time.Hour, TaskType: "SHA256", Payload: text("gone")})
+	}
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cl.Stop(t, 1)
+	cl.Stop(t, 2)
+	rctx, cancel = context.WithTimeout(ctx, 20*time.Second)
+	_, err = c.PauseSchedule(rctx, "daily")
+	cancel()
+	if !errors.Is(err, client.ErrOutcomeUnknown) {
+		t.Fatalf("pause without a quorum: %v; want \"Outcome unknown\"", err)
+	}
+	rctx, cancel = context.WithTimeout(ctx, 20*time.Second)
+	_, err = c.AddSchedule(rctx, client.Schedule{Name: "late", Every: time.Hour, TaskType: "SHA256", Payload: text("late")})
+	cancel()
+	if !errors.Is(err, client.ErrOutcomeUnknown) {
+		t.Fatalf("add without a quorum: %v; want \"Outcome unknown\"", err)
+	}
+	rctx, cancel = context.WithTimeout(ctx, 20*time.Second)
+	_, err = c.RemoveSchedule(rctx, "gone")
+	cancel()
+	if !errors.Is(err, client.ErrOutcomeUnknown) {
+		t.Fatalf("rm without a quorum: %v; want \"Outcome unknown\"", err)
+	}
+
+	// Node 0's log is ahead of node 1's: node 1 votes for it, and it commits both.
+	cl.Restart(t, 1)
+	subj := "$KV." + protocol.JobsBucket + "." + protocol.ControlPrefix + protocol.SchedulePrefix
+	testkit.Wait(t, 90*time.Second, func() error {
+		if _, err := storedMessage(s.NC, subj+"late"); err != nil {
+			return err
+		}
+		if data, err := storedMessage(s.NC, subj+"gone"); err != nil || len(data) > 0 {
+			return fmt.Errorf("schedule gone stored as %q (%v); want its removal", data, err)
+		}
+		data, err := storedMessage(s.NC, subj+"daily")
+		var sc protocol.Schedule
+		if err == nil && (json.Unmarshal(data, &sc) != nil || !sc.Paused) {
+			err = fmt.Errorf("schedule daily stored as %s", data)
+		}
+		return err
+	})
+	// Nobody sends them again: the coordinator reads them back and holds them.
+	testkit.Wait(t, 60*time.Second, func() error {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		scs, err := c.Schedules(rctx)
+		if err != nil {
+			return err
+		}
+		listed := make(map[string]protocol.Schedule)
+		for _, sc := range scs {
+			listed[sc.Name] = sc
+		}
+		_, late := listed["late"]
+		_, gone := listed["gone"]
+		if !listed["daily"].Paused || !late || gone {
+			return fmt.Errorf("schedules listed: %+v; want daily paused, and late, not gone", scs)
 		}
 		return nil
 	})

@@ -58,6 +58,8 @@ type scheduler struct {
 
 	// queueWrites serialises changes of queue settings (queueapi.go), taken before mu.
 	queueWrites sync.Mutex
+	// follows reads back settings whose write was answered "Outcome unknown" (controls.go).
+	follows *follows
 
 	uniq *uniqueIndex // which job holds each unique key (unique.go)
 }
@@ -70,6 +72,7 @@ func newScheduler(c *Coordinator) *scheduler {
 		keys:     make(map[string]*job),
 		ready:    newReadyQueue(),
 		fencedCh: make(chan struct{}),
+		follows:  newFollows(),
 		tracer:   tracing.New(c.cfg.TracerProvider),
 	}
 	s.wq = &writeQueue{s: s, cfg: &c.cfg, wake: make(chan struct{}, 1)}

@@ -340,12 +340,12 @@ func (sch *schedules) write(e *schedEntry, sc protocol.Schedule) error {
 		return fmt.Errorf("store schedule %s: %w", sc.Name, ErrNotServing)
 	}
 	sch.mu.Lock()
-	rev, pausing := e.rev, e.sc.Paused != sc.Paused
+	was, pausing := e.rev, e.sc.Paused != sc.Paused
 	sch.mu.Unlock()
 	ctx, cancel := context.WithTimeout(sch.ctx, scheduleIOTimeout)
 	defer cancel()
 	key := protocol.SchedulePrefix + sc.Name
-	rev, err = writeControl(ctx, sch.controls(), key, data, rev)
+	rev, err := writeControl(ctx, sch.controls(), key, data, was)
 	var changed *controlChanged
 	if errors.As(err, &changed) && changed.stored != nil && sch.s.lease.held() {
 		// Most likely an earlier write of this coordinator that landed unseen (its
@@ -358,6 +358,9 @@ func (sch *schedules) write(e *schedEntry, sc protocol.Schedule) error {
 			data, _ = json.Marshal(sc)
 		}
 		rev, err = writeControl(ctx, sch.controls(), key, data, changed.stored.rev)
+	}
+	if errors.Is(err, errControlUnknown) {
+		sch.follow(e, sc.Name, was)
 	}
 	if err != nil {
 		return fmt.Errorf("store schedule %s: %w", sc.Name, err)
@@ -436,6 +439,9 @@ func (sch *schedules) add(spec protocol.ScheduleSpec) protocol.Message {
 		if errors.Is(err, errControlChanged) {
 			return protocol.ScheduleExists(spec.Name)
 		}
+		if errors.Is(err, errControlUnknown) {
+			sch.followAdd(spec.Name)
+		}
 		return scheduleNotStored(spec.Name, "stored", err)
 	}
 	sch.mu.Lock()
@@ -463,39 +469,115 @@ func (sch *schedules) claim(name string, e *schedEntry) bool {
 // added as it is stored, and the add is answered as done if it asked for the same
 // schedule, else refused as a name in use.
 func (sch *schedules) adopt(c *control, spec protocol.ScheduleSpec) protocol.Message {
+	e := sch.takeOn(c)
+	if e == nil {
+		return protocol.ScheduleExists(spec.Name)
+	}
+	v := sch.view(e)
+	want, _ := json.Marshal(spec)
+	have, _ := json.Marshal(v.ScheduleSpec)
+	if !bytes.Equal(want, have) {
+		return protocol.ScheduleExists(spec.Name)
+	}
+	return settled{&protocol.ScheduleInfo{Schedule: v}}
+}
+
+// takeOn enters the schedule stored as c, armed unless paused, and returns it; nil
+// when it cannot be read or its name is taken.
+func (sch *schedules) takeOn(c *control) *schedEntry {
 	var sc protocol.Schedule
 	if err := json.Unmarshal(c.value, &sc); err != nil {
-		return protocol.ScheduleExists(spec.Name)
+		return nil
 	}
 	ts, err := parseSpec(&sc.ScheduleSpec, sc.CreatedAtMillis)
 	if err != nil {
-		return protocol.ScheduleExists(spec.Name)
+		return nil
 	}
 	e := &schedEntry{sc: sc, rev: c.rev, spec: ts}
 	e.op.Lock()
 	defer e.op.Unlock()
 	if !sch.claim(sc.Name, e) {
-		return protocol.ScheduleExists(spec.Name)
+		return nil
 	}
 	if !sc.Paused {
 		sch.arm(e, ts.next(sinceDone(&sc)))
 	}
 	sch.log.Info("schedule found stored; taken on", "schedule", sc.Name)
-	want, _ := json.Marshal(spec)
-	have, _ := json.Marshal(sc.ScheduleSpec)
-	if !bytes.Equal(want, have) {
-		return protocol.ScheduleExists(spec.Name)
+	return e
+}
+
+// followAdd has schedule name read back after its add was answered "Outcome unknown",
+// and taken on once stored, unless a schedule of that name was added meanwhile
+// (scheduler.follow).
+func (sch *schedules) followAdd(name string) {
+	holds := func() bool { return sch.entry(name) == nil }
+	sch.s.follow(protocol.SchedulePrefix+name, 0, holds, func(stored *control) bool {
+		return stored != nil && sch.takeOn(stored) != nil
+	})
+}
+
+// follow has schedule e (name) read back after a write of it was answered "Outcome
+// unknown" while memory held revision rev, and taken on once the store holds another
+// (scheduler.follow).
+func (sch *schedules) follow(e *schedEntry, name string, rev uint64) {
+	holds := func() bool {
+		sch.mu.Lock()
+		defer sch.mu.Unlock()
+		return !e.gone && e.rev == rev
 	}
-	return settled{&protocol.ScheduleInfo{Schedule: sch.view(e)}}
+	sch.s.follow(protocol.SchedulePrefix+name, rev, holds, func(stored *control) bool {
+		e.op.Lock()
+		defer e.op.Unlock()
+		if !holds() {
+			return false
+		}
+		sch.adoptStored(e, name, stored)
+		return true
+	})
+}
+
+// adoptStored makes e (name) what the store holds (nil: nothing, and e goes), and
+// arms it accordingly. Called with e.op held.
+func (sch *schedules) adoptStored(e *schedEntry, name string, stored *control) {
+	if stored == nil {
+		sch.drop(e, name)
+		return
+	}
+	var sc protocol.Schedule
+	err := json.Unmarshal(stored.value, &sc)
+	var ts tickSpec
+	if err == nil {
+		ts, err = parseSpec(&sc.ScheduleSpec, sc.CreatedAtMillis)
+	}
+	if err != nil {
+		sch.log.Error("schedule stored unreadable; memory keeps its own", "schedule", name, "err", err)
+		return
+	}
+	sch.mu.Lock()
+	e.sc, e.rev, e.spec = sc, stored.rev, ts
+	sch.mu.Unlock()
+	if sc.Paused {
+		sch.disarm(e)
+	} else {
+		sch.arm(e, ts.next(sinceDone(&sc)))
+	}
+}
+
+// drop forgets schedule e (name): its timer is disarmed, and it is gone. Called with
+// e.op held.
+func (sch *schedules) drop(e *schedEntry, name string) {
+	sch.disarm(e)
+	sch.mu.Lock()
+	e.gone = true
+	delete(sch.byName, name)
+	sch.mu.Unlock()
 }
 
 // scheduleNotStored answers a write of schedule name that failed (done: "stored",
-// "removed"): not known to have landed ("Outcome unknown": sending it again is safe),
-// or not done.
+// "removed"): not known to have landed (settingUnknown), or not done.
 func scheduleNotStored(name, done string, err error) *protocol.Error {
 	if errors.Is(err, errControlUnknown) {
-		return &protocol.Error{Message: fmt.Sprintf("%sschedule %s may or may not be %s (%v): sending it again is safe, and answers what is stored",
-			protocol.OutcomeUnknownPrefix, name, done, err)}
+		return settingUnknown("schedule "+name, done, err)
 	}
 	return &protocol.Error{Message: fmt.Sprintf("schedule %s was not %s: %v", name, done, err)}
 }
@@ -577,14 +659,16 @@ func (sch *schedules) removeLocked(e *schedEntry, name string) protocol.Message 
 	ctx, cancel := context.WithTimeout(sch.ctx, scheduleIOTimeout)
 	defer cancel()
 	if _, err := writeControl(ctx, sch.controls(), protocol.SchedulePrefix+name, nil, 0); err != nil {
+		if errors.Is(err, errControlUnknown) {
+			sch.mu.Lock()
+			rev := e.rev
+			sch.mu.Unlock()
+			sch.follow(e, name, rev) // removed from memory once removed from the store
+		}
 		return scheduleNotStored(name, "removed", err)
 	}
 	was := sch.view(e)
-	sch.disarm(e)
-	sch.mu.Lock()
-	e.gone = true
-	delete(sch.byName, name)
-	sch.mu.Unlock()
+	sch.drop(e, name)
 	sch.log.Info("schedule removed", "schedule", name)
 	return settled{&protocol.ScheduleInfo{Schedule: was}}
 }
