@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -317,4 +318,123 @@ func TestUnconfirmedWorkflowIsOutcomeUnknown(t *testing.T) {
 		_, err := storedMessage(s.NC, subj)
 		return err
 	})
+}
+
+// unconfirmedWorkflow submits a workflow of two steps (b after a) while two of the
+// three nodes of cl are stopped, wants "Outcome unknown", and restarts one: the JOBS
+// stream's leader then commits the batch it proposed without a quorum. It returns once
+// the workflow's record is stored, with the workflow and its coordinator's system.
+// meanwhile, if not nil, runs before the node is back.
+func unconfirmedWorkflow(t *testing.T, id string, meanwhile func(*client.Client, *client.Workflow)) (*jobbustest.System, *client.Client, *client.Workflow) {
+	t.Helper()
+	cl := jobbustest.StartRestartableCluster(t, 3)
+	s := &jobbustest.System{Server: cl.Nodes[0], NC: dialServer(t, cl.Nodes[0].ClientURL()), Config: jobbustest.FastCoordinatorConfig()}
+	s.Config.Replicas = 3
+	s.Config.LeaderLease = 60 * time.Second // outlasts the test: the answers are the store's
+	s.StartCoordinator(t)
+	s.StartNativeWorker(t)
+	c := client.New(s.NC)
+	settledOnN0(t, cl, s.NC, c)
+
+	cl.Stop(t, 1)
+	cl.Stop(t, 2)
+	w := client.NewWorkflow(id).
+		Step("a", "SHA256", text("a")).
+		Step("b", "SHA256", text("b"), client.StepAfter("a"))
+	rctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+	_, err := c.SubmitWorkflow(rctx, w)
+	cancel()
+	t.Logf("answered: %v", err)
+	if !errors.Is(err, client.ErrOutcomeUnknown) {
+		t.Fatalf("workflow without a quorum: %v; want \"Outcome unknown\"", err)
+	}
+	if meanwhile != nil {
+		meanwhile(c, w)
+	}
+
+	cl.Restart(t, 1)
+	subj := "$KV." + protocol.JobsBucket + "." + protocol.ControlPrefix + protocol.KindWorkflow + "." + id
+	testkit.Wait(t, 90*time.Second, func() error {
+		_, err := storedMessage(s.NC, subj)
+		return err
+	})
+	return s, c, w
+}
+
+// completedInOrder waits until workflow id COMPLETED, and checks that its step b
+// waited for a.
+func completedInOrder(t *testing.T, c *client.Client, id string) {
+	t.Helper()
+	var st protocol.WorkflowStatus
+	testkit.Wait(t, 60*time.Second, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var err error
+		if st, err = c.WorkflowStatus(ctx, id); err == nil && st.State != string(protocol.StateCompleted) {
+			err = fmt.Errorf("workflow %s is %s: %+v", id, st.State, st.Steps)
+		}
+		return err
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	b, err := c.Status(ctx, st.Steps[1].JobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Parents) != 1 || b.Parents[0].JobID != st.Steps[0].JobID || b.Parents[0].State != protocol.StateCompleted {
+		t.Errorf("step b's parents: %+v; want step a (%s), COMPLETED", b.Parents, st.Steps[0].JobID)
+	}
+}
+
+// TestUnconfirmedWorkflowRunsOnceStored: a workflow answered "Outcome unknown" whose
+// batch commits later (see TestUnconfirmedWorkflowIsOutcomeUnknown) is known to the
+// coordinator that wrote it, without a restart or a resend: its status answers, and
+// its jobs run, b after a.
+func TestUnconfirmedWorkflowRunsOnceStored(t *testing.T) {
+	t.Parallel()
+	_, c, _ := unconfirmedWorkflow(t, "wf-runs", nil)
+	completedInOrder(t, c, "wf-runs")
+}
+
+// TestUnconfirmedWorkflowSentAgain: a workflow answered "Outcome unknown", sent again
+// as the answer advises, is answered "Outcome unknown" again while its batch is not
+// committed; once it is, it is answered with the stored workflow (its jobs), never
+// "already exists", and runs. Sent again with another definition, it is refused as
+// one.
+func TestUnconfirmedWorkflowSentAgain(t *testing.T) {
+	t.Parallel()
+	_, c, w := unconfirmedWorkflow(t, "wf-again", func(c *client.Client, w *client.Workflow) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := c.SubmitWorkflow(ctx, w)
+		t.Logf("sent again without a quorum: %v", err)
+		if !errors.Is(err, client.ErrOutcomeUnknown) {
+			t.Errorf("the same workflow sent again without a quorum: %v; want \"Outcome unknown\"", err)
+		}
+	})
+	var sub protocol.WorkflowSubmitted
+	testkit.Wait(t, 60*time.Second, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var err error
+		sub, err = c.SubmitWorkflow(ctx, w)
+		if err != nil && !errors.Is(err, client.ErrOutcomeUnknown) {
+			t.Fatalf("the same workflow sent again once stored: %v; want its jobs", err)
+		}
+		return err
+	})
+	if sub.WorkflowID != "wf-again" || len(sub.Jobs) != 2 || sub.Jobs["a"] == "" || sub.Jobs["b"] == "" {
+		t.Fatalf("sent again: %+v; want workflow wf-again's two jobs", sub)
+	}
+	completedInOrder(t, c, "wf-again")
+
+	other := client.NewWorkflow("wf-again").
+		Step("a", "SHA256", text("another a")).
+		Step("b", "SHA256", text("b"), client.StepAfter("a"))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := c.SubmitWorkflow(ctx, other)
+	if err == nil || errors.Is(err, client.ErrOutcomeUnknown) || !strings.Contains(err.Error(), "another definition") {
+		t.Errorf("another workflow under the same id: %v; want it refused as another definition", err)
+	}
 }
