@@ -324,8 +324,9 @@ func TestUnconfirmedWorkflowIsOutcomeUnknown(t *testing.T) {
 // three nodes of cl are stopped, wants "Outcome unknown", and restarts one: the JOBS
 // stream's leader then commits the batch it proposed without a quorum. It returns once
 // the workflow's record is stored, with the workflow and its coordinator's system.
-// meanwhile, if not nil, runs before the node is back.
-func unconfirmedWorkflow(t *testing.T, id string, meanwhile func(*client.Client, *client.Workflow)) (*jobbustest.System, *client.Client, *client.Workflow) {
+// The submission waits wait, or the client's default with 0; meanwhile, if not nil,
+// runs before the node is back.
+func unconfirmedWorkflow(t *testing.T, id string, wait time.Duration, meanwhile func(*client.Client, *client.Workflow)) (*jobbustest.System, *client.Client, *client.Workflow) {
 	t.Helper()
 	cl := jobbustest.StartRestartableCluster(t, 3)
 	s := &jobbustest.System{Server: cl.Nodes[0], NC: dialServer(t, cl.Nodes[0].ClientURL()), Config: jobbustest.FastCoordinatorConfig()}
@@ -341,7 +342,10 @@ func unconfirmedWorkflow(t *testing.T, id string, meanwhile func(*client.Client,
 	w := client.NewWorkflow(id).
 		Step("a", "SHA256", text("a")).
 		Step("b", "SHA256", text("b"), client.StepAfter("a"))
-	rctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+	rctx, cancel := context.Background(), context.CancelFunc(func() {})
+	if wait > 0 {
+		rctx, cancel = context.WithTimeout(rctx, wait)
+	}
 	_, err := c.SubmitWorkflow(rctx, w)
 	cancel()
 	t.Logf("answered: %v", err)
@@ -392,7 +396,7 @@ func completedInOrder(t *testing.T, c *client.Client, id string) {
 // its jobs run, b after a.
 func TestUnconfirmedWorkflowRunsOnceStored(t *testing.T) {
 	t.Parallel()
-	_, c, _ := unconfirmedWorkflow(t, "wf-runs", nil)
+	_, c, _ := unconfirmedWorkflow(t, "wf-runs", 8*time.Second, nil)
 	completedInOrder(t, c, "wf-runs")
 }
 
@@ -403,7 +407,7 @@ func TestUnconfirmedWorkflowRunsOnceStored(t *testing.T) {
 // one.
 func TestUnconfirmedWorkflowSentAgain(t *testing.T) {
 	t.Parallel()
-	_, c, w := unconfirmedWorkflow(t, "wf-again", func(c *client.Client, w *client.Workflow) {
+	_, c, w := unconfirmedWorkflow(t, "wf-again", 8*time.Second, func(c *client.Client, w *client.Workflow) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_, err := c.SubmitWorkflow(ctx, w)
@@ -437,4 +441,14 @@ func TestUnconfirmedWorkflowSentAgain(t *testing.T) {
 	if err == nil || errors.Is(err, client.ErrOutcomeUnknown) || !strings.Contains(err.Error(), "another definition") {
 		t.Errorf("another workflow under the same id: %v; want it refused as another definition", err)
 	}
+}
+
+// TestUnconfirmedWorkflowAnsweredWithinItsWait: a workflow submitted while the JOBS
+// stream has no quorum, by a client that waits its default (5 s), is answered
+// "Outcome unknown" within that wait, as a job submission is, rather than left to time
+// out (the write's own timeouts are longer); its batch commits later, and it runs.
+func TestUnconfirmedWorkflowAnsweredWithinItsWait(t *testing.T) {
+	t.Parallel()
+	_, c, _ := unconfirmedWorkflow(t, "wf-in-time", 0, nil)
+	completedInOrder(t, c, "wf-in-time")
 }

@@ -370,6 +370,7 @@ func (s *scheduler) submitGroup(req *protocol.SubmitWorkflow, from request, repl
 	}
 	p.trace = stepTrace(from)
 	due := from.due
+	reply = s.groupReply(reply, due, p.kind, p.kind+" "+p.id)
 	ctl := groupControl{Kind: p.kind, CreatedAt: s.now().UnixMilli(), Fingerprint: p.fp, After: p.after}
 	for i, st := range p.steps {
 		ctl.Steps = append(ctl.Steps, st.Name)
@@ -418,15 +419,29 @@ func (s *scheduler) groupStarted(kind string) {
 	}
 }
 
+// groupReply is reply, answered "Outcome unknown" (groupNotStored) once due if
+// nothing was by then, as a job's submission is (replies.by): a group's write may
+// take longer than its requester waits, and goes on. kind is the group's kind, or
+// "retry"; what names the request's group for groupNotStored.
+func (s *scheduler) groupReply(reply replyFunc, due time.Duration, kind, what string) replyFunc {
+	r := s.replies.byGroup(reply, due, kind, func(cause string) protocol.Message {
+		return groupNotStored(what, unknownOutcome(errors.New(cause)))
+	})
+	return func(m protocol.Message) { r.send(m) }
+}
+
 // groupNotStored is the answer to what (a group's submission, a retry) whose write
 // failed with err: "Outcome unknown" when it may be stored later (writeAll), which
 // states what is known, as JOB_SUBMITTED does (settled); else an ERROR.
 func groupNotStored(what string, err error) protocol.Message {
 	if errors.Is(err, ErrOutcomeUnknown) {
+		again := "sending the same again is safe, and answers its jobs once they are stored"
+		if strings.HasPrefix(what, "retry") {
+			again = "the workflow's status shows its steps run again once it is stored"
+		}
 		return settled{&protocol.Error{Message: fmt.Sprintf("%s%s may or may not be stored (%v); "+
-			"this coordinator writes it again until it knows, and runs its jobs once it is stored: "+
-			"sending the same again is safe, and answers its jobs once they are stored",
-			protocol.OutcomeUnknownPrefix, what, strings.TrimPrefix(err.Error(), ErrOutcomeUnknown.Error()+": "))}}
+			"this coordinator writes it again until it knows, and runs its jobs once it is stored: %s",
+			protocol.OutcomeUnknownPrefix, what, strings.TrimPrefix(err.Error(), ErrOutcomeUnknown.Error()+": "), again)}}
 	}
 	return &protocol.Error{Message: fmt.Sprintf("%s was not stored: %v", what, err)}
 }
@@ -916,6 +931,7 @@ func (s *scheduler) holdColdSteps(id string) {
 // cancelled (the steps that waited on a failed one were cancelled with it).
 func (s *scheduler) retryGroup(id string, from request, reply replyFunc) {
 	due := from.due
+	reply = s.groupReply(reply, due, "retry", "retry of workflow "+id)
 	s.mu.Lock()
 	g := s.groups.get(id)
 	var perr *protocol.Error
