@@ -452,3 +452,76 @@ func TestUnconfirmedWorkflowAnsweredWithinItsWait(t *testing.T) {
 	_, c, _ := unconfirmedWorkflow(t, "wf-in-time", 0, nil)
 	completedInOrder(t, c, "wf-in-time")
 }
+
+// TestUnconfirmedWorkflowRetryRunsOnceStored: a workflow's retry answered "Outcome
+// unknown" while the JOBS stream has no quorum, whose batch commits later, is known
+// to the coordinator that wrote it: the failed step runs again as its new job, and
+// the workflow can be retried again, rather than the coordinator holding the
+// workflow as before the retry, whose control the store no longer has.
+func TestUnconfirmedWorkflowRetryRunsOnceStored(t *testing.T) {
+	t.Parallel()
+	cl := jobbustest.StartRestartableCluster(t, 3)
+	s := &jobbustest.System{Server: cl.Nodes[0], NC: dialServer(t, cl.Nodes[0].ClientURL()), Config: jobbustest.FastCoordinatorConfig()}
+	s.Config.Replicas = 3
+	s.Config.LeaderLease = 60 * time.Second // outlasts the test: the answers are the store's
+	s.StartCoordinator(t)
+	s.StartNativeWorker(t)
+	c := client.New(s.NC)
+	settledOnN0(t, cl, s.NC, c)
+	ctx := context.Background()
+
+	w := client.NewWorkflow("wf-retry").
+		Step("a", "FAIL", map[string]int{"failUntilAttempt": 5}, client.StepMaxAttempts(1)).
+		Step("b", "SHA256", text("b"), client.StepAfter("a"))
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	sub, err := c.SubmitWorkflow(rctx, w)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended := func(want string) func() error {
+		return func() error {
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			st, err := c.WorkflowStatus(rctx, "wf-retry")
+			if err == nil && (st.State != "FAILED" || st.Steps[0].JobID != want) {
+				err = fmt.Errorf("workflow is %s, step a %s %s; want FAILED, step a %s", st.State, st.Steps[0].JobID, st.Steps[0].State, want)
+			}
+			return err
+		}
+	}
+	testkit.Wait(t, 30*time.Second, ended(sub.Jobs["a"]))
+
+	cl.Stop(t, 1)
+	cl.Stop(t, 2)
+	rctx, cancel = context.WithTimeout(ctx, 8*time.Second)
+	_, err = c.RetryWorkflow(rctx, "wf-retry")
+	cancel()
+	t.Logf("retry answered: %v", err)
+	if !errors.Is(err, client.ErrOutcomeUnknown) {
+		t.Fatalf("retry without a quorum: %v; want \"Outcome unknown\"", err)
+	}
+	cl.Restart(t, 1)
+
+	// The retried step a is a new job (its id derived from its retry count); it
+	// fails again, and b is cancelled after it again.
+	var again string
+	testkit.Wait(t, 90*time.Second, func() error {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		st, err := c.WorkflowStatus(rctx, "wf-retry")
+		if err != nil {
+			return err
+		}
+		if again = st.Steps[0].JobID; again == sub.Jobs["a"] {
+			return fmt.Errorf("step a is still its first job %s (%s)", again, st.Steps[0].State)
+		}
+		return ended(again)()
+	})
+	rctx, cancel = context.WithTimeout(ctx, 8*time.Second)
+	jobs, err := c.RetryWorkflow(rctx, "wf-retry")
+	cancel()
+	if err != nil || jobs["a"] == "" || jobs["a"] == again {
+		t.Fatalf("retried again once the first retry was stored: %v %v; want step a run again as a new job", jobs, err)
+	}
+}
