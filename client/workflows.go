@@ -119,7 +119,9 @@ func (w *Workflow) Request() (*protocol.SubmitWorkflow, error) { return &w.req, 
 
 // SubmitWorkflow submits a workflow or batch built with NewWorkflow or NewBatch and
 // returns its id and each step's job id once every job is stored; on an error none is,
-// unless it is ErrOutcomeUnknown: then all may be.
+// unless it is ErrOutcomeUnknown: then all may be, and the coordinator runs them once
+// it knows they are. Sending the same workflow again (its id given) is safe: it is
+// answered with its jobs once they are stored.
 func (c *Client) SubmitWorkflow(ctx context.Context, w *Workflow) (protocol.WorkflowSubmitted, error) {
 	req, err := w.Request()
 	if err != nil {

@@ -142,6 +142,7 @@ func (c *Coordinator) open(ctx context.Context) (context.Context, error) {
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
+	c.sched.life = runCtx
 	if err := c.store.start(runCtx, c.sched); err != nil {
 		cancel()
 		c.store.wait()

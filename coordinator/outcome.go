@@ -364,14 +364,25 @@ type reply struct {
 	rs        *replies
 	fn        replyFunc
 	what, job string // the request ("submission", "cancel") and its job
-	sent      atomic.Bool
-	t         *time.Timer
+	// say is its "Outcome unknown" for a cause when it is not about one job (a
+	// workflow's: byGroup); nil: protocol.OutcomeUnknown(what, job, cause).
+	say  func(cause string) protocol.Message
+	sent atomic.Bool
+	t    *time.Timer
 }
 
 // by arms the answer to a request about job jobID to say "Outcome unknown" after
 // due unless its outcome came first; what names the request ("submission", "cancel").
 func (rs *replies) by(fn replyFunc, due time.Duration, what, jobID string) *reply {
 	r := &reply{rs: rs, fn: fn, what: what, job: jobID}
+	r.t = time.AfterFunc(due, func() { r.unknown(rs.unconfirmed(due)) })
+	return r
+}
+
+// byGroup is by for a request about a workflow or batch (what: its kind, or "retry"),
+// whose "Outcome unknown" say says.
+func (rs *replies) byGroup(fn replyFunc, due time.Duration, what string, say func(cause string) protocol.Message) *reply {
+	r := &reply{rs: rs, fn: fn, what: what, say: say}
 	r.t = time.AfterFunc(due, func() { r.unknown(rs.unconfirmed(due)) })
 	return r
 }
@@ -385,6 +396,10 @@ func (r *reply) unknown(cause string) {
 	}
 	r.t.Stop()
 	r.rs.note.submitUnknown(r.what)
+	if r.say != nil {
+		r.fn(r.say(cause))
+		return
+	}
 	r.fn(settled{protocol.OutcomeUnknown(r.what, r.job, cause)})
 }
 

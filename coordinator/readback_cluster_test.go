@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -569,4 +570,210 @@ func TestUnconfirmedScheduleChangeIsFollowed(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// unconfirmedWorkflow submits a workflow of two steps (b after a) while two of the
+// three nodes of cl are stopped, wants "Outcome unknown", and restarts one: the JOBS
+// stream's leader then commits the batch it proposed without a quorum. It returns once
+// the workflow's record is stored, with the workflow and its coordinator's system.
+// The submission waits wait, or the client's default with 0; meanwhile, if not nil,
+// runs before the node is back.
+func unconfirmedWorkflow(t *testing.T, id string, wait time.Duration, meanwhile func(*client.Client, *client.Workflow)) (*jobbustest.System, *client.Client, *client.Workflow) {
+	t.Helper()
+	cl := jobbustest.StartRestartableCluster(t, 3)
+	s := &jobbustest.System{Server: cl.Nodes[0], NC: dialServer(t, cl.Nodes[0].ClientURL()), Config: jobbustest.FastCoordinatorConfig()}
+	s.Config.Replicas = 3
+	s.Config.LeaderLease = 60 * time.Second // outlasts the test: the answers are the store's
+	s.StartCoordinator(t)
+	s.StartNativeWorker(t)
+	c := client.New(s.NC)
+	settledOnN0(t, cl, s.NC, c)
+
+	cl.Stop(t, 1)
+	cl.Stop(t, 2)
+	w := client.NewWorkflow(id).
+		Step("a", "SHA256", text("a")).
+		Step("b", "SHA256", text("b"), client.StepAfter("a"))
+	rctx, cancel := context.Background(), context.CancelFunc(func() {})
+	if wait > 0 {
+		rctx, cancel = context.WithTimeout(rctx, wait)
+	}
+	_, err := c.SubmitWorkflow(rctx, w)
+	cancel()
+	t.Logf("answered: %v", err)
+	if !errors.Is(err, client.ErrOutcomeUnknown) {
+		t.Fatalf("workflow without a quorum: %v; want \"Outcome unknown\"", err)
+	}
+	if meanwhile != nil {
+		meanwhile(c, w)
+	}
+
+	cl.Restart(t, 1)
+	subj := "$KV." + protocol.JobsBucket + "." + protocol.ControlPrefix + protocol.KindWorkflow + "." + id
+	testkit.Wait(t, 90*time.Second, func() error {
+		_, err := storedMessage(s.NC, subj)
+		return err
+	})
+	return s, c, w
+}
+
+// completedInOrder waits until workflow id COMPLETED, and checks that its step b
+// waited for a.
+func completedInOrder(t *testing.T, c *client.Client, id string) {
+	t.Helper()
+	var st protocol.WorkflowStatus
+	testkit.Wait(t, 60*time.Second, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var err error
+		if st, err = c.WorkflowStatus(ctx, id); err == nil && st.State != string(protocol.StateCompleted) {
+			err = fmt.Errorf("workflow %s is %s: %+v", id, st.State, st.Steps)
+		}
+		return err
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	b, err := c.Status(ctx, st.Steps[1].JobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Parents) != 1 || b.Parents[0].JobID != st.Steps[0].JobID || b.Parents[0].State != protocol.StateCompleted {
+		t.Errorf("step b's parents: %+v; want step a (%s), COMPLETED", b.Parents, st.Steps[0].JobID)
+	}
+}
+
+// TestUnconfirmedWorkflowRunsOnceStored: a workflow answered "Outcome unknown" whose
+// batch commits later (see TestUnconfirmedWorkflowIsOutcomeUnknown) is known to the
+// coordinator that wrote it, without a restart or a resend: its status answers, and
+// its jobs run, b after a.
+func TestUnconfirmedWorkflowRunsOnceStored(t *testing.T) {
+	t.Parallel()
+	_, c, _ := unconfirmedWorkflow(t, "wf-runs", 8*time.Second, nil)
+	completedInOrder(t, c, "wf-runs")
+}
+
+// TestUnconfirmedWorkflowSentAgain: a workflow answered "Outcome unknown", sent again
+// as the answer advises, is answered "Outcome unknown" again while its batch is not
+// committed; once it is, it is answered with the stored workflow (its jobs), never
+// "already exists", and runs. Sent again with another definition, it is refused as
+// one.
+func TestUnconfirmedWorkflowSentAgain(t *testing.T) {
+	t.Parallel()
+	_, c, w := unconfirmedWorkflow(t, "wf-again", 8*time.Second, func(c *client.Client, w *client.Workflow) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := c.SubmitWorkflow(ctx, w)
+		t.Logf("sent again without a quorum: %v", err)
+		if !errors.Is(err, client.ErrOutcomeUnknown) {
+			t.Errorf("the same workflow sent again without a quorum: %v; want \"Outcome unknown\"", err)
+		}
+	})
+	var sub protocol.WorkflowSubmitted
+	testkit.Wait(t, 60*time.Second, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var err error
+		sub, err = c.SubmitWorkflow(ctx, w)
+		if err != nil && !errors.Is(err, client.ErrOutcomeUnknown) {
+			t.Fatalf("the same workflow sent again once stored: %v; want its jobs", err)
+		}
+		return err
+	})
+	if sub.WorkflowID != "wf-again" || len(sub.Jobs) != 2 || sub.Jobs["a"] == "" || sub.Jobs["b"] == "" {
+		t.Fatalf("sent again: %+v; want workflow wf-again's two jobs", sub)
+	}
+	completedInOrder(t, c, "wf-again")
+
+	other := client.NewWorkflow("wf-again").
+		Step("a", "SHA256", text("another a")).
+		Step("b", "SHA256", text("b"), client.StepAfter("a"))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := c.SubmitWorkflow(ctx, other)
+	if err == nil || errors.Is(err, client.ErrOutcomeUnknown) || !strings.Contains(err.Error(), "another definition") {
+		t.Errorf("another workflow under the same id: %v; want it refused as another definition", err)
+	}
+}
+
+// TestUnconfirmedWorkflowAnsweredWithinItsWait: a workflow submitted while the JOBS
+// stream has no quorum, by a client that waits its default (5 s), is answered
+// "Outcome unknown" within that wait, as a job submission is, rather than left to time
+// out (the write's own timeouts are longer); its batch commits later, and it runs.
+func TestUnconfirmedWorkflowAnsweredWithinItsWait(t *testing.T) {
+	t.Parallel()
+	_, c, _ := unconfirmedWorkflow(t, "wf-in-time", 0, nil)
+	completedInOrder(t, c, "wf-in-time")
+}
+
+// TestUnconfirmedWorkflowRetryRunsOnceStored: a workflow's retry answered "Outcome
+// unknown" while the JOBS stream has no quorum, whose batch commits later, is known
+// to the coordinator that wrote it: the failed step runs again as its new job, and
+// the workflow can be retried again, rather than the coordinator holding the
+// workflow as before the retry, whose control the store no longer has.
+func TestUnconfirmedWorkflowRetryRunsOnceStored(t *testing.T) {
+	t.Parallel()
+	cl := jobbustest.StartRestartableCluster(t, 3)
+	s := &jobbustest.System{Server: cl.Nodes[0], NC: dialServer(t, cl.Nodes[0].ClientURL()), Config: jobbustest.FastCoordinatorConfig()}
+	s.Config.Replicas = 3
+	s.Config.LeaderLease = 60 * time.Second // outlasts the test: the answers are the store's
+	s.StartCoordinator(t)
+	s.StartNativeWorker(t)
+	c := client.New(s.NC)
+	settledOnN0(t, cl, s.NC, c)
+	ctx := context.Background()
+
+	w := client.NewWorkflow("wf-retry").
+		Step("a", "FAIL", map[string]int{"failUntilAttempt": 5}, client.StepMaxAttempts(1)).
+		Step("b", "SHA256", text("b"), client.StepAfter("a"))
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	sub, err := c.SubmitWorkflow(rctx, w)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended := func(want string) func() error {
+		return func() error {
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			st, err := c.WorkflowStatus(rctx, "wf-retry")
+			if err == nil && (st.State != "FAILED" || st.Steps[0].JobID != want) {
+				err = fmt.Errorf("workflow is %s, step a %s %s; want FAILED, step a %s", st.State, st.Steps[0].JobID, st.Steps[0].State, want)
+			}
+			return err
+		}
+	}
+	testkit.Wait(t, 30*time.Second, ended(sub.Jobs["a"]))
+
+	cl.Stop(t, 1)
+	cl.Stop(t, 2)
+	rctx, cancel = context.WithTimeout(ctx, 8*time.Second)
+	_, err = c.RetryWorkflow(rctx, "wf-retry")
+	cancel()
+	t.Logf("retry answered: %v", err)
+	if !errors.Is(err, client.ErrOutcomeUnknown) {
+		t.Fatalf("retry without a quorum: %v; want \"Outcome unknown\"", err)
+	}
+	cl.Restart(t, 1)
+
+	// The retried step a is a new job (its id derived from its retry count); it
+	// fails again, and b is cancelled after it again.
+	var again string
+	testkit.Wait(t, 90*time.Second, func() error {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		st, err := c.WorkflowStatus(rctx, "wf-retry")
+		if err != nil {
+			return err
+		}
+		if again = st.Steps[0].JobID; again == sub.Jobs["a"] {
+			return fmt.Errorf("step a is still its first job %s (%s)", again, st.Steps[0].State)
+		}
+		return ended(again)()
+	})
+	rctx, cancel = context.WithTimeout(ctx, 8*time.Second)
+	jobs, err := c.RetryWorkflow(rctx, "wf-retry")
+	cancel()
+	if err != nil || jobs["a"] == "" || jobs["a"] == again {
+		t.Fatalf("retried again once the first retry was stored: %v %v; want step a run again as a new job", jobs, err)
+	}
 }

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"context"
 	"fmt"
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/internal/tracing"
@@ -55,6 +56,9 @@ type scheduler struct {
 	tracer    tracing.Tracer // Config.TracerProvider's; off by default (trace.go)
 
 	fencedCh chan struct{} // closed with fenced set
+	// life ends when the coordinator stops (Coordinator.open): what the scheduler
+	// goes on doing on its own (settleSteps) ends with it.
+	life context.Context
 
 	// queueWrites serialises changes of queue settings (queueapi.go), taken before mu.
 	queueWrites sync.Mutex
@@ -73,6 +77,7 @@ func newScheduler(c *Coordinator) *scheduler {
 		ready:    newReadyQueue(),
 		fencedCh: make(chan struct{}),
 		follows:  newFollows(),
+		life:     context.Background(),
 		tracer:   tracing.New(c.cfg.TracerProvider),
 	}
 	s.wq = &writeQueue{s: s, cfg: &c.cfg, wake: make(chan struct{}, 1)}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/internal/backoff"
 )
 
 // Workflows and batches: groups of jobs submitted in one request and stored all or
@@ -56,7 +57,11 @@ type group struct {
 	errs  map[int32]string
 	// creating: its jobs are being written (submit or retry); nothing else may change it.
 	creating bool
-	reported protocol.State // the end reported to metrics
+	// created is closed once creating ends, its jobs stored or given up; again asks
+	// for a write whose outcome was unknown to be made again now (settleSteps). Both
+	// are made with creating (createSteps).
+	created, again chan struct{}
+	reported       protocol.State // the end reported to metrics
 }
 
 // groupWriteTimeout bounds the writes of a group's submission or retry.
@@ -365,6 +370,7 @@ func (s *scheduler) submitGroup(req *protocol.SubmitWorkflow, from request, repl
 	}
 	p.trace = stepTrace(from)
 	due := from.due
+	reply = s.groupReply(reply, due, p.kind, p.kind+" "+p.id)
 	ctl := groupControl{Kind: p.kind, CreatedAt: s.now().UnixMilli(), Fingerprint: p.fp, After: p.after}
 	for i, st := range p.steps {
 		ctl.Steps = append(ctl.Steps, st.Name)
@@ -378,11 +384,8 @@ func (s *scheduler) submitGroup(req *protocol.SubmitWorkflow, from request, repl
 	// Sent again under the same id, it is answered as the first time (resubmitted).
 	ctx, cancel := context.WithTimeout(context.Background(), max(due, groupWriteTimeout))
 	defer cancel()
-	s.mu.Lock()
-	exists := s.groups.get(p.id) != nil
-	s.unlock()
-	if exists {
-		reply(s.resubmitted(p))
+	if ans := s.resubmission(p, due); ans != nil {
+		reply(ans)
 		return
 	}
 	g := newGroup(p.id, ctl, 0)
@@ -403,12 +406,28 @@ func (s *scheduler) submitGroup(req *protocol.SubmitWorkflow, from request, repl
 	for i, name := range ctl.Steps {
 		out.Jobs[name] = g.ids[i]
 	}
+	s.groupStarted(p.kind)
+	reply(settled{out})
+}
+
+// groupStarted reports a workflow or batch (kind) stored to the metrics.
+func (s *scheduler) groupStarted(kind string) {
 	if o, ok := s.cfg.Observer.(WorkflowObserver); ok {
 		s.mu.Lock()
-		o.WorkflowChanged(p.kind, "STARTED")
+		o.WorkflowChanged(kind, "STARTED")
 		s.unlock()
 	}
-	reply(settled{out})
+}
+
+// groupReply is reply, answered "Outcome unknown" (groupNotStored) once due if
+// nothing was by then, as a job's submission is (replies.by): a group's write may
+// take longer than its requester waits, and goes on. kind is the group's kind, or
+// "retry"; what names the request's group for groupNotStored.
+func (s *scheduler) groupReply(reply replyFunc, due time.Duration, kind, what string) replyFunc {
+	r := s.replies.byGroup(reply, due, kind, func(cause string) protocol.Message {
+		return groupNotStored(what, unknownOutcome(errors.New(cause)))
+	})
+	return func(m protocol.Message) { r.send(m) }
 }
 
 // groupNotStored is the answer to what (a group's submission, a retry) whose write
@@ -416,28 +435,78 @@ func (s *scheduler) submitGroup(req *protocol.SubmitWorkflow, from request, repl
 // states what is known, as JOB_SUBMITTED does (settled); else an ERROR.
 func groupNotStored(what string, err error) protocol.Message {
 	if errors.Is(err, ErrOutcomeUnknown) {
+		again := "sending the same again is safe, and answers its jobs once they are stored"
+		if strings.HasPrefix(what, "retry") {
+			again = "the workflow's status shows its steps run again once it is stored"
+		}
 		return settled{&protocol.Error{Message: fmt.Sprintf("%s%s may or may not be stored (%v); "+
-			"if it is, this coordinator knows it only after its next recovery (a restart or failover)",
-			protocol.OutcomeUnknownPrefix, what, strings.TrimPrefix(err.Error(), ErrOutcomeUnknown.Error()+": "))}}
+			"this coordinator writes it again until it knows, and runs its jobs once it is stored: %s",
+			protocol.OutcomeUnknownPrefix, what, strings.TrimPrefix(err.Error(), ErrOutcomeUnknown.Error()+": "), again)}}
 	}
 	return &protocol.Error{Message: fmt.Sprintf("%s was not stored: %v", what, err)}
 }
 
+// errEarlierUnconfirmed is why a group sent again is "Outcome unknown": the write of
+// its earlier send is not confirmed yet (settleSteps).
+var errEarlierUnconfirmed = unknownOutcome(errors.New("the write of its earlier send is not confirmed yet"))
+
+// resubmission answers a submission under the id of a group this coordinator holds,
+// or is nil when it holds none. While the group's jobs are being written, it waits
+// for them, at most until due, and has a write whose outcome was unknown made again
+// now (settleSteps): the same workflow sent again after "Outcome unknown" is answered
+// with its jobs once they are stored, and "Outcome unknown" again until then.
+func (s *scheduler) resubmission(p *plan, due time.Duration) protocol.Message {
+	s.mu.Lock()
+	g := s.groups.get(p.id)
+	creating := g != nil && g.creating
+	s.unlock()
+	switch {
+	case g == nil:
+		return nil
+	case creating && g.ctl.Fingerprint == p.fp:
+		select {
+		case g.again <- struct{}{}:
+		default:
+		}
+		t := time.NewTimer(due)
+		defer t.Stop()
+		select {
+		case <-g.created:
+		case <-t.C:
+		}
+		s.mu.Lock()
+		gone := s.groups.get(p.id) == nil // its write was refused: nothing is stored
+		s.unlock()
+		if gone {
+			return nil
+		}
+	}
+	return s.resubmitted(p)
+}
+
 // resubmitted answers a submission whose group id exists: the same answer as the
-// first time for the same definition (its jobs exist), an error otherwise.
+// first time for the same definition (its jobs exist), "Outcome unknown" while they
+// are being written, an error for another definition.
 func (s *scheduler) resubmitted(p *plan) protocol.Message {
 	s.mu.Lock()
 	g := s.groups.get(p.id)
+	same := g != nil && g.ctl.Fingerprint == p.fp
+	creating := same && g.creating
 	var out *protocol.WorkflowSubmitted
-	if g != nil && g.ctl.Fingerprint == p.fp && !g.creating {
+	if same && !creating {
 		out = &protocol.WorkflowSubmitted{WorkflowID: p.id, Jobs: make(map[string]string, len(g.ids))}
 		for i, name := range g.ctl.Steps {
 			out.Jobs[name] = g.ids[i]
 		}
 	}
 	s.unlock()
-	if out != nil {
+	switch {
+	case out != nil:
 		return settled{out}
+	case creating:
+		return groupNotStored(p.kind+" "+p.id, errEarlierUnconfirmed)
+	case g != nil:
+		return &protocol.Error{Message: fmt.Sprintf("Invalid workflow: %s %s already exists with another definition", p.kind, p.id)}
 	}
 	return &protocol.Error{Message: fmt.Sprintf("Invalid workflow: %s %s already exists with another definition (or is being created)", p.kind, p.id)}
 }
@@ -465,6 +534,7 @@ func (s *scheduler) createSteps(g *group, p *plan, redo map[int32]bool) ([]*job,
 		return nil, &protocol.Error{Message: fmt.Sprintf("Invalid workflow: %s %s already exists", g.ctl.Kind, g.id)}
 	}
 	g.creating = true
+	g.created, g.again = make(chan struct{}), make(chan struct{}, 1)
 	s.groups.put(g)
 	jobs := make([]*job, 0, n)
 	made := make(map[int32]*job, n)
@@ -538,7 +608,8 @@ func topoOrder(after [][]int32) []int32 {
 // writeSteps stores g's control (value, a create or a CAS on g.rev) and the records of
 // jobs at once (jobStore.writeAll), then lets them run. If they were not stored they
 // are forgotten as if never submitted, and g gives way to old (a retry's group
-// before it), or goes.
+// before it), or goes. If it is not known whether they were, they stay held, and are
+// written again until it is (settleSteps).
 func (s *scheduler) writeSteps(ctx context.Context, g *group, jobs []*job, value []byte, old *group) error {
 	s.mu.Lock()
 	ws := make([]pendingWrite, 0, len(jobs))
@@ -560,27 +631,71 @@ func (s *scheduler) writeSteps(ctx context.Context, g *group, jobs []*job, value
 	} else {
 		rev, err = s.store.writeAll(ctx, ctl, ws)
 	}
-	if err != nil {
-		for _, j := range jobs {
-			s.giveUp(j, err)
-		}
-		s.mu.Lock()
-		g.creating = false
-		if s.groups.get(g.id) == g {
-			delete(s.groups.byID, g.id)
-			if old != nil {
-				s.groups.put(old)
-			}
-		}
-		s.unlock()
-		if errors.Is(err, ErrFenced) {
-			s.fence(err)
-		}
-		return err
+	switch {
+	case err == nil:
+		s.stepsStored(g, jobs, rev)
+	case errors.Is(err, ErrOutcomeUnknown):
+		s.run(func() { s.settleSteps(g, jobs, ctl, ws, old) })
+	default:
+		s.dropSteps(g, jobs, old, err)
 	}
+	return err
+}
+
+// settleDelay paces the writes again of a group whose outcome is unknown: a quorum
+// lost takes a while to come back.
+var settleDelay = backoff.Policy{Base: 250 * time.Millisecond, Max: 5 * time.Second}
+
+// settleSteps writes again, until its outcome is known, the batch (ctl and ws) of
+// g's jobs, held, whose write's outcome was unknown: in a cluster the stream's leader
+// may have proposed it without a quorum, and commits it once a follower is back. So
+// a group is handled as an uncertain job create is (outcome.go): a copy that lands,
+// or a copy refused while the store holds the earlier one (writeAll), lets the jobs
+// run as if the first write had been answered, children after their parents; a copy
+// refused because the earlier one is still being committed leaves it unknown. Only
+// a refusal for good (another control under its key, nothing of it stored), a fence
+// or the coordinator stopping gives the jobs up: a leader after this one reads what
+// is stored. A submission sent again meanwhile has it written again at once
+// (resubmission).
+func (s *scheduler) settleSteps(g *group, jobs []*job, ctl control, ws []pendingWrite, old *group) {
+	s.log.Warn("a "+g.ctl.Kind+"'s write has an unknown outcome; writing it again until it is known", "id", g.id, "jobs", len(jobs))
+	for attempt := 0; ; attempt++ {
+		select {
+		case <-s.life.Done():
+			s.dropSteps(g, jobs, old, unknownOutcome(errors.New("the coordinator stopped")))
+			return
+		case <-s.fencedCh:
+			s.dropSteps(g, jobs, old, unknownOutcome(s.fencedBy()))
+			return
+		case <-g.again:
+		case <-time.After(settleDelay.Delay(attempt)):
+		}
+		ctx, cancel := context.WithTimeout(s.life, groupWriteTimeout)
+		rev, err := s.store.writeAll(ctx, ctl, ws)
+		cancel()
+		switch {
+		case err == nil:
+			s.log.Info("a "+g.ctl.Kind+" whose write's outcome was unknown is stored; its jobs run", "id", g.id)
+			s.stepsStored(g, jobs, rev)
+			if old == nil { // a submission's, not a retry's
+				s.groupStarted(g.ctl.Kind)
+			}
+			return
+		case errors.Is(err, ErrOutcomeUnknown): // still unknown: again
+		case errors.Is(err, ErrFenced), errors.Is(err, errControlChanged), permanent(err):
+			s.log.Warn("a "+g.ctl.Kind+" whose write's outcome was unknown was not stored", "id", g.id, "err", err)
+			s.dropSteps(g, jobs, old, err)
+			return
+		}
+	}
+}
+
+// stepsStored lets the jobs of g, just stored with g's control at rev, run.
+func (s *scheduler) stepsStored(g *group, jobs []*job, rev uint64) {
 	s.mu.Lock()
 	defer s.unlock()
 	g.creating = false
+	close(g.created)
 	g.rev = rev
 	for _, j := range jobs {
 		if j.rec.State == protocol.StateQueued && s.jobs[j.rec.JobID] == j {
@@ -588,7 +703,27 @@ func (s *scheduler) writeSteps(ctx context.Context, g *group, jobs []*job, value
 		}
 	}
 	s.schedule()
-	return nil
+}
+
+// dropSteps forgets the jobs of g, not stored (err), as if never submitted; g gives
+// way to old (a retry's group before it), or goes.
+func (s *scheduler) dropSteps(g *group, jobs []*job, old *group, err error) {
+	for _, j := range jobs {
+		s.giveUp(j, err)
+	}
+	s.mu.Lock()
+	g.creating = false
+	close(g.created)
+	if s.groups.get(g.id) == g {
+		delete(s.groups.byID, g.id)
+		if old != nil {
+			s.groups.put(old)
+		}
+	}
+	s.unlock()
+	if errors.Is(err, ErrFenced) {
+		s.fence(err)
+	}
 }
 
 // groupStatus answers GET_WORKFLOW.
@@ -796,6 +931,7 @@ func (s *scheduler) holdColdSteps(id string) {
 // cancelled (the steps that waited on a failed one were cancelled with it).
 func (s *scheduler) retryGroup(id string, from request, reply replyFunc) {
 	due := from.due
+	reply = s.groupReply(reply, due, "retry", "retry of workflow "+id)
 	s.mu.Lock()
 	g := s.groups.get(id)
 	var perr *protocol.Error

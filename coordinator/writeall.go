@@ -64,7 +64,11 @@ var ErrBatchTooLarge = errors.New("atomic batch larger than the NATS server allo
 // the batch landed whole or not at all. When the control is not there (yet), the
 // outcome is unknown (ErrOutcomeUnknown), not "not stored": in a cluster the stream's
 // leader may have proposed the batch without a quorum, and commits it once a follower
-// answers, unseen by reads till then (outcome.go).
+// answers, unseen by reads till then (outcome.go). Its jobs are then in doubt, as any
+// job whose write went unanswered, and the same batch written again (settleSteps) is
+// settled as a job's copy is: refused, it is read back, and the earlier copy found
+// stored is its success (landedEarlier); refused because the earlier copy is still
+// being committed (pendingEarlier), or not read back, its outcome stays unknown.
 func (s *jsStore) writeAll(ctx context.Context, ctl control, ws []pendingWrite) (uint64, error) {
 	c := nats.NewMsg(jobsSubjects + protocol.ControlPrefix + ctl.key)
 	c.Data = ctl.value
@@ -87,6 +91,12 @@ func (s *jsStore) writeAll(ctx context.Context, ctl control, ws []pendingWrite) 
 			err = unknownOutcome(err)
 		}
 	}
+	if err != nil && len(ws) > 0 {
+		if revs, lerr := s.oc.landedEarlier(ctx, ws, err); lerr == nil {
+			first, err = revs[0]-1, nil // the control went first, the records after it
+		}
+	}
+	s.oc.note(ws, err)
 	s.storage.noteWrite(err)
 	switch {
 	case err != nil && tooLarge(err):
@@ -94,6 +104,11 @@ func (s *jsStore) writeAll(ctx context.Context, ctl control, ws []pendingWrite) 
 	case err != nil && wrongLastSequence(err):
 		if ferr := s.refused(ctx, err, true); errors.Is(ferr, ErrFenced) {
 			return 0, ferr
+		}
+		if len(s.sink.doubts().inDoubt(ws)) > 0 {
+			// An earlier copy is still being committed, or could not be read back:
+			// it may be what the store holds.
+			return 0, unknownOutcome(err)
 		}
 		return 0, fmt.Errorf("%s: %w", ctl.key, errControlChanged)
 	case err != nil:
