@@ -157,30 +157,7 @@ func TestUpdateThatLandedEarlierDoesNotFence(t *testing.T) {
 			c := startedCoordinator(t)
 			s := c.sched
 			ctx := context.Background()
-			stored := make(chan error, 1)
-			s.mu.Lock()
-			j := s.newJob(newID(), &protocol.SubmitJob{TaskType: "SHA256", Payload: json.RawMessage(`{"text":"x"}`)}, 3, protocol.PriorityNormal, "", "")
-			s.markDirty(j, func(err error) { stored <- err })
-			s.unlock()
-			if err := <-stored; err != nil {
-				t.Fatal(err)
-			}
-			waitIdle(t, c, j)
-
-			s.mu.Lock()
-			j.rec.Error = ptr("changed")
-			s.mu.Unlock()
-			w, done := heldWrite(t, c, j)
-			moved := w
-			if !own { // another coordinator's write of the same revision
-				other := j.rec
-				other.Error = ptr("someone else's")
-				moved.data, _ = json.Marshal(other)
-			}
-			rev := landCopy(t, c, &moved)
-			s.mu.Lock()
-			j.uncertain = true // the first copy's acknowledgement was lost
-			s.mu.Unlock()
+			j, w, done, rev := inDoubtMovedUpdate(t, c, newID(), own)
 
 			jetStreamOf(t, c).commit(ctx, []pendingWrite{w})
 			err := <-done
@@ -232,30 +209,7 @@ func TestUpdateInDoubtIsNotFencedUnread(t *testing.T) {
 			s := c.sched
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			stored := make(chan error, 1)
-			s.mu.Lock()
-			j := s.newJob(id, &protocol.SubmitJob{TaskType: "SHA256", Payload: json.RawMessage(`{"text":"x"}`)}, 3, protocol.PriorityNormal, "", "")
-			s.markDirty(j, func(err error) { stored <- err })
-			s.unlock()
-			if err := <-stored; err != nil {
-				t.Fatal(err)
-			}
-			waitIdle(t, c, j)
-
-			s.mu.Lock()
-			j.rec.Error = ptr("changed")
-			s.mu.Unlock()
-			w, done := heldWrite(t, c, j)
-			moved := w
-			if !own { // another coordinator's write of the same revision
-				other := j.rec
-				other.Error = ptr("someone else's")
-				moved.data, _ = json.Marshal(other)
-			}
-			rev := landCopy(t, c, &moved)
-			s.mu.Lock()
-			j.uncertain = true // the first copy's acknowledgement was lost
-			s.mu.Unlock()
+			j, w, done, rev := inDoubtMovedUpdate(t, c, id, own)
 
 			committed := make(chan struct{})
 			go func() {
@@ -380,4 +334,37 @@ func (ch storedFailures) Stored(_ time.Duration, err error, _ bool, _ int) {
 		default:
 		}
 	}
+}
+
+// inDoubtMovedUpdate stores job id, then holds an update of it (w, answered on done)
+// whose first copy landed at rev unacknowledged: the write's own copy when own, else
+// another coordinator's of the same revision.
+func inDoubtMovedUpdate(t *testing.T, c *Coordinator, id string, own bool) (*job, pendingWrite, <-chan error, uint64) {
+	t.Helper()
+	s := c.sched
+	stored := make(chan error, 1)
+	s.mu.Lock()
+	j := s.newJob(id, &protocol.SubmitJob{TaskType: "SHA256", Payload: json.RawMessage(`{"text":"x"}`)}, 3, protocol.PriorityNormal, "", "")
+	s.markDirty(j, func(err error) { stored <- err })
+	s.unlock()
+	if err := <-stored; err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, c, j)
+
+	s.mu.Lock()
+	j.rec.Error = ptr("changed")
+	s.mu.Unlock()
+	w, done := heldWrite(t, c, j)
+	moved := w
+	if !own { // another coordinator's write of the same revision
+		other := j.rec
+		other.Error = ptr("someone else's")
+		moved.data, _ = json.Marshal(other)
+	}
+	rev := landCopy(t, c, &moved)
+	s.mu.Lock()
+	j.uncertain = true // the first copy's acknowledgement was lost
+	s.mu.Unlock()
+	return j, w, done, rev
 }
