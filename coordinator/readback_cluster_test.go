@@ -70,10 +70,7 @@ func settledOnN0(t *testing.T, cl *jobbustest.Cluster, nc *nats.Conn, c *client.
 // waits while another queue's runs.
 func TestUnconfirmedSettingIsOutcomeUnknown(t *testing.T) {
 	t.Parallel()
-	cl := jobbustest.StartRestartableCluster(t, 3)
-	s := &jobbustest.System{Server: cl.Nodes[0], NC: dialServer(t, cl.Nodes[0].ClientURL()), Config: jobbustest.FastCoordinatorConfig()}
-	s.Config.Replicas = 3
-	s.Config.LeaderLease = 10 * time.Second // outlasts the write: the answer is the store's, not "not serving"
+	cl, s := replicatedSystem(t, 10*time.Second) // outlasts the write: the answer is the store's, not "not serving"
 	s.StartCoordinator(t)
 	s.StartNativeWorker(t) // for the job of the test's end, and servesAfterQuorum's
 	c := client.New(s.NC)
@@ -207,10 +204,7 @@ func storedMessage(nc *nats.Conn, subj string) ([]byte, error) {
 // stored afterwards.
 func TestRefusedCopyOfUnconfirmedSubmission(t *testing.T) {
 	t.Parallel()
-	cl := jobbustest.StartRestartableCluster(t, 3)
-	s := &jobbustest.System{Server: cl.Nodes[0], NC: dialServer(t, cl.Nodes[0].ClientURL()), Config: jobbustest.FastCoordinatorConfig()}
-	s.Config.Replicas = 3
-	s.Config.LeaderLease = 30 * time.Second // outlasts the test: the answer is the store's
+	cl, s := replicatedSystem(t, 30*time.Second)
 	// A disk fault reported once a copy was refused as pending gives up at once the
 	// creates known not to be stored (storage.go): it tells whether this one is.
 	obs := &pendingObserver{}
@@ -307,10 +301,7 @@ func (o *pendingObserver) Stored(_ time.Duration, err error, _ bool, _ int) {
 // still takes the stream for leaderless answers "temporarily unavailable").
 func TestUnconfirmedCancelIsOutcomeUnknown(t *testing.T) {
 	t.Parallel()
-	cl := jobbustest.StartRestartableCluster(t, 3)
-	s := &jobbustest.System{Server: cl.Nodes[0], NC: dialServer(t, cl.Nodes[0].ClientURL()), Config: jobbustest.FastCoordinatorConfig()}
-	s.Config.Replicas = 3
-	s.Config.LeaderLease = 30 * time.Second // outlasts the test: the answer is the store's
+	cl, s := replicatedSystem(t, 30*time.Second)
 	obs := &pendingObserver{}
 	s.Config.Observer = obs
 	s.StartCoordinator(t)
@@ -373,10 +364,7 @@ func TestUnconfirmedCancelIsOutcomeUnknown(t *testing.T) {
 // that is stored afterwards.
 func TestUnconfirmedWorkflowIsOutcomeUnknown(t *testing.T) {
 	t.Parallel()
-	cl := jobbustest.StartRestartableCluster(t, 3)
-	s := &jobbustest.System{Server: cl.Nodes[0], NC: dialServer(t, cl.Nodes[0].ClientURL()), Config: jobbustest.FastCoordinatorConfig()}
-	s.Config.Replicas = 3
-	s.Config.LeaderLease = 30 * time.Second // outlasts the test: the answer is the store's
+	cl, s := replicatedSystem(t, 30*time.Second)
 	s.StartCoordinator(t)
 	s.StartNativeWorker(t)
 	c := client.New(s.NC)
@@ -416,11 +404,8 @@ func TestUnconfirmedWorkflowIsOutcomeUnknown(t *testing.T) {
 // and the result is answered.
 func TestResultOfferedAgainWhileUnconfirmed(t *testing.T) {
 	t.Parallel()
-	cl := jobbustest.StartRestartableCluster(t, 3)
-	s := &jobbustest.System{Server: cl.Nodes[0], NC: dialServer(t, cl.Nodes[0].ClientURL()), Config: jobbustest.FastCoordinatorConfig()}
-	s.Config.Replicas = 3
-	s.Config.LeaderLease = 30 * time.Second // outlasts the test: the answers are the store's
-	s.Config.HeartbeatTimeout = time.Hour   // the raw worker does not beat
+	cl, s := replicatedSystem(t, 30*time.Second)
+	s.Config.HeartbeatTimeout = time.Hour        // the raw worker does not beat
 	s.Config.TaskTimeout = time.Hour
 	s.StartCoordinator(t)
 	c := client.New(s.NC)
@@ -494,10 +479,7 @@ func TestResultOfferedAgainWhileUnconfirmed(t *testing.T) {
 // not (it ticks no more).
 func TestUnconfirmedScheduleChangeIsFollowed(t *testing.T) {
 	t.Parallel()
-	cl := jobbustest.StartRestartableCluster(t, 3)
-	s := &jobbustest.System{Server: cl.Nodes[0], NC: dialServer(t, cl.Nodes[0].ClientURL()), Config: jobbustest.FastCoordinatorConfig()}
-	s.Config.Replicas = 3
-	s.Config.LeaderLease = 30 * time.Second // outlasts the test: the answer is the store's
+	cl, s := replicatedSystem(t, 30*time.Second)
 	s.StartCoordinator(t)
 	s.StartNativeWorker(t)
 	c := client.New(s.NC)
@@ -580,10 +562,7 @@ func TestUnconfirmedScheduleChangeIsFollowed(t *testing.T) {
 // runs before the node is back.
 func unconfirmedWorkflow(t *testing.T, id string, wait time.Duration, meanwhile func(*client.Client, *client.Workflow)) (*jobbustest.System, *client.Client, *client.Workflow) {
 	t.Helper()
-	cl := jobbustest.StartRestartableCluster(t, 3)
-	s := &jobbustest.System{Server: cl.Nodes[0], NC: dialServer(t, cl.Nodes[0].ClientURL()), Config: jobbustest.FastCoordinatorConfig()}
-	s.Config.Replicas = 3
-	s.Config.LeaderLease = 60 * time.Second // outlasts the test: the answers are the store's
+	cl, s := replicatedSystem(t, 60*time.Second)
 	s.StartCoordinator(t)
 	s.StartNativeWorker(t)
 	c := client.New(s.NC)
@@ -712,10 +691,7 @@ func TestUnconfirmedWorkflowAnsweredWithinItsWait(t *testing.T) {
 // workflow as before the retry, whose control the store no longer has.
 func TestUnconfirmedWorkflowRetryRunsOnceStored(t *testing.T) {
 	t.Parallel()
-	cl := jobbustest.StartRestartableCluster(t, 3)
-	s := &jobbustest.System{Server: cl.Nodes[0], NC: dialServer(t, cl.Nodes[0].ClientURL()), Config: jobbustest.FastCoordinatorConfig()}
-	s.Config.Replicas = 3
-	s.Config.LeaderLease = 60 * time.Second // outlasts the test: the answers are the store's
+	cl, s := replicatedSystem(t, 60*time.Second)
 	s.StartCoordinator(t)
 	s.StartNativeWorker(t)
 	c := client.New(s.NC)
@@ -776,4 +752,17 @@ func TestUnconfirmedWorkflowRetryRunsOnceStored(t *testing.T) {
 	if err != nil || jobs["a"] == "" || jobs["a"] == again {
 		t.Fatalf("retried again once the first retry was stored: %v %v; want step a run again as a new job", jobs, err)
 	}
+}
+
+// replicatedSystem is a system on node 0 of a new three-node cluster, its JOBS stream
+// replicated three times, its coordinator's leader lease lease (outlasting what the
+// test waits for, so that the answers are the store's, not "not serving"). The caller
+// configures the rest, then starts it.
+func replicatedSystem(t *testing.T, lease time.Duration) (*jobbustest.Cluster, *jobbustest.System) {
+	t.Helper()
+	cl := jobbustest.StartRestartableCluster(t, 3)
+	s := &jobbustest.System{Server: cl.Nodes[0], NC: dialServer(t, cl.Nodes[0].ClientURL()), Config: jobbustest.FastCoordinatorConfig()}
+	s.Config.Replicas = 3
+	s.Config.LeaderLease = lease
+	return cl, s
 }
