@@ -405,7 +405,7 @@ func TestUnconfirmedWorkflowIsOutcomeUnknown(t *testing.T) {
 func TestResultOfferedAgainWhileUnconfirmed(t *testing.T) {
 	t.Parallel()
 	cl, s := replicatedSystem(t, 30*time.Second)
-	s.Config.HeartbeatTimeout = time.Hour        // the raw worker does not beat
+	s.Config.HeartbeatTimeout = time.Hour // the raw worker does not beat
 	s.Config.TaskTimeout = time.Hour
 	s.StartCoordinator(t)
 	c := client.New(s.NC)
