@@ -21,6 +21,18 @@
 // holds within one bridge: one worker id live on two bridges at once is a
 // misconfiguration, as two native workers of one id are.
 //
+// # Stopping
+//
+// Close is a graceful stop: the ports stop listening and every connection closes, so
+// nothing more is read, and the TASK_RESULTs already read get up to ShutdownTimeout
+// (default 10s) to be answered by the coordinator, each worker reported lost once its
+// results are; a result still unanswered then is abandoned. A spec worker never sends a
+// result again (its attempts end with its connection), so a stop that abandoned them at
+// once would lose attempts the workers finished, when no coordinator serves for a
+// moment (a failover, or one restarting beside the bridge). Only a bridge killed
+// outright loses them. A worker's running attempts end with its connection, as
+// PROTOCOL.md says: the spec has no message to drain a worker.
+//
 // The Mu port (off unless Config.MuListen is set; the seed deploys it on 7700) speaks
 // PowerJob's MuMessage frames (seeds/004, package bus/protocol/mu): a node that
 // registers with a HEARTBEAT carrying its senderAddress becomes the bus node
@@ -137,6 +149,11 @@ type Config struct {
 	// not reported lost, and a new connection of the same worker id waits for its
 	// WORKER_REGISTERED: either would lose the attempts the results report.
 	ResultRetryFor time.Duration
+	// ShutdownTimeout bounds how long Close keeps offering the TASK_RESULTs already
+	// read (default 10s, a native worker's worker.DefaultShutdownTimeout): a spec
+	// worker never sends a result again, so one abandoned is an attempt lost although
+	// the worker finished it. 0 abandons them at once.
+	ShutdownTimeout time.Duration
 	// Logger receives structured logs (keys worker, remote, port); nil discards them.
 	Logger *slog.Logger
 	// TLS, when set, serves both ports over TLS, framed inside the TLS stream exactly
@@ -158,6 +175,7 @@ func DefaultConfig() Config {
 		RequestTimeout:    5 * time.Second,
 		WriteQueue:        256,
 		ResultRetryFor:    time.Minute,
+		ShutdownTimeout:   10 * time.Second,
 		MuIdleTimeout:     30 * time.Second,
 	}
 }
@@ -186,6 +204,9 @@ func (c Config) Validate() error {
 	if c.WriteQueue < 1 {
 		bad("WriteQueue must be at least 1, got %d", c.WriteQueue)
 	}
+	if c.ShutdownTimeout < 0 {
+		bad("ShutdownTimeout must not be negative, got %v", c.ShutdownTimeout)
+	}
 	for _, d := range []struct {
 		name string
 		v    time.Duration
@@ -207,7 +228,8 @@ type Bridge struct {
 	cfg Config
 	log *slog.Logger
 
-	// ctx ends when Close starts: accept loops, sessions and result deliveries watch it.
+	// ctx ends once Close has given the results already read their ShutdownTimeout:
+	// accept loops, sessions and result deliveries watch it.
 	ctx    context.Context
 	cancel context.CancelFunc
 	// requests bounds the client-port requests in flight across the bridge.
@@ -226,7 +248,10 @@ type Bridge struct {
 	ports   []*port
 	conns   map[net.Conn]struct{}
 
-	wg        sync.WaitGroup // accept loops, sessions and result deliveries
+	wg sync.WaitGroup // accept loops, sessions and result deliveries
+	// settling counts the worker sessions until their results are settled and their
+	// loss reported: Close waits for them, within ShutdownTimeout.
+	settling  sync.WaitGroup
 	closeOnce sync.Once
 	// deliveries runs result deliveries (workerSession.deliver) on reused goroutines.
 	deliveries *reuse.Pool
@@ -275,10 +300,11 @@ func (b *Bridge) Start(ctx context.Context) error {
 	for _, spec := range []struct {
 		name, addr, flag string
 		serve            func(net.Conn, func())
+		settles          bool
 	}{
-		{"worker", b.cfg.WorkerListen, "worker-port", b.serveWorker},
-		{"client", b.cfg.ClientListen, "client-port", b.serveClient},
-		{"mu", b.cfg.MuListen, "mu-port", b.serveMu},
+		{"worker", b.cfg.WorkerListen, "worker-port", b.serveWorker, true},
+		{"client", b.cfg.ClientListen, "client-port", b.serveClient, false},
+		{"mu", b.cfg.MuListen, "mu-port", b.serveMu, false},
 	} {
 		if spec.addr == "" {
 			continue
@@ -293,7 +319,7 @@ func (b *Bridge) Start(ctx context.Context) error {
 		if b.cfg.TLS != nil {
 			ln = tls.NewListener(ln, b.cfg.TLS)
 		}
-		ports = append(ports, &port{name: spec.name, ln: ln, serve: spec.serve})
+		ports = append(ports, &port{name: spec.name, ln: ln, serve: spec.serve, settles: spec.settles})
 	}
 	// A new leader's announcement makes every session heartbeat now (and so register
 	// with the new leader) instead of at its worker's next heartbeat.
@@ -349,9 +375,13 @@ func (b *Bridge) addr(name string) net.Addr {
 	return nil
 }
 
-// Close stops listening, closes every connection (each worker's loss is reported to
-// the coordinator), abandons results still being retried, and waits for every
-// goroutine of the bridge. It is idempotent and leaves the NATS connection open.
+// Close stops the bridge gracefully: it stops listening and closes every connection,
+// so that no new connection or frame is read; then it gives the TASK_RESULTs already
+// read up to ShutdownTimeout to be answered by the coordinator (a relay that is slow
+// because no coordinator serves for a moment, a failover or a restart beside it, still
+// completes), and each worker's loss is reported once its results are settled. What is
+// still undelivered then is abandoned. Close waits for every goroutine of the bridge,
+// is idempotent and leaves the NATS connection open.
 func (b *Bridge) Close() error {
 	b.closeOnce.Do(func() {
 		b.mu.Lock()
@@ -362,7 +392,6 @@ func (b *Bridge) Close() error {
 			conns = append(conns, c)
 		}
 		b.mu.Unlock()
-		b.cancel()
 		if b.leaderSub != nil {
 			_ = b.leaderSub.Unsubscribe()
 		}
@@ -372,7 +401,28 @@ func (b *Bridge) Close() error {
 		for _, c := range conns {
 			_ = c.Close()
 		}
+		b.settle()
 		b.wg.Wait()
 	})
 	return nil
+}
+
+// settle waits until every worker session has settled the results it read, within
+// ShutdownTimeout, and then ends the bridge's context: whatever is still being
+// delivered, or asked, is abandoned.
+func (b *Bridge) settle() {
+	settled := make(chan struct{})
+	go func() {
+		b.settling.Wait()
+		close(settled)
+	}()
+	timeout := time.NewTimer(b.cfg.ShutdownTimeout)
+	defer timeout.Stop()
+	select {
+	case <-settled:
+	case <-timeout.C:
+		b.log.Warn("bridge shutdown timeout: undelivered results abandoned", "timeout", b.cfg.ShutdownTimeout)
+	}
+	b.cancel()
+	<-settled
 }

@@ -78,6 +78,7 @@ func fastBridge() bridge.Config {
 	cfg.WriteTimeout = 2 * time.Second
 	cfg.RequestTimeout = 2 * time.Second
 	cfg.ResultRetryFor = 5 * time.Second
+	cfg.ShutdownTimeout = 2 * time.Second
 	cfg.Logger = testLogger()
 	return cfg
 }

@@ -18,6 +18,9 @@ type port struct {
 	// closed, which frees its slot (a worker session may outlive its connection while
 	// a result is still being delivered).
 	serve func(c net.Conn, release func())
+	// settles says Close waits for the port's sessions (Bridge.settling): a worker
+	// session holds the results it read until the coordinator answers them.
+	settles bool
 	// open counts the port's connections; guarded by Bridge.mu.
 	open int
 }
@@ -65,9 +68,15 @@ func (b *Bridge) admit(p *port, c net.Conn) {
 	p.open++
 	b.conns[c] = struct{}{}
 	b.wg.Add(1)
+	if p.settles {
+		b.settling.Add(1) // under mu, while not closed: never after Close began to wait
+	}
 	b.mu.Unlock()
 	go func() {
 		defer b.wg.Done()
+		if p.settles {
+			defer b.settling.Done()
+		}
 		released := false
 		release := func() {
 			if !released {

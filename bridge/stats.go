@@ -41,7 +41,7 @@ type Stats struct {
 type ResultStats struct {
 	Answered  uint64 // the coordinator answered it: applied, or stale (changing nothing)
 	Refused   uint64 // the coordinator refused it (400, or 403: another worker's attempt)
-	Abandoned uint64 // not answered within ResultRetryFor, or the bridge closed
+	Abandoned uint64 // not answered within ResultRetryFor, or within ShutdownTimeout of Close
 }
 
 // counters are the bridge's own counts; the ports' open connections are counted in

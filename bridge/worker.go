@@ -466,7 +466,7 @@ func (s *workerSession) result(res *protocol.TaskResult, size int) bool {
 
 // deliver offers a result to the coordinator until it answers finally (the answer
 // comes once the outcome is durable), for up to ResultRetryFor, and even after the
-// connection closed; Close abandons it. A stale result is answered too, and changes
+// connection closed; Close abandons it once its ShutdownTimeout has passed. A stale result is answered too, and changes
 // nothing. It goes with the session's other results that are waiting meanwhile, in
 // one ask (workerproto.Results), or alone to a coordinator that takes no batches.
 func (s *workerSession) deliver(res *protocol.TaskResult, size int) {
@@ -502,8 +502,8 @@ func (s *workerSession) stop() {
 // for released: so the wait comes first, superseded or not. The wait is as long as the
 // results' delivery, not one request: a relay that outlasts RequestTimeout (no
 // coordinator serves for a while, during a failover or restart) would otherwise lose
-// the attempt it reports. Each delivery ends within ResultRetryFor, or when the bridge
-// closes.
+// the attempt it reports. Each delivery ends within ResultRetryFor, or when the bridge's
+// Close has waited its ShutdownTimeout.
 func (s *workerSession) leave() {
 	reason := s.out.dropReason()
 	<-s.pending.idle()

@@ -159,7 +159,10 @@ Example:
 			}
 			log.Info("bridge running", "nats", natsurl.Connected(sys.Conn()))
 			<-ctx.Done()
-			log.Info("bridge stopping")
+			// Close gives the results already read their time (bridge.Config's
+			// ShutdownTimeout); a second signal, no longer caught, stops at once.
+			cancel()
+			log.Info("bridge stopping: delivering the results already read (signal again to stop now)")
 			_ = sys.Close()
 			return nil
 		},

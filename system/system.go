@@ -13,7 +13,8 @@
 // serve always stopped: the coordinator and the workers are told to stop at once (a
 // drain before Close lets the workers' running jobs finish while the coordinator is
 // still there to take their results), then the rest in the reverse order of the start,
-// NATS last.
+// NATS last; except that the bridge closes first, delivering the TCP workers' results
+// it already read while the coordinator still runs.
 package system
 
 import (
@@ -233,9 +234,14 @@ func (s *System) start(ctx context.Context) error {
 // onStop adds what Close undoes, after everything started before it.
 func (s *System) onStop(f func()) { s.stops = append(s.stops, f) }
 
-// stop ends the coordinator's and the workers' runs, then undoes the start, the part
-// started last first.
+// stop closes the bridge, then ends the coordinator's and the workers' runs, then
+// undoes the start, the part started last first. The bridge goes first, out of that
+// order: its Close delivers the TCP workers' results it already read (bridge.Config's
+// ShutdownTimeout), and this system's coordinator must still be there to take them.
 func (s *System) stop() {
+	if s.br != nil {
+		_ = s.br.Close() // idempotent: its own stop, later, does nothing
+	}
 	s.stopRun()
 	for _, f := range slices.Backward(s.stops) {
 		f()
@@ -422,11 +428,12 @@ func (s *System) newWorker(ctx context.Context, opts []worker.Option) (*worker.W
 	return worker.Connect(ctx, s.url, append(opts, worker.WithBusOptions(bus.WithNATSOptions(busOpts...)))...)
 }
 
-// Close stops the system: the workers and the coordinator at once (drain the workers
-// first with Drain to let their running jobs finish; the coordinator gives its lease
-// up), then the bridge, the HTTP listener, the connections and the embedded server
-// (and its temporary store). It is idempotent, and returns the coordinator's error if
-// it stopped on one.
+// Close stops the system: the bridge, once the TCP workers' results it read are
+// delivered (within its ShutdownTimeout), then the workers and the coordinator at once
+// (drain the workers first with Drain to let their running jobs finish; the
+// coordinator gives its lease up), then the HTTP listener, the connections and the
+// embedded server (and its temporary store). It is idempotent, and returns the
+// coordinator's error if it stopped on one.
 func (s *System) Close() error {
 	s.closeOnce.Do(s.stop)
 	select {

@@ -23,6 +23,7 @@ import (
 	"github.com/jobbus/jobbus/embeddednats"
 	"github.com/jobbus/jobbus/internal/jobbustest"
 	"github.com/jobbus/jobbus/internal/testkit"
+	"github.com/jobbus/jobbus/internal/testkit/specpeer"
 	"github.com/jobbus/jobbus/system"
 	"github.com/jobbus/jobbus/worker"
 )
@@ -439,4 +440,49 @@ func TestEmbeddedStoreLimit(t *testing.T) {
 	if got := s.CachedInfo().Config.MaxBytes; got <= 0 || got >= limit {
 		t.Fatalf("the jobs bucket's max bytes on a store capped at %d: %d, want a limit below the cap", limit, got)
 	}
+}
+
+// TestCloseStopsTheBridgeWhileTheCoordinatorRuns: Close closes the bridge before the
+// coordinator, which is still there to take what the bridge delivers as it stops (the
+// TCP workers' results it read, then their losses). Seen here by the loss: a spec
+// worker holds a running job of one attempt when the system closes, and the system
+// started again on the store finds the job already ended by that loss. Before, the
+// coordinator stopped first: the bridge delivered to nobody, a result it had read was
+// lost with its attempt, and the job was still RUNNING after the restart.
+func TestCloseStopsTheBridgeWhileTheCoordinatorRuns(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	calm := fastCoordinator()
+	calm.HeartbeatTimeout, calm.TaskTimeout = time.Hour, time.Hour // only the bridge loses the worker
+	sys, err := system.Start(context.Background(), system.Config{NATS: embedded(dir), Coordinator: calm, Bridge: freeBridge()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leading(t, sys)
+	w := specpeer.Dial(t, sys.Bridge().WorkerAddr().String(), specpeer.WithTimeout(20*time.Second))
+	w.Register("held-at-close", 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	id, err := client.New(sys.Conn()).Submit(ctx, "SHA256", map[string]string{"text": "x"}, client.MaxAttempts(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.ExpectAssign(id)
+	if err := sys.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	again := start(t, system.Config{NATS: embedded(dir), Coordinator: calm})
+	leading(t, again)
+	j, err := client.New(again.Conn()).Status(ctx, id)
+	if err != nil || j.State != protocol.StateFailed || !strings.Contains(deref(j.Error), "connection closed") {
+		t.Fatalf("job after the restart: %+v (error %q), %v; want FAILED by the loss the bridge reported as it closed", j, deref(j.Error), err)
+	}
+}
+
+func deref(p *string) string {
+	if p == nil {
+		return "<nil>"
+	}
+	return *p
 }
