@@ -27,7 +27,7 @@ func (n *Node) HandleAny(fn HandlerFunc) error {
 	// "jobbus.node.<role>.<idtoken>." then the sender's two tokens, then the path.
 	prefix := subject(n.self, "", "")
 	prefix = prefix[:len(prefix)-1]
-	h := &handling{stop: make(chan struct{})}
+	h := &handling{stop: make(chan struct{}), slots: n.slots}
 	s, err := n.nc.Subscribe(prefix+anySender+".>", func(m *nats.Msg) {
 		path, ok := pathAfterSender(m.Subject, prefix)
 		if !ok {
@@ -37,7 +37,7 @@ func (n *Node) HandleAny(fn HandlerFunc) error {
 		if n.handles(path) {
 			return // its own handler's subscription has it too
 		}
-		n.dispatch(path, fn, m, h.stop)
+		n.dispatch(path, fn, m, h)
 	})
 	if err != nil {
 		n.mu.Unlock()

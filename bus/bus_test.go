@@ -570,6 +570,51 @@ func TestHandlersRunConcurrentlyWithinABound(t *testing.T) {
 	}
 }
 
+// TestOwnSlotsKeepAPathFromTakingTheNodesSlots: a path with slots of its own runs at
+// most that many handlers, and however many of them wait, the node's other paths are
+// answered; its running handlers count in the node's InFlight.
+func TestOwnSlotsKeepAPathFromTakingTheNodesSlots(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, -1)
+	c := connect(t, s.url, coordinator("c1"))
+	const shared, own = 2, 3
+	w := connect(t, s.url, worker("w1"), bus.WithMaxInFlight(shared))
+	release := make(chan struct{})
+	var running, peak, done atomic.Int64
+	must(t, w.Handle("slow", func(ctx context.Context, _ *bus.Request) (any, error) {
+		r := running.Add(1)
+		for p := peak.Load(); r > p && !peak.CompareAndSwap(p, r); p = peak.Load() {
+		}
+		select {
+		case <-release:
+		case <-ctx.Done(): // the test failed: Close must not wait for release
+		}
+		running.Add(-1)
+		done.Add(1)
+		return nil, nil
+	}, bus.OwnSlots(own)))
+	whoAmI(t, w, "who")
+
+	const tells = 10
+	for range tells {
+		must(t, c.Tell(context.Background(), w.Self(), "slow", nil))
+	}
+	testkit.Eventually(t, 10*time.Second, "the path's own bound to fill", func() bool { return running.Load() == own && w.Stats().InFlight == own })
+	for range shared + 1 {
+		if _, err := bus.Ask[echo](context.Background(), c, w.Self(), "who", nil); err != nil {
+			t.Fatalf("ask while the slow path holds more slots than the node has: %v", err)
+		}
+	}
+	close(release)
+	testkit.Eventually(t, 10*time.Second, "every tell handled", func() bool { return done.Load() == tells })
+	if p := peak.Load(); p != own {
+		t.Fatalf("peak concurrency %d, want the path's own %d", p, own)
+	}
+	if err := w.Handle("bad", func(context.Context, *bus.Request) (any, error) { return nil, nil }, bus.OwnSlots(-1)); err == nil {
+		t.Fatal("Handle with negative own slots: no error")
+	}
+}
+
 // TestPlainNATSClients: a handler also serves requests without the Mu envelope, such as
 // `nats req` sends; the subject names the sender.
 func TestPlainNATSClients(t *testing.T) {

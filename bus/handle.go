@@ -12,8 +12,8 @@ import (
 
 // HandlerFunc serves the messages sent to a path. For an ask, its reply (encoded like
 // a message, see Ask) or its error is the answer; for a tell both are ignored, an error
-// is only counted and logged. Handlers run concurrently, up to the node's WithMaxInFlight;
-// ctx ends when the node closes.
+// is only counted and logged. Handlers run concurrently, up to the node's WithMaxInFlight
+// (a path's OwnSlots, for its own); ctx ends when the node closes.
 type HandlerFunc func(ctx context.Context, req *Request) (reply any, err error)
 
 // Handle serves path on the node's own subject and, with AsRole or OnlyRole, on its
@@ -27,6 +27,9 @@ func (n *Node) Handle(path string, fn HandlerFunc, opts ...HandleOption) error {
 	hc := handleConfig{direct: true}
 	for _, o := range opts {
 		o(&hc)
+	}
+	if hc.ownSlots < 0 {
+		return fmt.Errorf("handle %s: own slots must not be negative, got %d", path, hc.ownSlots)
 	}
 	if err := n.subscribe(path, fn, hc); err != nil {
 		return err
@@ -44,8 +47,12 @@ func (n *Node) subscribe(path string, fn HandlerFunc, hc handleConfig) error {
 	case n.handlers[path] != nil:
 		return fmt.Errorf("handle %s: %w", path, ErrHandled)
 	}
-	h := &handling{stop: make(chan struct{})}
-	cb := func(m *nats.Msg) { n.dispatch(path, fn, m, h.stop) }
+	h := &handling{stop: make(chan struct{}), slots: n.slots}
+	if hc.ownSlots > 0 {
+		h.slots = make(chan struct{}, hc.ownSlots)
+		n.ownSlots = append(n.ownSlots, h.slots)
+	}
+	cb := func(m *nats.Msg) { n.dispatch(path, fn, m, h) }
 	var subs []*nats.Subscription
 	if hc.direct {
 		s, err := n.nc.Subscribe(subject(n.self, anySender, path), cb)
@@ -67,11 +74,13 @@ func (n *Node) subscribe(path string, fn HandlerFunc, hc handleConfig) error {
 	return nil
 }
 
-// handling is what serves one path (or HandleAny's): its subscriptions, and stop,
-// which Unhandle closes so that the messages they still deliver are refused.
+// handling is what serves one path (or HandleAny's): its subscriptions, stop, which
+// Unhandle closes so that the messages they still deliver are refused, and the slots
+// its handlers take (the node's, or its own: OwnSlots).
 type handling struct {
-	subs []*nats.Subscription
-	stop chan struct{}
+	subs  []*nats.Subscription
+	stop  chan struct{}
+	slots chan struct{}
 }
 
 // Handle serves path with a typed function: the request's payload is decoded into Req
@@ -121,34 +130,35 @@ func (n *Node) sync() {
 // about 7% of the CPU.
 const handlerIdle = time.Second
 
-// handlerCall is one message for a handler.
+// handlerCall is one message for a handler, and the slots it holds one of.
 type handlerCall struct {
-	path string
-	fn   HandlerFunc
-	m    *nats.Msg
+	path  string
+	fn    HandlerFunc
+	m     *nats.Msg
+	slots chan struct{}
 }
 
 // dispatch runs on a subscription's delivery goroutine: it waits for a free slot, so a
 // flood queues in the subscription's bounded buffer instead of in goroutines, and
 // serves the message on a goroutine of its own: an idle one if there is one, else a
 // new one, so that at most as many exist as slots. It refuses the message once the
-// node closes or stop (Unhandle's) is closed.
-func (n *Node) dispatch(path string, fn HandlerFunc, m *nats.Msg, stop <-chan struct{}) {
+// node closes or h stops (Unhandle).
+func (n *Node) dispatch(path string, fn HandlerFunc, m *nats.Msg, h *handling) {
 	select {
-	case <-stop: // a free slot must not win over Unhandle
+	case <-h.stop: // a free slot must not win over Unhandle
 		n.refuse(path, m)
 		return
-	case n.slots <- struct{}{}:
+	case h.slots <- struct{}{}:
 	case <-n.ctx.Done():
 		n.refuse(path, m)
 		return
 	}
-	if n.ctx.Err() != nil || stopped(stop) { // the slot raced Close's or Unhandle's
-		<-n.slots
+	if n.ctx.Err() != nil || stopped(h.stop) { // the slot raced Close's or Unhandle's
+		<-h.slots
 		n.refuse(path, m)
 		return
 	}
-	call := handlerCall{path: path, fn: fn, m: m}
+	call := handlerCall{path: path, fn: fn, m: m, slots: h.slots}
 	select {
 	case n.handoff <- call:
 	default:
@@ -189,7 +199,7 @@ func (n *Node) handlerLoop(call handlerCall) {
 	defer n.pool.Done()
 	var idle *time.Timer
 	for {
-		n.serve(call.path, call.fn, call.m)
+		n.serve(call)
 		if idle == nil {
 			idle = time.NewTimer(handlerIdle)
 			defer idle.Stop()
@@ -206,8 +216,9 @@ func (n *Node) handlerLoop(call handlerCall) {
 	}
 }
 
-func (n *Node) serve(path string, fn HandlerFunc, m *nats.Msg) {
-	defer func() { <-n.slots }()
+func (n *Node) serve(call handlerCall) {
+	path, fn, m := call.path, call.fn, call.m
+	defer func() { <-call.slots }()
 	req, err := parseRequest(m, path)
 	if err == nil && req.Kind != KindTell && req.Kind != KindAsk {
 		err = fmt.Errorf("unexpected %s %s", HeaderKind, req.Kind)

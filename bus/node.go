@@ -60,6 +60,9 @@ type Node struct {
 	// slots bounds running handlers: a handler holds a slot while it runs, and Close
 	// waits for all of them by taking every slot.
 	slots chan struct{}
+	// ownSlots are the slots of the paths served with OwnSlots, each path's own, which
+	// Close takes too; guarded by mu.
+	ownSlots []chan struct{}
 	// handoff passes a message to an idle handler goroutine (see dispatch); pool
 	// counts those goroutines, running or idle, so that Close can wait for them.
 	handoff chan handlerCall
@@ -196,6 +199,11 @@ func (n *Node) Conn() *nats.Conn { return n.nc }
 func (n *Node) Stats() Stats {
 	s := n.stats.snapshot()
 	s.InFlight = len(n.slots)
+	n.mu.Lock()
+	for _, own := range n.ownSlots {
+		s.InFlight += len(own)
+	}
+	n.mu.Unlock()
 	if n.ctx.Err() != nil {
 		s.InFlight = 0 // Close holds every slot
 	}
@@ -259,7 +267,7 @@ func (n *Node) Close() error {
 func (n *Node) close() error {
 	n.cancel()
 	n.mu.Lock()
-	handlers, presences := n.handlers, n.presences
+	handlers, presences, ownSlots := n.handlers, n.presences, n.ownSlots
 	n.handlers, n.presences = nil, nil
 	n.mu.Unlock()
 
@@ -278,8 +286,10 @@ func (n *Node) close() error {
 	n.nc.RemoveStatusListener(n.status) // ends watchStatus
 	n.wg.Wait()                         // and the heartbeat loop
 	// Wait for running handlers, by taking every slot.
-	for range cap(n.slots) {
-		n.slots <- struct{}{}
+	for _, slots := range append([]chan struct{}{n.slots}, ownSlots...) {
+		for range cap(slots) {
+			slots <- struct{}{}
+		}
 	}
 	n.pool.Wait() // and for the idle ones, which leave when n.ctx ends
 	// Only now: a watcher fails the asks still waiting for the node at its goodbye

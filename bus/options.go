@@ -93,6 +93,7 @@ type HandleOption func(*handleConfig)
 
 type handleConfig struct {
 	direct, role bool
+	ownSlots     int // 0: the node's slots
 }
 
 // AsRole makes the handler also serve the role-wide subject, in the role's queue group,
@@ -101,3 +102,10 @@ func AsRole() HandleOption { return func(h *handleConfig) { h.role = true } }
 
 // OnlyRole makes the handler serve the role-wide subject only, not the node's own.
 func OnlyRole() HandleOption { return func(h *handleConfig) { h.role, h.direct = true, false } }
+
+// OwnSlots makes the path's handlers run in n slots of their own instead of the node's
+// (WithMaxInFlight): a handler that waits long, for a write to be durable, then holds
+// one of its path's slots only, and however many of them wait, the node's other paths
+// are still served. More messages for the path wait in its subscriptions' buffers.
+// OwnSlots(0) leaves the path on the node's slots.
+func OwnSlots(n int) HandleOption { return func(h *handleConfig) { h.ownSlots = n } }

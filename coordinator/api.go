@@ -96,7 +96,7 @@ func (a *api) handleWorkers() error {
 		// served first: a worker that finds no handler for batches where one for single
 		// results answers takes the coordinator for one without batches
 		// (workerproto.Results).
-		handleWorker(a, protocol.PathResults, true, a.resultsDurable),
+		handleWorker(a, protocol.PathResults, true, a.resultsDurable, resultSlots),
 		handleWorker(a, protocol.PathRegister, true, func(_ context.Context, req *protocol.WorkerRegister) (*protocol.WorkerRegistered, error) {
 			ans, err := a.reg.register(req)
 			a.sched.out.flushed() // the mark in the answer counts only assignments sent before it
@@ -123,9 +123,16 @@ func (a *api) handleWorkers() error {
 		// A result for an attempt this coordinator does not know may be for one granted
 		// by a newer leader: it is refused (503, not final: the worker offers it again)
 		// unless this one certainly leads, and so knows every attempt.
-		handleWorker(a, protocol.PathResult, true, a.resultDurable),
+		handleWorker(a, protocol.PathResult, true, a.resultDurable, resultSlots),
 	)
 }
+
+// resultSlots gives each results path handler slots of its own: a result's handler
+// waits until its write is durable, and while the store stalls (a stream without a
+// quorum, a store at its limit) more results than the node has slots can wait. On the
+// node's slots they took them all, and heartbeats and registrations waited behind
+// them, unanswered, until every worker was lost with its attempts.
+var resultSlots = bus.OwnSlots(bus.DefaultMaxInFlight)
 
 // workerRequest is a request of the worker protocol: it names its worker.
 type workerRequest[T any] interface {
@@ -135,8 +142,8 @@ type workerRequest[T any] interface {
 
 // handleWorker serves path of the worker protocol with fn, for requests from the
 // worker they name only (identity.go) and, with leased, only while this coordinator
-// certainly holds the lease (leaseclock.go).
-func handleWorker[Req any, PR workerRequest[Req], Resp any](a *api, path string, leased bool, fn func(context.Context, *Req) (Resp, error)) error {
+// certainly holds the lease (leaseclock.go); opts add to bus.AsRole.
+func handleWorker[Req any, PR workerRequest[Req], Resp any](a *api, path string, leased bool, fn func(context.Context, *Req) (Resp, error), opts ...bus.HandleOption) error {
 	err := bus.Handle(a.node, path, func(ctx context.Context, from bus.Address, req Req) (Resp, error) {
 		var none Resp
 		if err := speaksFor(from, PR(&req).Worker()); err != nil {
@@ -146,7 +153,7 @@ func handleWorker[Req any, PR workerRequest[Req], Resp any](a *api, path string,
 			return none, leaseLapsed()
 		}
 		return fn(ctx, &req)
-	}, bus.AsRole())
+	}, append(opts, bus.AsRole())...)
 	if err != nil {
 		return fmt.Errorf("handle %s: %w", path, err)
 	}
