@@ -343,17 +343,7 @@ func TestUnconfirmedCancelIsOutcomeUnknown(t *testing.T) {
 	}
 
 	cl.Restart(t, 1)
-	testkit.Wait(t, 90*time.Second, func() error {
-		data, err := storedMessage(s.NC, "$KV."+protocol.JobsBucket+"."+id)
-		if err != nil {
-			return err
-		}
-		var j protocol.Job
-		if err := json.Unmarshal(data, &j); err != nil || j.State != protocol.StateCancelled {
-			return fmt.Errorf("job %s stored as %s", id, data)
-		}
-		return nil
-	})
+	waitStoredAs(t, s.NC, id, protocol.StateCancelled)
 	servesAfterQuorum(t, s, c)
 }
 
@@ -451,17 +441,7 @@ func TestResultOfferedAgainWhileUnconfirmed(t *testing.T) {
 
 	// Node 0's log is ahead of node 1's: node 1 votes for it, and it commits the result.
 	cl.Restart(t, 1)
-	testkit.Wait(t, 90*time.Second, func() error {
-		data, err := storedMessage(s.NC, "$KV."+protocol.JobsBucket+"."+id)
-		if err != nil {
-			return err
-		}
-		var j protocol.Job
-		if err := json.Unmarshal(data, &j); err != nil || j.State != protocol.StateCompleted {
-			return fmt.Errorf("job %s stored as %s", id, data)
-		}
-		return nil
-	})
+	waitStoredAs(t, s.NC, id, protocol.StateCompleted)
 	// Stored: the worker's offers end.
 	testkit.Wait(t, 30*time.Second, func() error {
 		if ack, err := offer(); !workerproto.Final(err) {
@@ -765,4 +745,20 @@ func replicatedSystem(t *testing.T, lease time.Duration) (*jobbustest.Cluster, *
 	s.Config.Replicas = 3
 	s.Config.LeaderLease = lease
 	return cl, s
+}
+
+// waitStoredAs waits until the JOBS stream's leader holds job id in state.
+func waitStoredAs(t *testing.T, nc *nats.Conn, id string, state protocol.State) {
+	t.Helper()
+	testkit.Wait(t, 90*time.Second, func() error {
+		data, err := storedMessage(nc, "$KV."+protocol.JobsBucket+"."+id)
+		if err != nil {
+			return err
+		}
+		var j protocol.Job
+		if err := json.Unmarshal(data, &j); err != nil || j.State != state {
+			return fmt.Errorf("job %s stored as %s", id, data)
+		}
+		return nil
+	})
 }
