@@ -150,18 +150,14 @@ const (
 // follows runs the read-backs of settings whose write was answered "Outcome unknown"
 // (scheduler.follow), until the coordinator stops.
 type follows struct {
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	*goroutines
 
-	mu      sync.Mutex
-	stopped bool
-	revs    map[string]uint64 // each key followed, and the revision memory held of it
+	mu   sync.Mutex
+	revs map[string]uint64 // each key followed, and the revision memory held of it
 }
 
 func newFollows() *follows {
-	ctx, cancel := context.WithCancel(context.Background())
-	return &follows{ctx: ctx, cancel: cancel, revs: make(map[string]uint64)}
+	return &follows{goroutines: newGoroutines(), revs: make(map[string]uint64)}
 }
 
 // start runs fn on a goroutine that stop ends and waits for, unless stopped or key is
@@ -169,29 +165,19 @@ func newFollows() *follows {
 func (f *follows) start(key string, rev uint64, fn func(ctx context.Context)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if was, ok := f.revs[key]; f.stopped || ok && was == rev {
+	if was, ok := f.revs[key]; ok && was == rev {
 		return
 	}
-	f.revs[key] = rev
-	f.wg.Add(1)
-	go func() {
-		defer f.wg.Done()
+	if f.goRun(func() {
 		fn(f.ctx)
 		f.mu.Lock()
 		if f.revs[key] == rev {
 			delete(f.revs, key)
 		}
 		f.mu.Unlock()
-	}()
-}
-
-// stop ends the read-backs and waits for them. It is idempotent.
-func (f *follows) stop() {
-	f.mu.Lock()
-	f.stopped = true
-	f.mu.Unlock()
-	f.cancel()
-	f.wg.Wait()
+	}) {
+		f.revs[key] = rev
+	}
 }
 
 // follow reads setting key back after a write of it was answered "Outcome unknown"

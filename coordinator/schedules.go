@@ -62,12 +62,7 @@ type schedules struct {
 	log *slog.Logger
 	obs ScheduleObserver // nil: none
 
-	ctx    context.Context // ends when the coordinator stops
-	cancel context.CancelFunc
-
-	goMu    sync.Mutex
-	stopped bool
-	wg      sync.WaitGroup
+	*goroutines // ticks and requests; ctx ends when the coordinator stops
 
 	mu     sync.Mutex
 	byName map[string]*schedEntry
@@ -88,8 +83,7 @@ type schedEntry struct {
 }
 
 func newSchedules(s *scheduler) *schedules {
-	ctx, cancel := context.WithCancel(context.Background())
-	sch := &schedules{s: s, log: s.log, ctx: ctx, cancel: cancel, byName: make(map[string]*schedEntry)}
+	sch := &schedules{s: s, log: s.log, goroutines: newGoroutines(), byName: make(map[string]*schedEntry)}
 	sch.obs, _ = s.cfg.Observer.(ScheduleObserver)
 	return sch
 }
@@ -129,30 +123,6 @@ func (sch *schedules) start(ctx context.Context) error {
 		sch.log.Info("schedules loaded", "schedules", len(ctls), "active", len(active))
 	}
 	return nil
-}
-
-// stop ends the ticks and requests in flight and waits for their goroutines. It is
-// idempotent.
-func (sch *schedules) stop() {
-	sch.goMu.Lock()
-	sch.stopped = true
-	sch.goMu.Unlock()
-	sch.cancel()
-	sch.wg.Wait()
-}
-
-// goRun runs fn on a goroutine stop waits for, unless stopped.
-func (sch *schedules) goRun(fn func()) {
-	sch.goMu.Lock()
-	defer sch.goMu.Unlock()
-	if sch.stopped {
-		return
-	}
-	sch.wg.Add(1)
-	go func() {
-		defer sch.wg.Done()
-		fn()
-	}()
 }
 
 // controls is where schedules are stored: the job store's controls (controls.go).
@@ -376,14 +346,7 @@ func (sch *schedules) write(e *schedEntry, sc protocol.Schedule) error {
 // serve answers a schedule request; reply gets its one answer, later, from a goroutine
 // of the schedules.
 func (sch *schedules) serve(m protocol.Message, reply replyFunc) {
-	sch.goMu.Lock()
-	stopped := sch.stopped
-	sch.goMu.Unlock()
-	if stopped {
-		reply(&protocol.Error{Message: ErrNotServing.Error() + ": stopping"})
-		return
-	}
-	sch.goRun(func() {
+	started := sch.goRun(func() {
 		switch m := m.(type) {
 		case *protocol.AddSchedule:
 			reply(sch.add(m.Schedule))
@@ -399,6 +362,9 @@ func (sch *schedules) serve(m protocol.Message, reply replyFunc) {
 			reply(sch.trigger(m.Name))
 		}
 	})
+	if !started {
+		reply(&protocol.Error{Message: ErrNotServing.Error() + ": stopping"})
+	}
 }
 
 // add creates a schedule, refused when its spec is invalid, a submission of it would
