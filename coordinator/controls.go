@@ -220,6 +220,21 @@ func (s *scheduler) follow(key string, rev uint64, holds func() bool, adopt func
 	})
 }
 
+// adoptUnder is a follow's adopt for a setting whose writes hold lock: under it, and
+// only while holds still reports that memory holds the revision followed, adopt takes
+// on what is stored.
+func adoptUnder(lock sync.Locker, holds func() bool, adopt func(stored *control)) func(stored *control) bool {
+	return func(stored *control) bool {
+		lock.Lock()
+		defer lock.Unlock()
+		if !holds() {
+			return false
+		}
+		adopt(stored)
+		return true
+	}
+}
+
 // settingUnknown is the answer to a write of a setting whose outcome is unknown (err):
 // what names the setting ("schedule s"), done what the write does ("stored",
 // "removed"). The coordinator follows the setting meanwhile (scheduler.follow).

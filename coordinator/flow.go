@@ -220,15 +220,7 @@ func (f *flow) follow(key string, rev uint64) {
 		}
 		return held == rev
 	}
-	s.follow(key, rev, holds, func(stored *control) bool {
-		f.writeMu.Lock()
-		defer f.writeMu.Unlock()
-		if !holds() {
-			return false
-		}
-		f.adopt(key, stored)
-		return true
-	})
+	s.follow(key, rev, holds, adoptUnder(&f.writeMu, holds, func(stored *control) { f.adopt(key, stored) }))
 }
 
 // adopt makes memory hold the setting stored under key (nil: none), and dispatches

@@ -160,15 +160,9 @@ func (s *scheduler) followQueue(name string, rev uint64) {
 		q := s.ready.queues[name]
 		return q == nil && rev == 0 || q != nil && q.rev == rev
 	}
-	s.follow(protocol.QueueControlPrefix+name, rev, holds, func(stored *control) bool {
-		s.queueWrites.Lock()
-		defer s.queueWrites.Unlock()
-		if !holds() {
-			return false
-		}
+	s.follow(protocol.QueueControlPrefix+name, rev, holds, adoptUnder(&s.queueWrites, holds, func(stored *control) {
 		s.adoptQueueSettings(name, stored)
-		return true
-	})
+	}))
 }
 
 // loadQueues reads every queue's stored settings: a new leader does, before it

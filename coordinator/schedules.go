@@ -491,15 +491,9 @@ func (sch *schedules) follow(e *schedEntry, name string, rev uint64) {
 		defer sch.mu.Unlock()
 		return !e.gone && e.rev == rev
 	}
-	sch.s.follow(protocol.SchedulePrefix+name, rev, holds, func(stored *control) bool {
-		e.op.Lock()
-		defer e.op.Unlock()
-		if !holds() {
-			return false
-		}
+	sch.s.follow(protocol.SchedulePrefix+name, rev, holds, adoptUnder(&e.op, holds, func(stored *control) {
 		sch.adoptStored(e, name, stored)
-		return true
-	})
+	}))
 }
 
 // adoptStored makes e (name) what the store holds (nil: nothing, and e goes), and
