@@ -361,12 +361,10 @@ type replies struct {
 // A reply is a request's one answer: the outcome of its write, or "Outcome unknown" once
 // it is due, whichever comes first. The write goes on either way.
 type reply struct {
-	rs        *replies
-	fn        replyFunc
-	what, job string // the request ("submission", "cancel") and its job
-	// say is its "Outcome unknown" for a cause when it is not about one job (a
-	// workflow's: byGroup); nil: protocol.OutcomeUnknown(what, job, cause).
-	say  func(cause string) protocol.Message
+	rs   *replies
+	fn   replyFunc
+	what string                              // the request ("submission", "cancel", a group's kind), as counted
+	say  func(cause string) protocol.Message // its "Outcome unknown" for a cause
 	sent atomic.Bool
 	t    *time.Timer
 }
@@ -374,14 +372,14 @@ type reply struct {
 // by arms the answer to a request about job jobID to say "Outcome unknown" after
 // due unless its outcome came first; what names the request ("submission", "cancel").
 func (rs *replies) by(fn replyFunc, due time.Duration, what, jobID string) *reply {
-	r := &reply{rs: rs, fn: fn, what: what, job: jobID}
-	r.t = time.AfterFunc(due, func() { r.unknown(rs.unconfirmed(due)) })
-	return r
+	return rs.saying(fn, due, what, func(cause string) protocol.Message {
+		return settled{protocol.OutcomeUnknown(what, jobID, cause)}
+	})
 }
 
-// byGroup is by for a request about a workflow or batch (what: its kind, or "retry"),
-// whose "Outcome unknown" say says.
-func (rs *replies) byGroup(fn replyFunc, due time.Duration, what string, say func(cause string) protocol.Message) *reply {
+// saying is by for a request whose "Outcome unknown" say says: one about a workflow
+// or batch (what: its kind, or "retry").
+func (rs *replies) saying(fn replyFunc, due time.Duration, what string, say func(cause string) protocol.Message) *reply {
 	r := &reply{rs: rs, fn: fn, what: what, say: say}
 	r.t = time.AfterFunc(due, func() { r.unknown(rs.unconfirmed(due)) })
 	return r
@@ -396,11 +394,7 @@ func (r *reply) unknown(cause string) {
 	}
 	r.t.Stop()
 	r.rs.note.submitUnknown(r.what)
-	if r.say != nil {
-		r.fn(r.say(cause))
-		return
-	}
-	r.fn(settled{protocol.OutcomeUnknown(r.what, r.job, cause)})
+	r.fn(r.say(cause))
 }
 
 // send sends m unless the answer went already, and reports whether it did.

@@ -424,7 +424,7 @@ func (s *scheduler) groupStarted(kind string) {
 // take longer than its requester waits, and goes on. kind is the group's kind, or
 // "retry"; what names the request's group for groupNotStored.
 func (s *scheduler) groupReply(reply replyFunc, due time.Duration, kind, what string) replyFunc {
-	r := s.replies.byGroup(reply, due, kind, func(cause string) protocol.Message {
+	r := s.replies.saying(reply, due, kind, func(cause string) protocol.Message {
 		return groupNotStored(what, unknownOutcome(errors.New(cause)))
 	})
 	return func(m protocol.Message) { r.send(m) }
