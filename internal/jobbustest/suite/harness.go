@@ -35,29 +35,18 @@ type System struct {
 }
 
 // Setup starts a system for tr, the coordinator's configuration changed by mods, and
-// stops it when the test ends. The configuration starts as jobbustest's fast one with
-// a heartbeat timeout of a minute (keepWorkers): a test that loses a worker to its
-// silence sets a short timeout itself, or moves the coordinator's clock past it.
+// stops it when the test ends. The configuration starts as jobbustest's fast one,
+// whose heartbeat timeout is a minute: a test that loses a worker to its silence sets
+// a short timeout itself, or moves the coordinator's clock past it.
 func Setup(t testing.TB, tr Transport, mods ...func(*coordinator.Config)) *System {
 	t.Helper()
 	return setupBridged(t, tr, nil, mods...)
 }
 
-// keepWorkers is the suite's heartbeat timeout: a minute, not the fast configuration's
-// 400 ms. A test-driven worker heartbeats and answers only when the test gets to it
-// (SilentWorker never, ManualWorker on a ticker), and a real worker's heartbeats wait
-// their turn behind everything else the process does: under -race on two loaded cores
-// a stall now and then outlasted 400 ms, the worker was lost, and its attempt with it,
-// so that a test failed on a job run twice, an assignment that never came or a result
-// refused. A minute, not seconds: a test that does rely on a silent worker's loss
-// without saying so fails at once rather than now and then.
-func keepWorkers(c *coordinator.Config) { c.HeartbeatTimeout = time.Minute }
-
 // setupBridged is Setup with the bridge's configuration, for a transport with
 // Features.Bridged, changed by bridgeMods.
 func setupBridged(t testing.TB, tr Transport, bridgeMods []func(*bridge.Config), mods ...func(*coordinator.Config)) *System {
 	t.Helper()
-	mods = append([]func(*coordinator.Config){keepWorkers}, mods...)
 	s := &System{System: jobbustest.Start(t, jobbustest.WithCoordinatorConfig(mods...)), t: t, tr: tr}
 	if tr.Features.Bridged {
 		s.Bridge = s.StartBridge(t, bridgeMods...)
