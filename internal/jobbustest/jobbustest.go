@@ -23,14 +23,23 @@ import (
 	"github.com/jobbus/jobbus/worker"
 )
 
-// workerHeartbeat is how often the workers of StartNativeWorker heartbeat: an eighth of
-// FastCoordinatorConfig's heartbeat timeout, so a busy machine does not lose them.
+// workerHeartbeat is how often the workers of StartNativeWorker heartbeat: what a
+// heartbeat carries (the attempts a worker holds) reaches the coordinator within
+// milliseconds.
 const workerHeartbeat = 50 * time.Millisecond
 
-// FastCoordinatorConfig is the coordinator's reference defaults scaled to milliseconds.
+// FastCoordinatorConfig is the coordinator's reference defaults scaled to milliseconds,
+// but for the heartbeat timeout: a minute, so that a worker is lost only by what a
+// test does to it (its goodbye, its connection closed, a clock the test moves), or to
+// a short timeout the test sets itself. At 400 ms (eight heartbeats) a stall of a
+// process under -race on two loaded cores outlasted it now and then: the sweeper lost
+// a worker whose heartbeat had not been read yet, and its attempt with it, and a test
+// counting attempts or spans found one too many. A minute, not seconds: a test that
+// does rely on a silent worker's loss without saying so fails at once rather than now
+// and then.
 func FastCoordinatorConfig() coordinator.Config {
 	cfg := coordinator.DefaultConfig()
-	cfg.HeartbeatTimeout = 8 * workerHeartbeat
+	cfg.HeartbeatTimeout = time.Minute
 	cfg.SweepInterval = 10 * time.Millisecond
 	cfg.TaskTimeout = 10 * time.Second
 	cfg.RetryBaseDelay = 10 * time.Millisecond

@@ -46,7 +46,7 @@ func runTimes(at, in int64) client.SubmitOption {
 func testDelayed(t *testing.T, tr Transport) {
 	t.Run("ScheduledUntilDueThenRuns", func(t *testing.T) {
 		t.Parallel()
-		s := Setup(t, tr, calmHeartbeats) // its worker waits idle until the job is due
+		s := Setup(t, tr)
 		m := s.ManualWorker("w", 1)
 		const delay = 1500 * time.Millisecond
 		before := time.Now()
@@ -214,7 +214,7 @@ func testDelayed(t *testing.T, tr Transport) {
 }
 
 func testSnooze(t *testing.T, tr Transport) {
-	s := Setup(t, tr, calmHeartbeats) // its worker waits idle through the snooze
+	s := Setup(t, tr)
 	m := s.ManualWorker("w", 1)
 	id := s.Submit("SHA256", Text("poll"), client.MaxAttempts(1))
 	a := s.NextAssign(m)

@@ -113,7 +113,7 @@ func testSchemaValidation(t *testing.T, tr Transport) {
 }
 
 func testRoutesByType(t *testing.T, tr Transport) {
-	s := Setup(t, tr, calmHeartbeats)   // fn never heartbeats, and neither worker is to be lost
+	s := Setup(t, tr)
 	plain := s.ManualWorker("plain", 4) // the built-ins, and more free slots than fn
 	fn := s.tr.Peer(s, "fn")
 	fn.RegisterServing(1, TextReverseDecl(protocol.TaskTypeOptions{}))
@@ -261,9 +261,9 @@ func testConcurrencyLimit(t *testing.T, tr Transport) {
 	const limit, jobs = 3, 40
 	// The limit counts live leases. A worker lost while it runs an attempt (a heartbeat
 	// late on a loaded machine) may still run it when the coordinator retries the job
-	// elsewhere: at-least-once, not a broken limit. A generous heartbeat timeout keeps
-	// the workers from being lost, so the handlers' count is the leases' count.
-	s := Setup(t, tr, func(c *coordinator.Config) { c.HeartbeatTimeout = 10 * time.Second })
+	// elsewhere: at-least-once, not a broken limit. The suite's heartbeat timeout of a
+	// minute keeps the workers, so the handlers' count is the leases' count.
+	s := Setup(t, tr)
 	var mu sync.Mutex
 	inFlight, maxSeen := 0, 0
 	// The first jobs hold their slots until every job is submitted, so the limit is

@@ -35,7 +35,9 @@ type System struct {
 }
 
 // Setup starts a system for tr, the coordinator's configuration changed by mods, and
-// stops it when the test ends.
+// stops it when the test ends. The configuration starts as jobbustest's fast one,
+// whose heartbeat timeout is a minute: a test that loses a worker to its silence sets
+// a short timeout itself, or moves the coordinator's clock past it.
 func Setup(t testing.TB, tr Transport, mods ...func(*coordinator.Config)) *System {
 	t.Helper()
 	return setupBridged(t, tr, nil, mods...)

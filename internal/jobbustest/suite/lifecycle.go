@@ -88,7 +88,7 @@ func testValidationErrors(t *testing.T, tr Transport) {
 }
 
 func testJobsSpreadOverWorkers(t *testing.T, tr Transport) {
-	s := Setup(t, tr, calmHeartbeats)
+	s := Setup(t, tr)
 	w1, _ := s.StartWorker(4)
 	w2, _ := s.StartWorker(4)
 	var ids []string
@@ -194,7 +194,7 @@ func testRetries(t *testing.T, tr Transport) {
 func testStaleResults(t *testing.T, tr Transport) {
 	t.Run("SupersededAttempt", func(t *testing.T) {
 		t.Parallel()
-		s := Setup(t, tr, calmHeartbeats) // the second attempt's worker is lost only by re-registering
+		s := Setup(t, tr)
 		m := s.ManualWorker("w1", 1)
 		id := s.Submit("SHA256", Text("x"))
 		first := s.NextAssign(m)
@@ -324,7 +324,7 @@ func testCancelRetryWait(t *testing.T, tr Transport) {
 }
 
 func testSchedulingSafety(t *testing.T, tr Transport) {
-	s := Setup(t, tr, calmHeartbeats)
+	s := Setup(t, tr)
 	var workers []Peer
 	for i := range 5 {
 		workers = append(workers, s.ManualWorker(fmt.Sprintf("w%d", i), 4))
@@ -622,10 +622,9 @@ func testRestart(t *testing.T, tr Transport) {
 	t.Run("RunningAttemptGoesOn", func(t *testing.T) {
 		// A real worker runs a job's only attempt across a restart of the
 		// coordinator: it reports the attempt when it registers again, keeps it, and
-		// its result counts. (A heartbeat timeout of seconds: a worker lost on a
-		// loaded machine would lose the attempt too.)
+		// its result counts.
 		t.Parallel()
-		s := Setup(t, tr, func(c *coordinator.Config) { c.HeartbeatTimeout = 5 * time.Second })
+		s := Setup(t, tr)
 		s.StartWorker(2)
 		id := s.Submit("SLEEP", map[string]int{"durationMillis": 1000}, client.MaxAttempts(1))
 		s.WaitState(id, protocol.StateRunning)
@@ -636,7 +635,7 @@ func testRestart(t *testing.T, tr Transport) {
 	})
 	t.Run("RunningJobRunsAgain", func(t *testing.T) {
 		t.Parallel()
-		s := Setup(t, tr, silentWorkersStay)
+		s := Setup(t, tr)
 		m := s.SilentWorker("gone", 1)
 		id := s.Submit("SHA256", Text("abc"))
 		first := s.NextAssign(m)
@@ -662,7 +661,7 @@ func testRestart(t *testing.T, tr Transport) {
 	})
 	t.Run("FinalAttemptFails", func(t *testing.T) {
 		t.Parallel()
-		s := Setup(t, tr, silentWorkersStay)
+		s := Setup(t, tr)
 		m := s.SilentWorker("gone", 1)
 		id := s.Submit("SHA256", Text("abc"), client.MaxAttempts(1))
 		s.NextAssign(m)
@@ -676,7 +675,7 @@ func testRestart(t *testing.T, tr Transport) {
 		// A result delivered to the new coordinator before its worker registered
 		// again counts: the attempt is still the job's.
 		t.Parallel()
-		s := Setup(t, tr, silentWorkersStay)
+		s := Setup(t, tr)
 		m := s.SilentWorker("w", 1)
 		id := s.Submit("SHA256", Text("abc"), client.MaxAttempts(1))
 		a := s.NextAssign(m)
@@ -736,16 +735,6 @@ func testRestart(t *testing.T, tr Transport) {
 		}
 	})
 }
-
-// silentWorkersStay: a test-driven worker that never heartbeats is not lost while the
-// test runs (on a loaded machine, the fast heartbeat timeout can pass between its
-// registration and the restart).
-func silentWorkersStay(c *coordinator.Config) { c.HeartbeatTimeout = time.Minute }
-
-// calmHeartbeats keeps every worker of a test that is not about losing one: under
-// -race on a loaded machine the default milliseconds-scale timeout lost one now and
-// then, whose job then ran a second attempt the test counts as a failure.
-func calmHeartbeats(c *coordinator.Config) { c.HeartbeatTimeout = 10 * time.Second }
 
 // runOneByOne registers a one-slot worker and returns the order it is given n jobs in.
 func runOneByOne(s *System, n int) []string {

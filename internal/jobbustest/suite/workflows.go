@@ -346,7 +346,7 @@ func testBatchCallbacks(t *testing.T, tr Transport) {
 // testBatchCallbackOnceAcrossRestart: the coordinator restarts right after the last
 // job of a batch completed; its on-success callback runs once, neither twice nor never.
 func testBatchCallbackOnceAcrossRestart(t *testing.T, tr Transport) {
-	s := Setup(t, tr, silentWorkersStay)
+	s := Setup(t, tr)
 	m := s.tr.Peer(s, "manual")
 	m.RegisterServing(4, protocol.Named("SHA256")) // not the callback's type: it waits for the restart
 	b := client.NewBatch("once").Step("j1", "SHA256", Text("1")).Step("j2", "SHA256", Text("2")).OnSuccess("WORD_COUNT", Text("done"))
