@@ -55,3 +55,40 @@ func TestOversizedTextsEndTheJob(t *testing.T) {
 		}
 	}
 }
+
+// TestShutdownKeepsHeartbeatingWhileResultsGo: a worker whose Run ends while a handler
+// that does not watch its context still works (1.5 s, past the coordinator's 400 ms
+// heartbeat timeout, within the worker's shutdown timeout) delivers the handler's
+// result, and the job is COMPLETED on its one attempt. Before, the worker stopped
+// heartbeating as its shutdown began: the coordinator lost it with the attempt, and the
+// job FAILED (worker lost) though its result came moments later.
+func TestShutdownKeepsHeartbeatingWhileResultsGo(t *testing.T) {
+	t.Parallel()
+	sys := jobbustest.Start(t)
+	started := make(chan struct{}, 1)
+	w, stop := sys.StartFunctionWorker(t, func(w *worker.Worker) error {
+		return w.Handle("CRUNCH", func(context.Context, int, json.RawMessage) (string, error) {
+			started <- struct{}{}
+			time.Sleep(1500 * time.Millisecond) // the handler's work, which does not watch its context
+			return "crunched", nil
+		})
+	}, worker.WithShutdownTimeout(10*time.Second))
+	cl := client.New(sys.NC)
+	testkit.Eventually(t, 15*time.Second, "worker listed", func() bool { return jobbustest.WorkerListed(cl, w.ID()) })
+	id, err := cl.Submit(context.Background(), "CRUNCH", json.RawMessage(`{}`), client.MaxAttempts(1))
+	must(t, err)
+	select {
+	case <-started:
+	case <-time.After(15 * time.Second):
+		t.Fatal("handler not started")
+	}
+	stop() // returns once Run has: the result delivered, the goodbye said
+	testkit.Eventually(t, 10*time.Second, "job ended", func() bool {
+		s := jobState(t, cl, id).State
+		return s == protocol.StateCompleted || s == protocol.StateFailed
+	})
+	if j := jobState(t, cl, id); j.State != protocol.StateCompleted || j.Attempts != 1 || deref(j.Result) != "crunched" {
+		t.Errorf("job %s after %d attempts, result %q, error %q; want COMPLETED after 1 with its result",
+			j.State, j.Attempts, deref(j.Result), deref(j.Error))
+	}
+}
