@@ -92,3 +92,33 @@ func TestShutdownKeepsHeartbeatingWhileResultsGo(t *testing.T) {
 			j.State, j.Attempts, deref(j.Result), deref(j.Error))
 	}
 }
+
+// nilErr is an error type whose methods use their receiver, so a nil *nilErr returned as
+// an error panics when asked its text: Go's typed nil in a non-nil interface.
+type nilErr struct{ msg string }
+
+func (e *nilErr) Error() string { return e.msg }
+
+// TestTypedNilErrorFailsOnlyItsAttempt: a handler that returns a nil *T as its error
+// (an interface that is not nil, whose Error panics) fails its attempt as a panic in
+// the handler does; the worker, and the attempts it runs beside it, go on. Before, the
+// panic came when the worker wrote the attempt's result, outside the handler's
+// recover, and took the whole worker process down.
+func TestTypedNilErrorFailsOnlyItsAttempt(t *testing.T) {
+	t.Parallel()
+	f := setup(t, setupConfig{handle: func(w *worker.Worker) error {
+		return w.Handle("TYPED_NIL", func(context.Context, int, json.RawMessage) (string, error) {
+			var e *nilErr
+			return "", e
+		})
+	}})
+	f.waitRegistered(t, 1)
+	f.coord.assign(t, f.w.ID(), "job-nil", "a1", "TYPED_NIL", `{}`)
+	if r := f.coord.result(t, "job-nil", "a1"); r.Success || !strings.Contains(deref(r.Error), "panicked") {
+		t.Errorf("result = %+v (error %q), want a failure saying the task panicked", r, deref(r.Error))
+	}
+	f.coord.assign(t, f.w.ID(), "job-after", "a1", "WORD_COUNT", `{"text":"a b c"}`)
+	if r := f.coord.result(t, "job-after", "a1"); deref(r.Result) != "3" {
+		t.Errorf("result after = %+v", r)
+	}
+}
