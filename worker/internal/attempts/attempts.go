@@ -156,7 +156,20 @@ func (s *Set) execute(a *attempt) {
 	if s.log.Enabled(ctx, slog.LevelDebug) {
 		s.log.Debug("attempt started", "job", m.JobID, "attempt", m.AttemptID, "task", m.TaskType, "number", m.AttemptNumber)
 	}
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		// The task ended its goroutine without returning (runtime.Goexit, as testing's
+		// FailNow does): the attempt fails as a panic's does, or it would count as
+		// running, and be reported held, for ever.
+		s.log.Error("task ended its goroutine without returning", "job", m.JobID, "attempt", m.AttemptID, "task", m.TaskType)
+		s.finish(a)
+		a.done.Finish(Outcome{Err: fmt.Errorf("task %s ended its goroutine without returning (runtime.Goexit)", m.TaskType)})
+	}()
 	out, err := s.runTask(ctx, m)
+	returned = true
 	if err != nil && ctx.Err() != nil {
 		err = context.Cause(ctx)
 	}
