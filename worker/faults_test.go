@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -121,4 +122,58 @@ func TestTypedNilErrorFailsOnlyItsAttempt(t *testing.T) {
 	if r := f.coord.result(t, "job-after", "a1"); deref(r.Result) != "3" {
 		t.Errorf("result after = %+v", r)
 	}
+}
+
+// TestStoppingWorkerIsAssignedNothing: a worker whose Run ends (no Drain first, as a
+// program that only cancels Run's context) tells the coordinator to assign it nothing
+// more, so a job submitted while it stops waits for another worker and runs there on
+// its first attempt. Before, the coordinator, hearing its heartbeats and seeing a free
+// slot, assigned the job to it; the stopping worker dropped the assignment, and its
+// goodbye counted the attempt: the job FAILED (max attempts 1) without ever running.
+func TestStoppingWorkerIsAssignedNothing(t *testing.T) {
+	t.Parallel()
+	sys := jobbustest.Start(t)
+	started := make(chan struct{}, 1)
+	l := &logs{}
+	w, stop := sys.StartFunctionWorker(t, func(w *worker.Worker) error {
+		return w.Handle("CRUNCH", func(context.Context, int, json.RawMessage) (string, error) {
+			started <- struct{}{}
+			time.Sleep(1500 * time.Millisecond) // the handler's work, which does not watch its context
+			return "crunched", nil
+		})
+	}, worker.WithCapacity(2), worker.WithLogger(slog.New(l.handler())))
+	cl := client.New(sys.NC)
+	testkit.Eventually(t, 15*time.Second, "worker listed", func() bool { return jobbustest.WorkerListed(cl, w.ID()) })
+	crunch, err := cl.Submit(context.Background(), "CRUNCH", json.RawMessage(`{}`), client.MaxAttempts(1))
+	must(t, err)
+	select {
+	case <-started:
+	case <-time.After(15 * time.Second):
+		t.Fatal("handler not started")
+	}
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		stop()
+	}()
+	testkit.Eventually(t, 10*time.Second, "worker stopping", func() bool { return l.has("worker stopping") })
+	// The stopping worker has a free slot, and keeps heartbeating while CRUNCH works.
+	later, err := cl.Submit(context.Background(), "WORD_COUNT", json.RawMessage(`{"text":"a b"}`), client.MaxAttempts(1))
+	must(t, err)
+	<-stopped
+	sys.StartNativeWorker(t)
+	testkit.Eventually(t, 15*time.Second, "both jobs ended", func() bool {
+		return final(jobState(t, cl, crunch).State) && final(jobState(t, cl, later).State)
+	})
+	if j := jobState(t, cl, crunch); j.State != protocol.StateCompleted {
+		t.Errorf("the job that ran as the worker stopped: %s, error %q", j.State, deref(j.Error))
+	}
+	if j := jobState(t, cl, later); j.State != protocol.StateCompleted || j.Attempts != 1 {
+		t.Errorf("job submitted while the worker stopped: %s after %d attempts, error %q; want COMPLETED after 1",
+			j.State, j.Attempts, deref(j.Error))
+	}
+}
+
+func final(s protocol.State) bool {
+	return s == protocol.StateCompleted || s == protocol.StateFailed || s == protocol.StateCancelled
 }

@@ -148,10 +148,11 @@ func (w *Worker) Running() int { return w.attempts.Len() }
 // coordinator answers), heartbeats, registers again when the coordinator has forgotten
 // it, and runs what it is assigned.
 //
-// When ctx ends, Run stops taking work, cancels the running attempts, keeps delivering
-// the results of attempts that had finished, or finish, for up to the shutdown timeout
-// (heartbeating meanwhile, so the coordinator keeps their leases), tells the
-// coordinator it is going, and returns nil once every goroutine it started has ended.
+// When ctx ends, Run stops taking work (telling the coordinator, as Drain does),
+// cancels the running attempts, keeps delivering the results of attempts that had
+// finished, or finish, for up to the shutdown timeout (heartbeating meanwhile, so the
+// coordinator keeps their leases), tells the coordinator it is going, and returns nil
+// once every goroutine it started has ended.
 // A task that ignores its context's end therefore holds Run up.
 func (w *Worker) Run(ctx context.Context) error {
 	if !w.started.CompareAndSwap(false, true) {
@@ -184,10 +185,16 @@ func (w *Worker) handle() error {
 	return nil
 }
 
-// shutdown ends Run: no new attempts, running ones cancelled, finished results
-// delivered within the grace, then the goodbye.
+// shutdown ends Run: no new attempts (the coordinator is told), running ones
+// cancelled, finished results delivered within the grace, then the goodbye.
 func (w *Worker) shutdown() error {
 	n := w.stopAccepting()
+	// Told, as by Drain, the coordinator assigns the worker nothing more: it would
+	// count every attempt assigned now, which the worker does not start, at the goodbye.
+	w.draining.Store(true)
+	if !w.drainSent.Load() {
+		_, _ = w.sendDrain(context.Background())
+	}
 	err := errors.Join(w.node.Unhandle(protocol.PathAssign), w.node.Unhandle(protocol.PathAssigns), w.node.Unhandle(protocol.PathCancel))
 	if n > 0 {
 		w.log.Info("worker stopping: cancelled running attempts", "running", n)
