@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
@@ -18,12 +17,7 @@ func clip(s *string) *string {
 	if s == nil || len(*s) <= protocol.MaxTextBytes {
 		return s
 	}
-	const mark = "... (truncated)"
-	cut := protocol.MaxTextBytes - len(mark)
-	for cut > 0 && !utf8.RuneStart((*s)[cut]) {
-		cut--
-	}
-	clipped := (*s)[:cut] + mark
+	clipped := protocol.ClipText(*s)
 	return &clipped
 }
 

@@ -122,6 +122,14 @@ func (w *Worker) finished(m *protocol.TaskAssign, buf *attempts.ResultBuf, o att
 		return
 	}
 	res := buf.Set(w.cfg.ID, m, o)
+	// Cut here as the coordinator would cut it: a text longer than a NATS message
+	// could not be sent at all, and would be offered again until the job's deadline.
+	if res.Result != nil {
+		*res.Result = protocol.ClipText(*res.Result)
+	}
+	if res.Error != nil {
+		*res.Error = protocol.ClipText(*res.Error)
+	}
 	if w.debug() {
 		w.attemptLog(m).Debug("attempt finished", "success", res.Success, "err", o.Err)
 	}

@@ -148,9 +148,11 @@ func (w *Worker) Running() int { return w.attempts.Len() }
 // coordinator answers), heartbeats, registers again when the coordinator has forgotten
 // it, and runs what it is assigned.
 //
-// When ctx ends, Run stops taking work, cancels the running attempts, keeps delivering
-// the results of attempts that had finished for up to the shutdown timeout, tells the
-// coordinator it is going, and returns nil once every goroutine it started has ended.
+// When ctx ends, Run stops taking work (telling the coordinator, as Drain does),
+// cancels the running attempts, keeps delivering the results of attempts that had
+// finished, or finish, for up to the shutdown timeout (heartbeating meanwhile, so the
+// coordinator keeps their leases), tells the coordinator it is going, and returns nil
+// once every goroutine it started has ended.
 // A task that ignores its context's end therefore holds Run up.
 func (w *Worker) Run(ctx context.Context) error {
 	if !w.started.CompareAndSwap(false, true) {
@@ -183,15 +185,26 @@ func (w *Worker) handle() error {
 	return nil
 }
 
-// shutdown ends Run: no new attempts, running ones cancelled, finished results
-// delivered within the grace, then the goodbye.
+// shutdown ends Run: no new attempts (the coordinator is told), running ones
+// cancelled, finished results delivered within the grace, then the goodbye.
 func (w *Worker) shutdown() error {
 	n := w.stopAccepting()
+	// Told, as by Drain, the coordinator assigns the worker nothing more: it would
+	// count every attempt assigned now, which the worker does not start, at the goodbye.
+	w.draining.Store(true)
+	if !w.drainSent.Load() {
+		_, _ = w.sendDrain(context.Background())
+	}
 	err := errors.Join(w.node.Unhandle(protocol.PathAssign), w.node.Unhandle(protocol.PathAssigns), w.node.Unhandle(protocol.PathCancel))
 	if n > 0 {
 		w.log.Info("worker stopping: cancelled running attempts", "running", n)
 	}
+	// Heartbeats go on until the goodbye: a shutdown timeout may outlast the
+	// coordinator's heartbeat timeout, and a worker lost meanwhile loses the attempts
+	// whose results are still on their way.
+	stopBeats := w.beatUntilStopped()
 	w.drain()
+	stopBeats()
 	// The goodbye comes after the results, which it would otherwise make stale.
 	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.Heartbeat)
 	defer cancel()
@@ -201,6 +214,41 @@ func (w *Worker) shutdown() error {
 	}
 	w.log.Info("worker stopped")
 	return err
+}
+
+// beatUntilStopped heartbeats every heartbeat interval until the function it returns
+// is called, which returns once the heartbeats have stopped, or until the shutdown
+// timeout runs out: a task that holds Run up beyond it must not keep the worker, and
+// its job, looking alive. They report nothing the worker holds: an attempt the
+// shutdown cut short is held no more, yet it ran, and reconciled it would count as an
+// assignment never delivered, queued again without spending its attempt; the goodbye
+// settles it instead. A coordinator that has forgotten the worker is left so: the
+// worker is going.
+func (w *Worker) beatUntilStopped() (stop func()) {
+	ctx, cancel := context.WithCancel(w.sendCtx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(w.cfg.Heartbeat)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			beat, cancelBeat := context.WithTimeout(ctx, w.cfg.Heartbeat)
+			_, _, err := workerproto.Heartbeat(beat, w.node, &protocol.Heartbeat{WorkerID: w.cfg.ID})
+			cancelBeat()
+			if errors.Is(err, bus.ErrClosed) {
+				return
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 // stopAccepting refuses new attempts and cancels the running ones, returning how many.

@@ -3,6 +3,7 @@ package protocol
 import (
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // The client API on NATS: a micro service whose endpoints take and give the client-port
@@ -180,6 +181,22 @@ const (
 	MaxKeyBytes     = 1024
 	MaxTextBytes    = 64 << 10
 )
+
+// ClipText bounds a worker's result or error text to MaxTextBytes, cut at the start of
+// a character and marked "... (truncated)". The coordinator keeps no longer text; a
+// native worker cuts its own before it sends them, since a text longer than a NATS
+// message would never reach the coordinator at all.
+func ClipText(s string) string {
+	if len(s) <= MaxTextBytes {
+		return s
+	}
+	const mark = "... (truncated)"
+	cut := MaxTextBytes - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
+}
 
 // Bounds of a worker registration. A worker id names a NATS subject token (base64 if
 // need be), so it is bounded too.

@@ -156,7 +156,20 @@ func (s *Set) execute(a *attempt) {
 	if s.log.Enabled(ctx, slog.LevelDebug) {
 		s.log.Debug("attempt started", "job", m.JobID, "attempt", m.AttemptID, "task", m.TaskType, "number", m.AttemptNumber)
 	}
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		// The task ended its goroutine without returning (runtime.Goexit, as testing's
+		// FailNow does): the attempt fails as a panic's does, or it would count as
+		// running, and be reported held, for ever.
+		s.log.Error("task ended its goroutine without returning", "job", m.JobID, "attempt", m.AttemptID, "task", m.TaskType)
+		s.finish(a)
+		a.done.Finish(Outcome{Err: fmt.Errorf("task %s ended its goroutine without returning (runtime.Goexit)", m.TaskType)})
+	}()
 	out, err := s.runTask(ctx, m)
+	returned = true
 	if err != nil && ctx.Err() != nil {
 		err = context.Cause(ctx)
 	}
@@ -164,16 +177,30 @@ func (s *Set) execute(a *attempt) {
 	a.done.Finish(Outcome{Result: out, Err: err})
 }
 
-// runTask runs the task, turning a panic into the attempt's failure.
+// runTask runs the task, turning a panic into the attempt's failure: the task's own,
+// or one its error makes when read (a nil *T returned as an error, whose Error method
+// uses its receiver), which would otherwise come as the result is written, outside
+// any recover, and end the worker process with every attempt it runs.
 func (s *Set) runTask(ctx context.Context, m *protocol.TaskAssign) (out string, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			s.log.Error("task panicked", "job", m.JobID, "attempt", m.AttemptID, "task", m.TaskType,
 				"panic", r, "stack", string(debug.Stack()))
-			err = fmt.Errorf("task %s panicked: %v", m.TaskType, r)
+			out, err = "", fmt.Errorf("task %s panicked: %v", m.TaskType, r)
 		}
 	}()
-	return s.registry.Run(ctx, m.TaskType, m.AttemptNumber, m.Payload)
+	out, err = s.registry.Run(ctx, m.TaskType, m.AttemptNumber, m.Payload)
+	if err != nil {
+		readError(err)
+	}
+	return out, err
+}
+
+// readError reads of err what an attempt's result takes from it (ResultBuf.Set).
+func readError(err error) {
+	_ = err.Error()
+	_ = errors.Is(err, tasks.ErrPermanent)
+	_, _ = tasks.SnoozeOf(err)
 }
 
 // finish forgets an attempt that has returned and releases its context.

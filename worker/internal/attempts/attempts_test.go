@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -28,6 +29,7 @@ const (
 	typeEcho   = "ECHO"   // returns its payload
 	typePanic  = "PANIC"  // panics
 	typeIgnore = "IGNORE" // waits for its context to end, then succeeds anyway
+	typeGoexit = "GOEXIT" // ends its goroutine without returning (runtime.Goexit)
 )
 
 // task is a tasks.Task from a function.
@@ -53,6 +55,10 @@ func registry(t *testing.T) *tasks.Registry {
 		typeIgnore: func(ctx context.Context, _ json.RawMessage) (string, error) {
 			<-ctx.Done()
 			return "done anyway", nil
+		},
+		typeGoexit: func(context.Context, json.RawMessage) (string, error) {
+			runtime.Goexit() // as testing's FailNow does, or a library that gives up so
+			return "", nil
 		},
 	} {
 		if err := r.Register(name, f); err != nil {
@@ -354,6 +360,28 @@ func TestPanicLogged(t *testing.T) {
 	f.outcome(t, "job-p", "a")
 	if !f.logs.has("task panicked") {
 		t.Error("panic not logged")
+	}
+}
+
+// TestGoexitEndsTheAttempt: a task that ends its goroutine without returning
+// (runtime.Goexit) fails its attempt as a panic does: its outcome is delivered and the
+// attempt no longer counts as running. Before, the Set kept it running for ever and
+// delivered nothing: the worker reported it held (so the coordinator kept the job
+// RUNNING until its deadline), counted it against its capacity, and a Drain never
+// ended.
+func TestGoexitEndsTheAttempt(t *testing.T) {
+	t.Parallel()
+	f := setup(t, 4)
+	f.start(context.Background(), assign("job-x", "a", typeGoexit, `{}`))
+	o := f.outcome(t, "job-x", "a")
+	if o.Err == nil || !strings.Contains(o.Err.Error(), "Goexit") {
+		t.Errorf("outcome = %+v, want a failure that names runtime.Goexit", o)
+	}
+	testkit.Eventually(t, 10*time.Second, "attempt no longer running", func() bool { return f.set.Len() == 0 })
+	// The Set runs attempts on afterwards.
+	f.start(context.Background(), assign("job-y", "a", typeEcho, `"after"`))
+	if o := f.outcome(t, "job-y", "a"); o.Err != nil || o.Result != `"after"` {
+		t.Errorf("outcome after = %+v", o)
 	}
 }
 
