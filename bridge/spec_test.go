@@ -232,3 +232,43 @@ func TestSpecUnknownFieldsAreIgnored(t *testing.T) {
 		t.Fatalf("CANCEL_JOB with unknown fields: %+v", jc)
 	}
 }
+
+// TestSpecMemberNamesAreCaseSensitive: JSON member names are case-sensitive, so a
+// member whose name differs from a spec field's only in case ("MaxAttempts",
+// "JOBID") is an unknown field, which PROTOCOL.md says is ignored: it must neither
+// replace the field's value nor stand in for an absent field.
+func TestSpecMemberNamesAreCaseSensitive(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	w := dial(t, s.br.WorkerAddr())
+	if err := w.SendPayload([]byte(`{"type":"WORKER_REGISTER","workerId":"w","capacity":2,"Capacity":0,"WORKERID":"other"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := w.RecvRaw(); err != nil || string(b) != `{"type":"WORKER_REGISTERED","workerId":"w"}` {
+		t.Fatalf("registration answered %s (err %v), want WORKER_REGISTERED for w", b, err)
+	}
+	c := s.client()
+	id := submitRaw(t, c, `{"type":"SUBMIT_JOB","taskType":"SHA256","TaskType":"SLEEP","payload":{"text":"x"},"maxAttempts":2,"MaxAttempts":7,"Priority":"HIGH"}`)
+	if j := s.job(id); j.TaskType != "SHA256" || j.MaxAttempts != 2 || j.Priority != protocol.PriorityNormal {
+		t.Fatalf("job %+v, want SHA256 with maxAttempts 2 and priority NORMAL", j)
+	}
+	a := w.ExpectAssign(id)
+	if err := w.SendPayload([]byte(`{"type":"TASK_RESULT","workerId":"w","jobId":"` + a.JobID + `","attemptId":"` + a.AttemptID +
+		`","success":true,"Success":false,"result":"r","Result":"R","error":null,"Error":"e"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if j := s.waitState(id, protocol.StateCompleted); deref(j.Result) != "r" || j.Error != nil {
+		t.Fatalf("job %+v result %s error %s, want COMPLETED with result r and no error", j, deref(j.Result), deref(j.Error))
+	}
+	// A member named like a field in another case is no field at all: the request
+	// lacks the field, as if the member were absent.
+	if err := c.SendPayload([]byte(`{"type":"GET_JOB_STATUS","JobId":"` + id + `"}`)); err != nil {
+		t.Fatal(err)
+	}
+	c.ExpectError(protocol.UnknownJob("").Message)
+	// And the type is named by "type" alone.
+	if err := c.SendPayload([]byte(`{"TYPE":"LIST_WORKERS"}`)); err != nil {
+		t.Fatal(err)
+	}
+	c.ExpectErrorThenClosed("Malformed request: ")
+}
