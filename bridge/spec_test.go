@@ -272,3 +272,29 @@ func TestSpecMemberNamesAreCaseSensitive(t *testing.T) {
 	}
 	c.ExpectErrorThenClosed("Malformed request: ")
 }
+
+// TestSpecSnapshotTimesNeverGoBack: a snapshot's updatedAtMillis is when the job last
+// changed, so never before its createdAtMillis nor before an earlier update, even when
+// the coordinator's clock steps back (createdAtMillis already never does: submission
+// order is age order).
+func TestSpecSnapshotTimesNeverGoBack(t *testing.T) {
+	t.Parallel()
+	clk := &specClock{now: time.Now()}
+	s := setup(t, withClock(clk, nil))
+	c := s.client()
+	first := c.Submit("SHA256", `{"text":"before the step back"}`)
+	before := s.job(first)
+	clk.advance(-time.Minute)
+	second := c.Submit("SHA256", `{"text":"after it"}`)
+	if j := s.job(second); j.UpdatedAtMillis < j.CreatedAtMillis || j.CreatedAtMillis < before.CreatedAtMillis {
+		t.Errorf("job submitted after the clock stepped back: created %d, updated %d; the one before created %d",
+			j.CreatedAtMillis, j.UpdatedAtMillis, before.CreatedAtMillis)
+	}
+	jc, ok := c.Request(&protocol.CancelJob{JobID: first}).(*protocol.JobCancel)
+	if !ok || !jc.Cancelled {
+		t.Fatalf("cancel: %+v", jc)
+	}
+	if jc.Job.UpdatedAtMillis < before.UpdatedAtMillis {
+		t.Errorf("cancelled after the clock stepped back: updated %d, before that %d", jc.Job.UpdatedAtMillis, before.UpdatedAtMillis)
+	}
+}
