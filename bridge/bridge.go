@@ -4,8 +4,9 @@
 //
 // The client port (default 7071) is strict request/reply: each frame's payload is sent
 // unchanged to the coordinator's API endpoint for its type (protocol.EndpointFor) and
-// the reply body is written back unchanged, one
-// request at a time per connection.
+// the reply body is written back unchanged, one reply per request, in the requests'
+// order. A request waits for the replies ahead of it, except submissions sent ahead
+// of them, which are forwarded at once (ahead.go).
 //
 // The worker port (default 7070) turns each TCP worker into a bus node of its own:
 // the bridge acts on the bus as that worker (bus.Address{Role: bus.RoleWorker, ID: id}

@@ -48,6 +48,33 @@ func TestEffectivePriority(t *testing.T) {
 	}
 }
 
+// TestEffectivePrioritySubMillisecondStep: Config.Validate takes any positive aging
+// step, and a step under a millisecond ages a job by whole steps too, instead of
+// dividing by its zero milliseconds (a panic of the scheduler).
+func TestEffectivePrioritySubMillisecondStep(t *testing.T) {
+	t.Parallel()
+	now := time.UnixMilli(1_000_000_000)
+	for _, tc := range []struct {
+		step   time.Duration
+		waited time.Duration
+		want   int
+	}{
+		{500 * time.Microsecond, 0, 0},
+		{500 * time.Microsecond, time.Millisecond, 2},
+		{700 * time.Microsecond, time.Millisecond, 1},
+		{time.Nanosecond, time.Hour, 2},
+	} {
+		cfg := DefaultConfig()
+		cfg.AgingStep = tc.step
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("aging step %v: %v", tc.step, err)
+		}
+		if got := effectivePriority(protocol.PriorityLow, now.Add(-tc.waited).UnixMilli(), now, tc.step); got != tc.want {
+			t.Errorf("LOW after %v, step %v: effective priority %d, want %d", tc.waited, tc.step, got, tc.want)
+		}
+	}
+}
+
 func TestRetryDelay(t *testing.T) {
 	t.Parallel()
 	cfg := DefaultConfig()

@@ -66,9 +66,10 @@ func (j *job) snapshot() protocol.Job { return j.rec.Snapshot() }
 // from (Record.AgingFrom: submission, or a delayed job's run time), capped at HIGH.
 func effectivePriority(base protocol.Priority, from int64, now time.Time, step time.Duration) int {
 	level := base.Level()
-	waited := now.UnixMilli() - from
+	// In durations, not milliseconds: a step under a millisecond is valid too.
+	waited := time.Duration(now.UnixMilli()-from) * time.Millisecond
 	if waited > 0 && step > 0 {
-		steps := waited / step.Milliseconds()
+		steps := waited / step
 		if steps >= 2 {
 			return protocol.PriorityHigh.Level()
 		}

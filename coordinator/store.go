@@ -12,7 +12,9 @@ import (
 // once the change is durable. Called with the scheduler's mu held.
 func (s *scheduler) markDirty(j *job, fn func(error)) {
 	j.version++
-	j.rec.UpdatedAt = s.now().UnixMilli()
+	// Never before the job's creation or its last change, though the clock steps back
+	// (createdAt never does: lifecycle.go).
+	j.rec.UpdatedAt = max(s.now().UnixMilli(), j.rec.UpdatedAt, j.rec.CreatedAt)
 	if j.rec.State.Terminal() && j.rec.EndedAt == 0 {
 		j.rec.EndedAt = j.rec.UpdatedAt
 	}

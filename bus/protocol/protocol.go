@@ -123,8 +123,9 @@ var newMessage = map[Type]func() Message{
 }
 
 // PeekType returns the "type" of a JSON message without decoding the rest: the first
-// member when it is "type" (as jobbus and the spec write messages), else the member
-// encoding/json would pick. Decode uses the same rule, so the two always agree.
+// member when it is "type" (as jobbus and the spec write messages), else the last
+// member named "type", as written ("Type" is another member). Decode uses the same
+// rule, so the two always agree.
 func PeekType(data []byte) (Type, error) {
 	if t, ok := leadingType(data); ok {
 		return t, nil
@@ -132,7 +133,7 @@ func PeekType(data []byte) (Type, error) {
 	var env struct {
 		Type *string `json:"type"`
 	}
-	if err := json.Unmarshal(data, &env); err != nil {
+	if err := json.Unmarshal(withoutFoldedMembers(data, typeMember), &env); err != nil {
 		return "", fmt.Errorf("%w: %s", ErrMalformed, describe(err))
 	}
 	if env.Type == nil {
@@ -147,7 +148,8 @@ func PeekType(data []byte) (Type, error) {
 
 // Decode parses one message. It rejects non-JSON, a missing or unknown type and wrong
 // field types (an integer given as a string or as 1.5); it ignores unknown fields and
-// leaves absent optional fields nil.
+// leaves absent optional fields nil. Member names match as written: "JobId" is an
+// unknown field, not jobId (members.go), unlike in json.Unmarshal and DecodeJSON.
 func Decode(data []byte) (Message, error) {
 	m, _, err := DecodeExact(data)
 	return m, err
@@ -173,7 +175,7 @@ func DecodeExact(data []byte) (m Message, exact bool, err error) {
 		exact, ok = s.scan(data)
 	}
 	if !ok {
-		if err := json.Unmarshal(data, m); err != nil {
+		if err := json.Unmarshal(withoutFoldedMembers(data, fieldNames[t]), m); err != nil {
 			return nil, false, fmt.Errorf("%w: %s: %s", ErrMalformed, t, describe(err))
 		}
 	}

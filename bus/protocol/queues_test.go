@@ -133,18 +133,23 @@ func TestQueueSettingsCheck(t *testing.T) {
 	}
 }
 
-// TestSubmitExtensionsDecodeAnyCase: the scanner of hot messages leaves a SUBMIT_JOB with
-// extension fields to encoding/json, which reads them (it once dropped them).
-func TestSubmitExtensionsDecodeAnyCase(t *testing.T) {
+// TestSubmitExtensionsDecodeAsWritten: the scanner of hot messages leaves a SUBMIT_JOB with
+// extension fields to encoding/json, which reads them (it once dropped them); a member
+// named like one in another case is an unknown member, and ignored.
+func TestSubmitExtensionsDecodeAsWritten(t *testing.T) {
 	t.Parallel()
 	for _, data := range []string{
 		`{"type":"SUBMIT_JOB","taskType":"SHA256","payload":{"text":"x"},"maxAttempts":0,"idempotencyKey":null,"priority":null,"queue":"reports","concurrencyKey":"k"}`,
-		`{"type":"SUBMIT_JOB","taskType":"SHA256","payload":{"text":"x"},"QUEUE":"reports","ConcurrencyKey":"k"}`,
+		`{"type":"SUBMIT_JOB","taskType":"SHA256","payload":{"text":"x"},"queue":"reports","concurrencyKey":"k"}`,
+		`{"type":"SUBMIT_JOB","taskType":"SHA256","payload":{"text":"x"},"queue":"reports","QUEUE":"other","concurrencyKey":"k","ConcurrencyKey":"j"}`,
 	} {
 		m, err := protocol.DecodeAs[protocol.SubmitJob]([]byte(data))
 		if err != nil || m.Queue != "reports" || m.ConcurrencyKey != "k" || m.TaskType != "SHA256" {
 			t.Errorf("decoded %s as %+v, %v", data, m, err)
 		}
+	}
+	if m, err := protocol.DecodeAs[protocol.SubmitJob]([]byte(`{"type":"SUBMIT_JOB","taskType":"SHA256","payload":{"text":"x"},"QUEUE":"reports"}`)); err != nil || m.Queue != "" {
+		t.Errorf("QUEUE read as queue: %+v, %v", m, err)
 	}
 	m := &protocol.SubmitJob{TaskType: "SHA256", Payload: json.RawMessage(`{"text":"x"}`), Queue: "q"}
 	data, _ := protocol.Encode(m)

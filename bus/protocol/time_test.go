@@ -44,12 +44,13 @@ func TestCheckRunTime(t *testing.T) {
 
 // TestDecodeKeepsExtensionFields: the scanner of the hot messages leaves a member of
 // an extension field to encoding/json rather than skipping it, so that a submission's
-// run time (and every other extension) arrives, in any case of its name.
+// run time (and every other extension) arrives, wherever its member is.
 func TestDecodeKeepsExtensionFields(t *testing.T) {
 	t.Parallel()
 	for _, data := range []string{
 		`{"type":"SUBMIT_JOB","taskType":"SHA256","payload":{"text":"x"},"maxAttempts":0,"idempotencyKey":null,"priority":null,"runAtMillis":1796000000000,"queue":"q"}`,
-		`{"type":"SUBMIT_JOB","taskType":"SHA256","payload":{"text":"x"},"RunAtMillis":1796000000000,"queue":"q"}`,
+		`{"type":"SUBMIT_JOB","taskType":"SHA256","payload":{"text":"x"},"runAtMillis":1796000000000,"queue":"q"}`,
+		`{"runAtMillis":1796000000000,"type":"SUBMIT_JOB","queue":"q","taskType":"SHA256","payload":{"text":"x"}}`,
 	} {
 		m, _, err := protocol.DecodeExact([]byte(data))
 		if err != nil {
