@@ -34,7 +34,7 @@ var ErrClosed = errors.New("client closed")
 // may already have been applied); the next request dials again. Close closes the
 // connection, failing the requests in flight with ErrClosed.
 func DialTCP(ctx context.Context, addr string, opts ...Option) (*Client, error) {
-	tr := &tcpTransport{addr: addr}
+	tr := &tcpTransport{addr: addr, dialing: make(chan struct{}, 1)}
 	c := NewWithTransport(tr, opts...)
 	tr.writeStall = c.timeout
 	if _, has := ctx.Deadline(); !has {
@@ -64,6 +64,12 @@ type tcpTransport struct {
 	// a write the bridge does not take within this (at least half of it, see write)
 	// breaks the connection instead.
 	writeStall time.Duration
+
+	// dialing holds a token while a caller dials: callers that find no connection
+	// together (one just broke under them) wait for that one dial, within their ctx,
+	// rather than each dial a connection of its own, of which the transport could keep
+	// only one: the others would live on unknown to it, and to Close.
+	dialing chan struct{}
 
 	// mu guards conn and closed; it is held only briefly, so Close can interrupt the
 	// requests in flight.
@@ -162,22 +168,36 @@ func endsConnection(reply []byte) bool {
 	return ok && (e.ClosesConnection() || e.Message == protocol.FirstMessageMustRegister().Message)
 }
 
-// current returns the open connection, dialling one if there is none.
+// current returns the open connection, dialling one if there is none, or waiting for
+// the one another caller is dialling.
 func (t *tcpTransport) current(ctx context.Context) (*tcpConn, error) {
-	t.mu.Lock()
-	conn, closed := t.conn, t.closed
-	t.mu.Unlock()
-	switch {
-	case closed:
-		return nil, ErrClosed
-	case conn != nil:
-		return conn, nil
+	if conn, err := t.installed(); conn != nil || err != nil {
+		return conn, err
+	}
+	select {
+	case t.dialing <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("dial %s: %w", t.addr, ctx.Err())
+	}
+	defer func() { <-t.dialing }()
+	if conn, err := t.installed(); conn != nil || err != nil { // the dial waited for
+		return conn, err
 	}
 	nc, err := t.dial(ctx)
 	if err != nil {
 		return nil, err
 	}
 	return t.use(nc)
+}
+
+// installed returns the open connection (nil if there is none), or ErrClosed.
+func (t *tcpTransport) installed() (*tcpConn, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, ErrClosed
+	}
+	return t.conn, nil
 }
 
 // dial connects to the bridge; a refusal or silence is ErrNoCoordinator.
