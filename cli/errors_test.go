@@ -141,6 +141,50 @@ func TestHelpShowsOnlyUsedGlobalsWithTheirVariables(t *testing.T) {
 	}
 }
 
+// TestSubcommandsTakeOnlyTheGlobalsTheyUse: the subcommands of queue, limit and
+// workflow, workflow itself and mu-node list in their help only the global flags they
+// use, as docs/operations.md says of every command, and refuse the others: none of
+// the client commands logs (--log-level, --log-format), and mu-node dials a Mu port,
+// never NATS. Looked up by their own names ("ls", "set"), the subcommands took every
+// global flag and ignored those.
+func TestSubcommandsTakeOnlyTheGlobalsTheyUse(t *testing.T) {
+	t.Parallel()
+	client := []string{"[$JOBBUS_NATS]", "[$JOBBUS_CONNECT]", "[$JOBBUS_TLS_CA]"}
+	logging := []string{"--log-level", "--log-format"}
+	cases := []struct {
+		cmd         []string
+		show, avoid []string
+	}{
+		{[]string{"queue", "ls"}, client, logging},
+		{[]string{"queue", "pause"}, client, logging},
+		{[]string{"limit", "set"}, client, logging},
+		{[]string{"workflow"}, client, logging},
+		{[]string{"workflow", "retry"}, client, logging},
+		{[]string{"mu-node"}, []string{"[$JOBBUS_MU_CONNECT]", "[$JOBBUS_LOG_LEVEL]"}, []string{"--nats ", "--context", "--nats-creds"}},
+	}
+	for _, tc := range cases {
+		name := strings.Join(tc.cmd, " ")
+		code, out, errs := cliRun(nil, append(tc.cmd, "--help")...)
+		if code != cli.ExitOK {
+			t.Fatalf("%s --help: exit %d: %s", name, code, errs)
+		}
+		for _, s := range tc.show {
+			if !strings.Contains(out, s) {
+				t.Errorf("%s --help lacks %q", name, s)
+			}
+		}
+		for _, s := range tc.avoid {
+			if strings.Contains(out, s) {
+				t.Errorf("%s --help shows %q, which it ignores", name, s)
+			}
+		}
+	}
+	code, _, errs := cliRun(nil, "queue", "ls", "--log-level", "debug", "--nats", "nats://127.0.0.1:1")
+	if want := "--log-level does not apply to `jobbus queue ls`"; code != cli.ExitUsage || !strings.Contains(errs, want) {
+		t.Errorf("queue ls --log-level debug: exit %d, stderr %q; want %d and %q", code, errs, cli.ExitUsage, want)
+	}
+}
+
 // TestGlobalFromEnvironmentNotRefused: a global flag set in the environment is shared
 // configuration, not a mistake: a command that ignores it runs.
 func TestGlobalFromEnvironmentNotRefused(t *testing.T) {

@@ -37,7 +37,7 @@ Examples:
    jobbus limit ls
    jobbus limit rm --type SEND_EMAIL`,
 		Action: unknownSubcommand, // usage.go
-		Subcommands: withGlobalFlags([]*cli.Command{
+		Subcommands: subcommandsWithGlobals("limit", []*cli.Command{
 			{
 				Name:  "set",
 				Usage: "create or change a rate limit",

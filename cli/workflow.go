@@ -40,7 +40,7 @@ Edges may also be given apart ("edges": [["extract", "left"], ...]), and a chain
 "chain": "a -> b -> c". A batch: {"kind": "batch", "steps": [...], "onSuccess": {...},
 "onComplete": {...}}; onComplete's payload gets "batch": {total, completed, failed, cancelled}.`,
 		Action: unknownSubcommand, // usage.go
-		Subcommands: withGlobalFlags([]*cli.Command{
+		Subcommands: subcommandsWithGlobals("workflow", []*cli.Command{
 			{
 				Name:      "submit",
 				Usage:     "submit a workflow or batch from FILE.json (- reads stdin)",
