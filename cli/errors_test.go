@@ -63,6 +63,8 @@ func TestUsageErrorsInOneLine(t *testing.T) {
 		{"SubmitInTooFar", nats, []string{"submit", "sha256", "--text", "x", "--in", "100000h"}, "--in 100000h0m0s is more than 3660 days: a job is scheduled at most 10 years ahead"},
 		{"SubmitAtTooFar", nats, []string{"submit", "sha256", "--text", "x", "--at", "2099-12-24T09:00:00Z"}, "--at 2099-12-24T09:00:00Z is more than 3660 days ahead: a job is scheduled at most 10 years ahead"},
 		{"SubmitAtNotRFC3339", nats, []string{"submit", "sha256", "--text", "x", "--at", "tomorrow 9am"}, `--at must be an RFC 3339 time such as 2026-12-24T09:00:00Z (or with an offset, +01:00), got "tomorrow 9am"`},
+		{"EmptyAfter", nats, []string{"submit", "sha256", "--text", "x", "--after", ""}, `--after "" names an empty job id (a shell variable that is not set?): give ID[,ID...]`},
+		{"EmptyAfterAmongIDs", nats, []string{"submit", "sha256", "--text", "x", "--after", "0b7c2f0e-8a41-4d7e-9b43-3f6a1c2d9e10,"}, `--after "0b7c2f0e-8a41-4d7e-9b43-3f6a1c2d9e10," names an empty job id`},
 		{"StrayWord", nats, []string{"submit", "sha256", "--text", "hello", "jobbus"}, `submit needs TASK, got 2 arguments: "jobbus" is a stray word; if it belongs to --text, quote the value: --text "hello jobbus"`},
 		{"StrayWords", nats, []string{"submit", "sha256", "--text=it's", "a", "test", "--wait"}, `"a", "test" are stray words; if they belong to --text, quote the value: --text "it's a test"`},
 		{"StrayWordAfterBoolFlag", nats, []string{"submit", "--wait", "sha256", "--json", "extra"}, `submit needs TASK, got 2 arguments: "extra" is a stray word; quote a value that has spaces (see ` + "`jobbus submit --help`)"},
