@@ -96,8 +96,8 @@ type Client struct {
 // Option configures a Client.
 type Option func(*Client)
 
-// WithTimeout bounds each request when its context has no deadline (default 5s; 0 or
-// less keeps the default, as an unset option would).
+// WithTimeout bounds each request when its context has no deadline (default 5s, over
+// DialTCP 6s; 0 or less keeps the default, as an unset option would).
 func WithTimeout(d time.Duration) Option {
 	return func(c *Client) {
 		if d > 0 {

@@ -37,7 +37,7 @@ var ErrClosed = errors.New("client closed")
 // ErrClosed, which also matches ErrOutcomeUnknown.
 func DialTCP(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	tr := &tcpTransport{addr: addr, dialing: make(chan struct{}, 1)}
-	c := NewWithTransport(tr, opts...)
+	c := NewWithTransport(tr, append([]Option{WithTimeout(tcpTimeout)}, opts...)...)
 	tr.writeStall = c.timeout
 	if _, has := ctx.Deadline(); !has {
 		var cancel context.CancelFunc
@@ -49,6 +49,13 @@ func DialTCP(ctx context.Context, addr string, opts ...Option) (*Client, error) 
 	}
 	return c, nil
 }
+
+// tcpTimeout is a DialTCP client's default request bound (WithTimeout): the bridge's
+// default request timeout (5 s) and a second. A bridge whose coordinator does not
+// answer a submission within its request timeout answers "Outcome unknown" naming the
+// job, which a client that gave up at the same moment would never hear: it would
+// have only its context's error, and no job to ask about.
+const tcpTimeout = 6 * time.Second
 
 // maxSendTries bounds the connections a request tries to queue its frame on: one found
 // broken before anything was sent on it is replaced by a fresh one, but not forever.

@@ -130,3 +130,21 @@ func TestTCPBrokenConnectionIsOutcomeUnknown(t *testing.T) {
 		}
 	})
 }
+
+// TestTCPUnansweredSubmissionNamesItsJob: over DialTCP with the defaults on both
+// sides, a submission the coordinator takes and never answers is answered by the
+// bridge at its request timeout, "Outcome unknown" naming the job, and the client
+// hears that answer. The client used to give up at the same 5 s, first, with its
+// context's error and no job to ask about; over NATS the same submission names it.
+func TestTCPUnansweredSubmissionNamesItsJob(t *testing.T) {
+	t.Parallel()
+	s := jobbustest.Start(t, jobbustest.WithoutCoordinator())
+	e, _ := protocol.EndpointFor(protocol.TypeSubmitJob)
+	overhear(t, s.NC, e.Subject(), nil) // a coordinator that takes submissions and never answers
+	b := s.StartBridge(t, func(c *bridge.Config) { c.WorkerListen = "" })
+	c := dial(t, b.ClientAddr().String())
+	_, err := c.Submit(context.Background(), "SHA256", map[string]string{"text": "unanswered"})
+	if id, named := client.OutcomeJob(err); !errors.Is(err, client.ErrOutcomeUnknown) || !named || id == "" {
+		t.Fatalf("Submit the coordinator never answered = %v; want the bridge's Outcome unknown naming its job", err)
+	}
+}
