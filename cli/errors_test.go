@@ -63,6 +63,8 @@ func TestUsageErrorsInOneLine(t *testing.T) {
 		{"SubmitInTooFar", nats, []string{"submit", "sha256", "--text", "x", "--in", "100000h"}, "--in 100000h0m0s is more than 3660 days: a job is scheduled at most 10 years ahead"},
 		{"SubmitAtTooFar", nats, []string{"submit", "sha256", "--text", "x", "--at", "2099-12-24T09:00:00Z"}, "--at 2099-12-24T09:00:00Z is more than 3660 days ahead: a job is scheduled at most 10 years ahead"},
 		{"SubmitAtNotRFC3339", nats, []string{"submit", "sha256", "--text", "x", "--at", "tomorrow 9am"}, `--at must be an RFC 3339 time such as 2026-12-24T09:00:00Z (or with an offset, +01:00), got "tomorrow 9am"`},
+		{"EmptyAfter", nats, []string{"submit", "sha256", "--text", "x", "--after", ""}, `--after "" names an empty job id (a shell variable that is not set?): give ID[,ID...]`},
+		{"EmptyAfterAmongIDs", nats, []string{"submit", "sha256", "--text", "x", "--after", "0b7c2f0e-8a41-4d7e-9b43-3f6a1c2d9e10,"}, `--after "0b7c2f0e-8a41-4d7e-9b43-3f6a1c2d9e10," names an empty job id`},
 		{"StrayWord", nats, []string{"submit", "sha256", "--text", "hello", "jobbus"}, `submit needs TASK, got 2 arguments: "jobbus" is a stray word; if it belongs to --text, quote the value: --text "hello jobbus"`},
 		{"StrayWords", nats, []string{"submit", "sha256", "--text=it's", "a", "test", "--wait"}, `"a", "test" are stray words; if they belong to --text, quote the value: --text "it's a test"`},
 		{"StrayWordAfterBoolFlag", nats, []string{"submit", "--wait", "sha256", "--json", "extra"}, `submit needs TASK, got 2 arguments: "extra" is a stray word; quote a value that has spaces (see ` + "`jobbus submit --help`)"},
@@ -138,6 +140,50 @@ func TestHelpShowsOnlyUsedGlobalsWithTheirVariables(t *testing.T) {
 				t.Errorf("%s --help shows %q, which it ignores", tc.cmd, s)
 			}
 		}
+	}
+}
+
+// TestSubcommandsTakeOnlyTheGlobalsTheyUse: the subcommands of queue, limit and
+// workflow, workflow itself and mu-node list in their help only the global flags they
+// use, as docs/operations.md says of every command, and refuse the others: none of
+// the client commands logs (--log-level, --log-format), and mu-node dials a Mu port,
+// never NATS. Looked up by their own names ("ls", "set"), the subcommands took every
+// global flag and ignored those.
+func TestSubcommandsTakeOnlyTheGlobalsTheyUse(t *testing.T) {
+	t.Parallel()
+	client := []string{"[$JOBBUS_NATS]", "[$JOBBUS_CONNECT]", "[$JOBBUS_TLS_CA]"}
+	logging := []string{"--log-level", "--log-format"}
+	cases := []struct {
+		cmd         []string
+		show, avoid []string
+	}{
+		{[]string{"queue", "ls"}, client, logging},
+		{[]string{"queue", "pause"}, client, logging},
+		{[]string{"limit", "set"}, client, logging},
+		{[]string{"workflow"}, client, logging},
+		{[]string{"workflow", "retry"}, client, logging},
+		{[]string{"mu-node"}, []string{"[$JOBBUS_MU_CONNECT]", "[$JOBBUS_LOG_LEVEL]"}, []string{"--nats ", "--context", "--nats-creds"}},
+	}
+	for _, tc := range cases {
+		name := strings.Join(tc.cmd, " ")
+		code, out, errs := cliRun(nil, append(tc.cmd, "--help")...)
+		if code != cli.ExitOK {
+			t.Fatalf("%s --help: exit %d: %s", name, code, errs)
+		}
+		for _, s := range tc.show {
+			if !strings.Contains(out, s) {
+				t.Errorf("%s --help lacks %q", name, s)
+			}
+		}
+		for _, s := range tc.avoid {
+			if strings.Contains(out, s) {
+				t.Errorf("%s --help shows %q, which it ignores", name, s)
+			}
+		}
+	}
+	code, _, errs := cliRun(nil, "queue", "ls", "--log-level", "debug", "--nats", "nats://127.0.0.1:1")
+	if want := "--log-level does not apply to `jobbus queue ls`"; code != cli.ExitUsage || !strings.Contains(errs, want) {
+		t.Errorf("queue ls --log-level debug: exit %d, stderr %q; want %d and %q", code, errs, cli.ExitUsage, want)
 	}
 }
 

@@ -45,6 +45,8 @@ var globalsOf = map[string][]string{
 	"logs":        natsGlobals, // job logs are read from JetStream, never the TCP port
 	"schedule":    slices.Concat(natsGlobals, connectGlobal),
 	"limit":       slices.Concat(natsGlobals, connectGlobal),
+	"workflow":    slices.Concat(natsGlobals, connectGlobal),
+	"mu-node":     logGlobals, // it dials a Mu port (its own --connect), never NATS
 }
 
 // globalFlags are the flags every command takes, before or after its name. Each call
@@ -88,32 +90,47 @@ func withGlobalFlags(cmds []*cli.Command) []*cli.Command {
 				uses = append(uses, g.Names()[0])
 			}
 		}
-	flags:
-		for _, g := range globalFlags() {
-			name := g.Names()[0]
-			if !slices.Contains(uses, name) {
-				continue
-			}
-			for _, f := range cmd.Flags {
-				if f.Names()[0] == name {
-					continue flags
-				}
-			}
-			cmd.Flags = append(cmd.Flags, g)
-		}
-		cmd.OnUsageError = onUsageError
-		before := cmd.Before
-		cmd.Before = func(c *cli.Context) error {
-			if err := refuseUnusedGlobals(c, uses); err != nil {
-				return err
-			}
-			if before != nil {
-				return before(c)
-			}
-			return nil
-		}
+		withGlobals(cmd, uses)
 	}
 	return cmds
+}
+
+// subcommandsWithGlobals is withGlobalFlags for the subcommands of parent (queue,
+// limit, workflow), which use the global flags their parent uses: looked up by their
+// own names ("ls", "set"), they would take them all.
+func subcommandsWithGlobals(parent string, cmds []*cli.Command) []*cli.Command {
+	for _, cmd := range cmds {
+		withGlobals(cmd, globalsOf[parent])
+	}
+	return cmds
+}
+
+// withGlobals gives cmd the global flags named in uses, and refuses the others.
+func withGlobals(cmd *cli.Command, uses []string) {
+flags:
+	for _, g := range globalFlags() {
+		name := g.Names()[0]
+		if !slices.Contains(uses, name) {
+			continue
+		}
+		for _, f := range cmd.Flags {
+			if f.Names()[0] == name {
+				continue flags
+			}
+		}
+		cmd.Flags = append(cmd.Flags, g)
+	}
+	cmd.OnUsageError = onUsageError
+	before := cmd.Before
+	cmd.Before = func(c *cli.Context) error {
+		if err := refuseUnusedGlobals(c, uses); err != nil {
+			return err
+		}
+		if before != nil {
+			return before(c)
+		}
+		return nil
+	}
 }
 
 // refuseUnusedGlobals refuses a global flag given before the command's name that the

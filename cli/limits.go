@@ -37,7 +37,7 @@ Examples:
    jobbus limit ls
    jobbus limit rm --type SEND_EMAIL`,
 		Action: unknownSubcommand, // usage.go
-		Subcommands: withGlobalFlags([]*cli.Command{
+		Subcommands: subcommandsWithGlobals("limit", []*cli.Command{
 			{
 				Name:  "set",
 				Usage: "create or change a rate limit",
@@ -142,19 +142,19 @@ func limitTarget(c *cli.Context, s *session) (client.LimitTarget, error) {
 	var t client.LimitTarget
 	switch {
 	case ty != "" && q != "":
-		return t, usageError("%s takes --type or --queue, not both", c.Command.FullName())
+		return t, usageError("%s takes --type or --queue, not both", cmdName(c))
 	case ty != "":
 		t = client.ForTaskType(ty)
 	case q != "":
 		t = client.ForQueue(q)
 	default:
-		return t, usageError("%s needs --type TASK_TYPE or --queue NAME", c.Command.FullName())
+		return t, usageError("%s needs --type TASK_TYPE or --queue NAME", cmdName(c))
 	}
 	if t.Scope == protocol.LimitTaskType {
 		t.Name = limitTaskType(c.Context, s.cl, ty)
 	}
 	if err := protocol.CheckLimitTarget(t.Scope, t.Name); err != nil {
-		return t, usageError("%s: %v", c.Command.FullName(), err)
+		return t, usageError("%s: %v", cmdName(c), err)
 	}
 	return t, nil
 }

@@ -82,15 +82,15 @@ func TestLimitUsageErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"limit", "set", "--type", "SHA256"}, "limit set needs --rate COUNT/PERIOD"},
-		{[]string{"limit", "set", "--rate", "1/s"}, "needs --type TASK_TYPE or --queue NAME"},
-		{[]string{"limit", "set", "--type", "SHA256", "--queue", "q", "--rate", "1/s"}, "takes --type or --queue, not both"},
+		{[]string{"limit", "set", "--rate", "1/s"}, "limit set needs --type TASK_TYPE or --queue NAME"},
+		{[]string{"limit", "set", "--type", "SHA256", "--queue", "q", "--rate", "1/s"}, "limit set takes --type or --queue, not both"},
 		{[]string{"limit", "set", "--type", "SHA256", "--rate", "0/s"}, "rate count must be positive, got 0"},
 		{[]string{"limit", "set", "--type", "SHA256", "--rate", "-3/m"}, "rate count must be positive, got -3"},
 		{[]string{"limit", "set", "--type", "SHA256", "--rate", "5/fortnight"}, `unknown unit "fortnight"`},
 		{[]string{"limit", "set", "--type", "SHA256", "--rate", "lots"}, "must be COUNT/PERIOD"},
 		{[]string{"limit", "set", "--type", "SHA256", "--rate", "1/s", "--burst", "0"}, "--burst must be 1 to 100000, got 0"},
 		{[]string{"limit", "set", "--queue", "a b", "--rate", "1/s"}, `queue name "a b" must be`},
-		{[]string{"limit", "rm"}, "needs --type TASK_TYPE or --queue NAME"},
+		{[]string{"limit", "rm"}, "limit rm needs --type TASK_TYPE or --queue NAME"},
 		{[]string{"submit", "SHA256", "--text", "x", "--unique-while", "forever"}, `--unique-while must be "active"`},
 		{[]string{"submit", "SHA256", "--text", "x", "--unique-for", "-1s"}, "--unique-for must be positive"},
 		{[]string{"submit", "SHA256", "--text", "x", "--unique-for", "1h", "--unique-while", "active"}, "--unique-for and --unique-while cannot be combined"},

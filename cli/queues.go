@@ -26,7 +26,7 @@ Example:
    jobbus queue resume low
    jobbus queue set low --max-running 20 --key-concurrency 2`,
 		Action: unknownSubcommand, // usage.go
-		Subcommands: withGlobalFlags([]*cli.Command{
+		Subcommands: subcommandsWithGlobals("queue", []*cli.Command{
 			{
 				Name:  "ls",
 				Usage: "list the queues: depth, running, starts per minute, latency, settings",

@@ -40,7 +40,7 @@ Edges may also be given apart ("edges": [["extract", "left"], ...]), and a chain
 "chain": "a -> b -> c". A batch: {"kind": "batch", "steps": [...], "onSuccess": {...},
 "onComplete": {...}}; onComplete's payload gets "batch": {total, completed, failed, cancelled}.`,
 		Action: unknownSubcommand, // usage.go
-		Subcommands: withGlobalFlags([]*cli.Command{
+		Subcommands: subcommandsWithGlobals("workflow", []*cli.Command{
 			{
 				Name:      "submit",
 				Usage:     "submit a workflow or batch from FILE.json (- reads stdin)",
@@ -278,8 +278,13 @@ func workflowRows(j protocol.Job) [][2]string {
 // afterOptions are submit's --after and --after-any-end.
 func afterOptions(c *cli.Context) ([]client.SubmitOption, error) {
 	var ids []string
-	for _, id := range strings.Split(c.String("after"), ",") {
-		if id = strings.TrimSpace(id); id != "" {
+	if c.IsSet("after") {
+		for _, id := range strings.Split(c.String("after"), ",") {
+			if id = strings.TrimSpace(id); id == "" {
+				// Most often a shell variable that was never set, as `--after "$parent"`
+				// in a new terminal: dropped, the job would run at once, not after it.
+				return nil, usageError("--after %q names an empty job id (a shell variable that is not set?): give ID[,ID...]", c.String("after"))
+			}
 			ids = append(ids, id)
 		}
 	}

@@ -34,7 +34,9 @@ var (
 	// ErrOutcomeUnknown means the coordinator could not tell within the request's time
 	// whether the request took effect: a submission's job may exist, and then it runs.
 	// Do not resubmit it as a new job; ask for the status of the job OutcomeJob names,
-	// or resubmit with the same idempotency key. It is an ERROR reply too (ErrServer).
+	// or resubmit with the same idempotency key. An ERROR reply that says so is
+	// ErrServer too; over DialTCP, a request whose connection broke (or whose client
+	// closed) after it was sent matches it as well, naming no job.
 	ErrOutcomeUnknown = errors.New("outcome unknown")
 )
 
@@ -94,8 +96,8 @@ type Client struct {
 // Option configures a Client.
 type Option func(*Client)
 
-// WithTimeout bounds each request when its context has no deadline (default 5s; 0 or
-// less keeps the default, as an unset option would).
+// WithTimeout bounds each request when its context has no deadline (default 5s, over
+// DialTCP 6s; 0 or less keeps the default, as an unset option would).
 func WithTimeout(d time.Duration) Option {
 	return func(c *Client) {
 		if d > 0 {

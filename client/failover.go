@@ -40,6 +40,9 @@ func (n *natsTransport) request(ctx context.Context, t protocol.Type, subject st
 	if err := ctx.Err(); err != nil {
 		return nil, err // ended before anything was sent: nothing was stored
 	}
+	if n.nc.IsClosed() {
+		return nil, nats.ErrConnectionClosed // nothing can be sent: nothing was stored
+	}
 	opts := natsreq.Options{Within: within, Nobody: n.nobodyFn}
 	switch t {
 	case protocol.TypeSubmitJob:
@@ -68,7 +71,7 @@ func (n *natsTransport) request(ctx context.Context, t protocol.Type, subject st
 		// A coordinator process ran, but none served in time: nothing was received.
 		err = fmt.Errorf("%w on %s: %s, but none took over in time", ErrNoCoordinator, natsurl.Connected(n.nc), noticeWithoutRetrying)
 	case opts.RequestID != "" && context.Cause(ctx) == ctx.Err() &&
-		(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, natsreq.ErrCutOff)):
+		(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || cutOff(err)):
 		// A send was taken and not answered: the job its request id names may exist,
 		// whether the time ran out or the caller cancelled.
 		cause := "no reply from a coordinator in time"
@@ -77,7 +80,7 @@ func (n *natsTransport) request(ctx context.Context, t protocol.Type, subject st
 		switch {
 		case errors.Is(err, context.Canceled):
 			cause, cancelled = "the request was cancelled before a coordinator replied", context.Canceled
-		case errors.Is(err, natsreq.ErrCutOff) || errors.As(err, &refused):
+		case cutOff(err) || errors.As(err, &refused):
 			cause = err.Error()
 		}
 		if t == protocol.TypeSubmitJobs {
@@ -90,6 +93,14 @@ func (n *natsTransport) request(ctx context.Context, t protocol.Type, subject st
 		}
 	}
 	return msg, err
+}
+
+// cutOff reports a request whose connection went down while it waited for its reply:
+// a send may have been taken and acted on. natsreq says so (ErrCutOff) of a send
+// again; of the first it passes on nats.go's word, which, the connection being open
+// when the request began (request checks), may come after it went.
+func cutOff(err error) bool {
+	return errors.Is(err, natsreq.ErrCutOff) || errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrDisconnected)
 }
 
 // nobody decides, when no coordinator serves, whether to wait for one: while a

@@ -186,6 +186,11 @@ func (c *Client) submitBatch(ctx context.Context, batch []batchItem, results []S
 			results[it.i].Err = &ServerError{Message: protocol.OutcomeUnknown("submission", protocol.RequestJobID(it.rid), unanswered.cause).Message}
 		}
 		return nil, nil, err
+	case err != nil && sentAgain(ctx):
+		// Its submissions were sent before, and answered that their outcome was open:
+		// whatever kept this send from an answer (ctx ended before it went, say), that
+		// "Outcome unknown" still holds.
+		return nil, nil, err
 	case err != nil:
 		// Nothing was received (ctx ended first, the connection is down) or no reply
 		// came that the transport could read: each says what its send said.

@@ -30,12 +30,14 @@ var ErrClosed = errors.New("client closed")
 // waiting, but its request keeps its place: its reply is read and discarded, and the
 // connection stays (unless all 64 requests in flight were given up on like this: such
 // a connection is dropped as one that no longer answers). A connection that breaks
-// fails the requests in flight, which are never resent by the transport (a submission
-// may already have been applied); the next request dials again. Close closes the
-// connection, failing the requests in flight with ErrClosed.
+// fails the requests in flight with an error that matches ErrOutcomeUnknown, and they
+// are never resent by the transport (a submission may already have been applied); the
+// next request dials again, as does one that found the connection broken before it
+// sent anything. Close closes the connection, failing the requests in flight with
+// ErrClosed, which also matches ErrOutcomeUnknown.
 func DialTCP(ctx context.Context, addr string, opts ...Option) (*Client, error) {
-	tr := &tcpTransport{addr: addr}
-	c := NewWithTransport(tr, opts...)
+	tr := &tcpTransport{addr: addr, dialing: make(chan struct{}, 1)}
+	c := NewWithTransport(tr, append([]Option{WithTimeout(tcpTimeout)}, opts...)...)
 	tr.writeStall = c.timeout
 	if _, has := ctx.Deadline(); !has {
 		var cancel context.CancelFunc
@@ -47,6 +49,17 @@ func DialTCP(ctx context.Context, addr string, opts ...Option) (*Client, error) 
 	}
 	return c, nil
 }
+
+// tcpTimeout is a DialTCP client's default request bound (WithTimeout): the bridge's
+// default request timeout (5 s) and a second. A bridge whose coordinator does not
+// answer a submission within its request timeout answers "Outcome unknown" naming the
+// job, which a client that gave up at the same moment would never hear: it would
+// have only its context's error, and no job to ask about.
+const tcpTimeout = 6 * time.Second
+
+// maxSendTries bounds the connections a request tries to queue its frame on: one found
+// broken before anything was sent on it is replaced by a fresh one, but not forever.
+const maxSendTries = 2
 
 // maxInFlight bounds the requests in flight on a connection (queued to be written, or
 // written and waiting for their replies), and so the memory their frames and waiters
@@ -64,6 +77,12 @@ type tcpTransport struct {
 	// a write the bridge does not take within this (at least half of it, see write)
 	// breaks the connection instead.
 	writeStall time.Duration
+
+	// dialing holds a token while a caller dials: callers that find no connection
+	// together (one just broke under them) wait for that one dial, within their ctx,
+	// rather than each dial a connection of its own, of which the transport could keep
+	// only one: the others would live on unknown to it, and to Close.
+	dialing chan struct{}
 
 	// mu guards conn and closed; it is held only briefly, so Close can interrupt the
 	// requests in flight.
@@ -85,18 +104,29 @@ func (t *tcpTransport) RoundTrip(ctx context.Context, typ protocol.Type, body []
 		_, err := frame.Append(nil, body) // refuses it before copying, and says why
 		return nil, fmt.Errorf("%s: %w", typ, err)
 	}
-	conn, err := t.current(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", typ, err)
-	}
 	w := t.waiter()
-	if err := conn.send(ctx, body, w); err != nil {
-		t.waiters.Put(w)
-		return nil, t.explain(ctx, typ, err)
+	var conn *tcpConn
+	for tries := 1; ; tries++ {
+		var err error
+		if conn, err = t.current(ctx); err != nil {
+			t.waiters.Put(w)
+			return nil, fmt.Errorf("%s: %w", typ, err)
+		}
+		err = conn.send(ctx, body, w)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil || tries == maxSendTries {
+			t.waiters.Put(w)
+			return nil, t.explain(ctx, typ, false, err)
+		}
+		// The connection broke before the frame was queued (its reader had not
+		// noticed yet when this request took it): nothing was sent, so it goes on a
+		// fresh one.
 	}
 	reply, err := conn.await(ctx, w)
 	if err != nil {
-		return nil, t.explain(ctx, typ, err)
+		return nil, t.explain(ctx, typ, true, err)
 	}
 	if isWorkerPortGreeting(reply) {
 		return nil, &workerPortError{addr: t.addr} // whatever the request, the port is wrong
@@ -162,22 +192,36 @@ func endsConnection(reply []byte) bool {
 	return ok && (e.ClosesConnection() || e.Message == protocol.FirstMessageMustRegister().Message)
 }
 
-// current returns the open connection, dialling one if there is none.
+// current returns the open connection, dialling one if there is none, or waiting for
+// the one another caller is dialling.
 func (t *tcpTransport) current(ctx context.Context) (*tcpConn, error) {
-	t.mu.Lock()
-	conn, closed := t.conn, t.closed
-	t.mu.Unlock()
-	switch {
-	case closed:
-		return nil, ErrClosed
-	case conn != nil:
-		return conn, nil
+	if conn, err := t.installed(); conn != nil || err != nil {
+		return conn, err
+	}
+	select {
+	case t.dialing <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("dial %s: %w", t.addr, ctx.Err())
+	}
+	defer func() { <-t.dialing }()
+	if conn, err := t.installed(); conn != nil || err != nil { // the dial waited for
+		return conn, err
 	}
 	nc, err := t.dial(ctx)
 	if err != nil {
 		return nil, err
 	}
 	return t.use(nc)
+}
+
+// installed returns the open connection (nil if there is none), or ErrClosed.
+func (t *tcpTransport) installed() (*tcpConn, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, ErrClosed
+	}
+	return t.conn, nil
 }
 
 // dial connects to the bridge; a refusal or silence is ErrNoCoordinator.
@@ -229,19 +273,38 @@ func (t *tcpTransport) drop(conn *tcpConn) {
 }
 
 // explain names why a request failed: the client closed, ctx ended, or the connection
-// broke, in which case whether the request took effect is unknown.
-func (t *tcpTransport) explain(ctx context.Context, typ protocol.Type, err error) error {
+// broke. sent says whether its frame was queued, and so may have been written: then
+// the bridge may have acted on it, and unless ctx ended (whose error the caller gets,
+// as documented) the error says the outcome is unknown (ErrOutcomeUnknown).
+func (t *tcpTransport) explain(ctx context.Context, typ protocol.Type, sent bool, err error) error {
 	t.mu.Lock()
 	closed := t.closed
 	t.mu.Unlock()
 	switch {
+	case closed && sent:
+		return &unknownOutcome{msg: fmt.Sprintf("%s: client closed before %s replied, outcome unknown", typ, t.addr), err: ErrClosed}
 	case closed:
 		return fmt.Errorf("%s: %w", typ, ErrClosed)
 	case ctx.Err() != nil:
 		return fmt.Errorf("%s: no reply from %s: %w", typ, t.addr, ctx.Err())
+	case sent:
+		return &unknownOutcome{msg: fmt.Sprintf("%s: connection to %s broken, outcome unknown", typ, t.addr), err: err}
 	}
-	return fmt.Errorf("%s: connection to %s broken, outcome unknown: %w", typ, t.addr, err)
+	return fmt.Errorf("%s: not sent: connection to %s broken: %w", typ, t.addr, err)
 }
+
+// unknownOutcome is the error of a request that was on its way when its connection
+// broke or the client closed: the bridge may have acted on it. It matches
+// ErrOutcomeUnknown and its cause, and names no job (OutcomeJob finds none): the
+// client port carries no request id, so a submission is safe to send again only
+// under an idempotency key.
+type unknownOutcome struct {
+	msg string
+	err error
+}
+
+func (e *unknownOutcome) Error() string   { return e.msg + ": " + e.err.Error() }
+func (e *unknownOutcome) Unwrap() []error { return []error{ErrOutcomeUnknown, e.err} }
 
 // Close closes the connection, interrupting the requests in flight, and waits for its
 // reader to end. It is idempotent.

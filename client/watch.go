@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -72,7 +73,9 @@ func WatchPollInterval(d time.Duration) WatchOption {
 // comes only when what a user sees of a job changed (its state, attempts or worker):
 // a record rewritten for another reason, or a poll that finds nothing new, reports
 // nothing. A poll sees only the states a job is in when it looks, so a quick job may
-// go from QUEUED to COMPLETED in one event.
+// go from QUEUED to COMPLETED in one event. A poll that fails is tried again at the
+// next interval (a bridge or coordinator restarting); a watch that polls fails only
+// once its client is closed (ErrClosed).
 //
 // The caller must receive until the channel closes or cancel ctx.
 func (c *Client) Watch(ctx context.Context, opts ...WatchOption) (<-chan JobEvent, error) {
@@ -242,7 +245,11 @@ func (c *Client) pollJobs(ctx context.Context, interval time.Duration) (func(con
 			case <-t.C:
 			}
 			jobs, err := c.allJobs(ctx)
-			if err != nil {
+			switch {
+			case errors.Is(err, ErrClosed): // no poll can succeed any more
+				send(ctx, events, JobEvent{Err: fmt.Errorf("watch jobs: %w", err)})
+				return
+			case err != nil:
 				continue // a coordinator restarting; the next poll tells
 			}
 			now := time.Now()

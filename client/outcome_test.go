@@ -1,0 +1,75 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/client"
+	"github.com/jobbus/jobbus/internal/jobbustest"
+)
+
+// aReply cuts a NATS connection where the server delivers a reply to a request (a
+// message on an inbox), before the client reads it.
+func aReply(seen []byte) bool { return bytes.Contains(seen, []byte("MSG _INBOX.")) }
+
+// TestSubmitCutOffByTheConnectionIsOutcomeUnknown: a submission whose NATS connection
+// closes after the coordinator took it, before its answer came (NATS restarted under a
+// client that does not reconnect, as the CLI's one-shot commands), may be stored: its
+// error says the outcome is unknown and names its job, and here that job was stored.
+// The error was the connection's, "nats: connection closed", which says not stored.
+// So for SubmitMany, whose submissions each name their own job.
+func TestSubmitCutOffByTheConnectionIsOutcomeUnknown(t *testing.T) {
+	t.Parallel()
+	s := jobbustest.Start(t)
+	native := client.New(s.NC)
+	storedIDs := func() map[string]bool {
+		list, err := native.List(context.Background(), protocol.ListJobs{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := make(map[string]bool)
+		for _, j := range list.Jobs {
+			ids[j.JobID] = true
+		}
+		return ids
+	}
+	cutOff := func(t *testing.T) *client.Client {
+		nc, err := nats.Connect("nats://"+cutReplies(t, s.Server.NATS().Addr().String(), aReply), nats.NoReconnect())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return client.New(nc)
+	}
+
+	t.Run("Submit", func(t *testing.T) {
+		_, err := cutOff(t).Submit(context.Background(), "SHA256", map[string]string{"text": "cut"})
+		id, named := client.OutcomeJob(err)
+		if !errors.Is(err, client.ErrOutcomeUnknown) || !named {
+			t.Fatalf("Submit cut off before its answer = %v; want an error matching ErrOutcomeUnknown, naming its job", err)
+		}
+		if !storedIDs()[id] {
+			t.Fatalf("the job the error names, %s, is not stored: %v", id, err)
+		}
+	})
+	t.Run("SubmitMany", func(t *testing.T) {
+		res, err := cutOff(t).SubmitMany(context.Background(), []client.Submission{
+			{TaskType: "SHA256", Payload: map[string]string{"text": "cut 1"}},
+			{TaskType: "SHA256", Payload: map[string]string{"text": "cut 2"}},
+		})
+		if !errors.Is(err, client.ErrOutcomeUnknown) {
+			t.Errorf("SubmitMany cut off before its answer = %v; want an error matching ErrOutcomeUnknown", err)
+		}
+		stored := storedIDs()
+		for i, r := range res {
+			if id, named := client.OutcomeJob(r.Err); !errors.Is(r.Err, client.ErrOutcomeUnknown) || !named || !stored[id] {
+				t.Errorf("submission %d cut off before its answer = %q, %v; want an error matching ErrOutcomeUnknown, naming its stored job", i, r.JobID, r.Err)
+			}
+		}
+	})
+}
