@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -516,5 +517,40 @@ func TestScheduleResumeWhileActive(t *testing.T) {
 	}
 	if n := obs.count("full", coordinator.ScheduleRetried); n > retried+1 {
 		t.Fatalf("%d retries after the resume, %d before: the resume skipped the backoff", n, retried)
+	}
+}
+
+// TestScheduleEveryBeyondRangeIsRefused: a period the client's Duration cannot carry
+// but the wire can (everyMillis near the int64 range) is refused with the bound, as
+// one too short is. Taken, its first tick wrapped around into the past: the tick
+// spun for ever looking for the latest due tick, holding the schedule so that its
+// rm never answered, and the coordinator could not stop.
+func TestScheduleEveryBeyondRangeIsRefused(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	for _, every := range []int64{math.MaxInt64, protocol.MaxScheduleEveryMillis + 1} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		spec := protocol.ScheduleSpec{Name: "far", EveryMillis: every, TaskType: "SHA256", Payload: rawJSON(`{"text":"x"}`)}
+		m, err := s.Client.Do(ctx, &protocol.AddSchedule{Schedule: spec})
+		cancel()
+		if err != nil {
+			t.Fatalf("add every %dms: %v", every, err)
+		}
+		e, ok := m.(*protocol.Error)
+		if !ok || !strings.HasPrefix(e.Message, "Invalid schedule: every must be at most 3660 days, got ") {
+			t.Errorf("add every %dms: answered %#v, want it refused naming the bound", every, m)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, err := s.Client.RemoveSchedule(ctx, "far")
+			cancel()
+			if err != nil {
+				t.Fatalf("rm of the schedule taken: %v", err)
+			}
+		}
+	}
+	// The longest period allowed is taken, and its next tick is that far ahead.
+	longest := time.Duration(protocol.MaxScheduleEveryMillis) * time.Millisecond
+	sc := addSchedule(t, s, client.Schedule{Name: "decade", Every: longest, TaskType: "SHA256", Payload: text("x")})
+	if sc.NextTickMillis != sc.CreatedAtMillis+protocol.MaxScheduleEveryMillis {
+		t.Fatalf("added %+v: want its next tick %v after its creation", sc, longest)
 	}
 }
