@@ -552,7 +552,9 @@ func (sch *schedules) checkSubmission(spec *protocol.ScheduleSpec) *protocol.Err
 	if err := sch.s.route.validatePayload(spec.TaskType, spec.Payload); err != nil {
 		return validationError(spec.TaskType, err)
 	}
-	return nil
+	// A type that takes its concurrency key from the payload refuses a payload that
+	// does not resolve its pointer, as the submission of each tick would be.
+	return sch.s.route.queueFields(&req)
 }
 
 // entry is schedule name's entry, or nil.

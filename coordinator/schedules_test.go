@@ -554,3 +554,37 @@ func TestScheduleEveryBeyondRangeIsRefused(t *testing.T) {
 		t.Fatalf("added %+v: want its next tick %v after its creation", sc, longest)
 	}
 }
+
+// TestScheduleRefusesPayloadWithoutItsKey: a schedule of a task type that takes its
+// concurrency key from the payload is refused when added if its payload does not
+// resolve the pointer, as its every tick would be (docs/later.md: a schedule that could
+// not submit is refused when you add it). It was taken, and each tick then failed.
+func TestScheduleRefusesPayloadWithoutItsKey(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	s.StartFunctionWorker(t, func(w *worker.Worker) error {
+		return w.Handle("MAIL", func(context.Context, int, json.RawMessage) (string, error) { return "ok", nil },
+			worker.ConcurrencyKeyFrom("/customer/id"), worker.KeyConcurrency(1))
+	})
+	ctx := context.Background()
+	var err error
+	s.Eventually("MAIL declared", func() bool {
+		_, err = s.Client.AddSchedule(ctx, client.Schedule{Name: "keyless", Every: time.Hour, TaskType: "MAIL", Payload: map[string]any{"to": "x"}})
+		return err == nil || !strings.Contains(err.Error(), "Unknown task type")
+	})
+	if !errors.Is(err, client.ErrServer) || !strings.Contains(err.Error(), "Invalid payload: task type MAIL takes its concurrency key from the payload at /customer/id") {
+		t.Fatalf("add of a schedule whose payload has no key: %v, want Invalid payload naming the pointer", err)
+	}
+	if scs, err := s.Client.Schedules(ctx); err != nil || len(scs) != 0 {
+		t.Fatalf("schedules after the refusal: %+v, %v; want none", scs, err)
+	}
+	// One whose payload resolves the pointer is taken, and its job runs.
+	addSchedule(t, s, client.Schedule{Name: "keyed", Every: time.Hour, TaskType: "MAIL", Payload: map[string]any{"customer": map[string]int{"id": 7}}})
+	id, err := s.Client.TriggerSchedule(ctx, "keyed")
+	if err != nil {
+		t.Fatalf("trigger: %v", err)
+	}
+	if j := s.Wait(id); j.State != protocol.StateCompleted {
+		t.Fatalf("triggered job %+v: want COMPLETED", j)
+	}
+}
