@@ -588,3 +588,35 @@ func TestScheduleRefusesPayloadWithoutItsKey(t *testing.T) {
 		t.Fatalf("triggered job %+v: want COMPLETED", j)
 	}
 }
+
+// TestScheduleRefusesOptionsItCannotCarry: a schedule carries a submission's max
+// attempts and priority only; any other submit option given to AddSchedule (a queue,
+// a concurrency key, a run time, uniqueness, parents, an idempotency key) is refused
+// rather than dropped: the schedule's jobs went to the default queue, unkeyed.
+func TestScheduleRefusesOptionsItCannotCarry(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	for name, opt := range map[string]client.SubmitOption{
+		"queue":          client.Queue("reports"),
+		"concurrencyKey": client.ConcurrencyKey("c1"),
+		"runInMillis":    client.RunIn(time.Minute),
+		"uniqueWhile":    client.UniqueWhileActive(),
+		"after":          client.After("some-job"),
+		"idempotencyKey": client.IdempotencyKey("k"),
+	} {
+		_, err := s.Client.AddSchedule(ctx, client.Schedule{Name: "opts", Every: time.Hour, TaskType: "SHA256", Payload: text("x"),
+			Options: []client.SubmitOption{client.MaxAttempts(2), opt}})
+		if err == nil || !strings.Contains(err.Error(), "a schedule's options are MaxAttempts and Priority only; got "+name) {
+			t.Errorf("add with option %s: %v, want it refused naming the option", name, err)
+		}
+	}
+	if scs, err := s.Client.Schedules(ctx); err != nil || len(scs) != 0 {
+		t.Fatalf("schedules after the refusals: %+v, %v; want none", scs, err)
+	}
+	sc := addSchedule(t, s, client.Schedule{Name: "opts", Every: time.Hour, TaskType: "SHA256", Payload: text("x"),
+		Options: []client.SubmitOption{client.MaxAttempts(2), client.Priority(protocol.PriorityHigh)}})
+	if sc.MaxAttempts != 2 || sc.Priority == nil || *sc.Priority != protocol.PriorityHigh {
+		t.Fatalf("added %+v: want max attempts 2, priority HIGH", sc)
+	}
+}
