@@ -587,8 +587,25 @@ func (sch *schedules) change(name string, pause bool) protocol.Message {
 
 func (sch *schedules) changeLocked(e *schedEntry, name string, pause bool) protocol.Message {
 	sch.mu.Lock()
-	next := e.sc
+	next, rev := e.sc, e.rev
 	sch.mu.Unlock()
+	if next.Paused == pause {
+		// Nothing to do as memory sees it; but an earlier write answered "Outcome
+		// unknown" may have landed (storedNow): then memory takes on what is stored
+		// and the command applies to that.
+		if stored, changed := sch.s.storedNow(protocol.SchedulePrefix+name, rev); changed {
+			sch.adoptStored(e, name, stored)
+			sch.mu.Lock()
+			next, gone := e.sc, e.gone
+			sch.mu.Unlock()
+			if gone {
+				return protocol.UnknownSchedule(name)
+			}
+			if next.Paused != pause {
+				return sch.changeLocked(e, name, pause)
+			}
+		}
+	}
 	if next.Paused == pause {
 		// Nothing changes: an active schedule's timer may be a retry's backoff.
 		return settled{&protocol.ScheduleInfo{Schedule: sch.view(e)}}
