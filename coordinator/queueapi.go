@@ -62,7 +62,15 @@ func (s *scheduler) changeQueue(name string, create bool, due time.Duration, cha
 	q := s.ready.queues[name]
 	if q == nil && !create {
 		s.unlock()
-		return protocol.UnknownQueue(name)
+		// Unknown as memory sees it; but settings answered "Outcome unknown" may have
+		// landed (storedNow): then memory takes them on, and the command applies.
+		stored, changed := s.storedNow(protocol.QueueControlPrefix+name, 0)
+		if !changed || stored == nil {
+			return protocol.UnknownQueue(name)
+		}
+		s.adoptQueueSettings(name, stored)
+		s.mu.Lock()
+		q = s.ready.queues[name]
 	}
 	var cur protocol.QueueSettings
 	var rev uint64

@@ -258,3 +258,38 @@ func TestUndoOfAnUnknownPauseHolds(t *testing.T) {
 		t.Errorf("schedule s stored %s, %v, %v after the resume answered: want it unpaused", cur.value, ok, err)
 	}
 }
+
+// TestCommandAfterAnUnknownCreateHolds: a schedule's add, or a new queue's settings,
+// answered "Outcome unknown" whose write landed, then a command about it (the
+// schedule's removal, the queue's pause): memory, not holding it, answered Unknown
+// schedule (queue), and the read-back then took it on: the removed schedule ticked on.
+// The command now finds it stored, takes it on and applies to it.
+func TestCommandAfterAnUnknownCreateHolds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, cl, lose := startAnswerLosing(t)
+	lose.Store(true)
+	_, err := cl.AddSchedule(ctx, client.Schedule{Name: "r", Every: time.Second, TaskType: "SHA256", Payload: map[string]string{"text": "r"}})
+	_, qerr := cl.SetQueue(ctx, "fresh", client.MaxRunning(3))
+	lose.Store(false)
+	if !errors.Is(err, client.ErrOutcomeUnknown) || !errors.Is(qerr, client.ErrOutcomeUnknown) {
+		t.Fatalf("add and queue settings whose writes landed, their answers lost: %v; %v; want Outcome unknown", err, qerr)
+	}
+	if _, err := cl.RemoveSchedule(ctx, "r"); err != nil {
+		t.Fatalf("removal of the schedule whose add landed: %v", err)
+	}
+	if q, err := cl.PauseQueue(ctx, "fresh"); err != nil || !q.Paused || q.MaxRunning != 3 {
+		t.Fatalf("pause of the queue whose settings landed: %+v, %v; want paused, max running 3", q, err)
+	}
+	eventuallyTrue(t, "the read-backs over", func() bool {
+		c.sched.follows.mu.Lock()
+		defer c.sched.follows.mu.Unlock()
+		return len(c.sched.follows.revs) == 0
+	})
+	if scs, err := cl.Schedules(ctx); err != nil || len(scs) != 0 {
+		t.Errorf("schedules after the removal answered: %+v, %v; want none", scs, err)
+	}
+	if cur, ok, err := c.store.controls().get(ctx, protocol.SchedulePrefix+"r"); err != nil || ok {
+		t.Errorf("schedule r stored %s, %v, %v after the removal answered: want none", cur.value, ok, err)
+	}
+}
