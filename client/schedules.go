@@ -30,7 +30,8 @@ type Schedule struct {
 	// ran: protocol.CatchUpNone, CatchUpOne (the default) or CatchUpAll.
 	CatchUp protocol.CatchUp
 	// TaskType and Payload are each tick's submission; Payload is JSON-encoded unless
-	// it is already json.RawMessage. Options may set MaxAttempts and Priority.
+	// it is already json.RawMessage. Options may set MaxAttempts and Priority; any
+	// other option is refused.
 	TaskType string
 	Payload  any
 	Options  []SubmitOption
@@ -54,11 +55,40 @@ func (c *Client) AddSchedule(ctx context.Context, s Schedule) (protocol.Schedule
 	for _, o := range s.Options {
 		o(&sub)
 	}
+	if extra := unscheduled(&sub); extra != "" {
+		return protocol.Schedule{}, fmt.Errorf("a schedule's options are MaxAttempts and Priority only; got %s", extra)
+	}
 	spec := protocol.ScheduleSpec{
 		Name: s.Name, EveryMillis: s.Every.Milliseconds(), Cron: s.Cron, TimeZone: s.TimeZone, CatchUp: s.CatchUp,
 		TaskType: s.TaskType, Payload: raw, MaxAttempts: sub.MaxAttempts, Priority: sub.Priority,
 	}
 	return c.scheduleInfo(ctx, &protocol.AddSchedule{Schedule: spec})
+}
+
+// unscheduled names the first option of sub that a schedule does not carry ("": none):
+// dropped, its jobs would go elsewhere than asked (the default queue, unkeyed, now).
+func unscheduled(sub *protocol.SubmitJob) string {
+	switch {
+	case sub.Queue != "":
+		return "queue"
+	case sub.ConcurrencyKey != "":
+		return "concurrencyKey"
+	case sub.RunAtMillis != 0:
+		return "runAtMillis"
+	case sub.RunInMillis != 0:
+		return "runInMillis"
+	case sub.UniqueForMillis != 0:
+		return "uniqueForMillis"
+	case sub.UniqueWhile != "":
+		return "uniqueWhile"
+	case len(sub.After) > 0:
+		return "after"
+	case sub.AfterAnyEnd:
+		return "afterAnyEnd"
+	case sub.IdempotencyKey != nil:
+		return "idempotencyKey (each tick has its own)"
+	}
+	return ""
 }
 
 // Schedules lists the schedules, sorted by name, each with its next tick, its last

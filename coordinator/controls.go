@@ -180,6 +180,37 @@ func (f *follows) start(key string, rev uint64, fn func(ctx context.Context)) {
 	}
 }
 
+// following reports whether setting key is being read back: a write of it was answered
+// "Outcome unknown", and memory may not hold what the store does.
+func (f *follows) following(key string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.revs[key]
+	return ok
+}
+
+// storedNow reads setting key while it is followed (following), for a command that
+// memory finds has nothing to do: an earlier write answered "Outcome unknown" may have
+// landed since, and answered from memory the command would say what the store does
+// not hold, until the read-back takes the landed write on and undoes the command.
+// changed is what the store holds (nil: nothing) when it is not revision rev, memory's
+// (0: none); ok is false when it is (or the setting is not followed, or not read).
+func (s *scheduler) storedNow(key string, rev uint64) (changed *control, ok bool) {
+	if !s.follows.following(key) {
+		return nil, false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), controlTimeout)
+	defer cancel()
+	c, stored, err := s.store.controls().get(ctx, key)
+	switch {
+	case err != nil, stored && c.rev == rev, !stored && rev == 0:
+		return nil, false
+	case stored:
+		return &c, true
+	}
+	return nil, true
+}
+
 // follow reads setting key back after a write of it was answered "Outcome unknown"
 // while memory held revision rev of it (0: none stored). Memory kept that one, but the
 // write may still land: a cluster's stream leader without a quorum commits it once a

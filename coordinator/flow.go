@@ -148,14 +148,22 @@ func (f *flow) removeLimit(ctx context.Context, req *protocol.RemoveLimit) proto
 	f.writeMu.Lock()
 	defer f.writeMu.Unlock()
 	lim, rev, refused := f.current(req.Scope, req.Name)
+	s := f.s
+	key := protocol.LimitControlKey(req.Scope, req.Name)
+	if lim == nil && refused == nil {
+		// Unknown as memory sees it; but a set answered "Outcome unknown" may have
+		// landed (storedNow): then memory takes it on, and it is removed.
+		if stored, changed := s.storedNow(key, 0); changed && stored != nil {
+			f.adopt(key, stored)
+			lim, rev, refused = f.current(req.Scope, req.Name)
+		}
+	}
 	switch {
 	case refused != nil:
 		return refused
 	case lim == nil:
 		return protocol.UnknownLimit(req.Scope, req.Name)
 	}
-	s := f.s
-	key := protocol.LimitControlKey(req.Scope, req.Name)
 	if _, err := f.write(ctx, key, nil, rev); err != nil {
 		return controlFailed("limit of "+req.Scope+" "+req.Name, err)
 	}
@@ -211,6 +219,9 @@ func (f *flow) write(ctx context.Context, key string, value []byte, rev uint64) 
 func (f *flow) follow(key string, rev uint64) {
 	s := f.s
 	scope, name, _ := strings.Cut(strings.TrimPrefix(key, protocol.LimitControlPrefix), ".")
+	s.mu.Lock()
+	gen := f.limits.gen(scope, name)
+	s.unlock()
 	holds := func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -218,7 +229,7 @@ func (f *flow) follow(key string, rev uint64) {
 		if lim := f.limits.get(scope, name); lim != nil {
 			held = lim.rev
 		}
-		return held == rev
+		return held == rev && f.limits.gen(scope, name) == gen
 	}
 	s.follow(key, rev, holds, adoptUnder(&f.writeMu, holds, func(stored *control) { f.adopt(key, stored) }))
 }

@@ -21,6 +21,10 @@ import (
 type limiter struct {
 	byType  map[string]*rateLimit
 	byQueue map[string]*rateLimit
+	// gens counts each limit's settings taken on (set, remove), by scope and name: a
+	// read-back (flow.follow) ends once they change, even back to the revision it
+	// follows (none, after a removal).
+	gens map[[2]string]uint64
 }
 
 // rateLimit is one limit and its bucket.
@@ -35,7 +39,7 @@ type rateLimit struct {
 }
 
 func newLimiter() *limiter {
-	return &limiter{byType: make(map[string]*rateLimit), byQueue: make(map[string]*rateLimit)}
+	return &limiter{byType: make(map[string]*rateLimit), byQueue: make(map[string]*rateLimit), gens: make(map[[2]string]uint64)}
 }
 
 func (l *limiter) table(scope string) map[string]*rateLimit {
@@ -50,6 +54,7 @@ func (l *limiter) get(scope, name string) *rateLimit { return l.table(scope)[nam
 
 // set creates or reshapes the limit of scope on name; a new one starts full when full.
 func (l *limiter) set(scope, name string, r protocol.Rate, burst int64, rev uint64, full bool, now time.Time) *rateLimit {
+	l.gens[[2]string{scope, name}]++
 	t := l.table(scope)
 	if lim := t[name]; lim != nil {
 		lim.rate, lim.burst, lim.rev = r, burst, rev
@@ -62,7 +67,13 @@ func (l *limiter) set(scope, name string, r protocol.Rate, burst int64, rev uint
 }
 
 // remove forgets the limit of scope on name.
-func (l *limiter) remove(scope, name string) { delete(l.table(scope), name) }
+func (l *limiter) remove(scope, name string) {
+	l.gens[[2]string{scope, name}]++
+	delete(l.table(scope), name)
+}
+
+// gen is the count of the settings the limit of scope on name took on.
+func (l *limiter) gen(scope, name string) uint64 { return l.gens[[2]string{scope, name}] }
 
 // empty reports whether no limit is set: dispatch's common case costs two map lengths.
 func (l *limiter) empty() bool { return len(l.byType) == 0 && len(l.byQueue) == 0 }

@@ -62,7 +62,15 @@ func (s *scheduler) changeQueue(name string, create bool, due time.Duration, cha
 	q := s.ready.queues[name]
 	if q == nil && !create {
 		s.unlock()
-		return protocol.UnknownQueue(name)
+		// Unknown as memory sees it; but settings answered "Outcome unknown" may have
+		// landed (storedNow): then memory takes them on, and the command applies.
+		stored, changed := s.storedNow(protocol.QueueControlPrefix+name, 0)
+		if !changed || stored == nil {
+			return protocol.UnknownQueue(name)
+		}
+		s.adoptQueueSettings(name, stored)
+		s.mu.Lock()
+		q = s.ready.queues[name]
 	}
 	var cur protocol.QueueSettings
 	var rev uint64
@@ -74,6 +82,19 @@ func (s *scheduler) changeQueue(name string, create bool, due time.Duration, cha
 	change(&next)
 	if err := next.Check(); err != nil {
 		return &protocol.Error{Message: "Invalid queue settings: " + err.Error()}
+	}
+	if next == cur && q != nil {
+		// Nothing to do as memory sees it; but an earlier write answered "Outcome
+		// unknown" may have landed (storedNow): then memory takes on what is stored
+		// and the command applies to that.
+		if stored, changed := s.storedNow(protocol.QueueControlPrefix+name, rev); changed {
+			s.adoptQueueSettings(name, stored)
+			s.mu.Lock()
+			cur, rev = q.settings, q.rev
+			s.unlock()
+			next = cur
+			change(&next)
+		}
 	}
 	if next != cur || q == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), max(due, time.Second))
@@ -124,6 +145,7 @@ func (s *scheduler) storeQueueSettings(ctx context.Context, name string, st prot
 func (s *scheduler) applyQueueSettings(q *jobQueue, st protocol.QueueSettings, rev uint64) {
 	was := q.settings
 	q.settings, q.rev = st, rev
+	q.gen++
 	if st.Paused != was.Paused {
 		s.log.Info("queue settings changed", "queue", q.name, "paused", st.Paused, "max_running", st.MaxRunning, "key_concurrency", st.KeyConcurrency)
 	}
@@ -154,11 +176,17 @@ func (s *scheduler) adoptQueueSettings(name string, stored *control) {
 // "Outcome unknown" while memory held revision rev (0: none stored), and taken on once
 // the store holds others (follow).
 func (s *scheduler) followQueue(name string, rev uint64) {
+	s.mu.Lock()
+	var gen uint64
+	if q := s.ready.queues[name]; q != nil {
+		gen = q.gen
+	}
+	s.unlock()
 	holds := func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		q := s.ready.queues[name]
-		return q == nil && rev == 0 || q != nil && q.rev == rev
+		return q == nil && rev == 0 || q != nil && q.rev == rev && q.gen == gen
 	}
 	s.follow(protocol.QueueControlPrefix+name, rev, holds, adoptUnder(&s.queueWrites, holds, func(stored *control) {
 		s.adoptQueueSettings(name, stored)

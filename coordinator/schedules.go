@@ -66,6 +66,9 @@ type schedules struct {
 
 	mu     sync.Mutex
 	byName map[string]*schedEntry
+	// entered counts the entries each name took (claim): a read-back of an add
+	// (followAdd) ends once one did, even if it went again since.
+	entered map[string]uint64
 }
 
 // schedEntry is one schedule. op is held across each change of it, I/O included, so
@@ -83,7 +86,8 @@ type schedEntry struct {
 }
 
 func newSchedules(s *scheduler) *schedules {
-	sch := &schedules{s: s, log: s.log, goroutines: newGoroutines(), byName: make(map[string]*schedEntry)}
+	sch := &schedules{s: s, log: s.log, goroutines: newGoroutines(), byName: make(map[string]*schedEntry),
+		entered: make(map[string]uint64)}
 	sch.obs, _ = s.cfg.Observer.(ScheduleObserver)
 	return sch
 }
@@ -428,6 +432,7 @@ func (sch *schedules) claim(name string, e *schedEntry) bool {
 		return false
 	}
 	sch.byName[name] = e
+	sch.entered[name]++
 	return true
 }
 
@@ -476,7 +481,14 @@ func (sch *schedules) takeOn(c *control) *schedEntry {
 // and taken on once stored, unless a schedule of that name was added meanwhile
 // (scheduler.follow).
 func (sch *schedules) followAdd(name string) {
-	holds := func() bool { return sch.entry(name) == nil }
+	sch.mu.Lock()
+	entered := sch.entered[name]
+	sch.mu.Unlock()
+	holds := func() bool {
+		sch.mu.Lock()
+		defer sch.mu.Unlock()
+		return sch.byName[name] == nil && sch.entered[name] == entered
+	}
 	sch.s.follow(protocol.SchedulePrefix+name, 0, holds, func(stored *control) bool {
 		return stored != nil && sch.takeOn(stored) != nil
 	})
@@ -552,7 +564,9 @@ func (sch *schedules) checkSubmission(spec *protocol.ScheduleSpec) *protocol.Err
 	if err := sch.s.route.validatePayload(spec.TaskType, spec.Payload); err != nil {
 		return validationError(spec.TaskType, err)
 	}
-	return nil
+	// A type that takes its concurrency key from the payload refuses a payload that
+	// does not resolve its pointer, as the submission of each tick would be.
+	return sch.s.route.queueFields(&req)
 }
 
 // entry is schedule name's entry, or nil.
@@ -566,6 +580,15 @@ func (sch *schedules) entry(name string) *schedEntry {
 // answers Unknown schedule when there is none (or it went while op waited).
 func (sch *schedules) with(name string, op func(e *schedEntry) protocol.Message) protocol.Message {
 	e := sch.entry(name)
+	if e == nil {
+		// Unknown as memory sees it; but an add answered "Outcome unknown" may have
+		// landed (storedNow): then the schedule is taken on, and op applies to it.
+		if stored, changed := sch.s.storedNow(protocol.SchedulePrefix+name, 0); changed && stored != nil {
+			if e = sch.takeOn(stored); e == nil {
+				e = sch.entry(name) // added meanwhile
+			}
+		}
+	}
 	if e == nil {
 		return protocol.UnknownSchedule(name)
 	}
@@ -585,8 +608,25 @@ func (sch *schedules) change(name string, pause bool) protocol.Message {
 
 func (sch *schedules) changeLocked(e *schedEntry, name string, pause bool) protocol.Message {
 	sch.mu.Lock()
-	next := e.sc
+	next, rev := e.sc, e.rev
 	sch.mu.Unlock()
+	if next.Paused == pause {
+		// Nothing to do as memory sees it; but an earlier write answered "Outcome
+		// unknown" may have landed (storedNow): then memory takes on what is stored
+		// and the command applies to that.
+		if stored, changed := sch.s.storedNow(protocol.SchedulePrefix+name, rev); changed {
+			sch.adoptStored(e, name, stored)
+			sch.mu.Lock()
+			next, gone := e.sc, e.gone
+			sch.mu.Unlock()
+			if gone {
+				return protocol.UnknownSchedule(name)
+			}
+			if next.Paused != pause {
+				return sch.changeLocked(e, name, pause)
+			}
+		}
+	}
 	if next.Paused == pause {
 		// Nothing changes: an active schedule's timer may be a retry's backoff.
 		return settled{&protocol.ScheduleInfo{Schedule: sch.view(e)}}

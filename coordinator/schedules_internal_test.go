@@ -187,3 +187,109 @@ func TestScheduleWriteOfUnknownOutcome(t *testing.T) {
 		t.Fatalf("listed %q after the removal, want none", got)
 	}
 }
+
+// TestUndoOfAnUnknownPauseHolds: a pause answered "Outcome unknown" whose write landed,
+// then a resume: memory, still unpaused, took the resume for nothing to do and answered
+// it unpaused without a write; the read-back then took on the pause, so that the queue
+// or schedule ended paused, against the last answer. So with a rate limit set that way
+// and then removed: the removal was answered Unknown limit, and the limit came into
+// force after it. A command answered must hold: once the read-backs end, the queue and
+// the schedule are unpaused and the limit gone, in memory and in the store (a resume
+// answered "changed meanwhile" is sent again, as it says).
+func TestUndoOfAnUnknownPauseHolds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, cl, lose := startAnswerLosing(t)
+	if _, err := cl.Submit(ctx, "SHA256", map[string]string{"text": "q"}, client.Queue("q")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.AddSchedule(ctx, client.Schedule{Name: "s", Every: time.Hour, TaskType: "SHA256", Payload: map[string]string{"text": "s"}}); err != nil {
+		t.Fatal(err)
+	}
+	lose.Store(true)
+	_, qerr := cl.PauseQueue(ctx, "q")
+	_, serr := cl.PauseSchedule(ctx, "s")
+	_, lerr := cl.SetLimit(ctx, client.ForTaskType("SHA256"), "1/h", 1)
+	lose.Store(false)
+	if !errors.Is(qerr, client.ErrOutcomeUnknown) || !errors.Is(serr, client.ErrOutcomeUnknown) || !errors.Is(lerr, client.ErrOutcomeUnknown) {
+		t.Fatalf("pauses and a limit whose writes landed, their answers lost: %v; %v; %v; want Outcome unknown", qerr, serr, lerr)
+	}
+	// The limit's removal finds it stored, and removes it.
+	if _, err := cl.RemoveLimit(ctx, client.ForTaskType("SHA256")); err != nil {
+		t.Fatalf("removal of the limit whose set landed: %v", err)
+	}
+	resume := func(what string, do func() (bool, error)) {
+		for try := 1; ; try++ {
+			paused, err := do()
+			if err == nil {
+				if paused {
+					t.Fatalf("resume of %s answered paused", what)
+				}
+				return
+			}
+			if try == 3 || !strings.Contains(err.Error(), "changed") {
+				t.Fatalf("resume of %s: %v", what, err)
+			}
+		}
+	}
+	resume("queue q", func() (bool, error) { q, err := cl.ResumeQueue(ctx, "q"); return q.Paused, err })
+	resume("schedule s", func() (bool, error) { sc, err := cl.ResumeSchedule(ctx, "s"); return sc.Paused, err })
+	eventuallyTrue(t, "the read-backs over", func() bool {
+		c.sched.follows.mu.Lock()
+		defer c.sched.follows.mu.Unlock()
+		return len(c.sched.follows.revs) == 0
+	})
+	if qs, err := cl.Queues(ctx); err != nil || len(qs) == 0 || qs[len(qs)-1].Name != "q" || qs[len(qs)-1].Paused {
+		t.Errorf("queues after the resume answered: %+v, %v; want q unpaused", qs, err)
+	}
+	if cur, ok, err := c.store.controls().get(ctx, protocol.QueueControlPrefix+"q"); err != nil || ok && strings.Contains(string(cur.value), `"paused":true`) {
+		t.Errorf("queue q stored %s, %v, %v after the resume answered: want it unpaused", cur.value, ok, err)
+	}
+	if ls, err := cl.Limits(ctx); err != nil || len(ls) != 0 {
+		t.Errorf("limits after the removal answered: %+v, %v; want none", ls, err)
+	}
+	if cur, ok, err := c.store.controls().get(ctx, protocol.LimitControlKey(protocol.LimitTaskType, "SHA256")); err != nil || ok {
+		t.Errorf("limit stored %s, %v, %v after the removal answered: want none", cur.value, ok, err)
+	}
+	if scs, err := cl.Schedules(ctx); err != nil || len(scs) != 1 || scs[0].Paused {
+		t.Errorf("schedules after the resume answered: %+v, %v; want s unpaused", scs, err)
+	}
+	if cur, ok, err := c.store.controls().get(ctx, protocol.SchedulePrefix+"s"); err != nil || !ok || strings.Contains(string(cur.value), `"paused":true`) {
+		t.Errorf("schedule s stored %s, %v, %v after the resume answered: want it unpaused", cur.value, ok, err)
+	}
+}
+
+// TestCommandAfterAnUnknownCreateHolds: a schedule's add, or a new queue's settings,
+// answered "Outcome unknown" whose write landed, then a command about it (the
+// schedule's removal, the queue's pause): memory, not holding it, answered Unknown
+// schedule (queue), and the read-back then took it on: the removed schedule ticked on.
+// The command now finds it stored, takes it on and applies to it.
+func TestCommandAfterAnUnknownCreateHolds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, cl, lose := startAnswerLosing(t)
+	lose.Store(true)
+	_, err := cl.AddSchedule(ctx, client.Schedule{Name: "r", Every: time.Second, TaskType: "SHA256", Payload: map[string]string{"text": "r"}})
+	_, qerr := cl.SetQueue(ctx, "fresh", client.MaxRunning(3))
+	lose.Store(false)
+	if !errors.Is(err, client.ErrOutcomeUnknown) || !errors.Is(qerr, client.ErrOutcomeUnknown) {
+		t.Fatalf("add and queue settings whose writes landed, their answers lost: %v; %v; want Outcome unknown", err, qerr)
+	}
+	if _, err := cl.RemoveSchedule(ctx, "r"); err != nil {
+		t.Fatalf("removal of the schedule whose add landed: %v", err)
+	}
+	if q, err := cl.PauseQueue(ctx, "fresh"); err != nil || !q.Paused || q.MaxRunning != 3 {
+		t.Fatalf("pause of the queue whose settings landed: %+v, %v; want paused, max running 3", q, err)
+	}
+	eventuallyTrue(t, "the read-backs over", func() bool {
+		c.sched.follows.mu.Lock()
+		defer c.sched.follows.mu.Unlock()
+		return len(c.sched.follows.revs) == 0
+	})
+	if scs, err := cl.Schedules(ctx); err != nil || len(scs) != 0 {
+		t.Errorf("schedules after the removal answered: %+v, %v; want none", scs, err)
+	}
+	if cur, ok, err := c.store.controls().get(ctx, protocol.SchedulePrefix+"r"); err != nil || ok {
+		t.Errorf("schedule r stored %s, %v, %v after the removal answered: want none", cur.value, ok, err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -523,5 +524,106 @@ func TestScheduleResumeWhileActive(t *testing.T) {
 	}
 	if n := obs.count("full", coordinator.ScheduleRetried); n > retried+1 {
 		t.Fatalf("%d retries after the resume, %d before: the resume skipped the backoff", n, retried)
+	}
+}
+
+// TestScheduleEveryBeyondRangeIsRefused: a period the client's Duration cannot carry
+// but the wire can (everyMillis near the int64 range) is refused with the bound, as
+// one too short is. Taken, its first tick wrapped around into the past: the tick
+// spun for ever looking for the latest due tick, holding the schedule so that its
+// rm never answered, and the coordinator could not stop.
+func TestScheduleEveryBeyondRangeIsRefused(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	for _, every := range []int64{math.MaxInt64, protocol.MaxScheduleEveryMillis + 1} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		spec := protocol.ScheduleSpec{Name: "far", EveryMillis: every, TaskType: "SHA256", Payload: rawJSON(`{"text":"x"}`)}
+		m, err := s.Client.Do(ctx, &protocol.AddSchedule{Schedule: spec})
+		cancel()
+		if err != nil {
+			t.Fatalf("add every %dms: %v", every, err)
+		}
+		e, ok := m.(*protocol.Error)
+		if !ok || !strings.HasPrefix(e.Message, "Invalid schedule: every must be at most 3660 days, got ") {
+			t.Errorf("add every %dms: answered %#v, want it refused naming the bound", every, m)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, err := s.Client.RemoveSchedule(ctx, "far")
+			cancel()
+			if err != nil {
+				t.Fatalf("rm of the schedule taken: %v", err)
+			}
+		}
+	}
+	// The longest period allowed is taken, and its next tick is that far ahead.
+	longest := time.Duration(protocol.MaxScheduleEveryMillis) * time.Millisecond
+	sc := addSchedule(t, s, client.Schedule{Name: "decade", Every: longest, TaskType: "SHA256", Payload: text("x")})
+	if sc.NextTickMillis != sc.CreatedAtMillis+protocol.MaxScheduleEveryMillis {
+		t.Fatalf("added %+v: want its next tick %v after its creation", sc, longest)
+	}
+}
+
+// TestScheduleRefusesPayloadWithoutItsKey: a schedule of a task type that takes its
+// concurrency key from the payload is refused when added if its payload does not
+// resolve the pointer, as its every tick would be (docs/later.md: a schedule that could
+// not submit is refused when you add it). It was taken, and each tick then failed.
+func TestScheduleRefusesPayloadWithoutItsKey(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	s.StartFunctionWorker(t, func(w *worker.Worker) error {
+		return w.Handle("MAIL", func(context.Context, int, json.RawMessage) (string, error) { return "ok", nil },
+			worker.ConcurrencyKeyFrom("/customer/id"), worker.KeyConcurrency(1))
+	})
+	ctx := context.Background()
+	var err error
+	s.Eventually("MAIL declared", func() bool {
+		_, err = s.Client.AddSchedule(ctx, client.Schedule{Name: "keyless", Every: time.Hour, TaskType: "MAIL", Payload: map[string]any{"to": "x"}})
+		return err == nil || !strings.Contains(err.Error(), "Unknown task type")
+	})
+	if !errors.Is(err, client.ErrServer) || !strings.Contains(err.Error(), "Invalid payload: task type MAIL takes its concurrency key from the payload at /customer/id") {
+		t.Fatalf("add of a schedule whose payload has no key: %v, want Invalid payload naming the pointer", err)
+	}
+	if scs, err := s.Client.Schedules(ctx); err != nil || len(scs) != 0 {
+		t.Fatalf("schedules after the refusal: %+v, %v; want none", scs, err)
+	}
+	// One whose payload resolves the pointer is taken, and its job runs.
+	addSchedule(t, s, client.Schedule{Name: "keyed", Every: time.Hour, TaskType: "MAIL", Payload: map[string]any{"customer": map[string]int{"id": 7}}})
+	id, err := s.Client.TriggerSchedule(ctx, "keyed")
+	if err != nil {
+		t.Fatalf("trigger: %v", err)
+	}
+	if j := s.Wait(id); j.State != protocol.StateCompleted {
+		t.Fatalf("triggered job %+v: want COMPLETED", j)
+	}
+}
+
+// TestScheduleRefusesOptionsItCannotCarry: a schedule carries a submission's max
+// attempts and priority only; any other submit option given to AddSchedule (a queue,
+// a concurrency key, a run time, uniqueness, parents, an idempotency key) is refused
+// rather than dropped: the schedule's jobs went to the default queue, unkeyed.
+func TestScheduleRefusesOptionsItCannotCarry(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	for name, opt := range map[string]client.SubmitOption{
+		"queue":          client.Queue("reports"),
+		"concurrencyKey": client.ConcurrencyKey("c1"),
+		"runInMillis":    client.RunIn(time.Minute),
+		"uniqueWhile":    client.UniqueWhileActive(),
+		"after":          client.After("some-job"),
+		"idempotencyKey": client.IdempotencyKey("k"),
+	} {
+		_, err := s.Client.AddSchedule(ctx, client.Schedule{Name: "opts", Every: time.Hour, TaskType: "SHA256", Payload: text("x"),
+			Options: []client.SubmitOption{client.MaxAttempts(2), opt}})
+		if err == nil || !strings.Contains(err.Error(), "a schedule's options are MaxAttempts and Priority only; got "+name) {
+			t.Errorf("add with option %s: %v, want it refused naming the option", name, err)
+		}
+	}
+	if scs, err := s.Client.Schedules(ctx); err != nil || len(scs) != 0 {
+		t.Fatalf("schedules after the refusals: %+v, %v; want none", scs, err)
+	}
+	sc := addSchedule(t, s, client.Schedule{Name: "opts", Every: time.Hour, TaskType: "SHA256", Payload: text("x"),
+		Options: []client.SubmitOption{client.MaxAttempts(2), client.Priority(protocol.PriorityHigh)}})
+	if sc.MaxAttempts != 2 || sc.Priority == nil || *sc.Priority != protocol.PriorityHigh {
+		t.Fatalf("added %+v: want max attempts 2, priority HIGH", sc)
 	}
 }

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 	_ "time/tzdata" // --tz must work on a host without a zoneinfo database (a scratch image)
@@ -108,8 +109,11 @@ func parseSpec(spec *protocol.ScheduleSpec, created int64) (tickSpec, error) {
 		return nil, bad("give either every or cron, not both")
 	case spec.EveryMillis != 0:
 		if spec.EveryMillis < protocol.MinScheduleEveryMillis {
-			return nil, bad("every must be at least %v, got %v", time.Duration(protocol.MinScheduleEveryMillis)*time.Millisecond,
-				time.Duration(spec.EveryMillis)*time.Millisecond)
+			return nil, bad("every must be at least %v, got %s", time.Duration(protocol.MinScheduleEveryMillis)*time.Millisecond,
+				everyText(spec.EveryMillis))
+		}
+		if spec.EveryMillis > protocol.MaxScheduleEveryMillis {
+			return nil, bad("every must be at most %d days, got %s", protocol.MaxScheduleEveryMillis/86_400_000, everyText(spec.EveryMillis))
 		}
 		if spec.TimeZone != "" {
 			return nil, bad("a time zone applies to cron schedules only")
@@ -144,6 +148,15 @@ func parseSpec(spec *protocol.ScheduleSpec, created int64) (tickSpec, error) {
 		return cs, nil
 	}
 	return nil, bad("give every or cron")
+}
+
+// everyText writes a period asked for as a duration when it is one, else in
+// milliseconds: time.Duration wraps around beyond about 292 years.
+func everyText(ms int64) string {
+	if limit := int64(math.MaxInt64 / time.Millisecond); ms > limit || ms < -limit {
+		return fmt.Sprintf("%dms", ms)
+	}
+	return (time.Duration(ms) * time.Millisecond).String()
 }
 
 // maxPlanTicks bounds the ticks one plan runs: catch-up all of a long downtime runs in

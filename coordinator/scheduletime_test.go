@@ -3,6 +3,7 @@ package coordinator
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -116,6 +117,9 @@ func TestScheduleSpecRefused(t *testing.T) {
 		{"Both", protocol.ScheduleSpec{Name: "a", EveryMillis: 1000, Cron: "* * * * * *"}, "not both"},
 		{"EveryTooShort", protocol.ScheduleSpec{Name: "a", EveryMillis: 999}, "every must be at least 1s, got 999ms"},
 		{"EveryNegative", protocol.ScheduleSpec{Name: "a", EveryMillis: -5}, "every must be at least 1s"},
+		{"EveryMostNegative", protocol.ScheduleSpec{Name: "a", EveryMillis: math.MinInt64}, "every must be at least 1s, got -9223372036854775808ms"},
+		{"EveryTooLong", protocol.ScheduleSpec{Name: "a", EveryMillis: protocol.MaxScheduleEveryMillis + 1}, "every must be at most 3660 days, got 87840h0m0.001s"},
+		{"EveryWrapsAround", protocol.ScheduleSpec{Name: "a", EveryMillis: math.MaxInt64}, "every must be at most 3660 days, got 9223372036854775807ms"},
 		{"EveryWithZone", protocol.ScheduleSpec{Name: "a", EveryMillis: 1000, TimeZone: "UTC"}, "time zone applies to cron schedules only"},
 		{"CronFiveFields", protocol.ScheduleSpec{Name: "a", Cron: "*/5 * * * *"}, `cron "*/5 * * * *": expected exactly 6 fields`},
 		{"CronGarbage", protocol.ScheduleSpec{Name: "a", Cron: "0 61 * * * *"}, "end of range (61) above maximum (59)"},

@@ -297,6 +297,13 @@ func (s *scheduler) planGroup(req *protocol.SubmitWorkflow) (*plan, *protocol.Er
 			return nil, e
 		}
 	}
+	// Every name of the chain is checked, not only those that make an edge: a chain of
+	// one name orders nothing, and is most likely a chain mistyped ("a => b").
+	for k, name := range req.Chain {
+		if _, ok := index[name]; !ok {
+			return bad("chain position %d names unknown step %q", k+1, name)
+		}
+	}
 	for k := 1; k < len(req.Chain); k++ {
 		if e := link(req.Chain[k-1], req.Chain[k], fmt.Sprintf("chain position %d", k+1)); e != nil {
 			return nil, e

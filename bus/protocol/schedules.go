@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 )
 
 // Schedules (a native extension; spec peers never see them): named, durable, periodic
@@ -76,7 +77,7 @@ func ParseCatchUp(s string) (CatchUp, error) {
 type ScheduleSpec struct {
 	Name string `json:"name"`
 	// EveryMillis: a tick every this many milliseconds, counted from the schedule's
-	// creation (at least MinScheduleEvery).
+	// creation (at least MinScheduleEveryMillis, at most MaxScheduleEveryMillis).
 	EveryMillis int64 `json:"everyMillis,omitempty"`
 	// Cron: "second minute hour day-of-month month day-of-week", or a descriptor
 	// (@hourly, @daily, @every 90s, ...).
@@ -93,6 +94,11 @@ type ScheduleSpec struct {
 
 // MinScheduleEveryMillis is the shortest period of an every schedule.
 const MinScheduleEveryMillis = 1000
+
+// MaxScheduleEveryMillis is the longest period of an every schedule: as far ahead as a
+// job may be scheduled (MaxRunAhead). Beyond it a period is more likely a unit mistake
+// than a plan, and one near the int64 range would wrap around in the tick arithmetic.
+const MaxScheduleEveryMillis = int64(MaxRunAhead / time.Millisecond)
 
 // Schedule is a schedule as stored (the control's value) and listed: its spec and
 // what became of its ticks.

@@ -226,6 +226,12 @@ func testWorkflowRefusals(t *testing.T, tr Transport) {
 			`Invalid workflow: step a's after names unknown step "nope"`},
 		{"unknown edge", client.NewWorkflow("edge").Step("a", "SHA256", Text("a")).Edge("a", "zz"),
 			`Invalid workflow: edge 1 [a -> zz] names unknown step "zz"`},
+		// A chain of one name orders nothing, so its name went unchecked: a chain written
+		// with the wrong arrow ("a => b", read as one name) ran its steps at once.
+		{"chain of one unknown name", client.NewWorkflow("arrow").Step("a", "SHA256", Text("a")).Step("b", "SHA256", Text("b")).Chain("a => b"),
+			`Invalid workflow: chain position 1 names unknown step "a => b"`},
+		{"chain starting unknown", client.NewWorkflow("chz").Step("a", "SHA256", Text("a")).Chain("zz", "a"),
+			`Invalid workflow: chain position 1 names unknown step "zz"`},
 		{"bad payload", client.NewWorkflow("pay").Step("a", "SHA256", Text("a")).Step("slow", "SLEEP", map[string]any{"durationMillis": "5"}),
 			"Invalid workflow: step slow: Invalid payload: Field 'durationMillis' must be an integer"},
 		{"unknown type", client.NewWorkflow("typ").Step("a", "NOPE", Text("a")), "Invalid workflow: step a: Unknown task type: NOPE"},
