@@ -163,15 +163,9 @@ func diagnoseInfo(stream string, info *jetstream.StreamInfo, sent time.Time, tim
 	d := diagnosis{cond: condStalled, stream: stream}
 	ci := info.Cluster
 	if ci == nil || info.Config.Replicas <= 1 {
-		// A lone server elects nothing: a write it got and did not answer is stalled,
-		// unless it stored later writes since: a server that stopped writing stores
-		// nothing, while one only slow to answer (a loaded machine) goes on storing. A
-		// stall that began just after sent is then seen at the next write's timeout.
-		switch {
-		case !timeout:
+		// A lone server elects nothing: a write it got and did not answer is stalled.
+		if !timeout {
 			d.cond, d.detail = condUnanswered, "no server took it: JetStream was restarting, or off"
-		case info.State.LastTime.After(sent):
-			d.cond, d.detail = condUnanswered, "JetStream stored later writes meanwhile: the server is slow, not stalled"
 		}
 		return d
 	}
