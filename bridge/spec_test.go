@@ -4,39 +4,20 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/coordinator"
+	"github.com/jobbus/jobbus/internal/jobbustest"
 )
 
 // The tests here hold the TCP ports to statements of the spec (PROTOCOL.md) that the
 // other tests do not reach, each over real sockets with spec peers on both ports.
 
-// specClock is a coordinator clock the test moves: jobs age, and retries come due,
-// only when it does.
-type specClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *specClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *specClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 // withClock gives the coordinator clk, and deadlines and heartbeat timeouts the clock
 // never reaches while a test moves it.
-func withClock(clk *specClock, f func(*coordinator.Config)) option {
+func withClock(clk *jobbustest.Clock, f func(*coordinator.Config)) option {
 	return withCoordinator(func(c *coordinator.Config) {
 		c.Now = clk.Now
 		c.HeartbeatTimeout = 24 * time.Hour
@@ -83,7 +64,7 @@ func nextAssign(t *testing.T, w *peer) *protocol.TaskAssign {
 // before the retry came due, and before a job of a lower priority.
 func TestSpecRetryKeepsItsPlaceInTheQueue(t *testing.T) {
 	t.Parallel()
-	clk := &specClock{now: time.Now()}
+	clk := jobbustest.NewClock(time.Now())
 	s := setup(t, withClock(clk, func(c *coordinator.Config) {
 		c.RetryBaseDelay, c.RetryMaxDelay = time.Second, time.Second
 		c.AgingStep = 24 * time.Hour // no aging: the order is the base priority, then the sequence
@@ -96,16 +77,16 @@ func TestSpecRetryKeepsItsPlaceInTheQueue(t *testing.T) {
 
 	first := high("first", 2)
 	a := w.ExpectAssign(first)
-	clk.advance(10 * time.Millisecond)
+	clk.Advance(10 * time.Millisecond)
 	next := high("takes the slot the failure frees", 1)
-	clk.advance(10 * time.Millisecond)
+	clk.Advance(10 * time.Millisecond)
 	later := high("queued before the retry", 1)
 	normal := c.Submit("SHA256", `{"text":"normal"}`)
 
 	w.MustSend(&protocol.TaskResult{WorkerID: "w", JobID: first, AttemptID: a.AttemptID, Success: false, Error: ptr("boom")})
 	b := w.ExpectAssign(next)
 	s.waitState(first, protocol.StateRetryWait)
-	clk.advance(2 * time.Second) // the retry comes due: QUEUED again, behind later in time
+	clk.Advance(2 * time.Second) // the retry comes due: QUEUED again, behind later in time
 	s.waitState(first, protocol.StateQueued)
 	finish(w, "w", b)
 	var order []string
@@ -129,7 +110,7 @@ func TestSpecRetryKeepsItsPlaceInTheQueue(t *testing.T) {
 // runs first.
 func TestSpecAgingIsCappedAtHigh(t *testing.T) {
 	t.Parallel()
-	clk := &specClock{now: time.Now()}
+	clk := jobbustest.NewClock(time.Now())
 	s := setup(t, withClock(clk, func(c *coordinator.Config) { c.AgingStep = time.Minute }))
 	c := s.client()
 	submit := func(p protocol.Priority, text string) string {
@@ -137,9 +118,9 @@ func TestSpecAgingIsCappedAtHigh(t *testing.T) {
 	}
 	low := submit(protocol.PriorityLow, "low, aged to HIGH")
 	high := submit(protocol.PriorityHigh, "high, submitted after it")
-	clk.advance(2*time.Minute - time.Millisecond) // one step: low is NORMAL, high HIGH
+	clk.Advance(2*time.Minute - time.Millisecond) // one step: low is NORMAL, high HIGH
 	highLater := submit(protocol.PriorityHigh, "high, submitted nearly two steps later")
-	clk.advance(time.Millisecond) // low: two steps, HIGH; high: HIGH, not 4
+	clk.Advance(time.Millisecond) // low: two steps, HIGH; high: HIGH, not 4
 	w := s.worker("w", 1)
 	var order []string
 	for range 3 {
@@ -279,12 +260,12 @@ func TestSpecMemberNamesAreCaseSensitive(t *testing.T) {
 // order is age order).
 func TestSpecSnapshotTimesNeverGoBack(t *testing.T) {
 	t.Parallel()
-	clk := &specClock{now: time.Now()}
+	clk := jobbustest.NewClock(time.Now())
 	s := setup(t, withClock(clk, nil))
 	c := s.client()
 	first := c.Submit("SHA256", `{"text":"before the step back"}`)
 	before := s.job(first)
-	clk.advance(-time.Minute)
+	clk.Advance(-time.Minute)
 	second := c.Submit("SHA256", `{"text":"after it"}`)
 	if j := s.job(second); j.UpdatedAtMillis < j.CreatedAtMillis || j.CreatedAtMillis < before.CreatedAtMillis {
 		t.Errorf("job submitted after the clock stepped back: created %d, updated %d; the one before created %d",

@@ -11,25 +11,8 @@ import (
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/coordinator"
+	"github.com/jobbus/jobbus/internal/jobbustest"
 )
-
-// uniqueClock is a coordinator clock a test moves.
-type uniqueClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *uniqueClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *uniqueClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // TestUniqueFor: a job unique for a window is the answer to every submission of its
 // task type and payload (the payload compared as canonical JSON) until the window ends,
@@ -37,7 +20,7 @@ func (c *uniqueClock) advance(d time.Duration) {
 // types and submissions that ask for no uniqueness are jobs of their own.
 func TestUniqueFor(t *testing.T) {
 	t.Parallel()
-	clk := &uniqueClock{now: time.Now()}
+	clk := jobbustest.NewClock(time.Now())
 	s := setup(t, func(c *coordinator.Config) { c.Now, c.HeartbeatTimeout = clk.Now, 48*time.Hour })
 	hour := client.UniqueFor(time.Hour)
 	first := s.Submit("SHA256", text("x"), hour)
@@ -79,11 +62,11 @@ func TestUniqueFor(t *testing.T) {
 		t.Fatal("a failed job still holds its key")
 	}
 
-	clk.advance(59 * time.Minute)
+	clk.Advance(59 * time.Minute)
 	if got := s.Submit("SHA256", text("x"), hour); got != first {
 		t.Fatalf("completed, within its window: got %s, want %s", got, first)
 	}
-	clk.advance(time.Minute)
+	clk.Advance(time.Minute)
 	second := s.Submit("SHA256", text("x"), hour)
 	if second == first {
 		t.Fatal("the window ended, yet the old job answered")

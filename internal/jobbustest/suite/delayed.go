@@ -12,6 +12,7 @@ import (
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/coordinator"
+	"github.com/jobbus/jobbus/internal/jobbustest"
 )
 
 // Delayed jobs (runAtMillis, runInMillis: SCHEDULED until due) and snoozes (a result's
@@ -89,7 +90,7 @@ func testDelayed(t *testing.T, tr Transport) {
 		// lands before its job is due however slow the machine, and the worker is not
 		// lost meanwhile. A window of a minute: the near job stays in memory with its
 		// timer, the far one leaves it (held by its index entry).
-		clk := &clock{now: time.Now()}
+		clk := jobbustest.NewClock(time.Now())
 		s := Setup(t, tr, func(c *coordinator.Config) {
 			c.Now, c.ScheduleWindow, c.HeartbeatTimeout = clk.Now, time.Minute, 48*time.Hour
 		})
@@ -106,7 +107,7 @@ func testDelayed(t *testing.T, tr Transport) {
 		// have been assigned first.
 		for _, step := range []struct{ in, advance time.Duration }{{1200 * time.Millisecond, 2 * time.Second}, {2 * time.Hour, 3 * time.Hour}} {
 			sentinel := s.Submit("SHA256", Text("runs"), client.RunIn(step.in))
-			clk.advance(step.advance)
+			clk.Advance(step.advance)
 			a := s.NextAssign(m)
 			if a.JobID != sentinel {
 				t.Fatalf("assigned %+v: a cancelled scheduled job ran", a)
@@ -182,7 +183,7 @@ func testDelayed(t *testing.T, tr Transport) {
 		// The coordinator's clock moves only when the test moves it: the near job is
 		// still SCHEDULED after a restart however long the restart takes, and the
 		// worker is not lost meanwhile.
-		clk := &clock{now: time.Now()}
+		clk := jobbustest.NewClock(time.Now())
 		s := Setup(t, tr, func(c *coordinator.Config) {
 			c.Now, c.ScheduleWindow, c.HeartbeatTimeout = clk.Now, 100*time.Millisecond, 48*time.Hour
 		})
@@ -196,7 +197,7 @@ func testDelayed(t *testing.T, tr Transport) {
 			}
 		}
 		m := s.ManualWorker("w", 1)
-		clk.advance(3 * time.Second) // the near job is due, the far one is not
+		clk.Advance(3 * time.Second) // the near job is due, the far one is not
 		a := s.NextAssign(m)
 		if a.JobID != near || clk.Now().Before(time.UnixMilli(before[near].RunAtMillis)) {
 			t.Fatalf("assigned %+v, want job %s once due", a, near)

@@ -14,6 +14,7 @@ import (
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/coordinator"
+	"github.com/jobbus/jobbus/internal/jobbustest"
 	"github.com/jobbus/jobbus/worker"
 	"github.com/jobbus/jobbus/worker/tasks"
 )
@@ -148,7 +149,7 @@ func testTypeOptions(t *testing.T, tr Transport) {
 	// The coordinator's clock moves only when the test moves it: the first attempt's
 	// deadline passes when the test says, and the second is answered within its own
 	// however slow the machine, by a worker that is not lost meanwhile.
-	clk := &clock{now: time.Now()}
+	clk := jobbustest.NewClock(time.Now())
 	s := Setup(t, tr, func(c *coordinator.Config) { c.Now, c.HeartbeatTimeout = clk.Now, 48*time.Hour })
 	fn := s.ManualWorker("fn", 1)
 	fn.RegisterServing(1, TextReverseDecl(protocol.TaskTypeOptions{MaxAttempts: 2, TimeoutMillis: 500}))
@@ -157,14 +158,14 @@ func testTypeOptions(t *testing.T, tr Transport) {
 		t.Fatalf("job %+v, want the type's 2 attempts", j)
 	}
 	first := s.NextAssign(fn) // never answered: its 500 ms deadline passes
-	clk.advance(time.Second)
+	clk.Advance(time.Second)
 	if c := s.NextCancel(fn); c.JobID != id || c.AttemptID != first.AttemptID {
 		t.Fatalf("cancel %+v, want job %s attempt %s", c, id, first.AttemptID)
 	}
 	if j := s.Status(id); !strings.HasPrefix(Deref(j.Error), "execution deadline exceeded (500 ms) on worker fn") {
 		t.Fatalf("job %+v error %q, want the type's 500 ms deadline", j, Deref(j.Error))
 	}
-	clk.advance(time.Second) // past the retry delay, not past the second attempt's deadline
+	clk.Advance(time.Second) // past the retry delay, not past the second attempt's deadline
 	second := s.NextAssign(fn)
 	s.Accept(fn, second, false, "boom")
 	if second.AttemptNumber != 2 {

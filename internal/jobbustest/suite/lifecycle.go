@@ -14,6 +14,7 @@ import (
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/coordinator"
+	"github.com/jobbus/jobbus/internal/jobbustest"
 )
 
 func testExecution(t *testing.T, tr Transport) {
@@ -122,16 +123,16 @@ func testWorkerLoss(t *testing.T, tr Transport) {
 	// runs the second attempt is never lost to a stall of a loaded machine.
 	cases := []struct {
 		name  string
-		lose  func(m Peer, clk *clock)
+		lose  func(m Peer, clk *jobbustest.Clock)
 		cause string
 	}{
-		{"HeartbeatSilence", func(_ Peer, clk *clock) { clk.advance(2 * time.Minute) }, "heartbeat timeout"},
-		{"Disconnect", func(m Peer, _ *clock) { m.Disconnect() }, "connection closed"},
+		{"HeartbeatSilence", func(_ Peer, clk *jobbustest.Clock) { clk.Advance(2 * time.Minute) }, "heartbeat timeout"},
+		{"Disconnect", func(m Peer, _ *jobbustest.Clock) { m.Disconnect() }, "connection closed"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			clk := &clock{now: time.Now()}
+			clk := jobbustest.NewClock(time.Now())
 			s := Setup(t, tr, func(c *coordinator.Config) {
 				c.Now, c.HeartbeatTimeout, c.TaskTimeout = clk.Now, time.Minute, time.Hour
 			})
@@ -147,7 +148,7 @@ func testWorkerLoss(t *testing.T, tr Transport) {
 				j := s.Status(id)
 				return j.State != protocol.StateRunning && Deref(j.Error) == want
 			})
-			clk.advance(time.Second) // past the retry delay, far from another timeout
+			clk.Advance(time.Second) // past the retry delay, far from another timeout
 			if j := s.Status(id); Deref(j.LastWorkerID) != "doomed" || j.WorkerID != nil {
 				t.Errorf("after the loss: workerId %q, lastWorkerId %q; want none and doomed", Deref(j.WorkerID), Deref(j.LastWorkerID))
 			}
@@ -687,24 +688,24 @@ func testRestart(t *testing.T, tr Transport) {
 	})
 	t.Run("StaleDeadlineNotApplied", func(t *testing.T) {
 		t.Parallel()
-		clk := &clock{now: time.Now()}
+		clk := jobbustest.NewClock(time.Now())
 		s := Setup(t, tr, func(c *coordinator.Config) {
 			c.Now, c.TaskTimeout, c.HeartbeatTimeout = clk.Now, time.Minute, time.Hour
 		})
 		old := s.SilentWorker("old", 1)
 		id := s.Submit("SHA256", Text("abc"))
 		s.NextAssign(old) // its deadline: t0 + 60s
-		clk.advance(50 * time.Second)
+		clk.Advance(50 * time.Second)
 		s.RestartCoordinator(t, func(c *coordinator.Config) { c.ClaimGrace = 5 * time.Second })
 		fresh := s.SilentWorker("fresh", 2)
-		clk.advance(6 * time.Second) // nobody claimed the first attempt: it is lost
+		clk.Advance(6 * time.Second) // nobody claimed the first attempt: it is lost
 		a := s.NextAssign(fresh)     // its deadline: t0 + 116s
 		if a.JobID != id || a.AttemptNumber != 2 {
 			t.Fatalf("assigned %+v, want job %s's attempt 2", a, id)
 		}
 		probe := s.Submit("FAIL", map[string]int{"failUntilAttempt": 2})
 		s.Accept(fresh, s.NextAssign(fresh), false, "probe fails once")
-		clk.advance(20 * time.Second) // past the first attempt's deadline only
+		clk.Advance(20 * time.Second) // past the first attempt's deadline only
 		// The sweep that releases the probe's retry would also apply any deadline due.
 		s.Eventually("a sweep at t0+76s", func() bool { return s.Status(probe).State != protocol.StateRetryWait })
 		if j := s.Status(id); j.State != protocol.StateRunning || j.Attempts != 2 {
@@ -749,26 +750,8 @@ func runOneByOne(s *System, n int) []string {
 	return order
 }
 
-// clock is a settable clock for aging tests.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 func testPriorityOrder(t *testing.T, tr Transport) {
-	clk := &clock{now: time.Now()}
+	clk := jobbustest.NewClock(time.Now())
 	s := Setup(t, tr, func(c *coordinator.Config) {
 		c.Now = clk.Now
 		c.AgingStep = time.Minute
@@ -776,7 +759,7 @@ func testPriorityOrder(t *testing.T, tr Transport) {
 	})
 	lowOld := s.Submit("SHA256", Text("a"), client.Priority(protocol.PriorityLow))
 	normalOld := s.Submit("SHA256", Text("b"))
-	clk.advance(time.Minute) // lowOld is NORMAL now, normalOld HIGH
+	clk.Advance(time.Minute) // lowOld is NORMAL now, normalOld HIGH
 	high := s.Submit("SHA256", Text("c"), client.Priority(protocol.PriorityHigh))
 	normal := s.Submit("SHA256", Text("d"), client.Priority(protocol.PriorityNormal))
 	low := s.Submit("SHA256", Text("e"), client.Priority(protocol.PriorityLow))
