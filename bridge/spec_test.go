@@ -48,6 +48,18 @@ func finish(w *peer, id string, a *protocol.TaskAssign) {
 }
 
 // nextAssign receives worker w's next frame, which must be a TASK_ASSIGN.
+// finishInOrder completes the next n jobs assigned to w, the worker "w", and returns
+// their ids in the order they came.
+func finishInOrder(t *testing.T, w *peer, n int) []string {
+	var order []string
+	for range n {
+		a := nextAssign(t, w)
+		order = append(order, a.JobID)
+		finish(w, "w", a)
+	}
+	return order
+}
+
 func nextAssign(t *testing.T, w *peer) *protocol.TaskAssign {
 	t.Helper()
 	m := w.MustRecv()
@@ -89,12 +101,7 @@ func TestSpecRetryKeepsItsPlaceInTheQueue(t *testing.T) {
 	clk.Advance(2 * time.Second) // the retry comes due: QUEUED again, behind later in time
 	s.waitState(first, protocol.StateQueued)
 	finish(w, "w", b)
-	var order []string
-	for range 3 {
-		b := nextAssign(t, w)
-		order = append(order, b.JobID)
-		finish(w, "w", b)
-	}
+	order := finishInOrder(t, w, 3)
 	if want := []string{first, later, normal}; strings.Join(order, ",") != strings.Join(want, ",") {
 		t.Fatalf("order %v, want %v: the retry (HIGH, sequence 1) first", order, want)
 	}
@@ -122,12 +129,7 @@ func TestSpecAgingIsCappedAtHigh(t *testing.T) {
 	highLater := submit(protocol.PriorityHigh, "high, submitted nearly two steps later")
 	clk.Advance(time.Millisecond) // low: two steps, HIGH; high: HIGH, not 4
 	w := s.worker("w", 1)
-	var order []string
-	for range 3 {
-		a := nextAssign(t, w)
-		order = append(order, a.JobID)
-		finish(w, "w", a)
-	}
+	order := finishInOrder(t, w, 3)
 	if want := []string{low, high, highLater}; strings.Join(order, ",") != strings.Join(want, ",") {
 		t.Fatalf("order %v, want %v", order, want)
 	}
