@@ -163,9 +163,16 @@ func diagnoseInfo(stream string, info *jetstream.StreamInfo, sent time.Time, tim
 	d := diagnosis{cond: condStalled, stream: stream}
 	ci := info.Cluster
 	if ci == nil || info.Config.Replicas <= 1 {
-		// A lone server elects nothing: a write it got and did not answer is stalled.
-		if !timeout {
+		// A lone server elects nothing: a write it got and did not answer is stalled,
+		// unless it went on storing writes well after this one was sent: a server that
+		// stopped writing stores none after the first that failed (those in flight with
+		// it land within moments), while one only slow to answer (a starved machine, an
+		// answer lost) goes on. sent may be a second early (diagnoseWrite).
+		switch {
+		case !timeout:
 			d.cond, d.detail = condUnanswered, "no server took it: JetStream was restarting, or off"
+		case info.State.LastTime.After(sent.Add(2 * time.Second)):
+			d.cond, d.detail = condUnanswered, "JetStream stored later writes meanwhile: the server is slow, not stalled"
 		}
 		return d
 	}

@@ -93,6 +93,22 @@ func TestDiagnosisOfALoneServer(t *testing.T) {
 		checkDiagnosis(t, diagnoseStream(ctx, nc, js, "S", context.DeadlineExceeded, sent), condStalled,
 			"stream S takes no writes while its leader answers: its disk is likely full or read-only")
 	})
+	t.Run("StalledAfterWritesInFlight", func(t *testing.T) { // those sent with it landed, it did not
+		sent := time.Now()
+		if _, err := js.Publish(ctx, "s.with", nil); err != nil {
+			t.Fatal(err)
+		}
+		checkDiagnosis(t, diagnoseStream(ctx, nc, js, "S", context.DeadlineExceeded, sent), condStalled,
+			"stream S takes no writes while its leader answers")
+	})
+	t.Run("Slow", func(t *testing.T) { // unanswered while the stream stored writes seconds later
+		sent := time.Now().Add(-3 * time.Second)
+		if _, err := js.Publish(ctx, "s.later", nil); err != nil {
+			t.Fatal(err)
+		}
+		checkDiagnosis(t, diagnoseStream(ctx, nc, js, "S", context.DeadlineExceeded, sent), condUnanswered,
+			"JetStream stored later writes meanwhile: the server is slow, not stalled")
+	})
 	t.Run("NoResponders", func(t *testing.T) { // no stream took it: JetStream restarting
 		checkDiagnosis(t, diagnoseStream(ctx, nc, js, "S", jetstream.ErrNoStreamResponse, sent), condUnanswered,
 			"JetStream was restarting, or off")
