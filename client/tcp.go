@@ -282,29 +282,19 @@ func (t *tcpTransport) explain(ctx context.Context, typ protocol.Type, sent bool
 	t.mu.Unlock()
 	switch {
 	case closed && sent:
-		return &unknownOutcome{msg: fmt.Sprintf("%s: client closed before %s replied, outcome unknown", typ, t.addr), err: ErrClosed}
+		return fmt.Errorf("%s: client closed before %s replied, %w: %w", typ, t.addr, ErrOutcomeUnknown, ErrClosed)
 	case closed:
 		return fmt.Errorf("%s: %w", typ, ErrClosed)
 	case ctx.Err() != nil:
 		return fmt.Errorf("%s: no reply from %s: %w", typ, t.addr, ctx.Err())
 	case sent:
-		return &unknownOutcome{msg: fmt.Sprintf("%s: connection to %s broken, outcome unknown", typ, t.addr), err: err}
+		// The client port carries no request id: the error names no job (OutcomeJob
+		// finds none), and a submission is safe to send again only under an
+		// idempotency key.
+		return fmt.Errorf("%s: connection to %s broken, %w: %w", typ, t.addr, ErrOutcomeUnknown, err)
 	}
 	return fmt.Errorf("%s: not sent: connection to %s broken: %w", typ, t.addr, err)
 }
-
-// unknownOutcome is the error of a request that was on its way when its connection
-// broke or the client closed: the bridge may have acted on it. It matches
-// ErrOutcomeUnknown and its cause, and names no job (OutcomeJob finds none): the
-// client port carries no request id, so a submission is safe to send again only
-// under an idempotency key.
-type unknownOutcome struct {
-	msg string
-	err error
-}
-
-func (e *unknownOutcome) Error() string   { return e.msg + ": " + e.err.Error() }
-func (e *unknownOutcome) Unwrap() []error { return []error{ErrOutcomeUnknown, e.err} }
 
 // Close closes the connection, interrupting the requests in flight, and waits for its
 // reader to end. It is idempotent.
