@@ -154,10 +154,35 @@ type follows struct {
 
 	mu   sync.Mutex
 	revs map[string]uint64 // each key followed, and the revision memory held of it
+	// changes counts, by key, the settings memory took on where a read-back must notice
+	// any change, even one back to the revision it follows (a removal's 0): changed.
+	changes map[string]uint64
 }
 
 func newFollows() *follows {
-	return &follows{goroutines: newGoroutines(), revs: make(map[string]uint64)}
+	return &follows{goroutines: newGoroutines(), revs: make(map[string]uint64), changes: make(map[string]uint64)}
+}
+
+// changed notes that memory took on a setting of key (a queue's settings applied, a
+// limit set or removed, a schedule entered).
+func (f *follows) changed(key string) {
+	f.mu.Lock()
+	f.changes[key]++
+	f.mu.Unlock()
+}
+
+// unchangedSince returns a function that reports whether memory has taken on no
+// setting of key (changed) since unchangedSince was called: a read-back's holds ends
+// with it.
+func (f *follows) unchangedSince(key string) func() bool {
+	f.mu.Lock()
+	at := f.changes[key]
+	f.mu.Unlock()
+	return func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.changes[key] == at
+	}
 }
 
 // start runs fn on a goroutine that stop ends and waits for, unless stopped or key is

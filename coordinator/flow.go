@@ -27,6 +27,7 @@ type flow struct {
 // init readies f for s, as newScheduler builds it.
 func (f *flow) init(s *scheduler) {
 	f.s, f.limits = s, newLimiter()
+	f.limits.changed = s.follows.changed
 }
 
 // admits: may a job of this queue and type start now? If not, when to look again.
@@ -219,9 +220,7 @@ func (f *flow) write(ctx context.Context, key string, value []byte, rev uint64) 
 func (f *flow) follow(key string, rev uint64) {
 	s := f.s
 	scope, name, _ := strings.Cut(strings.TrimPrefix(key, protocol.LimitControlPrefix), ".")
-	s.mu.Lock()
-	gen := f.limits.gen(scope, name)
-	s.unlock()
+	same := s.follows.unchangedSince(key)
 	holds := func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -229,7 +228,7 @@ func (f *flow) follow(key string, rev uint64) {
 		if lim := f.limits.get(scope, name); lim != nil {
 			held = lim.rev
 		}
-		return held == rev && f.limits.gen(scope, name) == gen
+		return held == rev && same()
 	}
 	s.follow(key, rev, holds, adoptUnder(&f.writeMu, holds, func(stored *control) { f.adopt(key, stored) }))
 }

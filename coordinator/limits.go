@@ -21,10 +21,10 @@ import (
 type limiter struct {
 	byType  map[string]*rateLimit
 	byQueue map[string]*rateLimit
-	// gens counts each limit's settings taken on (set, remove), by scope and name: a
-	// read-back (flow.follow) ends once they change, even back to the revision it
-	// follows (none, after a removal).
-	gens map[[2]string]uint64
+	// changed, when set, is told the key of each limit set or removed: a read-back
+	// (flow.follow) ends once it changes, even back to the revision it follows (none,
+	// after a removal).
+	changed func(key string)
 }
 
 // rateLimit is one limit and its bucket.
@@ -39,7 +39,7 @@ type rateLimit struct {
 }
 
 func newLimiter() *limiter {
-	return &limiter{byType: make(map[string]*rateLimit), byQueue: make(map[string]*rateLimit), gens: make(map[[2]string]uint64)}
+	return &limiter{byType: make(map[string]*rateLimit), byQueue: make(map[string]*rateLimit)}
 }
 
 func (l *limiter) table(scope string) map[string]*rateLimit {
@@ -54,7 +54,7 @@ func (l *limiter) get(scope, name string) *rateLimit { return l.table(scope)[nam
 
 // set creates or reshapes the limit of scope on name; a new one starts full when full.
 func (l *limiter) set(scope, name string, r protocol.Rate, burst int64, rev uint64, full bool, now time.Time) *rateLimit {
-	l.gens[[2]string{scope, name}]++
+	l.tell(scope, name)
 	t := l.table(scope)
 	if lim := t[name]; lim != nil {
 		lim.rate, lim.burst, lim.rev = r, burst, rev
@@ -68,12 +68,16 @@ func (l *limiter) set(scope, name string, r protocol.Rate, burst int64, rev uint
 
 // remove forgets the limit of scope on name.
 func (l *limiter) remove(scope, name string) {
-	l.gens[[2]string{scope, name}]++
+	l.tell(scope, name)
 	delete(l.table(scope), name)
 }
 
-// gen is the count of the settings the limit of scope on name took on.
-func (l *limiter) gen(scope, name string) uint64 { return l.gens[[2]string{scope, name}] }
+// tell tells changed, if set, that the limit of scope on name changed.
+func (l *limiter) tell(scope, name string) {
+	if l.changed != nil {
+		l.changed(protocol.LimitControlKey(scope, name))
+	}
+}
 
 // empty reports whether no limit is set: dispatch's common case costs two map lengths.
 func (l *limiter) empty() bool { return len(l.byType) == 0 && len(l.byQueue) == 0 }

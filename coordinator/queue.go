@@ -45,10 +45,6 @@ type jobQueue struct {
 	perSec             [60]uint32
 	perSecAt           [60]int64 // the Unix second perSec[i] counts
 	used               bool      // a job came since the last collect (dispatch.go)
-
-	// gen counts the settings applied (applyQueueSettings): a read-back (followQueue)
-	// ends once they change, even back to the revision it follows (a removal's 0).
-	gen uint64
 }
 
 // typeLane is the jobs of one task type in one queue, by concurrency key.

@@ -145,7 +145,7 @@ func (s *scheduler) storeQueueSettings(ctx context.Context, name string, st prot
 func (s *scheduler) applyQueueSettings(q *jobQueue, st protocol.QueueSettings, rev uint64) {
 	was := q.settings
 	q.settings, q.rev = st, rev
-	q.gen++
+	s.follows.changed(protocol.QueueControlPrefix + q.name)
 	if st.Paused != was.Paused {
 		s.log.Info("queue settings changed", "queue", q.name, "paused", st.Paused, "max_running", st.MaxRunning, "key_concurrency", st.KeyConcurrency)
 	}
@@ -176,17 +176,12 @@ func (s *scheduler) adoptQueueSettings(name string, stored *control) {
 // "Outcome unknown" while memory held revision rev (0: none stored), and taken on once
 // the store holds others (follow).
 func (s *scheduler) followQueue(name string, rev uint64) {
-	s.mu.Lock()
-	var gen uint64
-	if q := s.ready.queues[name]; q != nil {
-		gen = q.gen
-	}
-	s.unlock()
+	same := s.follows.unchangedSince(protocol.QueueControlPrefix + name)
 	holds := func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		q := s.ready.queues[name]
-		return q == nil && rev == 0 || q != nil && q.rev == rev && q.gen == gen
+		return q == nil && rev == 0 || q != nil && q.rev == rev && same()
 	}
 	s.follow(protocol.QueueControlPrefix+name, rev, holds, adoptUnder(&s.queueWrites, holds, func(stored *control) {
 		s.adoptQueueSettings(name, stored)

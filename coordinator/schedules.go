@@ -66,9 +66,6 @@ type schedules struct {
 
 	mu     sync.Mutex
 	byName map[string]*schedEntry
-	// entered counts the entries each name took (claim): a read-back of an add
-	// (followAdd) ends once one did, even if it went again since.
-	entered map[string]uint64
 }
 
 // schedEntry is one schedule. op is held across each change of it, I/O included, so
@@ -86,8 +83,7 @@ type schedEntry struct {
 }
 
 func newSchedules(s *scheduler) *schedules {
-	sch := &schedules{s: s, log: s.log, goroutines: newGoroutines(), byName: make(map[string]*schedEntry),
-		entered: make(map[string]uint64)}
+	sch := &schedules{s: s, log: s.log, goroutines: newGoroutines(), byName: make(map[string]*schedEntry)}
 	sch.obs, _ = s.cfg.Observer.(ScheduleObserver)
 	return sch
 }
@@ -432,7 +428,9 @@ func (sch *schedules) claim(name string, e *schedEntry) bool {
 		return false
 	}
 	sch.byName[name] = e
-	sch.entered[name]++
+	// A read-back of an add (followAdd) ends once the name took an entry, even if it
+	// went again since.
+	sch.s.follows.changed(protocol.SchedulePrefix + name)
 	return true
 }
 
@@ -481,13 +479,11 @@ func (sch *schedules) takeOn(c *control) *schedEntry {
 // and taken on once stored, unless a schedule of that name was added meanwhile
 // (scheduler.follow).
 func (sch *schedules) followAdd(name string) {
-	sch.mu.Lock()
-	entered := sch.entered[name]
-	sch.mu.Unlock()
+	same := sch.s.follows.unchangedSince(protocol.SchedulePrefix + name)
 	holds := func() bool {
 		sch.mu.Lock()
 		defer sch.mu.Unlock()
-		return sch.byName[name] == nil && sch.entered[name] == entered
+		return sch.byName[name] == nil && same()
 	}
 	sch.s.follow(protocol.SchedulePrefix+name, 0, holds, func(stored *control) bool {
 		return stored != nil && sch.takeOn(stored) != nil
