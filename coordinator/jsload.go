@@ -163,7 +163,7 @@ func readHead(id string, h nats.Header, meta *jetstream.MsgMetadata) (head, bool
 }
 
 // consume hands fn the messages of an ordered consumer of stream with cfg, until none
-// is pending, and deletes the consumer rather than leave it to time out. pull bounds
+// is pending (caughtUp), and deletes the consumer rather than leave it to time out. pull bounds
 // the messages fetched ahead (default: 4096, for headers only).
 func consume(ctx context.Context, stream jetstream.Stream, cfg jetstream.OrderedConsumerConfig, fn func(jetstream.Msg, *jetstream.MsgMetadata), pull ...jetstream.PullMessagesOpt) error {
 	cons, err := stream.OrderedConsumer(ctx, cfg)
@@ -186,8 +186,16 @@ func consume(ctx context.Context, stream jetstream.Stream, cfg jetstream.Ordered
 		return err
 	}
 	defer it.Stop()
+	var last uint64  // the stream sequence of the last message delivered
+	doubted := false // the server's count said none pending while one was
 	for {
-		msg, err := it.Next(jetstream.NextContext(ctx))
+		msg, err := next(ctx, it, doubted)
+		if errors.Is(err, errNoneYet) {
+			if done, err := caughtUp(ctx, stream, cfg.FilterSubjects, last); done || err != nil {
+				return err
+			}
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -196,10 +204,62 @@ func consume(ctx context.Context, stream jetstream.Stream, cfg jetstream.Ordered
 			return err
 		}
 		fn(msg, meta)
+		last = meta.Sequence.Stream
 		if meta.NumPending == 0 {
-			return nil
+			done, err := caughtUp(ctx, stream, cfg.FilterSubjects, last)
+			if done || err != nil {
+				return err
+			}
+			doubted = true
 		}
 	}
+}
+
+// errNoneYet: no message came within doubtWait of a count doubted.
+var errNoneYet = errors.New("no message yet")
+
+// doubtWait is how long a consumer whose count was doubted waits for a message before
+// it looks again whether one is still to come (it may have been removed meanwhile).
+const doubtWait = time.Second
+
+// next returns the consumer's next message; once doubted, it waits at most doubtWait.
+func next(ctx context.Context, it jetstream.MessagesContext, doubted bool) (jetstream.Msg, error) {
+	if !doubted {
+		return it.Next(jetstream.NextContext(ctx))
+	}
+	wait, cancel := context.WithTimeout(ctx, doubtWait)
+	defer cancel()
+	msg, err := it.Next(jetstream.NextContext(wait))
+	if err != nil && ctx.Err() == nil && wait.Err() != nil {
+		return nil, errNoneYet
+	}
+	return msg, err
+}
+
+// caughtUp reports whether no message under filters follows sequence seq. A
+// consumer's NumPending is the server's running count, not a fresh one: a message
+// removed while the last of each subject is delivered (a key rewritten meanwhile) can
+// take it to 0 while the rewrite is still to come. The stream's last sequence answers
+// most calls; a filter's last message costs the server a walk of the filter's subjects
+// (about 20 ms for 500,000 keys here), once a listing.
+func caughtUp(ctx context.Context, stream jetstream.Stream, filters []string, seq uint64) (bool, error) {
+	info, err := stream.Info(ctx)
+	if err != nil || info.State.LastSeq <= seq {
+		return err == nil, err
+	}
+	for _, f := range filters {
+		m, err := stream.GetLastMsgForSubject(ctx, f)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return false, err
+		}
+		if m.Sequence > seq {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // kvKeys hands fn every key under filter (">" for all) of the KV bucket whose stream
