@@ -24,9 +24,9 @@ import (
 // logArgs is the payload of the LOGGER test type: it writes Lines records, then
 // waits for release (when Hold) before it returns.
 type logArgs struct {
-	Lines       int  `json:"lines"`
-	Hold        bool `json:"hold,omitempty"`
-	FloodMillis int  `json:"floodMillis,omitempty"` // then logs as fast as it can for this long
+	Lines int  `json:"lines"`
+	Hold  bool `json:"hold,omitempty"`
+	Flood bool `json:"flood,omitempty"` // then logs as fast as it can until released
 	// CleanupMillis: a held job cancelled logs "cleaning up", takes this long, and
 	// logs "cleaned up" before it returns.
 	CleanupMillis int `json:"cleanupMillis,omitempty"`
@@ -47,7 +47,7 @@ func visibilitySetup(t *testing.T) (*jobbustest.System, *client.Client, func()) 
 			for i := range a.Lines {
 				log.Info("step", "i", i, "of", a.Lines)
 			}
-			for end, i := time.Now().Add(time.Duration(a.FloodMillis)*time.Millisecond), 0; time.Now().Before(end); i++ {
+			for i := 0; a.Flood && !closed(release); i++ {
 				log.Info("flood", "i", i, "filler", "0123456789abcdef0123456789abcdef")
 			}
 			if a.Hold {
@@ -231,17 +231,19 @@ func TestJobLogsFollowWaitsForACancelledHandler(t *testing.T) {
 // marker, and its job still completes.
 func TestJobLogFloodIsBounded(t *testing.T) {
 	t.Parallel()
-	sys, cl, _ := visibilitySetup(t)
+	sys, cl, release := visibilitySetup(t)
 	ctx := context.Background()
-	// Shipped at worker.LogBytesPerSecond, 5 s of flood is more than a job keeps.
-	flood := 5 * time.Second
-	if worker.LogBytesPerSecond*int(flood/time.Second) < 3*protocol.MaxLogBytesPerJob/2 {
-		t.Fatalf("%v of flood ships too little to overflow a job's log", flood)
-	}
-	id, err := cl.Submit(ctx, "LOGGER", logArgs{FloodMillis: int(flood.Milliseconds())})
+	id, err := cl.Submit(ctx, "LOGGER", logArgs{Flood: true})
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The flood goes on until the stream has dropped the job's oldest chunk and the
+	// worker has dropped records, however slowly this machine ships them.
+	testkit.Eventually(t, time.Minute, "the job's log overflowed", func() bool {
+		shipDropped, streamDropped, err := logMarkers(ctx, cl, id)
+		return err == nil && shipDropped > 0 && streamDropped > 0
+	})
+	release()
 	if job, err := cl.Wait(ctx, id); err != nil || job.State != protocol.StateCompleted {
 		t.Fatalf("job %s: %+v, %v", id, job, err)
 	}
@@ -260,9 +262,26 @@ func TestJobLogFloodIsBounded(t *testing.T) {
 	if n := info.State.Subjects[protocol.LogSubject(id)]; n == 0 || n > protocol.LogChunksPerJob {
 		t.Fatalf("job log holds %d chunks, want 1..%d", n, protocol.LogChunksPerJob)
 	}
-	var bytes, shipDropped, streamDropped int
+	var bytes int
 	err = cl.Logs(ctx, id, false, func(r client.LogRecord) error {
 		bytes += len(r.JSON) + 1
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes > protocol.MaxLogBytesPerJob+16<<10 {
+		t.Fatalf("job log is %d bytes, want at most about %d", bytes, protocol.MaxLogBytesPerJob)
+	}
+	if shipDropped, streamDropped, err := logMarkers(ctx, cl, id); err != nil || shipDropped == 0 || streamDropped != 1 {
+		t.Fatalf("markers: %d of records the worker dropped (want some), %d of chunks the stream dropped (want 1), %v", shipDropped, streamDropped, err)
+	}
+}
+
+// logMarkers counts the markers of a job's log: records the worker dropped, and
+// chunks the stream dropped.
+func logMarkers(ctx context.Context, cl *client.Client, id string) (shipDropped, streamDropped int, err error) {
+	err = cl.Logs(ctx, id, false, func(r client.LogRecord) error {
 		_, _, msg := r.Fields()
 		switch {
 		case r.Dropped:
@@ -272,14 +291,16 @@ func TestJobLogFloodIsBounded(t *testing.T) {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if bytes > protocol.MaxLogBytesPerJob+16<<10 {
-		t.Fatalf("job log is %d bytes, want at most about %d", bytes, protocol.MaxLogBytesPerJob)
-	}
-	if shipDropped == 0 || streamDropped != 1 {
-		t.Fatalf("markers: %d of records the worker dropped (want some), %d of chunks the stream dropped (want 1)", shipDropped, streamDropped)
+	return shipDropped, streamDropped, err
+}
+
+// closed reports whether ch is closed, without waiting.
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 
