@@ -179,10 +179,24 @@ func TestStartStoreLocked(t *testing.T) {
 	}
 	shutdown(t, first)
 	// Once the first server is gone the directory is free again.
-	if embeddednats.StoreLocked(dir) || embeddednats.StoreLocked(filepath.Join(dir, "none")) {
-		t.Error("StoreLocked = true for a store nobody holds, or none at all")
+	waitUnlocked(t, dir)
+	if embeddednats.StoreLocked(filepath.Join(dir, "none")) {
+		t.Error("StoreLocked = true for a store that does not exist")
 	}
 	start(t, dir)
+}
+
+// waitUnlocked waits until nobody holds dir's lock. A server's release is not seen at
+// once when another test of this process forks a command meanwhile: the child holds
+// a copy of the lock file's descriptor until it executes the command.
+func waitUnlocked(t *testing.T, dir string) {
+	t.Helper()
+	testkit.Wait(t, 10*time.Second, func() error {
+		if embeddednats.StoreLocked(dir) {
+			return errors.New("StoreLocked = true for a store nobody holds")
+		}
+		return nil
+	})
 }
 
 func TestStartJetStreamFailure(t *testing.T) {
@@ -200,6 +214,7 @@ func TestStartJetStreamFailure(t *testing.T) {
 	if err := os.Remove(filepath.Join(dir, "jetstream")); err != nil {
 		t.Fatal(err)
 	}
+	waitUnlocked(t, dir)
 	start(t, dir)
 }
 
