@@ -12,6 +12,7 @@ import (
 
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
+	"github.com/jobbus/jobbus/internal/testkit"
 )
 
 // workflows is the suite of dependencies, workflows and batches (issue 26).
@@ -70,17 +71,30 @@ func (s *System) WaitWorkflow(id string) protocol.WorkflowStatus {
 	return st
 }
 
-// StoredPayload reads job id's record from the jobs bucket: its payload as stored.
+// StoredPayload reads job id's record from the jobs bucket once it is stored finished:
+// its payload as stored. A status answers from the coordinator's memory, which may be
+// a commit ahead of the store.
 func (s *System) StoredPayload(id string) json.RawMessage {
 	s.t.Helper()
 	js, err := jetstream.New(s.NC)
 	Must(s.t, err)
 	kv, err := js.KeyValue(ctxT(s.t), protocol.JobsBucket)
 	Must(s.t, err)
-	e, err := kv.Get(ctxT(s.t), id)
-	Must(s.t, err)
 	var r protocol.Record
-	Must(s.t, json.Unmarshal(e.Value(), &r))
+	testkit.Wait(s.t, 10*time.Second, func() error {
+		e, err := kv.Get(ctxT(s.t), id)
+		if err != nil {
+			return err
+		}
+		r = protocol.Record{}
+		if err := json.Unmarshal(e.Value(), &r); err != nil {
+			return err
+		}
+		if !r.State.Terminal() {
+			return fmt.Errorf("job %s stored %s", id, r.State)
+		}
+		return nil
+	})
 	return r.Payload
 }
 
