@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -176,4 +178,35 @@ func TestStoppingWorkerIsAssignedNothing(t *testing.T) {
 
 func final(s protocol.State) bool {
 	return s == protocol.StateCompleted || s == protocol.StateFailed || s == protocol.StateCancelled
+}
+
+// TestRegistrationTooLargeFailsRun: a worker whose registration does not fit in a NATS
+// message (task types whose schemas add up to more than the server's 1 MiB maximum
+// payload) ends Run at once with an error that names the registration's size and the
+// limit. Before, NATS refused to send it, the worker took that for a coordinator not
+// answering, and Run retried for ever, logging only that it was waiting.
+func TestRegistrationTooLargeFailsRun(t *testing.T) {
+	t.Parallel()
+	sys := jobbustest.Start(t)
+	limit := sys.NC.MaxPayload()
+	description := strings.Repeat("d", int(limit)/3)
+	schema := json.RawMessage(`{"type":"object","description":"` + description + `"}`)
+	w, err := worker.New(sys.NC, worker.WithLogger(nil))
+	must(t, err)
+	t.Cleanup(func() { _ = w.Close() })
+	for i := range 4 { // each schema fits; together they do not
+		must(t, w.Handle(fmt.Sprintf("BIG_SCHEMA_%d", i), func(context.Context, int, json.RawMessage) (string, error) { return "", nil },
+			worker.Schema(schema)))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = w.Run(ctx)
+	if ctx.Err() != nil {
+		t.Fatalf("Run was still registering after 10 s (returned %v), want it to fail at once", err)
+	}
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("maximum payload on this server is %d bytes", limit)) ||
+		!regexp.MustCompile(`registration \(\d{7} bytes, 9 task types\)`).MatchString(err.Error()) {
+		t.Fatalf("Run: %v, want an error naming the registration's size and the limit (%d bytes)", err, limit)
+	}
+	t.Log(err)
 }

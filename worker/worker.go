@@ -145,7 +145,8 @@ func (w *Worker) ID() string { return w.cfg.ID }
 func (w *Worker) Running() int { return w.attempts.Len() }
 
 // Run serves the coordinator until ctx ends: it registers (retrying until the
-// coordinator answers), heartbeats, registers again when the coordinator has forgotten
+// coordinator answers; a registration larger than a NATS message holds ends Run with
+// an error naming both sizes), heartbeats, registers again when the coordinator has forgotten
 // it, and runs what it is assigned.
 //
 // When ctx ends, Run stops taking work (telling the coordinator, as Drain does),
