@@ -210,3 +210,35 @@ func TestRegistrationTooLargeFailsRun(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// TestGoodbyeLandsBeforeTheRestart: a worker of a fixed id stopped and started again at
+// once (a restart with --id), whose old process reaches NATS over a slow path (half a
+// second each way of its sending), keeps its new registration: a job submitted as it
+// comes back runs on it and COMPLETES on its one attempt. Before, the old process's
+// goodbye was a tell: its Run returned as it was sent, the new registration overtook it,
+// and the goodbye, landing after, lost the new registration and the job with it
+// (FAILED, worker lost (worker shutting down)).
+func TestGoodbyeLandsBeforeTheRestart(t *testing.T) {
+	t.Parallel()
+	sys := jobbustest.Start(t)
+	proxy := testkit.NewProxy(t, strings.TrimPrefix(sys.Server.ClientURL(), "nats://"))
+	const id = "restarted"
+	old, err := worker.Connect(context.Background(), "nats://"+proxy.Addr(),
+		worker.WithID(id), worker.WithHeartbeat(time.Second), worker.WithLogger(nil))
+	must(t, err)
+	t.Cleanup(func() { _ = old.Close() })
+	stopOld := jobbustest.Go(t, old.Run)
+	cl := client.New(sys.NC)
+	testkit.Eventually(t, 15*time.Second, "worker listed", func() bool { return jobbustest.WorkerListed(cl, id) })
+	proxy.Delay(500 * time.Millisecond)
+	stopOld()
+	_ = old.Close()
+	sys.StartNativeWorker(t, worker.WithID(id)) // the restart, over a fast path
+	job, err := cl.Submit(context.Background(), "SLEEP", json.RawMessage(`{"durationMillis":1500}`), client.MaxAttempts(1))
+	must(t, err)
+	testkit.Eventually(t, 15*time.Second, "job ended", func() bool { return final(jobState(t, cl, job).State) })
+	if j := jobState(t, cl, job); j.State != protocol.StateCompleted || j.Attempts != 1 {
+		t.Errorf("job %s after %d attempts, error %q; want COMPLETED after 1 on the restarted worker",
+			j.State, j.Attempts, deref(j.Error))
+	}
+}
