@@ -120,12 +120,21 @@ type Config struct {
 	StoreFault func() error
 }
 
-// DefaultConfig returns the defaults of DESIGN.md.
+// defaultTaskTimeout is the longest SLEEP PROTOCOL.md allows (10 minutes) and a minute
+// more, for its assignment and its result to travel: the reference's 10 minutes, the
+// longest SLEEP itself, had passed by the time such a SLEEP's result arrived, and the
+// job completed only if no sweep ran in between. A minute is as long as the bridge
+// offers a TCP worker's result (bridge.Config.ResultRetryFor) while no coordinator
+// serves.
+const defaultTaskTimeout = time.Duration(tasktype.MaxSleepMillis)*time.Millisecond + time.Minute
+
+// DefaultConfig returns the defaults of DESIGN.md, but for TaskTimeout (11 minutes, not
+// the reference's 10: defaultTaskTimeout).
 func DefaultConfig() Config {
 	return Config{
 		HeartbeatTimeout: 6 * time.Second,
 		SweepInterval:    500 * time.Millisecond,
-		TaskTimeout:      10 * time.Minute,
+		TaskTimeout:      defaultTaskTimeout,
 		MaxAttempts:      3,
 		RetryBaseDelay:   time.Second,
 		RetryMaxDelay:    30 * time.Second,

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -176,4 +178,67 @@ func TestStoppingWorkerIsAssignedNothing(t *testing.T) {
 
 func final(s protocol.State) bool {
 	return s == protocol.StateCompleted || s == protocol.StateFailed || s == protocol.StateCancelled
+}
+
+// TestRegistrationTooLargeFailsRun: a worker whose registration does not fit in a NATS
+// message (task types whose schemas add up to more than the server's 1 MiB maximum
+// payload) ends Run at once with an error that names the registration's size and the
+// limit. Before, NATS refused to send it, the worker took that for a coordinator not
+// answering, and Run retried for ever, logging only that it was waiting.
+func TestRegistrationTooLargeFailsRun(t *testing.T) {
+	t.Parallel()
+	sys := jobbustest.Start(t)
+	limit := sys.NC.MaxPayload()
+	description := strings.Repeat("d", int(limit)/3)
+	schema := json.RawMessage(`{"type":"object","description":"` + description + `"}`)
+	w, err := worker.New(sys.NC, worker.WithLogger(nil))
+	must(t, err)
+	t.Cleanup(func() { _ = w.Close() })
+	for i := range 4 { // each schema fits; together they do not
+		must(t, w.Handle(fmt.Sprintf("BIG_SCHEMA_%d", i), func(context.Context, int, json.RawMessage) (string, error) { return "", nil },
+			worker.Schema(schema)))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = w.Run(ctx)
+	if ctx.Err() != nil {
+		t.Fatalf("Run was still registering after 10 s (returned %v), want it to fail at once", err)
+	}
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("maximum payload on this server is %d bytes", limit)) ||
+		!regexp.MustCompile(`registration \(\d{7} bytes, 9 task types\)`).MatchString(err.Error()) {
+		t.Fatalf("Run: %v, want an error naming the registration's size and the limit (%d bytes)", err, limit)
+	}
+	t.Log(err)
+}
+
+// TestGoodbyeLandsBeforeTheRestart: a worker of a fixed id stopped and started again at
+// once (a restart with --id), whose old process reaches NATS over a slow path (half a
+// second each way of its sending), keeps its new registration: a job submitted as it
+// comes back runs on it and COMPLETES on its one attempt. Before, the old process's
+// goodbye was a tell: its Run returned as it was sent, the new registration overtook it,
+// and the goodbye, landing after, lost the new registration and the job with it
+// (FAILED, worker lost (worker shutting down)).
+func TestGoodbyeLandsBeforeTheRestart(t *testing.T) {
+	t.Parallel()
+	sys := jobbustest.Start(t)
+	proxy := testkit.NewProxy(t, strings.TrimPrefix(sys.Server.ClientURL(), "nats://"))
+	const id = "restarted"
+	old, err := worker.Connect(context.Background(), "nats://"+proxy.Addr(),
+		worker.WithID(id), worker.WithHeartbeat(time.Second), worker.WithLogger(nil))
+	must(t, err)
+	t.Cleanup(func() { _ = old.Close() })
+	stopOld := jobbustest.Go(t, old.Run)
+	cl := client.New(sys.NC)
+	testkit.Eventually(t, 15*time.Second, "worker listed", func() bool { return jobbustest.WorkerListed(cl, id) })
+	proxy.Delay(500 * time.Millisecond)
+	stopOld()
+	_ = old.Close()
+	sys.StartNativeWorker(t, worker.WithID(id)) // the restart, over a fast path
+	job, err := cl.Submit(context.Background(), "SLEEP", json.RawMessage(`{"durationMillis":1500}`), client.MaxAttempts(1))
+	must(t, err)
+	testkit.Eventually(t, 15*time.Second, "job ended", func() bool { return final(jobState(t, cl, job).State) })
+	if j := jobState(t, cl, job); j.State != protocol.StateCompleted || j.Attempts != 1 {
+		t.Errorf("job %s after %d attempts, error %q; want COMPLETED after 1 on the restarted worker",
+			j.State, j.Attempts, deref(j.Error))
+	}
 }

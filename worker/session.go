@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -116,6 +117,9 @@ func (w *Worker) register(ctx context.Context, reason string) error {
 			return nil
 		case workerproto.Final(err):
 			return fmt.Errorf("worker: register: %w", err)
+		case errors.Is(err, nats.ErrMaxPayload):
+			// NATS refused to send it, and always will: retrying would wait for ever.
+			return w.tooLarge(msg, err)
 		case errors.Is(err, bus.ErrRemote):
 			w.log.Warn("worker registration refused; retrying", "err", err)
 		case !said && time.Since(start) >= waitingGrace && errors.Is(err, bus.ErrDisconnected):
@@ -132,6 +136,16 @@ func (w *Worker) register(ctx context.Context, reason string) error {
 			return nil
 		}
 	}
+}
+
+// tooLarge is the error of a registration the NATS connection refused to send, since
+// with its envelope it exceeds the server's maximum payload: it names both, so that
+// whoever declared the task types (their schemas, most often) knows by how much to
+// shrink them.
+func (w *Worker) tooLarge(msg *protocol.WorkerRegister, err error) error {
+	data, _ := json.Marshal(msg) // the bus encoded it already, before NATS refused it
+	return fmt.Errorf("worker: register: the registration (%d bytes, %d task types) does not fit in a NATS message, "+
+		"whose maximum payload on this server is %d bytes: %w", len(data), len(msg.TaskTypes), w.node.Conn().MaxPayload(), err)
 }
 
 // natsServers are the NATS URLs the worker's connection tries, redacted.

@@ -145,13 +145,15 @@ func (w *Worker) ID() string { return w.cfg.ID }
 func (w *Worker) Running() int { return w.attempts.Len() }
 
 // Run serves the coordinator until ctx ends: it registers (retrying until the
-// coordinator answers), heartbeats, registers again when the coordinator has forgotten
-// it, and runs what it is assigned.
+// coordinator answers; a registration larger than a NATS message holds ends Run with
+// an error naming both sizes), heartbeats, registers again when the coordinator has
+// forgotten it, and runs what it is assigned.
 //
 // When ctx ends, Run stops taking work (telling the coordinator, as Drain does),
 // cancels the running attempts, keeps delivering the results of attempts that had
 // finished, or finish, for up to the shutdown timeout (heartbeating meanwhile, so the
-// coordinator keeps their leases), tells the coordinator it is going, and returns nil
+// coordinator keeps their leases), says goodbye and waits for the coordinator's answer
+// (so a worker started again under the same id registers after it), and returns nil
 // once every goroutine it started has ended.
 // A task that ignores its context's end therefore holds Run up.
 func (w *Worker) Run(ctx context.Context) error {
@@ -205,12 +207,13 @@ func (w *Worker) shutdown() error {
 	stopBeats := w.beatUntilStopped()
 	w.drain()
 	stopBeats()
-	// The goodbye comes after the results, which it would otherwise make stale.
-	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.Heartbeat)
-	defer cancel()
-	bye := &protocol.Disconnect{WorkerID: w.cfg.ID, Cause: "worker shutting down"}
-	if terr := w.node.Tell(ctx, coordinator, protocol.PathDisconnect, bye); terr != nil && !errors.Is(terr, bus.ErrClosed) {
-		w.log.Warn("worker could not say goodbye", "err", terr)
+	// The goodbye comes after the results, which it would otherwise make stale. It is
+	// an ask, answered once the coordinator has let the worker go, within the node's
+	// ask timeout: a tell left Run while it was on its way, and a restart under the same
+	// id (--id) that registered first lost its new registration, and the attempts
+	// assigned to it, when the goodbye landed after.
+	if berr := workerproto.Disconnect(context.Background(), w.node, w.cfg.ID, "worker shutting down"); berr != nil && !errors.Is(berr, bus.ErrClosed) {
+		w.log.Warn("worker could not say goodbye", "err", berr)
 	}
 	w.log.Info("worker stopped")
 	return err

@@ -9,7 +9,8 @@ const (
 	// PathHeartbeat: worker asks Heartbeat, coordinator answers Heartbeat; an error
 	// answer means the coordinator does not know the worker, which then registers again.
 	PathHeartbeat = "worker.heartbeat"
-	// PathDisconnect: worker (or the bridge for it) tells Disconnect when it goes away.
+	// PathDisconnect: worker (or the bridge for it) asks Disconnect when it goes away,
+	// answered once the coordinator has let it go.
 	PathDisconnect = "worker.disconnect"
 	// PathDrain: worker asks Drain when it stops taking work; the coordinator assigns it
 	// nothing more and answers DrainAck with the attempts it still counts as running

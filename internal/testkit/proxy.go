@@ -5,16 +5,19 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // Proxy is a TCP proxy on a loopback port to one address, whose traffic a test can
 // cut: Cut closes every connection through it and refuses new ones (accepted, then
 // closed at once, as a peer whose network is down sees it) until Restore. It stops
-// when the test ends.
+// when the test ends. Delay slows what its clients send, as a long network path does.
 type Proxy struct {
 	ln     net.Listener
 	target string
+	delay  atomic.Int64 // nanoseconds each chunk from a client waits; 0 none
 
 	mu    sync.Mutex
 	cut   bool
@@ -53,6 +56,12 @@ func (p *Proxy) Cut() {
 	}
 }
 
+// Delay holds every chunk a client sends for d before passing it on to the target, in
+// order (only its latency, not its throughput, changes); 0 passes them at once. What a
+// client sent just before it closed still arrives, d later, before the target's
+// connection closes. It applies to the chunks read from now on.
+func (p *Proxy) Delay(d time.Duration) { p.delay.Store(int64(d)) }
+
 // Restore lets connections through again.
 func (p *Proxy) Restore() {
 	p.mu.Lock()
@@ -89,15 +98,23 @@ func (p *Proxy) serve(in net.Conn) {
 	}
 	defer p.untrack(in, out)
 	done := make(chan struct{}, 2)
-	pipe := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
+	go func() {
+		_, _ = io.Copy(out, delayed{in, p})
 		// Either direction ending ends both, as a cut network does.
-		_ = dst.Close()
-		_ = src.Close()
+		_ = out.Close()
+		_ = in.Close()
 		done <- struct{}{}
-	}
-	go pipe(out, in)
-	go pipe(in, out)
+	}()
+	go func() {
+		_, _ = io.Copy(in, out)
+		_ = in.Close()
+		// Delayed, what the client sent before it closed is still on its way: the
+		// client's end must not cut it off (the other direction closes out once through).
+		if p.delay.Load() == 0 {
+			_ = out.Close()
+		}
+		done <- struct{}{}
+	}()
 	<-done
 	<-done
 }
@@ -122,3 +139,56 @@ func (p *Proxy) untrack(cs ...net.Conn) {
 		delete(p.conns, c)
 	}
 }
+
+// delayed reads a client's connection, each chunk once the proxy's delay has passed
+// since it was read: a goroutine reads ahead, so that chunks in a row are each delayed
+// once, not one after the other.
+type delayed struct {
+	c net.Conn
+	p *Proxy
+}
+
+func (d delayed) WriteTo(w io.Writer) (int64, error) {
+	type chunk struct {
+		data []byte
+		at   time.Time
+		err  error
+	}
+	chunks := make(chan chunk, 1024)
+	go func() {
+		defer close(chunks)
+		for {
+			buf := make([]byte, 32<<10)
+			n, err := d.c.Read(buf)
+			chunks <- chunk{buf[:n], time.Now().Add(time.Duration(d.p.delay.Load())), err}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	// Returning early, the reader is left to end once its connection closes: it must
+	// not wait for room in chunks meanwhile.
+	defer func() {
+		go func() {
+			for range chunks {
+			}
+		}()
+	}()
+	var total int64
+	for c := range chunks {
+		time.Sleep(time.Until(c.at)) // the network's latency, not a synchronisation
+		n, err := w.Write(c.data)
+		total += int64(n)
+		switch {
+		case err != nil:
+			return total, err
+		case errors.Is(c.err, io.EOF):
+			return total, nil
+		case c.err != nil:
+			return total, c.err
+		}
+	}
+	return total, nil
+}
+
+func (d delayed) Read([]byte) (int, error) { return 0, errors.New("testkit: read through WriteTo") }
