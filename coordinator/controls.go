@@ -152,16 +152,19 @@ const (
 type follows struct {
 	*goroutines
 
-	mu   sync.Mutex
-	revs map[string]uint64 // each key followed, and the revision memory held of it
+	mu    sync.Mutex
+	reads map[string]*followed // each key followed, by its read-back
 	// changes counts, by key, the settings memory took on where a read-back must notice
 	// any change, even one back to the revision it follows (a removal's 0): changed.
 	changes map[string]uint64
 }
 
 func newFollows() *follows {
-	return &follows{goroutines: newGoroutines(), revs: make(map[string]uint64), changes: make(map[string]uint64)}
+	return &follows{goroutines: newGoroutines(), reads: make(map[string]*followed), changes: make(map[string]uint64)}
 }
+
+// followed is one read-back of a setting; end ends it.
+type followed struct{ end context.CancelFunc }
 
 // changed notes that memory took on a setting of key (a queue's settings applied, a
 // limit set or removed, a schedule entered).
@@ -185,24 +188,32 @@ func (f *follows) unchangedSince(key string) func() bool {
 	}
 }
 
-// start runs fn on a goroutine that stop ends and waits for, unless stopped or key is
-// followed already from the same revision.
-func (f *follows) start(key string, rev uint64, fn func(ctx context.Context)) {
+// start runs fn on a goroutine that stop ends and waits for, unless stopped. fn's ctx
+// also ends when a later write of key starts another: its read-back replaces this
+// one, even from the same revision, since the earlier one's holds may report a change
+// that the later write made (a schedule's add sent again enters the name again), and
+// end before the setting is settled, with nothing left to take on what lands.
+func (f *follows) start(key string, fn func(ctx context.Context)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if was, ok := f.revs[key]; ok && was == rev {
-		return
-	}
-	if f.goRun(func() {
-		fn(f.ctx)
+	ctx, end := context.WithCancel(f.ctx)
+	this := &followed{end: end}
+	if !f.goRun(func() {
+		defer end()
+		fn(ctx)
 		f.mu.Lock()
-		if f.revs[key] == rev {
-			delete(f.revs, key)
+		if f.reads[key] == this {
+			delete(f.reads, key)
 		}
 		f.mu.Unlock()
 	}) {
-		f.revs[key] = rev
+		end()
+		return
 	}
+	if was, ok := f.reads[key]; ok {
+		was.end()
+	}
+	f.reads[key] = this
 }
 
 // following reports whether setting key is being read back: a write of it was answered
@@ -210,7 +221,7 @@ func (f *follows) start(key string, rev uint64, fn func(ctx context.Context)) {
 func (f *follows) following(key string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	_, ok := f.revs[key]
+	_, ok := f.reads[key]
 	return ok
 }
 
@@ -243,10 +254,11 @@ func (s *scheduler) storedNow(key string, rev uint64) (changed *control, ok bool
 // until the store holds another revision (or none, or one); then adopt takes on what
 // it holds (nil: nothing), under the locks of the setting's writes, and only while
 // holds still reports that memory holds rev: a write of the setting since, or one
-// found changed, is newer. It ends once holds does not, or the coordinator stops or is
-// fenced. A write that never lands is followed on, a read every followMax, until then.
+// found changed, is newer. It ends once holds does not, a later write of key answered
+// so is followed instead (follows.start), or the coordinator stops or is fenced. A
+// write that never lands is followed on, a read every followMax, until then.
 func (s *scheduler) follow(key string, rev uint64, holds func() bool, adopt func(stored *control) bool) {
-	s.follows.start(key, rev, func(ctx context.Context) {
+	s.follows.start(key, func(ctx context.Context) {
 		for wait := followFirst; ; wait = min(2*wait, followMax) {
 			t := time.NewTimer(wait)
 			select {

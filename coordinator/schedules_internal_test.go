@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -237,7 +238,7 @@ func TestUndoOfAnUnknownPauseHolds(t *testing.T) {
 	eventuallyTrue(t, "the read-backs over", func() bool {
 		c.sched.follows.mu.Lock()
 		defer c.sched.follows.mu.Unlock()
-		return len(c.sched.follows.revs) == 0
+		return len(c.sched.follows.reads) == 0
 	})
 	if qs, err := cl.Queues(ctx); err != nil || len(qs) == 0 || qs[len(qs)-1].Name != "q" || qs[len(qs)-1].Paused {
 		t.Errorf("queues after the resume answered: %+v, %v; want q unpaused", qs, err)
@@ -284,7 +285,7 @@ func TestCommandAfterAnUnknownCreateHolds(t *testing.T) {
 	eventuallyTrue(t, "the read-backs over", func() bool {
 		c.sched.follows.mu.Lock()
 		defer c.sched.follows.mu.Unlock()
-		return len(c.sched.follows.revs) == 0
+		return len(c.sched.follows.reads) == 0
 	})
 	if scs, err := cl.Schedules(ctx); err != nil || len(scs) != 0 {
 		t.Errorf("schedules after the removal answered: %+v, %v; want none", scs, err)
@@ -292,4 +293,87 @@ func TestCommandAfterAnUnknownCreateHolds(t *testing.T) {
 	if cur, ok, err := c.store.controls().get(ctx, protocol.SchedulePrefix+"r"); err != nil || ok {
 		t.Errorf("schedule r stored %s, %v, %v after the removal answered: want none", cur.value, ok, err)
 	}
+}
+
+// lateLandingStore is a JetStream store whose settings' writes, while held is set,
+// do not land yet and lose their answer; a read finds the setting as it was. land then
+// stores the last one held, as a cluster's stream leader without a quorum commits a
+// write once a follower is back.
+type lateLandingStore struct {
+	jobStore
+	w *lateWrites
+}
+
+type lateWrites struct {
+	mu    sync.Mutex
+	held  bool
+	key   string
+	value []byte
+	rev   uint64
+}
+
+func (s lateLandingStore) controls() controlStore {
+	return lateControls{s.jobStore.controls(), s.w}
+}
+
+type lateControls struct {
+	controlStore
+	w *lateWrites
+}
+
+func (c lateControls) put(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	c.w.mu.Lock()
+	defer c.w.mu.Unlock()
+	if !c.w.held {
+		return c.controlStore.put(ctx, key, value, rev)
+	}
+	c.w.key, c.w.value, c.w.rev = key, value, rev
+	return 0, errAnswerLost
+}
+
+// land stores the last write held, as it was sent.
+func (w *lateWrites) land(t *testing.T, cs controlStore) {
+	t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, err := cs.put(context.Background(), w.key, w.value, w.rev); err != nil {
+		t.Fatalf("the late write of %s: %v", w.key, err)
+	}
+}
+
+// TestAddSentAgainWhileUnknownIsFollowed: a schedule's add answered "Outcome unknown",
+// sent again (as the answer says is safe) and answered so again, is taken on once the
+// store holds it, though nobody sends it a third time. The second add was made while
+// the first's read-back ran, from the same revision (none), so no read-back of its own
+// started; and the first's ended at its next read, the name having taken an entry
+// (the second add's) since it began: the schedule stored never ran.
+func TestAddSentAgainWhileUnknownIsFollowed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	nc, _ := loneServer(t) // diagnose_test.go
+	w := new(lateWrites)
+	c := &Coordinator{cfg: DefaultConfig()}
+	c.cfg.fill()
+	js := newJetStreamStore(nc, &c.cfg)
+	c.build(nc, lateLandingStore{js, w})
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	cl := client.New(nc)
+
+	spec := client.Schedule{Name: "late", Every: time.Hour, TaskType: "SHA256", Payload: map[string]string{"text": "late"}}
+	w.mu.Lock()
+	w.held = true
+	w.mu.Unlock()
+	for try := 1; try <= 2; try++ {
+		if _, err := cl.AddSchedule(ctx, spec); !errors.Is(err, client.ErrOutcomeUnknown) {
+			t.Fatalf("add %d, its write not landed yet: %v; want Outcome unknown", try, err)
+		}
+	}
+	w.land(t, js.controls())
+	eventuallyTrue(t, "schedule late listed once stored", func() bool {
+		scs, err := cl.Schedules(ctx)
+		return err == nil && len(scs) == 1 && scs[0].Name == "late"
+	})
 }

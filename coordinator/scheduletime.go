@@ -39,51 +39,82 @@ func (e everySpec) next(t time.Time) time.Time {
 }
 
 // cronSpec ticks at the times of a cron schedule, read in its zone. Across a change of
-// the zone's offset it acts as cron implementations commonly do (Vixie cron, cronie)
-// rather than as robfig/cron alone would: a wall-clock time skipped when the clocks go
-// forward runs at the change instead of not at all, and one that happens twice when
-// they go back runs once (its first pass), unless the schedule runs in every hour
-// anyway: then its ticks follow real time through both changes.
-type cronSpec struct{ s *cron.SpecSchedule }
+// the zone's offset it acts as cron implementations commonly do (Vixie cron, cronie):
+// a wall-clock time skipped when the clocks go forward runs at the change instead of
+// not at all, and one that happens twice when they go back runs once (its first
+// pass), unless the schedule runs in every hour anyway: then its ticks follow real
+// time through both changes, and a skipped tick runs at the change only when the
+// change leaves part of its hour (a zone whose clocks move by half an hour).
+//
+// The fields are matched on wall time (wall: the spec read in UTC, where each wall
+// time happens once), not by robfig/cron in the zone: robfig steps whole hours of real
+// time, and across a change of half an hour lands on hh:30 until it wraps a day, so
+// that a daily tick went missing for a day at each change.
+type cronSpec struct {
+	loc    *time.Location
+	wall   *cron.SpecSchedule
+	hourly bool // the spec runs in every hour
+}
 
 // everyHour is the bits of robfig's hour field when it matches every hour.
 const everyHour = 1<<24 - 1
 
+func newCronSpec(s *cron.SpecSchedule) cronSpec {
+	wall := *s
+	wall.Location = time.UTC
+	return cronSpec{loc: s.Location, wall: &wall, hourly: s.Hour&everyHour == everyHour}
+}
+
+// wallAt is the wall-clock time at t in a zone off seconds east of UTC, as a UTC time.
+func wallAt(t time.Time, off int) time.Time { return t.UTC().Add(time.Duration(off) * time.Second) }
+
+// next walks the spans of real time that have one offset each (ZoneBounds): within
+// one, wall time moves with real time, and the span's ticks are its wall times that
+// match, but for those the span before already passed (the clocks went back); between
+// two, the wall times the clocks skipped (skippedRuns).
 func (c cronSpec) next(t time.Time) time.Time {
-	n := c.s.Next(t)
-	if n.IsZero() || c.s.Hour&everyHour == everyHour {
-		return n
+	start, end := t.In(c.loc).ZoneBounds()
+	_, off := t.In(c.loc).Zone()
+	prev := off
+	if !start.IsZero() {
+		_, prev = start.Add(-time.Nanosecond).In(c.loc).Zone()
 	}
-	// Clocks forward between t and n: a tick in the skipped hour runs at the change.
-	// Each change between them, not only the first: n may be a year off, past a change
-	// back and then a change forward that skipped a tick.
-	for at := t; ; {
-		_, end := at.In(c.s.Location).ZoneBounds()
-		if end.IsZero() || !end.After(at) || !end.Before(n) {
-			break
-		}
-		_, before := end.Add(-time.Second).In(c.s.Location).Zone()
-		_, after := end.In(c.s.Location).Zone()
-		if after > before {
-			fixed := *c.s
-			fixed.Location = time.FixedZone("", before) // the skipped wall times exist there
-			gap := time.Duration(after-before) * time.Second
-			if g := fixed.Next(end.Add(-time.Nanosecond)); !g.Before(end) && g.Before(end.Add(gap)) {
-				return end
+	from := wallAt(t, off)
+	for {
+		repeated := wallAt(start, prev) // the wall times before it were passed before start
+		for {
+			w := c.wall.Next(from)
+			if w.IsZero() {
+				return w
 			}
+			if !end.IsZero() && !w.Before(wallAt(end, off)) {
+				break // past the span
+			}
+			if c.hourly || prev <= off || !w.Before(repeated) {
+				return w.Add(-time.Duration(off) * time.Second).In(t.Location())
+			}
+			from = repeated.Add(-time.Nanosecond) // its first pass was before start
 		}
-		at = end
-	}
-	// Clocks back just before n: n's wall time happened an offset's difference earlier,
-	// and was a tick then.
-	if start, _ := n.In(c.s.Location).ZoneBounds(); !start.IsZero() {
-		_, before := start.Add(-time.Second).In(c.s.Location).Zone()
-		_, after := n.In(c.s.Location).Zone()
-		if repeat := time.Duration(before-after) * time.Second; repeat > 0 && n.Before(start.Add(repeat)) {
-			return c.next(start.Add(repeat - time.Nanosecond))
+		_, after := end.In(c.loc).Zone()
+		if after > off && c.skippedRuns(wallAt(end, off), wallAt(end, after)) {
+			return end.In(t.Location())
 		}
+		start, prev, off = end, off, after
+		_, end = start.In(c.loc).ZoneBounds()
+		from = wallAt(start, off).Add(-time.Nanosecond)
 	}
-	return n
+}
+
+// skippedRuns reports whether a tick falls in the wall times [from, to) that the clocks
+// skip going forward: it runs at the change. For a schedule that runs in every hour,
+// only a tick in the hour the clocks go to counts: an hour skipped whole leaves real
+// time no hour without a tick.
+func (c cronSpec) skippedRuns(from, to time.Time) bool {
+	if h := to.Truncate(time.Hour); c.hourly && h.After(from) {
+		from = h
+	}
+	w := c.wall.Next(from.Add(-time.Nanosecond))
+	return !w.IsZero() && w.Before(to)
 }
 
 // cronParser reads 6-field specs (seconds first) and descriptors (@daily, @every 1h).
@@ -141,7 +172,7 @@ func parseSpec(spec *protocol.ScheduleSpec, created int64) (tickSpec, error) {
 			// must be the same for every coordinator: anchored as --every is.
 			return nil, bad("cron %q: use every instead of @every", spec.Cron)
 		}
-		cs := cronSpec{ss}
+		cs := newCronSpec(ss)
 		if cs.next(time.UnixMilli(created)).IsZero() {
 			return nil, bad("cron %q never fires", spec.Cron)
 		}

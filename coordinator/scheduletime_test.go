@@ -90,6 +90,15 @@ func TestScheduleTicks(t *testing.T) {
 		// change, not a year later.
 		{"BerlinSkippedTimeOnAYearlyDate", protocol.ScheduleSpec{Cron: "0 30 2 30 3 *", TimeZone: "Europe/Berlin"}, "2024-03-30T01:30:00Z",
 			[]string{"2025-03-30T01:00:00Z", "2026-03-30T00:30:00Z"}},
+		// Lord Howe: +10:30 until 2026-10-03 15:30 UTC (02:00 local), then +11; back at
+		// 2026-04-04 15:00 UTC. The hour 02 keeps 02:30-02:59 in spring: its tick runs at
+		// the change; a daily tick after the change runs that day.
+		{"LordHoweHourlyRunsThePartHour", protocol.ScheduleSpec{Cron: "0 0 * * * *", TimeZone: "Australia/Lord_Howe"}, "2026-10-03T14:00:00Z",
+			[]string{"2026-10-03T14:30:00Z", "2026-10-03T15:30:00Z", "2026-10-03T16:00:00Z"}},
+		{"LordHoweHourlyAcrossAutumn", protocol.ScheduleSpec{Cron: "0 45 * * * *", TimeZone: "Australia/Lord_Howe"}, "2026-04-04T14:00:00Z",
+			[]string{"2026-04-04T14:45:00Z", "2026-04-04T15:15:00Z", "2026-04-04T16:15:00Z"}},
+		{"LordHoweDailyOnTheDayOfTheChange", protocol.ScheduleSpec{Cron: "0 0 3 * * *", TimeZone: "Australia/Lord_Howe"}, "2026-10-02T12:00:00Z",
+			[]string{"2026-10-02T16:30:00Z", "2026-10-03T16:00:00Z", "2026-10-04T16:00:00Z"}},
 		{"UTCByDefault", protocol.ScheduleSpec{Cron: "0 0 9 * * *"}, "2026-03-28T00:00:00Z",
 			[]string{"2026-03-28T09:00:00Z", "2026-03-29T09:00:00Z"}},
 	}

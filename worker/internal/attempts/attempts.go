@@ -15,6 +15,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/internal/reuse"
@@ -36,6 +37,24 @@ type Lease struct {
 type Outcome struct {
 	Result string
 	Err    error
+	failed failure // Err as its result takes it, when Err is the task's
+}
+
+// failure is what an attempt's result takes of the task's error (ResultBuf.Set), read
+// once under runTask's recover while the attempt runs.
+type failure struct {
+	read      bool
+	text      string
+	permanent bool
+	snoozed   bool
+	snooze    time.Duration
+}
+
+// readFailure reads err for an attempt's result.
+func readFailure(err error) failure {
+	f := failure{read: true, text: err.Error(), permanent: errors.Is(err, tasks.ErrPermanent)}
+	f.snooze, f.snoozed = tasks.SnoozeOf(err)
+	return f
 }
 
 // attempt is an attempt executing now. It holds what its goroutine runs too (a
@@ -168,39 +187,34 @@ func (s *Set) execute(a *attempt) {
 		s.finish(a)
 		a.done.Finish(Outcome{Err: fmt.Errorf("task %s ended its goroutine without returning (runtime.Goexit)", m.TaskType)})
 	}()
-	out, err := s.runTask(ctx, m)
+	out, failed, err := s.runTask(ctx, m)
 	returned = true
 	if err != nil && ctx.Err() != nil {
-		err = context.Cause(ctx)
+		err, failed = context.Cause(ctx), failure{}
 	}
 	s.finish(a)
-	a.done.Finish(Outcome{Result: out, Err: err})
+	a.done.Finish(Outcome{Result: out, Err: err, failed: failed})
 }
 
 // runTask runs the task, turning a panic into the attempt's failure: the task's own,
 // or one its error makes when read (a nil *T returned as an error, whose Error method
-// uses its receiver), which would otherwise come as the result is written, outside
-// any recover, and end the worker process with every attempt it runs.
-func (s *Set) runTask(ctx context.Context, m *protocol.TaskAssign) (out string, err error) {
+// uses its receiver). The error is read for the result here, once (failed), while the
+// attempt runs: read again as the result is written, outside any recover and after
+// the attempt's context ended, an error whose reading panics then would end the
+// worker process with every attempt it runs.
+func (s *Set) runTask(ctx context.Context, m *protocol.TaskAssign) (out string, failed failure, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			s.log.Error("task panicked", "job", m.JobID, "attempt", m.AttemptID, "task", m.TaskType,
 				"panic", r, "stack", string(debug.Stack()))
-			out, err = "", fmt.Errorf("task %s panicked: %v", m.TaskType, r)
+			out, failed, err = "", failure{}, fmt.Errorf("task %s panicked: %v", m.TaskType, r)
 		}
 	}()
 	out, err = s.registry.Run(ctx, m.TaskType, m.AttemptNumber, m.Payload)
 	if err != nil {
-		readError(err)
+		failed = readFailure(err)
 	}
-	return out, err
-}
-
-// readError reads of err what an attempt's result takes from it (ResultBuf.Set).
-func readError(err error) {
-	_ = err.Error()
-	_ = errors.Is(err, tasks.ErrPermanent)
-	_, _ = tasks.SnoozeOf(err)
+	return out, failed, err
 }
 
 // finish forgets an attempt that has returned and releases its context.
@@ -323,11 +337,15 @@ func (b *ResultBuf) Set(workerID string, m *protocol.TaskAssign, o Outcome) *pro
 		b.text = o.Result
 		res.Result = &b.text
 	} else {
-		b.text = o.Err.Error()
+		f := o.failed
+		if !f.read {
+			f = readFailure(o.Err) // the Set's own error: a cancellation's cause, a panic's
+		}
+		b.text = f.text
 		res.Error = &b.text
-		res.Permanent = errors.Is(o.Err, tasks.ErrPermanent)
-		if d, ok := tasks.SnoozeOf(o.Err); ok {
-			res.SnoozeMillis = max(d.Milliseconds(), 1)
+		res.Permanent = f.permanent
+		if f.snoozed {
+			res.SnoozeMillis = max(f.snooze.Milliseconds(), 1)
 		}
 	}
 	return res

@@ -492,3 +492,64 @@ func TestSlotHolder(t *testing.T) {
 type finishFunc func(attempts.Outcome)
 
 func (f finishFunc) Finish(o attempts.Outcome) { f(o) }
+
+// scopedErr is a task's error that reads state its attempt holds, as one whose text
+// comes from a buffer the task returns to its pool once the attempt's context ends
+// (context.AfterFunc): read after that, it panics.
+type scopedErr struct{ ctx context.Context }
+
+func (e scopedErr) Error() string {
+	if e.ctx.Err() != nil {
+		panic("error read after its attempt ended")
+	}
+	return "scoped failure"
+}
+
+func (e scopedErr) Is(target error) bool {
+	if e.ctx.Err() != nil {
+		panic("error read after its attempt ended")
+	}
+	return target == tasks.ErrPermanent
+}
+
+// TestTaskErrorReadOnce: a task's error is read for its attempt's result once, under
+// the task's recover, while the attempt runs: the result says what it said then, and
+// making it reads the error no more. Before, runTask read it to catch its panics, and
+// the result read it again, after the attempt ended and outside any recover: an error
+// that panicked only then ended the worker process (here, Result panicked in Finish).
+func TestTaskErrorReadOnce(t *testing.T) {
+	t.Parallel()
+	r := registry(t)
+	if err := r.Register("SCOPED", task(func(ctx context.Context, _ json.RawMessage) (string, error) {
+		return "", scopedErr{ctx}
+	})); err != nil {
+		t.Fatal(err)
+	}
+	set := attempts.New(r, 1, slog.New(slog.NewTextHandler(&logs{}, nil)))
+	t.Cleanup(func() {
+		set.Shutdown(errors.New("test over"))
+		set.Wait()
+	})
+	m := assign("job-s", "a", "SCOPED", `{}`)
+	got := make(chan any, 1)
+	set.Start(context.Background(), m, finishFunc(func(o attempts.Outcome) {
+		defer func() {
+			if r := recover(); r != nil {
+				got <- fmt.Sprintf("Result panicked: %v", r)
+			}
+		}()
+		got <- attempts.Result("w-1", m, o)
+	}))
+	select {
+	case g := <-got:
+		res, ok := g.(*protocol.TaskResult)
+		if !ok {
+			t.Fatal(g)
+		}
+		if res.Success || res.Error == nil || *res.Error != "scoped failure" || !res.Permanent {
+			t.Errorf("result = %+v, want the permanent failure \"scoped failure\"", res)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no outcome")
+	}
+}
