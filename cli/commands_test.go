@@ -440,6 +440,38 @@ func TestEnvVars(t *testing.T) {
 	}
 }
 
+// TestSubmitEnvPayloadFlagOnlyForItsTasks: a task's payload flag set in the
+// environment (JOBBUS_SUBMIT_TEXT) is shared configuration: it fills the payload of the
+// tasks it belongs to, and leaves the others alone, and --payload on the command line
+// wins over it. It made `jobbus submit SLEEP --milliseconds 1` exit 2, "--text does not
+// apply to SLEEP", as if --text had been typed.
+func TestSubmitEnvPayloadFlagOnlyForItsTasks(t *testing.T) {
+	s := setup(t) // t.Setenv: not parallel
+	o := over{s, natsTransport}
+	t.Setenv("JOBBUS_SUBMIT_TEXT", "from the environment")
+	out, _ := o.mustRun(cli.ExitOK, "submit", "--wait", "--json", "SLEEP", "--milliseconds", "1")
+	if j := jsonJob(t, out); j.TaskType != "SLEEP" || j.State != protocol.StateCompleted {
+		t.Errorf("SLEEP with JOBBUS_SUBMIT_TEXT set: %+v", j)
+	}
+	sum := sha256.Sum256([]byte("from the environment"))
+	out, _ = o.mustRun(cli.ExitOK, "submit", "--wait", "--json", "sha256")
+	if j := jsonJob(t, out); j.Result == nil || *j.Result != hex.EncodeToString(sum[:]) {
+		t.Errorf("SHA256 without --text did not take JOBBUS_SUBMIT_TEXT: %+v", j)
+	}
+	sum = sha256.Sum256([]byte("typed"))
+	out, _ = o.mustRun(cli.ExitOK, "submit", "--wait", "--json", "sha256", "--payload", `{"text":"typed"}`)
+	if j := jsonJob(t, out); j.Result == nil || *j.Result != hex.EncodeToString(sum[:]) {
+		t.Errorf("SHA256 --payload with JOBBUS_SUBMIT_TEXT set: %+v", j)
+	}
+	out, _ = o.mustRun(cli.ExitOK, "submit", "--wait", "--json", "sha256", "--text", "typed")
+	if j := jsonJob(t, out); j.Result == nil || *j.Result != hex.EncodeToString(sum[:]) {
+		t.Errorf("SHA256 --text typed with JOBBUS_SUBMIT_TEXT set: %+v", j)
+	}
+	if code, _, errs := o.run("submit", "SLEEP", "--milliseconds", "1", "--text", "typed"); code != cli.ExitUsage || !strings.Contains(errs, "--text does not apply to SLEEP") {
+		t.Errorf("SLEEP --text typed: exit %d, stderr %q; want exit %d, --text does not apply", code, errs, cli.ExitUsage)
+	}
+}
+
 func TestHelpHasExamples(t *testing.T) {
 	t.Parallel()
 	for _, cmd := range []string{"submit", "status", "wait", "cancel", "jobs", "workers", "watch", "completion"} {
