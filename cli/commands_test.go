@@ -12,6 +12,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/jobbus/jobbus/bridge"
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/cli"
 	"github.com/jobbus/jobbus/client"
@@ -440,6 +441,38 @@ func TestEnvVars(t *testing.T) {
 	}
 }
 
+// TestSubmitEnvPayloadFlagOnlyForItsTasks: a task's payload flag set in the
+// environment (JOBBUS_SUBMIT_TEXT) is shared configuration: it fills the payload of the
+// tasks it belongs to, and leaves the others alone, and --payload on the command line
+// wins over it. It made `jobbus submit SLEEP --milliseconds 1` exit 2, "--text does not
+// apply to SLEEP", as if --text had been typed.
+func TestSubmitEnvPayloadFlagOnlyForItsTasks(t *testing.T) {
+	s := setup(t) // t.Setenv: not parallel
+	o := over{s, natsTransport}
+	t.Setenv("JOBBUS_SUBMIT_TEXT", "from the environment")
+	out, _ := o.mustRun(cli.ExitOK, "submit", "--wait", "--json", "SLEEP", "--milliseconds", "1")
+	if j := jsonJob(t, out); j.TaskType != "SLEEP" || j.State != protocol.StateCompleted {
+		t.Errorf("SLEEP with JOBBUS_SUBMIT_TEXT set: %+v", j)
+	}
+	sum := sha256.Sum256([]byte("from the environment"))
+	out, _ = o.mustRun(cli.ExitOK, "submit", "--wait", "--json", "sha256")
+	if j := jsonJob(t, out); j.Result == nil || *j.Result != hex.EncodeToString(sum[:]) {
+		t.Errorf("SHA256 without --text did not take JOBBUS_SUBMIT_TEXT: %+v", j)
+	}
+	sum = sha256.Sum256([]byte("typed"))
+	out, _ = o.mustRun(cli.ExitOK, "submit", "--wait", "--json", "sha256", "--payload", `{"text":"typed"}`)
+	if j := jsonJob(t, out); j.Result == nil || *j.Result != hex.EncodeToString(sum[:]) {
+		t.Errorf("SHA256 --payload with JOBBUS_SUBMIT_TEXT set: %+v", j)
+	}
+	out, _ = o.mustRun(cli.ExitOK, "submit", "--wait", "--json", "sha256", "--text", "typed")
+	if j := jsonJob(t, out); j.Result == nil || *j.Result != hex.EncodeToString(sum[:]) {
+		t.Errorf("SHA256 --text typed with JOBBUS_SUBMIT_TEXT set: %+v", j)
+	}
+	if code, _, errs := o.run("submit", "SLEEP", "--milliseconds", "1", "--text", "typed"); code != cli.ExitUsage || !strings.Contains(errs, "--text does not apply to SLEEP") {
+		t.Errorf("SLEEP --text typed: exit %d, stderr %q; want exit %d, --text does not apply", code, errs, cli.ExitUsage)
+	}
+}
+
 func TestHelpHasExamples(t *testing.T) {
 	t.Parallel()
 	for _, cmd := range []string{"submit", "status", "wait", "cancel", "jobs", "workers", "watch", "completion"} {
@@ -464,10 +497,26 @@ func TestCompletion(t *testing.T) {
 // appMu only until the command's action starts (see appMu).
 func runWatch(t *testing.T, global []string, args ...string) (out *testkit.Buffer, stop func() error) {
 	t.Helper()
-	out = &testkit.Buffer{}
+	w := startWatch(t, global, args...)
+	return w.out, w.stop
+}
+
+// watchRun is a watch startWatch started: finished closes when it ended, on its own or
+// stopped; stop ends it and returns its error.
+type watchRun struct {
+	out      *testkit.Buffer
+	finished <-chan struct{}
+	stop     func() error
+}
+
+// startWatch is runWatch, for a test that also waits for watch to end on its own.
+func startWatch(t *testing.T, global []string, args ...string) *watchRun {
+	t.Helper()
+	out := &testkit.Buffer{}
 	errs := &testkit.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
+	finished := make(chan struct{})
+	var err error
 	appMu.Lock()
 	var unlock sync.Once
 	app := cli.App(out, errs)
@@ -481,22 +530,18 @@ func runWatch(t *testing.T, global []string, args ...string) (out *testkit.Buffe
 		}
 	}
 	go func() {
+		defer close(finished)
 		defer unlock.Do(appMu.Unlock)
-		done <- app.RunContext(ctx, append(append([]string{"jobbus"}, global...), append([]string{"watch"}, args...)...))
+		err = app.RunContext(ctx, append(append([]string{"jobbus"}, global...), append([]string{"watch"}, args...)...))
 	}()
-	var err error
-	stopped := false
-	stop = func() error {
-		if !stopped {
-			stopped = true
-			cancel()
-			err = <-done
-		}
+	stop := func() error {
+		cancel()
+		<-finished
 		return err
 	}
 	t.Cleanup(func() { _ = stop() })
 	eventually(t, "watch in place", func() bool { return strings.Contains(errs.String(), "watching jobs and workers on ") })
-	return out, stop
+	return &watchRun{out: out, finished: finished, stop: stop}
 }
 
 func TestWatch(t *testing.T) {
@@ -552,6 +597,32 @@ func TestWatchJSON(t *testing.T) {
 			t.Errorf("watch ended with %v", err)
 		}
 	})
+}
+
+// TestWatchOverTCPGivesUpOnAGoneBridge: `jobbus watch --connect` whose bridge is gone
+// (nothing answers at its address) ends with an error once --give-up-after passed
+// without one, as a native watch ends once its NATS connection's reconnects ran out;
+// it polled the dead address for ever, saying nothing.
+func TestWatchOverTCPGivesUpOnAGoneBridge(t *testing.T) {
+	t.Parallel()
+	s := setup(t, noWorker())
+	b := s.StartBridge(t, func(c *bridge.Config) { c.WorkerListen = "" })
+	addr := b.ClientAddr().String()
+	w := startWatch(t, []string{"--nats", "nats://127.0.0.1:1", "--connect", addr}, "--interval-millis", "20", "--give-up-after", "300ms")
+	_ = b.Close()
+	start := time.Now()
+	select {
+	case <-w.finished:
+	case <-time.After(10 * time.Second):
+		t.Fatal("watch --connect still polls 10s after its bridge closed")
+	}
+	err := w.stop()
+	if took := time.Since(start); took < 300*time.Millisecond {
+		t.Errorf("watch gave up %v after its bridge closed, before its --give-up-after 300ms", took)
+	}
+	if err == nil || !strings.Contains(err.Error(), "no jobbus bridge answered on "+addr) || !strings.Contains(err.Error(), "gave up") {
+		t.Fatalf("watch whose bridge is gone ended with %v; want an error that it gave up, naming the address", err)
+	}
 }
 
 // TestSameOutputOverBothTransports: the CLI prints the same bytes whichever way it

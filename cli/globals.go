@@ -148,14 +148,25 @@ func refuseUnusedGlobals(c *cli.Context, uses []string) error {
 }
 
 // givenOnCommandLine reports whether the flag was set on c's part of the command line,
-// not only by its environment variable. Where both set it to the same value, which
-// wins makes no difference.
+// not only by its environment variable (the flag's own: JOBBUS_SUBMIT_TEXT for
+// submit's --text). Where both set it to the same value, which wins makes no
+// difference.
 func givenOnCommandLine(c *cli.Context, name string) bool {
 	if c.Command == nil || !slices.Contains(c.LocalFlagNames(), name) {
 		return false
 	}
-	v, fromEnv := os.LookupEnv(env(name)[0])
-	return !fromEnv || c.String(name) != v
+	for _, f := range c.Command.Flags {
+		ef, ok := f.(cli.DocGenerationFlag)
+		if !ok || !slices.Contains(f.Names(), name) {
+			continue
+		}
+		for _, e := range ef.GetEnvVars() {
+			if v, fromEnv := os.LookupEnv(e); fromEnv && c.String(name) == v {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // global reads a global flag: the value given after the command's name, else before

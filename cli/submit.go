@@ -159,21 +159,32 @@ func submit(c *cli.Context) error {
 // the built-ins' snake case (word-count is WORD_COUNT).
 func taskName(s string) string { return protocol.TypedTaskType(s) }
 
-// buildPayload is --payload, or the object holding the task's one flag.
+// buildPayload is --payload, or the object holding the task's one flag. A payload
+// flag set only in the environment (JOBBUS_SUBMIT_TEXT) is shared configuration, as a
+// global flag's is: it fills the payload of the tasks it belongs to, gives way to
+// --payload or the task's flag on the command line, and is no mistake for another task.
 func buildPayload(c *cli.Context, task string) (json.RawMessage, error) {
 	tf, known := taskFlags[task]
+	typed := func(name string) bool { return givenOnCommandLine(c, name) }
+	switch {
+	case typed("payload") || typed(tf.flag):
+	case known && c.IsSet(tf.flag):
+		typed = func(name string) bool { return name == tf.flag || givenOnCommandLine(c, name) }
+	case c.IsSet("payload"):
+		typed = func(name string) bool { return name == "payload" || givenOnCommandLine(c, name) }
+	}
 	for _, name := range payloadFlags {
 		switch {
-		case !c.IsSet(name):
+		case !typed(name):
 		case !known:
 			return nil, usageError("--%s does not apply to %s, which is %s", name, task, notBuiltIn(task))
 		case name != tf.flag:
 			return nil, usageError("--%s does not apply to %s, which takes --%s (or the whole payload with --payload)", name, task, tf.flag)
-		case c.IsSet("payload"):
+		case typed("payload"):
 			return nil, usageError("--%s and --payload cannot be combined: give %s either --%s or the whole payload with --payload", name, task, name)
 		}
 	}
-	if c.IsSet("payload") {
+	if typed("payload") {
 		raw := json.RawMessage(c.String("payload"))
 		if !json.Valid(raw) {
 			return nil, usageError("--payload is not valid JSON: %s", c.String("payload"))
@@ -183,7 +194,7 @@ func buildPayload(c *cli.Context, task string) (json.RawMessage, error) {
 	if !known {
 		return nil, usageError("%s is %s", task, notBuiltIn(task))
 	}
-	if !c.IsSet(tf.flag) {
+	if !typed(tf.flag) {
 		return nil, usageError("%s needs --%s (or --payload JSON)", task, tf.flag)
 	}
 	var v any

@@ -23,7 +23,10 @@ func watchCommand() *cli.Command {
 		Usage: "print job and worker changes as they happen, until Ctrl-C",
 		Description: `Prints a line for every job state change and every worker that joins or leaves.
 Natively it follows the coordinator's job records in JetStream KV (bucket JOBS); over
---connect it polls the job list. Workers are polled either way.
+--connect it polls the job list. Workers are polled either way. It ends with an error,
+exit 1, once what it reads from is gone: natively when NATS stayed away for its 30
+reconnects (about a minute), over --connect when no bridge answered at the address for
+--give-up-after (a minute).
 With --json each line is {"event":"job"|"job_removed"|"worker_joined"|"worker_left","atMillis":...,
 "job":{...}|"jobId":"..."|"worker":{...}}.
 
@@ -31,6 +34,7 @@ Example:
    jobbus watch --json | jq -c 'select(.event=="job" and .job.state=="FAILED")'`,
 		Flags: []cli.Flag{
 			&cli.Int64Flag{Name: "interval-millis", Value: 1000, Usage: "how often workers (and over --connect, jobs) are polled", EnvVars: env("interval-millis")},
+			&cli.DurationFlag{Name: "give-up-after", Value: time.Minute, Usage: "over --connect: end with an error once no bridge answered at the address this long (0: poll until Ctrl-C)", EnvVars: env("give-up-after")},
 			jsonFlag(),
 		},
 		Action: watch,
@@ -55,6 +59,9 @@ func watch(c *cli.Context) error {
 	if interval <= 0 {
 		return usageError("--interval-millis must be positive, got %d", c.Int64("interval-millis"))
 	}
+	if c.Duration("give-up-after") < 0 {
+		return usageError("--give-up-after must be 0 (never) or more, got %v", c.Duration("give-up-after"))
+	}
 	s, err := connect(c, true)
 	if err != nil {
 		return exitErr(err)
@@ -66,7 +73,7 @@ func watch(c *cli.Context) error {
 	defer cancel()
 
 	events := make(chan watchEvent)
-	jobs, err := jobSource(ctx, s, interval)
+	jobs, err := jobSource(ctx, s, interval, c.Duration("give-up-after"))
 	if err != nil {
 		return exitErr(err)
 	}
@@ -118,8 +125,8 @@ func emit(ctx context.Context, events chan<- watchEvent, ev watchEvent) bool {
 
 // jobSource is where job changes come from: the Go client's Watch, which follows the
 // KV bucket natively and polls the job list over TCP.
-func jobSource(ctx context.Context, s *session, interval time.Duration) (func(context.Context, chan<- watchEvent), error) {
-	jobs, err := s.cl.Watch(ctx, client.WatchPollInterval(interval))
+func jobSource(ctx context.Context, s *session, interval, giveUp time.Duration) (func(context.Context, chan<- watchEvent), error) {
+	jobs, err := s.cl.Watch(ctx, client.WatchPollInterval(interval), client.WatchGiveUpAfter(giveUp))
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, fmt.Errorf("no job bucket %s on %s: no jobbus coordinator has run there (is `jobbus serve` running?)", protocol.JobsBucket, s.target)
 	}

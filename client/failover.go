@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -35,7 +36,8 @@ func WithFailoverNotice(notice func(msg string)) Option {
 // coordinator process runs (a standby about to take over, or a leader still
 // recovering), and says so once (WithFailoverNotice); it fails at once while none does
 // (jobbus is not running there). A submission left unanswered hears "Outcome unknown"
-// naming the job its request id names.
+// naming the job its request id names; a cancel or a workflow's submission whose
+// connection went before its answer came, "Outcome unknown" naming its job (workflow).
 func (n *natsTransport) request(ctx context.Context, t protocol.Type, subject string, body []byte, within time.Duration) (*nats.Msg, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err // ended before anything was sent: nothing was stored
@@ -91,8 +93,35 @@ func (n *natsTransport) request(ctx context.Context, t protocol.Type, subject st
 		if cancelled != nil {
 			err = fmt.Errorf("%w: %w", err, cancelled)
 		}
+	case (t == protocol.TypeCancelJob || t == protocol.TypeSubmitWorkflow) && cutOff(err):
+		// Taken, perhaps acted on, and the answer lost with the connection: the
+		// connection's word alone would read as nothing done.
+		err = cutOffUnknown(t, body, err)
 	}
 	return msg, err
+}
+
+// cutOffUnknown is the "Outcome unknown" of a cancel or a workflow's submission (t,
+// body) cut off by its connection (err) after it was sent, naming its job (workflow),
+// as the coordinator's own answer would. Either may be sent again: a cancel again
+// changes nothing more, and a workflow sent again under its id is answered with its
+// jobs once they are stored.
+func cutOffUnknown(t protocol.Type, body []byte, err error) error {
+	if t == protocol.TypeCancelJob {
+		var req protocol.CancelJob
+		_ = json.Unmarshal(body, &req) // Client.Cancel encoded it
+		return &ServerError{Message: protocol.OutcomeUnknown("cancel", req.JobID, err.Error()).Message}
+	}
+	var req struct {
+		WorkflowID string `json:"workflowId"`
+		Kind       string `json:"kind"`
+	}
+	_ = json.Unmarshal(body, &req) // SubmitWorkflowRequest encoded it, and gave it its id
+	if req.Kind == "" {
+		req.Kind = protocol.KindWorkflow
+	}
+	return &ServerError{Message: fmt.Sprintf("%s%s %s may or may not be stored (%v); sending the same again is safe, and answers its jobs once they are stored",
+		protocol.OutcomeUnknownPrefix, req.Kind, req.WorkflowID, err)}
 }
 
 // cutOff reports a request whose connection went down while it waited for its reply:

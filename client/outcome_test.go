@@ -73,3 +73,57 @@ func TestSubmitCutOffByTheConnectionIsOutcomeUnknown(t *testing.T) {
 		}
 	})
 }
+
+// TestCancelAndWorkflowCutOffByTheConnectionAreOutcomeUnknown: a cancel, or a
+// workflow's submission, whose NATS connection closes after the coordinator took it,
+// before its answer came, may have been acted on: its error says the outcome is unknown
+// and names its job (its workflow), and here the cancel was applied and the workflow
+// stored. The error was the connection's, "nats: connection closed", as a submission's
+// was before it said so.
+func TestCancelAndWorkflowCutOffByTheConnectionAreOutcomeUnknown(t *testing.T) {
+	t.Parallel()
+	s := jobbustest.Start(t)
+	native := client.New(s.NC)
+	ctx := context.Background()
+	cutOff := func(t *testing.T) *client.Client {
+		nc, err := nats.Connect("nats://"+cutReplies(t, s.Server.NATS().Addr().String(), aReply), nats.NoReconnect())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return client.New(nc)
+	}
+
+	t.Run("Cancel", func(t *testing.T) {
+		id, err := native.Submit(ctx, "SLEEP", map[string]int{"durationMillis": 60000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, err = cutOff(t).Cancel(ctx, id)
+		named, ok := client.OutcomeJob(err)
+		if !errors.Is(err, client.ErrOutcomeUnknown) || !ok || named != id {
+			t.Fatalf("Cancel cut off before its answer = %v; want an error matching ErrOutcomeUnknown, naming job %s", err, id)
+		}
+		if job, err := native.Status(ctx, id); err != nil || job.State != protocol.StateCancelled {
+			t.Fatalf("job %s after the cut-off cancel: %s, %v; want CANCELLED", id, job.State, err)
+		}
+	})
+	t.Run("Workflow", func(t *testing.T) {
+		w := client.NewWorkflow("").
+			Step("a", "SLEEP", map[string]int{"durationMillis": 60000}).
+			Step("b", "SLEEP", map[string]int{"durationMillis": 1}).Chain("a", "b")
+		_, err := cutOff(t).SubmitWorkflow(ctx, w)
+		id, ok := client.OutcomeWorkflow(err)
+		if !errors.Is(err, client.ErrOutcomeUnknown) || !ok {
+			t.Fatalf("SubmitWorkflow cut off before its answer = %v; want an error matching ErrOutcomeUnknown, naming its workflow", err)
+		}
+		if st, err := native.WorkflowStatus(ctx, id); err != nil || len(st.Steps) != 2 {
+			t.Fatalf("workflow %s after the cut-off submission: %+v, %v; want it stored, with its 2 steps", id, st, err)
+		}
+		// Sent again, it is answered with the jobs stored the first time.
+		again, err := native.SubmitWorkflow(ctx, w)
+		if err != nil || again.WorkflowID != id || len(again.Jobs) != 2 {
+			t.Fatalf("the workflow sent again = %+v, %v; want workflow %s with its 2 jobs", again, err, id)
+		}
+	})
+}

@@ -26,15 +26,19 @@ var ErrClosed = errors.New("client closed")
 // their frames on it in turn, frames queued together going out in one write, and the
 // bridge's replies, which come in the order of the requests, go back to the callers in
 // that order. At most 64 requests are in flight on the connection; a caller beyond
-// that waits for one of them to finish, within its ctx. A caller whose ctx ends stops
-// waiting, but its request keeps its place: its reply is read and discarded, and the
-// connection stays (unless all 64 requests in flight were given up on like this: such
-// a connection is dropped as one that no longer answers). A connection that breaks
-// fails the requests in flight with an error that matches ErrOutcomeUnknown, and they
-// are never resent by the transport (a submission may already have been applied); the
-// next request dials again, as does one that found the connection broken before it
-// sent anything. Close closes the connection, failing the requests in flight with
-// ErrClosed, which also matches ErrOutcomeUnknown.
+// that waits for one of them to finish, within its ctx. A caller whose ctx ends while
+// it writes its frame, the only one queued, to a bridge that does not take it (it
+// stopped reading) returns then, not at the client's timeout: its frame was not
+// written whole, so the error says it was not sent, and the connection is dropped. A
+// caller whose ctx ends later stops waiting, but its request keeps its place: its
+// reply is read and discarded, and the connection stays (unless all 64 requests in
+// flight were given up on like this: such a connection is dropped as one that no
+// longer answers). A connection that breaks fails the requests in flight with an
+// error that matches ErrOutcomeUnknown (but for those it knows it never wrote whole:
+// "not sent"), and they are never resent by the transport (a submission may already
+// have been applied); the next request dials again, as does one that found the
+// connection broken before it sent anything. Close closes the connection, failing the
+// requests in flight with ErrClosed, which also matches ErrOutcomeUnknown.
 func DialTCP(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	tr := &tcpTransport{addr: addr, dialing: make(chan struct{}, 1)}
 	c := NewWithTransport(tr, append([]Option{WithTimeout(tcpTimeout)}, opts...)...)
@@ -72,10 +76,10 @@ const maxKeptBuf = 64 << 10
 // tcpTransport is the client side of the bridge's client port.
 type tcpTransport struct {
 	addr string
-	// writeStall bounds a write (the client's timeout): the caller writing carries
-	// other callers' frames too, so it cannot give up the write when its own ctx ends;
-	// a write the bridge does not take within this (at least half of it, see write)
-	// breaks the connection instead.
+	// writeStall bounds a write (the client's timeout): the flusher's carries many
+	// callers' frames, so no caller's ctx can cut it short; a write the bridge does not
+	// take within this (at least half of it, see write) breaks the connection instead.
+	// A lone caller's write of its own frame ends with its ctx as well (send).
 	writeStall time.Duration
 
 	// dialing holds a token while a caller dials: callers that find no connection
@@ -273,18 +277,22 @@ func (t *tcpTransport) drop(conn *tcpConn) {
 }
 
 // explain names why a request failed: the client closed, ctx ended, or the connection
-// broke. sent says whether its frame was queued, and so may have been written: then
-// the bridge may have acted on it, and unless ctx ended (whose error the caller gets,
-// as documented) the error says the outcome is unknown (ErrOutcomeUnknown).
+// broke. sent says whether its frame was queued, and so may have been written (unless
+// the connection says none was written whole, errNotSent): then the bridge may have
+// acted on it, and unless ctx ended (whose error the caller gets, as documented) the
+// error says the outcome is unknown (ErrOutcomeUnknown).
 func (t *tcpTransport) explain(ctx context.Context, typ protocol.Type, sent bool, err error) error {
 	t.mu.Lock()
 	closed := t.closed
 	t.mu.Unlock()
+	sent = sent && !errors.Is(err, errNotSent)
 	switch {
 	case closed && sent:
 		return fmt.Errorf("%s: client closed before %s replied, %w: %w", typ, t.addr, ErrOutcomeUnknown, ErrClosed)
 	case closed:
 		return fmt.Errorf("%s: %w", typ, ErrClosed)
+	case ctx.Err() != nil && !sent:
+		return fmt.Errorf("%s: not sent to %s: %w", typ, t.addr, ctx.Err())
 	case ctx.Err() != nil:
 		return fmt.Errorf("%s: no reply from %s: %w", typ, t.addr, ctx.Err())
 	case sent:
@@ -384,22 +392,25 @@ func (c *tcpConn) send(ctx context.Context, body []byte, w *waiter) error {
 		c.mu.Unlock()
 		c.backlog <- struct{}{}
 	default:
+		// The frame is the only one queued: its caller writes it, until ctx ends.
 		c.writing = true
-		c.flush(false)
+		c.flush(ctx)
 	}
 	return nil
 }
 
 // flush writes what is queued, with c.mu held and writing set, and returns with c.mu
-// released. A caller writes once: what other callers queued during its write goes to
-// the connection's flusher goroutine (backlog true), which writes until nothing is
-// left, so no caller is held writing for others for longer than one write.
-func (c *tcpConn) flush(backlog bool) {
+// released. A caller (ctx its own, its frame the only one queued) writes once: what
+// other callers queued during its write goes to the connection's flusher goroutine
+// (ctx nil), which writes until nothing is left, so no caller is held writing for
+// others for longer than one write.
+func (c *tcpConn) flush(ctx context.Context) {
+	backlog := ctx == nil
 	for c.err == nil && len(c.out) > 0 {
 		buf := c.out
 		c.out, c.spare = c.spare[:0], nil
 		c.mu.Unlock()
-		err := c.write(buf)
+		err := c.write(ctx, buf)
 		c.mu.Lock()
 		if cap(buf) <= maxKeptBuf {
 			c.spare = buf[:0]
@@ -407,6 +418,12 @@ func (c *tcpConn) flush(backlog bool) {
 		if err != nil {
 			c.writing = false
 			c.mu.Unlock()
+			if !backlog {
+				// The caller's lone frame went out in part at most, and those queued
+				// meanwhile not at all: the bridge, which acts on whole frames, acted
+				// on none of them.
+				err = fmt.Errorf("%w: %w", errNotSent, err)
+			}
 			c.fail(fmt.Errorf("send: %w", err)) // the waiters' error comes to await
 			return
 		}
@@ -428,17 +445,18 @@ func (c *tcpConn) flushLoop() {
 		case <-c.backlog:
 			runtime.Gosched() // let the callers woken with this one queue theirs first
 			c.mu.Lock()
-			c.flush(true)
+			c.flush(nil)
 		case <-c.broken:
 			return
 		}
 	}
 }
 
-// write writes buf, failing if it cannot within writeStall. The deadline is moved on
-// only once half of it has passed, so a write costs no timer of its own: each write
-// has at least half of writeStall.
-func (c *tcpConn) write(buf []byte) error {
+// write writes buf, failing if it cannot within writeStall or, if ctx is not nil (a
+// lone caller's write of its own frame), once ctx ends. The deadline is moved on only
+// once half of it has passed, so a write costs no timer of its own: each write has at
+// least half of writeStall.
+func (c *tcpConn) write(ctx context.Context, buf []byte) error {
 	if stall := c.t.writeStall; stall > 0 {
 		if now := time.Now(); now.Sub(c.armed) > stall/2 {
 			if err := c.nc.SetWriteDeadline(now.Add(stall)); err != nil {
@@ -446,6 +464,21 @@ func (c *tcpConn) write(buf []byte) error {
 			}
 			c.armed = now
 		}
+	}
+	if ctx != nil && ctx.Done() != nil {
+		// ctx's end moves the deadline to now, which cuts the write short. Once it
+		// did, the next write sets a deadline of its own.
+		cut := make(chan struct{})
+		stop := context.AfterFunc(ctx, func() {
+			_ = c.nc.SetWriteDeadline(time.Now())
+			close(cut)
+		})
+		defer func() {
+			if !stop() {
+				<-cut
+				c.armed = time.Time{}
+			}
+		}()
 	}
 	_, err := c.nc.Write(buf)
 	return err
@@ -476,6 +509,10 @@ func (c *tcpConn) await(ctx context.Context, w *waiter) ([]byte, error) {
 	}
 	return nil, ctx.Err()
 }
+
+// errNotSent fails the requests of a connection whose lone caller's write failed or was
+// cut short by its ctx: none of their frames was written whole.
+var errNotSent = errors.New("not written whole")
 
 // errEndedByBridge fails the requests behind a reply that ends the connection.
 var errEndedByBridge = errors.New("the bridge ended the connection with an ERROR")

@@ -55,12 +55,22 @@ type WatchOption func(*watchOptions)
 
 type watchOptions struct {
 	interval time.Duration
+	giveUp   time.Duration
 }
 
 // WatchPollInterval is how often a watch that polls lists the jobs (default 1s).
 // A native watch does not poll.
 func WatchPollInterval(d time.Duration) WatchOption {
 	return func(o *watchOptions) { o.interval = d }
+}
+
+// WatchGiveUpAfter makes a watch that polls (over DialTCP) fail once its polls have
+// found no bridge at its address (nothing answered there: ErrNoCoordinator) for d, so
+// a bridge that is gone ends it as a NATS connection whose reconnects ran out ends a
+// native watch. A bridge that answers, even without a coordinator behind it, keeps the
+// watch going. 0, the default, polls until ctx ends, whenever the bridge comes back.
+func WatchGiveUpAfter(d time.Duration) WatchOption {
+	return func(o *watchOptions) { o.giveUp = d }
 }
 
 // Watch reports the changes of every job from now on, until ctx ends or the watch
@@ -75,7 +85,8 @@ func WatchPollInterval(d time.Duration) WatchOption {
 // nothing. A poll sees only the states a job is in when it looks, so a quick job may
 // go from QUEUED to COMPLETED in one event. A poll that fails is tried again at the
 // next interval (a bridge or coordinator restarting); a watch that polls fails only
-// once its client is closed (ErrClosed).
+// once its client is closed (ErrClosed), or its bridge stayed away for
+// WatchGiveUpAfter.
 //
 // The caller must receive until the channel closes or cancel ctx.
 func (c *Client) Watch(ctx context.Context, opts ...WatchOption) (<-chan JobEvent, error) {
@@ -93,7 +104,7 @@ func (c *Client) Watch(ctx context.Context, opts ...WatchOption) (<-chan JobEven
 	if n, ok := c.tr.(*natsTransport); ok {
 		run, err = watchBucket(ctx, n.nc)
 	} else {
-		run, err = c.pollJobs(ctx, o.interval)
+		run, err = c.pollJobs(ctx, o.interval, o.giveUp)
 	}
 	if err != nil {
 		return nil, err
@@ -227,8 +238,9 @@ func recordSnapshot(data []byte) (protocol.Job, error) {
 }
 
 // pollJobs lists every job each interval and passes on the changes; the first list,
-// taken now, is the baseline and reports nothing.
-func (c *Client) pollJobs(ctx context.Context, interval time.Duration) (func(context.Context, chan<- JobEvent), error) {
+// taken now, is the baseline and reports nothing. It fails once its polls found no
+// bridge for giveUp (0: never).
+func (c *Client) pollJobs(ctx context.Context, interval, giveUp time.Duration) (func(context.Context, chan<- JobEvent), error) {
 	seen := jobTracker{}
 	jobs, err := c.allJobs(ctx)
 	if err != nil {
@@ -238,6 +250,7 @@ func (c *Client) pollJobs(ctx context.Context, interval time.Duration) (func(con
 	return func(ctx context.Context, events chan<- JobEvent) {
 		t := time.NewTicker(interval)
 		defer t.Stop()
+		var away time.Time // the first of the polls in a row that found no bridge
 		for {
 			select {
 			case <-ctx.Done():
@@ -245,13 +258,24 @@ func (c *Client) pollJobs(ctx context.Context, interval time.Duration) (func(con
 			case <-t.C:
 			}
 			jobs, err := c.allJobs(ctx)
+			var nobody *noBridgeError
 			switch {
 			case errors.Is(err, ErrClosed): // no poll can succeed any more
 				send(ctx, events, JobEvent{Err: fmt.Errorf("watch jobs: %w", err)})
 				return
+			case errors.As(err, &nobody) && giveUp > 0:
+				if away.IsZero() {
+					away = time.Now()
+				} else if time.Since(away) >= giveUp {
+					send(ctx, events, JobEvent{Err: fmt.Errorf("watch jobs: gave up after %v without a bridge: %w", giveUp, err)})
+					return
+				}
+				continue // a bridge restarting; the next poll tells
 			case err != nil:
+				away = time.Time{}
 				continue // a coordinator restarting; the next poll tells
 			}
+			away = time.Time{}
 			now := time.Now()
 			for _, j := range seen.update(jobs) {
 				if !send(ctx, events, JobEvent{Type: JobChanged, Job: j, At: now}) {

@@ -26,12 +26,13 @@ type Workflow struct {
 	err error
 }
 
-// NewWorkflow starts a workflow with id ("": the coordinator picks one).
+// NewWorkflow starts a workflow with id ("": the client picks one when it is first
+// submitted, SubmitWorkflowRequest).
 func NewWorkflow(id string) *Workflow {
 	return &Workflow{req: protocol.SubmitWorkflow{WorkflowID: id, Kind: protocol.KindWorkflow}}
 }
 
-// NewBatch starts a batch with id ("": the coordinator picks one): jobs added with Step
+// NewBatch starts a batch with id ("": the client picks one, as NewWorkflow): jobs added with Step
 // wait for nothing, and OnSuccess and OnComplete set its callbacks.
 func NewBatch(id string) *Workflow {
 	return &Workflow{req: protocol.SubmitWorkflow{WorkflowID: id, Kind: protocol.KindBatch}}
@@ -119,9 +120,10 @@ func (w *Workflow) Request() (*protocol.SubmitWorkflow, error) { return &w.req, 
 
 // SubmitWorkflow submits a workflow or batch built with NewWorkflow or NewBatch and
 // returns its id and each step's job id once every job is stored; on an error none is,
-// unless it is ErrOutcomeUnknown: then all may be, and the coordinator runs them once
-// it knows they are. Sending the same workflow again (its id given) is safe: it is
-// answered with its jobs once they are stored.
+// unless it is ErrOutcomeUnknown (the coordinator could not tell in time, or the
+// connection went before its answer came): then all may be, and the coordinator runs
+// them once it knows they are; OutcomeWorkflow names the workflow. Sending the same
+// workflow again is safe: it is answered with its jobs once they are stored.
 func (c *Client) SubmitWorkflow(ctx context.Context, w *Workflow) (protocol.WorkflowSubmitted, error) {
 	req, err := w.Request()
 	if err != nil {
@@ -130,8 +132,13 @@ func (c *Client) SubmitWorkflow(ctx context.Context, w *Workflow) (protocol.Work
 	return c.SubmitWorkflowRequest(ctx, req)
 }
 
-// SubmitWorkflowRequest submits a SUBMIT_WORKFLOW as it is (a workflow file's).
+// SubmitWorkflowRequest submits a SUBMIT_WORKFLOW as it is (a workflow file's), except
+// that an empty WorkflowID is given one, in req: a submission whose outcome is unknown
+// then names its workflow, and req sent again is that workflow, not a second one.
 func (c *Client) SubmitWorkflowRequest(ctx context.Context, req *protocol.SubmitWorkflow) (protocol.WorkflowSubmitted, error) {
+	if req.WorkflowID == "" {
+		req.WorkflowID = protocol.RequestJobID(protocol.NewRequestID()) // a random UUID, as the coordinator's
+	}
 	m, err := c.Do(ctx, req)
 	if err != nil {
 		return protocol.WorkflowSubmitted{}, err
