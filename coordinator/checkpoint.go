@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -32,12 +33,13 @@ import (
 // none, is ignored, as after a fence, when memory was not the truth.
 
 // checkpointMagic begins a checkpoint. It was jobbus-index-2 before checkpoints listed
-// far SCHEDULED jobs holding a unique key as jobs to read whole: such a checkpoint,
-// left by an older release, is not read (recovery reads every record's headers once),
-// since it would hide those jobs' keys.
+// far SCHEDULED jobs holding a unique key as jobs to read whole, and jobbus-index-3
+// before they named the queue of each far SCHEDULED job: such a checkpoint, left by an
+// older release, is not read (recovery reads every record's headers once), since it
+// would hide those jobs' keys, or leave their queues unknown.
 const (
 	checkpointObject    = "index"
-	checkpointMagic     = "jobbus-index-3\n"
+	checkpointMagic     = "jobbus-index-4\n"
 	minCheckpointWrites = 50_000
 )
 
@@ -163,6 +165,9 @@ func (rt *retention) heads() []head {
 			continue
 		}
 		h := head{seq: e.seq, state: e.state(), expires: exp[e.seq], due: due[e.seq]}
+		if h.state == protocol.StateScheduled {
+			h.queue = rt.index.queue(e)
+		}
 		if k := rt.index.key(e); k != "" {
 			if d, ok := rt.doneKeys[k]; ok && rt.index.hasID(e, d.jobID) {
 				h.key, h.fingerprint = k, d.fingerprint
@@ -200,6 +205,13 @@ func encodeCheckpoint(term, at uint64, heads []head) []byte {
 		str(h.id)
 		str(h.key)
 		str(h.fingerprint)
+		if h.state == protocol.StateScheduled { // its queue, "" for the default
+			q := h.queue
+			if q == protocol.DefaultQueue {
+				q = ""
+			}
+			str(q)
+		}
 	}
 	return buf.Bytes()
 }
@@ -233,6 +245,10 @@ func decodeCheckpoint(data []byte) (term, at uint64, heads []head, err error) {
 		h.state = codeState[code]
 		if h.state == protocol.StateScheduled {
 			h.due, h.expires = h.expires, 0
+			h.queue = cmp.Or(d.str(), protocol.DefaultQueue)
+			if d.bad {
+				return 0, 0, nil, errBadCheckpoint
+			}
 		}
 	}
 	return term, at, heads, nil

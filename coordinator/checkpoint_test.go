@@ -2,11 +2,15 @@ package coordinator
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
@@ -137,7 +141,8 @@ func TestCheckpointEncoding(t *testing.T) {
 		{id: "b1c0", seq: 1, state: protocol.StateCompleted, expires: 1796000000000, key: "k", fingerprint: "f"},
 		{id: "b1c1", seq: 300, state: protocol.StateFailed},
 		{id: "b1c2", seq: 1 << 40},
-		{id: "b1c3", seq: 301, state: protocol.StateScheduled, due: 1796000000123, key: "later", fingerprint: "g"}, // cold: its due time
+		{id: "b1c3", seq: 301, state: protocol.StateScheduled, due: 1796000000123, key: "later", fingerprint: "g", queue: "critical"}, // cold: its due time and queue
+		{id: "b1c4", seq: 302, state: protocol.StateScheduled, due: 1796000000124, queue: protocol.DefaultQueue},
 	}
 	data := encodeCheckpoint(7, 99, heads)
 	term, at, got, err := decodeCheckpoint(data)
@@ -155,7 +160,7 @@ func TestCheckpointEncoding(t *testing.T) {
 			t.Fatalf("a checkpoint cut to %d of %d bytes was read", n, len(data))
 		}
 	}
-	if _, _, _, err := decodeCheckpoint(append([]byte("jobbus-index-1\n"), data[len(checkpointMagic):]...)); err == nil {
+	if _, _, _, err := decodeCheckpoint(append([]byte("jobbus-index-3\n"), data[len(checkpointMagic):]...)); err == nil {
 		t.Fatal("a checkpoint of another format was read")
 	}
 }
@@ -239,4 +244,85 @@ func TestKeyKeptForeverSurvivesRestart(t *testing.T) {
 	if got := submit(); got != id {
 		t.Fatalf("key %q names %s after the restart, want %s (cancelled before it, kept for ever)", "k", got, id)
 	}
+}
+
+// TestFarScheduledJobsKeepTheirQueue: a queue whose one job is SCHEDULED beyond the
+// window, a job recovery knows by its entry only (never read whole), is known after a
+// restart, so that it can be paused before the job comes due: from the checkpoint a
+// graceful stop wrote, from the records' headers, and from a record written before
+// SCHEDULED records named their queue (read whole). A name nothing used is refused.
+func TestFarScheduledJobsKeepTheirQueue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	nc, cfg, logs, start := restartable(t)
+	cl := client.New(nc)
+	pausable := func(when string, names ...string) {
+		t.Helper()
+		for _, name := range names {
+			if _, err := cl.PauseQueue(ctx, name); err != nil {
+				t.Errorf("%s: pause of queue %s, whose job is due in an hour: %v", when, name, err)
+				continue
+			}
+			_, err := cl.ResumeQueue(ctx, name)
+			must(t, err)
+		}
+		if _, err := cl.PauseQueue(ctx, "latr"); err == nil || !strings.Contains(err.Error(), "Unknown queue") {
+			t.Errorf("%s: pause of a queue nothing used: %v, want Unknown queue", when, err)
+		}
+	}
+
+	cold := func(c *Coordinator, id string) bool { // known by its entry only, not read whole
+		c.sched.mu.Lock()
+		defer c.sched.mu.Unlock()
+		return c.sched.jobs[id] == nil
+	}
+	c1 := start(cfg)
+	later, err := cl.Submit(ctx, "SHA256", map[string]string{"text": "x"}, client.Queue("later"), client.RunIn(time.Hour))
+	must(t, err)
+	_, err = cl.Submit(ctx, "SHA256", map[string]string{"text": "y"}, client.RunIn(time.Hour)) // default
+	must(t, err)
+	must(t, c1.Close()) // a graceful stop writes the checkpoint
+	logs.Take()
+
+	c2 := start(cfg)
+	if !strings.Contains(logs.Take(), "recovering from a checkpoint") {
+		t.Fatal("the checkpoint written at the stop was not used")
+	}
+	pausable("from a checkpoint", "later")
+	if !cold(c2, later) {
+		t.Error("from a checkpoint: the job due in an hour is held whole")
+	}
+	c2.ckpt.running.Store(true) // no checkpoint at the stop
+	must(t, c2.Close())
+
+	// A record as a release before the queue header wrote it, of a job due in an hour.
+	js, err := jetstream.New(nc)
+	must(t, err)
+	now := time.Now()
+	old := protocol.Record{JobID: newID(), TaskType: "SHA256", Payload: json.RawMessage(`{"text":"old"}`),
+		State: protocol.StateScheduled, MaxAttempts: 3, Priority: protocol.PriorityNormal, Seq: 1_000, CreatedAt: now.UnixMilli(), UpdatedAt: now.UnixMilli(),
+		RunAt: now.Add(time.Hour).UnixMilli(), Queue: "old"}
+	msg := nats.NewMsg(jobsSubjects + old.JobID)
+	msg.Data, err = json.Marshal(&old)
+	must(t, err)
+	msg.Header.Set(protocol.HeaderSeq, "1000")
+	msg.Header.Set(protocol.HeaderState, string(protocol.StateScheduled))
+	msg.Header.Set(protocol.HeaderUniqueUntil, "0")
+	msg.Header.Set(protocol.HeaderRunAt, strconv.FormatInt(old.RunAt, 10))
+	_, err = js.PublishMsg(ctx, msg)
+	must(t, err)
+
+	full := cfg
+	full.fullRecovery = true // the records' headers only
+	c3 := start(full)
+	pausable("from the records' headers", "later", "old")
+	if !cold(c3, later) || !cold(c3, old.JobID) {
+		t.Errorf("from the headers: the jobs due in an hour held whole: %v, %v", !cold(c3, later), !cold(c3, old.JobID))
+	}
+	if j, err := cl.Status(ctx, old.JobID); err != nil || j.State != protocol.StateScheduled {
+		t.Fatalf("the older release's job: %+v %v, want SCHEDULED", j, err)
+	}
+	must(t, c3.Close()) // its checkpoint names the old job's queue too
+	start(cfg)
+	pausable("from a checkpoint, the older release's job read before", "later", "old")
 }

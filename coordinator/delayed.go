@@ -89,6 +89,15 @@ func scheduledAt(r *protocol.Record) int64 {
 	return 0
 }
 
+// scheduledIn is a SCHEDULED record's queue (protocol.HeaderQueue), "" for a record in
+// another state.
+func scheduledIn(r *protocol.Record) string {
+	if r.State == protocol.StateScheduled {
+		return protocol.QueueOf(r.Queue)
+	}
+	return ""
+}
+
 // countState keeps the SCHEDULED count as a job moves from one state to another.
 // Called with the scheduler's mu held, from markDirty (every change) and for the jobs
 // recovery restores or drops.
@@ -220,9 +229,9 @@ func (s *scheduler) chillable(j *job, version uint64) bool {
 		!j.writing && s.jobs[j.rec.JobID] == j && !s.near(j.rec.RunAt) && len(s.deps.children[j]) == 0
 }
 
-// chill moves a cold SCHEDULED job out of memory: its entry (state SCHEDULED), its
-// cold entry (already in the heap) and its key's binding stay. Called with the
-// scheduler's mu held.
+// chill moves a cold SCHEDULED job out of memory: its entry (state SCHEDULED, and its
+// queue), its cold entry (already in the heap) and its key's binding stay. Called with
+// the scheduler's mu held.
 func (s *scheduler) chill(j *job) {
 	r := &j.rec
 	e := s.kept.index.find(r.Seq)
@@ -232,7 +241,8 @@ func (s *scheduler) chill(j *job) {
 	delete(s.jobs, r.JobID)
 	e.j = nil
 	e.setState(protocol.StateScheduled)
-	s.kept.index.countDone(e, 1) // counted by its entry now (jobCounts)
+	s.kept.index.setQueue(e, s.ready.queue(queueOf(j)).name) // its name, not a copy per job
+	s.kept.index.countDone(e, 1)                             // counted by its entry now (jobCounts)
 	if k := r.IdempotencyKey; k != "" {
 		if s.keys[k] == j {
 			delete(s.keys, k)
@@ -372,6 +382,7 @@ func (s *scheduler) holdCold(r protocol.Record, rev uint64) *job {
 	s.jobs[r.JobID] = j
 	s.kept.index.countDone(e, -1) // counted as a job held whole now (jobCounts)
 	e.j = j
+	s.kept.index.setQueue(e, "") // its record names it
 	if k := r.IdempotencyKey; k != "" {
 		if d, ok := s.kept.doneKeys[k]; ok && d.jobID == r.JobID {
 			delete(s.kept.doneKeys, k)
@@ -407,11 +418,14 @@ func (s *scheduler) cancelCold(id string, due time.Duration, reply replyFunc) bo
 // restoreCold adds a SCHEDULED job that recovery did not read whole (due beyond the
 // window): its entry and its cold entry. Called with the scheduler's mu held.
 func (rt *retention) restoreCold(h head) {
+	s := rt.s
+	q := s.ready.queue(h.queue)
 	rt.index.add(h.seq, h.id, protocol.StateScheduled, h.key, nil)
+	rt.index.setQueue(&rt.index.entries[len(rt.index.entries)-1], q.name)
 	if h.key != "" {
 		rt.doneKeys[h.key] = doneKey{jobID: h.id, fingerprint: h.fingerprint}
 	}
-	s := rt.s
+	q.unfinished++
 	s.active++
 	s.delayed.scheduled++
 	s.delayed.cold = append(s.delayed.cold, coldEntry{at: h.due, seq: h.seq}) // restoredCold orders them
@@ -435,9 +449,10 @@ func (d *delayed) coldDue() map[uint64]int64 {
 }
 
 // readWhole says whether recovery reads a job of head h whole: an active job, unless
-// it is SCHEDULED and due after cold (Unix milliseconds).
+// it is SCHEDULED and due after cold (Unix milliseconds), and its head names its queue
+// (one of a release before protocol.HeaderQueue is read to learn it).
 func readWhole(h head, cold int64) bool {
-	if h.state == protocol.StateScheduled && h.due > cold {
+	if h.state == protocol.StateScheduled && h.due > cold && h.queue != "" {
 		return false
 	}
 	return h.state == "" || h.state.Active()

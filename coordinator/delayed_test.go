@@ -57,6 +57,7 @@ func TestFarScheduledJobsLeaveMemory(t *testing.T) {
 	if n := s.c.Stats().Jobs[protocol.StateScheduled]; n != 2 || s.sched.delayed.scheduled != 2 {
 		t.Fatalf("after a cancel: %d SCHEDULED in the counts, %d counted; want 2", n, s.sched.delayed.scheduled)
 	}
+	s.unfinishedAgree()
 
 	next := startMem(t, b, func(c *Config) { c.ScheduleWindow = time.Minute })
 	s.c.Close()
@@ -81,6 +82,7 @@ func TestFarScheduledJobsLeaveMemory(t *testing.T) {
 	if a := next.assigned("w"); a.JobID != far {
 		t.Fatalf("assigned %s, want the far job once due", a.JobID)
 	}
+	next.unfinishedAgree()
 }
 
 // eventuallyTrue polls cond for 10 s.

@@ -229,10 +229,10 @@ func (rt *routing) queueFields(req *protocol.SubmitJob) *protocol.Error {
 	return nil
 }
 
-// collectEvery is how often idle queues are forgotten: a queue with nothing waiting or
-// running, no stored settings and no worker serving it, into which no job came for a
-// whole period, is dropped from memory (its counters with it); its next use makes it
-// again.
+// collectEvery is how often idle queues are forgotten: a queue with no job not yet
+// finished (none SCHEDULED, WAITING, QUEUED, RUNNING or in RETRY_WAIT), no stored
+// settings and no worker serving it, into which no job came for a whole period, is
+// dropped from memory (its counters with it); its next use makes it again.
 const collectEvery = time.Minute
 
 // collect forgets idle queues, at most once per collectEvery. Called with the
@@ -252,7 +252,7 @@ func (r *readyQueue) collect(now time.Time, reg *registry) {
 		}
 	}
 	for name, q := range r.queues {
-		if q.size > 0 || q.running > 0 || q.rev != 0 || q.settings != (protocol.QueueSettings{}) {
+		if q.unfinished > 0 || q.size > 0 || q.running > 0 || q.rev != 0 || q.settings != (protocol.QueueSettings{}) {
 			continue
 		}
 		if q.used {

@@ -149,6 +149,7 @@ type pendingWrite struct {
 	ttl     time.Duration // how long a finished record is kept; 0 for ever
 	expires int64         // when the job's retention ends, Unix milliseconds; with ttl
 	runAt   int64         // a SCHEDULED job's due time, Unix milliseconds (protocol.HeaderRunAt)
+	queue   string        // a SCHEDULED job's queue, DefaultQueue included (protocol.HeaderQueue)
 	bind    binding
 	// uniqueUntil is the end of the unique window a COMPLETED job holds, or the due
 	// time of a SCHEDULED job that holds a unique key (unique.go's heldUntil), 0 if

@@ -159,7 +159,11 @@ func readHead(id string, h nats.Header, meta *jetstream.MsgMetadata) (head, bool
 		// key: it may hold one until it is due, so its record is read whole.
 		until = due
 	}
-	return head{id: id, seq: seq, state: st, at: meta.Timestamp, expires: expires, uniqueUntil: until, due: due}, true
+	var queue string
+	if st == protocol.StateScheduled {
+		queue = h.Get(protocol.HeaderQueue) // "" from a release before it: read whole (readWhole)
+	}
+	return head{id: id, seq: seq, state: st, at: meta.Timestamp, expires: expires, uniqueUntil: until, due: due, queue: queue}, true
 }
 
 // consume hands fn the messages of an ordered consumer of stream with cfg, until none

@@ -38,9 +38,10 @@ type memMessage struct {
 	recSeq  uint64 // a record's job sequence
 	at      time.Time
 	expires time.Time
-	ends    int64 // a finished record's end of retention, Unix milliseconds (HeaderExpires)
-	unique  int64 // a record's protocol.HeaderUniqueUntil
-	runAt   int64 // a SCHEDULED record's due time (HeaderRunAt)
+	ends    int64  // a finished record's end of retention, Unix milliseconds (HeaderExpires)
+	unique  int64  // a record's protocol.HeaderUniqueUntil
+	runAt   int64  // a SCHEDULED record's due time (HeaderRunAt)
+	queue   string // a SCHEDULED record's queue (HeaderQueue)
 }
 
 func newMemBackend() *memBackend {
@@ -151,7 +152,7 @@ func (s *memStore) apply(ws []pendingWrite) ([]uint64, error) {
 			b.bindings[bindingKey(w.key)] = memMessage{data: data, seq: b.seq, at: now, expires: expires}
 		}
 		b.seq++
-		b.records[w.id] = memMessage{data: w.data, seq: b.seq, state: w.state, recSeq: w.seq, at: now, expires: expires, ends: ends, unique: w.uniqueUntil, runAt: w.runAt}
+		b.records[w.id] = memMessage{data: w.data, seq: b.seq, state: w.state, recSeq: w.seq, at: now, expires: expires, ends: ends, unique: w.uniqueUntil, runAt: w.runAt, queue: w.queue}
 		revs[i] = b.seq
 	}
 	return revs, nil
@@ -185,7 +186,7 @@ func (s *memStore) load(context.Context) (*loaded, error) {
 		if !b.live(m, now) {
 			continue
 		}
-		h := head{id: id, seq: m.recSeq, state: m.state, at: m.at, expires: m.ends, uniqueUntil: m.unique, due: m.runAt}
+		h := head{id: id, seq: m.recSeq, state: m.state, at: m.at, expires: m.ends, uniqueUntil: m.unique, due: m.runAt, queue: m.queue}
 		if m.state.Active() || m.unique > now.UnixMilli() {
 			h = wholeHead(h)
 		}

@@ -45,6 +45,10 @@ type jobQueue struct {
 	perSec             [60]uint32
 	perSecAt           [60]int64 // the Unix second perSec[i] counts
 	used               bool      // a job came since the last collect (dispatch.go)
+	// unfinished is its jobs not finished, in any state (SCHEDULED, WAITING, QUEUED,
+	// RUNNING, RETRY_WAIT), held whole or, far SCHEDULED ones, by their entry: while it
+	// has any, the queue is kept (collect), so that it can be paused before they start.
+	unfinished int
 }
 
 // typeLane is the jobs of one task type in one queue, by concurrency key.
@@ -91,6 +95,19 @@ func (r *readyQueue) queue(name string) *jobQueue {
 	q := &jobQueue{name: name, byType: make(map[string]*typeLane), keyRuns: make(map[string]int)}
 	r.queues[name] = q
 	return q
+}
+
+// countJob counts a job of the queue named name in or out of the queue's unfinished
+// jobs as it moves from state from to state to ("": none, a job not yet made or gone).
+func (r *readyQueue) countJob(name string, from, to protocol.State) {
+	if from.Active() == to.Active() {
+		return
+	}
+	if to.Active() {
+		r.queue(name).unfinished++
+	} else if q := r.queues[protocol.QueueOf(name)]; q != nil {
+		q.unfinished--
+	}
 }
 
 // waiting reports whether the queue named name has jobs waiting.

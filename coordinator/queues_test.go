@@ -97,6 +97,35 @@ func (s *memSystem) waitQueued(name string, n int) {
 	}
 }
 
+// unfinishedAgree checks each queue's count of unfinished jobs against the jobs: those
+// held whole and not finished, and the far SCHEDULED ones held by their entry.
+func (s *memSystem) unfinishedAgree() {
+	s.t.Helper()
+	s.sched.mu.Lock()
+	defer s.sched.mu.Unlock()
+	want := make(map[string]int)
+	for _, j := range s.sched.jobs {
+		if j.rec.State.Active() {
+			want[queueOf(j)]++
+		}
+	}
+	x := &s.sched.kept.index
+	for i := range x.entries {
+		if e := &x.entries[i]; e.live() && e.j == nil && e.state() == protocol.StateScheduled {
+			want[x.queue(e)]++
+		}
+	}
+	for name, q := range s.sched.ready.queues {
+		if q.unfinished != want[name] {
+			s.t.Errorf("queue %s counts %d unfinished jobs, holds %d", name, q.unfinished, want[name])
+		}
+		delete(want, name)
+	}
+	for name, n := range want {
+		s.t.Errorf("queue %s holds %d unfinished jobs, and is not known", name, n)
+	}
+}
+
 func TestQueuesWeightsShareStarts(t *testing.T) {
 	const starts = 10_000
 	s := startMem(t, nil, func(c *Config) { c.MaxActiveJobs = 20_000 })
@@ -393,6 +422,7 @@ func TestQueuesKeyFromPayloadInGroups(t *testing.T) {
 		t.Fatalf("started %v, want one of key a and b1", started)
 	}
 	s.quiet() // key a is at its limit of 1: its other steps wait, though slots are free
+	s.unfinishedAgree()
 }
 
 func TestQueuesRefuseBadInput(t *testing.T) {
@@ -514,16 +544,11 @@ func TestQueuesIdleOnesForgotten(t *testing.T) {
 		return s.assigned("w1")
 	}())
 	s.accepted(inQueue(sha("y"), "unserved"))
-	s.accepted(inQueue(sha("z"), "gone"))
+	gone := s.accepted(inQueue(sha("z"), "gone"))
 	s.waitQueued("gone", 1)
-	s.sched.mu.Lock()
-	for _, j := range s.sched.jobs {
-		if j.rec.Queue == "gone" {
-			s.sched.ready.forget(j) // as a cancel does
-			j.rec.State = protocol.StateCancelled
-		}
+	if m, ok := s.cancel(gone).(*protocol.JobCancel); !ok || !m.Cancelled {
+		t.Fatalf("cancel: %#v", m)
 	}
-	s.sched.mu.Unlock()
 	s.sweep(collectEvery) // marks them idle
 	s.sweep(collectEvery) // forgets what stayed idle
 	var names []string
@@ -681,5 +706,83 @@ func randomisedDispatch(t *testing.T, seed uint64) {
 			t.Errorf("job %s (%+v): %s, want %s", id, j, st, want)
 		}
 	}
+	s.unfinishedAgree()
 	t.Logf("%d jobs, %d cancelled", len(jobs), len(cancelled))
+}
+
+// TestQueuesOfWaitingJobsStayKnown: a queue whose jobs are all SCHEDULED, WAITING or
+// in RETRY_WAIT stays known however many collects pass, and across a restart: it can be
+// paused before its jobs come due, and a job that comes due in it then waits until it
+// is resumed. Once its jobs finished it is forgotten as any idle queue, and a name
+// nothing ever used is still refused.
+func TestQueuesOfWaitingJobsStayKnown(t *testing.T) {
+	b := newMemBackend()
+	b.now = time.Now
+	slowRetry := func(c *Config) { c.RetryBaseDelay, c.RetryMaxDelay = time.Hour, time.Hour }
+	s := startMem(t, b, slowRetry)
+	later := s.accepted(inQueue(runIn(sha("x"), time.Hour), "later"))
+	parent := s.accepted(sha("parent")) // QUEUED in default, which no worker serves
+	child := inQueue(sha("child"), "waiting")
+	child.After = []string{parent}
+	s.accepted(child)
+	s.registerQueues("w", 1, "retrying", false)
+	s.accepted(inQueue(sha("y"), "retrying"))
+	s.assigned("w")
+	s.sched.reg.disconnect(&protocol.Disconnect{WorkerID: "w", Cause: "gone"}) // RETRY_WAIT for an hour
+	s.settle()
+	held := map[string]protocol.State{"later": protocol.StateScheduled, "waiting": protocol.StateWaiting, "retrying": protocol.StateRetryWait}
+	for name, st := range held {
+		if n := s.c.Stats().Jobs[st]; n != 1 {
+			t.Fatalf("%d jobs %s, want the one of queue %s", n, st, name)
+		}
+	}
+	pausable := func(s *memSystem, when string) {
+		t.Helper()
+		for name, st := range held {
+			if e, ok := s.change(&protocol.PauseQueue{Queue: name}).(*protocol.Error); ok {
+				t.Errorf("pause of queue %s holding a %s job, %s: %s", name, st, when, e.Message)
+				continue
+			}
+			s.updated(&protocol.ResumeQueue{Queue: name})
+		}
+		if e, ok := s.change(&protocol.PauseQueue{Queue: "latr"}).(*protocol.Error); !ok || !protocol.IsUnknownQueue(e.Message) {
+			t.Errorf("pause of a queue nothing used, %s: %#v, want Unknown queue", when, e)
+		}
+	}
+	s.sweep(collectEvery)
+	s.sweep(collectEvery)
+	s.unfinishedAgree()
+	pausable(s, "after two collects")
+	s.c.Close()
+
+	next := startMem(t, b, slowRetry)
+	pausable(next, "after a restart")
+	next.sweep(collectEvery)
+	next.sweep(collectEvery)
+	next.unfinishedAgree()
+	pausable(next, "after a restart and two collects")
+
+	// Paused before its job comes due, the queue starts it only once resumed.
+	next.updated(&protocol.PauseQueue{Queue: "later"})
+	next.sweep(time.Hour)
+	eventuallyTrue(t, "the job of queue later read back", func() bool { return next.held(later) })
+	next.sweep(time.Millisecond)                 // its timer, armed as it was read back
+	next.registerQueues("w2", 1, "later", false) // registered after the hour, not lost in it
+	next.quiet()
+	if st := next.status(later).State; st != protocol.StateQueued {
+		t.Fatalf("the job of paused queue later, due: %s, want QUEUED", st)
+	}
+	next.updated(&protocol.ResumeQueue{Queue: "later"})
+	a := next.assigned("w2")
+	if a.JobID != later {
+		t.Fatalf("assigned %s, want the job of queue later", a.JobID)
+	}
+	next.done("w2", a)
+	next.sched.reg.disconnect(&protocol.Disconnect{WorkerID: "w2", Cause: "gone"})
+	next.sweep(collectEvery)
+	next.sweep(collectEvery)
+	if e, ok := next.change(&protocol.PauseQueue{Queue: "later"}).(*protocol.Error); !ok || !protocol.IsUnknownQueue(e.Message) {
+		t.Errorf("pause of a queue whose one job finished two collects ago: %#v, want Unknown queue", e)
+	}
+	next.unfinishedAgree()
 }

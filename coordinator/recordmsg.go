@@ -18,17 +18,17 @@ import (
 type recordMessage struct {
 	m    nats.Msg
 	one  [1]*nats.Msg
-	vals [8]string
+	vals [8]string // at most 7 headers: a finished record has no run time or queue, an active one no TTL
 }
 
 // buildRecordMsg builds w's record message in r: its headers say the job's sequence
 // and state, the revision it replaces (a CAS) or, for a create, the term it is fenced
 // by, and for a finished job its TTL and when its retention ends, for a COMPLETED job
 // that holds a unique window when the window ends (for a SCHEDULED one that holds a
-// unique key, when it is due), and for a SCHEDULED job when it is due. It returns
-// reply as a part of the one string the message's subject and header values are parts
-// of: a pipelined write's reply subject (pipeline.send), without an allocation of its
-// own.
+// unique key, when it is due), and for a SCHEDULED job when it is due and its queue. It
+// returns reply as a part of the one string the message's subject and header values
+// are parts of: a pipelined write's reply subject (pipeline.send), without an
+// allocation of its own.
 func (s *jsStore) buildRecordMsg(r *recordMessage, w *pendingWrite, reply []byte) (replySubject string) {
 	r.one[0] = &r.m
 	var buf [256]byte
@@ -85,6 +85,9 @@ func (s *jsStore) buildRecordMsg(r *recordMessage, w *pendingWrite, reply []byte
 	}
 	if w.runAt != 0 { // a SCHEDULED job's due time (delayed.go)
 		set(protocol.HeaderRunAt, part(5))
+	}
+	if w.queue != "" { // and its queue, which recovery counts as holding a job (queue.go)
+		set(protocol.HeaderQueue, w.queue)
 	}
 	r.m = nats.Msg{Subject: all[:ends[0]], Data: w.data, Header: h}
 	return all[ends[5]:]

@@ -36,6 +36,9 @@ func referenceRecordMsg(s *jsStore, w *pendingWrite) *nats.Msg {
 	if w.runAt != 0 {
 		m.Header.Set(protocol.HeaderRunAt, strconv.FormatInt(w.runAt, 10))
 	}
+	if w.queue != "" {
+		m.Header.Set(protocol.HeaderQueue, w.queue)
+	}
 	return m
 }
 
@@ -49,8 +52,8 @@ var recordWrites = []struct {
 	{"Finish", pendingWrite{id: "j-4", seq: 43, rev: 7, state: protocol.StateCompleted, ttl: 24 * time.Hour, expires: 1790000000123}},
 	{"FinishNewTTL", pendingWrite{id: "j-5", seq: 44, rev: 8, state: protocol.StateFailed, ttl: 90 * time.Second, expires: 1}},
 	{"CreateFinished", pendingWrite{id: "j-6", seq: 45, state: protocol.StateCancelled, ttl: time.Second, expires: 2}},
-	{"Scheduled", pendingWrite{id: "j-7", seq: 46, state: protocol.StateScheduled, runAt: 1790000000456}},
-	{"ScheduledUnique", pendingWrite{id: "j-8", seq: 47, state: protocol.StateScheduled, runAt: 1790000000789, uniqueUntil: 1790000000789}},
+	{"Scheduled", pendingWrite{id: "j-7", seq: 46, state: protocol.StateScheduled, runAt: 1790000000456, queue: protocol.DefaultQueue}},
+	{"ScheduledUnique", pendingWrite{id: "j-8", seq: 47, state: protocol.StateScheduled, runAt: 1790000000789, uniqueUntil: 1790000000789, queue: "critical"}},
 }
 
 func TestRecordMsg(t *testing.T) {

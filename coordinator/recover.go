@@ -113,6 +113,9 @@ type head struct {
 	at      time.Time      // of the record's last write
 	expires int64          // when the job's retention ends, Unix milliseconds; 0: never
 	due     int64          // a SCHEDULED job's due time, Unix milliseconds (delayed.go)
+	// queue is a SCHEDULED job's queue (protocol.HeaderQueue), counted as holding a job
+	// (queue.go); "" for a record of a release before the header, which is read whole.
+	queue string
 
 	key, fingerprint string // a finished job's idempotency binding, from a checkpoint
 
@@ -142,6 +145,7 @@ func (s *scheduler) restore(r protocol.Record, rev uint64, expires int64) {
 		return
 	}
 	s.active++
+	s.ready.countJob(queueOf(j), "", r.State)
 	switch r.State {
 	case protocol.StateQueued:
 		s.ready.push(j)

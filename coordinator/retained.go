@@ -18,14 +18,16 @@ import (
 // record is durable (j nil). A million finished jobs are a million entries, which the
 // garbage collector walks on every cycle: an entry holds its id in 16 bytes rather
 // than as a string, its state as a code, its rare parts (a long id that is no UUID, an
-// idempotency key) in jobIndex's maps, so that a finished job's entry has no pointer
-// the collector must follow (its j and snap are nil).
+// idempotency key, a far SCHEDULED job's queue other than the default) in jobIndex's
+// maps, so that a finished job's entry has no pointer the collector must follow (its
+// j and snap are nil).
 type entry struct {
 	seq   uint64
 	id    [16]byte      // the job id: see idn
 	idn   byte          // 0: id is a canonical UUID's bytes (uuid); 1-16: the id, this long; oddID
 	code  byte          // the state's checkpoint code (codeState); 0 once removed
 	keyed bool          // a finished job's idempotency key is in jobIndex.keys
+	named bool          // a far SCHEDULED job's queue, not the default, is in jobIndex.queues
 	j     *job          // while active, or until its final record is durable
 	snap  *protocol.Job // of one of the recentFinished last jobs to finish
 }
@@ -104,6 +106,7 @@ type jobIndex struct {
 	holes   int
 	odd     map[uint64]string // the oddID ids, by sequence
 	keys    map[uint64]string // finished jobs' idempotency keys, by sequence
+	queues  map[uint64]string // far SCHEDULED jobs' queues but the default, by sequence (delayed.go)
 	done    []int             // live entries without a job (finished ones), by state code
 }
 
@@ -196,6 +199,28 @@ func (x *jobIndex) setKey(e *entry, k string) {
 	}
 }
 
+// queue is a far SCHEDULED job's queue (delayed.go's chill): DefaultQueue unless named.
+func (x *jobIndex) queue(e *entry) string {
+	if !e.named {
+		return protocol.DefaultQueue
+	}
+	return x.queues[e.seq]
+}
+
+// setQueue sets a far SCHEDULED job's queue ("" or DefaultQueue: none kept).
+func (x *jobIndex) setQueue(e *entry, q string) {
+	switch {
+	case q != "" && q != protocol.DefaultQueue:
+		if x.queues == nil {
+			x.queues = make(map[uint64]string)
+		}
+		x.queues[e.seq], e.named = q, true
+	case e.named:
+		delete(x.queues, e.seq)
+		e.named = false
+	}
+}
+
 // sort orders the entries by sequence, once recovery has added them.
 func (x *jobIndex) sort() {
 	slices.SortFunc(x.entries, func(a, b entry) int { return cmp.Compare(a.seq, b.seq) })
@@ -226,6 +251,7 @@ func (x *jobIndex) remove(seq uint64) {
 		delete(x.odd, seq)
 	}
 	x.setKey(e, "")
+	x.setQueue(e, "")
 	x.countDone(e, -1)
 	*e = entry{seq: seq}
 	x.holes++

@@ -19,6 +19,7 @@ func (s *scheduler) markDirty(j *job, fn func(error)) {
 		j.rec.EndedAt = j.rec.UpdatedAt
 	}
 	s.delayed.countState(j.seen, j.rec.State) // before note.changed moves seen on
+	s.ready.countJob(queueOf(j), j.seen, j.rec.State)
 	s.note.changed(j)
 	s.ended(j) // deps.go
 	if fn != nil {
@@ -123,6 +124,7 @@ func (q *writeQueue) pendingWrite(j *job) (pendingWrite, error) {
 		ttl:     q.ttl(j.rec.EndedAt),
 		expires: time.UnixMilli(j.rec.EndedAt).Add(q.cfg.Retention).UnixMilli(),
 		runAt:   scheduledAt(&j.rec),
+		queue:   scheduledIn(&j.rec),
 		bind:    binding{JobID: j.rec.JobID, Fingerprint: j.rec.Fingerprint},
 		// uniqueUntil: the record of a job that holds its unique key past its end
 		// says so in a header, for recovery (unique.go).
@@ -242,6 +244,7 @@ func (s *scheduler) dropUnstored(j *job) {
 		s.active--
 	}
 	s.delayed.countState(j.seen, "")
+	s.ready.countJob(queueOf(j), j.seen, "")
 	s.ready.forget(j)
 	s.forgetWaiting(j)                        // deps.go
 	s.parentNotStored(j)                      // deps.go

@@ -577,6 +577,7 @@ func (s *scheduler) createSteps(g *group, p *plan, redo map[int32]bool) ([]*job,
 		s.wq.writes++
 		j.version++
 		j.rec.UpdatedAt = j.rec.CreatedAt
+		s.ready.countJob(queueOf(j), j.seen, j.rec.State) // before note.changed moves seen on
 		s.note.changed(j)
 		made[i] = j
 		jobs = append(jobs, j)

@@ -19,6 +19,12 @@ import (
 // none serves.
 const DefaultQueue = "default"
 
+// HeaderQueue is a header of a stored SCHEDULED record: its job's queue, DefaultQueue
+// included. Recovery knows a job due far ahead by its record's headers only, and learns
+// from it which queues hold jobs not yet finished; a SCHEDULED record without it was
+// written by an older release, and is read whole.
+const HeaderQueue = "Jobbus-Queue"
+
 // QueueControlPrefix starts the key of a queue's QueueSettings in the controls bucket.
 const QueueControlPrefix = "queue."
 

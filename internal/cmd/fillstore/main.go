@@ -93,6 +93,7 @@ func fill(dir string, n int, retention, scheduledIn time.Duration) error {
 		opts := []jetstream.PublishOpt{jetstream.WithStallWait(time.Minute)}
 		if scheduledIn > 0 {
 			msg.Header.Set(protocol.HeaderRunAt, strconv.FormatInt(r.RunAt, 10))
+			msg.Header.Set(protocol.HeaderQueue, protocol.DefaultQueue)
 		} else if retention > 0 {
 			opts = append(opts, jetstream.WithMsgTTL(retention))
 		}
