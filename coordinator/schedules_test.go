@@ -340,10 +340,14 @@ func TestScheduleFailsVisibly(t *testing.T) {
 	}
 }
 
-// TestScheduleCronAcrossDST: a cron schedule in Europe/Berlin, its coordinator down
-// across each DST change (an injected clock), catches up with catch-up all exactly the
-// ticks of wall time: in spring the 02:30 that does not exist runs at the change, in
-// autumn the 02:30 that happens twice runs once.
+// TestScheduleCronAcrossDST: a cron schedule, its coordinator down across each DST
+// change of its zone (an injected clock), catches up with catch-up all exactly the ticks
+// of wall time. In Europe/Berlin, the spring 02:30 that does not exist runs at the
+// change, and the autumn 02:30 that happens twice runs once. Australia/Lord_Howe's
+// clocks move by 30 minutes (+10:30 to +11 at 02:00 on 4 October 2026, back at 02:00
+// on 5 April): the hourly schedule's 02:00, skipped in spring though 02:30-02:59
+// exist, runs at the change, and a daily one runs on the day of each change and the
+// day after, where robfig/cron alone lost a day.
 func TestScheduleCronAcrossDST(t *testing.T) {
 	t.Parallel()
 	utc := func(s string) time.Time {
@@ -353,69 +357,23 @@ func TestScheduleCronAcrossDST(t *testing.T) {
 		}
 		return at
 	}
+	const berlin, lordHowe = "Europe/Berlin", "Australia/Lord_Howe"
 	cases := []struct {
-		name      string
-		from, to  string
-		wantTicks []string
+		name, zone, cron string
+		from, to         string
+		wantTicks        []string
 	}{
-		{"Spring", "2026-03-28T12:00:00Z", "2026-03-30T12:00:00Z", []string{"2026-03-29T01:00:00Z", "2026-03-30T00:30:00Z"}},
-		{"Autumn", "2026-10-24T12:00:00Z", "2026-10-26T12:00:00Z", []string{"2026-10-25T00:30:00Z", "2026-10-26T01:30:00Z"}},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			clock := newFakeClock(utc(tc.from))
-			s := setup(t, func(c *coordinator.Config) { c.Now = clock.now })
-			addSchedule(t, s, client.Schedule{Name: "night", Cron: "0 30 2 * * *", TimeZone: "Europe/Berlin", CatchUp: protocol.CatchUpAll,
-				TaskType: "SHA256", Payload: text("n")})
-			_ = s.Coordinator.Close()
-			clock.ms.Store(utc(tc.to).UnixMilli())
-			s.RestartCoordinator(t)
-			last := utc(tc.wantTicks[len(tc.wantTicks)-1]).UnixMilli()
-			s.Eventually("the catch-up done", func() bool { return scheduleNamed(t, s, "night").LastTickMillis == last })
-			jobs := scheduleJobs(t, s, "night")
-			if len(jobs) != len(tc.wantTicks) {
-				t.Fatalf("%d jobs, want one for each of %v", len(jobs), tc.wantTicks)
-			}
-			for i, tick := range tc.wantTicks {
-				key := protocol.ScheduleTickKey("night", utc(tick).UnixMilli())
-				id, err := s.Client.Submit(context.Background(), "SHA256", text("n"), client.IdempotencyKey(key))
-				if err != nil || id != jobs[i].JobID {
-					t.Errorf("tick %s: its key gives %s, %v; want job %s", tick, id, err, jobs[i].JobID)
-				}
-			}
-		})
-	}
-}
-
-// TestScheduleCronAcrossHalfHourDST: Australia/Lord_Howe's clocks move by 30 minutes
-// (+10:30 to +11 at 02:00 on 4 October 2026, back at 02:00 on 5 April). A cron
-// schedule there, its coordinator down across each change (an injected clock),
-// catches up with catch-up all a tick for every wall-clock hour that exists: the
-// hourly one's 02:00, skipped in spring though 02:30-02:59 exist, runs at the change;
-// a daily one runs on the day of each change and the day after, where it lost a day.
-func TestScheduleCronAcrossHalfHourDST(t *testing.T) {
-	t.Parallel()
-	utc := func(s string) time.Time {
-		at, err := time.Parse(time.RFC3339, s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return at
-	}
-	cases := []struct {
-		name      string
-		cron      string
-		from, to  string
-		wantTicks []string
-	}{
-		{"HourlySpring", "0 0 * * * *", "2026-10-03T13:00:00Z", "2026-10-03T17:00:00Z",
+		{"BerlinSpring", berlin, "0 30 2 * * *", "2026-03-28T12:00:00Z", "2026-03-30T12:00:00Z",
+			[]string{"2026-03-29T01:00:00Z", "2026-03-30T00:30:00Z"}},
+		{"BerlinAutumn", berlin, "0 30 2 * * *", "2026-10-24T12:00:00Z", "2026-10-26T12:00:00Z",
+			[]string{"2026-10-25T00:30:00Z", "2026-10-26T01:30:00Z"}},
+		{"LordHoweHourlySpring", lordHowe, "0 0 * * * *", "2026-10-03T13:00:00Z", "2026-10-03T17:00:00Z",
 			[]string{"2026-10-03T13:30:00Z", "2026-10-03T14:30:00Z", "2026-10-03T15:30:00Z", "2026-10-03T16:00:00Z", "2026-10-03T17:00:00Z"}},
-		{"HourlyAutumn", "0 0 * * * *", "2026-04-04T12:00:00Z", "2026-04-04T16:30:00Z",
+		{"LordHoweHourlyAutumn", lordHowe, "0 0 * * * *", "2026-04-04T12:00:00Z", "2026-04-04T16:30:00Z",
 			[]string{"2026-04-04T13:00:00Z", "2026-04-04T14:00:00Z", "2026-04-04T15:30:00Z", "2026-04-04T16:30:00Z"}},
-		{"DailySpring", "0 0 3 * * *", "2026-10-02T12:00:00Z", "2026-10-05T12:00:00Z",
+		{"LordHoweDailySpring", lordHowe, "0 0 3 * * *", "2026-10-02T12:00:00Z", "2026-10-05T12:00:00Z",
 			[]string{"2026-10-02T16:30:00Z", "2026-10-03T16:00:00Z", "2026-10-04T16:00:00Z"}},
-		{"DailyAutumn", "0 0 3 * * *", "2026-04-03T12:00:00Z", "2026-04-06T12:00:00Z",
+		{"LordHoweDailyAutumn", lordHowe, "0 0 3 * * *", "2026-04-03T12:00:00Z", "2026-04-06T12:00:00Z",
 			[]string{"2026-04-03T16:00:00Z", "2026-04-04T16:30:00Z", "2026-04-05T16:30:00Z"}},
 	}
 	for _, tc := range cases {
@@ -423,22 +381,22 @@ func TestScheduleCronAcrossHalfHourDST(t *testing.T) {
 			t.Parallel()
 			clock := newFakeClock(utc(tc.from))
 			s := setup(t, func(c *coordinator.Config) { c.Now = clock.now })
-			addSchedule(t, s, client.Schedule{Name: "lh", Cron: tc.cron, TimeZone: "Australia/Lord_Howe", CatchUp: protocol.CatchUpAll,
-				TaskType: "SHA256", Payload: text("lh")})
+			addSchedule(t, s, client.Schedule{Name: "night", Cron: tc.cron, TimeZone: tc.zone, CatchUp: protocol.CatchUpAll,
+				TaskType: "SHA256", Payload: text("n")})
 			_ = s.Coordinator.Close()
 			clock.ms.Store(utc(tc.to).UnixMilli())
 			s.RestartCoordinator(t)
 			last := utc(tc.wantTicks[len(tc.wantTicks)-1]).UnixMilli()
-			s.Eventually("the catch-up done", func() bool { return scheduleNamed(t, s, "lh").LastTickMillis >= last })
-			jobs := scheduleJobs(t, s, "lh")
+			s.Eventually("the catch-up done", func() bool { return scheduleNamed(t, s, "night").LastTickMillis >= last })
+			jobs := scheduleJobs(t, s, "night")
 			ran := make(map[string]bool)
 			for _, j := range jobs {
 				ran[j.JobID] = true
 			}
 			var missing []string
 			for _, tick := range tc.wantTicks {
-				key := protocol.ScheduleTickKey("lh", utc(tick).UnixMilli())
-				id, err := s.Client.Submit(context.Background(), "SHA256", text("lh"), client.IdempotencyKey(key))
+				key := protocol.ScheduleTickKey("night", utc(tick).UnixMilli())
+				id, err := s.Client.Submit(context.Background(), "SHA256", text("n"), client.IdempotencyKey(key))
 				if err != nil {
 					t.Fatal(err)
 				}
