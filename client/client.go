@@ -35,9 +35,10 @@ var (
 	// whether the request took effect: a submission's job may exist, and then it runs.
 	// Do not resubmit it as a new job; ask for the status of the job OutcomeJob names,
 	// or resubmit with the same idempotency key. An ERROR reply that says so is
-	// ErrServer too, as is a submission, a cancel or a workflow's submission whose NATS
-	// connection closed after it was sent; over DialTCP, a request whose connection
-	// broke (or whose client closed) after it was sent matches it as well, naming no job.
+	// ErrServer too, as is a submission, a cancel, or a workflow's submission, cancel
+	// or retry, whose NATS connection closed after it was sent; over DialTCP, a request
+	// whose connection broke (or whose client closed) after it was sent matches it as
+	// well, naming no job.
 	ErrOutcomeUnknown = errors.New("outcome unknown")
 )
 
@@ -79,7 +80,8 @@ func OutcomeJob(err error) (jobID string, ok bool) {
 }
 
 // OutcomeWorkflow returns the workflow (or batch) an ErrOutcomeUnknown error of a
-// workflow's submission is about, whose status tells whether it was stored.
+// workflow's submission is about, whose status tells whether it was stored; so for a
+// workflow's cancel or retry cut off by its NATS connection.
 func OutcomeWorkflow(err error) (workflowID string, ok bool) {
 	var se *ServerError
 	if !errors.As(err, &se) {

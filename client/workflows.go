@@ -177,7 +177,11 @@ func (c *Client) WaitWorkflow(ctx context.Context, id string) (protocol.Workflow
 	}
 }
 
-// CancelWorkflow cancels every step not yet ended and returns how many this call did.
+// CancelWorkflow cancels every step not yet ended and returns how many the workflow's
+// cancel did (a cancel sent again is answered as the first). An error matching
+// ErrOutcomeUnknown (the coordinator could not tell in time, or the NATS connection
+// went before its answer came) means the cancel may or may not have been applied;
+// sending it again is safe.
 func (c *Client) CancelWorkflow(ctx context.Context, id string) (int, error) {
 	r, err := answer[protocol.WorkflowCancelled](ctx, c, &protocol.CancelWorkflow{WorkflowID: id})
 	if err != nil {
@@ -187,7 +191,11 @@ func (c *Client) CancelWorkflow(ctx context.Context, id string) (int, error) {
 }
 
 // RetryWorkflow runs again, as new jobs, the steps of an ended workflow that failed or
-// were cancelled; it returns each one's new job id.
+// were cancelled; it returns each one's new job id. An error matching ErrOutcomeUnknown
+// (the coordinator could not tell in time, or the NATS connection went before its
+// answer came) means the retry may or may not have been applied: WorkflowStatus shows
+// its steps' new jobs if it was. Do not simply send it again: it is refused while those
+// steps run, and runs again those that failed or were cancelled by then.
 func (c *Client) RetryWorkflow(ctx context.Context, id string) (map[string]string, error) {
 	r, err := answer[protocol.WorkflowRetried](ctx, c, &protocol.RetryWorkflow{WorkflowID: id})
 	if err != nil {
