@@ -36,9 +36,10 @@ var (
 	// Do not resubmit it as a new job; ask for the status of the job OutcomeJob names,
 	// or resubmit with the same idempotency key. An ERROR reply that says so is
 	// ErrServer too, as is a submission, a cancel, or a workflow's submission, cancel
-	// or retry, whose NATS connection closed after it was sent; over DialTCP, a request
-	// whose connection broke (or whose client closed) after it was sent matches it as
-	// well, naming no job.
+	// or retry, whose context ended (wrapping context.Canceled if it was cancelled) or
+	// whose NATS connection closed after it was sent; over DialTCP, a request whose
+	// connection broke (or whose client closed) after it was sent matches it as well,
+	// naming no job.
 	ErrOutcomeUnknown = errors.New("outcome unknown")
 )
 
@@ -306,9 +307,10 @@ func (c *Client) Workers(ctx context.Context) ([]protocol.Worker, error) {
 }
 
 // Cancel cancels a job; cancelled is true only if this call moved it to CANCELLED. An
-// error matching ErrOutcomeUnknown (the coordinator could not tell in time, or the
-// connection went before its answer came) names the job (OutcomeJob): the cancel may
-// or may not have been applied, and sending it again is safe.
+// error matching ErrOutcomeUnknown (the coordinator could not tell in time, or, over
+// NATS, the context ended or the connection went before its answer came) names the
+// job (OutcomeJob): the cancel may or may not have been applied, and sending it again
+// is safe.
 func (c *Client) Cancel(ctx context.Context, id string) (cancelled bool, job protocol.Job, err error) {
 	r, err := answer[protocol.JobCancel](ctx, c, &protocol.CancelJob{JobID: id})
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -194,4 +195,69 @@ func TestWorkflowCancelAndRetryCutOffByTheConnectionAreOutcomeUnknown(t *testing
 			t.Fatalf("the retry sent again while its steps run succeeded; want it refused")
 		}
 	})
+}
+
+// TestWritesEndedByTheirContextAfterTheyWentAreOutcomeUnknown: a cancel, a workflow's
+// submission, its cancel or its retry whose caller's context ends after the request
+// reached a coordinator, before its answer, may have been applied: like a submission,
+// its error matches ErrOutcomeUnknown, naming its job (workflow), and wraps
+// context.Canceled when the caller cancelled. It was the context's bare error, which
+// reads as nothing done.
+func TestWritesEndedByTheirContextAfterTheyWentAreOutcomeUnknown(t *testing.T) {
+	t.Parallel()
+	sys := jobbustest.Start(t, jobbustest.WithoutCoordinator())
+	c := client.New(sys.NC, client.WithTimeout(time.Minute))
+	for _, tc := range []struct {
+		t     protocol.Type
+		named func(error) (string, bool)
+		send  func(ctx context.Context) error
+	}{
+		{protocol.TypeCancelJob, client.OutcomeJob, func(ctx context.Context) error {
+			_, _, err := c.Cancel(ctx, "j1")
+			return err
+		}},
+		{protocol.TypeSubmitWorkflow, client.OutcomeWorkflow, func(ctx context.Context) error {
+			_, err := c.SubmitWorkflow(ctx, client.NewWorkflow("j1").Step("a", "SHA256", map[string]string{"text": "x"}))
+			return err
+		}},
+		{protocol.TypeCancelWorkflow, client.OutcomeWorkflow, func(ctx context.Context) error {
+			_, err := c.CancelWorkflow(ctx, "j1")
+			return err
+		}},
+		{protocol.TypeRetryWorkflow, client.OutcomeWorkflow, func(ctx context.Context) error {
+			_, err := c.RetryWorkflow(ctx, "j1")
+			return err
+		}},
+	} {
+		e, _ := protocol.EndpointFor(tc.t)
+		t.Run(string(tc.t)+"/cancelled", func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			// A coordinator that takes the request and has not answered when the
+			// caller gives up.
+			sub, err := sys.NC.Subscribe(e.Subject(), func(*nats.Msg) { cancel() })
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = sub.Unsubscribe() }()
+			err = tc.send(ctx)
+			id, ok := tc.named(err)
+			if !errors.Is(err, client.ErrOutcomeUnknown) || !ok || id != "j1" || !errors.Is(err, context.Canceled) {
+				t.Fatalf("%s cancelled after it went = %v; want an unknown outcome naming j1, and context.Canceled", tc.t, err)
+			}
+		})
+		t.Run(string(tc.t)+"/deadline", func(t *testing.T) {
+			sub, err := sys.NC.Subscribe(e.Subject(), func(*nats.Msg) {}) // takes it, never answers
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = sub.Unsubscribe() }()
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			err = tc.send(ctx)
+			if id, ok := tc.named(err); !errors.Is(err, client.ErrOutcomeUnknown) || !ok || id != "j1" {
+				t.Fatalf("%s unanswered at its deadline = %v; want an unknown outcome naming j1", tc.t, err)
+			}
+		})
+	}
 }
