@@ -35,9 +35,11 @@ var (
 	// whether the request took effect: a submission's job may exist, and then it runs.
 	// Do not resubmit it as a new job; ask for the status of the job OutcomeJob names,
 	// or resubmit with the same idempotency key. An ERROR reply that says so is
-	// ErrServer too, as is a submission, a cancel or a workflow's submission whose NATS
-	// connection closed after it was sent; over DialTCP, a request whose connection
-	// broke (or whose client closed) after it was sent matches it as well, naming no job.
+	// ErrServer too, as is a submission, a cancel, or a workflow's submission, cancel
+	// or retry, whose context ended (wrapping context.Canceled if it was cancelled) or
+	// whose NATS connection closed after it was sent; over DialTCP, a request whose
+	// connection broke (or whose client closed) after it was sent matches it as well,
+	// naming no job.
 	ErrOutcomeUnknown = errors.New("outcome unknown")
 )
 
@@ -79,7 +81,8 @@ func OutcomeJob(err error) (jobID string, ok bool) {
 }
 
 // OutcomeWorkflow returns the workflow (or batch) an ErrOutcomeUnknown error of a
-// workflow's submission is about, whose status tells whether it was stored.
+// workflow's submission is about, whose status tells whether it was stored; so for a
+// workflow's cancel or retry cut off by its NATS connection.
 func OutcomeWorkflow(err error) (workflowID string, ok bool) {
 	var se *ServerError
 	if !errors.As(err, &se) {
@@ -304,9 +307,10 @@ func (c *Client) Workers(ctx context.Context) ([]protocol.Worker, error) {
 }
 
 // Cancel cancels a job; cancelled is true only if this call moved it to CANCELLED. An
-// error matching ErrOutcomeUnknown (the coordinator could not tell in time, or the
-// connection went before its answer came) names the job (OutcomeJob): the cancel may
-// or may not have been applied, and sending it again is safe.
+// error matching ErrOutcomeUnknown (the coordinator could not tell in time, or, over
+// NATS, the context ended or the connection went before its answer came) names the
+// job (OutcomeJob): the cancel may or may not have been applied, and sending it again
+// is safe.
 func (c *Client) Cancel(ctx context.Context, id string) (cancelled bool, job protocol.Job, err error) {
 	r, err := answer[protocol.JobCancel](ctx, c, &protocol.CancelJob{JobID: id})
 	if err != nil {

@@ -35,9 +35,10 @@ func WithFailoverNotice(notice func(msg string)) Option {
 // While nobody serves the API, the request waits for a coordinator only while a
 // coordinator process runs (a standby about to take over, or a leader still
 // recovering), and says so once (WithFailoverNotice); it fails at once while none does
-// (jobbus is not running there). A submission left unanswered hears "Outcome unknown"
-// naming the job its request id names; a cancel or a workflow's submission whose
-// connection went before its answer came, "Outcome unknown" naming its job (workflow).
+// (jobbus is not running there). A write left unanswered (a submission, a cancel, a
+// workflow's submission, cancel or retry), whether its time ran out, its caller
+// cancelled or its connection went, hears "Outcome unknown" naming its job (the one a
+// submission's request id names) or workflow (unanswered).
 func (n *natsTransport) request(ctx context.Context, t protocol.Type, subject string, body []byte, within time.Duration) (*nats.Msg, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err // ended before anything was sent: nothing was stored
@@ -72,56 +73,78 @@ func (n *natsTransport) request(ctx context.Context, t protocol.Type, subject st
 	case errors.Is(err, nats.ErrNoResponders):
 		// A coordinator process ran, but none served in time: nothing was received.
 		err = fmt.Errorf("%w on %s: %s, but none took over in time", ErrNoCoordinator, natsurl.Connected(n.nc), noticeWithoutRetrying)
-	case opts.RequestID != "" && context.Cause(ctx) == ctx.Err() &&
+	case context.Cause(ctx) == ctx.Err() &&
 		(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || cutOff(err)):
-		// A send was taken and not answered: the job its request id names may exist,
-		// whether the time ran out or the caller cancelled.
-		cause := "no reply from a coordinator in time"
-		var refused *natsreq.RefusedError
-		var cancelled error
-		switch {
-		case errors.Is(err, context.Canceled):
-			cause, cancelled = "the request was cancelled before a coordinator replied", context.Canceled
-		case cutOff(err) || errors.As(err, &refused):
-			cause = err.Error()
-		}
-		if t == protocol.TypeSubmitJobs {
-			err = &batchUnanswered{cause: cause, err: cancelled} // SubmitMany names each submission's job
-			break
-		}
-		err = &ServerError{Message: protocol.OutcomeUnknown("submission", protocol.RequestJobID(opts.RequestID), cause).Message}
-		if cancelled != nil {
-			err = fmt.Errorf("%w: %w", err, cancelled)
-		}
-	case (t == protocol.TypeCancelJob || t == protocol.TypeSubmitWorkflow) && cutOff(err):
-		// Taken, perhaps acted on, and the answer lost with the connection: the
-		// connection's word alone would read as nothing done.
-		err = cutOffUnknown(t, body, err)
+		// A send was taken and not answered, whether the time ran out, the caller
+		// cancelled or the connection went: a write may have been acted on.
+		err = unanswered(t, body, opts.RequestID, err)
 	}
 	return msg, err
 }
 
-// cutOffUnknown is the "Outcome unknown" of a cancel or a workflow's submission (t,
-// body) cut off by its connection (err) after it was sent, naming its job (workflow),
-// as the coordinator's own answer would. Either may be sent again: a cancel again
-// changes nothing more, and a workflow sent again under its id is answered with its
-// jobs once they are stored.
-func cutOffUnknown(t protocol.Type, body []byte, err error) error {
-	if t == protocol.TypeCancelJob {
-		var req protocol.CancelJob
-		_ = json.Unmarshal(body, &req) // Client.Cancel encoded it
-		return &ServerError{Message: protocol.OutcomeUnknown("cancel", req.JobID, err.Error()).Message}
+// unanswered is the error of a request (t, body, requestID: a submission's) that was
+// sent and went unanswered (err: its context ended, or its connection went). A write
+// may have been acted on: its error says its outcome is unknown, and wraps
+// context.Canceled when the caller cancelled. Any other request's is err.
+func unanswered(t protocol.Type, body []byte, requestID string, err error) error {
+	cause := "no reply from a coordinator in time"
+	var refused *natsreq.RefusedError
+	var cancelled error
+	switch {
+	case errors.Is(err, context.Canceled):
+		cause, cancelled = "the request was cancelled before a coordinator replied", context.Canceled
+	case cutOff(err) || errors.As(err, &refused):
+		cause = err.Error()
 	}
+	if t == protocol.TypeSubmitJobs {
+		return &batchUnanswered{cause: cause, err: cancelled} // SubmitMany names each submission's job
+	}
+	unknown := unknownOutcome(t, body, requestID, cause)
+	switch {
+	case unknown == nil:
+		return err // a request that changes nothing
+	case cancelled != nil:
+		return fmt.Errorf("%w: %w", unknown, cancelled)
+	}
+	return unknown
+}
+
+// unknownOutcome is the "Outcome unknown" of a submission (its job named by requestID),
+// a cancel, or a workflow's submission, cancel or retry (t, body), sent and left
+// unanswered for cause: it names the job or the workflow (OutcomeJob, OutcomeWorkflow),
+// as the coordinator's own answer would, and says whether sending it again is safe. It
+// is nil for any other request.
+func unknownOutcome(t protocol.Type, body []byte, requestID, cause string) *ServerError {
 	var req struct {
+		JobID      string `json:"jobId"`
 		WorkflowID string `json:"workflowId"`
 		Kind       string `json:"kind"`
 	}
-	_ = json.Unmarshal(body, &req) // SubmitWorkflowRequest encoded it, and gave it its id
-	if req.Kind == "" {
-		req.Kind = protocol.KindWorkflow
+	_ = json.Unmarshal(body, &req) // the client encoded it; a workflow's submission has its id (SubmitWorkflowRequest)
+	var msg string
+	switch t {
+	case protocol.TypeSubmitJob:
+		return &ServerError{Message: protocol.OutcomeUnknown("submission", protocol.RequestJobID(requestID), cause).Message}
+	case protocol.TypeCancelJob:
+		return &ServerError{Message: protocol.OutcomeUnknown("cancel", req.JobID, cause).Message}
+	case protocol.TypeSubmitWorkflow:
+		if req.Kind == "" {
+			req.Kind = protocol.KindWorkflow
+		}
+		msg = fmt.Sprintf("%s %s may or may not be stored (%s); sending the same again is safe, and answers its jobs once they are stored",
+			req.Kind, req.WorkflowID, cause)
+	case protocol.TypeCancelWorkflow:
+		msg = fmt.Sprintf("%s %s may or may not be cancelled (%s); ask for its status, or send the cancel again (a repeat changes nothing more)",
+			protocol.KindWorkflow, req.WorkflowID, cause)
+	case protocol.TypeRetryWorkflow:
+		// Not safe to send again: refused while the steps it ran again run, and run
+		// again for those that failed or were cancelled by then.
+		msg = fmt.Sprintf("%s %s may or may not be retried (%s); its status shows its steps run again if it was: ask for it before retrying again, which runs again the steps that failed or were cancelled by then",
+			protocol.KindWorkflow, req.WorkflowID, cause)
+	default:
+		return nil
 	}
-	return &ServerError{Message: fmt.Sprintf("%s%s %s may or may not be stored (%v); sending the same again is safe, and answers its jobs once they are stored",
-		protocol.OutcomeUnknownPrefix, req.Kind, req.WorkflowID, err)}
+	return &ServerError{Message: protocol.OutcomeUnknownPrefix + msg}
 }
 
 // cutOff reports a request whose connection went down while it waited for its reply:

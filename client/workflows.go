@@ -120,9 +120,10 @@ func (w *Workflow) Request() (*protocol.SubmitWorkflow, error) { return &w.req, 
 
 // SubmitWorkflow submits a workflow or batch built with NewWorkflow or NewBatch and
 // returns its id and each step's job id once every job is stored; on an error none is,
-// unless it is ErrOutcomeUnknown (the coordinator could not tell in time, or the
-// connection went before its answer came): then all may be, and the coordinator runs
-// them once it knows they are; OutcomeWorkflow names the workflow. Sending the same
+// unless it is ErrOutcomeUnknown (the coordinator could not tell in time, or, over
+// NATS, the context ended or the connection went before its answer came): then all
+// may be, and the coordinator runs them once it knows they are; OutcomeWorkflow names
+// the workflow. Sending the same
 // workflow again is safe: it is answered with its jobs once they are stored.
 func (c *Client) SubmitWorkflow(ctx context.Context, w *Workflow) (protocol.WorkflowSubmitted, error) {
 	req, err := w.Request()
@@ -177,7 +178,11 @@ func (c *Client) WaitWorkflow(ctx context.Context, id string) (protocol.Workflow
 	}
 }
 
-// CancelWorkflow cancels every step not yet ended and returns how many this call did.
+// CancelWorkflow cancels every step not yet ended and returns how many the workflow's
+// cancel did (a cancel sent again is answered as the first). An error matching
+// ErrOutcomeUnknown (the coordinator could not tell in time, or, over NATS, the context
+// ended or the connection went before its answer came) means the cancel may or may
+// not have been applied; sending it again is safe.
 func (c *Client) CancelWorkflow(ctx context.Context, id string) (int, error) {
 	r, err := answer[protocol.WorkflowCancelled](ctx, c, &protocol.CancelWorkflow{WorkflowID: id})
 	if err != nil {
@@ -187,7 +192,11 @@ func (c *Client) CancelWorkflow(ctx context.Context, id string) (int, error) {
 }
 
 // RetryWorkflow runs again, as new jobs, the steps of an ended workflow that failed or
-// were cancelled; it returns each one's new job id.
+// were cancelled; it returns each one's new job id. An error matching ErrOutcomeUnknown
+// (the coordinator could not tell in time, or, over NATS, the context ended or the
+// connection went before its answer came) means the retry may or may not have been
+// applied: WorkflowStatus shows its steps' new jobs if it was. Do not simply send it again: it is refused while those
+// steps run, and runs again those that failed or were cancelled by then.
 func (c *Client) RetryWorkflow(ctx context.Context, id string) (map[string]string, error) {
 	r, err := answer[protocol.WorkflowRetried](ctx, c, &protocol.RetryWorkflow{WorkflowID: id})
 	if err != nil {
