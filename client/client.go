@@ -88,8 +88,10 @@ func OutcomeWorkflow(err error) (workflowID string, ok bool) {
 	if !errors.As(err, &se) {
 		return "", false
 	}
+	rest, found := strings.CutPrefix(se.Message, protocol.OutcomeUnknownPrefix)
+	rest = strings.TrimPrefix(rest, "retry of ") // the coordinator's answer to a retry
 	for _, kind := range []string{protocol.KindWorkflow, protocol.KindBatch} {
-		if rest, found := strings.CutPrefix(se.Message, protocol.OutcomeUnknownPrefix+kind+" "); found {
+		if rest, ok := strings.CutPrefix(rest, kind+" "); found && ok {
 			id, _, _ := strings.Cut(rest, " ")
 			return id, id != ""
 		}

@@ -134,8 +134,7 @@ func unknownOutcome(t protocol.Type, body []byte, requestID, cause string) *Serv
 		msg = fmt.Sprintf("%s %s may or may not be stored (%s); sending the same again is safe, and answers its jobs once they are stored",
 			req.Kind, req.WorkflowID, cause)
 	case protocol.TypeCancelWorkflow:
-		msg = fmt.Sprintf("%s %s may or may not be cancelled (%s); ask for its status, or send the cancel again (a repeat changes nothing more)",
-			protocol.KindWorkflow, req.WorkflowID, cause)
+		return &ServerError{Message: protocol.OutcomeUnknownGroupCancel(protocol.KindWorkflow, req.WorkflowID, cause).Message}
 	case protocol.TypeRetryWorkflow:
 		// Not safe to send again: refused while the steps it ran again run, and run
 		// again for those that failed or were cancelled by then.

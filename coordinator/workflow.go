@@ -882,7 +882,10 @@ func (s *scheduler) cancelGroup(id string, due time.Duration, reply replyFunc) {
 		s.out.reply(reply, settled{out})
 		return
 	}
-	r := s.replies.by(reply, due, "cancel", id)
+	kind := g.ctl.Kind
+	r := s.replies.saying(reply, due, "cancel", func(cause string) protocol.Message {
+		return settled{protocol.OutcomeUnknownGroupCancel(kind, id, cause)}
+	})
 	left := len(todo)
 	var failed error
 	for _, j := range todo {
@@ -897,13 +900,14 @@ func (s *scheduler) cancelGroup(id string, due time.Duration, reply replyFunc) {
 			if !done {
 				return
 			}
-			if ferr != nil {
-				r.send(writeFailed("cancel", id, ferr, func() *protocol.Error {
-					return &protocol.Error{Message: fmt.Sprintf("cancel of workflow %s was not all stored: %v", id, ferr)}
-				}))
-				return
+			switch {
+			case errors.Is(ferr, ErrOutcomeUnknown):
+				r.send(settled{protocol.OutcomeUnknownGroupCancel(kind, id, ferr.Error())})
+			case ferr != nil:
+				r.send(&protocol.Error{Message: fmt.Sprintf("cancel of %s %s was not all stored: %v", kind, id, ferr)})
+			default:
+				r.send(settled{out})
 			}
-			r.send(settled{out})
 		})
 	}
 	s.schedule()

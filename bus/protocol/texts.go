@@ -150,6 +150,14 @@ func OutcomeUnknown(what, jobID, cause string) *Error {
 		" may or may not be stored (" + cause + "); " + advice}
 }
 
+// OutcomeUnknownGroupCancel is the "Outcome unknown" ERROR of a cancel of the workflow
+// or batch (kind) id: the cancels of its steps may or may not be stored. It names the
+// group, not a job (client.OutcomeWorkflow reads it back).
+func OutcomeUnknownGroupCancel(kind, id, cause string) *Error {
+	return &Error{Message: OutcomeUnknownPrefix + kind + " " + id + " may or may not be cancelled (" + cause +
+		"); ask for its status, or send the cancel again (a repeat changes nothing more)"}
+}
+
 // OutcomeUnknownUnanswered is the "Outcome unknown" ERROR of a submission or cancel
 // (what) that went to a coordinator and got no answer, said by whoever forwarded it
 // (the bridge): it names no job, since none was named back.
