@@ -50,8 +50,10 @@ func TestDelayedJobsSurviveLeaderKill(t *testing.T) {
 	servingSince(t, standby, killed)
 	s.startWorker()
 	for id, b := range before {
+		// The near job may be due already on a loaded machine, and have run.
+		early := time.Now().UnixMilli() < b.RunAtMillis
 		out, _ := o.mustRun(cli.ExitOK, "status", id, "--json")
-		if a := jsonJob(t, out); a.RunAtMillis != b.RunAtMillis || a.CreatedAtMillis != b.CreatedAtMillis || a.State.Terminal() {
+		if a := jsonJob(t, out); a.RunAtMillis != b.RunAtMillis || a.CreatedAtMillis != b.CreatedAtMillis || a.State.Terminal() && early {
 			t.Fatalf("after the failover %+v, before %+v", a, b)
 		}
 	}
