@@ -117,7 +117,7 @@ func (w *Worker) onCancel(_ context.Context, _ bus.Address, m protocol.TaskCance
 // finished reports an attempt's outcome. An attempt cut short by the worker's shutdown
 // reports nothing: the worker's goodbye tells the coordinator instead.
 func (w *Worker) finished(m *protocol.TaskAssign, buf *attempts.ResultBuf, o attempts.Outcome) {
-	if errors.Is(o.Err, errShutdown) {
+	if o.StoppedBy(errShutdown) { // not errors.Is(o.Err): the task's error is not read again
 		w.attemptLog(m).Debug("attempt stopped by shutdown")
 		return
 	}
@@ -131,7 +131,7 @@ func (w *Worker) finished(m *protocol.TaskAssign, buf *attempts.ResultBuf, o att
 		*res.Error = protocol.ClipText(*res.Error)
 	}
 	if w.debug() {
-		w.attemptLog(m).Debug("attempt finished", "success", res.Success, "err", o.Err)
+		w.attemptLog(m).Debug("attempt finished", "success", res.Success, "err", o.Text())
 	}
 	w.report(m, res)
 }

@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -21,6 +24,7 @@ import (
 	"github.com/jobbus/jobbus/internal/jobbustest"
 	"github.com/jobbus/jobbus/internal/testkit"
 	"github.com/jobbus/jobbus/worker"
+	"github.com/jobbus/jobbus/worker/tasks"
 )
 
 // seen is what a handler's context carried, per attempt.
@@ -304,4 +308,103 @@ func byAttempt(spans tracetest.SpanStubs) tracetest.SpanStubs {
 		}
 	}
 	return out
+}
+
+// scopedErr is a handler's error that reads state its attempt holds, as one whose
+// text comes from a buffer the handler releases once the attempt's context ends:
+// read after that, it panics.
+type scopedErr struct{ ctx context.Context }
+
+func (e scopedErr) Error() string {
+	if e.ctx.Err() != nil {
+		panic("error read after its attempt ended")
+	}
+	return "scoped failure"
+}
+
+func (e scopedErr) Is(target error) bool {
+	if e.ctx.Err() != nil {
+		panic("error read after its attempt ended")
+	}
+	return target == tasks.ErrPermanent
+}
+
+// TestAttemptErrorReadOnce: an attempt whose handler's error panics when read after
+// the attempt ended fails with what the error said while the attempt ran, and the
+// worker runs on; traced, its span ends with that too (outcome permanent_failure,
+// status and exception event with its text). Before, the worker read the error again
+// once the attempt ended, outside any recover (the span as it ended, and whether the
+// attempt was stopped by a shutdown as its result went), and the panic ended the
+// worker process.
+func TestAttemptErrorReadOnce(t *testing.T) {
+	t.Parallel()
+	for _, traced := range []bool{false, true} {
+		t.Run(fmt.Sprintf("traced=%v", traced), func(t *testing.T) {
+			t.Parallel()
+			exp := tracetest.NewInMemoryExporter()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+			t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+			var opts []worker.Option
+			if traced {
+				opts = append(opts, worker.WithTracerProvider(tp))
+			}
+			sys := jobbustest.Start(t)
+			w, _ := sys.StartFunctionWorker(t, func(w *worker.Worker) error {
+				if err := w.Handle("OK", func(context.Context, int, json.RawMessage) (string, error) { return "ok", nil }); err != nil {
+					return err
+				}
+				return w.Handle("SCOPED", func(ctx context.Context, _ int, _ json.RawMessage) (string, error) {
+					return "", scopedErr{ctx}
+				})
+			}, opts...)
+			cl := client.New(sys.NC, client.WithTracerProvider(tp))
+			testkit.Eventually(t, 15*time.Second, "worker listed", func() bool { return jobbustest.WorkerListed(cl, w.ID()) })
+
+			id, err := cl.Submit(context.Background(), "SCOPED", map[string]any{}, client.MaxAttempts(3))
+			if err != nil {
+				t.Fatal(err)
+			}
+			job, err := cl.Wait(context.Background(), id)
+			if err != nil || job.State != protocol.StateFailed || job.Attempts != 1 || !strings.HasPrefix(deref(job.Error), "scoped failure") {
+				t.Fatalf("job %s: %+v (error %q), %v; want FAILED (permanent) after 1 attempt with \"scoped failure\"", id, job, deref(job.Error), err)
+			}
+			next, err := cl.Submit(context.Background(), "OK", map[string]any{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if job, err := cl.Wait(context.Background(), next); err != nil || job.State != protocol.StateCompleted {
+				t.Fatalf("the next job %s: %+v, %v; want COMPLETED by the same worker", next, job, err)
+			}
+			if !traced {
+				return
+			}
+			var spans tracetest.SpanStubs
+			testkit.Eventually(t, 10*time.Second, "attempt spans exported", func() bool {
+				spans = named(exp.GetSpans(), "jobbus attempt")
+				return len(spans) == 2
+			})
+			var a tracetest.SpanStub
+			for _, s := range spans {
+				if attr(s, "jobbus.outcome") != "success" {
+					a = s
+				}
+			}
+			if attr(a, "jobbus.outcome") != "permanent_failure" || a.Status.Code != codes.Error || a.Status.Description != "scoped failure" {
+				t.Fatalf("failed attempt's span: %v status %+v; want outcome permanent_failure, error \"scoped failure\"", a.Attributes, a.Status)
+			}
+			if len(a.Events) != 1 || a.Events[0].Name != "exception" || eventAttr(a.Events[0].Attributes, "exception.message") != "scoped failure" ||
+				!strings.HasSuffix(eventAttr(a.Events[0].Attributes, "exception.type"), "worker_test.scopedErr") {
+				t.Fatalf("failed attempt's span events %+v; want one exception \"scoped failure\" of type scopedErr", a.Events)
+			}
+		})
+	}
+}
+
+func eventAttr(attrs []attribute.KeyValue, key string) string {
+	for _, a := range attrs {
+		if string(a.Key) == key {
+			return a.Value.String()
+		}
+	}
+	return ""
 }

@@ -3,9 +3,9 @@ package worker
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"strconv"
 	"sync"
 	"time"
@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jobbus/jobbus/bus"
@@ -20,7 +21,6 @@ import (
 	"github.com/jobbus/jobbus/internal/jobctx"
 	"github.com/jobbus/jobbus/internal/tracing"
 	"github.com/jobbus/jobbus/worker/internal/attempts"
-	"github.com/jobbus/jobbus/worker/tasks"
 )
 
 // Seeing inside a job: what a native handler reports while it runs. Its context
@@ -107,7 +107,9 @@ func (w *Worker) newRun(m *protocol.TaskAssign) *run {
 	return r
 }
 
-// endSpan ends an attempt's span with its outcome.
+// endSpan ends an attempt's span with its outcome. The task's error is taken as it
+// was read while the attempt ran (o.Text, o.Permanent), not read again: an error may
+// panic when read once its attempt ended, and here no recover would catch it.
 func endSpan(span trace.Span, o attempts.Outcome) {
 	if span == nil {
 		return
@@ -115,21 +117,33 @@ func endSpan(span trace.Span, o attempts.Outcome) {
 	outcome := "success"
 	switch {
 	case o.Err == nil:
-	case errors.Is(o.Err, attempts.ErrCancelled):
+	case o.StoppedBy(attempts.ErrCancelled):
 		outcome = "cancelled"
-	case errors.Is(o.Err, errShutdown), errors.Is(o.Err, errAbandoned):
+	case o.StoppedBy(errShutdown), o.StoppedBy(errAbandoned):
 		outcome = "abandoned"
-	case errors.Is(o.Err, tasks.ErrPermanent):
+	case o.Permanent():
 		outcome = "permanent_failure"
 	default:
 		outcome = "failure"
 	}
 	span.SetAttributes(tracing.AttrOutcome.String(outcome))
 	if o.Err != nil {
-		span.RecordError(o.Err)
-		span.SetStatus(codes.Error, o.Err.Error())
+		text := o.Text()
+		// span.RecordError's event, from what was read: RecordError reads the error.
+		span.AddEvent(semconv.ExceptionEventName, trace.WithAttributes(
+			semconv.ExceptionType(typeName(o.Err)), semconv.ExceptionMessage(text)))
+		span.SetStatus(codes.Error, text)
 	}
 	span.End()
+}
+
+// typeName is err's type as span.RecordError names it, without calling its methods.
+func typeName(err error) string {
+	t := reflect.TypeOf(err)
+	if t.PkgPath() == "" && t.Name() == "" { // a pointer, a slice...
+		return t.String()
+	}
+	return t.PkgPath() + "." + t.Name()
 }
 
 // Progress is jobctx.Scope's: it keeps the latest report and sends it at most every

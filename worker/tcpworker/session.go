@@ -193,7 +193,7 @@ func (s *session) finished(m *protocol.TaskAssign, o attempts.Outcome) {
 	if err == nil {
 		// Guarded: the arguments would be boxed on every attempt even with debug off.
 		if s.log.Enabled(s.ctx, slog.LevelDebug) {
-			s.log.Debug("attempt finished", "job", m.JobID, "attempt", m.AttemptID, "success", res.Success, "err", o.Err)
+			s.log.Debug("attempt finished", "job", m.JobID, "attempt", m.AttemptID, "success", res.Success, "err", o.Text())
 		}
 		err = s.queue(data)
 	}

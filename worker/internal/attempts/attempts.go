@@ -40,6 +40,39 @@ type Outcome struct {
 	failed failure // Err as its result takes it, when Err is the task's
 }
 
+// TaskFailed reports whether Err is the task's own error. That was read once, under
+// the task's recover while the attempt ran (Text and Permanent say what it said then),
+// and is not to be read again: an error may panic when read once its attempt ended.
+func (o Outcome) TaskFailed() bool { return o.failed.read }
+
+// Text is the failure's text, "" on success: the task's error's as read while the
+// attempt ran, or Err's when Err is the attempt's own (a cancellation's cause, a
+// panic's).
+func (o Outcome) Text() string {
+	switch {
+	case o.failed.read:
+		return o.failed.text
+	case o.Err != nil:
+		return o.Err.Error()
+	}
+	return ""
+}
+
+// Permanent reports whether the failure is permanent (tasks.ErrPermanent), as Text
+// reads it.
+func (o Outcome) Permanent() bool {
+	if o.failed.read {
+		return o.failed.permanent
+	}
+	return o.Err != nil && errors.Is(o.Err, tasks.ErrPermanent)
+}
+
+// StoppedBy reports whether the attempt was stopped with cause target (its context's
+// cause, errors.Is): never so when Err is the task's own, which is not read again.
+func (o Outcome) StoppedBy(target error) bool {
+	return o.Err != nil && !o.failed.read && errors.Is(o.Err, target)
+}
+
 // failure is what an attempt's result takes of the task's error (ResultBuf.Set), read
 // once under runTask's recover while the attempt runs.
 type failure struct {
