@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"fmt"
 	"strconv"
 	"time"
 
@@ -91,6 +92,32 @@ func (s *jsStore) buildRecordMsg(r *recordMessage, w *pendingWrite, reply []byte
 	}
 	r.m = nats.Msg{Subject: all[:ends[0]], Data: w.data, Header: h}
 	return all[ends[5]:]
+}
+
+// RecordMessage is the message by which a coordinator with the given retention stores
+// r, a job's record: its subject, data and headers as the coordinator's own write of it
+// has them (its sequence and state, a finished record's TTL and retention end, a
+// SCHEDULED record's due time, queue and unique window), less the fencing only a
+// leader's write carries. It is for tools that fill a store directly
+// (internal/cmd/fillstore): recovery reads what they write as the coordinator's own
+// records, and takes the same path through them (a record without a header the
+// coordinator writes is taken for one of an older release, and may be read whole).
+// An idempotency key of r is not bound.
+func RecordMessage(r *protocol.Record, retention time.Duration) (*nats.Msg, error) {
+	data, err := r.AppendJSON(nil)
+	if err != nil {
+		return nil, fmt.Errorf("encode job %s: %w", r.JobID, err)
+	}
+	w := pendingWrite{id: r.JobID, data: data, seq: r.Seq, state: r.State,
+		ttl:     recordTTL(retention, time.Now(), r.EndedAt),
+		expires: time.UnixMilli(r.EndedAt).Add(retention).UnixMilli(),
+		runAt:   scheduledAt(r), queue: scheduledIn(r), uniqueUntil: heldUntil(r)}
+	var s jsStore
+	var m recordMessage
+	s.buildRecordMsg(&m, &w, nil)
+	m.m.Header.Del(jetstream.ExpectedLastSubjSeqHeader)
+	m.m.Header.Del(jetstream.ExpectedLastSubjSeqSubjHeader)
+	return &m.m, nil
 }
 
 // ttlText is d's Nats-TTL header value (d.String()), remembered for the last d: every

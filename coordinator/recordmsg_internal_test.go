@@ -156,3 +156,42 @@ func TestMessageCount(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordMessageRecoversAsTheCoordinators: a record written as RecordMessage makes
+// it (a tool's, fillstore's) is recovered as the coordinator's own: a SCHEDULED job
+// due beyond the schedule window is kept by its headers, not read whole, and a
+// finished one is known by its headers with its retention's end.
+func TestRecordMessageRecoversAsTheCoordinators(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	far := protocol.Record{JobID: "far", TaskType: "SHA256", State: protocol.StateScheduled, MaxAttempts: 3,
+		Priority: protocol.PriorityNormal, Seq: 7, CreatedAt: now.UnixMilli(), UpdatedAt: now.UnixMilli(), RunAt: now.Add(time.Hour).UnixMilli()}
+	m, err := RecordMessage(&far, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Subject != jobsSubjects+"far" || m.Header.Get(jetstream.ExpectedLastSubjSeqHeader) != "" {
+		t.Fatalf("message %s %v: want the record's subject, without a leader's fencing", m.Subject, m.Header)
+	}
+	h, ok := readHead("far", m.Header, &jetstream.MsgMetadata{Timestamp: now})
+	if !ok || h.seq != 7 || h.due != far.RunAt || h.queue != protocol.DefaultQueue || h.uniqueUntil != 0 {
+		t.Fatalf("head %+v", h)
+	}
+	if readWhole(h, now.Add(time.Minute).UnixMilli()) {
+		t.Error("a SCHEDULED record due beyond the window is read whole: taken for an older release's")
+	}
+
+	done := far
+	done.JobID, done.State, done.RunAt, done.EndedAt = "done", protocol.StateCompleted, 0, now.UnixMilli()
+	m, err = RecordMessage(&done, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, ok = readHead("done", m.Header, &jetstream.MsgMetadata{Timestamp: now})
+	if !ok || h.state != protocol.StateCompleted || h.expires != now.Add(time.Hour).UnixMilli() || readWhole(h, now.UnixMilli()) {
+		t.Fatalf("finished head %+v: want COMPLETED until %d, not read whole", h, now.Add(time.Hour).UnixMilli())
+	}
+	if ttl := m.Header.Get(jetstream.MsgTTLHeader); ttl == "" {
+		t.Fatalf("finished record without a TTL: %v", m.Header)
+	}
+}

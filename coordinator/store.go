@@ -141,10 +141,15 @@ const ttlMargin = 2 * time.Second
 // ttl is what is left of the retention of a job that ended at endedAt (milliseconds;
 // 0 while active), at least JetStream's smallest TTL; 0 keeps the job for ever.
 func (q *writeQueue) ttl(endedAt int64) time.Duration {
-	if endedAt == 0 || q.cfg.Retention == 0 {
+	return recordTTL(q.cfg.Retention, q.s.now(), endedAt)
+}
+
+// recordTTL is writeQueue.ttl for a retention and the time now.
+func recordTTL(retention time.Duration, now time.Time, endedAt int64) time.Duration {
+	if endedAt == 0 || retention == 0 {
 		return 0
 	}
-	left := q.cfg.Retention - q.s.now().Sub(time.UnixMilli(endedAt))
+	left := retention - now.Sub(time.UnixMilli(endedAt))
 	return max((left+time.Second-1).Truncate(time.Second), time.Second) + ttlMargin
 }
 

@@ -1,5 +1,5 @@
 // Command fillstore fills a jobbus store with finished jobs, written straight to
-// JetStream as the coordinator writes them (headers, TTL), so that memory and restart
+// JetStream as the coordinator writes them (its own messages: coordinator.RecordMessage), so that memory and restart
 // time can be measured at 200,000 or 1,000,000 retained jobs without running them all:
 //
 //	go run ./internal/cmd/fillstore --data-dir /tmp/store --jobs 1000000
@@ -19,10 +19,8 @@ import (
 	"log"
 	"log/slog"
 	"os"
-	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jobbus/jobbus/bus/protocol"
@@ -83,20 +81,15 @@ func fill(dir string, n int, retention, scheduledIn time.Duration) error {
 			r.State, r.Attempts, r.Result, r.EndedAt = protocol.StateScheduled, 0, nil, 0
 			r.RunAt = now + (scheduledIn + 24*time.Hour*time.Duration(i)/time.Duration(n)).Milliseconds()
 		}
-		data, _ := json.Marshal(&r)
-		msg := nats.NewMsg("$KV." + protocol.JobsBucket + "." + r.JobID)
-		msg.Data = data
-		msg.Header.Set(protocol.HeaderSeq, strconv.FormatUint(r.Seq, 10))
-		msg.Header.Set(protocol.HeaderState, string(r.State))
+		// The coordinator's own message for the record, headers and TTL included: a
+		// header missing would make recovery take the record for an older release's.
+		msg, err := coordinator.RecordMessage(&r, retention)
+		if err != nil {
+			return err
+		}
 		// A loaded machine can keep 4,096 writes unacknowledged for longer than the
 		// default 200 ms stall.
 		opts := []jetstream.PublishOpt{jetstream.WithStallWait(time.Minute)}
-		if scheduledIn > 0 {
-			msg.Header.Set(protocol.HeaderRunAt, strconv.FormatInt(r.RunAt, 10))
-			msg.Header.Set(protocol.HeaderQueue, protocol.DefaultQueue)
-		} else if retention > 0 {
-			opts = append(opts, jetstream.WithMsgTTL(retention))
-		}
 		if _, err := js.PublishMsgAsync(msg, opts...); err != nil {
 			return err
 		}
