@@ -29,9 +29,11 @@ Example:
 		Subcommands: subcommandsWithGlobals("queue", []*cli.Command{
 			{
 				Name:  "ls",
-				Usage: "list the queues: depth, running, starts per minute, latency, settings",
-				Description: `Lists every queue the coordinator knows, by name: QUEUED is its depth, RATE the
-attempts started in the last minute, LATENCY how long its oldest queued job has waited,
+				Usage: "list the queues: depth, running, unfinished, starts per minute, latency, settings",
+				Description: `Lists every queue the coordinator knows, by name: QUEUED is its depth, UNFINISHED
+its jobs not finished in any state (QUEUED and RUNNING ones, and those SCHEDULED for
+later, WAITING on other jobs or in RETRY_WAIT: a queue with none queued or running may
+hold those), RATE the attempts started in the last minute, LATENCY how long its oldest queued job has waited,
 THROTTLED the dispatch passes in which a limit held its next job back (since this
 coordinator took the lead), WORKERS the live workers serving it.
 
@@ -149,7 +151,7 @@ func (p *printer) queues(qs []protocol.QueueInfo) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(p.w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUEUE\tSTATE\tQUEUED\tRUNNING\tRATE\tLATENCY\tKEYS\tWORKERS\tMAX RUNNING\tKEY CONCURRENCY\tSTARTED\tTHROTTLED")
+	fmt.Fprintln(tw, "QUEUE\tSTATE\tQUEUED\tRUNNING\tUNFINISHED\tRATE\tLATENCY\tKEYS\tWORKERS\tMAX RUNNING\tKEY CONCURRENCY\tSTARTED\tTHROTTLED")
 	for _, q := range qs {
 		state := "running"
 		if q.Paused {
@@ -162,8 +164,8 @@ func (p *printer) queues(qs []protocol.QueueInfo) error {
 				latency = fmt.Sprintf("%dms", q.LatencyMillis)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d/min\t%s\t%d\t%d\t%s\t%s\t%d\t%d\n", q.Name, state, q.Queued, q.Running,
-			q.StartedPerMinute, latency, q.Keys, q.Workers, orUnlimited(q.MaxRunning), orUnlimited(q.KeyConcurrency), q.Started, q.Throttled)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d/min\t%s\t%d\t%d\t%s\t%s\t%d\t%d\n", q.Name, state, q.Queued, q.Running,
+			q.Unfinished, q.StartedPerMinute, latency, q.Keys, q.Workers, orUnlimited(q.MaxRunning), orUnlimited(q.KeyConcurrency), q.Started, q.Throttled)
 	}
 	return tw.Flush()
 }

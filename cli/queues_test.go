@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -101,6 +102,46 @@ func TestQueueCommandsRefuseBadInput(t *testing.T) {
 		code, _, errs := cliRun([]string{"--nats", "nats://127.0.0.1:1"}, tc.args...)
 		if code != 2 || !strings.Contains(errs, tc.want) {
 			t.Errorf("jobbus %s: exit %d: %s; want exit 2 saying %q", strings.Join(tc.args, " "), code, errs, tc.want)
+		}
+	}
+}
+
+// TestQueueListCountsJobsForLater: `queue ls` shows a queue whose jobs are all due
+// later (SCHEDULED) or wait on another job (WAITING) with its unfinished jobs counted,
+// in the table (UNFINISHED) and its JSON (unfinished); before, it showed only its depth
+// and running jobs, both 0, which read as an empty queue.
+func TestQueueListCountsJobsForLater(t *testing.T) {
+	t.Parallel()
+	s := setup(t, noWorker())
+	code, out, errs := s.run("submit", "sha256", "--text", "later", "--queue", "later", "--in", "1h", "--json")
+	if code != 0 {
+		t.Fatalf("submit: exit %d: %s", code, errs)
+	}
+	first := jsonJob(t, out).JobID
+	if code, _, errs := s.run("submit", "sha256", "--text", "after", "--queue", "later", "--after", first); code != 0 {
+		t.Fatalf("submit --after: exit %d: %s", code, errs)
+	}
+	if code, out, errs = s.run("queue", "ls"); code != 0 {
+		t.Fatalf("queue ls: exit %d: %s", code, errs)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	header := strings.Fields(lines[0])
+	col := slices.Index(header, "UNFINISHED")
+	var row []string
+	for _, l := range lines[1:] {
+		if f := strings.Fields(l); len(f) > 0 && f[0] == "later" {
+			row = f
+		}
+	}
+	if col < 0 || row == nil || col >= len(row) || row[col] != "2" {
+		t.Fatalf("queue ls:\n%s\nwant queue later with UNFINISHED 2", out)
+	}
+	if code, out, errs = s.run("queue", "ls", "--json"); code != 0 || !strings.Contains(out, `"name":"later"`) {
+		t.Fatalf("queue ls --json: exit %d: %s %s", code, out, errs)
+	}
+	for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
+		if strings.Contains(line, `"name":"later"`) && !strings.Contains(line, `"unfinished":2`) {
+			t.Fatalf("queue ls --json: %s; want unfinished 2", line)
 		}
 	}
 }

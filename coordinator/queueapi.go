@@ -233,7 +233,7 @@ func (s *scheduler) queueList() []protocol.QueueInfo {
 // queueInfo is q as it stands. Called with the scheduler's mu held.
 func (s *scheduler) queueInfo(q *jobQueue, now time.Time) protocol.QueueInfo {
 	info := protocol.QueueInfo{Name: q.name, QueueSettings: q.settings, Queued: q.size, Running: q.running,
-		Keys: q.keys(), Started: q.started, Throttled: q.throttled, StartedPerMinute: q.perMinute(now)}
+		Unfinished: q.unfinished, Keys: q.keys(), Started: q.started, Throttled: q.throttled, StartedPerMinute: q.perMinute(now)}
 	if at, ok := q.oldest(); ok {
 		info.LatencyMillis = max(0, now.UnixMilli()-at)
 	}

@@ -199,6 +199,10 @@ type QueueInfo struct {
 	// Queued is the queue's depth: its QUEUED jobs.
 	Queued  int `json:"queued"`
 	Running int `json:"running"`
+	// Unfinished is its jobs not finished, in any state: QUEUED and RUNNING ones, and
+	// those due later (SCHEDULED), waiting on other jobs (WAITING) or on a retry
+	// (RETRY_WAIT). A queue with none QUEUED or RUNNING may hold those.
+	Unfinished int `json:"unfinished"`
 	// Keys is how many concurrency keys its queued jobs carry (unkeyed jobs are one).
 	Keys int `json:"keys"`
 	// Workers is how many live workers serve it.
