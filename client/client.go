@@ -35,9 +35,11 @@ var (
 	// whether the request took effect: a submission's job may exist, and then it runs.
 	// Do not resubmit it as a new job; ask for the status of the job OutcomeJob names,
 	// or resubmit with the same idempotency key. An ERROR reply that says so is
-	// ErrServer too, as is a submission, a cancel, or a workflow's submission, cancel
-	// or retry, whose context ended (wrapping context.Canceled if it was cancelled) or
-	// whose NATS connection closed after it was sent; over DialTCP, a request whose
+	// ErrServer too, as is a submission, a cancel, a workflow's submission, cancel or
+	// retry, or a schedule's, queue's or limit's command (its text says whether sending
+	// it again is safe: a schedule's trigger sent again submits another job), whose
+	// context ended (wrapping context.Canceled if it was cancelled) or whose NATS
+	// connection closed after it was sent; over DialTCP, a request whose
 	// connection broke (or whose client closed) after it was sent matches it as well,
 	// naming no job.
 	ErrOutcomeUnknown = errors.New("outcome unknown")

@@ -36,9 +36,10 @@ func WithFailoverNotice(notice func(msg string)) Option {
 // coordinator process runs (a standby about to take over, or a leader still
 // recovering), and says so once (WithFailoverNotice); it fails at once while none does
 // (jobbus is not running there). A write left unanswered (a submission, a cancel, a
-// workflow's submission, cancel or retry), whether its time ran out, its caller
-// cancelled or its connection went, hears "Outcome unknown" naming its job (the one a
-// submission's request id names) or workflow (unanswered).
+// workflow's submission, cancel or retry, a schedule's, queue's or limit's command),
+// whether its time ran out, its caller cancelled or its connection went, hears
+// "Outcome unknown" naming its job (the one a submission's request id names), its
+// workflow, or what it sets (unanswered).
 func (n *natsTransport) request(ctx context.Context, t protocol.Type, subject string, body []byte, within time.Duration) (*nats.Msg, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err // ended before anything was sent: nothing was stored
@@ -110,15 +111,22 @@ func unanswered(t protocol.Type, body []byte, requestID string, err error) error
 }
 
 // unknownOutcome is the "Outcome unknown" of a submission (its job named by requestID),
-// a cancel, or a workflow's submission, cancel or retry (t, body), sent and left
-// unanswered for cause: it names the job or the workflow (OutcomeJob, OutcomeWorkflow),
-// as the coordinator's own answer would, and says whether sending it again is safe. It
-// is nil for any other request.
+// a cancel, a workflow's submission, cancel or retry, or a schedule's, queue's or
+// limit's command (t, body), sent and left unanswered for cause: it names the job or
+// the workflow (OutcomeJob, OutcomeWorkflow), or the schedule, queue or limit, as the
+// coordinator's own answer would, and says whether sending it again is safe. It is nil
+// for a request that changes nothing.
 func unknownOutcome(t protocol.Type, body []byte, requestID, cause string) *ServerError {
 	var req struct {
 		JobID      string `json:"jobId"`
 		WorkflowID string `json:"workflowId"`
 		Kind       string `json:"kind"`
+		Name       string `json:"name"`  // a schedule's, a limit's
+		Queue      string `json:"queue"` // a queue's
+		Scope      string `json:"scope"` // a limit's
+		Schedule   struct {
+			Name string `json:"name"`
+		} `json:"schedule"` // an added one
 	}
 	_ = json.Unmarshal(body, &req) // the client encoded it; a workflow's submission has its id (SubmitWorkflowRequest)
 	var msg string
@@ -140,6 +148,24 @@ func unknownOutcome(t protocol.Type, body []byte, requestID, cause string) *Serv
 		// again for those that failed or were cancelled by then.
 		msg = fmt.Sprintf("%s %s may or may not be retried (%s); its status shows its steps run again if it was: ask for it before retrying again, which runs again the steps that failed or were cancelled by then",
 			protocol.KindWorkflow, req.WorkflowID, cause)
+	case protocol.TypeAddSchedule:
+		// Sent again, an add makes no second schedule: the name is taken.
+		msg = fmt.Sprintf("schedule %s may or may not be added (%s); sending the add again is safe: it adds no second one, and is refused as existing if this one was stored",
+			req.Schedule.Name, cause)
+	case protocol.TypeTriggerSchedule:
+		// Not safe to send again: each trigger submits its job under a key of its own.
+		msg = fmt.Sprintf("schedule %s may or may not have submitted a job (%s); a trigger sent again submits another: the schedule's last run and job (Schedules) show whether this one did",
+			req.Name, cause)
+	case protocol.TypePauseSchedule, protocol.TypeResumeSchedule:
+		return &ServerError{Message: protocol.OutcomeUnknownSetting("schedule "+req.Name, "stored", cause).Message}
+	case protocol.TypeRemoveSchedule:
+		return &ServerError{Message: protocol.OutcomeUnknownSetting("schedule "+req.Name, "removed", cause).Message}
+	case protocol.TypePauseQueue, protocol.TypeResumeQueue, protocol.TypeSetQueue:
+		return &ServerError{Message: protocol.OutcomeUnknownSetting("the settings of queue "+req.Queue, "stored", cause).Message}
+	case protocol.TypeSetLimit:
+		return &ServerError{Message: protocol.OutcomeUnknownSetting("the limit of "+req.Scope+" "+req.Name, "stored", cause).Message}
+	case protocol.TypeRemoveLimit:
+		return &ServerError{Message: protocol.OutcomeUnknownSetting("the limit of "+req.Scope+" "+req.Name, "removed", cause).Message}
 	default:
 		return nil
 	}

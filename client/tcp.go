@@ -34,11 +34,13 @@ var ErrClosed = errors.New("client closed")
 // reply is read and discarded, and the connection stays (unless all 64 requests in
 // flight were given up on like this: such a connection is dropped as one that no
 // longer answers). A connection that breaks fails the requests in flight with an
-// error that matches ErrOutcomeUnknown (but for those it knows it never wrote whole:
-// "not sent"), and they are never resent by the transport (a submission may already
-// have been applied); the next request dials again, as does one that found the
-// connection broken before it sent anything. Close closes the connection, failing the
-// requests in flight with ErrClosed, which also matches ErrOutcomeUnknown.
+// error that matches ErrOutcomeUnknown, but for those whose frames it never wrote
+// whole (queued behind a write the bridge did not take), which the bridge cannot have
+// acted on: theirs says "not sent". None is resent by the transport (a submission may
+// already have been applied); the next request dials again, as does one that found
+// the connection broken before it sent anything. Close closes the connection, failing
+// the requests in flight with ErrClosed, which also matches ErrOutcomeUnknown for
+// those whose frames were written whole (for the others it says "not sent").
 func DialTCP(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	tr := &tcpTransport{addr: addr, dialing: make(chan struct{}, 1)}
 	c := NewWithTransport(tr, append([]Option{WithTimeout(tcpTimeout)}, opts...)...)
@@ -290,7 +292,7 @@ func (t *tcpTransport) explain(ctx context.Context, typ protocol.Type, sent bool
 	case closed && sent:
 		return fmt.Errorf("%s: client closed before %s replied, %w: %w", typ, t.addr, ErrOutcomeUnknown, ErrClosed)
 	case closed:
-		return fmt.Errorf("%s: %w", typ, ErrClosed)
+		return fmt.Errorf("%s: not sent: %w", typ, ErrClosed)
 	case ctx.Err() != nil && !sent:
 		return fmt.Errorf("%s: not sent to %s: %w", typ, t.addr, ctx.Err())
 	case ctx.Err() != nil:
@@ -352,6 +354,14 @@ type tcpConn struct {
 	out     []byte
 	spare   []byte
 	writing bool
+	// lens are the sizes of the frames in out, in order (spareLens: the last write's,
+	// reused). unsent counts the waiters, the newest in queue, whose frames were not
+	// written whole yet: the bridge, which acts on whole frames only, cannot have acted
+	// on them. writes counts the writes in progress, which fail waits out, so that what
+	// they wrote is known before it tells each waiter whether its frame went.
+	lens, spareLens []int
+	unsent          int
+	writes          sync.WaitGroup
 	// queue is a ring of the waiters whose replies are due, oldest at head.
 	queue     [maxInFlight]*waiter
 	head, n   int
@@ -378,7 +388,10 @@ func (c *tcpConn) send(ctx context.Context, body []byte, w *waiter) error {
 		<-c.slots
 		return err
 	}
+	before := len(c.out)
 	c.out, _ = frame.Append(c.out, body) // RoundTrip checked its size
+	c.lens = append(c.lens, len(c.out)-before)
+	c.unsent++
 	c.queue[(c.head+c.n)%maxInFlight] = w
 	c.n++
 	w.queued = true
@@ -407,23 +420,23 @@ func (c *tcpConn) send(ctx context.Context, body []byte, w *waiter) error {
 func (c *tcpConn) flush(ctx context.Context) {
 	backlog := ctx == nil
 	for c.err == nil && len(c.out) > 0 {
-		buf := c.out
+		buf, lens := c.out, c.lens
 		c.out, c.spare = c.spare[:0], nil
+		c.lens, c.spareLens = c.spareLens[:0], nil
+		c.writes.Add(1)
 		c.mu.Unlock()
-		err := c.write(ctx, buf)
+		n, err := c.write(ctx, buf)
 		c.mu.Lock()
+		c.unsent -= written(lens, n)
+		c.writes.Done()
 		if cap(buf) <= maxKeptBuf {
-			c.spare = buf[:0]
+			c.spare, c.spareLens = buf[:0], lens[:0]
 		}
 		if err != nil {
 			c.writing = false
 			c.mu.Unlock()
-			if !backlog {
-				// The caller's lone frame went out in part at most, and those queued
-				// meanwhile not at all: the bridge, which acts on whole frames, acted
-				// on none of them.
-				err = fmt.Errorf("%w: %w", errNotSent, err)
-			}
+			// The frames after the last one written whole went out in part at
+			// most: fail tells their waiters they were not sent.
 			c.fail(fmt.Errorf("send: %w", err)) // the waiters' error comes to await
 			return
 		}
@@ -435,6 +448,18 @@ func (c *tcpConn) flush(ctx context.Context) {
 	}
 	c.writing = false
 	c.mu.Unlock()
+}
+
+// written is how many of the frames of sizes lens, in order, the first n bytes hold
+// whole.
+func written(lens []int, n int) int {
+	for i, l := range lens {
+		if n < l {
+			return i
+		}
+		n -= l
+	}
+	return len(lens)
 }
 
 // flushLoop writes the backlogs callers hand it, until the connection fails.
@@ -452,15 +477,15 @@ func (c *tcpConn) flushLoop() {
 	}
 }
 
-// write writes buf, failing if it cannot within writeStall or, if ctx is not nil (a
-// lone caller's write of its own frame), once ctx ends. The deadline is moved on only
-// once half of it has passed, so a write costs no timer of its own: each write has at
-// least half of writeStall.
-func (c *tcpConn) write(ctx context.Context, buf []byte) error {
+// write writes buf, and returns how much of it went, failing if it cannot within
+// writeStall or, if ctx is not nil (a lone caller's write of its own frame), once ctx
+// ends. The deadline is moved on only once half of it has passed, so a write costs no
+// timer of its own: each write has at least half of writeStall.
+func (c *tcpConn) write(ctx context.Context, buf []byte) (int, error) {
 	if stall := c.t.writeStall; stall > 0 {
 		if now := time.Now(); now.Sub(c.armed) > stall/2 {
 			if err := c.nc.SetWriteDeadline(now.Add(stall)); err != nil {
-				return err
+				return 0, err
 			}
 			c.armed = now
 		}
@@ -480,8 +505,7 @@ func (c *tcpConn) write(ctx context.Context, buf []byte) error {
 			}
 		}()
 	}
-	_, err := c.nc.Write(buf)
-	return err
+	return c.nc.Write(buf)
 }
 
 // await returns w's reply, or ctx's error if ctx ends first, leaving w to be
@@ -510,8 +534,8 @@ func (c *tcpConn) await(ctx context.Context, w *waiter) ([]byte, error) {
 	return nil, ctx.Err()
 }
 
-// errNotSent fails the requests of a connection whose lone caller's write failed or was
-// cut short by its ctx: none of their frames was written whole.
+// errNotSent fails the requests of a failed connection whose frames were not written
+// whole: the bridge cannot have acted on them.
 var errNotSent = errors.New("not written whole")
 
 // errEndedByBridge fails the requests behind a reply that ends the connection.
@@ -574,30 +598,45 @@ func (c *tcpConn) readLoop() {
 }
 
 // fail breaks the connection once: it forgets and closes it, and fails the waiters in
-// its queue with err.
+// its queue with err, wrapped in errNotSent for those whose frames were not written
+// whole. A write in progress (Close's, or the reader's, during a stalled write) ends
+// once the connection is closed, and is waited for: it says how much of its frames
+// went.
 func (c *tcpConn) fail(err error) {
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
 		return
 	}
-	c.err = err
-	var failed []*waiter
-	for {
+	c.err = err // no frame is queued, nor write begun, from now on
+	c.mu.Unlock()
+	c.t.drop(c) // before the waiters return, so their next requests dial afresh
+	c.writes.Wait()
+	notSent := fmt.Errorf("%w: %w", errNotSent, err)
+	type failure struct {
+		w   *waiter
+		err error
+	}
+	var failed []failure
+	c.mu.Lock()
+	for i, sent := 0, c.n-c.unsent; ; i++ {
 		w, ok := c.pop()
 		if !ok {
 			break
 		}
-		if w != nil {
-			failed = append(failed, w)
+		switch {
+		case w == nil: // given up on
+		case i < sent:
+			failed = append(failed, failure{w, err})
+		default:
+			failed = append(failed, failure{w, notSent})
 		}
 	}
-	c.out, c.spare = nil, nil
+	c.out, c.spare, c.lens, c.spareLens, c.unsent = nil, nil, nil, nil, 0
 	c.mu.Unlock()
-	c.t.drop(c) // before the waiters return, so their next requests dial afresh
 	close(c.broken)
-	for _, w := range failed {
-		w.done <- result{err: err}
+	for _, f := range failed {
+		f.w.done <- result{err: f.err}
 	}
 }
 

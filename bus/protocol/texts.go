@@ -158,6 +158,17 @@ func OutcomeUnknownGroupCancel(kind, id, cause string) *Error {
 		"); ask for its status, or send the cancel again (a repeat changes nothing more)"}
 }
 
+// OutcomeUnknownSetting is the "Outcome unknown" ERROR of a command that changes a
+// setting (what: "schedule s", "the settings of queue q", "the limit of queue q") and
+// went unanswered: it may or may not be done ("stored", "removed"), cause says why
+// that is not known. The same command sent again changes nothing more (a setting
+// written again to the same value; a removal again is refused as unknown). It names
+// no job or workflow.
+func OutcomeUnknownSetting(what, done, cause string) *Error {
+	return &Error{Message: OutcomeUnknownPrefix + what + " may or may not be " + done + " (" + cause +
+		"); sending the command again is safe, and answers what is stored"}
+}
+
 // OutcomeUnknownUnanswered is the "Outcome unknown" ERROR of a submission or cancel
 // (what) that went to a coordinator and got no answer, said by whoever forwarded it
 // (the bridge): it names no job, since none was named back.
