@@ -407,7 +407,7 @@ func (c *tcpConn) send(ctx context.Context, body []byte, w *waiter) error {
 	default:
 		// The frame is the only one queued: its caller writes it, until ctx ends.
 		c.writing = true
-		c.flush(ctx)
+		c.flush(ctx, false)
 	}
 	return nil
 }
@@ -415,10 +415,9 @@ func (c *tcpConn) send(ctx context.Context, body []byte, w *waiter) error {
 // flush writes what is queued, with c.mu held and writing set, and returns with c.mu
 // released. A caller (ctx its own, its frame the only one queued) writes once: what
 // other callers queued during its write goes to the connection's flusher goroutine
-// (ctx nil), which writes until nothing is left, so no caller is held writing for
+// (backlog), which writes until nothing is left, so no caller is held writing for
 // others for longer than one write.
-func (c *tcpConn) flush(ctx context.Context) {
-	backlog := ctx == nil
+func (c *tcpConn) flush(ctx context.Context, backlog bool) {
 	for c.err == nil && len(c.out) > 0 {
 		buf, lens := c.out, c.lens
 		c.out, c.spare = c.spare[:0], nil
@@ -470,7 +469,7 @@ func (c *tcpConn) flushLoop() {
 		case <-c.backlog:
 			runtime.Gosched() // let the callers woken with this one queue theirs first
 			c.mu.Lock()
-			c.flush(nil)
+			c.flush(context.Background(), true) // no caller's: it ends with the connection
 		case <-c.broken:
 			return
 		}
@@ -478,7 +477,7 @@ func (c *tcpConn) flushLoop() {
 }
 
 // write writes buf, and returns how much of it went, failing if it cannot within
-// writeStall or, if ctx is not nil (a lone caller's write of its own frame), once ctx
+// writeStall or, if ctx can end (a lone caller's write of its own frame), once ctx
 // ends. The deadline is moved on only once half of it has passed, so a write costs no
 // timer of its own: each write has at least half of writeStall.
 func (c *tcpConn) write(ctx context.Context, buf []byte) (int, error) {
@@ -490,7 +489,7 @@ func (c *tcpConn) write(ctx context.Context, buf []byte) (int, error) {
 			c.armed = now
 		}
 	}
-	if ctx != nil && ctx.Done() != nil {
+	if ctx.Done() != nil {
 		// ctx's end moves the deadline to now, which cuts the write short. Once it
 		// did, the next write sets a deadline of its own.
 		cut := make(chan struct{})
