@@ -153,9 +153,7 @@ func unknownOutcome(t protocol.Type, body []byte, requestID, cause string) *Serv
 		msg = fmt.Sprintf("schedule %s may or may not be added (%s); sending the add again is safe: it adds no second one, and is refused as existing if this one was stored",
 			req.Schedule.Name, cause)
 	case protocol.TypeTriggerSchedule:
-		// Not safe to send again: each trigger submits its job under a key of its own.
-		msg = fmt.Sprintf("schedule %s may or may not have submitted a job (%s); a trigger sent again submits another: the schedule's last run and job (Schedules) show whether this one did",
-			req.Name, cause)
+		return &ServerError{Message: protocol.OutcomeUnknownTrigger(req.Name, cause).Message}
 	case protocol.TypePauseSchedule, protocol.TypeResumeSchedule:
 		return &ServerError{Message: protocol.OutcomeUnknownSetting("schedule "+req.Name, "stored", cause).Message}
 	case protocol.TypeRemoveSchedule:

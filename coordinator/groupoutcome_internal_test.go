@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/jobbus/jobbus/bus/protocol"
@@ -41,5 +42,25 @@ func TestGroupOutcomeUnknownNamesTheGroup(t *testing.T) {
 				t.Errorf("OutcomeJob(%q) = %q: a group named as a job", err, id)
 			}
 		})
+	}
+}
+
+// TestTriggerOutcomeUnknownIsSaid: a trigger whose job's submission was answered
+// "Outcome unknown" says so, naming the schedule and that a trigger sent again submits
+// another job; it said "trigger not submitted", though its job may be stored.
+func TestTriggerOutcomeUnknownIsSaid(t *testing.T) {
+	t.Parallel()
+	sub := protocol.OutcomeUnknown("submission", "j1", "no quorum")
+	m, ok := triggerFailed("nightly", errors.New(sub.Message)).(settled)
+	if !ok {
+		t.Fatalf("%v, want a settled answer", m)
+	}
+	err := &client.ServerError{Message: m.Message.(*protocol.Error).Message}
+	if !errors.Is(err, client.ErrOutcomeUnknown) || !strings.Contains(err.Message, "schedule nightly") ||
+		!strings.Contains(err.Message, "submits another") || strings.Contains(err.Message, "not submitted") {
+		t.Fatalf("%q: want Outcome unknown naming the schedule, and that sending again submits another job", err)
+	}
+	if e, ok := triggerFailed("nightly", errors.New("not serving")).(*protocol.Error); !ok || !strings.Contains(e.Message, "trigger not submitted") {
+		t.Fatalf("%v: want trigger not submitted", e)
 	}
 }

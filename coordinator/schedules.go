@@ -675,6 +675,16 @@ func (sch *schedules) trigger(name string) protocol.Message {
 	return sch.with(name, func(e *schedEntry) protocol.Message { return sch.triggerLocked(e, name) })
 }
 
+// triggerFailed is the answer to a trigger of schedule name whose submission failed
+// with err (submit): "Outcome unknown" when its job may be stored, never "not
+// submitted" then.
+func triggerFailed(name string, err error) protocol.Message {
+	if cause, unknown := strings.CutPrefix(err.Error(), protocol.OutcomeUnknownPrefix); unknown {
+		return settled{protocol.OutcomeUnknownTrigger(name, cause)}
+	}
+	return &protocol.Error{Message: fmt.Sprintf("schedule %s: trigger not submitted: %v", name, err)}
+}
+
 func (sch *schedules) triggerLocked(e *schedEntry, name string) protocol.Message {
 	sch.mu.Lock()
 	sc := e.sc
@@ -687,7 +697,7 @@ func (sch *schedules) triggerLocked(e *schedEntry, name string) protocol.Message
 	case errors.As(err, &full):
 		return full.r
 	case err != nil:
-		return &protocol.Error{Message: fmt.Sprintf("schedule %s: trigger not submitted: %v", name, err)}
+		return triggerFailed(name, err)
 	case refused != nil:
 		sch.observe(name, ScheduleFailed, 1)
 		next.LastError, next.LastErrorMillis = refused.Message, now.UnixMilli()

@@ -169,6 +169,14 @@ func OutcomeUnknownSetting(what, done, cause string) *Error {
 		"); sending the command again is safe, and answers what is stored"}
 }
 
+// OutcomeUnknownTrigger is the "Outcome unknown" ERROR of a trigger of schedule name:
+// its job may or may not be submitted. Not safe to send again: each trigger submits
+// its job under a key of its own.
+func OutcomeUnknownTrigger(name, cause string) *Error {
+	return &Error{Message: OutcomeUnknownPrefix + "schedule " + name + " may or may not have submitted a job (" + cause +
+		"); a trigger sent again submits another: the schedule's last run and job (Schedules) show whether this one did"}
+}
+
 // OutcomeUnknownUnanswered is the "Outcome unknown" ERROR of a submission or cancel
 // (what) that went to a coordinator and got no answer, said by whoever forwarded it
 // (the bridge): it names no job, since none was named back.
