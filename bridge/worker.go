@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/jobbus/jobbus/bus"
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/bus/protocol/frame"
@@ -51,6 +53,9 @@ type workerSession struct {
 
 	reg  protocol.WorkerRegister // the registration, replayed when the coordinator forgets the worker
 	node *bus.Node               // the worker's own bus node, on the bridge's connection
+	// regBytes is the size of the worker's WORKER_REGISTER frame, said when its
+	// registration is too large to forward.
+	regBytes int
 
 	// registered is closed once WORKER_REGISTERED is queued; assignments wait for it,
 	// so the worker never sees TASK_ASSIGN before its registration is acknowledged.
@@ -127,6 +132,7 @@ func (s *workerSession) awaitRegister() *protocol.WorkerRegister {
 		s.b.readFailed(s.log, err, "worker", s.out.finish)
 		return nil
 	}
+	s.regBytes = len(payload)
 	msg, err := protocol.Decode(payload)
 	if err != nil {
 		s.b.stats.malformed("worker")
@@ -236,12 +242,18 @@ func (s *workerSession) registerServed() (*protocol.WorkerRegistered, error) {
 }
 
 // askError is the ERROR a worker gets when an ask on its behalf failed: the
-// coordinator's own refusal as it is, or why no coordinator answered.
+// coordinator's own refusal as it is, that the ask was too large to send, or why no
+// coordinator answered.
 func (s *workerSession) askError(path string, err error) *protocol.Error {
 	var re *bus.RemoteError
 	switch {
 	case errors.As(err, &re):
 		return &protocol.Error{Message: re.Message}
+	case errors.Is(err, nats.ErrMaxPayload):
+		// Refused by the connection before it was sent (a registration with a
+		// declaration too large to wrap): a coordinator may well be up, and sending
+		// the same again cannot help.
+		return errTooLargeToForward(s.regBytes, s.b.nc.MaxPayload())
 	case s.b.ctx.Err() != nil:
 		return errShuttingDown()
 	case errors.Is(err, bus.ErrNoPeer):

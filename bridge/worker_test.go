@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/bus/protocol/frame"
 	"github.com/jobbus/jobbus/coordinator"
 )
 
@@ -384,4 +385,24 @@ func TestWorkerPort(t *testing.T) {
 			})
 		}
 	})
+}
+
+// TestWorkerRegisterTooLargeToForward: a WORKER_REGISTER that fits a frame but not a
+// NATS message once the bridge wraps it (a task type declared with a schema of nearly
+// a MiB) is answered with an ERROR that says it is too large to forward, as the client
+// port answers such a request, never "coordinator unavailable": a coordinator is up,
+// and registering again as it is cannot help. The bridge serves on.
+func TestWorkerRegisterTooLargeToForward(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	prefix := `{"type":"WORKER_REGISTER","workerId":"big","capacity":1,"taskTypes":[{"name":"BIG","schema":{"description":"`
+	suffix := `"}}]}`
+	reg := prefix + strings.Repeat("x", frame.MaxSize-len(prefix)-len(suffix)) + suffix
+	w := dial(t, s.br.WorkerAddr())
+	if err := w.SendPayload([]byte(reg)); err != nil {
+		t.Fatal(err)
+	}
+	w.ExpectErrorThenClosed("Request too large to forward: ")
+	s.specWorker("small", 1)
+	s.healthy(1)
 }

@@ -72,6 +72,10 @@ type controlStore interface {
 //     In a cluster the stream's leader may have proposed it and not yet committed it,
 //     so it is not in the store yet and can still be committed later (once a
 //     follower answers, or by the next leader);
+//   - it holds what was read at rev, and the store refused the write because an
+//     earlier write of key is still being committed (pendingEarlier): errControlUnknown,
+//     as that earlier write was answered: most likely it is this setting's, sent again
+//     after that answer, and it can still land;
 //   - it holds something else: a *controlChanged (errors.Is errControlChanged) that
 //     says what, for the caller to adopt;
 //   - it cannot be read: errControlUnknown, or errControlChanged if the store refused
@@ -107,6 +111,12 @@ func writeControl(ctx context.Context, cs controlStore, key string, value []byte
 	case value != nil && stored && bytes.Equal(cur.value, value):
 		return cur.rev, nil
 	case !stored && rev == 0, stored && (cur.rev == rev || value == nil && rev == 0):
+		if pendingEarlier(err) {
+			// Refused while an earlier write of key waits in the stream leader's log:
+			// most likely this setting's, answered "Outcome unknown" and sent again.
+			// That one may still land, so this one is answered as it was.
+			return 0, fmt.Errorf("%s: %w: an earlier write of it is not settled yet: %w", key, errControlUnknown, err)
+		}
 		if !errors.Is(err, errControlChanged) && !refusedOutright(err) {
 			return 0, fmt.Errorf("%s: %w: %w; it is not stored yet", key, errControlUnknown, err)
 		}
@@ -328,7 +338,7 @@ func (c kvControls) put(ctx context.Context, key string, value []byte, rev uint6
 	} else {
 		got, err = c.kv.Update(ctx, protocol.ControlPrefix+key, value, rev)
 	}
-	if isCASConflict(err) {
+	if isCASConflict(err) && !pendingEarlier(err) { // that one says nothing of the store: writeControl reads it
 		return 0, fmt.Errorf("%s: %w", key, errControlChanged)
 	}
 	if err != nil {
@@ -344,7 +354,7 @@ func (c kvControls) remove(ctx context.Context, key string, rev uint64) error {
 	}
 	err := c.kv.Purge(ctx, protocol.ControlPrefix+key, opts...)
 	switch {
-	case isCASConflict(err):
+	case isCASConflict(err) && !pendingEarlier(err):
 		return fmt.Errorf("%s: %w", key, errControlChanged)
 	case err != nil && !errors.Is(err, jetstream.ErrKeyNotFound):
 		return fmt.Errorf("remove setting %s: %w", key, err)

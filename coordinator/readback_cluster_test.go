@@ -762,3 +762,63 @@ func waitStoredAs(t *testing.T, nc *nats.Conn, id string, state protocol.State) 
 		return nil
 	})
 }
+
+// TestUnconfirmedSettingSentAgain: a setting's write answered "Outcome unknown" (the
+// JOBS stream lost its quorum) waits in the stream leader's log, and meanwhile the
+// leader refuses another write of that key checked against its revision ("wrong last
+// sequence", code 10164), though the store does not hold the first yet. The answer
+// said sending the command again is safe: sent again, a schedule's add and a queue's
+// pause are answered as the first was, "Outcome unknown", never as a name in use or a
+// setting changed meanwhile. Once a node is back both are stored, and sent once more
+// answered as done.
+func TestUnconfirmedSettingSentAgain(t *testing.T) {
+	t.Parallel()
+	cl, s := replicatedSystem(t, 60*time.Second)
+	s.StartCoordinator(t)
+	s.StartNativeWorker(t)
+	c := client.New(s.NC)
+	ctx := context.Background()
+	testkit.Wait(t, 60*time.Second, func() error {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, err := c.SetQueue(rctx, "q", client.MaxRunning(1))
+		return err
+	})
+	settledOnN0(t, cl, s.NC, c)
+	sched := client.Schedule{Name: "nightly", Every: time.Hour, TaskType: "SHA256", Payload: text("tick")}
+
+	cl.Stop(t, 1)
+	cl.Stop(t, 2)
+	for _, tc := range []struct {
+		name string
+		send func(ctx context.Context) error
+	}{
+		{"schedule add", func(ctx context.Context) error { _, err := c.AddSchedule(ctx, sched); return err }},
+		{"queue pause", func(ctx context.Context) error { _, err := c.PauseQueue(ctx, "q"); return err }},
+	} {
+		for send := 1; send <= 2; send++ {
+			rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			err := tc.send(rctx)
+			cancel()
+			if !errors.Is(err, client.ErrOutcomeUnknown) {
+				t.Errorf("%s without a quorum, send %d: %v; want \"Outcome unknown\"", tc.name, send, err)
+			}
+			t.Logf("%s, send %d: %v", tc.name, send, err)
+		}
+	}
+
+	cl.Restart(t, 1)
+	testkit.Wait(t, 90*time.Second, func() error {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if _, err := c.AddSchedule(rctx, sched); err != nil {
+			return err
+		}
+		q, err := c.PauseQueue(rctx, "q")
+		if err == nil && !q.Paused {
+			err = errors.New("queue q not paused")
+		}
+		return err
+	})
+	servesAfterQuorum(t, s, c)
+}
