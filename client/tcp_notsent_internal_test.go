@@ -9,7 +9,6 @@ import (
 	"net"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -28,17 +27,7 @@ type stalledPeer struct {
 
 func newStalledPeer(t *testing.T) *stalledPeer {
 	t.Helper()
-	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
-		var serr error
-		err := rc.Control(func(fd uintptr) {
-			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
-		})
-		return errors.Join(err, serr)
-	}}
-	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := listenSmallReceives(t)
 	p := &stalledPeer{addr: ln.Addr().String(), drain: make(chan struct{}), got: make(chan [][]byte, 1)}
 	var wg sync.WaitGroup
 	wg.Go(func() {

@@ -18,17 +18,7 @@ import (
 // address.
 func notReading(t *testing.T) string {
 	t.Helper()
-	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
-		var serr error
-		err := rc.Control(func(fd uintptr) {
-			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
-		})
-		return errors.Join(err, serr)
-	}}
-	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln := listenSmallReceives(t)
 	var mu sync.Mutex
 	var conns []net.Conn
 	done := make(chan struct{})
@@ -89,4 +79,22 @@ func TestTCPStalledWriteEndsWithItsContext(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrOutcomeUnknown) || !strings.Contains(err.Error(), "not sent") {
 		t.Fatalf("Submit whose write stalled = %v; want the context's error, saying it was not sent (its frame was not all written)", err)
 	}
+}
+
+// listenSmallReceives listens on a loopback port whose connections have a small
+// receive buffer, so that a peer not reading stalls a writer soon.
+func listenSmallReceives(t *testing.T) net.Listener {
+	t.Helper()
+	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
+		})
+		return errors.Join(err, serr)
+	}}
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
 }
