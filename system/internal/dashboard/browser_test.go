@@ -412,6 +412,9 @@ func TestDashboardInBrowser(t *testing.T) {
 		tb.open("#/queues")
 		row := `document.querySelector('#queues tr[data-queue="reports"]')`
 		tb.until("the queue listed with its job", row+` !== null && `+row+`.querySelector('[data-k="queued"]').textContent === "1"`)
+		if got := tb.eval(row + `.querySelector('[data-k="unfinished"]').textContent`); got != "1" {
+			t.Errorf("the queue's unfinished jobs shown as %q, want 1", got)
+		}
 		tb.until("its depth chart drawn", row+`.querySelector('.spark polyline') !== null`)
 		tb.click("click pause", `#queues button[data-pause="reports"]`)
 		tb.until("the queue shown paused", row+`.dataset.paused === "yes"`)

@@ -243,6 +243,7 @@ function queueRow(q) {
     el("td", { "data-k": "state" }, el("span", { class: "state " + (q.paused ? "paused" : "active-q") }, q.paused ? "paused" : "running")),
     el("td", { "data-k": "queued" }, q.queued),
     el("td", { "data-k": "running" }, q.running),
+    el("td", { "data-k": "unfinished", title: "jobs not yet finished, in any state: later ones (scheduled, waiting, retrying) too" }, q.unfinished || 0),
     el("td", { "data-k": "rate" }, q.startedPerMinute),
     el("td", { "data-k": "latency" }, lat),
     el("td", { "data-k": "workers" }, q.workers),
@@ -252,7 +253,7 @@ function queueRow(q) {
 }
 
 function renderQueues(sum) {
-  showRows($("queues"), "data-queue", (sum.queues || []).map(queueRow), el("tr", {}, el("td", { colspan: 10, class: "empty" }, "no queues yet")));
+  showRows($("queues"), "data-queue", (sum.queues || []).map(queueRow), el("tr", {}, el("td", { colspan: 11, class: "empty" }, "no queues yet")));
 }
 
 async function changeQueue(name, what, button) {
