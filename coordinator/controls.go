@@ -313,14 +313,6 @@ func adoptUnder(lock sync.Locker, holds func() bool, adopt func(stored *control)
 	}
 }
 
-// settingUnknown is the answer to a write of a setting whose outcome is unknown (err):
-// what names the setting ("schedule s"), done what the write does ("stored",
-// "removed"). The coordinator follows the setting meanwhile (scheduler.follow).
-func settingUnknown(what, done string, err error) *protocol.Error {
-	return &protocol.Error{Message: fmt.Sprintf("%s%s may or may not be %s (%v); the coordinator takes on what the store settles, and sending the command again is safe and answers which",
-		protocol.OutcomeUnknownPrefix, what, done, err)}
-}
-
 // kvControls keeps controls in the jobs bucket, whose stream list reads. A setting is
 // read with read (jsStore.readRecord): in a cluster from the stream's leader, which has
 // every write it acknowledged, rather than from any replica, which may lag.

@@ -262,7 +262,7 @@ func controlFailed(what string, err error) *protocol.Error {
 	case errors.Is(err, errControlChanged):
 		return &protocol.Error{Message: fmt.Sprintf("the %s changed meanwhile (%v); nothing was written, try again", what, err)}
 	case errors.Is(err, errControlUnknown):
-		return settingUnknown("the "+what, "stored", err)
+		return protocol.OutcomeUnknownSetting("the "+what, "stored", err.Error())
 	}
 	return &protocol.Error{Message: fmt.Sprintf("%v: the %s was not stored (%v)", ErrNotServing, what, err)}
 }

@@ -109,7 +109,7 @@ func (s *scheduler) changeQueue(name string, create bool, due time.Duration, cha
 			err = errQueueSettingsChanged
 		case errors.Is(err, errControlUnknown):
 			s.followQueue(name, rev)
-			return settingUnknown("the settings of queue "+name, "stored", err)
+			return protocol.OutcomeUnknownSetting("the settings of queue "+name, "stored", err.Error())
 		}
 		if err != nil {
 			return &protocol.Error{Message: fmt.Sprintf("queue %s: settings not stored: %v", name, err)}

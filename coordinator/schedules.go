@@ -545,7 +545,7 @@ func (sch *schedules) drop(e *schedEntry, name string) {
 // "removed"): not known to have landed (settingUnknown), or not done.
 func scheduleNotStored(name, done string, err error) *protocol.Error {
 	if errors.Is(err, errControlUnknown) {
-		return settingUnknown("schedule "+name, done, err)
+		return protocol.OutcomeUnknownSetting("schedule "+name, done, err.Error())
 	}
 	return &protocol.Error{Message: fmt.Sprintf("schedule %s was not %s: %v", name, done, err)}
 }

@@ -159,14 +159,14 @@ func OutcomeUnknownGroupCancel(kind, id, cause string) *Error {
 }
 
 // OutcomeUnknownSetting is the "Outcome unknown" ERROR of a command that changes a
-// setting (what: "schedule s", "the settings of queue q", "the limit of queue q") and
-// went unanswered: it may or may not be done ("stored", "removed"), cause says why
+// setting (what: "schedule s", "the settings of queue q", "the limit of queue q") whose
+// write was not confirmed, said by the coordinator or by a client left unanswered: it may or may not be done ("stored", "removed"), cause says why
 // that is not known. The same command sent again changes nothing more (a setting
 // written again to the same value; a removal again is refused as unknown). It names
 // no job or workflow.
 func OutcomeUnknownSetting(what, done, cause string) *Error {
 	return &Error{Message: OutcomeUnknownPrefix + what + " may or may not be " + done + " (" + cause +
-		"); sending the command again is safe, and answers what is stored"}
+		"); the coordinator takes on what the store settles, and sending the command again is safe and answers what is stored"}
 }
 
 // OutcomeUnknownTrigger is the "Outcome unknown" ERROR of a trigger of schedule name:
