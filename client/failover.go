@@ -139,15 +139,11 @@ func unknownOutcome(t protocol.Type, body []byte, requestID, cause string) *Serv
 		if req.Kind == "" {
 			req.Kind = protocol.KindWorkflow
 		}
-		msg = fmt.Sprintf("%s %s may or may not be stored (%s); sending the same again is safe, and answers its jobs once they are stored",
-			req.Kind, req.WorkflowID, cause)
+		return &ServerError{Message: protocol.OutcomeUnknownGroup(req.Kind+" "+req.WorkflowID, cause).Message}
 	case protocol.TypeCancelWorkflow:
 		return &ServerError{Message: protocol.OutcomeUnknownGroupCancel(protocol.KindWorkflow, req.WorkflowID, cause).Message}
 	case protocol.TypeRetryWorkflow:
-		// Not safe to send again: refused while the steps it ran again run, and run
-		// again for those that failed or were cancelled by then.
-		msg = fmt.Sprintf("%s %s may or may not be retried (%s); its status shows its steps run again if it was: ask for it before retrying again, which runs again the steps that failed or were cancelled by then",
-			protocol.KindWorkflow, req.WorkflowID, cause)
+		return &ServerError{Message: protocol.OutcomeUnknownGroup("retry of "+protocol.KindWorkflow+" "+req.WorkflowID, cause).Message}
 	case protocol.TypeAddSchedule:
 		// Sent again, an add makes no second schedule: the name is taken.
 		msg = fmt.Sprintf("schedule %s may or may not be added (%s); sending the add again is safe: it adds no second one, and is refused as existing if this one was stored",

@@ -442,13 +442,7 @@ func (s *scheduler) groupReply(reply replyFunc, due time.Duration, kind, what st
 // states what is known, as JOB_SUBMITTED does (settled); else an ERROR.
 func groupNotStored(what string, err error) protocol.Message {
 	if errors.Is(err, ErrOutcomeUnknown) {
-		again := "sending the same again is safe, and answers its jobs once they are stored"
-		if strings.HasPrefix(what, "retry") {
-			again = "the workflow's status shows its steps run again once it is stored"
-		}
-		return settled{&protocol.Error{Message: fmt.Sprintf("%s%s may or may not be stored (%v); "+
-			"this coordinator writes it again until it knows, and runs its jobs once it is stored: %s",
-			protocol.OutcomeUnknownPrefix, what, strings.TrimPrefix(err.Error(), ErrOutcomeUnknown.Error()+": "), again)}}
+		return settled{protocol.OutcomeUnknownGroup(what, strings.TrimPrefix(err.Error(), ErrOutcomeUnknown.Error()+": "))}
 	}
 	return &protocol.Error{Message: fmt.Sprintf("%s was not stored: %v", what, err)}
 }

@@ -150,6 +150,22 @@ func OutcomeUnknown(what, jobID, cause string) *Error {
 		" may or may not be stored (" + cause + "); " + advice}
 }
 
+// OutcomeUnknownGroup is the "Outcome unknown" ERROR of a workflow's or batch's
+// submission (what: "workflow w", "batch b") or retry ("retry of workflow w") whose
+// write was not confirmed, said by the coordinator, which writes it again until it
+// knows, or by a client left unanswered (client.OutcomeWorkflow reads it back). A
+// submission sent again is safe; a retry sent again is not (it is refused while the
+// steps it ran again run, and runs again those that failed by then).
+func OutcomeUnknownGroup(what, cause string) *Error {
+	again := "sending the same again is safe, and answers its jobs once they are stored"
+	if strings.HasPrefix(what, "retry") {
+		again = "the workflow's status shows its steps run again once it is stored: ask for it before retrying again, " +
+			"which runs again the steps that failed or were cancelled by then"
+	}
+	return &Error{Message: OutcomeUnknownPrefix + what + " may or may not be stored (" + cause +
+		"); the coordinator writes it again until it knows, and runs its jobs once it is stored: " + again}
+}
+
 // OutcomeUnknownGroupCancel is the "Outcome unknown" ERROR of a cancel of the workflow
 // or batch (kind) id: the cancels of its steps may or may not be stored. It names the
 // group, not a job (client.OutcomeWorkflow reads it back).
