@@ -99,6 +99,10 @@ type benchSystem struct {
 	flood *progressFlood
 	// many is --submit-many: jobs a submitter sends in one SubmitMany; 0: Submit each.
 	many int
+	// messages counts the messages the in-process NATS server carried so far (in and
+	// out, JetStream's writes and acknowledgements among them); nil for a system bench
+	// did not build.
+	messages func() int64
 }
 
 // idleWarmup is the number of unmeasured jobs before the idle run, as the peers' have.
@@ -417,6 +421,9 @@ func inProcessSystem(ctx context.Context, c *cli.Context, transport string, sync
 	cleanups = append(cleanups, bs.close)
 	bs.close = cleanup
 	bs.nc, bs.probe = cnc, probe
+	if srv := sys.Server(); srv != nil {
+		bs.messages = serverMessages(srv.NATS())
+	}
 	if transport == "native" {
 		bs.flood = flood
 	}
@@ -475,6 +482,7 @@ func runBench(ctx context.Context, sys *benchSystem, n, first int, progress func
 	var mem0, mem1 runtime.MemStats
 	runtime.ReadMemStats(&mem0)
 	cpu0, _, cpuOK := processUsage()
+	msgs0 := sys.countMessages()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for _, cl := range clients {
@@ -511,6 +519,9 @@ func runBench(ctx context.Context, sys *benchSystem, n, first int, progress func
 	}
 	cpu1, peak, _ := processUsage()
 	res.cpu, res.cpuOK, res.cpuWall, res.peakRSS = cpu1-cpu0, cpuOK, time.Since(start), peak
+	if sys.messages != nil {
+		res.messages = sys.countMessages() - msgs0
+	}
 	measured()
 	runtime.ReadMemStats(&mem1)
 	res.allocs, res.allocBytes = mem1.Mallocs-mem0.Mallocs, mem1.TotalAlloc-mem0.TotalAlloc

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+
 	"github.com/jobbus/jobbus/internal/version"
 )
 
@@ -73,6 +75,9 @@ type benchResult struct {
 	// allocs and allocBytes are this process's heap allocations over the run: unlike
 	// time, they hardly depend on what else the machine runs.
 	allocs, allocBytes uint64
+	// messages is how many the in-process NATS server carried over the run, in and out
+	// (0: not counted, for a system bench did not build).
+	messages int64
 }
 
 // steady is the rate counted from the first start, as the peers' benchmarks report it.
@@ -122,6 +127,9 @@ func newBenchReport(settings map[string]string, run *benchResult, idle *idleResu
 		r.complete.put(m, "e2e.complete")
 		m["e2e.allocs_per_job"] = float64(r.allocs) / float64(r.jobs)
 		m["e2e.alloc_bytes_per_job"] = float64(r.allocBytes) / float64(r.jobs)
+		if r.messages > 0 {
+			m["e2e.nats_msgs_per_job"] = float64(r.messages) / float64(r.jobs)
+		}
 		if r.cpuOK {
 			m["e2e.cpu_ms_per_job"] = fracMillis(r.cpu) / float64(r.jobs)
 			m["e2e.cpu_self_cores"] = r.cpu.Seconds() / r.cpuWall.Seconds()
@@ -163,6 +171,9 @@ func (rep *benchReport) writeText(w io.Writer, inProcess bool) {
 			fmt.Fprintf(w, "peak RSS %.0f MiB (%s, since it started)\n", float64(r.peakRSS)/(1<<20), whose)
 		}
 		fmt.Fprintf(w, "heap allocations per job: %.0f, %.1f KiB\n", float64(r.allocs)/float64(r.jobs), float64(r.allocBytes)/float64(r.jobs)/1024)
+		if r.messages > 0 {
+			fmt.Fprintf(w, "NATS messages per job: %.1f (in and out of the embedded server)\n", float64(r.messages)/float64(r.jobs))
+		}
 	}
 	if i := rep.idle; i != nil {
 		fmt.Fprintf(w, "idle, %d jobs one at a time:\n", i.jobs)
@@ -172,4 +183,23 @@ func (rep *benchReport) writeText(w io.Writer, inProcess bool) {
 		}
 		fmt.Fprintf(w, "  submit -> completed %s\n", i.total)
 	}
+}
+
+// serverMessages counts the messages srv carried (received and delivered) so far.
+func serverMessages(srv *server.Server) func() int64 {
+	return func() int64 {
+		v, err := srv.Varz(nil)
+		if err != nil {
+			return 0
+		}
+		return v.InMsgs + v.OutMsgs
+	}
+}
+
+// countMessages is messages(), 0 when the system's server is not in-process.
+func (bs *benchSystem) countMessages() int64 {
+	if bs.messages == nil {
+		return 0
+	}
+	return bs.messages()
 }

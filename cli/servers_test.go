@@ -289,10 +289,15 @@ func TestBench(t *testing.T) {
 		}
 		for _, k := range []string{"e2e.jobs_per_s", "e2e.jobs_per_s_after_first_start", "e2e.first_start_ms",
 			"e2e.start.p50_ms", "e2e.start.p90_ms", "e2e.start.p99_ms", "e2e.start.max_ms", "e2e.complete.p99_ms",
-			"e2e.enqueue_ack.p50_ms", "latency.start.p50_ms", "latency.complete.p50_ms", "latency.complete.p99_ms", "e2e.cpu_ms_per_job", "e2e.peak_rss_mib"} {
+			"e2e.enqueue_ack.p50_ms", "latency.start.p50_ms", "latency.complete.p50_ms", "latency.complete.p99_ms", "e2e.cpu_ms_per_job", "e2e.peak_rss_mib", "e2e.nats_msgs_per_job"} {
 			if v, ok := doc.Metrics[k]; !ok || v <= 0 {
 				t.Errorf("metric %s = %v (present %v)", k, v, ok)
 			}
+		}
+		// A job takes at least its submission and reply and its two writes and their
+		// acknowledgements, each in to the server and out of it again.
+		if n := doc.Metrics["e2e.nats_msgs_per_job"]; n < 4 {
+			t.Errorf("%.1f NATS messages a job: fewer than a job's submission and writes", n)
 		}
 		if p50, p99 := doc.Metrics["latency.complete.p50_ms"], doc.Metrics["latency.complete.p99_ms"]; p50 > p99 {
 			t.Errorf("idle p50 %v above p99 %v", p50, p99)
