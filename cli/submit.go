@@ -254,16 +254,9 @@ func taskNames() []string {
 }
 
 func submitOptions(c *cli.Context) ([]client.SubmitOption, error) {
-	if n := c.Int("max-attempts"); n < 0 {
-		return nil, usageError("--max-attempts must be 0 (the coordinator's default) or more, got %d", n)
-	}
-	opts := []client.SubmitOption{client.MaxAttempts(c.Int("max-attempts"))}
-	if c.IsSet("priority") {
-		p, err := parsePriority(c.String("priority"))
-		if err != nil {
-			return nil, err
-		}
-		opts = append(opts, client.Priority(p))
+	opts, err := attemptsAndPriority(c)
+	if err != nil {
+		return nil, err
 	}
 	if c.IsSet("idempotency-key") {
 		opts = append(opts, client.IdempotencyKey(c.String("idempotency-key")))
@@ -281,6 +274,24 @@ func submitOptions(c *cli.Context) ([]client.SubmitOption, error) {
 		return nil, err
 	}
 	return queueOptions(c, append(append(append(opts, after...), unique...), later...)) // queues.go
+}
+
+// attemptsAndPriority is --max-attempts and --priority as submit options: the job flags
+// that submit and schedule add share.
+func attemptsAndPriority(c *cli.Context) ([]client.SubmitOption, error) {
+	n := c.Int("max-attempts")
+	if n < 0 {
+		return nil, usageError("--max-attempts must be 0 (the coordinator's default) or more, got %d", n)
+	}
+	opts := []client.SubmitOption{client.MaxAttempts(n)}
+	if c.IsSet("priority") {
+		p, err := parsePriority(c.String("priority"))
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, client.Priority(p))
+	}
+	return opts, nil
 }
 
 func parsePriority(s string) (protocol.Priority, error) {
