@@ -473,6 +473,76 @@ func TestSubmitEnvPayloadFlagOnlyForItsTasks(t *testing.T) {
 	}
 }
 
+// TestSubmitEnvPayloadFlags pins down how payload flags set only in the environment
+// (JOBBUS_SUBMIT_<FLAG>) mix with each other and with the flags typed on the command
+// line: typed flags win; else the task's own flag from the environment; else --payload
+// from the environment; a flag of another task is a mistake only when typed.
+func TestSubmitEnvPayloadFlags(t *testing.T) {
+	s := setup(t) // t.Setenv: not parallel
+	o := over{s, natsTransport}
+	sha := func(text string) string {
+		sum := sha256.Sum256([]byte(text))
+		return hex.EncodeToString(sum[:])
+	}
+	cases := []struct {
+		name   string
+		env    map[string]string // JOBBUS_SUBMIT_ + key
+		args   []string
+		code   int
+		result string // with cli.ExitOK: the job's result
+		errs   string // otherwise: in stderr
+	}{
+		{"EnvTextTypedOtherTasksFlag", map[string]string{"TEXT": "env"}, []string{"SLEEP", "--limit", "5"},
+			cli.ExitUsage, "", "--limit does not apply to SLEEP, which takes --milliseconds"},
+		{"EnvTaskFlagTypedOtherTasksFlag", map[string]string{"MILLISECONDS": "3"}, []string{"SLEEP", "--text", "typed"},
+			cli.ExitUsage, "", "--text does not apply to SLEEP, which takes --milliseconds"},
+		{"EnvOtherTasksFlagTypedTaskFlag", map[string]string{"MILLISECONDS": "3"}, []string{"sha256", "--text", "typed"},
+			cli.ExitOK, sha("typed"), ""},
+		{"TwoEnvFlagsSleep", map[string]string{"TEXT": "env", "MILLISECONDS": "3"}, []string{"SLEEP"},
+			cli.ExitOK, "slept 3 ms", ""},
+		{"TwoEnvFlagsSha256", map[string]string{"TEXT": "env", "MILLISECONDS": "3"}, []string{"sha256"},
+			cli.ExitOK, sha("env"), ""},
+		{"EnvPayload", map[string]string{"PAYLOAD": `{"limit":10}`}, []string{"prime_count"},
+			cli.ExitOK, "4", ""},
+		{"EnvPayloadAndEnvOtherTasksFlag", map[string]string{"PAYLOAD": `{"limit":10}`, "TEXT": "env"}, []string{"prime_count"},
+			cli.ExitOK, "4", ""},
+		{"EnvTaskFlagOverEnvPayload", map[string]string{"PAYLOAD": `{"limit":10}`, "LIMIT": "100"}, []string{"prime_count"},
+			cli.ExitOK, "25", ""},
+		{"EnvPayloadTypedTaskFlag", map[string]string{"PAYLOAD": `{"limit":10}`}, []string{"prime_count", "--limit", "100"},
+			cli.ExitOK, "25", ""},
+		{"EnvTaskFlagTypedPayload", map[string]string{"LIMIT": "100"}, []string{"prime_count", "--payload", `{"limit":10}`},
+			cli.ExitOK, "4", ""},
+		{"EnvPayloadTypedOtherTasksFlag", map[string]string{"PAYLOAD": `{"limit":10}`}, []string{"prime_count", "--text", "typed"},
+			cli.ExitUsage, "", "--text does not apply to PRIME_COUNT, which takes --limit"},
+		{"EnvBadPayloadUnused", map[string]string{"PAYLOAD": "{nope"}, []string{"sha256", "--text", "typed"},
+			cli.ExitOK, sha("typed"), ""},
+		{"EnvBadPayloadUsed", map[string]string{"PAYLOAD": "{nope"}, []string{"sha256"},
+			cli.ExitUsage, "", "--payload is not valid JSON: {nope"},
+		{"EnvTextUnknownTask", map[string]string{"TEXT": "env"}, []string{"resize"},
+			cli.ExitUsage, "", "RESIZE is not a built-in task"},
+		{"EnvPayloadUnknownTask", map[string]string{"PAYLOAD": "{}", "TEXT": "env"}, []string{"resize"},
+			cli.ExitError, "", "submit RESIZE: Unknown task type: RESIZE"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv("JOBBUS_SUBMIT_"+k, v)
+			}
+			code, out, errs := o.run(append([]string{"submit", "--wait", "--json"}, tc.args...)...)
+			switch {
+			case code != tc.code:
+				t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", code, tc.code, out, errs)
+			case code == cli.ExitOK:
+				if j := jsonJob(t, out); j.State != protocol.StateCompleted || j.Result == nil || *j.Result != tc.result {
+					t.Errorf("job %+v, want COMPLETED with %q", j, tc.result)
+				}
+			case !strings.Contains(errs, tc.errs):
+				t.Errorf("stderr %q, want %q", errs, tc.errs)
+			}
+		})
+	}
+}
+
 func TestHelpHasExamples(t *testing.T) {
 	t.Parallel()
 	for _, cmd := range []string{"submit", "status", "wait", "cancel", "jobs", "workers", "watch", "completion"} {

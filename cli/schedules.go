@@ -165,19 +165,10 @@ func scheduleFromFlags(c *cli.Context, name, task string) (client.Schedule, erro
 		return sc, err
 	}
 	sc.Payload = payload
-	// The schedule's own flags only: submit's options grow with submit's flags.
-	if n := c.Int("max-attempts"); n < 0 {
-		return sc, usageError("--max-attempts must be 0 (the coordinator's default) or more, got %d", n)
-	}
-	sc.Options = []client.SubmitOption{client.MaxAttempts(c.Int("max-attempts"))}
-	if c.IsSet("priority") {
-		p, err := parsePriority(c.String("priority"))
-		if err != nil {
-			return sc, err
-		}
-		sc.Options = append(sc.Options, client.Priority(p))
-	}
-	return sc, nil
+	// The schedule's own flags only, not submitOptions: submit's options grow with
+	// submit's flags.
+	sc.Options, err = attemptsAndPriority(c)
+	return sc, err
 }
 
 func scheduleListCommand() *cli.Command {

@@ -82,6 +82,8 @@ func TestScheduleCommands(t *testing.T) {
 			{[]string{"add", "x", "SHA256", "--text", "a"}, 2, "give --every DURATION or --cron SPEC"},
 			{[]string{"add", "x", "--every", "1s", "SHA256"}, 2, "SHA256 needs --text"},
 			{[]string{"add", "x", "--every", "1s", "--catch-up", "some", "SHA256", "--text", "a"}, 2, "catch-up must be none, one or all"},
+			{[]string{"add", "x", "--every", "1s", "SHA256", "--text", "a", "--max-attempts", "-1"}, 2, "--max-attempts must be 0 (the coordinator's default) or more, got -1"},
+			{[]string{"add", "x", "--every", "1s", "SHA256", "--text", "a", "--priority", "urgent"}, 2, `--priority must be high, normal or low, got "urgent"`},
 			{[]string{"add", "x", "--cron", "*/5 * * * *", "SHA256", "--text", "a"}, 1, "expected exactly 6 fields"},
 			{[]string{"add", "x", "--cron", "0 0 * * * *", "--tz", "Mars/Base", "SHA256", "--text", "a"}, 1, `unknown time zone "Mars/Base"`},
 			{[]string{"add", "x", "--every", "1s", "NO_SUCH_TYPE", "--payload", "{}"}, 1, "Unknown task type: NO_SUCH_TYPE"},

@@ -159,32 +159,23 @@ func submit(c *cli.Context) error {
 // the built-ins' snake case (word-count is WORD_COUNT).
 func taskName(s string) string { return protocol.TypedTaskType(s) }
 
-// buildPayload is --payload, or the object holding the task's one flag. A payload
-// flag set only in the environment (JOBBUS_SUBMIT_TEXT) is shared configuration, as a
-// global flag's is: it fills the payload of the tasks it belongs to, gives way to
-// --payload or the task's flag on the command line, and is no mistake for another task.
+// buildPayload is --payload, or the object holding the task's one flag; which of them
+// the user gave is givenPayloadFlags.
 func buildPayload(c *cli.Context, task string) (json.RawMessage, error) {
 	tf, known := taskFlags[task]
-	typed := func(name string) bool { return givenOnCommandLine(c, name) }
-	switch {
-	case typed("payload") || typed(tf.flag):
-	case known && c.IsSet(tf.flag):
-		typed = func(name string) bool { return name == tf.flag || givenOnCommandLine(c, name) }
-	case c.IsSet("payload"):
-		typed = func(name string) bool { return name == "payload" || givenOnCommandLine(c, name) }
-	}
+	given := givenPayloadFlags(c, tf.flag)
 	for _, name := range payloadFlags {
 		switch {
-		case !typed(name):
+		case !given[name]:
 		case !known:
 			return nil, usageError("--%s does not apply to %s, which is %s", name, task, notBuiltIn(task))
 		case name != tf.flag:
 			return nil, usageError("--%s does not apply to %s, which takes --%s (or the whole payload with --payload)", name, task, tf.flag)
-		case typed("payload"):
+		case given["payload"]:
 			return nil, usageError("--%s and --payload cannot be combined: give %s either --%s or the whole payload with --payload", name, task, name)
 		}
 	}
-	if typed("payload") {
+	if given["payload"] {
 		raw := json.RawMessage(c.String("payload"))
 		if !json.Valid(raw) {
 			return nil, usageError("--payload is not valid JSON: %s", c.String("payload"))
@@ -194,7 +185,7 @@ func buildPayload(c *cli.Context, task string) (json.RawMessage, error) {
 	if !known {
 		return nil, usageError("%s is %s", task, notBuiltIn(task))
 	}
-	if !typed(tf.flag) {
+	if !given[tf.flag] {
 		return nil, usageError("%s needs --%s (or --payload JSON)", task, tf.flag)
 	}
 	var v any
@@ -204,6 +195,29 @@ func buildPayload(c *cli.Context, task string) (json.RawMessage, error) {
 		v = c.Int64(tf.flag)
 	}
 	return json.Marshal(map[string]any{tf.field: v})
+}
+
+// givenPayloadFlags is the set of payload flags (--payload and payloadFlags) that give
+// the payload of a task whose own flag is own ("" when it is not built in): every one
+// typed on the command line, and at most one set only in the environment. Such a flag
+// (JOBBUS_SUBMIT_TEXT) is shared configuration, as a global flag's is: it counts only
+// when neither own nor --payload was typed, own before --payload, and another task's
+// flag set there never counts, so it is no mistake for that task.
+func givenPayloadFlags(c *cli.Context, own string) map[string]bool {
+	given := map[string]bool{"payload": givenOnCommandLine(c, "payload")}
+	for _, name := range payloadFlags {
+		given[name] = givenOnCommandLine(c, name)
+	}
+	if given["payload"] || given[own] {
+		return given
+	}
+	switch {
+	case own != "" && c.IsSet(own):
+		given[own] = true
+	case c.IsSet("payload"):
+		given["payload"] = true
+	}
+	return given
 }
 
 // notBuiltIn says that task is none of the built-ins, and which one it may have meant.
@@ -240,16 +254,9 @@ func taskNames() []string {
 }
 
 func submitOptions(c *cli.Context) ([]client.SubmitOption, error) {
-	if n := c.Int("max-attempts"); n < 0 {
-		return nil, usageError("--max-attempts must be 0 (the coordinator's default) or more, got %d", n)
-	}
-	opts := []client.SubmitOption{client.MaxAttempts(c.Int("max-attempts"))}
-	if c.IsSet("priority") {
-		p, err := parsePriority(c.String("priority"))
-		if err != nil {
-			return nil, err
-		}
-		opts = append(opts, client.Priority(p))
+	opts, err := attemptsAndPriority(c)
+	if err != nil {
+		return nil, err
 	}
 	if c.IsSet("idempotency-key") {
 		opts = append(opts, client.IdempotencyKey(c.String("idempotency-key")))
@@ -267,6 +274,24 @@ func submitOptions(c *cli.Context) ([]client.SubmitOption, error) {
 		return nil, err
 	}
 	return queueOptions(c, append(append(append(opts, after...), unique...), later...)) // queues.go
+}
+
+// attemptsAndPriority is --max-attempts and --priority as submit options: the job flags
+// that submit and schedule add share.
+func attemptsAndPriority(c *cli.Context) ([]client.SubmitOption, error) {
+	n := c.Int("max-attempts")
+	if n < 0 {
+		return nil, usageError("--max-attempts must be 0 (the coordinator's default) or more, got %d", n)
+	}
+	opts := []client.SubmitOption{client.MaxAttempts(n)}
+	if c.IsSet("priority") {
+		p, err := parsePriority(c.String("priority"))
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, client.Priority(p))
+	}
+	return opts, nil
 }
 
 func parsePriority(s string) (protocol.Priority, error) {
