@@ -235,26 +235,31 @@ func (f *follows) following(key string) bool {
 	return ok
 }
 
-// storedNow reads setting key while it is followed (following), for a command that
-// memory finds has nothing to do: an earlier write answered "Outcome unknown" may have
-// landed since, and answered from memory the command would say what the store does
-// not hold, until the read-back takes the landed write on and undoes the command.
-// changed is what the store holds (nil: nothing) when it is not revision rev, memory's
-// (0: none); ok is false when it is (or the setting is not followed, or not read).
-func (s *scheduler) storedNow(key string, rev uint64) (changed *control, ok bool) {
+// catchUp has memory take on setting key as stored, for a command that memory finds
+// has nothing to do (it holds no such setting, or holds it as the command would make
+// it) while key is followed (following): a write of it answered "Outcome unknown" may
+// have landed since, and answered from memory the command would say what the store
+// does not hold, until the read-back takes the landed write on and undoes the command.
+// So key is read, and if the store holds another revision than rev, memory's (0:
+// none), adopt takes on what it holds (nil: nothing, never when rev is 0), for the
+// command to apply to. catchUp reports whether adopt was called; a setting not
+// followed, or not read, is left as memory holds it.
+func (s *scheduler) catchUp(key string, rev uint64, adopt func(stored *control)) bool {
 	if !s.follows.following(key) {
-		return nil, false
+		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), controlTimeout)
 	defer cancel()
 	c, stored, err := s.store.controls().get(ctx, key)
 	switch {
 	case err != nil, stored && c.rev == rev, !stored && rev == 0:
-		return nil, false
+		return false
 	case stored:
-		return &c, true
+		adopt(&c)
+	default:
+		adopt(nil)
 	}
-	return nil, true
+	return true
 }
 
 // follow reads setting key back after a write of it was answered "Outcome unknown"

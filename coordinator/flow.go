@@ -151,13 +151,8 @@ func (f *flow) removeLimit(ctx context.Context, req *protocol.RemoveLimit) proto
 	lim, rev, refused := f.current(req.Scope, req.Name)
 	s := f.s
 	key := protocol.LimitControlKey(req.Scope, req.Name)
-	if lim == nil && refused == nil {
-		// Unknown as memory sees it; but a set answered "Outcome unknown" may have
-		// landed (storedNow): then memory takes it on, and it is removed.
-		if stored, changed := s.storedNow(key, 0); changed && stored != nil {
-			f.adopt(key, stored)
-			lim, rev, refused = f.current(req.Scope, req.Name)
-		}
+	if lim == nil && refused == nil && s.catchUp(key, 0, func(stored *control) { f.adopt(key, stored) }) {
+		lim, rev, refused = f.current(req.Scope, req.Name)
 	}
 	switch {
 	case refused != nil:
