@@ -167,14 +167,14 @@ func (s *scheduler) adoptQueueSettings(name string, stored *control) {
 // "Outcome unknown" while memory held revision rev (0: none stored), and taken on once
 // the store holds others (follow).
 func (s *scheduler) followQueue(name string, rev uint64) {
-	same := s.follows.unchangedSince(protocol.QueueControlPrefix + name)
+	rb := s.follows.begin(protocol.QueueControlPrefix + name)
 	holds := func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		q := s.ready.queues[name]
-		return q == nil && rev == 0 || q != nil && q.rev == rev && same()
+		return q == nil && rev == 0 || q != nil && q.rev == rev && rb.unchanged()
 	}
-	s.follow(protocol.QueueControlPrefix+name, rev, holds, adoptUnder(&s.queueWrites, holds, func(stored *control) {
+	s.follow(rb, rev, holds, adoptUnder(&s.queueWrites, holds, func(stored *control) {
 		s.adoptQueueSettings(name, stored)
 	}))
 }

@@ -479,13 +479,13 @@ func (sch *schedules) takeOn(c *control) *schedEntry {
 // and taken on once stored, unless a schedule of that name was added meanwhile
 // (scheduler.follow).
 func (sch *schedules) followAdd(name string) {
-	same := sch.s.follows.unchangedSince(protocol.SchedulePrefix + name)
+	rb := sch.s.follows.begin(protocol.SchedulePrefix + name)
 	holds := func() bool {
 		sch.mu.Lock()
 		defer sch.mu.Unlock()
-		return sch.byName[name] == nil && same()
+		return sch.byName[name] == nil && rb.unchanged()
 	}
-	sch.s.follow(protocol.SchedulePrefix+name, 0, holds, func(stored *control) bool {
+	sch.s.follow(rb, 0, holds, func(stored *control) bool {
 		return stored != nil && sch.takeOn(stored) != nil
 	})
 }
@@ -499,7 +499,7 @@ func (sch *schedules) follow(e *schedEntry, name string, rev uint64) {
 		defer sch.mu.Unlock()
 		return !e.gone && e.rev == rev
 	}
-	sch.s.follow(protocol.SchedulePrefix+name, rev, holds, adoptUnder(&e.op, holds, func(stored *control) {
+	sch.s.follow(sch.s.follows.begin(protocol.SchedulePrefix+name), rev, holds, adoptUnder(&e.op, holds, func(stored *control) {
 		sch.adoptStored(e, name, stored)
 	}))
 }
