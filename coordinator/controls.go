@@ -163,67 +163,105 @@ type follows struct {
 	*goroutines
 
 	mu    sync.Mutex
-	reads map[string]*followed // each key followed, by its read-back
+	reads map[string]*readBack // each key followed, by its current read-back (start)
 	// changes counts, by key, the settings memory took on where a read-back must notice
 	// any change, even one back to the revision it follows (a removal's 0): changed.
-	changes map[string]uint64
+	// A read-back compares only the changes since it began (begin), so a key is counted
+	// only while a read-back of it is begun and not ended: changes holds the settings
+	// read back now, not every one ever written.
+	changes map[string]*changeCount
+}
+
+// changeCount counts a key's changes for the read-backs of it that look.
+type changeCount struct {
+	n       uint64 // the settings of the key memory took on
+	readers int    // its read-backs begun and not ended
 }
 
 func newFollows() *follows {
-	return &follows{goroutines: newGoroutines(), reads: make(map[string]*followed), changes: make(map[string]uint64)}
+	return &follows{goroutines: newGoroutines(), reads: make(map[string]*readBack), changes: make(map[string]*changeCount)}
 }
 
-// followed is one read-back of a setting; end ends it.
-type followed struct{ end context.CancelFunc }
+// readBack is one read-back of setting key, from its begin to the end of its run
+// (start); end ends its run.
+type readBack struct {
+	f     *follows
+	key   string
+	count *changeCount // key's, kept in changes until every read-back of key ended
+	at    uint64       // count.n at begin
+	end   context.CancelFunc
+}
 
 // changed notes that memory took on a setting of key (a queue's settings applied, a
 // limit set or removed, a schedule entered).
 func (f *follows) changed(key string) {
 	f.mu.Lock()
-	f.changes[key]++
-	f.mu.Unlock()
-}
-
-// unchangedSince returns a function that reports whether memory has taken on no
-// setting of key (changed) since unchangedSince was called: a read-back's holds ends
-// with it.
-func (f *follows) unchangedSince(key string) func() bool {
-	f.mu.Lock()
-	at := f.changes[key]
-	f.mu.Unlock()
-	return func() bool {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		return f.changes[key] == at
+	defer f.mu.Unlock()
+	if c := f.changes[key]; c != nil { // else none looks: one begun later counts from then
+		c.n++
 	}
 }
 
-// start runs fn on a goroutine that stop ends and waits for, unless stopped. fn's ctx
-// also ends when a later write of key starts another: its read-back replaces this
-// one, even from the same revision, since the earlier one's holds may report a change
-// that the later write made (a schedule's add sent again enters the name again), and
-// end before the setting is settled, with nothing left to take on what lands.
-func (f *follows) start(key string, fn func(ctx context.Context)) {
+// begin begins a read-back of setting key, for follow to run: from now, unchanged
+// reports whether memory took on a setting of key. Every read-back begun is run, and
+// ends with its run.
+func (f *follows) begin(key string) *readBack {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.changes[key]
+	if c == nil {
+		c = new(changeCount)
+		f.changes[key] = c
+	}
+	c.readers++
+	return &readBack{f: f, key: key, count: c, at: c.n}
+}
+
+// unchanged reports whether memory has taken on no setting of rb's key (changed) since
+// rb began: a read-back's holds ends with it.
+func (rb *readBack) unchanged() bool {
+	rb.f.mu.Lock()
+	defer rb.f.mu.Unlock()
+	return rb.count.n == rb.at
+}
+
+// ended notes that rb's run ended: once none of its key's read-backs looks, its count
+// goes. Called with f.mu held.
+func (f *follows) ended(rb *readBack) {
+	if f.reads[rb.key] == rb {
+		delete(f.reads, rb.key)
+	}
+	if rb.count.readers--; rb.count.readers == 0 {
+		delete(f.changes, rb.key)
+	}
+}
+
+// start runs fn, rb's read-back, on a goroutine that stop ends and waits for, unless
+// stopped. fn's ctx also ends when a later write of rb's key starts another: its
+// read-back replaces this one, even from the same revision, since the earlier one's
+// holds may report a change that the later write made (a schedule's add sent again
+// enters the name again), and end before the setting is settled, with nothing left to
+// take on what lands.
+func (f *follows) start(rb *readBack, fn func(ctx context.Context)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	ctx, end := context.WithCancel(f.ctx)
-	this := &followed{end: end}
+	rb.end = end
 	if !f.goRun(func() {
 		defer end()
 		fn(ctx)
 		f.mu.Lock()
-		if f.reads[key] == this {
-			delete(f.reads, key)
-		}
+		f.ended(rb)
 		f.mu.Unlock()
 	}) {
 		end()
+		f.ended(rb)
 		return
 	}
-	if was, ok := f.reads[key]; ok {
+	if was, ok := f.reads[rb.key]; ok {
 		was.end()
 	}
-	f.reads[key] = this
+	f.reads[rb.key] = rb
 }
 
 // following reports whether setting key is being read back: a write of it was answered
@@ -235,40 +273,46 @@ func (f *follows) following(key string) bool {
 	return ok
 }
 
-// storedNow reads setting key while it is followed (following), for a command that
-// memory finds has nothing to do: an earlier write answered "Outcome unknown" may have
-// landed since, and answered from memory the command would say what the store does
-// not hold, until the read-back takes the landed write on and undoes the command.
-// changed is what the store holds (nil: nothing) when it is not revision rev, memory's
-// (0: none); ok is false when it is (or the setting is not followed, or not read).
-func (s *scheduler) storedNow(key string, rev uint64) (changed *control, ok bool) {
+// catchUp has memory take on setting key as stored, for a command that memory finds
+// has nothing to do (it holds no such setting, or holds it as the command would make
+// it) while key is followed (following): a write of it answered "Outcome unknown" may
+// have landed since, and answered from memory the command would say what the store
+// does not hold, until the read-back takes the landed write on and undoes the command.
+// So key is read, and if the store holds another revision than rev, memory's (0:
+// none), adopt takes on what it holds (nil: nothing, never when rev is 0), for the
+// command to apply to. catchUp reports whether adopt was called; a setting not
+// followed, or not read, is left as memory holds it.
+func (s *scheduler) catchUp(key string, rev uint64, adopt func(stored *control)) bool {
 	if !s.follows.following(key) {
-		return nil, false
+		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), controlTimeout)
 	defer cancel()
 	c, stored, err := s.store.controls().get(ctx, key)
 	switch {
 	case err != nil, stored && c.rev == rev, !stored && rev == 0:
-		return nil, false
+		return false
 	case stored:
-		return &c, true
+		adopt(&c)
+	default:
+		adopt(nil)
 	}
-	return nil, true
+	return true
 }
 
-// follow reads setting key back after a write of it was answered "Outcome unknown"
-// while memory held revision rev of it (0: none stored). Memory kept that one, but the
-// write may still land: a cluster's stream leader without a quorum commits it once a
-// follower answers, which may be long after. So key is read, at growing intervals,
-// until the store holds another revision (or none, or one); then adopt takes on what
-// it holds (nil: nothing), under the locks of the setting's writes, and only while
-// holds still reports that memory holds rev: a write of the setting since, or one
-// found changed, is newer. It ends once holds does not, a later write of key answered
-// so is followed instead (follows.start), or the coordinator stops or is fenced. A
-// write that never lands is followed on, a read every followMax, until then.
-func (s *scheduler) follow(key string, rev uint64, holds func() bool, adopt func(stored *control) bool) {
-	s.follows.start(key, func(ctx context.Context) {
+// follow runs rb (follows.begin): it reads setting rb.key back after a write of it was
+// answered "Outcome unknown" while memory held revision rev of it (0: none stored).
+// Memory kept that one, but the write may still land: a cluster's stream leader without
+// a quorum commits it once a follower answers, which may be long after. So key is read,
+// at growing intervals, until the store holds another revision (or none, or one); then
+// adopt takes on what it holds (nil: nothing), under the locks of the setting's writes,
+// and only while holds still reports that memory holds rev: a write of the setting
+// since, or one found changed, is newer. It ends once holds does not, a later write of
+// key answered so is followed instead (follows.start), or the coordinator stops or is
+// fenced. A write that never lands is followed on, a read every followMax, until then.
+func (s *scheduler) follow(rb *readBack, rev uint64, holds func() bool, adopt func(stored *control) bool) {
+	key := rb.key
+	s.follows.start(rb, func(ctx context.Context) {
 		for wait := followFirst; ; wait = min(2*wait, followMax) {
 			t := time.NewTimer(wait)
 			select {

@@ -151,13 +151,8 @@ func (f *flow) removeLimit(ctx context.Context, req *protocol.RemoveLimit) proto
 	lim, rev, refused := f.current(req.Scope, req.Name)
 	s := f.s
 	key := protocol.LimitControlKey(req.Scope, req.Name)
-	if lim == nil && refused == nil {
-		// Unknown as memory sees it; but a set answered "Outcome unknown" may have
-		// landed (storedNow): then memory takes it on, and it is removed.
-		if stored, changed := s.storedNow(key, 0); changed && stored != nil {
-			f.adopt(key, stored)
-			lim, rev, refused = f.current(req.Scope, req.Name)
-		}
+	if lim == nil && refused == nil && s.catchUp(key, 0, func(stored *control) { f.adopt(key, stored) }) {
+		lim, rev, refused = f.current(req.Scope, req.Name)
 	}
 	switch {
 	case refused != nil:
@@ -220,7 +215,7 @@ func (f *flow) write(ctx context.Context, key string, value []byte, rev uint64) 
 func (f *flow) follow(key string, rev uint64) {
 	s := f.s
 	scope, name, _ := strings.Cut(strings.TrimPrefix(key, protocol.LimitControlPrefix), ".")
-	same := s.follows.unchangedSince(key)
+	rb := s.follows.begin(key)
 	holds := func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -228,9 +223,9 @@ func (f *flow) follow(key string, rev uint64) {
 		if lim := f.limits.get(scope, name); lim != nil {
 			held = lim.rev
 		}
-		return held == rev && same()
+		return held == rev && rb.unchanged()
 	}
-	s.follow(key, rev, holds, adoptUnder(&f.writeMu, holds, func(stored *control) { f.adopt(key, stored) }))
+	s.follow(rb, rev, holds, adoptUnder(&f.writeMu, holds, func(stored *control) { f.adopt(key, stored) }))
 }
 
 // adopt makes memory hold the setting stored under key (nil: none), and dispatches

@@ -54,6 +54,7 @@ func (s *scheduler) changeQueue(name string, create bool, due time.Duration, cha
 	}
 	s.queueWrites.Lock()
 	defer s.queueWrites.Unlock()
+	adopt := func(stored *control) { s.adoptQueueSettings(name, stored) }
 	s.mu.Lock()
 	if s.fenced != nil {
 		defer s.unlock()
@@ -62,13 +63,9 @@ func (s *scheduler) changeQueue(name string, create bool, due time.Duration, cha
 	q := s.ready.queues[name]
 	if q == nil && !create {
 		s.unlock()
-		// Unknown as memory sees it; but settings answered "Outcome unknown" may have
-		// landed (storedNow): then memory takes them on, and the command applies.
-		stored, changed := s.storedNow(protocol.QueueControlPrefix+name, 0)
-		if !changed || stored == nil {
+		if !s.catchUp(protocol.QueueControlPrefix+name, 0, adopt) {
 			return protocol.UnknownQueue(name)
 		}
-		s.adoptQueueSettings(name, stored)
 		s.mu.Lock()
 		q = s.ready.queues[name]
 	}
@@ -83,18 +80,12 @@ func (s *scheduler) changeQueue(name string, create bool, due time.Duration, cha
 	if err := next.Check(); err != nil {
 		return &protocol.Error{Message: "Invalid queue settings: " + err.Error()}
 	}
-	if next == cur && q != nil {
-		// Nothing to do as memory sees it; but an earlier write answered "Outcome
-		// unknown" may have landed (storedNow): then memory takes on what is stored
-		// and the command applies to that.
-		if stored, changed := s.storedNow(protocol.QueueControlPrefix+name, rev); changed {
-			s.adoptQueueSettings(name, stored)
-			s.mu.Lock()
-			cur, rev = q.settings, q.rev
-			s.unlock()
-			next = cur
-			change(&next)
-		}
+	if next == cur && q != nil && s.catchUp(protocol.QueueControlPrefix+name, rev, adopt) {
+		s.mu.Lock()
+		cur, rev = q.settings, q.rev
+		s.unlock()
+		next = cur
+		change(&next)
 	}
 	if next != cur || q == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), max(due, time.Second))
@@ -176,14 +167,14 @@ func (s *scheduler) adoptQueueSettings(name string, stored *control) {
 // "Outcome unknown" while memory held revision rev (0: none stored), and taken on once
 // the store holds others (follow).
 func (s *scheduler) followQueue(name string, rev uint64) {
-	same := s.follows.unchangedSince(protocol.QueueControlPrefix + name)
+	rb := s.follows.begin(protocol.QueueControlPrefix + name)
 	holds := func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		q := s.ready.queues[name]
-		return q == nil && rev == 0 || q != nil && q.rev == rev && same()
+		return q == nil && rev == 0 || q != nil && q.rev == rev && rb.unchanged()
 	}
-	s.follow(protocol.QueueControlPrefix+name, rev, holds, adoptUnder(&s.queueWrites, holds, func(stored *control) {
+	s.follow(rb, rev, holds, adoptUnder(&s.queueWrites, holds, func(stored *control) {
 		s.adoptQueueSettings(name, stored)
 	}))
 }

@@ -479,13 +479,13 @@ func (sch *schedules) takeOn(c *control) *schedEntry {
 // and taken on once stored, unless a schedule of that name was added meanwhile
 // (scheduler.follow).
 func (sch *schedules) followAdd(name string) {
-	same := sch.s.follows.unchangedSince(protocol.SchedulePrefix + name)
+	rb := sch.s.follows.begin(protocol.SchedulePrefix + name)
 	holds := func() bool {
 		sch.mu.Lock()
 		defer sch.mu.Unlock()
-		return sch.byName[name] == nil && same()
+		return sch.byName[name] == nil && rb.unchanged()
 	}
-	sch.s.follow(protocol.SchedulePrefix+name, 0, holds, func(stored *control) bool {
+	sch.s.follow(rb, 0, holds, func(stored *control) bool {
 		return stored != nil && sch.takeOn(stored) != nil
 	})
 }
@@ -499,7 +499,7 @@ func (sch *schedules) follow(e *schedEntry, name string, rev uint64) {
 		defer sch.mu.Unlock()
 		return !e.gone && e.rev == rev
 	}
-	sch.s.follow(protocol.SchedulePrefix+name, rev, holds, adoptUnder(&e.op, holds, func(stored *control) {
+	sch.s.follow(sch.s.follows.begin(protocol.SchedulePrefix+name), rev, holds, adoptUnder(&e.op, holds, func(stored *control) {
 		sch.adoptStored(e, name, stored)
 	}))
 }
@@ -577,13 +577,11 @@ func (sch *schedules) entry(name string) *schedEntry {
 func (sch *schedules) with(name string, op func(e *schedEntry) protocol.Message) protocol.Message {
 	e := sch.entry(name)
 	if e == nil {
-		// Unknown as memory sees it; but an add answered "Outcome unknown" may have
-		// landed (storedNow): then the schedule is taken on, and op applies to it.
-		if stored, changed := sch.s.storedNow(protocol.SchedulePrefix+name, 0); changed && stored != nil {
+		sch.s.catchUp(protocol.SchedulePrefix+name, 0, func(stored *control) {
 			if e = sch.takeOn(stored); e == nil {
 				e = sch.entry(name) // added meanwhile
 			}
-		}
+		})
 	}
 	if e == nil {
 		return protocol.UnknownSchedule(name)
@@ -606,21 +604,15 @@ func (sch *schedules) changeLocked(e *schedEntry, name string, pause bool) proto
 	sch.mu.Lock()
 	next, rev := e.sc, e.rev
 	sch.mu.Unlock()
-	if next.Paused == pause {
-		// Nothing to do as memory sees it; but an earlier write answered "Outcome
-		// unknown" may have landed (storedNow): then memory takes on what is stored
-		// and the command applies to that.
-		if stored, changed := sch.s.storedNow(protocol.SchedulePrefix+name, rev); changed {
-			sch.adoptStored(e, name, stored)
-			sch.mu.Lock()
-			next, gone := e.sc, e.gone
-			sch.mu.Unlock()
-			if gone {
-				return protocol.UnknownSchedule(name)
-			}
-			if next.Paused != pause {
-				return sch.changeLocked(e, name, pause)
-			}
+	if next.Paused == pause && sch.s.catchUp(protocol.SchedulePrefix+name, rev, func(stored *control) { sch.adoptStored(e, name, stored) }) {
+		sch.mu.Lock()
+		next, gone := e.sc, e.gone
+		sch.mu.Unlock()
+		if gone {
+			return protocol.UnknownSchedule(name)
+		}
+		if next.Paused != pause {
+			return sch.changeLocked(e, name, pause)
 		}
 	}
 	if next.Paused == pause {

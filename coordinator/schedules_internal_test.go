@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -376,4 +379,67 @@ func TestAddSentAgainWhileUnknownIsFollowed(t *testing.T) {
 		scs, err := cl.Schedules(ctx)
 		return err == nil && len(scs) == 1 && scs[0].Name == "late"
 	})
+}
+
+// TestFollowsCountOnlyWhatIsReadBack: the changes a read-back must notice
+// (follows.changes) are counted for the settings read back now, not for every setting
+// ever written: queues, limits and schedules set and removed by the score left one
+// counter each behind, for the life of the coordinator.
+func TestFollowsCountOnlyWhatIsReadBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, cl, lose := startAnswerLosing(t)
+	const n = 20
+	for i := range n {
+		name := fmt.Sprintf("n%d", i)
+		if _, err := cl.SetQueue(ctx, name, client.MaxRunning(1)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cl.SetQueue(ctx, name, client.MaxRunning(0)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cl.SetLimit(ctx, client.ForTaskType(name), "1/h", 1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cl.RemoveLimit(ctx, client.ForTaskType(name)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cl.AddSchedule(ctx, client.Schedule{Name: name, Every: time.Hour, TaskType: "SHA256", Payload: map[string]string{"text": name}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cl.RemoveSchedule(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	counted := func() []string {
+		f := c.sched.follows
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return slices.Sorted(maps.Keys(f.changes))
+	}
+	// A setting whose write is answered "Outcome unknown" is read back, and its
+	// changes counted, until the store settles it.
+	lose.Store(true)
+	_, err := cl.SetQueue(ctx, "q", client.MaxRunning(2))
+	if !errors.Is(err, client.ErrOutcomeUnknown) {
+		lose.Store(false)
+		t.Fatalf("queue settings whose write landed, its answer lost: %v; want Outcome unknown", err)
+	}
+	got := counted()
+	lose.Store(false)
+	if want := []string{protocol.QueueControlPrefix + "q"}; !slices.Equal(got, want) {
+		t.Errorf("changes counted while queue q is read back: %d keys %q; want %q", len(got), got[:min(len(got), 5)], want)
+	}
+	eventuallyTrue(t, "the read-back over", func() bool {
+		c.sched.follows.mu.Lock()
+		defer c.sched.follows.mu.Unlock()
+		return len(c.sched.follows.reads) == 0
+	})
+	qs, err := cl.Queues(ctx)
+	if i := slices.IndexFunc(qs, func(q protocol.QueueInfo) bool { return q.Name == "q" }); err != nil || i < 0 || qs[i].MaxRunning != 2 {
+		t.Fatalf("queues once q is read back: %+v, %v; want q with max running 2, as stored", qs, err)
+	}
+	if got := counted(); len(got) != 0 {
+		t.Errorf("changes counted once nothing is read back: %d keys %q; want none", len(got), got[:min(len(got), 5)])
+	}
 }
