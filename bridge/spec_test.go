@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/bus/protocol/frame"
 	"github.com/jobbus/jobbus/coordinator"
 	"github.com/jobbus/jobbus/internal/jobbustest"
 )
@@ -279,5 +280,42 @@ func TestSpecSnapshotTimesNeverGoBack(t *testing.T) {
 	}
 	if jc.Job.UpdatedAtMillis < before.UpdatedAtMillis {
 		t.Errorf("cancelled after the clock stepped back: updated %d, before that %d", jc.Job.UpdatedAtMillis, before.UpdatedAtMillis)
+	}
+}
+
+// TestSpecRequestsFillingAFrame: PROTOCOL.md, "Maximum frame: 1 MiB" and "Unknown
+// fields in known messages are ignored". Each client request, padded with a field no
+// message defines to exactly the largest frame, is answered as it is without the
+// padding: the bridge forwards what the coordinator needs, not a NATS message that
+// cannot hold the frame and the request's headers.
+func TestSpecRequestsFillingAFrame(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	c := s.client()
+	id := c.Submit("SHA256", `{"text":"x"}`)
+	padded := func(msg string) []byte {
+		msg = msg[:len(msg)-1] + `,"pad":"`
+		return []byte(msg + strings.Repeat("p", frame.MaxSize-len(msg)-2) + `"}`)
+	}
+	for _, tc := range []struct{ req, want string }{
+		{`{"type":"SUBMIT_JOB","taskType":"SHA256","payload":{"text":"y"},"maxAttempts":1,"idempotencyKey":"padded"}`, "JOB_SUBMITTED"},
+		{`{"type":"GET_JOB_STATUS","jobId":"` + id + `"}`, "JOB_STATUS"},
+		{`{"type":"LIST_JOBS"}`, "JOB_LIST"},
+		{`{"type":"LIST_WORKERS"}`, "WORKER_LIST"},
+		{`{"type":"CANCEL_JOB","jobId":"` + id + `"}`, "JOB_CANCEL"},
+	} {
+		p := padded(tc.req)
+		if len(p) != frame.MaxSize {
+			t.Fatalf("frame of %d bytes", len(p))
+		}
+		if err := c.SendPayload(p); err != nil {
+			t.Fatal(err)
+		}
+		if m := c.MustRecv(); string(m.MessageType()) != tc.want {
+			t.Errorf("%s padded to %d bytes: got %+v, want %s", tc.req, len(p), m, tc.want)
+		}
+	}
+	if j := s.job(id); j.State != protocol.StateCancelled {
+		t.Errorf("job %+v, want CANCELLED by the padded CANCEL_JOB", j)
 	}
 }
