@@ -319,3 +319,25 @@ func TestSpecRequestsFillingAFrame(t *testing.T) {
 		t.Errorf("job %+v, want CANCELLED by the padded CANCEL_JOB", j)
 	}
 }
+
+// TestSpecUnknownJobOfAnyLength: PROTOCOL.md, GET_JOB_STATUS and CANCEL_JOB of an
+// "unknown id → ERROR", and "A misbehaving peer costs only its own connection". A job
+// id of thousands of characters, which no job has, is answered Unknown job like any
+// other, and costs nothing else: the coordinator once looked it up in KV, a subject
+// longer than NATS's control line, and the server closed the coordinator's connection.
+func TestSpecUnknownJobOfAnyLength(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	s.specWorker("healthy", 2)
+	c := s.client()
+	for _, n := range []int{100, 4000, 5000, 100_000} {
+		id := strings.Repeat("x", n)
+		for _, req := range []protocol.Message{&protocol.GetJobStatus{JobID: id}, &protocol.CancelJob{JobID: id}} {
+			m, ok := c.Request(req).(*protocol.Error)
+			if !ok || m.Message != protocol.UnknownJob(id).Message {
+				t.Fatalf("%s of a job id of %d characters: got %.200v, want Unknown job", req.MessageType(), n, m)
+			}
+		}
+	}
+	s.healthy(2)
+}
