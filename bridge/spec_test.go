@@ -341,3 +341,23 @@ func TestSpecUnknownJobOfAnyLength(t *testing.T) {
 	}
 	s.healthy(2)
 }
+
+// TestSpecUnknownJobOfAFrameIsAnswered: PROTOCOL.md, GET_JOB_STATUS and CANCEL_JOB of an
+// "unknown id → ERROR". A job id of 600,000 characters fits in a frame, and is answered
+// Unknown job at once, like any other: the ERROR names the id cut short. Echoed whole,
+// in the reply's body and again in its error header, it once made a reply larger than
+// a NATS message; the coordinator's reply was lost, the status answered "coordinator
+// unavailable" after the request timeout, and the cancel "Outcome unknown", as if a
+// job might have been cancelled.
+func TestSpecUnknownJobOfAFrameIsAnswered(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	c := s.client()
+	id := strings.Repeat("x", 600_000)
+	for _, req := range []protocol.Message{&protocol.GetJobStatus{JobID: id}, &protocol.CancelJob{JobID: id}} {
+		m, ok := c.Request(req).(*protocol.Error)
+		if want := "Unknown job: " + id[:protocol.MaxJobID]; !ok || !strings.HasPrefix(m.Message, want) || len(m.Message) > 1024 {
+			t.Fatalf("%s of a job id of %d characters: got %.200v, want Unknown job naming it cut short", req.MessageType(), len(id), m)
+		}
+	}
+}
