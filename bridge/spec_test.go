@@ -361,3 +361,23 @@ func TestSpecUnknownJobOfAFrameIsAnswered(t *testing.T) {
 		}
 	}
 }
+
+// TestSpecRefusalEchoingMostOfAFrameIsAnswered: a SUBMIT_JOB whose task type no worker
+// runs is refused with an ERROR, which means nothing was stored; so is one of a task
+// type of 600,000 characters (it fits in a frame), at once. The coordinator's ERROR
+// echoes the type, in its body and once more in micro's error header, and the two made
+// a reply larger than a NATS message: it was lost, and the bridge answered after its
+// request timeout "Outcome unknown: ... may or may not be stored", though nothing was.
+func TestSpecRefusalEchoingMostOfAFrameIsAnswered(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	c := s.client()
+	taskType := strings.Repeat("x", 600_000)
+	m, ok := c.Request(&protocol.SubmitJob{TaskType: taskType, Payload: []byte(`{}`)}).(*protocol.Error)
+	if want := protocol.UnknownTaskType(taskType).Message; !ok || m.Message != want {
+		t.Fatalf("submission of a task type of %d characters: got %.200v, want Unknown task type", len(taskType), m)
+	}
+	if l, ok := c.Request(&protocol.ListJobs{}).(*protocol.JobList); !ok || len(l.Jobs) != 0 {
+		t.Fatalf("jobs %+v, want none", l)
+	}
+}
