@@ -381,3 +381,41 @@ func TestSpecRefusalEchoingMostOfAFrameIsAnswered(t *testing.T) {
 		t.Fatalf("jobs %+v, want none", l)
 	}
 }
+
+// TestSpecWorkerListOfMoreThanAFrame: PROTOCOL.md, LIST_WORKERS is answered WORKER_LIST.
+// 2,100 live workers of ids of some 500 characters (registered over NATS, as native
+// workers are) take more than a frame, and more than a NATS message: the list holds as
+// many as fit, by worker id, as JOB_LIST holds the newest jobs that fit. The whole list
+// once made a reply larger than a NATS message, which was lost: LIST_WORKERS was
+// answered "coordinator unavailable: no reply" after the request timeout.
+func TestSpecWorkerListOfMoreThanAFrame(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	const n = 2100
+	for i := range n {
+		id := fmt.Sprintf("w-%04d-%s", i, strings.Repeat("x", 500))
+		body := fmt.Sprintf(`{"type":"WORKER_REGISTER","workerId":%q,"capacity":1}`, id)
+		if _, err := s.NC.Request("jobbus.role.coordinator.worker."+id+".worker.register", []byte(body), waitFor); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := s.client()
+	if err := c.SendPayload([]byte(`{"type":"LIST_WORKERS"}`)); err != nil {
+		t.Fatal(err)
+	}
+	data, err := c.RecvRaw()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := protocol.Decode(data)
+	l, ok := m.(*protocol.WorkerList)
+	if err != nil || !ok || len(l.Workers) == 0 || len(l.Workers) >= n {
+		t.Fatalf("LIST_WORKERS of %d workers answered %.200s, want a WORKER_LIST of those that fit", n, data)
+	}
+	for i, w := range l.Workers {
+		if want := fmt.Sprintf("w-%04d-", i); !strings.HasPrefix(w.WorkerID, want) {
+			t.Fatalf("worker %d is %.10s..., want %s...: the first by id", i, w.WorkerID, want)
+		}
+	}
+	t.Logf("%d of %d workers in %d bytes", len(l.Workers), n, len(data))
+}

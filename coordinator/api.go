@@ -425,7 +425,7 @@ func (a *api) serveRequest(data []byte, from request, want protocol.Type, reply 
 	case *protocol.ListJobs:
 		reply(a.list(m))
 	case *protocol.ListWorkers:
-		reply(&protocol.WorkerList{Workers: a.reg.workerList()})
+		reply(&protocol.WorkerList{Workers: fitWorkers(a.reg.workerList())})
 	case *protocol.CancelJob:
 		a.sched.cancelJob(m.JobID, from.due, reply)
 	case *protocol.ListTaskTypes:
@@ -525,6 +525,21 @@ func (a *api) list(req *protocol.ListJobs) protocol.Message {
 // listBudget is what a JOB_LIST may spend on snapshots: all of a message but the
 // envelope and a cursor.
 const listBudget = protocol.MaxMessage - 128
+
+// fitWorkers is the start of workers (sorted by id) that fits in one WORKER_LIST, as a
+// JOB_LIST holds the newest jobs that fit: a reply larger than a NATS message would be
+// lost, and the request answered by nobody.
+func fitWorkers(workers []protocol.Worker) []protocol.Worker {
+	budget := listBudget
+	for i := range workers {
+		data, err := json.Marshal(&workers[i])
+		if err != nil || len(data)+1 > budget { // +1: the comma before it
+			return workers[:i]
+		}
+		budget -= len(data) + 1
+	}
+	return workers
+}
 
 // listed is a job picked for a list: its snapshot, or, for a finished job, its id to
 // read (gone once it turned out to have expired).
