@@ -141,8 +141,10 @@ type Config struct {
 	// RequestTimeout bounds each request to the coordinator: an API request or a bus
 	// ask (default 5s).
 	RequestTimeout time.Duration
-	// WriteQueue is how many frames may wait to be written to one worker connection
-	// (default 256); a peer that lets the queue fill is dropped.
+	// WriteQueue is how many frames may wait to be written to one worker or Mu
+	// connection (default 256). A worker's frames beyond it wait for room (a worker may
+	// be handed up to its capacity, 1024, at once); a Mu peer that lets the queue fill
+	// is dropped, and so is any peer that takes no frame within WriteTimeout.
 	WriteQueue int
 	// ResultRetryFor is how long a TASK_RESULT keeps being offered to the coordinator
 	// until it answers (default 1 minute), even after the worker's connection closed.

@@ -186,6 +186,15 @@ func (b *Bridge) request(subject string, payload []byte, log *slog.Logger) (repl
 		rid = protocol.NewRequestID()
 	}
 	msg, e, err := b.forward(subject, payload, rid, nil, log)
+	if errors.Is(err, nats.ErrMaxPayload) {
+		// Refused by the connection before it was sent, so nothing was stored: a frame
+		// near the 1 MiB maximum does not fit in a NATS message with the request's
+		// headers. Fields no message defines, which the spec says to ignore, can make
+		// it that large; without them it may fit.
+		if lean := withoutUnknownFields(payload); lean != nil {
+			msg, e, err = b.forward(subject, lean, rid, nil, log)
+		}
+	}
 	switch {
 	case e != nil:
 		return nil, false, e
@@ -201,6 +210,21 @@ func (b *Bridge) request(subject string, payload []byte, log *slog.Logger) (repl
 	}
 	reply, e = checkReply(msg, log)
 	return reply, e == nil && msg.Header.Get(micro.ErrorHeader) == "", e
+}
+
+// withoutUnknownFields is payload, a request, encoded again without the fields no
+// message defines, when that makes it shorter; nil otherwise (it does not decode, or
+// has no such fields to drop).
+func withoutUnknownFields(payload []byte) []byte {
+	m, err := protocol.Decode(payload)
+	if err != nil {
+		return nil
+	}
+	lean, err := protocol.Encode(m)
+	if err != nil || len(lean) >= len(payload) {
+		return nil
+	}
+	return lean
 }
 
 // oversizedSubmission is the coordinator's ERROR for a SUBMIT_JOB whose payload

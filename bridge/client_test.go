@@ -260,8 +260,10 @@ func TestClientPortRequestTimeout(t *testing.T) {
 // the bridge cannot forward over NATS as it is (its headers take it past NATS's 1 MiB),
 // is answered as surely refused, never as "Outcome unknown": nothing was sent, so
 // nothing was stored. A SHA256 text of some 174,000 escaped characters (within its 200,000)
-// gets the coordinator's own answer to such a payload; a small payload padded with a
-// field the spec says to ignore, an ERROR that says nothing was sent.
+// gets the coordinator's own answer to such a payload; a small payload with an
+// idempotency key of nearly a MiB, an ERROR that says nothing was sent. (A request
+// padded with a field the spec says to ignore is forwarded without it:
+// TestSpecRequestsFillingAFrame.)
 func TestClientPortSubmissionFillingAFrame(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
@@ -276,14 +278,14 @@ func TestClientPortSubmissionFillingAFrame(t *testing.T) {
 		return b
 	}
 	big := fill(`{"type":"SUBMIT_JOB","taskType":"SHA256","maxAttempts":1,"payload":{"text":"`, `\u0001`, `"}}`)
-	padded := fill(`{"type":"SUBMIT_JOB","taskType":"SHA256","maxAttempts":1,"payload":{"text":"x"},"pad":"`, `p`, `"}`)
+	bigKey := fill(`{"type":"SUBMIT_JOB","taskType":"SHA256","maxAttempts":1,"payload":{"text":"x"},"idempotencyKey":"`, `k`, `"}`)
 	for _, tc := range []struct {
 		name  string
 		frame []byte
 		want  string
 	}{
 		{"BigPayload", big, fmt.Sprintf("Invalid payload: Payload exceeds %d bytes", protocol.MaxPayloadBytes)},
-		{"PaddedRequest", padded, "Request too large to forward: "},
+		{"BigKey", bigKey, "Request too large to forward: "},
 	} {
 		if err := c.SendPayload(tc.frame); err != nil {
 			t.Fatal(err)

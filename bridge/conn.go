@@ -146,7 +146,8 @@ func encodeError(e *protocol.Error) []byte {
 }
 
 // outbox is the bounded write queue of a worker connection and its writer goroutine,
-// so that the bus handlers that produce frames never block on a slow peer.
+// so that the bus handlers that produce frames never block on a frame's write: at most
+// on a full queue (put), until the peer's writes time out.
 type outbox struct {
 	conn    net.Conn
 	timeout time.Duration
@@ -228,8 +229,9 @@ more:
 	return err
 }
 
-// send queues a frame. A full queue means the peer does not read: the connection is
-// dropped rather than buffered without bound. It reports whether the frame was queued.
+// send queues a frame without waiting. A full queue means the peer does not read: the
+// connection is dropped rather than buffered without bound. It reports whether the
+// frame was queued.
 func (o *outbox) send(data []byte) bool {
 	select {
 	case <-o.quit:
@@ -241,6 +243,23 @@ func (o *outbox) send(data []byte) bool {
 		return true
 	default:
 		o.kill(fmt.Sprintf("write queue full (%d frames): peer not reading", cap(o.q)))
+		return false
+	}
+}
+
+// put queues a frame, waiting while the queue is full: for frames that come in bursts
+// larger than the queue from a peer that reads them all, as a worker of a capacity
+// above WriteQueue (the spec allows up to 1024) is handed its assignments. The wait is
+// bounded all the same: the queue is full only while the writer writes, and a write
+// the peer takes nothing of within the write timeout drops the connection (run), which
+// ends the wait. It reports whether the frame was queued.
+func (o *outbox) put(data []byte) bool {
+	select {
+	case o.q <- data:
+		return true
+	case <-o.quit:
+		return false
+	case <-o.done: // finished: the writer wrote its last frame and takes no more
 		return false
 	}
 }

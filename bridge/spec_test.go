@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/bus/protocol/frame"
 	"github.com/jobbus/jobbus/coordinator"
 	"github.com/jobbus/jobbus/internal/jobbustest"
 )
@@ -280,4 +281,141 @@ func TestSpecSnapshotTimesNeverGoBack(t *testing.T) {
 	if jc.Job.UpdatedAtMillis < before.UpdatedAtMillis {
 		t.Errorf("cancelled after the clock stepped back: updated %d, before that %d", jc.Job.UpdatedAtMillis, before.UpdatedAtMillis)
 	}
+}
+
+// TestSpecRequestsFillingAFrame: PROTOCOL.md, "Maximum frame: 1 MiB" and "Unknown
+// fields in known messages are ignored". Each client request, padded with a field no
+// message defines to exactly the largest frame, is answered as it is without the
+// padding: the bridge forwards what the coordinator needs, not a NATS message that
+// cannot hold the frame and the request's headers.
+func TestSpecRequestsFillingAFrame(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	c := s.client()
+	id := c.Submit("SHA256", `{"text":"x"}`)
+	padded := func(msg string) []byte {
+		msg = msg[:len(msg)-1] + `,"pad":"`
+		return []byte(msg + strings.Repeat("p", frame.MaxSize-len(msg)-2) + `"}`)
+	}
+	for _, tc := range []struct{ req, want string }{
+		{`{"type":"SUBMIT_JOB","taskType":"SHA256","payload":{"text":"y"},"maxAttempts":1,"idempotencyKey":"padded"}`, "JOB_SUBMITTED"},
+		{`{"type":"GET_JOB_STATUS","jobId":"` + id + `"}`, "JOB_STATUS"},
+		{`{"type":"LIST_JOBS"}`, "JOB_LIST"},
+		{`{"type":"LIST_WORKERS"}`, "WORKER_LIST"},
+		{`{"type":"CANCEL_JOB","jobId":"` + id + `"}`, "JOB_CANCEL"},
+	} {
+		p := padded(tc.req)
+		if len(p) != frame.MaxSize {
+			t.Fatalf("frame of %d bytes", len(p))
+		}
+		if err := c.SendPayload(p); err != nil {
+			t.Fatal(err)
+		}
+		if m := c.MustRecv(); string(m.MessageType()) != tc.want {
+			t.Errorf("%s padded to %d bytes: got %+v, want %s", tc.req, len(p), m, tc.want)
+		}
+	}
+	if j := s.job(id); j.State != protocol.StateCancelled {
+		t.Errorf("job %+v, want CANCELLED by the padded CANCEL_JOB", j)
+	}
+}
+
+// TestSpecUnknownJobOfAnyLength: PROTOCOL.md, GET_JOB_STATUS and CANCEL_JOB of an
+// "unknown id → ERROR", and "A misbehaving peer costs only its own connection". A job
+// id of thousands of characters, which no job has, is answered Unknown job like any
+// other, and costs nothing else: the coordinator once looked it up in KV, a subject
+// longer than NATS's control line, and the server closed the coordinator's connection.
+func TestSpecUnknownJobOfAnyLength(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	s.specWorker("healthy", 2)
+	c := s.client()
+	for _, n := range []int{100, 4000, 5000, 100_000} {
+		id := strings.Repeat("x", n)
+		for _, req := range []protocol.Message{&protocol.GetJobStatus{JobID: id}, &protocol.CancelJob{JobID: id}} {
+			m, ok := c.Request(req).(*protocol.Error)
+			if !ok || m.Message != protocol.UnknownJob(id).Message {
+				t.Fatalf("%s of a job id of %d characters: got %.200v, want Unknown job", req.MessageType(), n, m)
+			}
+		}
+	}
+	s.healthy(2)
+}
+
+// TestSpecUnknownJobOfAFrameIsAnswered: PROTOCOL.md, GET_JOB_STATUS and CANCEL_JOB of an
+// "unknown id → ERROR". A job id of 600,000 characters fits in a frame, and is answered
+// Unknown job at once, like any other: the ERROR names the id cut short. Echoed whole,
+// in the reply's body and again in its error header, it once made a reply larger than
+// a NATS message; the coordinator's reply was lost, the status answered "coordinator
+// unavailable" after the request timeout, and the cancel "Outcome unknown", as if a
+// job might have been cancelled.
+func TestSpecUnknownJobOfAFrameIsAnswered(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	c := s.client()
+	id := strings.Repeat("x", 600_000)
+	for _, req := range []protocol.Message{&protocol.GetJobStatus{JobID: id}, &protocol.CancelJob{JobID: id}} {
+		m, ok := c.Request(req).(*protocol.Error)
+		if want := "Unknown job: " + id[:protocol.MaxJobID]; !ok || !strings.HasPrefix(m.Message, want) || len(m.Message) > 1024 {
+			t.Fatalf("%s of a job id of %d characters: got %.200v, want Unknown job naming it cut short", req.MessageType(), len(id), m)
+		}
+	}
+}
+
+// TestSpecRefusalEchoingMostOfAFrameIsAnswered: a SUBMIT_JOB whose task type no worker
+// runs is refused with an ERROR, which means nothing was stored; so is one of a task
+// type of 600,000 characters (it fits in a frame), at once. The coordinator's ERROR
+// echoes the type, in its body and once more in micro's error header, and the two made
+// a reply larger than a NATS message: it was lost, and the bridge answered after its
+// request timeout "Outcome unknown: ... may or may not be stored", though nothing was.
+func TestSpecRefusalEchoingMostOfAFrameIsAnswered(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	c := s.client()
+	taskType := strings.Repeat("x", 600_000)
+	m, ok := c.Request(&protocol.SubmitJob{TaskType: taskType, Payload: []byte(`{}`)}).(*protocol.Error)
+	if want := protocol.UnknownTaskType(taskType).Message; !ok || m.Message != want {
+		t.Fatalf("submission of a task type of %d characters: got %.200v, want Unknown task type", len(taskType), m)
+	}
+	if l, ok := c.Request(&protocol.ListJobs{}).(*protocol.JobList); !ok || len(l.Jobs) != 0 {
+		t.Fatalf("jobs %+v, want none", l)
+	}
+}
+
+// TestSpecWorkerListOfMoreThanAFrame: PROTOCOL.md, LIST_WORKERS is answered WORKER_LIST.
+// 2,100 live workers of ids of some 500 characters (registered over NATS, as native
+// workers are) take more than a frame, and more than a NATS message: the list holds as
+// many as fit, by worker id, as JOB_LIST holds the newest jobs that fit. The whole list
+// once made a reply larger than a NATS message, which was lost: LIST_WORKERS was
+// answered "coordinator unavailable: no reply" after the request timeout.
+func TestSpecWorkerListOfMoreThanAFrame(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	const n = 2100
+	for i := range n {
+		id := fmt.Sprintf("w-%04d-%s", i, strings.Repeat("x", 500))
+		body := fmt.Sprintf(`{"type":"WORKER_REGISTER","workerId":%q,"capacity":1}`, id)
+		if _, err := s.NC.Request("jobbus.role.coordinator.worker."+id+".worker.register", []byte(body), waitFor); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := s.client()
+	if err := c.SendPayload([]byte(`{"type":"LIST_WORKERS"}`)); err != nil {
+		t.Fatal(err)
+	}
+	data, err := c.RecvRaw()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := protocol.Decode(data)
+	l, ok := m.(*protocol.WorkerList)
+	if err != nil || !ok || len(l.Workers) == 0 || len(l.Workers) >= n {
+		t.Fatalf("LIST_WORKERS of %d workers answered %.200s, want a WORKER_LIST of those that fit", n, data)
+	}
+	for i, w := range l.Workers {
+		if want := fmt.Sprintf("w-%04d-", i); !strings.HasPrefix(w.WorkerID, want) {
+			t.Fatalf("worker %d is %.10s..., want %s...: the first by id", i, w.WorkerID, want)
+		}
+	}
+	t.Logf("%d of %d workers in %d bytes", len(l.Workers), n, len(data))
 }

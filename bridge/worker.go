@@ -220,7 +220,7 @@ func (s *workerSession) register() bool {
 	s.results.Serves(ans.Results) // 0 from a coordinator without batches: one by one
 	// The spec's WORKER_REGISTERED carries the worker id only.
 	data, err := protocol.Encode(&protocol.WorkerRegistered{WorkerID: ans.WorkerID})
-	if err != nil || !s.out.send(data) {
+	if err != nil || !s.out.put(data) {
 		return false
 	}
 	close(s.registered)
@@ -286,8 +286,8 @@ func (s *workerSession) fromCoordinator(ctx context.Context, req *bus.Request) (
 
 // relay serves task.assign or task.cancel: the coordinator's message becomes a frame,
 // as Encode writes it (relayed), so that only a well-formed message of the expected
-// type reaches the worker. A frame that cannot be queued drops the connection, which
-// reports the worker lost.
+// type reaches the worker. It waits while the connection's queue is full (outbox.put);
+// a peer that stops reading is dropped, which reports the worker lost.
 func (s *workerSession) relay(ctx context.Context, want protocol.Type, req *bus.Request) (any, error) {
 	data, ref, err := relayed(want, req.Data)
 	if err != nil {
@@ -302,7 +302,7 @@ func (s *workerSession) relay(ctx context.Context, want protocol.Type, req *bus.
 	if !s.awaitRegistered(ctx) {
 		return nil, nil
 	}
-	if s.out.send(data) && s.log.Enabled(ctx, slog.LevelDebug) { // unguarded, its argument is boxed on every frame
+	if s.out.put(data) && s.log.Enabled(ctx, slog.LevelDebug) { // unguarded, its argument is boxed on every frame
 		s.log.Debug("frame queued", "type", want)
 	}
 	if want == protocol.TypeTaskCancel {
@@ -350,7 +350,7 @@ func (s *workerSession) relayAssigns(ctx context.Context, req *bus.Request) (any
 		return nil, nil
 	}
 	for _, data := range frames {
-		if !s.out.send(data) {
+		if !s.out.put(data) {
 			break // the connection is dropped, which reports the worker lost
 		}
 	}

@@ -406,3 +406,53 @@ func TestWorkerRegisterTooLargeToForward(t *testing.T) {
 	s.specWorker("small", 1)
 	s.healthy(1)
 }
+
+// TestTCPWorkerTakesMoreAssignmentsThanTheWriteQueue: a spec worker may register a
+// capacity of up to 1024 (PROTOCOL.md), more than the frames a worker connection
+// queues (WriteQueue, 256 by default), and so be handed more assignments at once than
+// the queue holds. One that reads every frame, but not at once (it pauses for a moment,
+// far within the write timeout, as a process collecting its garbage does), must get
+// them all: the frames behind a write in progress wait for it, and only a peer that
+// takes no frame within the write timeout is dropped. Here the queue holds 8 frames and
+// the worker is handed 160 jobs of 64 kB.
+func TestTCPWorkerTakesMoreAssignmentsThanTheWriteQueue(t *testing.T) {
+	t.Parallel()
+	s := setup(t, withBridge(func(c *bridgeConfig) {
+		c.WriteQueue = 8
+		c.WriteTimeout = waitFor
+	}))
+	payload, _ := json.Marshal(map[string]string{"text": strings.Repeat("word ", 13_000)})
+	const n = 160
+	ids := map[string]bool{}
+	for range n {
+		id, err := s.native.Submit(t.Context(), "WORD_COUNT", json.RawMessage(payload))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[id] = true
+	}
+	w := s.worker("wide", n) // the backlog comes at once
+	// The worker's pause, not a wait for anything: meanwhile the socket buffers fill
+	// (some 4 MB on loopback) and the writer blocks with frames behind it.
+	time.Sleep(500 * time.Millisecond)
+	assigned := make(chan string, n)
+	w.Forward(func(m protocol.Message) {
+		if a, ok := m.(*protocol.TaskAssign); ok {
+			assigned <- a.JobID
+		}
+	})
+	for range n {
+		select {
+		case id := <-assigned:
+			delete(ids, id)
+		case <-time.After(waitFor):
+			t.Fatalf("%d of %d jobs never assigned; worker still listed: %v", len(ids), n, s.hasWorker("wide"))
+		}
+	}
+	if !s.hasWorker("wide") {
+		t.Fatal("the worker was dropped although it read every frame")
+	}
+	for id := range ids {
+		t.Errorf("job %s not assigned", id)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -264,7 +265,7 @@ func (a *api) endpoint(want protocol.Type) micro.Handler {
 			// Another coordinator may lead: act on nothing, so that this ERROR means
 			// what every ERROR means, nothing stored.
 			data, e := encodeReply(a.notLeader())
-			_ = req.Error(strconv.Itoa(errorCode(e)), e.Message, data)
+			_ = req.Error(strconv.Itoa(errorCode(e)), errorHeader(e), data)
 			return
 		}
 		r := &apiReply{a: a, req: req}
@@ -295,7 +296,7 @@ func (r *apiReply) send(m protocol.Message) {
 	}
 	data, e := encodeReply(m)
 	if e != nil {
-		_ = r.req.Error(strconv.Itoa(errorCode(e)), e.Message, data)
+		_ = r.req.Error(strconv.Itoa(errorCode(e)), errorHeader(e), data)
 		return
 	}
 	_ = r.req.Respond(data)
@@ -335,10 +336,30 @@ func (a *api) replyLate(subject string, m protocol.Message) {
 	msg := &nats.Msg{Subject: subject, Data: data}
 	if e != nil {
 		msg.Header = nats.Header{}
-		msg.Header.Set(micro.ErrorHeader, e.Message)
+		msg.Header.Set(micro.ErrorHeader, errorHeader(e))
 		msg.Header.Set(micro.ErrorCodeHeader, strconv.Itoa(errorCode(e)))
 	}
 	_ = a.nc.PublishMsg(msg)
+}
+
+// maxErrorHeader bounds the text of micro's error header on an ERROR reply.
+const maxErrorHeader = 1024
+
+// errorHeader is the text of micro's error header for ERROR e: its message, cut short
+// past maxErrorHeader. The reply's body holds the message whole; the header is for a
+// caller to branch on (errorCode's prefixes), and a message that echoes most of a
+// request (a task type of 600,000 characters) would, held twice, make a reply larger
+// than a NATS message, which is lost.
+func errorHeader(e *protocol.Error) string {
+	if len(e.Message) <= maxErrorHeader {
+		return e.Message
+	}
+	const mark = "... (truncated)"
+	cut := maxErrorHeader - len(mark)
+	for cut > 0 && !utf8.RuneStart(e.Message[cut]) {
+		cut--
+	}
+	return e.Message[:cut] + mark
 }
 
 // errorCode classifies an ERROR reply for micro's code header: 503 while this
@@ -404,7 +425,7 @@ func (a *api) serveRequest(data []byte, from request, want protocol.Type, reply 
 	case *protocol.ListJobs:
 		reply(a.list(m))
 	case *protocol.ListWorkers:
-		reply(&protocol.WorkerList{Workers: a.reg.workerList()})
+		reply(&protocol.WorkerList{Workers: fitWorkers(a.reg.workerList())})
 	case *protocol.CancelJob:
 		a.sched.cancelJob(m.JobID, from.due, reply)
 	case *protocol.ListTaskTypes:
@@ -504,6 +525,21 @@ func (a *api) list(req *protocol.ListJobs) protocol.Message {
 // listBudget is what a JOB_LIST may spend on snapshots: all of a message but the
 // envelope and a cursor.
 const listBudget = protocol.MaxMessage - 128
+
+// fitWorkers is the start of workers (sorted by id) that fits in one WORKER_LIST, as a
+// JOB_LIST holds the newest jobs that fit: a reply larger than a NATS message would be
+// lost, and the request answered by nobody.
+func fitWorkers(workers []protocol.Worker) []protocol.Worker {
+	budget := listBudget
+	for i := range workers {
+		data, err := json.Marshal(&workers[i])
+		if err != nil || len(data)+1 > budget { // +1: the comma before it
+			return workers[:i]
+		}
+		budget -= len(data) + 1
+	}
+	return workers
+}
 
 // listed is a job picked for a list: its snapshot, or, for a finished job, its id to
 // read (gone once it turned out to have expired).

@@ -168,8 +168,17 @@ const (
 	ControlPrefix = "c."
 )
 
-// IsRecordKey reports whether a JobsBucket key names a job record.
-func IsRecordKey(key string) bool { return key != "" && !strings.Contains(key, ".") }
+// MaxJobID bounds a job id: every job's is a UUID (36 bytes), and a longer string is
+// no job's. As a KV key it would make a subject, and one beyond NATS's 4 KiB control
+// line makes the server close the connection that sends it.
+const MaxJobID = 256
+
+// IsRecordKey reports whether a JobsBucket key names a job record. A client's job id
+// is looked up in the bucket only when it does: neither another key nor a string too
+// long to be one.
+func IsRecordKey(key string) bool {
+	return key != "" && len(key) <= MaxJobID && !strings.Contains(key, ".")
+}
 
 // Size limits. A frame, a reply and a NATS message hold at most MaxMessage bytes; the
 // submission bounds keep every job record well inside it: the payload as submitted,

@@ -3,6 +3,7 @@ package protocol
 import (
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // The wire texts of PROTOCOL.md and DESIGN.md, produced here only, so the bridge and the
@@ -35,9 +36,19 @@ func ParentEnded(parentID string, st State) *Error {
 	return InvalidPayload(fmt.Sprintf("parent job %s ended %s, so a job after it would never run", parentID, st) + AfterAnyEndHint)
 }
 
-// UnknownJob is the ERROR text for a job id the coordinator does not know.
+// UnknownJob is the ERROR text for a job id the coordinator does not know. An id
+// longer than any job's (MaxJobID) is named cut short: echoed whole, an id of most of a
+// frame would make the reply (its body and, over NATS, its error header each hold the
+// text) larger than a NATS message, and the reply would be lost.
 func UnknownJob(jobID string) *Error {
-	return &Error{Message: "Unknown job: " + jobID}
+	if len(jobID) <= MaxJobID {
+		return &Error{Message: "Unknown job: " + jobID}
+	}
+	cut := MaxJobID
+	for cut > 0 && !utf8.RuneStart(jobID[cut]) {
+		cut--
+	}
+	return &Error{Message: fmt.Sprintf("Unknown job: %s... (%d bytes)", jobID[:cut], len(jobID))}
 }
 
 // UnknownTaskType is the ERROR text for a task type no worker can run.
