@@ -302,3 +302,39 @@ func TestWorkflowWithAnExpiredStepIsNotCompleted(t *testing.T) {
 		t.Fatalf("status %+v: a workflow whose failed step expired reads %s, want UNKNOWN", st, st.State)
 	}
 }
+
+// TestWorkflowIDFreeOnceItsStepsExpired: a workflow whose steps all expired
+// (retention) is forgotten by the coordinator that recovers, its control removed, and
+// its id is free again: the same workflow sent again is stored and runs. Before, its
+// control's removal left a purge marker that the new control's create, expecting no
+// message under the key, took for another workflow's: sent again, it was refused as
+// "already exists with another definition", though its status said Unknown workflow.
+func TestWorkflowIDFreeOnceItsStepsExpired(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t, withRetention(time.Second))
+	s.StartWorker(2)
+	wf := func() *client.Workflow {
+		return client.NewWorkflow("daily").Step("a", "SHA256", text("x")).
+			Step("b", "SHA256", text("y"), client.StepAfter("a"))
+	}
+	sub := s.SubmitWorkflow(wf())
+	if st := s.WaitWorkflow("daily"); st.State != string(protocol.StateCompleted) {
+		t.Fatalf("workflow %+v, want COMPLETED", st)
+	}
+	s.Eventually("its steps expired", func() bool { return gone(s, sub.Jobs["a"]) && gone(s, sub.Jobs["b"]) })
+	s.RestartCoordinator(t)
+	if _, err := s.Client.WorkflowStatus(ctx, "daily"); err == nil || !strings.Contains(err.Error(), "Unknown workflow") {
+		t.Fatalf("status of a workflow whose steps expired, after a restart: %v; want Unknown workflow", err)
+	}
+	again, err := s.Client.SubmitWorkflow(ctx, wf())
+	if err != nil {
+		t.Fatalf("the same workflow sent again once forgotten: %v", err)
+	}
+	if st := s.WaitWorkflow("daily"); st.State != string(protocol.StateCompleted) {
+		t.Fatalf("workflow sent again: %+v, want COMPLETED", st)
+	}
+	if j := s.Status(again.Jobs["b"]); j.State != protocol.StateCompleted {
+		t.Fatalf("its step b: %+v, want COMPLETED", j)
+	}
+}
