@@ -55,6 +55,9 @@ type group struct {
 	// final holds the state of each step known to have ended, by step index.
 	final map[int32]protocol.State
 	errs  map[int32]string
+	// seqs holds the record sequence of each step known to have ended: once none of
+	// them is kept any more (retention), the group is forgotten (groupGone).
+	seqs map[int32]uint64
 	// creating: its jobs are being written (submit or retry); nothing else may change it.
 	creating bool
 	// created is closed once creating ends, its jobs stored or given up; again asks
@@ -82,7 +85,7 @@ func stepJobID(id, name string, gen int32) string {
 
 func newGroup(id string, ctl groupControl, rev uint64) *group {
 	g := &group{id: id, ctl: ctl, rev: rev, ids: make([]string, len(ctl.Steps)), byID: make(map[string]int32, len(ctl.Steps)),
-		final: map[int32]protocol.State{}, errs: map[int32]string{}}
+		final: map[int32]protocol.State{}, errs: map[int32]string{}, seqs: map[int32]uint64{}}
 	for i, name := range ctl.Steps {
 		g.ids[i] = stepJobID(id, name, ctl.Gens[name])
 		g.byID[g.ids[i]] = int32(i)
@@ -92,7 +95,8 @@ func newGroup(id string, ctl groupControl, rev uint64) *group {
 
 // groups holds every group this coordinator knows. Guarded by the scheduler's mu.
 type groups struct {
-	byID map[string]*group
+	byID      map[string]*group
+	collected time.Time // the last collect (collectGroups)
 }
 
 func (gs *groups) get(id string) *group {
@@ -129,7 +133,7 @@ func (s *scheduler) stepEnded(r *protocol.Record) {
 	if !ok {
 		return
 	}
-	g.final[i] = r.State
+	g.final[i], g.seqs[i] = r.State, r.Seq
 	if r.Error != nil && r.State != protocol.StateCompleted {
 		g.errs[i] = *r.Error
 	}
@@ -376,6 +380,7 @@ func (s *scheduler) submitGroup(req *protocol.SubmitWorkflow, from request, repl
 		return
 	}
 	p.trace = stepTrace(from)
+	s.forgetGone(p.id)
 	due := from.due
 	reply = s.groupReply(reply, due, p.kind, p.kind+" "+p.id)
 	ctl := groupControl{Kind: p.kind, CreatedAt: s.now().UnixMilli(), Fingerprint: p.fp, After: p.after}
@@ -730,6 +735,7 @@ func (s *scheduler) dropSteps(g *group, jobs []*job, old *group, err error) {
 
 // groupStatus answers GET_WORKFLOW.
 func (s *scheduler) groupStatus(id string) protocol.Message {
+	s.forgetGone(id)
 	s.mu.Lock()
 	if s.fenced != nil {
 		defer s.unlock()
@@ -765,6 +771,7 @@ func (s *scheduler) groupStatus(id string) protocol.Message {
 		var mu sync.Mutex
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, 8)
+		seqs := make(map[int32]uint64, len(unread))
 		for _, i := range unread {
 			wg.Add(1)
 			sem <- struct{}{}
@@ -778,13 +785,14 @@ func (s *scheduler) groupStatus(id string) protocol.Message {
 					return
 				}
 				out.Steps[i].State, out.Steps[i].Error = r.State, r.Error
+				seqs[i] = r.Seq
 			}()
 		}
 		wg.Wait()
 		s.mu.Lock()
 		for _, i := range unread {
 			if st := out.Steps[i]; st.State.Terminal() && s.groups.get(id) == g {
-				g.final[i] = st.State
+				g.final[i], g.seqs[i] = st.State, seqs[i]
 				if st.Error != nil && st.State != protocol.StateCompleted {
 					g.errs[i] = *st.Error
 				}
@@ -835,6 +843,7 @@ func (s *scheduler) groupStatus(id string) protocol.Message {
 // cancelGroup cancels every step of a group not yet ended: waiting steps first, so
 // that each says the workflow was cancelled rather than that its parent was.
 func (s *scheduler) cancelGroup(id string, due time.Duration, reply replyFunc) {
+	s.forgetGone(id)
 	s.holdColdSteps(id)
 	s.mu.Lock()
 	defer s.unlock()
@@ -938,6 +947,7 @@ func (s *scheduler) holdColdSteps(id string) {
 func (s *scheduler) retryGroup(id string, from request, reply replyFunc) {
 	due := from.due
 	reply = s.groupReply(reply, due, "retry", "retry of workflow "+id)
+	s.forgetGone(id)
 	s.mu.Lock()
 	g := s.groups.get(id)
 	var perr *protocol.Error
@@ -1044,7 +1054,7 @@ func (s *scheduler) retryGroup(id string, from request, reply replyFunc) {
 	ng := newGroup(id, ctl, rev)
 	for i, st := range g.final {
 		if !redo[i] {
-			ng.final[i] = st
+			ng.final[i], ng.seqs[i] = st, g.seqs[i]
 		}
 	}
 	for i, e := range g.errs {
@@ -1193,4 +1203,69 @@ func (s *scheduler) recoverGroups(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// groupGone reports whether every step of g ended and none of their jobs is kept any
+// more: their retention ended, and the sweeper's expire forgot them. A step whose
+// record this coordinator never read is taken to be kept. Called with mu held.
+func (s *scheduler) groupGone(g *group) bool {
+	if g.creating || len(g.final) < len(g.ids) {
+		return false
+	}
+	x := &s.kept.index
+	for i, id := range g.ids {
+		seq, ok := g.seqs[int32(i)]
+		if !ok || s.jobs[id] != nil {
+			return false
+		}
+		if e := x.find(seq); e != nil && x.hasID(e, id) {
+			return false
+		}
+	}
+	return true
+}
+
+// forgetGone forgets group id if it is gone (groupGone), as recoverGroups forgets
+// one at a restart: its control first, so that its id is free again (a submission
+// under it makes a new one), then its memory. A control that cannot be removed now
+// keeps the group known until the next try. Called without mu.
+func (s *scheduler) forgetGone(id string) {
+	s.mu.Lock()
+	g := s.groups.get(id)
+	gone := g != nil && s.fenced == nil && s.groupGone(g)
+	var key string
+	var rev uint64
+	if gone {
+		key, rev = controlKey(g.ctl.Kind, id), g.rev
+	}
+	s.unlock()
+	if !gone {
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.life, 5*time.Second)
+	defer cancel()
+	if err := s.store.controls().remove(ctx, key, rev); err != nil {
+		s.log.Warn("expired group's control not removed", "key", key, "err", err)
+		return
+	}
+	s.mu.Lock()
+	if s.groups.get(id) == g && g.rev == rev {
+		delete(s.groups.byID, id)
+	}
+	s.unlock()
+}
+
+// collectGroups forgets the groups whose steps all expired, at most once per
+// collectEvery, so that a coordinator leading for long holds no group none of whose
+// jobs it keeps. Called with mu held.
+func (s *scheduler) collectGroups(now time.Time) {
+	if now.Sub(s.groups.collected) < collectEvery {
+		return
+	}
+	s.groups.collected = now
+	for id, g := range s.groups.byID {
+		if s.groupGone(g) {
+			s.run(func() { s.forgetGone(id) })
+		}
+	}
 }
