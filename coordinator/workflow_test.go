@@ -373,3 +373,44 @@ func TestWorkflowForgottenOnceItsStepsExpired(t *testing.T) {
 		t.Fatalf("its step b: %+v, want COMPLETED", j)
 	}
 }
+
+// TestParentExpiredBeforeItsChildRan: a job whose parent's record expired
+// (retention) before it ran, held QUEUED in a paused queue, reads that parent UNKNOWN,
+// without a result, as workflow status reads a step whose record expired. Before, the
+// parent's state was empty, none of the states the protocol names.
+func TestParentExpiredBeforeItsChildRan(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t, withRetention(time.Second))
+	s.StartWorker(1)
+	s.StartFunctionWorker(t, func(w *worker.Worker) error {
+		return w.Handle("JOIN", func(ctx context.Context, _ int, _ json.RawMessage) (string, error) {
+			ps, err := worker.ParentResults(ctx)
+			if err != nil {
+				return "", err
+			}
+			var parts []string
+			for _, p := range ps {
+				part := fmt.Sprintf("%s=%s", p.JobID, p.State)
+				if p.Result != nil {
+					part += ":" + *p.Result
+				}
+				parts = append(parts, part)
+			}
+			return strings.Join(parts, ","), nil
+		})
+	}, worker.WithTasks(tasks.NewRegistry()), worker.WithID("join"), worker.WithQueues(protocol.QueueWeight{Name: "later", Weight: 1}))
+	s.Eventually("join registered", func() bool { return s.HasWorker("join") })
+	_, err := s.Client.PauseQueue(ctx, "later")
+	must(t, err)
+	parent := s.Submit("SHA256", text("parent"))
+	s.Wait(parent)
+	child := s.Submit("JOIN", rawJSON(`{}`), client.After(parent), client.Queue("later"))
+	s.Eventually("the parent expired", func() bool { return gone(s, parent) })
+	_, err = s.Client.ResumeQueue(ctx, "later")
+	must(t, err)
+	want := parent + "=UNKNOWN"
+	if j := s.Wait(child); j.State != protocol.StateCompleted || deref(j.Result) != want {
+		t.Fatalf("child %s %q %q, want its expired parent read %s", j.State, deref(j.Result), deref(j.Error), want)
+	}
+}
