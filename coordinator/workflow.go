@@ -55,9 +55,11 @@ type group struct {
 	// final holds the state of each step known to have ended, by step index.
 	final map[int32]protocol.State
 	errs  map[int32]string
-	// seqs holds the record sequence of each step known to have ended: once none of
-	// them is kept any more (retention), the group is forgotten (groupGone).
-	seqs map[int32]uint64
+	// seqs holds the record sequence of each step known to have ended, and expired
+	// the steps whose records were read as no longer kept: once none of its jobs is
+	// kept any more (retention), the group is forgotten (forgetGone).
+	seqs    map[int32]uint64
+	expired map[int32]bool
 	// creating: its jobs are being written (submit or retry); nothing else may change it.
 	creating bool
 	// created is closed once creating ends, its jobs stored or given up; again asks
@@ -85,7 +87,7 @@ func stepJobID(id, name string, gen int32) string {
 
 func newGroup(id string, ctl groupControl, rev uint64) *group {
 	g := &group{id: id, ctl: ctl, rev: rev, ids: make([]string, len(ctl.Steps)), byID: make(map[string]int32, len(ctl.Steps)),
-		final: map[int32]protocol.State{}, errs: map[int32]string{}, seqs: map[int32]uint64{}}
+		final: map[int32]protocol.State{}, errs: map[int32]string{}, seqs: map[int32]uint64{}, expired: map[int32]bool{}}
 	for i, name := range ctl.Steps {
 		g.ids[i] = stepJobID(id, name, ctl.Gens[name])
 		g.byID[g.ids[i]] = int32(i)
@@ -1057,6 +1059,11 @@ func (s *scheduler) retryGroup(id string, from request, reply replyFunc) {
 			ng.final[i], ng.seqs[i] = st, g.seqs[i]
 		}
 	}
+	for i := range g.expired {
+		if !redo[i] {
+			ng.expired[i] = true
+		}
+	}
 	for i, e := range g.errs {
 		if !redo[i] {
 			ng.errs[i] = e
@@ -1205,39 +1212,74 @@ func (s *scheduler) recoverGroups(ctx context.Context) error {
 	return nil
 }
 
-// groupGone reports whether every step of g ended and none of their jobs is kept any
-// more: their retention ended, and the sweeper's expire forgot them. A step whose
-// record this coordinator never read is taken to be kept. Called with mu held.
-func (s *scheduler) groupGone(g *group) bool {
-	if g.creating || len(g.final) < len(g.ids) {
-		return false
+// stepsKept reports whether a job of g's steps is kept, as far as this coordinator
+// knows without a read: one is active, or ended and is still in the index. unsure
+// lists the steps it knows neither kept nor expired (ended before it led, never read
+// since). Called with mu held.
+func (s *scheduler) stepsKept(g *group) (kept bool, unsure []int32) {
+	if g.creating {
+		return true, nil
 	}
 	x := &s.kept.index
 	for i, id := range g.ids {
-		seq, ok := g.seqs[int32(i)]
-		if !ok || s.jobs[id] != nil {
-			return false
+		if g.expired[int32(i)] {
+			continue
 		}
-		if e := x.find(seq); e != nil && x.hasID(e, id) {
-			return false
+		seq, ok := g.seqs[int32(i)]
+		switch {
+		case s.jobs[id] != nil:
+			return true, nil
+		case !ok:
+			unsure = append(unsure, int32(i))
+		default:
+			if e := x.find(seq); e != nil && x.hasID(e, id) {
+				return true, nil
+			}
 		}
 	}
-	return true
+	return false, unsure
 }
 
-// forgetGone forgets group id if it is gone (groupGone), as recoverGroups forgets
-// one at a restart: its control first, so that its id is free again (a submission
-// under it makes a new one), then its memory. A control that cannot be removed now
-// keeps the group known until the next try. Called without mu.
+// forgetGone forgets group id once none of its jobs is kept any more (their retention
+// ended), as recoverGroups forgets one at a restart: its control first, so that its
+// id is free again (a submission under it makes a new one), then its memory. Steps
+// whose end it does not know are read until one is found kept. A control that cannot
+// be removed now keeps the group known until the next try. Called without mu.
 func (s *scheduler) forgetGone(id string) {
 	s.mu.Lock()
 	g := s.groups.get(id)
-	gone := g != nil && s.fenced == nil && s.groupGone(g)
-	var key string
-	var rev uint64
-	if gone {
-		key, rev = controlKey(g.ctl.Kind, id), g.rev
+	if g == nil || s.fenced != nil {
+		s.unlock()
+		return
 	}
+	kept, unsure := s.stepsKept(g)
+	s.unlock()
+	if kept {
+		return
+	}
+	for _, i := range unsure {
+		r, err := s.readKept(g.ids[i])
+		s.mu.Lock()
+		still := s.groups.get(id) == g && !g.creating
+		switch {
+		case !still:
+		case errors.Is(err, errUnknownJob):
+			g.expired[i] = true
+		case err == nil && r.State.Terminal():
+			g.final[i], g.seqs[i] = r.State, r.Seq
+			if r.Error != nil && r.State != protocol.StateCompleted {
+				g.errs[i] = *r.Error
+			}
+		}
+		s.unlock()
+		if !still || !errors.Is(err, errUnknownJob) {
+			return // kept (or not read): not gone
+		}
+	}
+	s.mu.Lock()
+	kept, unsure = s.stepsKept(g)
+	gone := s.groups.get(id) == g && s.fenced == nil && !kept && len(unsure) == 0
+	key, rev := controlKey(g.ctl.Kind, id), g.rev
 	s.unlock()
 	if !gone {
 		return
@@ -1255,16 +1297,18 @@ func (s *scheduler) forgetGone(id string) {
 	s.unlock()
 }
 
-// collectGroups forgets the groups whose steps all expired, at most once per
-// collectEvery, so that a coordinator leading for long holds no group none of whose
-// jobs it keeps. Called with mu held.
+// collectGroups forgets the groups none of whose jobs is kept any more, at most once
+// per collectEvery, so that a coordinator leading for long holds no group none of
+// whose jobs it keeps. Only a group with no step kept as far as memory knows is looked
+// at further (forgetGone), so a group costs reads only once its steps expire. Called
+// with mu held.
 func (s *scheduler) collectGroups(now time.Time) {
 	if now.Sub(s.groups.collected) < collectEvery {
 		return
 	}
 	s.groups.collected = now
 	for id, g := range s.groups.byID {
-		if s.groupGone(g) {
+		if kept, _ := s.stepsKept(g); !kept {
 			s.run(func() { s.forgetGone(id) })
 		}
 	}

@@ -414,3 +414,38 @@ func TestParentExpiredBeforeItsChildRan(t *testing.T) {
 		t.Fatalf("child %s %q %q, want its expired parent read %s", j.State, deref(j.Result), deref(j.Error), want)
 	}
 }
+
+// TestWorkflowForgottenOnceItsStepsExpiredAfterARestart: a workflow that ended before
+// a restart, its steps still kept then, is forgotten once they expired too, though the
+// coordinator that recovered never saw them end: its status is Unknown workflow, and
+// the same workflow sent again runs. Before, its status read UNKNOWN with every step
+// UNKNOWN, and sent again it was answered with its expired jobs: nothing ran.
+func TestWorkflowForgottenOnceItsStepsExpiredAfterARestart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t, withRetention(2*time.Second))
+	s.StartWorker(2)
+	wf := func() *client.Workflow {
+		return client.NewWorkflow("nightly").Step("a", "SHA256", text("x")).
+			Step("b", "SHA256", text("y"), client.StepAfter("a"))
+	}
+	sub := s.SubmitWorkflow(wf())
+	if st := s.WaitWorkflow("nightly"); st.State != string(protocol.StateCompleted) {
+		t.Fatalf("workflow %+v, want COMPLETED", st)
+	}
+	s.RestartCoordinator(t) // nobody asks it about the workflow until its steps expired
+	s.Eventually("its steps expired", func() bool { return gone(s, sub.Jobs["a"]) && gone(s, sub.Jobs["b"]) })
+	if st, err := s.Client.WorkflowStatus(ctx, "nightly"); err == nil || !strings.Contains(err.Error(), "Unknown workflow") {
+		t.Fatalf("status of a workflow whose steps expired: %+v, %v; want Unknown workflow", st, err)
+	}
+	again, err := s.Client.SubmitWorkflow(ctx, wf())
+	if err != nil {
+		t.Fatalf("the same workflow sent again once its steps expired: %v", err)
+	}
+	if st := s.WaitWorkflow("nightly"); st.State != string(protocol.StateCompleted) {
+		t.Fatalf("workflow sent again: %+v, want COMPLETED", st)
+	}
+	if j := s.Status(again.Jobs["b"]); j.State != protocol.StateCompleted {
+		t.Fatalf("its step b: %+v, want COMPLETED", j)
+	}
+}
