@@ -199,6 +199,11 @@ func uniqueOption(c *cli.Context) ([]client.SubmitOption, error) {
 		if d < time.Millisecond {
 			return nil, usageError("--unique-for must be positive (1ms or more), got %v", d)
 		}
+		if d > protocol.MaxUniqueFor {
+			// The coordinator refuses it too, but names the wire's field in milliseconds.
+			return nil, usageError("--unique-for %v is more than %d days: a job is unique for at most that long",
+				d, protocol.MaxUniqueFor/(24*time.Hour))
+		}
 		return []client.SubmitOption{client.UniqueFor(d)}, nil
 	case whileSet:
 		if w := c.String("unique-while"); w != protocol.UniqueWhileActive {

@@ -93,6 +93,7 @@ func TestLimitUsageErrors(t *testing.T) {
 		{[]string{"limit", "rm"}, "limit rm needs --type TASK_TYPE or --queue NAME"},
 		{[]string{"submit", "SHA256", "--text", "x", "--unique-while", "forever"}, `--unique-while must be "active"`},
 		{[]string{"submit", "SHA256", "--text", "x", "--unique-for", "-1s"}, "--unique-for must be positive"},
+		{[]string{"submit", "SHA256", "--text", "x", "--unique-for", "721h"}, "--unique-for 721h0m0s is more than 30 days"},
 		{[]string{"submit", "SHA256", "--text", "x", "--unique-for", "1h", "--unique-while", "active"}, "--unique-for and --unique-while cannot be combined"},
 	}
 	for _, tc := range cases {

@@ -146,6 +146,10 @@ func scheduleFromFlags(c *cli.Context, name, task string) (client.Schedule, erro
 		if d < time.Duration(protocol.MinScheduleEveryMillis)*time.Millisecond || d%time.Millisecond != 0 {
 			return sc, usageError("--every must be at least 1s, in whole milliseconds, got %v", d)
 		}
+		if d > time.Duration(protocol.MaxScheduleEveryMillis)*time.Millisecond {
+			return sc, usageError("--every %v is more than %d days: a schedule's period is at most that long",
+				d, protocol.MaxScheduleEveryMillis/86_400_000)
+		}
 		if c.IsSet("tz") {
 			return sc, usageError("--tz applies to --cron only")
 		}

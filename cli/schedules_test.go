@@ -79,6 +79,7 @@ func TestScheduleCommands(t *testing.T) {
 		}{
 			{[]string{"add", "x", "--every", "soon", "SHA256", "--text", "a"}, 2, `--every must be a duration such as 30s, 5m or 1h, got "soon"`},
 			{[]string{"add", "x", "--every", "100ms", "SHA256", "--text", "a"}, 2, "--every must be at least 1s"},
+			{[]string{"add", "x", "--every", "90000h", "SHA256", "--text", "a"}, 2, "--every 90000h0m0s is more than 3660 days"},
 			{[]string{"add", "x", "SHA256", "--text", "a"}, 2, "give --every DURATION or --cron SPEC"},
 			{[]string{"add", "x", "--every", "1s", "SHA256"}, 2, "SHA256 needs --text"},
 			{[]string{"add", "x", "--every", "1s", "--catch-up", "some", "SHA256", "--text", "a"}, 2, "catch-up must be none, one or all"},

@@ -172,6 +172,9 @@ func workflowSubmit(c *cli.Context, s *session, pos []string) error {
 		return err
 	}
 	if c.IsSet("id") {
+		if err := protocol.ValidWorkflowID(c.String("id")); err != nil {
+			return usageError("--id: %v", err)
+		}
 		req.WorkflowID = c.String("id")
 	}
 	out, err := s.cl.SubmitWorkflowRequest(c.Context, req)

@@ -68,6 +68,11 @@ func TestWorkflowCommands(t *testing.T) {
 		if !strings.Contains(errs, "is on a cycle") {
 			t.Errorf("a cycle: %q", errs)
 		}
+		one := writeFile(t, `{"steps":[{"name":"a","taskType":"SHA256","payload":{"text":"a"}}]}`)
+		_, errs = o.mustRun(cli.ExitUsage, "workflow", "submit", "--id", "no way", one)
+		if !strings.Contains(errs, `--id: workflow id "no way" must be`) {
+			t.Errorf("a bad --id: %q, want it named", errs)
+		}
 
 		sleep := writeFile(t, `{"workflowId":"zz","steps":[{"name":"a","taskType":"SLEEP","payload":{"durationMillis":60000}},{"name":"b","taskType":"SHA256","payload":{"text":"b"},"after":["a"]}]}`)
 		o.mustRun(cli.ExitOK, "workflow", "submit", sleep)

@@ -368,13 +368,15 @@ func (s *scheduler) holdParent(id string) error {
 	return nil
 }
 
-// parentResults is the outcome of each of j's parents, for its status answer.
+// parentResults is the outcome of each of j's parents, for its status answer. A
+// parent no longer kept (its retention ended before j ran) reads UNKNOWN, as a
+// workflow's step does (groupStatus): its end and result are not known any more.
 func (s *scheduler) parentResults(after []string) []protocol.ParentResult {
 	out := make([]protocol.ParentResult, 0, len(after))
 	for _, id := range after {
 		snap, err := s.snapshot(id)
 		if err != nil {
-			out = append(out, protocol.ParentResult{JobID: id, State: ""})
+			out = append(out, protocol.ParentResult{JobID: id, State: "UNKNOWN"})
 			continue
 		}
 		out = append(out, protocol.ParentResult{JobID: id, Step: snap.Step, State: snap.State, Result: snap.Result})

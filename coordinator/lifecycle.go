@@ -580,6 +580,7 @@ func (s *scheduler) sweep() {
 	}
 	now := s.now()
 	s.kept.expire(now)
+	s.collectGroups(now)
 	s.ready.collect(now, s.reg)
 	s.timers.fire(now) // the driver's backstop, and an injected clock's
 	for _, j := range s.deadlines.due(now) {

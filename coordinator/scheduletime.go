@@ -117,7 +117,8 @@ func (c cronSpec) skippedRuns(from, to time.Time) bool {
 	return !w.IsZero() && w.Before(to)
 }
 
-// cronParser reads 6-field specs (seconds first) and descriptors (@daily, @every 1h).
+// cronParser reads 6-field specs (seconds first) and descriptors (@daily; its @every 1h
+// parses too, and parseSpec refuses it).
 var cronParser = cron.NewParser(cron.Second | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
 // errInvalidSchedule marks a spec refused as asked.
@@ -164,7 +165,7 @@ func parseSpec(spec *protocol.ScheduleSpec, created int64) (tickSpec, error) {
 		}
 		s, err := cronParser.Parse("CRON_TZ=" + loc.String() + " " + spec.Cron)
 		if err != nil {
-			return nil, bad("cron %q: %v (6 fields: second minute hour day-of-month month day-of-week, or @hourly, @daily, @every 90s ...)", spec.Cron, err)
+			return nil, bad("cron %q: %v (6 fields: second minute hour day-of-month month day-of-week, or @hourly, @daily, @weekly, @monthly, @yearly; a period is every, not a cron spec)", spec.Cron, err)
 		}
 		ss, ok := s.(*cron.SpecSchedule)
 		if !ok {

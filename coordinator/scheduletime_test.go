@@ -151,6 +151,20 @@ func TestScheduleSpecRefused(t *testing.T) {
 	}
 }
 
+// TestCronHintOffersWhatIsTaken: a cron spec refused for its syntax is answered with
+// the forms a schedule takes, and only those: the hint offered "@every 90s", which is
+// then refused ("use every instead of @every").
+func TestCronHintOffersWhatIsTaken(t *testing.T) {
+	t.Parallel()
+	_, err := parseSpec(&protocol.ScheduleSpec{Name: "a", Cron: "@fortnightly"}, utc("2026-01-01T00:00:00Z").UnixMilli())
+	if err == nil || !strings.Contains(err.Error(), "@hourly") {
+		t.Fatalf("parseSpec of a bad cron: %v, want the forms it takes", err)
+	}
+	if strings.Contains(err.Error(), "@every") {
+		t.Errorf("parseSpec of a bad cron: %v; the hint offers @every, which is refused", err)
+	}
+}
+
 // TestSchedulePlan: which due ticks run, by catch-up policy, after downtime
 // (recovering) and when a timer fires (possibly late).
 func TestSchedulePlan(t *testing.T) {

@@ -51,8 +51,8 @@ func newUniqueIndex(s *scheduler) *uniqueIndex {
 	return &uniqueIndex{s: s, holds: make(map[string]uniqueHold)}
 }
 
-// MaxUniqueFor bounds a unique window.
-const MaxUniqueFor = 30 * 24 * time.Hour
+// MaxUniqueFor bounds a unique window (protocol.MaxUniqueFor).
+const MaxUniqueFor = protocol.MaxUniqueFor
 
 // uniqueWish is what a submission asks of uniqueness: its key, and its window
 // (0: while active). An empty key asks nothing.

@@ -55,6 +55,11 @@ type group struct {
 	// final holds the state of each step known to have ended, by step index.
 	final map[int32]protocol.State
 	errs  map[int32]string
+	// seqs holds the record sequence of each step known to have ended, and expired
+	// the steps whose records were read as no longer kept: once none of its jobs is
+	// kept any more (retention), the group is forgotten (forgetGone).
+	seqs    map[int32]uint64
+	expired map[int32]bool
 	// creating: its jobs are being written (submit or retry); nothing else may change it.
 	creating bool
 	// created is closed once creating ends, its jobs stored or given up; again asks
@@ -82,7 +87,7 @@ func stepJobID(id, name string, gen int32) string {
 
 func newGroup(id string, ctl groupControl, rev uint64) *group {
 	g := &group{id: id, ctl: ctl, rev: rev, ids: make([]string, len(ctl.Steps)), byID: make(map[string]int32, len(ctl.Steps)),
-		final: map[int32]protocol.State{}, errs: map[int32]string{}}
+		final: map[int32]protocol.State{}, errs: map[int32]string{}, seqs: map[int32]uint64{}, expired: map[int32]bool{}}
 	for i, name := range ctl.Steps {
 		g.ids[i] = stepJobID(id, name, ctl.Gens[name])
 		g.byID[g.ids[i]] = int32(i)
@@ -92,7 +97,8 @@ func newGroup(id string, ctl groupControl, rev uint64) *group {
 
 // groups holds every group this coordinator knows. Guarded by the scheduler's mu.
 type groups struct {
-	byID map[string]*group
+	byID      map[string]*group
+	collected time.Time // the last collect (collectGroups)
 }
 
 func (gs *groups) get(id string) *group {
@@ -129,7 +135,7 @@ func (s *scheduler) stepEnded(r *protocol.Record) {
 	if !ok {
 		return
 	}
-	g.final[i] = r.State
+	g.final[i], g.seqs[i] = r.State, r.Seq
 	if r.Error != nil && r.State != protocol.StateCompleted {
 		g.errs[i] = *r.Error
 	}
@@ -376,6 +382,7 @@ func (s *scheduler) submitGroup(req *protocol.SubmitWorkflow, from request, repl
 		return
 	}
 	p.trace = stepTrace(from)
+	s.forgetGone(p.id)
 	due := from.due
 	reply = s.groupReply(reply, due, p.kind, p.kind+" "+p.id)
 	ctl := groupControl{Kind: p.kind, CreatedAt: s.now().UnixMilli(), Fingerprint: p.fp, After: p.after}
@@ -730,6 +737,7 @@ func (s *scheduler) dropSteps(g *group, jobs []*job, old *group, err error) {
 
 // groupStatus answers GET_WORKFLOW.
 func (s *scheduler) groupStatus(id string) protocol.Message {
+	s.forgetGone(id)
 	s.mu.Lock()
 	if s.fenced != nil {
 		defer s.unlock()
@@ -765,6 +773,7 @@ func (s *scheduler) groupStatus(id string) protocol.Message {
 		var mu sync.Mutex
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, 8)
+		seqs := make(map[int32]uint64, len(unread))
 		for _, i := range unread {
 			wg.Add(1)
 			sem <- struct{}{}
@@ -778,13 +787,14 @@ func (s *scheduler) groupStatus(id string) protocol.Message {
 					return
 				}
 				out.Steps[i].State, out.Steps[i].Error = r.State, r.Error
+				seqs[i] = r.Seq
 			}()
 		}
 		wg.Wait()
 		s.mu.Lock()
 		for _, i := range unread {
 			if st := out.Steps[i]; st.State.Terminal() && s.groups.get(id) == g {
-				g.final[i] = st.State
+				g.final[i], g.seqs[i] = st.State, seqs[i]
 				if st.Error != nil && st.State != protocol.StateCompleted {
 					g.errs[i] = *st.Error
 				}
@@ -835,6 +845,7 @@ func (s *scheduler) groupStatus(id string) protocol.Message {
 // cancelGroup cancels every step of a group not yet ended: waiting steps first, so
 // that each says the workflow was cancelled rather than that its parent was.
 func (s *scheduler) cancelGroup(id string, due time.Duration, reply replyFunc) {
+	s.forgetGone(id)
 	s.holdColdSteps(id)
 	s.mu.Lock()
 	defer s.unlock()
@@ -938,6 +949,7 @@ func (s *scheduler) holdColdSteps(id string) {
 func (s *scheduler) retryGroup(id string, from request, reply replyFunc) {
 	due := from.due
 	reply = s.groupReply(reply, due, "retry", "retry of workflow "+id)
+	s.forgetGone(id)
 	s.mu.Lock()
 	g := s.groups.get(id)
 	var perr *protocol.Error
@@ -1044,7 +1056,12 @@ func (s *scheduler) retryGroup(id string, from request, reply replyFunc) {
 	ng := newGroup(id, ctl, rev)
 	for i, st := range g.final {
 		if !redo[i] {
-			ng.final[i] = st
+			ng.final[i], ng.seqs[i] = st, g.seqs[i]
+		}
+	}
+	for i := range g.expired {
+		if !redo[i] {
+			ng.expired[i] = true
 		}
 	}
 	for i, e := range g.errs {
@@ -1193,4 +1210,106 @@ func (s *scheduler) recoverGroups(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// stepsKept reports whether a job of g's steps is kept, as far as this coordinator
+// knows without a read: one is active, or ended and is still in the index. unsure
+// lists the steps it knows neither kept nor expired (ended before it led, never read
+// since). Called with mu held.
+func (s *scheduler) stepsKept(g *group) (kept bool, unsure []int32) {
+	if g.creating {
+		return true, nil
+	}
+	x := &s.kept.index
+	for i, id := range g.ids {
+		if g.expired[int32(i)] {
+			continue
+		}
+		seq, ok := g.seqs[int32(i)]
+		switch {
+		case s.jobs[id] != nil:
+			return true, nil
+		case !ok:
+			unsure = append(unsure, int32(i))
+		default:
+			if e := x.find(seq); e != nil && x.hasID(e, id) {
+				return true, nil
+			}
+		}
+	}
+	return false, unsure
+}
+
+// forgetGone forgets group id once none of its jobs is kept any more (their retention
+// ended), as recoverGroups forgets one at a restart: its control first, so that its
+// id is free again (a submission under it makes a new one), then its memory. Steps
+// whose end it does not know are read until one is found kept. A control that cannot
+// be removed now keeps the group known until the next try. Called without mu.
+func (s *scheduler) forgetGone(id string) {
+	s.mu.Lock()
+	g := s.groups.get(id)
+	if g == nil || s.fenced != nil {
+		s.unlock()
+		return
+	}
+	kept, unsure := s.stepsKept(g)
+	s.unlock()
+	if kept {
+		return
+	}
+	for _, i := range unsure {
+		r, err := s.readKept(g.ids[i])
+		s.mu.Lock()
+		still := s.groups.get(id) == g && !g.creating
+		switch {
+		case !still:
+		case errors.Is(err, errUnknownJob):
+			g.expired[i] = true
+		case err == nil && r.State.Terminal():
+			g.final[i], g.seqs[i] = r.State, r.Seq
+			if r.Error != nil && r.State != protocol.StateCompleted {
+				g.errs[i] = *r.Error
+			}
+		}
+		s.unlock()
+		if !still || !errors.Is(err, errUnknownJob) {
+			return // kept (or not read): not gone
+		}
+	}
+	s.mu.Lock()
+	kept, unsure = s.stepsKept(g)
+	gone := s.groups.get(id) == g && s.fenced == nil && !kept && len(unsure) == 0
+	key, rev := controlKey(g.ctl.Kind, id), g.rev
+	s.unlock()
+	if !gone {
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.life, 5*time.Second)
+	defer cancel()
+	if err := s.store.controls().remove(ctx, key, rev); err != nil {
+		s.log.Warn("expired group's control not removed", "key", key, "err", err)
+		return
+	}
+	s.mu.Lock()
+	if s.groups.get(id) == g && g.rev == rev {
+		delete(s.groups.byID, id)
+	}
+	s.unlock()
+}
+
+// collectGroups forgets the groups none of whose jobs is kept any more, at most once
+// per collectEvery, so that a coordinator leading for long holds no group none of
+// whose jobs it keeps. Only a group with no step kept as far as memory knows is looked
+// at further (forgetGone), so a group costs reads only once its steps expire. Called
+// with mu held.
+func (s *scheduler) collectGroups(now time.Time) {
+	if now.Sub(s.groups.collected) < collectEvery {
+		return
+	}
+	s.groups.collected = now
+	for id, g := range s.groups.byID {
+		if kept, _ := s.stepsKept(g); !kept {
+			s.run(func() { s.forgetGone(id) })
+		}
+	}
 }

@@ -302,3 +302,150 @@ func TestWorkflowWithAnExpiredStepIsNotCompleted(t *testing.T) {
 		t.Fatalf("status %+v: a workflow whose failed step expired reads %s, want UNKNOWN", st, st.State)
 	}
 }
+
+// TestWorkflowIDFreeOnceItsStepsExpired: a workflow whose steps all expired
+// (retention) is forgotten by the coordinator that recovers, its control removed, and
+// its id is free again: the same workflow sent again is stored and runs. Before, its
+// control's removal left a purge marker that the new control's create, expecting no
+// message under the key, took for another workflow's: sent again, it was refused as
+// "already exists with another definition", though its status said Unknown workflow.
+func TestWorkflowIDFreeOnceItsStepsExpired(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t, withRetention(time.Second))
+	s.StartWorker(2)
+	wf := func() *client.Workflow {
+		return client.NewWorkflow("daily").Step("a", "SHA256", text("x")).
+			Step("b", "SHA256", text("y"), client.StepAfter("a"))
+	}
+	sub := s.SubmitWorkflow(wf())
+	if st := s.WaitWorkflow("daily"); st.State != string(protocol.StateCompleted) {
+		t.Fatalf("workflow %+v, want COMPLETED", st)
+	}
+	s.Eventually("its steps expired", func() bool { return gone(s, sub.Jobs["a"]) && gone(s, sub.Jobs["b"]) })
+	s.RestartCoordinator(t)
+	if _, err := s.Client.WorkflowStatus(ctx, "daily"); err == nil || !strings.Contains(err.Error(), "Unknown workflow") {
+		t.Fatalf("status of a workflow whose steps expired, after a restart: %v; want Unknown workflow", err)
+	}
+	again, err := s.Client.SubmitWorkflow(ctx, wf())
+	if err != nil {
+		t.Fatalf("the same workflow sent again once forgotten: %v", err)
+	}
+	if st := s.WaitWorkflow("daily"); st.State != string(protocol.StateCompleted) {
+		t.Fatalf("workflow sent again: %+v, want COMPLETED", st)
+	}
+	if j := s.Status(again.Jobs["b"]); j.State != protocol.StateCompleted {
+		t.Fatalf("its step b: %+v, want COMPLETED", j)
+	}
+}
+
+// TestWorkflowForgottenOnceItsStepsExpired: on the coordinator that saw them end, a
+// workflow whose steps all expired (retention) is forgotten as it is by one that
+// recovers: its status is Unknown workflow, and the same workflow sent again is stored
+// and runs. Before, that coordinator held it until it stopped: its status still
+// answered its steps' ends, and sent again it was answered with its expired jobs, so
+// nothing ran.
+func TestWorkflowForgottenOnceItsStepsExpired(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t, withRetention(time.Second))
+	s.StartWorker(2)
+	wf := func() *client.Workflow {
+		return client.NewWorkflow("daily").Step("a", "SHA256", text("x")).
+			Step("b", "SHA256", text("y"), client.StepAfter("a"))
+	}
+	sub := s.SubmitWorkflow(wf())
+	if st := s.WaitWorkflow("daily"); st.State != string(protocol.StateCompleted) {
+		t.Fatalf("workflow %+v, want COMPLETED", st)
+	}
+	s.Eventually("its steps expired", func() bool { return gone(s, sub.Jobs["a"]) && gone(s, sub.Jobs["b"]) })
+	if st, err := s.Client.WorkflowStatus(ctx, "daily"); err == nil || !strings.Contains(err.Error(), "Unknown workflow") {
+		t.Fatalf("status of a workflow whose steps expired: %+v, %v; want Unknown workflow", st, err)
+	}
+	again, err := s.Client.SubmitWorkflow(ctx, wf())
+	if err != nil {
+		t.Fatalf("the same workflow sent again once its steps expired: %v", err)
+	}
+	if st := s.WaitWorkflow("daily"); st.State != string(protocol.StateCompleted) {
+		t.Fatalf("workflow sent again: %+v, want COMPLETED", st)
+	}
+	if j := s.Status(again.Jobs["b"]); j.State != protocol.StateCompleted {
+		t.Fatalf("its step b: %+v, want COMPLETED", j)
+	}
+}
+
+// TestParentExpiredBeforeItsChildRan: a job whose parent's record expired
+// (retention) before it ran, held QUEUED in a paused queue, reads that parent UNKNOWN,
+// without a result, as workflow status reads a step whose record expired. Before, the
+// parent's state was empty, none of the states the protocol names.
+func TestParentExpiredBeforeItsChildRan(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t, withRetention(time.Second))
+	s.StartWorker(1)
+	s.StartFunctionWorker(t, func(w *worker.Worker) error {
+		return w.Handle("JOIN", func(ctx context.Context, _ int, _ json.RawMessage) (string, error) {
+			ps, err := worker.ParentResults(ctx)
+			if err != nil {
+				return "", err
+			}
+			var parts []string
+			for _, p := range ps {
+				part := fmt.Sprintf("%s=%s", p.JobID, p.State)
+				if p.Result != nil {
+					part += ":" + *p.Result
+				}
+				parts = append(parts, part)
+			}
+			return strings.Join(parts, ","), nil
+		})
+	}, worker.WithTasks(tasks.NewRegistry()), worker.WithID("join"), worker.WithQueues(protocol.QueueWeight{Name: "later", Weight: 1}))
+	s.Eventually("join registered", func() bool { return s.HasWorker("join") })
+	_, err := s.Client.PauseQueue(ctx, "later")
+	must(t, err)
+	parent := s.Submit("SHA256", text("parent"))
+	s.Wait(parent)
+	child := s.Submit("JOIN", rawJSON(`{}`), client.After(parent), client.Queue("later"))
+	s.Eventually("the parent expired", func() bool { return gone(s, parent) })
+	_, err = s.Client.ResumeQueue(ctx, "later")
+	must(t, err)
+	want := parent + "=UNKNOWN"
+	if j := s.Wait(child); j.State != protocol.StateCompleted || deref(j.Result) != want {
+		t.Fatalf("child %s %q %q, want its expired parent read %s", j.State, deref(j.Result), deref(j.Error), want)
+	}
+}
+
+// TestWorkflowForgottenOnceItsStepsExpiredAfterARestart: a workflow that ended before
+// a restart, its steps still kept then, is forgotten once they expired too, though the
+// coordinator that recovered never saw them end: its status is Unknown workflow, and
+// the same workflow sent again runs. Before, its status read UNKNOWN with every step
+// UNKNOWN, and sent again it was answered with its expired jobs: nothing ran.
+func TestWorkflowForgottenOnceItsStepsExpiredAfterARestart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := setup(t, withRetention(2*time.Second))
+	s.StartWorker(2)
+	wf := func() *client.Workflow {
+		return client.NewWorkflow("nightly").Step("a", "SHA256", text("x")).
+			Step("b", "SHA256", text("y"), client.StepAfter("a"))
+	}
+	sub := s.SubmitWorkflow(wf())
+	if st := s.WaitWorkflow("nightly"); st.State != string(protocol.StateCompleted) {
+		t.Fatalf("workflow %+v, want COMPLETED", st)
+	}
+	s.RestartCoordinator(t) // nobody asks it about the workflow until its steps expired
+	s.Eventually("its steps expired", func() bool { return gone(s, sub.Jobs["a"]) && gone(s, sub.Jobs["b"]) })
+	if st, err := s.Client.WorkflowStatus(ctx, "nightly"); err == nil || !strings.Contains(err.Error(), "Unknown workflow") {
+		t.Fatalf("status of a workflow whose steps expired: %+v, %v; want Unknown workflow", st, err)
+	}
+	again, err := s.Client.SubmitWorkflow(ctx, wf())
+	if err != nil {
+		t.Fatalf("the same workflow sent again once its steps expired: %v", err)
+	}
+	if st := s.WaitWorkflow("nightly"); st.State != string(protocol.StateCompleted) {
+		t.Fatalf("workflow sent again: %+v, want COMPLETED", st)
+	}
+	if j := s.Status(again.Jobs["b"]); j.State != protocol.StateCompleted {
+		t.Fatalf("its step b: %+v, want COMPLETED", j)
+	}
+}

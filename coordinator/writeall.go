@@ -81,6 +81,15 @@ func (s *jsStore) writeAll(ctx context.Context, ctl control, ws []pendingWrite) 
 		return 0, fmt.Errorf("write group %s: a record of more than one message", ctl.key)
 	}
 	first, err := s.publishAtomic(ctx, msgs)
+	if ctl.rev == 0 && wrongLastSequence(err) {
+		// A create of a control removed before (an expired group's, purged as it was
+		// forgotten) meets the marker its removal left, as kv.Create does: the key
+		// holds nothing, so the create expects that marker instead.
+		if marker := s.removedControl(ctx, ctl.key); marker != 0 {
+			c.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(marker, 10))
+			first, err = s.publishAtomic(ctx, msgs)
+		}
+	}
 	if err != nil && !wrongLastSequence(err) && !tooLarge(err) {
 		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		e, rerr := s.kv.Get(rctx, protocol.ControlPrefix+ctl.key)
@@ -118,6 +127,19 @@ func (s *jsStore) writeAll(ctx context.Context, ctl control, ws []pendingWrite) 
 		s.sink.written(w.j, first+1+uint64(i), w.version)
 	}
 	return first, nil
+}
+
+// removedControl is the revision of the marker that control key's removal left (a
+// purge or delete, or JetStream's marker of an expired message) when that is the
+// key's last message, else 0.
+func (s *jsStore) removedControl(ctx context.Context, key string) uint64 {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	m, err := s.stream.GetLastMsgForSubject(rctx, jobsSubjects+protocol.ControlPrefix+key)
+	if err != nil || !removal(m.Header) {
+		return 0
+	}
+	return m.Sequence
 }
 
 // tooLarge reports JetStream's refusal of a batch over its max_batch_size.

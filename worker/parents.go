@@ -26,7 +26,8 @@ func JobID(ctx context.Context) string {
 // ParentResults returns the outcomes of the jobs the running job waited for (its
 // parents, client.After; a workflow step's parent steps), in the order they were
 // named: each one's id, step name, state and result. A job that waited for nothing
-// has none. It asks the coordinator (the job's status on the NATS API), so ctx bounds
+// has none; a parent no longer kept (its retention ended before the job ran) has
+// state UNKNOWN and no result. It asks the coordinator (the job's status on the NATS API), so ctx bounds
 // it; ctx must be the handler's.
 func ParentResults(ctx context.Context) ([]protocol.ParentResult, error) {
 	r, ok := ctx.Value(attemptKey{}).(*run)

@@ -80,7 +80,7 @@ type ScheduleSpec struct {
 	// creation (at least MinScheduleEveryMillis, at most MaxScheduleEveryMillis).
 	EveryMillis int64 `json:"everyMillis,omitempty"`
 	// Cron: "second minute hour day-of-month month day-of-week", or a descriptor
-	// (@hourly, @daily, @every 90s, ...).
+	// (@hourly, @daily, @weekly, @monthly, @yearly; not @every: EveryMillis is the period).
 	Cron string `json:"cron,omitempty"`
 	// TimeZone (an IANA name, such as Europe/Berlin) in which Cron is read; "" is UTC.
 	TimeZone string  `json:"timeZone,omitempty"`
