@@ -303,74 +303,48 @@ func TestWorkflowWithAnExpiredStepIsNotCompleted(t *testing.T) {
 	}
 }
 
-// TestWorkflowIDFreeOnceItsStepsExpired: a workflow whose steps all expired
-// (retention) is forgotten by the coordinator that recovers, its control removed, and
-// its id is free again: the same workflow sent again is stored and runs. Before, its
-// control's removal left a purge marker that the new control's create, expecting no
-// message under the key, took for another workflow's: sent again, it was refused as
-// "already exists with another definition", though its status said Unknown workflow.
-func TestWorkflowIDFreeOnceItsStepsExpired(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s := setup(t, withRetention(time.Second))
-	s.StartWorker(2)
-	wf := func() *client.Workflow {
-		return client.NewWorkflow("daily").Step("a", "SHA256", text("x")).
-			Step("b", "SHA256", text("y"), client.StepAfter("a"))
-	}
-	sub := s.SubmitWorkflow(wf())
-	if st := s.WaitWorkflow("daily"); st.State != string(protocol.StateCompleted) {
-		t.Fatalf("workflow %+v, want COMPLETED", st)
-	}
-	s.Eventually("its steps expired", func() bool { return gone(s, sub.Jobs["a"]) && gone(s, sub.Jobs["b"]) })
-	s.RestartCoordinator(t)
-	if _, err := s.Client.WorkflowStatus(ctx, "daily"); err == nil || !strings.Contains(err.Error(), "Unknown workflow") {
-		t.Fatalf("status of a workflow whose steps expired, after a restart: %v; want Unknown workflow", err)
-	}
-	again, err := s.Client.SubmitWorkflow(ctx, wf())
-	if err != nil {
-		t.Fatalf("the same workflow sent again once forgotten: %v", err)
-	}
-	if st := s.WaitWorkflow("daily"); st.State != string(protocol.StateCompleted) {
-		t.Fatalf("workflow sent again: %+v, want COMPLETED", st)
-	}
-	if j := s.Status(again.Jobs["b"]); j.State != protocol.StateCompleted {
-		t.Fatalf("its step b: %+v, want COMPLETED", j)
-	}
-}
-
-// TestWorkflowForgottenOnceItsStepsExpired: on the coordinator that saw them end, a
-// workflow whose steps all expired (retention) is forgotten as it is by one that
-// recovers: its status is Unknown workflow, and the same workflow sent again is stored
-// and runs. Before, that coordinator held it until it stopped: its status still
-// answered its steps' ends, and sent again it was answered with its expired jobs, so
-// nothing ran.
+// TestWorkflowForgottenOnceItsStepsExpired: a workflow whose steps all expired
+// (retention) is forgotten, its control removed, by the coordinator that saw them end
+// as by one that recovers: its status is Unknown workflow, and its id is free again, so
+// the same workflow sent again is stored and runs. Before, the coordinator that saw
+// them end held it until it stopped (its status still answered its steps' ends, and
+// sent again it was answered with its expired jobs, so nothing ran); and the one that
+// recovered refused it sent again as "already exists with another definition", since
+// its control's removal left a purge marker that the new control's create, expecting
+// no message under the key, took for another workflow's.
 func TestWorkflowForgottenOnceItsStepsExpired(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s := setup(t, withRetention(time.Second))
-	s.StartWorker(2)
-	wf := func() *client.Workflow {
-		return client.NewWorkflow("daily").Step("a", "SHA256", text("x")).
-			Step("b", "SHA256", text("y"), client.StepAfter("a"))
-	}
-	sub := s.SubmitWorkflow(wf())
-	if st := s.WaitWorkflow("daily"); st.State != string(protocol.StateCompleted) {
-		t.Fatalf("workflow %+v, want COMPLETED", st)
-	}
-	s.Eventually("its steps expired", func() bool { return gone(s, sub.Jobs["a"]) && gone(s, sub.Jobs["b"]) })
-	if st, err := s.Client.WorkflowStatus(ctx, "daily"); err == nil || !strings.Contains(err.Error(), "Unknown workflow") {
-		t.Fatalf("status of a workflow whose steps expired: %+v, %v; want Unknown workflow", st, err)
-	}
-	again, err := s.Client.SubmitWorkflow(ctx, wf())
-	if err != nil {
-		t.Fatalf("the same workflow sent again once its steps expired: %v", err)
-	}
-	if st := s.WaitWorkflow("daily"); st.State != string(protocol.StateCompleted) {
-		t.Fatalf("workflow sent again: %+v, want COMPLETED", st)
-	}
-	if j := s.Status(again.Jobs["b"]); j.State != protocol.StateCompleted {
-		t.Fatalf("its step b: %+v, want COMPLETED", j)
+	for _, restart := range []bool{false, true} {
+		t.Run(map[bool]string{false: "SameCoordinator", true: "AfterARestart"}[restart], func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			s := setup(t, withRetention(time.Second))
+			s.StartWorker(2)
+			wf := func() *client.Workflow {
+				return client.NewWorkflow("daily").Step("a", "SHA256", text("x")).
+					Step("b", "SHA256", text("y"), client.StepAfter("a"))
+			}
+			sub := s.SubmitWorkflow(wf())
+			if st := s.WaitWorkflow("daily"); st.State != string(protocol.StateCompleted) {
+				t.Fatalf("workflow %+v, want COMPLETED", st)
+			}
+			s.Eventually("its steps expired", func() bool { return gone(s, sub.Jobs["a"]) && gone(s, sub.Jobs["b"]) })
+			if restart {
+				s.RestartCoordinator(t)
+			}
+			if st, err := s.Client.WorkflowStatus(ctx, "daily"); err == nil || !strings.Contains(err.Error(), "Unknown workflow") {
+				t.Fatalf("status of a workflow whose steps expired: %+v, %v; want Unknown workflow", st, err)
+			}
+			again, err := s.Client.SubmitWorkflow(ctx, wf())
+			if err != nil {
+				t.Fatalf("the same workflow sent again once its steps expired: %v", err)
+			}
+			if st := s.WaitWorkflow("daily"); st.State != string(protocol.StateCompleted) {
+				t.Fatalf("workflow sent again: %+v, want COMPLETED", st)
+			}
+			if j := s.Status(again.Jobs["b"]); j.State != protocol.StateCompleted {
+				t.Fatalf("its step b: %+v, want COMPLETED", j)
+			}
+		})
 	}
 }
 
