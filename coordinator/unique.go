@@ -51,9 +51,6 @@ func newUniqueIndex(s *scheduler) *uniqueIndex {
 	return &uniqueIndex{s: s, holds: make(map[string]uniqueHold)}
 }
 
-// MaxUniqueFor bounds a unique window (protocol.MaxUniqueFor).
-const MaxUniqueFor = protocol.MaxUniqueFor
-
 // uniqueWish is what a submission asks of uniqueness: its key, and its window
 // (0: while active). An empty key asks nothing.
 type uniqueWish struct {
@@ -71,8 +68,8 @@ func uniqueOf(req *protocol.SubmitJob) (uniqueWish, *protocol.Error) {
 		return uniqueWish{}, &protocol.Error{Message: "Invalid uniqueness: give uniqueForMillis or uniqueWhile, not both"}
 	case while != "" && while != protocol.UniqueWhileActive:
 		return uniqueWish{}, &protocol.Error{Message: fmt.Sprintf("Invalid uniqueness: uniqueWhile must be %q, got %q", protocol.UniqueWhileActive, while)}
-	case forMillis < 0 || time.Duration(forMillis)*time.Millisecond > MaxUniqueFor:
-		return uniqueWish{}, &protocol.Error{Message: fmt.Sprintf("Invalid uniqueness: uniqueForMillis must be in [1, %d], got %d", MaxUniqueFor.Milliseconds(), forMillis)}
+	case forMillis < 0 || time.Duration(forMillis)*time.Millisecond > protocol.MaxUniqueFor:
+		return uniqueWish{}, &protocol.Error{Message: fmt.Sprintf("Invalid uniqueness: uniqueForMillis must be in [1, %d], got %d", protocol.MaxUniqueFor.Milliseconds(), forMillis)}
 	}
 	key, err := uniqueKey(req.TaskType, req.Payload)
 	if err != nil {
