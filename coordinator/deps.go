@@ -376,7 +376,7 @@ func (s *scheduler) parentResults(after []string) []protocol.ParentResult {
 	for _, id := range after {
 		snap, err := s.snapshot(id)
 		if err != nil {
-			out = append(out, protocol.ParentResult{JobID: id, State: "UNKNOWN"})
+			out = append(out, protocol.ParentResult{JobID: id, State: protocol.StateUnknown})
 			continue
 		}
 		out = append(out, protocol.ParentResult{JobID: id, Step: snap.Step, State: snap.State, Result: snap.Result})

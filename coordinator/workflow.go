@@ -783,7 +783,7 @@ func (s *scheduler) groupStatus(id string) protocol.Message {
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
-					out.Steps[i].State = "UNKNOWN"
+					out.Steps[i].State = protocol.StateUnknown
 					return
 				}
 				out.Steps[i].State, out.Steps[i].Error = r.State, r.Error
@@ -825,7 +825,7 @@ func (s *scheduler) groupStatus(id string) protocol.Message {
 	case cancelled:
 		out.State = string(protocol.StateCancelled)
 	case unknown: // it may have failed: COMPLETED only if every step is known to have
-		out.State = "UNKNOWN"
+		out.State = string(protocol.StateUnknown)
 	default:
 		out.State = string(protocol.StateCompleted)
 	}

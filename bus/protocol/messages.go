@@ -27,6 +27,10 @@ const (
 	StateWaiting   State = "WAITING"
 )
 
+// StateUnknown is no job's state: what a workflow's step, or a job's parent, reads once
+// its record is no longer kept (its retention ended), and a workflow made of such steps.
+const StateUnknown State = "UNKNOWN"
+
 // States lists every state in lifecycle order.
 var States = []State{StateScheduled, StateWaiting, StateQueued, StateRunning, StateRetryWait, StateCompleted, StateFailed, StateCancelled}
 
