@@ -451,9 +451,44 @@ func (a *api) status(id string) protocol.Message {
 		return err.(*protocol.Error)
 	}
 	if len(snap.After) > 0 {
-		snap.Parents = a.sched.parentResults(snap.After) // deps.go
+		fitParents(&snap, a.sched.parentResults(snap.After)) // deps.go
 	}
 	return &protocol.JobStatus{Job: snap}
+}
+
+// fitParents sets job's Parents to parents, leaving out the results that would make
+// its JOB_STATUS larger than a NATS message, which would be lost and the request
+// answered by nobody. Every parent stays, with its id and state; results are kept in
+// the parents' order while they fit, and one left out is marked ResultOmitted (the
+// parent's own status has it). Twenty parents of 64 KiB results already fill a message.
+func fitParents(job *protocol.Job, parents []protocol.ParentResult) {
+	job.Parents = nil
+	budget := listBudget - snapshotSize(job)
+	bare := make([]int, len(parents)) // a parent's bytes with its result left out
+	for i := range parents {
+		p := parents[i]
+		p.Result, p.ResultOmitted = nil, p.Result != nil
+		bare[i] = parentSize(&p)
+		budget -= bare[i]
+	}
+	for i := range parents {
+		p := &parents[i]
+		if p.Result == nil {
+			continue
+		}
+		if more := parentSize(p) - bare[i]; more <= budget {
+			budget -= more
+			continue
+		}
+		p.Result, p.ResultOmitted = nil, true
+	}
+	job.Parents = parents
+}
+
+// parentSize is the bytes a parent adds to a job's snapshot, its comma included.
+func parentSize(p *protocol.ParentResult) int {
+	b, _ := json.Marshal(p)
+	return len(b) + 1
 }
 
 // list returns jobs newest first, filtered by state, from the cursor (a sequence number),

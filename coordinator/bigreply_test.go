@@ -1,0 +1,75 @@
+package coordinator_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jobbus/jobbus/bus/protocol"
+	"github.com/jobbus/jobbus/client"
+	"github.com/jobbus/jobbus/internal/jobbustest/suite"
+)
+
+// TestStatusWithManyLargeParents: a job after 20 parents, each COMPLETED with a result
+// of about 60 KiB, has a status whose parents' results alone exceed a NATS message. It
+// is answered at once, over the Go client and over the bridge's TCP client port, with
+// the job whole and as many parents' results as fit; the others are cut, marked so.
+func TestStatusWithManyLargeParents(t *testing.T) {
+	t.Parallel()
+	sb := suite.Setup(t, suite.TCPClientNativeWorkers)
+	w := sb.ManualWorker("w1", 1)
+	const parents = 20
+	big := strings.Repeat("r", 60<<10)
+	var ids []string
+	for i := range parents {
+		id := sb.Submit("SHA256", text(fmt.Sprint(i)))
+		a := sb.NextAssign(w)
+		if a.JobID != id {
+			t.Fatalf("assignment %s, want %s", a.JobID, id)
+		}
+		sb.Accept(w, a, true, fmt.Sprintf("%02d%s", i, big))
+		ids = append(ids, id)
+	}
+	child := sb.Submit("SHA256", text("child"), client.After(ids...))
+
+	for _, by := range []struct {
+		name string
+		c    *client.Client
+	}{{"native", client.New(sb.NC, client.WithTimeout(2*time.Second))}, {"tcp", sb.Client}} {
+		name, c := by.name, by.c
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		start := time.Now()
+		j, err := c.Status(ctx, child)
+		cancel()
+		if err != nil {
+			t.Errorf("%s: status of a job after %d parents of 60 KiB results: %v (after %v)", name, parents, err, time.Since(start))
+			continue
+		}
+		if j.JobID != child || j.State != protocol.StateQueued && j.State != protocol.StateRunning || len(j.After) != parents {
+			t.Errorf("%s: status %s %s after %d, want %s QUEUED or RUNNING after %d", name, j.JobID, j.State, len(j.After), child, parents)
+		}
+		if len(j.Parents) != parents {
+			t.Errorf("%s: %d parents, want %d", name, len(j.Parents), parents)
+			continue
+		}
+		whole, cut := 0, 0
+		for i, p := range j.Parents {
+			if p.JobID != ids[i] || p.State != protocol.StateCompleted {
+				t.Errorf("%s: parent %d is %s %s, want %s COMPLETED", name, i, p.JobID, p.State, ids[i])
+			}
+			switch r := suite.Deref(p.Result); {
+			case r == fmt.Sprintf("%02d%s", i, big):
+				whole++
+			case p.Result == nil && p.ResultOmitted:
+				cut++
+			default:
+				t.Errorf("%s: parent %d's result is %d bytes, neither whole nor marked cut", name, i, len(r))
+			}
+		}
+		if whole == 0 || cut == 0 {
+			t.Errorf("%s: %d parents' results whole, %d cut, want some of each", name, whole, cut)
+		}
+	}
+}
