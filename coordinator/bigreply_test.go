@@ -73,3 +73,43 @@ func TestStatusWithManyLargeParents(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusLargerThanAMessageIsRefusedAtOnce: a workflow's join step after 9,999
+// others has a status (its after list and its parents, without results) larger than a
+// NATS message, whatever is left out of it. It is answered at once, over the Go client
+// and over the bridge's TCP client port, with an ERROR that says so, not left for the
+// caller's timeout.
+func TestStatusLargerThanAMessageIsRefusedAtOnce(t *testing.T) {
+	t.Parallel()
+	s := suite.Setup(t, suite.TCPClientNativeWorkers)
+	const steps = protocol.MaxWorkflowSteps - 1
+	w := client.NewWorkflow("wide")
+	names := make([]string, steps)
+	for i := range names {
+		names[i] = fmt.Sprintf("p%04d", i)
+		w.Step(names[i], "SHA256", text(""))
+	}
+	w.Step("join", "SHA256", text(""), client.StepAfter(names...))
+	nc := client.New(s.NC, client.WithTimeout(3*time.Second))
+	// 10,000 jobs in one atomic batch take a while under -race.
+	sub, err := client.New(s.NC, client.WithTimeout(30*time.Second)).SubmitWorkflow(context.Background(), w)
+	if err != nil {
+		t.Fatalf("submit a workflow of %d steps: %v", steps+1, err)
+	}
+	join := sub.Jobs["join"]
+
+	for _, by := range []struct {
+		name string
+		c    *client.Client
+	}{{"native", nc}, {"tcp", s.Client}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		start := time.Now()
+		_, err := by.c.Status(ctx, join)
+		cancel()
+		took := time.Since(start)
+		t.Logf("%s: %v after %v", by.name, err, took)
+		if err == nil || !strings.Contains(err.Error(), protocol.ReplyTooLargePrefix) || took > time.Second {
+			t.Errorf("%s: status of a job after %d parents: %v after %v, want at once an ERROR Reply too large", by.name, steps, err, took)
+		}
+	}
+}
