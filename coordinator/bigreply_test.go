@@ -2,6 +2,7 @@ package coordinator_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -111,5 +112,35 @@ func TestStatusLargerThanAMessageIsRefusedAtOnce(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), protocol.ReplyTooLargePrefix) || took > time.Second {
 			t.Errorf("%s: status of a job after %d parents: %v after %v, want at once an ERROR Reply too large", by.name, steps, err, took)
 		}
+	}
+}
+
+// TestWriteWithReplyLargerThanAMessageSaysItWasDone: a workflow of 10,000 steps of
+// 64-character names and empty payloads fits in a request, but its WORKFLOW_SUBMITTED
+// (each name and its job id) does not fit in a NATS message. It is stored, and the
+// submission is answered at once "Outcome unknown: the request was carried out, but
+// its reply is too large", never an ERROR that would mean nothing was stored.
+func TestWriteWithReplyLargerThanAMessageSaysItWasDone(t *testing.T) {
+	t.Parallel()
+	s := suite.Setup(t, suite.Native)
+	s.ManualWorker("w1", 1).RegisterServing(1, protocol.TaskTypeDecl{Name: "T"})
+	w := client.NewWorkflow("wide")
+	for i := range protocol.MaxWorkflowSteps {
+		w.Step(fmt.Sprintf("%064d", i), "T", suite.RawJSON("{}"))
+	}
+	req, err := w.Request()
+	must(t, err)
+	c := client.New(s.NC, client.WithTimeout(20*time.Second))
+	start := time.Now()
+	_, err = c.SubmitWorkflowRequest(context.Background(), req)
+	took := time.Since(start)
+	t.Logf("%v after %v", err, took)
+	if !errors.Is(err, client.ErrOutcomeUnknown) || !strings.Contains(err.Error(), "reply is too large") {
+		t.Fatalf("submit a workflow whose answer exceeds a message: %v after %v, want Outcome unknown ... reply is too large", err, took)
+	}
+	st, err := c.WorkflowStatus(context.Background(), "wide")
+	must(t, err)
+	if n := st.Counts[protocol.StateQueued] + st.Counts[protocol.StateRunning]; n != protocol.MaxWorkflowSteps {
+		t.Fatalf("workflow %s counts %v, want its %d steps stored", st.State, st.Counts, protocol.MaxWorkflowSteps)
 	}
 }
