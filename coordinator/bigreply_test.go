@@ -2,6 +2,7 @@ package coordinator_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	"github.com/jobbus/jobbus/bus/protocol"
 	"github.com/jobbus/jobbus/client"
 	"github.com/jobbus/jobbus/internal/jobbustest/suite"
+	"github.com/jobbus/jobbus/worker"
+	"github.com/jobbus/jobbus/worker/tasks"
 )
 
 // TestStatusWithManyLargeParents: a job after 20 parents, each COMPLETED with a result
@@ -142,5 +145,48 @@ func TestWriteWithReplyLargerThanAMessageSaysItWasDone(t *testing.T) {
 	must(t, err)
 	if n := st.Counts[protocol.StateQueued] + st.Counts[protocol.StateRunning]; n != protocol.MaxWorkflowSteps {
 		t.Fatalf("workflow %s counts %v, want its %d steps stored", st.State, st.Counts, protocol.MaxWorkflowSteps)
+	}
+}
+
+// TestParentResultsInHandlerOfLargeResults: a step after 20 parents, each of which
+// returned a result of 60 KiB, reads every parent's result whole with
+// worker.ParentResults, though its status cannot hold them all.
+func TestParentResultsInHandlerOfLargeResults(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	big := strings.Repeat("r", 60<<10)
+	s.StartFunctionWorker(t, func(w *worker.Worker) error {
+		return errors.Join(
+			w.Handle("BIG", func(_ context.Context, _ int, p json.RawMessage) (string, error) {
+				return string(p) + big, nil
+			}),
+			w.Handle("JOIN", func(ctx context.Context, _ int, _ json.RawMessage) (string, error) {
+				ps, err := worker.ParentResults(ctx)
+				if err != nil {
+					return "", err
+				}
+				whole := 0
+				for _, p := range ps {
+					if r := deref(p.Result); strings.HasSuffix(r, big) && strings.HasPrefix(r, `{"n":"`+p.Step+`"}`) {
+						whole++
+					}
+				}
+				return fmt.Sprintf("%d of %d whole", whole, len(ps)), nil
+			}))
+	}, worker.WithTasks(tasks.NewRegistry()), worker.WithID("big"))
+	s.Eventually("big registered", func() bool { return s.HasWorker("big") })
+	const parents = 20
+	w := client.NewWorkflow("bigparents")
+	var names []string
+	for i := range parents {
+		name := fmt.Sprintf("p%02d", i)
+		names = append(names, name)
+		w.Step(name, "BIG", map[string]string{"n": name})
+	}
+	w.Step("j", "JOIN", rawJSON(`{}`), client.StepAfter(names...))
+	sub := s.SubmitWorkflow(w)
+	want := fmt.Sprintf("%d of %d whole", parents, parents)
+	if j := s.Wait(sub.Jobs["j"]); j.State != protocol.StateCompleted || deref(j.Result) != want {
+		t.Fatalf("join %s %q %q, want %q", j.State, deref(j.Result), deref(j.Error), want)
 	}
 }
