@@ -268,7 +268,7 @@ func (a *api) endpoint(want protocol.Type) micro.Handler {
 			_ = req.Error(strconv.Itoa(errorCode(e)), errorHeader(e), data)
 			return
 		}
-		r := &apiReply{a: a, req: req}
+		r := &apiReply{a: a, req: req, want: want}
 		a.serveRequest(req.Data(), a.sentBy(nats.Header(req.Headers())), want, r.send)
 		r.mu.Lock()
 		r.returned = true
@@ -282,6 +282,7 @@ func (a *api) endpoint(want protocol.Type) micro.Handler {
 type apiReply struct {
 	a        *api
 	req      micro.Request
+	want     protocol.Type // the request's type
 	mu       sync.Mutex
 	returned bool // the handler returned
 }
@@ -291,10 +292,10 @@ func (r *apiReply) send(m protocol.Message) {
 	defer r.mu.Unlock()
 	m = r.a.answerNow(m)
 	if r.returned {
-		r.a.replyLate(r.req.Reply(), m)
+		r.a.replyLate(r.req.Reply(), r.want, m)
 		return
 	}
-	data, e := encodeReply(m)
+	data, e := r.a.encodeFitting(m, r.want)
 	if e != nil {
 		_ = r.req.Error(strconv.Itoa(errorCode(e)), errorHeader(e), data)
 		return
@@ -326,13 +327,39 @@ func encodeReply(m protocol.Message) ([]byte, *protocol.Error) {
 	return data, e
 }
 
+// encodeFitting encodes the reply m to a request of type want as encodeReply does, or,
+// when it is larger than a NATS message on this server, an ERROR that says so: NATS
+// refuses to send a message that large, and the caller, answered by nobody, would wait
+// for its timeout and then hear "no reply" or "Outcome unknown". Replies are bounded
+// where a part of one is useful (lists, a status's parents' results); this catches
+// what no bound does.
+func (a *api) encodeFitting(m protocol.Message, want protocol.Type) ([]byte, *protocol.Error) {
+	data, e := encodeReply(m)
+	max := a.nc.MaxPayload()
+	if max <= 0 || int64(len(data)) <= max {
+		return data, e
+	}
+	a.log.Warn("api reply larger than a NATS message", "request", want, "reply", m.MessageType(), "bytes", len(data), "max", max)
+	return encodeReply(protocol.ReplyTooLarge(m.MessageType(), len(data), max, e == nil && !readOnly(want)))
+}
+
+// readOnly reports whether a request of type want changes nothing.
+func readOnly(want protocol.Type) bool {
+	switch want {
+	case protocol.TypeGetJobStatus, protocol.TypeListJobs, protocol.TypeListWorkers, protocol.TypeListTaskTypes,
+		protocol.TypeGetWorkflow, protocol.TypeListSchedules, protocol.TypeListQueues, protocol.TypeListLimits:
+		return true
+	}
+	return false
+}
+
 // replyLate publishes a reply after the handler returned, with micro's error headers
 // on an ERROR.
-func (a *api) replyLate(subject string, m protocol.Message) {
+func (a *api) replyLate(subject string, want protocol.Type, m protocol.Message) {
 	if subject == "" {
 		return
 	}
-	data, e := encodeReply(m)
+	data, e := a.encodeFitting(m, want)
 	msg := &nats.Msg{Subject: subject, Data: data}
 	if e != nil {
 		msg.Header = nats.Header{}
@@ -451,9 +478,44 @@ func (a *api) status(id string) protocol.Message {
 		return err.(*protocol.Error)
 	}
 	if len(snap.After) > 0 {
-		snap.Parents = a.sched.parentResults(snap.After) // deps.go
+		fitParents(&snap, a.sched.parentResults(snap.After)) // deps.go
 	}
 	return &protocol.JobStatus{Job: snap}
+}
+
+// fitParents sets job's Parents to parents, leaving out the results that would make
+// its JOB_STATUS larger than a NATS message, which would be lost and the request
+// answered by nobody. Every parent stays, with its id and state; results are kept in
+// the parents' order while they fit, and one left out is marked ResultOmitted (the
+// parent's own status has it). Twenty parents of 64 KiB results already fill a message.
+func fitParents(job *protocol.Job, parents []protocol.ParentResult) {
+	job.Parents = nil
+	budget := listBudget - snapshotSize(job)
+	bare := make([]int, len(parents)) // a parent's bytes with its result left out
+	for i := range parents {
+		p := parents[i]
+		p.Result, p.ResultOmitted = nil, p.Result != nil
+		bare[i] = parentSize(&p)
+		budget -= bare[i]
+	}
+	for i := range parents {
+		p := &parents[i]
+		if p.Result == nil {
+			continue
+		}
+		if more := parentSize(p) - bare[i]; more <= budget {
+			budget -= more
+			continue
+		}
+		p.Result, p.ResultOmitted = nil, true
+	}
+	job.Parents = parents
+}
+
+// parentSize is the bytes a parent adds to a job's snapshot, its comma included.
+func parentSize(p *protocol.ParentResult) int {
+	b, _ := json.Marshal(p)
+	return len(b) + 1
 }
 
 // list returns jobs newest first, filtered by state, from the cursor (a sequence number),

@@ -223,3 +223,21 @@ func OutcomeUnknownJob(msg string) (jobID string, ok bool) {
 	id, _, found := strings.Cut(rest, ":")
 	return id, found && id != ""
 }
+
+// ReplyTooLargePrefix begins the ERROR that stands for an answer larger than a NATS
+// message on the coordinator's server, which NATS would not carry.
+const ReplyTooLargePrefix = "Reply too large: "
+
+// ReplyTooLarge is the ERROR that stands for an answer of type t and size bytes, more
+// than the max a NATS message holds. A request that changed nothing (a status, a
+// list) is answered it as is: nothing was stored, as with every ERROR. One whose write
+// was done (done) is answered it as an "Outcome unknown": the caller cannot see what
+// it changed, and asks for it.
+func ReplyTooLarge(t Type, size int, max int64, done bool) *Error {
+	why := fmt.Sprintf("the %s answering this request would be %d bytes, more than the %d a NATS message holds on this server", t, size, max)
+	if done {
+		return &Error{Message: OutcomeUnknownPrefix + "the request was carried out, but its reply is too large: " + why +
+			"; ask for what it changed (the job's or the workflow's status)"}
+	}
+	return &Error{Message: ReplyTooLargePrefix + why}
+}

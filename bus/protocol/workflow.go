@@ -136,12 +136,14 @@ type WorkflowRetried struct {
 }
 
 // ParentResult is a parent's outcome as the snapshot of a job that waited for it
-// shows it (Job.Parents).
+// shows it (Job.Parents). ResultOmitted says the parent has a result that was left out
+// to keep the status within one message; the parent's own status has it.
 type ParentResult struct {
-	JobID  string  `json:"jobId"`
-	Step   string  `json:"step,omitempty"`
-	State  State   `json:"state"`
-	Result *string `json:"result,omitempty"`
+	JobID         string  `json:"jobId"`
+	Step          string  `json:"step,omitempty"`
+	State         State   `json:"state"`
+	Result        *string `json:"result,omitempty"`
+	ResultOmitted bool    `json:"resultOmitted,omitempty"`
 }
 
 var stepName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
