@@ -340,17 +340,7 @@ func (a *api) encodeFitting(m protocol.Message, want protocol.Type) ([]byte, *pr
 		return data, e
 	}
 	a.log.Warn("api reply larger than a NATS message", "request", want, "reply", m.MessageType(), "bytes", len(data), "max", max)
-	return encodeReply(protocol.ReplyTooLarge(m.MessageType(), len(data), max, e == nil && !readOnly(want)))
-}
-
-// readOnly reports whether a request of type want changes nothing.
-func readOnly(want protocol.Type) bool {
-	switch want {
-	case protocol.TypeGetJobStatus, protocol.TypeListJobs, protocol.TypeListWorkers, protocol.TypeListTaskTypes,
-		protocol.TypeGetWorkflow, protocol.TypeListSchedules, protocol.TypeListQueues, protocol.TypeListLimits:
-		return true
-	}
-	return false
+	return encodeReply(protocol.ReplyTooLarge(m.MessageType(), len(data), max, e == nil && !protocol.ReadOnly(want)))
 }
 
 // replyLate publishes a reply after the handler returned, with micro's error headers
