@@ -307,6 +307,13 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"BadLimit", []string{"jobs", "--limit", "0"}, "--limit must be in 1..10000"},
 		{"JobsWithArgument", []string{"jobs", "extra"}, "jobs takes no arguments"},
 		{"BadInterval", []string{"watch", "--interval-millis", "0"}, "--interval-millis must be positive"},
+		// A duration without a unit names its flag and the unit it lacks, whichever
+		// duration flag it is; it said `invalid value "5" for flag --in: parse error`.
+		{"DurationWithoutUnit", []string{"submit", "SLEEP", "--milliseconds", "1", "--in", "5"}, "--in 5: a duration needs a unit, such as 5s or 5m"},
+		{"DurationWithoutUnitAfterEquals", []string{"submit", "SLEEP", "--milliseconds", "1", "--unique-for=90"}, "--unique-for 90: a duration needs a unit, such as 90s or 90m"},
+		{"TimeoutWithoutUnit", []string{"submit", "SLEEP", "--milliseconds", "1", "--wait", "--timeout", "2.5"}, "--timeout 2.5: a duration needs a unit, such as 2.5s or 2.5m"},
+		{"EveryWithoutUnit", []string{"schedule", "add", "x", "--every", "5", "SHA256", "--text", "a"}, "--every 5: a duration needs a unit, such as 5s or 5m"},
+		{"BadDuration", []string{"submit", "SLEEP", "--milliseconds", "1", "--in", "soon"}, `--in must be a duration such as 30s, 5m or 1h, got "soon"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -312,3 +312,50 @@ func TestEveryFlagHasAVariable(t *testing.T) {
 		}
 	}
 }
+
+// TestFlagTypedAsItsEnvironmentSaysIsTyped: a flag typed on the command line counts as
+// typed even when its environment variable holds the same value: `--text x` does not
+// apply to SLEEP whatever JOBBUS_SUBMIT_TEXT says, and `--connect` before logs is
+// refused whatever JOBBUS_CONNECT says. They were taken for the environment's, and
+// quietly ignored. The environment alone stays shared configuration, and a global
+// typed before or after the command's name still counts.
+func TestFlagTypedAsItsEnvironmentSaysIsTyped(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	run := func(env []string, args ...string) (int, string) {
+		t.Helper()
+		cmd := exec.Command(jobbusBin, args...)
+		cmd.Env = append(os.Environ(), env...)
+		var errb strings.Builder
+		cmd.Stderr = &errb
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return code, errb.String()
+	}
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+		code int
+		want string
+	}{
+		{"TaskFlagAsEnv", []string{"JOBBUS_SUBMIT_TEXT=x"}, []string{"--nats", s.url, "submit", "SLEEP", "--milliseconds", "1", "--text", "x"}, cli.ExitUsage, "--text does not apply to SLEEP"},
+		{"TaskFlagAsEnvEquals", []string{"JOBBUS_SUBMIT_TEXT=x"}, []string{"--nats", s.url, "submit", "SLEEP", "--text=x", "--milliseconds", "1"}, cli.ExitUsage, "--text does not apply to SLEEP"},
+		{"TaskFlagInEnvOnly", []string{"JOBBUS_SUBMIT_TEXT=x"}, []string{"--nats", s.url, "submit", "SLEEP", "--milliseconds", "1"}, cli.ExitOK, ""},
+		{"GlobalAsEnvBeforeName", []string{"JOBBUS_CONNECT=127.0.0.1:1"}, []string{"--nats", s.url, "--connect", "127.0.0.1:1", "logs", "x"}, cli.ExitUsage, "--connect does not apply to `jobbus logs`"},
+		{"GlobalAsEnvUsedBeforeName", []string{"JOBBUS_NATS=" + s.url}, []string{"--nats", s.url, "submit", "SLEEP", "--milliseconds", "1"}, cli.ExitOK, ""},
+		{"GlobalAsEnvUsedAfterName", []string{"JOBBUS_NATS=" + s.url}, []string{"--nats", "nats://127.0.0.1:1", "submit", "SLEEP", "--milliseconds", "1", "--nats", s.url}, cli.ExitOK, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, errs := run(tc.env, tc.args...)
+			if code != tc.code || !strings.Contains(errs, tc.want) {
+				t.Errorf("%s jobbus %s: exit %d, stderr %q; want %d and %q", strings.Join(tc.env, " "), strings.Join(tc.args, " "), code, errs, tc.code, tc.want)
+			}
+		})
+	}
+}

@@ -141,7 +141,7 @@ func scheduleFromFlags(c *cli.Context, name, task string) (client.Schedule, erro
 	case c.IsSet("every"):
 		d, err := time.ParseDuration(c.String("every"))
 		if err != nil {
-			return sc, usageError("--every must be a duration such as 30s, 5m or 1h, got %q", c.String("every"))
+			return sc, usageError("%s", badDuration("--every", c.String("every")))
 		}
 		if d < time.Duration(protocol.MinScheduleEveryMillis)*time.Millisecond || d%time.Millisecond != 0 {
 			return sc, usageError("--every must be at least 1s, in whole milliseconds, got %v", d)

@@ -99,6 +99,9 @@ func TestScheduleCommands(t *testing.T) {
 			if code != tc.code || !strings.Contains(errs, tc.want) {
 				t.Errorf("schedule %s: exit %d, stderr %q, stdout %q; want exit %d saying %q", strings.Join(tc.args, " "), code, errs, out, tc.code, tc.want)
 			}
+			if n := strings.Count(strings.ToLower(errs), "unknown schedule"); strings.HasPrefix(tc.want, "Unknown schedule") && n != 1 {
+				t.Errorf("schedule %s: stderr %q says unknown schedule %d times, want once", strings.Join(tc.args, " "), errs, n)
+			}
 		}
 	})
 }

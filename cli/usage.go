@@ -48,7 +48,41 @@ func flagError(c *cli.Context, err error) error {
 	case "flag needs an argument":
 		return usageError("%s%s needs a value (see `%s --help`)", prefix(c), dashed, where)
 	}
+	if v := invalidValueRE.FindStringSubmatch(m[1]); v != nil {
+		if _, ok := lookupFlag(c, name).(*cli.DurationFlag); ok { // the flag package says only "parse error"
+			return usageError("%s%s", prefix(c), badDuration(dashed, v[1]))
+		}
+	}
 	return usageError("%s%s %s%s", prefix(c), m[1], dashed, m[3])
+}
+
+// invalidValueRE takes the value out of flagErrorRE's "invalid value" complaint.
+var invalidValueRE = regexp.MustCompile(`^invalid value "([^"]*)" for flag$`)
+
+// bareNumberRE matches a number without a unit, which time.ParseDuration refuses
+// (but for 0).
+var bareNumberRE = regexp.MustCompile(`^[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)$`)
+
+// badDuration says what is wrong with value, refused as a duration for the flag
+// dashed: a bare number lacks only its unit, and the text shows it with one.
+func badDuration(dashed, value string) string {
+	if bareNumberRE.MatchString(value) {
+		return fmt.Sprintf("%s %s: a duration needs a unit, such as %ss or %sm", dashed, value, value, value)
+	}
+	return fmt.Sprintf("%s must be a duration such as 30s, 5m or 1h, got %q", dashed, value)
+}
+
+// lookupFlag is the flag called name that the command (or, at the top, the app)
+// takes, or nil.
+func lookupFlag(c *cli.Context, name string) cli.Flag {
+	for _, f := range commandFlags(c) {
+		for _, n := range f.Names() {
+			if n == name {
+				return f
+			}
+		}
+	}
+	return nil
 }
 
 // commandPath is how the user called the command: "jobbus", "jobbus submit" or
@@ -84,12 +118,8 @@ func prefix(c *cli.Context) string {
 
 // flagNames are the long names of the flags the command (or, at the top, the app) takes.
 func flagNames(c *cli.Context) []string {
-	flags := c.App.Flags
-	if !isApp(c) {
-		flags = c.Command.Flags
-	}
 	var names []string
-	for _, f := range flags {
+	for _, f := range commandFlags(c) {
 		for _, n := range f.Names() {
 			if len(n) > 1 {
 				names = append(names, n)
@@ -176,4 +206,12 @@ func unknownSubcommand(c *cli.Context) error {
 func helpTopicError(err error) bool {
 	var ec cli.ExitCoder
 	return errors.As(err, &ec) && strings.HasPrefix(err.Error(), "No help topic")
+}
+
+// commandFlags are the flags the command (or, at the top, the app) takes.
+func commandFlags(c *cli.Context) []cli.Flag {
+	if isApp(c) {
+		return c.App.Flags
+	}
+	return c.Command.Flags
 }

@@ -77,16 +77,16 @@ Examples:
    jobbus workflow cancel etl-2026-12-01`,
 				Flags: []cli.Flag{jsonFlag()},
 				Action: inSession([]string{"ID"}, func(c *cli.Context, s *session, pos []string) error {
-					n, err := s.cl.CancelWorkflow(c.Context, pos[0])
+					r, err := groupAnswer[protocol.WorkflowCancelled](c, s, &protocol.CancelWorkflow{WorkflowID: pos[0]})
 					if err != nil {
 						return exitErr(err)
 					}
 					p := newPrinter(c.App.Writer, c.Bool("json"))
 					if p.json {
 						type plain protocol.WorkflowCancelled
-						return p.jsonLine(plain{WorkflowID: pos[0], Cancelled: n})
+						return p.jsonLine(plain(*r))
 					}
-					_, err = fmt.Fprintf(p.w, "workflow %s: %d steps cancelled\n", pos[0], n)
+					_, err = fmt.Fprintf(p.w, "%s %s: %d steps cancelled\n", groupKind(r.Kind), pos[0], r.Cancelled)
 					return err
 				}),
 			},
@@ -102,23 +102,23 @@ Example:
    jobbus workflow retry etl-2026-12-01`,
 				Flags: []cli.Flag{jsonFlag()},
 				Action: inSession([]string{"ID"}, func(c *cli.Context, s *session, pos []string) error {
-					jobs, err := s.cl.RetryWorkflow(c.Context, pos[0])
+					r, err := groupAnswer[protocol.WorkflowRetried](c, s, &protocol.RetryWorkflow{WorkflowID: pos[0]})
 					if err != nil {
 						return exitErr(err)
 					}
 					p := newPrinter(c.App.Writer, c.Bool("json"))
 					if p.json {
 						type plain protocol.WorkflowRetried
-						return p.jsonLine(plain{WorkflowID: pos[0], Jobs: jobs})
+						return p.jsonLine(plain{WorkflowID: pos[0], Jobs: r.Jobs, Kind: r.Kind})
 					}
-					if len(jobs) == 0 {
+					if len(r.Jobs) == 0 {
 						// The coordinator refuses a workflow with a step still active or
 						// gone, and runs again each one that failed or was cancelled:
 						// nothing run again means all completed. A no-op, not an error.
-						_, err = fmt.Fprintf(p.w, "workflow %s: nothing to retry: every step COMPLETED\n", pos[0])
+						_, err = fmt.Fprintf(p.w, "%s %s: nothing to retry: every step COMPLETED\n", groupKind(r.Kind), pos[0])
 						return err
 					}
-					return printStepJobs(p.w, pos[0], jobs)
+					return printStepJobs(p.w, groupKind(r.Kind), pos[0], r.Jobs)
 				}),
 			},
 		}),
@@ -177,9 +177,10 @@ func workflowSubmit(c *cli.Context, s *session, pos []string) error {
 		}
 		req.WorkflowID = c.String("id")
 	}
+	kind := groupKind(req.Kind)
 	out, err := s.cl.SubmitWorkflowRequest(c.Context, req)
 	if err != nil {
-		return exitErr(fmt.Errorf("submit workflow: %w", err))
+		return exitErr(fmt.Errorf("submit %s: %w", kind, err))
 	}
 	p := newPrinter(c.App.Writer, c.Bool("json"))
 	if !c.Bool("wait") {
@@ -187,7 +188,7 @@ func workflowSubmit(c *cli.Context, s *session, pos []string) error {
 			type plain protocol.WorkflowSubmitted
 			return p.jsonLine(plain(out))
 		}
-		return printStepJobs(p.w, out.WorkflowID, out.Jobs)
+		return printStepJobs(p.w, kind, out.WorkflowID, out.Jobs)
 	}
 	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -198,7 +199,7 @@ func workflowSubmit(c *cli.Context, s *session, pos []string) error {
 	}
 	st, err := s.cl.WaitWorkflow(ctx, out.WorkflowID)
 	if err != nil {
-		return cli.Exit(fmt.Sprintf("stopped waiting for workflow %s (%v; it goes on: `jobbus workflow status %s`)", out.WorkflowID, err, out.WorkflowID), ExitError)
+		return cli.Exit(fmt.Sprintf("stopped waiting for %s %s (%v; it goes on: `jobbus workflow status %s`)", kind, out.WorkflowID, err, out.WorkflowID), ExitError)
 	}
 	if err := p.workflow(st); err != nil {
 		return err
@@ -217,9 +218,41 @@ func workflowStatus(c *cli.Context, s *session, pos []string) error {
 	return newPrinter(c.App.Writer, c.Bool("json")).workflow(st)
 }
 
-// printStepJobs prints a workflow's id and its steps' jobs, by step name.
-func printStepJobs(w io.Writer, id string, jobs map[string]string) error {
-	fmt.Fprintf(w, "workflow %s\n", id)
+// groupAnswer sends a request about a workflow or batch and returns its answer,
+// which names the group's kind (client.CancelWorkflow and RetryWorkflow drop it).
+func groupAnswer[T any, P interface {
+	*T
+	protocol.Message
+}](c *cli.Context, s *session, req protocol.Message) (*T, error) {
+	m, err := s.cl.Do(c.Context, req)
+	if err != nil {
+		return nil, err
+	}
+	if r, ok := m.(P); ok {
+		return r, nil
+	}
+	switch e := m.(type) { // as the client's own methods read them
+	case *protocol.Error:
+		return nil, &client.ServerError{Message: e.Message}
+	case *protocol.SubmitRejected: // a retry's steps, at capacity
+		return nil, &client.RejectedError{SubmitRejected: *e}
+	}
+	return nil, fmt.Errorf("unexpected reply %s", m.MessageType())
+}
+
+// groupKind is what a workflow or batch of kind is called: kind, or "workflow" when
+// none is said (a coordinator that did not say, a file without "kind").
+func groupKind(kind string) string {
+	if kind == "" {
+		return protocol.KindWorkflow
+	}
+	return kind
+}
+
+// printStepJobs prints a workflow's or batch's kind and id and its steps' jobs, by
+// step name.
+func printStepJobs(w io.Writer, kind, id string, jobs map[string]string) error {
+	fmt.Fprintf(w, "%s %s\n", kind, id)
 	names := make([]string, 0, len(jobs))
 	for n := range jobs {
 		names = append(names, n)

@@ -127,3 +127,39 @@ func TestWorkflowGlobalsAfterName(t *testing.T) {
 		run(cli.ExitOK, "workflow", "retry", "after")
 	})
 }
+
+// TestBatchCommandsSayBatch: jobbus workflow submit, retry and cancel of a batch name it
+// a batch, as its status does: they said "workflow" of it (a retry refused while it
+// runs, the cancel's and the retry's answers, the submission's).
+func TestBatchCommandsSayBatch(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	file := writeFile(t, `{"kind":"batch","workflowId":"bt","steps":[
+		{"name":"nap","taskType":"SLEEP","payload":{"durationMillis":60000}},
+		{"name":"sum","taskType":"SHA256","payload":{"text":"x"}}]}`)
+	run := func(want int, args ...string) (string, string) {
+		t.Helper()
+		code, out, errs := s.run(args...)
+		if code != want {
+			t.Fatalf("jobbus %s: exit %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, want, out, errs)
+		}
+		return out, errs
+	}
+	out, _ := run(cli.ExitOK, "workflow", "submit", file)
+	if !strings.HasPrefix(out, "batch bt\n") {
+		t.Errorf("submit of a batch printed %q, want it to begin %q", out, "batch bt\n")
+	}
+	_, errs := run(cli.ExitError, "workflow", "retry", "bt")
+	if !strings.Contains(errs, "batch bt still runs") || strings.Contains(errs, "workflow") {
+		t.Errorf("retry of a running batch said %q, want it to say %q", errs, "batch bt still runs")
+	}
+	out, _ = run(cli.ExitOK, "workflow", "cancel", "bt")
+	if !strings.HasPrefix(out, "batch bt: ") || !strings.Contains(out, "cancelled") {
+		t.Errorf("cancel of a batch printed %q, want it to begin %q", out, "batch bt: ")
+	}
+	out, _ = run(cli.ExitOK, "workflow", "retry", "bt")
+	if !strings.HasPrefix(out, "batch bt\n") || !strings.Contains(out, "nap") {
+		t.Errorf("retry of a batch printed %q, want it to begin %q and name the step nap", out, "batch bt\n")
+	}
+	run(cli.ExitOK, "workflow", "cancel", "bt")
+}

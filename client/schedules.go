@@ -139,7 +139,15 @@ func (c *Client) scheduleInfo(ctx context.Context, req protocol.Message) (protoc
 func scheduleErr(err error) error {
 	var se *ServerError
 	if errors.As(err, &se) && strings.HasPrefix(se.Message, protocol.UnknownSchedulePrefix) {
-		return fmt.Errorf("%w: %w", ErrUnknownSchedule, err)
+		return &unknownScheduleError{err}
 	}
 	return err
 }
+
+// unknownScheduleError is the coordinator's "Unknown schedule" ERROR, matching
+// ErrUnknownSchedule too. It reads as the coordinator's text alone: prefixed with the
+// sentinel's, it said "unknown schedule: Unknown schedule: x".
+type unknownScheduleError struct{ err error }
+
+func (e *unknownScheduleError) Error() string   { return e.err.Error() }
+func (e *unknownScheduleError) Unwrap() []error { return []error{ErrUnknownSchedule, e.err} }

@@ -882,7 +882,7 @@ func (s *scheduler) cancelGroup(id string, due time.Duration, reply replyFunc) {
 			before++
 		}
 	}
-	out := &protocol.WorkflowCancelled{WorkflowID: id, Cancelled: before + len(todo)}
+	out := &protocol.WorkflowCancelled{WorkflowID: id, Cancelled: before + len(todo), Kind: g.ctl.Kind}
 	if len(todo) == 0 {
 		s.out.reply(reply, settled{out})
 		return
@@ -948,10 +948,15 @@ func (s *scheduler) holdColdSteps(id string) {
 // cancelled (the steps that waited on a failed one were cancelled with it).
 func (s *scheduler) retryGroup(id string, from request, reply replyFunc) {
 	due := from.due
-	reply = s.groupReply(reply, due, "retry", "retry of workflow "+id)
 	s.forgetGone(id)
 	s.mu.Lock()
 	g := s.groups.get(id)
+	kind := protocol.KindWorkflow // of an unknown id: the request's name for it
+	if g != nil {
+		kind = g.ctl.Kind
+	}
+	// Answered "Outcome unknown" when due, as the group it is: "retry of batch b".
+	reply = s.groupReply(reply, due, "retry", "retry of "+kind+" "+id)
 	var perr *protocol.Error
 	switch {
 	case s.fenced != nil:
@@ -959,13 +964,13 @@ func (s *scheduler) retryGroup(id string, from request, reply replyFunc) {
 	case g == nil:
 		perr = &protocol.Error{Message: "Unknown workflow: " + id}
 	case g.creating:
-		perr = &protocol.Error{Message: fmt.Sprintf("workflow %s is being created or retried", id)}
+		perr = &protocol.Error{Message: fmt.Sprintf("%s %s is being created or retried", kind, id)}
 	}
 	var ids []string
 	if perr == nil {
 		for _, jid := range g.ids {
 			if j := s.jobs[jid]; j != nil && !j.rec.State.Terminal() {
-				perr = &protocol.Error{Message: fmt.Sprintf("workflow %s still runs (step %s is %s): retry it once it ended", id, j.rec.Step, j.rec.State)}
+				perr = &protocol.Error{Message: fmt.Sprintf("%s %s still runs (step %s is %s): retry it once it ended", kind, id, j.rec.Step, j.rec.State)}
 				break
 			}
 		}
@@ -1008,12 +1013,12 @@ func (s *scheduler) retryGroup(id string, from request, reply replyFunc) {
 	}
 	wg.Wait()
 	if rerr != nil {
-		reply(&protocol.Error{Message: fmt.Sprintf("retry of workflow %s: %v", id, rerr)})
+		reply(&protocol.Error{Message: fmt.Sprintf("retry of %s %s: %v", kind, id, rerr)})
 		return
 	}
 	for _, r := range recs { // a step out of memory, SCHEDULED beyond the window (snoozed)
 		if !r.State.Terminal() {
-			reply(&protocol.Error{Message: fmt.Sprintf("workflow %s still runs (step %s is %s): retry it once it ended", id, r.Step, r.State)})
+			reply(&protocol.Error{Message: fmt.Sprintf("%s %s still runs (step %s is %s): retry it once it ended", kind, id, r.Step, r.State)})
 			return
 		}
 	}
@@ -1033,7 +1038,7 @@ func (s *scheduler) retryGroup(id string, from request, reply replyFunc) {
 			p.steps[i].Payload = withoutCounts(r.Payload)
 		}
 	}
-	out := &protocol.WorkflowRetried{WorkflowID: id, Jobs: map[string]string{}}
+	out := &protocol.WorkflowRetried{WorkflowID: id, Jobs: map[string]string{}, Kind: kind}
 	if len(redo) == 0 {
 		reply(settled{out})
 		return
@@ -1083,7 +1088,7 @@ func (s *scheduler) retryGroup(id string, from request, reply replyFunc) {
 		return
 	}
 	if err := s.writeSteps(ctx, ng, jobs, value, g); err != nil {
-		reply(groupNotStored("retry of workflow "+id, err))
+		reply(groupNotStored("retry of "+kind+" "+id, err))
 		return
 	}
 	for _, j := range jobs {

@@ -162,7 +162,7 @@ func OutcomeUnknown(what, jobID, cause string) *Error {
 }
 
 // OutcomeUnknownGroup is the "Outcome unknown" ERROR of a workflow's or batch's
-// submission (what: "workflow w", "batch b") or retry ("retry of workflow w") whose
+// submission (what: "workflow w", "batch b") or retry ("retry of workflow w", "retry of batch b") whose
 // write was not confirmed, said by the coordinator, which writes it again until it
 // knows, or by a client left unanswered (client.OutcomeWorkflow reads it back). A
 // submission sent again is safe; a retry sent again is not (it is refused while the
@@ -170,7 +170,7 @@ func OutcomeUnknown(what, jobID, cause string) *Error {
 func OutcomeUnknownGroup(what, cause string) *Error {
 	again := "sending the same again is safe, and answers its jobs once they are stored"
 	if strings.HasPrefix(what, "retry") {
-		again = "the workflow's status shows its steps run again once it is stored: ask for it before retrying again, " +
+		again = "its status shows its steps run again once it is stored: ask for it before retrying again, " +
 			"which runs again the steps that failed or were cancelled by then"
 	}
 	return &Error{Message: OutcomeUnknownPrefix + what + " may or may not be stored (" + cause +

@@ -121,6 +121,9 @@ type CancelWorkflow struct {
 type WorkflowCancelled struct {
 	WorkflowID string `json:"workflowId"`
 	Cancelled  int    `json:"cancelled"`
+	// Kind is the group's, KindWorkflow or KindBatch, so that a client names it as
+	// it is; "" from a coordinator that did not say (a workflow's wording then).
+	Kind string `json:"kind,omitempty"`
 }
 
 // RetryWorkflow runs again the steps of a workflow that failed or were cancelled, and
@@ -133,6 +136,7 @@ type RetryWorkflow struct {
 type WorkflowRetried struct {
 	WorkflowID string            `json:"workflowId"`
 	Jobs       map[string]string `json:"jobs"`
+	Kind       string            `json:"kind,omitempty"` // as WorkflowCancelled's
 }
 
 // ParentResult is a parent's outcome as the snapshot of a job that waited for it
