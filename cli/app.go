@@ -27,7 +27,6 @@ const (
 // Run runs the application with args (args[0] is the program name) and returns the exit code.
 func Run(args []string, stdout, stderr io.Writer) int {
 	app := App(stdout, stderr)
-	app.Metadata = map[string]any{argsKey: args}
 	if err := app.Run(args); err != nil {
 		if helpTopicError(err) {
 			fmt.Fprintln(stderr, "jobbus:", err)
@@ -48,10 +47,6 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	}
 	return ExitOK
 }
-
-// argsKey keeps in the app's Metadata the arguments it runs with, where
-// givenOnCommandLine reads the app's own flags.
-const argsKey = "jobbus.args"
 
 // hintRE matches the hint an error about a missing jobbus gives: "(is `jobbus serve`
 // running?)", "(is `jobbus serve` or `jobbus bridge` running?)".

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"flag"
 	"os"
 	"slices"
 
@@ -148,94 +147,26 @@ func refuseUnusedGlobals(c *cli.Context, uses []string) error {
 	return nil
 }
 
-// givenOnCommandLine reports whether the flag was typed on c's part of the command
-// line, not only set by its environment variable (the flag's own: JOBBUS_SUBMIT_TEXT
-// for submit's --text), even to the value the environment holds. urfave/cli v2 tells
-// the two apart nowhere it shows (IsSet and LocalFlagNames count both), so c's own
-// arguments are parsed again for the names alone.
+// givenOnCommandLine reports whether the flag was set on c's part of the command line,
+// not only by its environment variable (the flag's own: JOBBUS_SUBMIT_TEXT for
+// submit's --text). Where both set it to the same value, which wins makes no
+// difference.
 func givenOnCommandLine(c *cli.Context, name string) bool {
 	if c.Command == nil || !slices.Contains(c.LocalFlagNames(), name) {
 		return false
 	}
-	return typedFlags(c)[name]
-}
-
-// typedFlags are the names, each alias too, of the flags typed on c's part of the
-// command line: the app's before the command's name, a command's after it (a leaf
-// command's among its arguments too, which it parses itself: interspersed).
-func typedFlags(c *cli.Context) map[string]bool {
-	lineage := c.Lineage()
-	if len(lineage) < 2 { // urfave/cli's context above the app's, which parsed nothing
-		return nil
-	}
-	leaf := len(lineage) > 2 && !slices.ContainsFunc(c.Command.Subcommands, func(sub *cli.Command) bool {
-		return sub.Name != "help" // which urfave/cli gives every command
-	})
-	set := namesOnly(c.Command.Flags)
-	typed := map[string]bool{}
-	for rest := ownArgs(c); len(rest) > 0 && rest[0] != "--"; {
-		if len(rest[0]) < 2 || rest[0][0] != '-' { // a positional argument
-			if !leaf {
-				break // the command's name, or a subcommand's
-			}
-			rest = rest[1:]
+	for _, f := range c.Command.Flags {
+		ef, ok := f.(cli.DocGenerationFlag)
+		if !ok || !slices.Contains(f.Names(), name) {
 			continue
 		}
-		if err := set.Parse(rest); err != nil {
-			break // refused by the parse proper too
-		}
-		set.Visit(func(f *flag.Flag) {
-			for _, n := range flagNamed(c.Command.Flags, f.Name) {
-				typed[n] = true
-			}
-		})
-		rest = set.Args()
-	}
-	return typed
-}
-
-// ownArgs are the arguments c parsed: the program's for the app's context (Run keeps
-// them in the app's Metadata), else those its parent passed on after c's name.
-func ownArgs(c *cli.Context) []string {
-	lineage := c.Lineage()
-	if len(lineage) > 2 {
-		return lineage[1].Args().Tail()
-	}
-	args, _ := c.App.Metadata[argsKey].([]string)
-	if len(args) == 0 {
-		args = os.Args
-	}
-	return args[1:]
-}
-
-// namesOnly is a flag set of flags' names that takes any value, to parse arguments for
-// which flags they name, each value flag with its value.
-func namesOnly(flags []cli.Flag) *flag.FlagSet {
-	set := flag.NewFlagSet("", flag.ContinueOnError)
-	set.SetOutput(discard{})
-	for _, f := range flags {
-		takes, ok := f.(interface{ TakesValue() bool })
-		for _, n := range f.Names() {
-			switch {
-			case set.Lookup(n) != nil:
-			case ok && !takes.TakesValue():
-				set.Bool(n, false, "")
-			default:
-				set.String(n, "", "")
+		for _, e := range ef.GetEnvVars() {
+			if v, fromEnv := os.LookupEnv(e); fromEnv && c.String(name) == v {
+				return false
 			}
 		}
 	}
-	return set
-}
-
-// flagNamed is the names of the flag among flags that name is one of, or nil.
-func flagNamed(flags []cli.Flag, name string) []string {
-	for _, f := range flags {
-		if slices.Contains(f.Names(), name) {
-			return f.Names()
-		}
-	}
-	return nil
+	return true
 }
 
 // global reads a global flag: the value given after the command's name, else before
