@@ -440,7 +440,7 @@ func TestEnvVars(t *testing.T) {
 		t.Errorf("env priority not used: %+v", j)
 	}
 	var help strings.Builder
-	cli.Run([]string{"jobbus", "submit", "--help"}, &help, &help)
+	runApp([]string{"jobbus", "submit", "--help"}, &help, &help)
 	for _, want := range []string{"$JOBBUS_SUBMIT_PRIORITY", "$JOBBUS_SUBMIT_RETRIES", "$JOBBUS_JSON", "Examples:"} {
 		if !strings.Contains(help.String(), want) {
 			t.Errorf("submit --help lacks %q", want)
@@ -767,7 +767,7 @@ func TestGlobalFlagsAnywhere(t *testing.T) {
 	})
 	t.Run("WorkerKeepsItsConnect", func(t *testing.T) {
 		var help strings.Builder
-		cli.Run([]string{"jobbus", "worker", "--help"}, &help, &help)
+		runApp([]string{"jobbus", "worker", "--help"}, &help, &help)
 		if got := strings.Count(help.String(), "--connect value"); got != 1 {
 			t.Fatalf("worker --help lists --connect %d times:\n%s", got, help.String())
 		}

@@ -233,9 +233,7 @@ func TestWaitSpinnerClearedBeforeResult(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
 	var scr screen
-	appMu.Lock()
-	code := cli.Run([]string{"jobbus", "--nats", s.url, "submit", "sleep", "--milliseconds", "200", "--wait"}, &scr, &scr)
-	appMu.Unlock()
+	code := runApp([]string{"jobbus", "--nats", s.url, "submit", "sleep", "--milliseconds", "200", "--wait"}, &scr, &scr)
 	got := scr.String()
 	if code != cli.ExitOK {
 		t.Fatalf("exit %d\n%q", code, got)

@@ -3,6 +3,7 @@ package cli_test
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"strings"
 	"sync"
@@ -121,10 +122,15 @@ var appMu sync.Mutex
 // cliRun runs the CLI in-process with global flags before args.
 func cliRun(global []string, args ...string) (code int, stdout, stderr string) {
 	var out, errb bytes.Buffer
+	code = runApp(append(append([]string{"jobbus"}, global...), args...), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// runApp is cli.Run under appMu, for a test that gives the CLI writers of its own.
+func runApp(argv []string, stdout, stderr io.Writer) int {
 	appMu.Lock()
 	defer appMu.Unlock()
-	code = cli.Run(append(append([]string{"jobbus"}, global...), args...), &out, &errb)
-	return code, out.String(), errb.String()
+	return cli.Run(argv, stdout, stderr)
 }
 
 // run runs the CLI against s over NATS.

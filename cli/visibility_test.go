@@ -120,7 +120,7 @@ func TestWaitShowsProgress(t *testing.T) {
 
 	var screen terminal
 	var stdout bytes.Buffer
-	code = cli.Run([]string{"jobbus", "--nats", s.url, "submit", "sleep", "--milliseconds", "1200", "--wait"}, &stdout, &screen)
+	code = runApp([]string{"jobbus", "--nats", s.url, "submit", "sleep", "--milliseconds", "1200", "--wait"}, &stdout, &screen)
 	if code != cli.ExitOK || !strings.Contains(screen.String(), "█") || !strings.Contains(screen.String(), "░") {
 		t.Fatalf("submit --wait on a terminal: exit %d, want a progress bar:\n%q", code, screen.String())
 	}
