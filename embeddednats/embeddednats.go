@@ -336,10 +336,14 @@ func portInUse(hp, fix string, cause error) error {
 // can take a port between checkPortsFree and the server's own listen; the
 // server then reports it only as text, so recognise that text.
 func startError(msg string, o *server.Options) error {
-	if strings.Contains(msg, "Error listening on port") &&
-		(strings.Contains(msg, "address already in use") || strings.Contains(msg, "Only one usage")) {
+	taken := strings.Contains(msg, "address already in use") || strings.Contains(msg, "Only one usage")
+	switch {
+	case taken && strings.Contains(msg, "Error listening on port"):
 		hp := net.JoinHostPort(o.Host, strconv.Itoa(o.Port))
 		return portInUse(hp, "--nats-listen 127.0.0.1:PORT", errors.New(msg))
+	case taken && strings.Contains(msg, "Error listening on router port"):
+		hp := net.JoinHostPort(o.Cluster.Host, strconv.Itoa(o.Cluster.Port))
+		return portInUse(hp, "another cluster listen address", errors.New(msg))
 	}
 	return fmt.Errorf("embeddednats: start server: %s", msg)
 }
