@@ -77,14 +77,14 @@ Examples:
    jobbus workflow cancel etl-2026-12-01`,
 				Flags: []cli.Flag{jsonFlag()},
 				Action: inSession([]string{"ID"}, func(c *cli.Context, s *session, pos []string) error {
-					r, err := groupAnswer[protocol.WorkflowCancelled](c, s, &protocol.CancelWorkflow{WorkflowID: pos[0]})
+					r, err := s.cl.CancelWorkflowRequest(c.Context, pos[0])
 					if err != nil {
 						return exitErr(err)
 					}
 					p := newPrinter(c.App.Writer, c.Bool("json"))
 					if p.json {
 						type plain protocol.WorkflowCancelled
-						return p.jsonLine(plain(*r))
+						return p.jsonLine(plain(r))
 					}
 					_, err = fmt.Fprintf(p.w, "%s %s: %d steps cancelled\n", groupKind(r.Kind), pos[0], r.Cancelled)
 					return err
@@ -102,7 +102,7 @@ Example:
    jobbus workflow retry etl-2026-12-01`,
 				Flags: []cli.Flag{jsonFlag()},
 				Action: inSession([]string{"ID"}, func(c *cli.Context, s *session, pos []string) error {
-					r, err := groupAnswer[protocol.WorkflowRetried](c, s, &protocol.RetryWorkflow{WorkflowID: pos[0]})
+					r, err := s.cl.RetryWorkflowRequest(c.Context, pos[0])
 					if err != nil {
 						return exitErr(err)
 					}
@@ -216,28 +216,6 @@ func workflowStatus(c *cli.Context, s *session, pos []string) error {
 		return exitErr(err)
 	}
 	return newPrinter(c.App.Writer, c.Bool("json")).workflow(st)
-}
-
-// groupAnswer sends a request about a workflow or batch and returns its answer,
-// which names the group's kind (client.CancelWorkflow and RetryWorkflow drop it).
-func groupAnswer[T any, P interface {
-	*T
-	protocol.Message
-}](c *cli.Context, s *session, req protocol.Message) (*T, error) {
-	m, err := s.cl.Do(c.Context, req)
-	if err != nil {
-		return nil, err
-	}
-	if r, ok := m.(P); ok {
-		return r, nil
-	}
-	switch e := m.(type) { // as the client's own methods read them
-	case *protocol.Error:
-		return nil, &client.ServerError{Message: e.Message}
-	case *protocol.SubmitRejected: // a retry's steps, at capacity
-		return nil, &client.RejectedError{SubmitRejected: *e}
-	}
-	return nil, fmt.Errorf("unexpected reply %s", m.MessageType())
 }
 
 // groupKind is what a workflow or batch of kind is called: kind, or "workflow" when

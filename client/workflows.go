@@ -184,11 +184,18 @@ func (c *Client) WaitWorkflow(ctx context.Context, id string) (protocol.Workflow
 // ended or the connection went before its answer came) means the cancel may or may
 // not have been applied; sending it again is safe.
 func (c *Client) CancelWorkflow(ctx context.Context, id string) (int, error) {
+	r, err := c.CancelWorkflowRequest(ctx, id)
+	return r.Cancelled, err
+}
+
+// CancelWorkflowRequest is CancelWorkflow, returning the coordinator's whole answer:
+// with the group's kind (a workflow or a batch).
+func (c *Client) CancelWorkflowRequest(ctx context.Context, id string) (protocol.WorkflowCancelled, error) {
 	r, err := answer[protocol.WorkflowCancelled](ctx, c, &protocol.CancelWorkflow{WorkflowID: id})
 	if err != nil {
-		return 0, err
+		return protocol.WorkflowCancelled{}, err
 	}
-	return r.Cancelled, nil
+	return *r, nil
 }
 
 // RetryWorkflow runs again, as new jobs, the steps of an ended workflow that failed or
@@ -198,9 +205,16 @@ func (c *Client) CancelWorkflow(ctx context.Context, id string) (int, error) {
 // applied: WorkflowStatus shows its steps' new jobs if it was. Do not simply send it again: it is refused while those
 // steps run, and runs again those that failed or were cancelled by then.
 func (c *Client) RetryWorkflow(ctx context.Context, id string) (map[string]string, error) {
+	r, err := c.RetryWorkflowRequest(ctx, id)
+	return r.Jobs, err
+}
+
+// RetryWorkflowRequest is RetryWorkflow, returning the coordinator's whole answer:
+// with the group's kind (a workflow or a batch).
+func (c *Client) RetryWorkflowRequest(ctx context.Context, id string) (protocol.WorkflowRetried, error) {
 	r, err := answer[protocol.WorkflowRetried](ctx, c, &protocol.RetryWorkflow{WorkflowID: id})
 	if err != nil {
-		return nil, err
+		return protocol.WorkflowRetried{}, err
 	}
-	return r.Jobs, nil
+	return *r, nil
 }
