@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -367,17 +366,7 @@ const maxErrorHeader = 1024
 // caller to branch on (errorCode's prefixes), and a message that echoes most of a
 // request (a task type of 600,000 characters) would, held twice, make a reply larger
 // than a NATS message, which is lost.
-func errorHeader(e *protocol.Error) string {
-	if len(e.Message) <= maxErrorHeader {
-		return e.Message
-	}
-	const mark = "... (truncated)"
-	cut := maxErrorHeader - len(mark)
-	for cut > 0 && !utf8.RuneStart(e.Message[cut]) {
-		cut--
-	}
-	return e.Message[:cut] + mark
-}
+func errorHeader(e *protocol.Error) string { return protocol.Clip(e.Message, maxErrorHeader) }
 
 // errorCode classifies an ERROR reply for micro's code header: 503 while this
 // coordinator cannot serve (nothing was done), 504 for "Outcome unknown" (a write

@@ -195,16 +195,27 @@ const (
 // a character and marked "... (truncated)". The coordinator keeps no longer text; a
 // native worker cuts its own before it sends them, since a text longer than a NATS
 // message would never reach the coordinator at all.
-func ClipText(s string) string {
-	if len(s) <= MaxTextBytes {
+func ClipText(s string) string { return Clip(s, MaxTextBytes) }
+
+// Clip bounds s to max bytes: longer, it is cut at the start of a character and marked
+// "... (truncated)", the mark within max.
+func Clip(s string, max int) string {
+	if len(s) <= max {
 		return s
 	}
 	const mark = "... (truncated)"
-	cut := MaxTextBytes - len(mark)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
+	return runePrefix(s, max-len(mark)) + mark
+}
+
+// runePrefix is s cut to at most n bytes, at the start of a character.
+func runePrefix(s string, n int) string {
+	if len(s) <= n {
+		return s
 	}
-	return s[:cut] + mark
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // Bounds of a worker registration. A worker id names a NATS subject token (base64 if

@@ -3,7 +3,6 @@ package protocol
 import (
 	"fmt"
 	"strings"
-	"unicode/utf8"
 )
 
 // The wire texts of PROTOCOL.md and DESIGN.md, produced here only, so the bridge and the
@@ -44,11 +43,7 @@ func UnknownJob(jobID string) *Error {
 	if len(jobID) <= MaxJobID {
 		return &Error{Message: "Unknown job: " + jobID}
 	}
-	cut := MaxJobID
-	for cut > 0 && !utf8.RuneStart(jobID[cut]) {
-		cut--
-	}
-	return &Error{Message: fmt.Sprintf("Unknown job: %s... (%d bytes)", jobID[:cut], len(jobID))}
+	return &Error{Message: fmt.Sprintf("Unknown job: %s... (%d bytes)", runePrefix(jobID, MaxJobID), len(jobID))}
 }
 
 // UnknownTaskType is the ERROR text for a task type no worker can run.

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"strings"
-	"unicode/utf8"
 )
 
 // Seeing inside a job: its W3C trace context, its progress and its log. All three are
@@ -54,14 +53,7 @@ func (m *TaskProgress) Check() error {
 // ClipProgressMessage bounds a progress message to MaxProgressMessage bytes of valid UTF-8.
 func ClipProgressMessage(s string) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")
-	if len(s) <= MaxProgressMessage {
-		return s
-	}
-	cut := MaxProgressMessage
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut]
+	return runePrefix(s, MaxProgressMessage)
 }
 
 // ClampProgress brings a handler's fraction into 0..1 (NaN is 0).
